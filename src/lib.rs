@@ -4,6 +4,7 @@
 //! that integration tests can reach it.
 
 pub mod conn;
+pub mod exit;
 
 /// Entry point used by the binary (kept here so tests exercise the same path).
 pub fn main_entry() -> std::process::ExitCode {
