@@ -3,10 +3,56 @@
 //! The binary in `main.rs` only parses arguments and reports errors; everything else lives here so
 //! that integration tests can reach it.
 
+pub mod cli;
+pub mod commands;
 pub mod conn;
+pub mod context;
+pub mod db;
 pub mod exit;
+pub mod output;
+pub mod progress;
+pub mod sample;
 
-/// Entry point used by the binary (kept here so tests exercise the same path).
+/// Entry point used by the binary: parse, run on a small runtime, print the error chain once on
+/// stderr as one line, and turn the outcome into a documented exit code.
 pub fn main_entry() -> std::process::ExitCode {
-    std::process::ExitCode::SUCCESS
+    use clap::Parser;
+    install_panic_hook();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return std::process::ExitCode::from(if e.use_stderr() { exit::Exit::Usage.code() } else { 0 });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return report(&anyhow::Error::new(e).context("failed to start the async runtime")),
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => code.into(),
+        Err(e) => report(&e),
+    }
+}
+
+/// Print an error as one line (`idemctl: failed to ...: cause`) and pick its exit code.
+fn report(err: &anyhow::Error) -> std::process::ExitCode {
+    let text = format!("{err:#}").replace(['\n', '\r'], " ");
+    eprintln!("idemctl: {text}");
+    exit::classify(err).into()
+}
+
+/// A panic is a bug: say so in one line, without a backtrace, and exit with the internal-error code.
+fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        eprintln!("idemctl: internal error: {}{at}; please report this", msg.replace('\n', " "));
+        std::process::exit(i32::from(exit::Exit::Internal.code()));
+    }));
 }

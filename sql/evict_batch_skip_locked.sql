@@ -1,0 +1,38 @@
+-- evict: a range of the expiry index in which a live request holds a row lock, or a run of more
+-- than one batch of rows sharing a single expires_at.
+--
+-- Locks the candidates with FOR UPDATE SKIP LOCKED, so it never waits on a live request, deletes
+-- them by physical address in the same statement, and re-checks expiry, state and --min-age on
+-- each row it removes. $1 = range start, $2 = range end, both inclusive (NULL = open), $3 = row
+-- limit, $4 = min-age seconds or NULL. Returns the rows deleted and the expired completed rows of
+-- the range (up to the limit) that were there, so the caller can tell how many were left because
+-- another session holds them.
+WITH candidates AS (
+    SELECT ctid
+      FROM {table}
+     WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+       AND expires_at <= coalesce($2::timestamptz, 'infinity'::timestamptz)
+       AND expires_at < now()
+       AND state = 'completed'
+       AND ($4::float8 IS NULL OR created_at < now() - make_interval(secs => $4::float8))
+     ORDER BY expires_at
+     LIMIT $3::bigint
+       FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM {table}
+     WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
+       AND expires_at < now()
+       AND state = 'completed'
+       AND ($4::float8 IS NULL OR created_at < now() - make_interval(secs => $4::float8))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM deleted)::bigint AS deleted,
+       (SELECT count(*)
+          FROM (SELECT 1
+                  FROM {table}
+                 WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+                   AND expires_at <= coalesce($2::timestamptz, 'infinity'::timestamptz)
+                   AND expires_at < now()
+                   AND state = 'completed'
+                   AND ($4::float8 IS NULL OR created_at < now() - make_interval(secs => $4::float8))
+                 LIMIT $3::bigint) AS present)::bigint AS present

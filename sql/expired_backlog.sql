@@ -1,0 +1,7 @@
+-- stats / evict: expired completed keys still present, counted exactly up to a cap.
+-- $1 = cap; a result above the cap means "at least cap".
+SELECT count(*)::bigint AS n
+  FROM (SELECT 1 FROM {table}
+         WHERE expires_at < now() AND state = 'completed'
+         ORDER BY expires_at
+         LIMIT $1::bigint + 1) AS capped

@@ -1,0 +1,12 @@
+-- Resolve --table to one relation, following search_path for an unqualified name.
+-- $1 = schema or NULL, $2 = table name. Catalog lookup only.
+SELECT c.oid::bigint AS oid, n.nspname::text AS schema, c.relname::text AS name, c.relkind::text AS kind
+  FROM pg_catalog.pg_class c
+  JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relname = $2
+   AND c.relkind IN ('r', 'p')
+   AND CASE WHEN $1::text IS NULL
+            THEN n.nspname = ANY (pg_catalog.current_schemas(false))
+            ELSE n.nspname = $1::text END
+ ORDER BY coalesce(array_position(pg_catalog.current_schemas(false), n.nspname::text), 0)
+ LIMIT 1

@@ -1,0 +1,10 @@
+-- stats / check: in_progress keys whose owner took them longer ago than the cutoff, counted up to a
+-- cap, with the oldest. Served by the optional partial index in maintenance_indexes.sql; without it,
+-- only run when the operator passes --allow-scan. $1 = stuck-after seconds, $2 = cap.
+SELECT count(*)::bigint AS n, min(since) AS oldest
+  FROM (SELECT coalesce(locked_at, created_at) AS since
+          FROM {table}
+         WHERE state = 'in_progress'
+           AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
+         ORDER BY coalesce(locked_at, created_at)
+         LIMIT $2::bigint + 1) AS capped

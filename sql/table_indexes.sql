@@ -1,0 +1,11 @@
+-- Indexes of the key table: key columns (expressions as text), uniqueness, validity, predicate.
+-- $1 = table oid. Catalog lookup only.
+SELECT i.indexrelid::regclass::text AS name,
+       i.indisunique AS is_unique,
+       i.indisvalid AND i.indisready AS is_valid,
+       pg_catalog.pg_get_expr(i.indpred, i.indrelid) AS predicate,
+       ARRAY(SELECT pg_catalog.pg_get_indexdef(i.indexrelid, k, true)
+               FROM generate_series(1, i.indnkeyatts) AS k ORDER BY k) AS columns
+  FROM pg_catalog.pg_index i
+ WHERE i.indrelid = $1::bigint::oid
+ ORDER BY 1

@@ -1,0 +1,6 @@
+-- What the current role may do on the key table. $1 = table oid. Catalog lookup only.
+SELECT current_user::text AS role,
+       pg_catalog.has_table_privilege($1::bigint::oid, 'SELECT') AS can_select,
+       pg_catalog.has_table_privilege($1::bigint::oid, 'DELETE') AS can_delete,
+       pg_catalog.has_table_privilege($1::bigint::oid, 'UPDATE') AS can_update,
+       pg_catalog.has_any_column_privilege($1::bigint::oid, 'UPDATE') AS can_lock_rows

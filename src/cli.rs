@@ -1,0 +1,366 @@
+//! Every clap type: the global connection and output options, and one `Args` struct per subcommand.
+//!
+//! Values are validated here (durations, sizes, table names) so that bad input fails before any
+//! connection is made.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::exit::Exit;
+
+/// Maintain the PostgreSQL table in which an API stores its idempotency keys.
+#[derive(Debug, Parser)]
+#[command(
+    name = "idemctl",
+    version,
+    about = "Maintain the PostgreSQL table in which an API stores its idempotency keys",
+    long_about = "Maintain the PostgreSQL table in which an API stores its idempotency keys: evict \
+                  expired keys in short lock-safe batches, reclaim keys whose owner died, inspect one \
+                  key, and report the figures an alert needs.",
+    after_long_help = after_help(),
+    after_help = "Run `idemctl help <command>` for a command's options; `--help` also lists the exit codes."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+fn after_help() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| {
+        format!(
+            "Exit status:\n{}\n\nConnection: like psql, idemctl reads PGHOST, PGPORT, PGUSER, PGPASSWORD, \
+             PGDATABASE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT, PGPASSFILE and ~/.pgpass when \
+             --database-url does not say otherwise.\n\nExamples:\n  idemctl stats\n  idemctl -d \
+             'host=db1 dbname=app user=idemctl_ro' inspect 3f6c0e1a --api-key-id tenant_42\n  idemctl \
+             check --max-eviction-lag 30m --max-stuck 0",
+            Exit::table_text()
+        )
+    })
+}
+
+/// Options shared by every subcommand.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Connection string: a URI (postgresql://user@host/db) or key=value conninfo as psql accepts.
+    /// Falls back to DATABASE_URL, then to PG* variables, ~/.pgpass and libpq's defaults.
+    #[arg(
+        short = 'd',
+        long,
+        env = "IDEMCTL_DATABASE_URL",
+        hide_env_values = true,
+        global = true,
+        value_name = "CONNINFO"
+    )]
+    pub database_url: Option<String>,
+
+    /// The key table, optionally schema-qualified. Quoted as an identifier: `public.idempotency_keys`.
+    #[arg(
+        short = 't',
+        long,
+        env = "IDEMCTL_TABLE",
+        default_value = "idempotency_keys",
+        value_parser = parse_table_name,
+        global = true,
+        value_name = "[SCHEMA.]NAME"
+    )]
+    pub table: TableName,
+
+    /// Output format. `auto` is a table on a terminal and plain text when piped.
+    #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Auto, global = true)]
+    pub output: OutputFormat,
+
+    /// Print nothing on success (progress, summaries); errors still go to stderr.
+    #[arg(short = 'q', long, global = true)]
+    pub quiet: bool,
+
+    /// When to use colour on a terminal (NO_COLOR is honoured by `auto`).
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto, global = true)]
+    pub color: ColorChoice,
+
+    /// Give up connecting after this long, retrying transient failures with backoff
+    /// [default: connect_timeout from the conninfo, else PGCONNECT_TIMEOUT, else 10s].
+    #[arg(long, value_parser = parse_positive_duration, global = true, value_name = "DUR")]
+    pub connect_timeout: Option<Duration>,
+
+    /// statement_timeout for every statement idemctl runs.
+    #[arg(long, value_parser = parse_positive_duration, default_value = "30s", global = true, value_name = "DUR")]
+    pub statement_timeout: Duration,
+
+    /// lock_timeout for idemctl's sessions (evict and reclaim wait far less on rows: a few ms).
+    #[arg(long, value_parser = parse_positive_duration, default_value = "2s", global = true, value_name = "DUR")]
+    pub lock_timeout: Duration,
+
+    /// idle_in_transaction_session_timeout for idemctl's sessions.
+    #[arg(long, value_parser = parse_positive_duration, default_value = "60s", global = true, value_name = "DUR")]
+    pub idle_in_transaction_timeout: Duration,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show one key's stored record and response.
+    Inspect(InspectArgs),
+    /// Report table size, oldest live key, eviction lag, expired backlog and stuck keys.
+    Stats(StatsArgs),
+    /// Verify the table, its indexes and the role's privileges; alert on thresholds.
+    Check(CheckArgs),
+    /// Delete expired completed keys in short, lock-safe batches (for cron or a systemd timer).
+    Evict(EvictArgs),
+    /// Print shell completions for bash, zsh, fish, elvish or powershell.
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) to stdout.
+    #[command(hide = true)]
+    Man,
+}
+
+/// `idemctl inspect`.
+#[derive(Debug, Args)]
+#[command(after_help = "Exit status 3 when the key does not exist.")]
+pub struct InspectArgs {
+    /// The idempotency key, as the client sent it.
+    pub key: String,
+
+    /// The tenant (api_key_id) the key belongs to; required when several tenants used the same key.
+    #[arg(long, value_name = "ID")]
+    pub api_key_id: Option<String>,
+
+    /// Age past which an in_progress key counts as stuck (what reclaim would take by default).
+    #[arg(long, value_parser = parse_positive_duration, default_value = "5m", value_name = "DUR")]
+    pub stuck_after: Duration,
+}
+
+/// `idemctl stats`.
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Age past which an in_progress key counts as stuck.
+    #[arg(long, value_parser = parse_positive_duration, default_value = "5m", value_name = "DUR")]
+    pub stuck_after: Duration,
+
+    /// Count the expired backlog exactly up to this many rows, then report "at least N".
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(i64).range(1..=100_000_000), value_name = "N")]
+    pub backlog_cap: i64,
+
+    /// Count stuck keys with a table scan when the optional in_progress index is missing.
+    #[arg(long)]
+    pub allow_scan: bool,
+
+    /// Also write Prometheus text format to PATH atomically (for node_exporter's textfile collector).
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
+}
+
+/// `idemctl check`.
+#[derive(Debug, Args)]
+#[command(after_help = "Exit status 4 when a threshold is breached; the breached figures are printed.")]
+pub struct CheckArgs {
+    /// Fail (exit 4) when the oldest expired key has waited longer than this for eviction.
+    #[arg(long, value_parser = parse_positive_duration, value_name = "DUR")]
+    pub max_eviction_lag: Option<Duration>,
+
+    /// Fail (exit 4) when more than N in_progress keys are older than --stuck-after.
+    #[arg(long, value_name = "N")]
+    pub max_stuck: Option<u64>,
+
+    /// Age past which an in_progress key counts as stuck.
+    #[arg(long, value_parser = parse_positive_duration, default_value = "5m", value_name = "DUR")]
+    pub stuck_after: Duration,
+
+    /// Count stuck keys with a table scan when the optional in_progress index is missing.
+    #[arg(long)]
+    pub allow_scan: bool,
+}
+
+/// `idemctl evict`.
+#[derive(Debug, Args)]
+#[command(after_help = "Silent on success when not on a terminal (cron mails any output). \
+Exit status 7 when another evict holds the table's lock, 130 when interrupted.\n\n\
+cron:    */5 * * * * idemctl evict --max-runtime 4m --textfile /var/lib/node_exporter/textfile/idemctl_evict.prom")]
+pub struct EvictArgs {
+    /// Rows per batch: each batch is one statement in its own transaction.
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50_000), value_name = "N")]
+    pub batch_size: u32,
+
+    /// Stop starting new batches after this long.
+    #[arg(long, value_parser = parse_positive_duration, value_name = "DUR")]
+    pub max_runtime: Option<Duration>,
+
+    /// Stop after this many batches.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
+    pub max_batches: Option<u64>,
+
+    /// Stop after deleting this many rows (the last batch is shortened to fit).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
+    pub max_rows: Option<u64>,
+
+    /// Sleep this long between batches, to leave room for live traffic.
+    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DUR")]
+    pub pause: Duration,
+
+    /// Never evict a key created less than this long ago, whatever its expires_at says
+    /// (a guard against a deploy that wrote too-short TTLs).
+    #[arg(long, value_parser = parse_positive_duration, value_name = "DUR")]
+    pub min_age: Option<Duration>,
+
+    /// Show what would be deleted (bounded count, oldest and newest, statement and plan); change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Write Prometheus metrics of the run to PATH atomically (node_exporter textfile collector).
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
+}
+
+/// `idemctl completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to generate completions for.
+    pub shell: clap_complete::Shell,
+}
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// A table on a terminal, plain text otherwise.
+    Auto,
+    /// A table (comfy-table).
+    Table,
+    /// Plain `name: value` lines.
+    Plain,
+    /// One JSON document on stdout.
+    Json,
+    /// Prometheus text exposition format (stats only).
+    Prometheus,
+}
+
+/// Colour choice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+/// A validated `[schema.]name`, kept unquoted; the database layer quotes each part.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableName {
+    pub schema: Option<String>,
+    pub name: String,
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.schema {
+            Some(s) => write!(f, "{s}.{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// PostgreSQL truncates identifiers to 63 bytes (NAMEDATALEN - 1).
+const MAX_IDENT_BYTES: usize = 63;
+
+/// Parse `[schema.]name`. Each part is an identifier as written (no SQL quoting syntax): it may
+/// contain any printable character except `.`, which separates the schema. Parts are always quoted
+/// when used, so nothing here can change the statement's shape.
+pub fn parse_table_name(s: &str) -> Result<TableName, String> {
+    let parts: Vec<&str> = s.split('.').collect();
+    let (schema, name) = match parts.as_slice() {
+        [name] => (None, *name),
+        [schema, name] => (Some(*schema), *name),
+        _ => {
+            return Err("expected [SCHEMA.]NAME with at most one dot, e.g. public.idempotency_keys".into());
+        }
+    };
+    for part in schema.iter().chain(std::iter::once(&name)) {
+        check_identifier(part)?;
+    }
+    Ok(TableName {
+        schema: schema.map(str::to_owned),
+        name: name.to_owned(),
+    })
+}
+
+fn check_identifier(part: &str) -> Result<(), String> {
+    if part.is_empty() {
+        return Err("empty schema or table name; expected [SCHEMA.]NAME".into());
+    }
+    if part.len() > MAX_IDENT_BYTES {
+        return Err(format!(
+            "name is {} bytes long; PostgreSQL identifiers are at most {MAX_IDENT_BYTES} bytes",
+            part.len()
+        ));
+    }
+    if part.chars().any(|c| c.is_control()) {
+        return Err("name contains a control character".into());
+    }
+    if part.contains('"') {
+        return Err("name contains a double quote; pass the table name unquoted, e.g. -t 'My Schema.keys'".into());
+    }
+    Ok(())
+}
+
+/// Parse a humantime duration such as `30s`, `5m`, `1h30m`, `7d`; zero is refused.
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err("must be greater than zero".into());
+    }
+    Ok(d)
+}
+
+/// Parse a humantime duration (zero allowed).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{e}; use a duration such as 500ms, 30s, 5m, 1h30m or 7d"))?;
+    // Ten years is far past any sensible timeout or TTL; larger values are typing mistakes and would
+    // overflow PostgreSQL's interval arithmetic.
+    if d > Duration::from_secs(10 * 366 * 24 * 3600) {
+        return Err("is longer than 10 years; use a duration such as 5m, 24h or 7d".into());
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn clap_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn table_names_parse_and_reject_tricks() {
+        assert_eq!(
+            parse_table_name("app.keys").unwrap(),
+            TableName {
+                schema: Some("app".into()),
+                name: "keys".into()
+            }
+        );
+        assert!(parse_table_name("a.b.c").is_err());
+        assert!(parse_table_name("x\"; drop table y; --").is_err());
+        assert!(parse_table_name("").is_err());
+        assert!(parse_table_name(&"k".repeat(64)).is_err());
+        assert!(parse_table_name("keys\n").is_err());
+        // Odd but legal names are allowed: they are quoted when used.
+        assert!(parse_table_name("keys; drop table x").is_ok());
+    }
+
+    #[test]
+    fn durations_need_units_and_sane_sizes() {
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("-5m").is_err());
+        assert!(parse_duration("99999y").is_err());
+        assert!(parse_positive_duration("0s").is_err());
+    }
+}

@@ -1,0 +1,33 @@
+//! One module per subcommand; `run` dispatches a parsed command line to it.
+
+pub mod check;
+pub mod docs;
+pub mod evict;
+pub mod inspect;
+pub mod stats;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command, OutputFormat};
+use crate::context::Context;
+use crate::exit::{Exit, fail};
+
+/// Run one parsed command line.
+pub async fn run(cli: Cli) -> Result<Exit> {
+    match &cli.command {
+        Command::Completions(a) => return docs::completions(a.shell),
+        Command::Man => return docs::man(),
+        _ => {}
+    }
+    if cli.global.output == OutputFormat::Prometheus && !matches!(cli.command, Command::Stats(_)) {
+        return Err(fail(Exit::Usage, "--output prometheus is only available for stats; use table, plain or json"));
+    }
+    let ctx = Context::new(cli.global, 1)?;
+    match &cli.command {
+        Command::Inspect(a) => inspect::run(&ctx, a).await,
+        Command::Stats(a) => stats::run(&ctx, a).await,
+        Command::Check(a) => check::run(&ctx, a).await,
+        Command::Evict(a) => evict::run(&ctx, a).await,
+        Command::Completions(_) | Command::Man => unreachable!("handled before connecting"),
+    }
+}

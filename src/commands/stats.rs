@@ -1,0 +1,187 @@
+//! `idemctl stats`: the figures an alert needs, every one of them from the catalog or a bounded,
+//! index-backed statement.
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::cli::{OutputFormat, StatsArgs};
+use crate::context::Context;
+use crate::db::KeyTable;
+use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
+use crate::exit::Exit;
+use crate::output::prometheus::{Kind, Metrics, write_atomic};
+use crate::output::{Doc, human_bytes, human_secs, rfc3339, sanitize};
+
+/// The stats report (also the JSON document).
+#[derive(Debug, Serialize)]
+pub struct StatsReport {
+    pub table: String,
+    pub sizes: Sizes,
+    pub vacuum: Vacuum,
+    /// The live key that expires next, with its age since creation.
+    pub oldest_live: Option<KeyRef>,
+    /// The oldest expired completed key, with how long it has waited for eviction.
+    pub oldest_expired: Option<KeyRef>,
+    pub eviction_lag_seconds: f64,
+    pub expired_backlog: Capped,
+    pub stuck_after_seconds: f64,
+    /// None when the optional in_progress index is missing and no scan was allowed.
+    pub stuck: Option<Stuck>,
+    /// Why a figure was not computed.
+    pub notes: Vec<String>,
+}
+
+/// Gather the report; shared with `check`.
+pub async fn gather(
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    stuck_after_secs: f64,
+    cap: i64,
+    allow_scan: bool,
+) -> Result<StatsReport> {
+    table.require_columns()?;
+    table.require_expiry_index()?;
+    let c: &tokio_postgres::Client = client;
+    let sizes = queries::sizes(c, table).await?;
+    let vacuum = queries::vacuum(c, table).await?;
+    let oldest_live = queries::oldest_live(c, table).await?;
+    let oldest_expired = queries::oldest_expired(c, table).await?;
+    let expired_backlog = queries::expired_backlog(c, table, cap).await?;
+    let mut notes = Vec::new();
+    let stuck = if table.stuck_index().is_some() || allow_scan {
+        Some(queries::stuck(c, table, stuck_after_secs, cap).await?)
+    } else {
+        notes.push(format!(
+            "stuck in_progress keys not counted: that needs the optional index ({}) or --allow-scan, which reads the whole table",
+            table.stuck_index_fix()
+        ));
+        None
+    };
+    if sizes.never_analyzed {
+        notes.push("the table has never been analyzed; the row estimate is unknown until ANALYZE runs".into());
+    }
+    Ok(StatsReport {
+        table: table.display(),
+        eviction_lag_seconds: oldest_expired.as_ref().map_or(0.0, |k| k.seconds),
+        sizes,
+        vacuum,
+        oldest_live,
+        oldest_expired,
+        expired_backlog,
+        stuck_after_seconds: stuck_after_secs,
+        stuck,
+        notes,
+    })
+}
+
+/// Run `stats`.
+pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
+    let client = ctx.client().await?;
+    let table = ctx.table(&client).await?;
+    let report = gather(&client, &table, args.stuck_after.as_secs_f64(), args.backlog_cap, args.allow_scan).await?;
+    if let Some(path) = &args.textfile {
+        write_atomic(path, metrics(&report).text())?;
+    }
+    if ctx.output.format == OutputFormat::Prometheus {
+        crate::output::write_stdout(metrics(&report).text())?;
+    } else {
+        ctx.output.emit(&doc(&report), &serde_json::to_value(&report)?)?;
+    }
+    for n in &report.notes {
+        if !ctx.global.quiet && ctx.output.format != OutputFormat::Json {
+            crate::output::warn(n);
+        }
+    }
+    Ok(Exit::Success)
+}
+
+fn key_label(k: &KeyRef) -> String {
+    format!("{}/{}", sanitize(&k.api_key_id), sanitize(&k.key))
+}
+
+/// The human-readable report.
+pub fn doc(r: &StatsReport) -> Doc {
+    let mut d = Doc::default();
+    let s = &r.sizes;
+    let oldest_live = r.oldest_live.as_ref().map_or_else(
+        || "none (no live keys)".to_owned(),
+        |k| format!("{} age {}, expires {}", key_label(k), human_secs(k.seconds), rfc3339(k.expires_at)),
+    );
+    let lag = r.oldest_expired.as_ref().map_or_else(
+        || "0s (nothing expired is waiting)".to_owned(),
+        |k| format!("{} (oldest expired: {}, expired {})", human_secs(k.seconds), key_label(k), rfc3339(k.expires_at)),
+    );
+    let stuck = r.stuck.as_ref().map_or_else(
+        || "not counted (see note)".to_owned(),
+        |st| match st.oldest_since {
+            Some(t) => format!("{} (oldest held since {})", st.count, rfc3339(t)),
+            None => st.count.to_string(),
+        },
+    );
+    let when = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "never".to_owned(), rfc3339);
+    d.fields(
+        None,
+        vec![
+            ("table".into(), r.table.clone()),
+            ("estimated rows".into(), s.estimated_rows.to_string()),
+            ("heap size".into(), human_bytes(s.heap_bytes)),
+            ("toast size".into(), human_bytes(s.toast_bytes)),
+            ("index size".into(), human_bytes(s.index_bytes)),
+            ("total size".into(), human_bytes(s.total_bytes)),
+            ("oldest live key".into(), oldest_live),
+            ("eviction lag".into(), lag),
+            ("expired backlog".into(), r.expired_backlog.to_string()),
+            (format!("stuck in_progress (> {})", human_secs(r.stuck_after_seconds)), stuck),
+            ("dead tuples".into(), r.vacuum.dead_tuples.to_string()),
+            ("last vacuum".into(), when(r.vacuum.last_vacuum)),
+            ("last analyze".into(), when(r.vacuum.last_analyze)),
+        ],
+    );
+    d
+}
+
+fn ts_secs(t: Option<time::OffsetDateTime>) -> f64 {
+    t.map_or(0.0, |t| t.unix_timestamp() as f64)
+}
+
+/// The Prometheus metrics of a report.
+pub fn metrics(r: &StatsReport) -> Metrics {
+    let mut m = Metrics::default();
+    let l: &[(&str, &str)] = &[("table", &r.table)];
+    let g = Kind::Gauge;
+    let s = &r.sizes;
+    m.add("idemctl_table_estimated_rows", "Estimated rows in the key table (pg_class.reltuples).", g, l, s.estimated_rows as f64);
+    m.add("idemctl_table_heap_bytes", "Size of the key table's heap in bytes.", g, l, s.heap_bytes as f64);
+    m.add("idemctl_table_toast_bytes", "Size of the key table's TOAST data in bytes.", g, l, s.toast_bytes as f64);
+    m.add("idemctl_table_index_bytes", "Size of the key table's indexes in bytes.", g, l, s.index_bytes as f64);
+    m.add("idemctl_table_total_bytes", "Total size of the key table in bytes.", g, l, s.total_bytes as f64);
+    m.add(
+        "idemctl_oldest_live_key_age_seconds",
+        "Age of the live key that expires next (0 when no key is live).",
+        g,
+        l,
+        r.oldest_live.as_ref().map_or(0.0, |k| k.seconds),
+    );
+    m.add(
+        "idemctl_eviction_lag_seconds",
+        "How long the oldest expired completed key has waited for eviction (0 when none waits).",
+        g,
+        l,
+        r.eviction_lag_seconds,
+    );
+    m.add("idemctl_expired_backlog_keys", "Expired completed keys not yet evicted (exact up to the cap).", g, l, r.expired_backlog.count as f64);
+    m.add(
+        "idemctl_expired_backlog_capped",
+        "1 when the expired backlog exceeds the counting cap, so the backlog figure is a lower bound.",
+        g,
+        l,
+        if r.expired_backlog.at_least { 1.0 } else { 0.0 },
+    );
+    if let Some(st) = &r.stuck {
+        m.add("idemctl_stuck_keys", "in_progress keys held longer than the stuck-after cutoff (exact up to the cap).", g, l, st.count.count as f64);
+    }
+    m.add("idemctl_table_dead_tuples", "Dead tuples in the key table (pg_stat_all_tables).", g, l, r.vacuum.dead_tuples as f64);
+    m.add("idemctl_table_last_vacuum_timestamp_seconds", "Unix time of the last vacuum or autovacuum (0 if never).", g, l, ts_secs(r.vacuum.last_vacuum));
+    m.add("idemctl_table_last_analyze_timestamp_seconds", "Unix time of the last analyze or autoanalyze (0 if never).", g, l, ts_secs(r.vacuum.last_analyze));
+    m
+}

@@ -1,0 +1,9 @@
+//! Database access: the key table's catalog description and the statements idemctl runs, each
+//! embedded from `sql/` so a DBA can review exactly what executes.
+
+pub mod lock;
+pub mod queries;
+pub mod record;
+pub mod table;
+
+pub use table::{KeyLookup, KeyTable};

@@ -1,0 +1,177 @@
+//! The read-only figures that `stats`, `check` and `evict` share, one typed function per statement.
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use super::KeyTable;
+
+/// Every statement of this module, with its file name, for the EXPLAIN test and for `--dry-run`.
+pub const STATEMENTS: &[(&str, &str)] = &[
+    ("oldest_live.sql", include_str!("../../sql/oldest_live.sql")),
+    ("oldest_expired.sql", include_str!("../../sql/oldest_expired.sql")),
+    ("expired_backlog.sql", include_str!("../../sql/expired_backlog.sql")),
+    ("expired_in_progress.sql", include_str!("../../sql/expired_in_progress.sql")),
+    ("stuck_count.sql", include_str!("../../sql/stuck_count.sql")),
+];
+
+/// Catalog sizes and estimates.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sizes {
+    pub estimated_rows: i64,
+    pub heap_bytes: i64,
+    pub toast_bytes: i64,
+    pub index_bytes: i64,
+    pub total_bytes: i64,
+    pub never_analyzed: bool,
+}
+
+/// Sizes from the catalog (no count(*)).
+pub async fn sizes(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Sizes> {
+    let r = client
+        .query_one(include_str!("../../sql/stats_size.sql"), &[&table.oid])
+        .await
+        .context("failed to read table sizes")?;
+    Ok(Sizes {
+        estimated_rows: r.get("estimated_rows"),
+        heap_bytes: r.get("heap_bytes"),
+        toast_bytes: r.get("toast_bytes"),
+        index_bytes: r.get("index_bytes"),
+        total_bytes: r.get("total_bytes"),
+        never_analyzed: r.get::<_, Option<bool>>("never_analyzed").unwrap_or(false),
+    })
+}
+
+/// Vacuum and analyze bookkeeping.
+#[derive(Debug, Clone, Serialize)]
+pub struct Vacuum {
+    pub live_tuples: i64,
+    pub dead_tuples: i64,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_vacuum: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_analyze: Option<OffsetDateTime>,
+}
+
+/// Dead tuples and last (auto)vacuum / analyze.
+pub async fn vacuum(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Vacuum> {
+    let r = client
+        .query_one(include_str!("../../sql/stats_vacuum.sql"), &[&table.oid])
+        .await
+        .context("failed to read vacuum statistics")?;
+    Ok(Vacuum {
+        live_tuples: r.get("live_tuples"),
+        dead_tuples: r.get("dead_tuples"),
+        last_vacuum: r.get("last_vacuum"),
+        last_analyze: r.get("last_analyze"),
+    })
+}
+
+/// A key picked out by a stats query.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyRef {
+    pub api_key_id: String,
+    pub key: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    /// Age (oldest live key) or wait since expiry (eviction lag), in seconds.
+    pub seconds: f64,
+}
+
+/// The live key that expires next, and its age since creation.
+pub async fn oldest_live(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Option<KeyRef>> {
+    let r = client
+        .query_opt(&table.sql(include_str!("../../sql/oldest_live.sql")), &[])
+        .await
+        .context("failed to find the oldest live key")?;
+    Ok(r.map(|r| KeyRef {
+        api_key_id: r.get("api_key_id"),
+        key: r.get("key"),
+        expires_at: r.get("expires_at"),
+        seconds: r.get("age_seconds"),
+    }))
+}
+
+/// The oldest expired completed key, and how long it has waited.
+pub async fn oldest_expired(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Option<KeyRef>> {
+    let r = client
+        .query_opt(&table.sql(include_str!("../../sql/oldest_expired.sql")), &[])
+        .await
+        .context("failed to find the oldest expired key")?;
+    Ok(r.map(|r| KeyRef {
+        api_key_id: r.get("api_key_id"),
+        key: r.get("key"),
+        expires_at: r.get("expires_at"),
+        seconds: r.get("lag_seconds"),
+    }))
+}
+
+/// A count that stops at a cap.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Capped {
+    /// The count, or the cap when `at_least` is set.
+    pub count: i64,
+    /// True when there are more than `count` rows.
+    pub at_least: bool,
+}
+
+impl Capped {
+    /// Interpret a count taken with `LIMIT cap + 1`.
+    pub fn from_raw(n: i64, cap: i64) -> Capped {
+        if n > cap {
+            Capped { count: cap, at_least: true }
+        } else {
+            Capped { count: n, at_least: false }
+        }
+    }
+}
+
+impl std::fmt::Display for Capped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.at_least {
+            write!(f, "at least {}", self.count)
+        } else {
+            write!(f, "{}", self.count)
+        }
+    }
+}
+
+async fn capped(client: &tokio_postgres::Client, sql: &str, cap: i64, what: &str) -> Result<Capped> {
+    let r = client
+        .query_one(sql, &[&cap])
+        .await
+        .with_context(|| format!("failed to count {what}"))?;
+    Ok(Capped::from_raw(r.get("n"), cap))
+}
+
+/// Expired completed keys, exact up to `cap`.
+pub async fn expired_backlog(client: &tokio_postgres::Client, table: &KeyTable, cap: i64) -> Result<Capped> {
+    let sql = table.sql(include_str!("../../sql/expired_backlog.sql"));
+    capped(client, &sql, cap, "the expired backlog").await
+}
+
+/// Expired keys still in_progress, exact up to `cap`.
+pub async fn expired_in_progress(client: &tokio_postgres::Client, table: &KeyTable, cap: i64) -> Result<Capped> {
+    let sql = table.sql(include_str!("../../sql/expired_in_progress.sql"));
+    capped(client, &sql, cap, "expired in_progress keys").await
+}
+
+/// in_progress keys held longer than the cutoff.
+#[derive(Debug, Clone, Serialize)]
+pub struct Stuck {
+    pub count: Capped,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub oldest_since: Option<OffsetDateTime>,
+}
+
+/// Stuck in_progress keys, exact up to `cap`. The caller decides whether a scan is acceptable.
+pub async fn stuck(client: &tokio_postgres::Client, table: &KeyTable, after_secs: f64, cap: i64) -> Result<Stuck> {
+    let r = client
+        .query_one(&table.sql(include_str!("../../sql/stuck_count.sql")), &[&after_secs, &cap])
+        .await
+        .context("failed to count stuck in_progress keys")?;
+    Ok(Stuck {
+        count: Capped::from_raw(r.get("n"), cap),
+        oldest_since: r.get("oldest"),
+    })
+}

@@ -1,0 +1,266 @@
+//! Rendering reports: a table on a terminal, plain `name: value` lines when piped, JSON on request.
+//!
+//! Commands build a [`Doc`] (for people) and a serde value (for scripts); nothing else prints data.
+
+pub mod prometheus;
+mod sanitize;
+
+use std::io::{IsTerminal, Write};
+
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use comfy_table::{Cell, ContentArrangement, Table};
+
+use crate::cli::{ColorChoice, OutputFormat};
+
+pub use sanitize::{sanitize, sanitize_multiline};
+
+/// One block of human-readable output.
+#[derive(Debug, Clone)]
+pub enum Block {
+    /// Labelled values, one per line.
+    Fields { title: Option<String>, rows: Vec<(String, String)> },
+    /// A table with a header row.
+    Rows { title: Option<String>, header: Vec<String>, rows: Vec<Vec<String>> },
+    /// Free text (already sanitised by the caller where it holds untrusted data).
+    Text(String),
+}
+
+/// A human-readable document: a sequence of blocks.
+#[derive(Debug, Clone, Default)]
+pub struct Doc {
+    pub blocks: Vec<Block>,
+}
+
+impl Doc {
+    /// Add a block of labelled values.
+    pub fn fields(&mut self, title: Option<&str>, rows: Vec<(String, String)>) {
+        self.blocks.push(Block::Fields {
+            title: title.map(str::to_owned),
+            rows,
+        });
+    }
+
+    /// Add a table.
+    pub fn rows(&mut self, title: Option<&str>, header: &[&str], rows: Vec<Vec<String>>) {
+        self.blocks.push(Block::Rows {
+            title: title.map(str::to_owned),
+            header: header.iter().map(|h| (*h).to_owned()).collect(),
+            rows,
+        });
+    }
+
+    /// Add free text.
+    pub fn text(&mut self, text: impl Into<String>) {
+        self.blocks.push(Block::Text(text.into()));
+    }
+}
+
+/// Resolved output settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    pub format: OutputFormat,
+    pub color: bool,
+    pub quiet: bool,
+    pub stdout_tty: bool,
+    pub stderr_tty: bool,
+}
+
+impl Output {
+    /// Decide the format and colour once, from flags, NO_COLOR and terminal detection.
+    pub fn new(format: OutputFormat, color: ColorChoice, quiet: bool) -> Output {
+        let stdout_tty = std::io::stdout().is_terminal();
+        let stderr_tty = std::io::stderr().is_terminal();
+        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+            || std::env::var("TERM").is_ok_and(|t| t == "dumb");
+        let color = match color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => stdout_tty && !no_color,
+        };
+        let format = match format {
+            OutputFormat::Auto if stdout_tty => OutputFormat::Table,
+            OutputFormat::Auto => OutputFormat::Plain,
+            f => f,
+        };
+        Output {
+            format,
+            color,
+            quiet,
+            stdout_tty,
+            stderr_tty,
+        }
+    }
+
+    /// Whether progress may be drawn (attended terminal, not quiet, not machine output).
+    pub fn progress_allowed(&self) -> bool {
+        self.stderr_tty && !self.quiet && !matches!(self.format, OutputFormat::Json | OutputFormat::Prometheus)
+    }
+
+    /// Print a report: JSON as given, otherwise the document as a table or plain text.
+    pub fn emit(&self, doc: &Doc, json: &serde_json::Value) -> std::io::Result<()> {
+        let text = match self.format {
+            OutputFormat::Json => {
+                let mut s = serde_json::to_string_pretty(json).map_err(std::io::Error::other)?;
+                s.push('\n');
+                s
+            }
+            OutputFormat::Table => render_table(doc, self.color),
+            _ => render_plain(doc),
+        };
+        write_stdout(&text)
+    }
+}
+
+/// Write to stdout; a closed pipe (`idemctl stats | head -1`) is not an error.
+pub fn write_stdout(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => r,
+    }
+}
+
+/// Plain text: `label: value` lines, tables as tab-separated rows, blank line between blocks.
+pub fn render_plain(doc: &Doc) -> String {
+    let mut out = String::new();
+    for (n, block) in doc.blocks.iter().enumerate() {
+        if n > 0 {
+            out.push('\n');
+        }
+        match block {
+            Block::Fields { title, rows } => {
+                if let Some(t) = title {
+                    out.push_str(&format!("{t}\n"));
+                }
+                let width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0);
+                for (k, v) in rows {
+                    out.push_str(&format!("{k:<width$}  {v}\n"));
+                }
+            }
+            Block::Rows { title, header, rows } => {
+                if let Some(t) = title {
+                    out.push_str(&format!("{t}\n"));
+                }
+                out.push_str(&header.join("\t"));
+                out.push('\n');
+                for r in rows {
+                    out.push_str(&r.join("\t"));
+                    out.push('\n');
+                }
+            }
+            Block::Text(t) => {
+                out.push_str(t);
+                if !t.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    out
+}
+
+fn new_table(color: bool) -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic);
+    if !color {
+        t.force_no_tty();
+    }
+    t
+}
+
+/// Tables drawn with comfy-table, for an attended terminal.
+pub fn render_table(doc: &Doc, color: bool) -> String {
+    let mut out = String::new();
+    for block in &doc.blocks {
+        match block {
+            Block::Fields { title, rows } => {
+                if let Some(t) = title {
+                    out.push_str(&format!("{t}\n"));
+                }
+                let mut t = new_table(color);
+                for (k, v) in rows {
+                    t.add_row(vec![Cell::new(k), Cell::new(v)]);
+                }
+                out.push_str(&format!("{t}\n"));
+            }
+            Block::Rows { title, header, rows } => {
+                if let Some(t) = title {
+                    out.push_str(&format!("{t}\n"));
+                }
+                let mut t = new_table(color);
+                t.set_header(header.clone());
+                for r in rows {
+                    t.add_row(r.clone());
+                }
+                out.push_str(&format!("{t}\n"));
+            }
+            Block::Text(s) => {
+                out.push_str(s);
+                if !s.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
+pub fn warn(message: &str) {
+    eprintln!("idemctl: warning: {message}");
+}
+
+/// Format seconds as a short human duration (`3h 12m`, `45s`).
+pub fn human_secs(secs: f64) -> String {
+    if !secs.is_finite() {
+        return "-".into();
+    }
+    let negative = secs < 0.0;
+    let whole = std::time::Duration::from_secs(secs.abs().round() as u64);
+    let text = humantime::format_duration(whole).to_string();
+    // Keep the two largest units: "2days 3h 4m 5s" reads as "2days 3h".
+    let short: Vec<&str> = text.split(' ').take(2).collect();
+    let short = short.join(" ");
+    if negative { format!("-{short}") } else { short }
+}
+
+/// Format a byte count with binary units.
+pub fn human_bytes(n: i64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v.abs() >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}
+
+/// Format a timestamp as RFC 3339 (UTC, seconds).
+pub fn rfc3339(ts: time::OffsetDateTime) -> String {
+    let ts = ts.to_offset(time::UtcOffset::UTC);
+    let ts = ts.replace_nanosecond(0).unwrap_or(ts);
+    ts.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| ts.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_secs(45.0), "45s");
+        assert_eq!(human_secs(3.0 * 3600.0 + 125.0), "3h 2m");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(3 * 1024 * 1024), "3.0 MiB");
+    }
+
+    #[test]
+    fn plain_fields_align() {
+        let mut d = Doc::default();
+        d.fields(None, vec![("a".into(), "1".into()), ("long".into(), "2".into())]);
+        assert_eq!(render_plain(&d), "a     1\nlong  2\n");
+    }
+}

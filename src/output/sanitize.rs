@@ -1,0 +1,45 @@
+//! Escaping untrusted strings (keys, paths, bodies, table names) before they reach a terminal, so
+//! that a key cannot move the cursor, clear the screen or forge output lines.
+
+/// Replace control characters and bidirectional overrides with visible escapes (`\n`, `\x1b`,
+/// `\u{202e}`); a backslash becomes `\\` so the escaping is unambiguous.
+pub fn sanitize(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if c.is_control() || is_bidi_control(c) => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Sanitise text that may span lines (a pretty-printed body): keep newlines, escape the rest.
+pub fn sanitize_multiline(s: &str) -> String {
+    s.split('\n').map(sanitize).collect::<Vec<_>>().join("\n")
+}
+
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_terminal_controls() {
+        assert_eq!(sanitize("a\x1b[2Jb"), "a\\x1b[2Jb");
+        assert_eq!(sanitize("x\ny"), "x\\ny");
+        assert_eq!(sanitize("a\\b"), "a\\\\b");
+        assert_eq!(sanitize("\u{202e}evil"), "\\u{202e}evil");
+        assert_eq!(sanitize("plain-key_123"), "plain-key_123");
+    }
+}
