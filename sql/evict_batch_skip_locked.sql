@@ -35,4 +35,5 @@ SELECT (SELECT count(*) FROM deleted)::bigint AS deleted,
                    AND expires_at < now()
                    AND state = 'completed'
                    AND ($4::float8 IS NULL OR created_at < now() - make_interval(secs => $4::float8))
+                 ORDER BY expires_at
                  LIMIT $3::bigint) AS present)::bigint AS present

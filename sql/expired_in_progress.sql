@@ -1,7 +1,11 @@
 -- evict / stats: expired rows still in_progress, which evict never deletes (reclaim's job).
--- Walks the expired range of the expiry index, counting up to a cap. $1 = cap.
-SELECT count(*)::bigint AS n
-  FROM (SELECT 1 FROM {table}
-         WHERE expires_at < now() AND state = 'in_progress'
+-- Examines at most $1 expired rows, oldest first, along the expiry index: the count is exact when
+-- fewer than $1 rows have expired (the usual case after an evict run drained the table) and a
+-- lower bound otherwise.
+SELECT count(*) FILTER (WHERE state = 'in_progress')::bigint AS n,
+       count(*)::bigint AS examined
+  FROM (SELECT state
+          FROM {table}
+         WHERE expires_at < now()
          ORDER BY expires_at
-         LIMIT $1::bigint + 1) AS capped
+         LIMIT $1::bigint) AS oldest_expired

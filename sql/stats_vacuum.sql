@@ -4,4 +4,5 @@ SELECT coalesce(sum(s.n_live_tup), 0)::bigint AS live_tuples,
        max(greatest(s.last_vacuum, s.last_autovacuum)) AS last_vacuum,
        max(greatest(s.last_analyze, s.last_autoanalyze)) AS last_analyze
   FROM pg_catalog.pg_stat_all_tables s
- WHERE s.relid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::bigint::oid) WHERE isleaf)
+ WHERE s.relid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::bigint::oid) WHERE isleaf
+                      UNION SELECT $1::bigint::oid)

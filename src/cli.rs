@@ -158,7 +158,9 @@ pub struct StatsArgs {
 
 /// `idemctl check`.
 #[derive(Debug, Args)]
-#[command(after_help = "Exit status 4 when a threshold is breached; the breached figures are printed.")]
+#[command(
+    after_help = "Exit status 4 when a threshold is breached; the breached figures are printed."
+)]
 pub struct CheckArgs {
     /// Fail (exit 4) when the oldest expired key has waited longer than this for eviction.
     #[arg(long, value_parser = parse_positive_duration, value_name = "DUR")]
@@ -179,9 +181,11 @@ pub struct CheckArgs {
 
 /// `idemctl evict`.
 #[derive(Debug, Args)]
-#[command(after_help = "Silent on success when not on a terminal (cron mails any output). \
+#[command(
+    after_help = "Silent on success when not on a terminal (cron mails any output). \
 Exit status 7 when another evict holds the table's lock, 130 when interrupted.\n\n\
-cron:    */5 * * * * idemctl evict --max-runtime 4m --textfile /var/lib/node_exporter/textfile/idemctl_evict.prom")]
+cron:    */5 * * * * idemctl evict --max-runtime 4m --textfile /var/lib/node_exporter/textfile/idemctl_evict.prom"
+)]
 pub struct EvictArgs {
     /// Rows per batch: each batch is one statement in its own transaction.
     #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50_000), value_name = "N")]
@@ -275,7 +279,9 @@ pub fn parse_table_name(s: &str) -> Result<TableName, String> {
         [name] => (None, *name),
         [schema, name] => (Some(*schema), *name),
         _ => {
-            return Err("expected [SCHEMA.]NAME with at most one dot, e.g. public.idempotency_keys".into());
+            return Err(
+                "expected [SCHEMA.]NAME with at most one dot, e.g. public.idempotency_keys".into(),
+            );
         }
     };
     for part in schema.iter().chain(std::iter::once(&name)) {
@@ -301,7 +307,10 @@ fn check_identifier(part: &str) -> Result<(), String> {
         return Err("name contains a control character".into());
     }
     if part.contains('"') {
-        return Err("name contains a double quote; pass the table name unquoted, e.g. -t 'My Schema.keys'".into());
+        return Err(
+            "name contains a double quote; pass the table name unquoted, e.g. -t 'My Schema.keys'"
+                .into(),
+        );
     }
     Ok(())
 }

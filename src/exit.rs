@@ -64,13 +64,19 @@ impl Exit {
         match self {
             Exit::Success => "success, including nothing to do",
             Exit::Failure => "runtime failure (query failed, connection lost mid-run, timeout)",
-            Exit::Usage => "usage error: bad flag, value, conninfo or table name; unsafe request refused",
+            Exit::Usage => {
+                "usage error: bad flag, value, conninfo or table name; unsafe request refused"
+            }
             Exit::NotFound => "key not found (inspect) or table not found",
             Exit::ThresholdBreached => "check found a problem or a breached alert threshold",
-            Exit::CannotConnect => "cannot connect: server unreachable, login refused, no such database",
+            Exit::CannotConnect => {
+                "cannot connect: server unreachable, login refused, no such database"
+            }
             Exit::PermissionDenied => "permission denied: the role lacks a needed privilege",
             Exit::LockBusy => "another idemctl run holds the maintenance lock for this table",
-            Exit::Interrupted => "interrupted by SIGINT or SIGTERM after finishing the batch in flight",
+            Exit::Interrupted => {
+                "interrupted by SIGINT or SIGTERM after finishing the batch in flight"
+            }
             Exit::Internal => "internal error (a bug: please report it)",
         }
     }

@@ -22,12 +22,22 @@ pub fn main_entry() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return std::process::ExitCode::from(if e.use_stderr() { exit::Exit::Usage.code() } else { 0 });
+            return std::process::ExitCode::from(if e.use_stderr() {
+                exit::Exit::Usage.code()
+            } else {
+                0
+            });
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
-        Err(e) => return report(&anyhow::Error::new(e).context("failed to start the async runtime")),
+        Err(e) => {
+            return report(&anyhow::Error::new(e).context("failed to start the async runtime"));
+        }
     };
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code.into(),
@@ -51,8 +61,14 @@ fn install_panic_hook() {
             .map(|s| (*s).to_owned())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_owned());
-        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
-        eprintln!("idemctl: internal error: {}{at}; please report this", msg.replace('\n', " "));
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "idemctl: internal error: {}{at}; please report this",
+            msg.replace('\n', " ")
+        );
         std::process::exit(i32::from(exit::Exit::Internal.code()));
     }));
 }

@@ -18,7 +18,8 @@ impl Progress {
 
     /// A bar for `estimate` rows (the planner's estimate; 0 = unknown) on stderr.
     pub fn rows(estimate: u64) -> Progress {
-        let bar = ProgressBar::with_draw_target(Some(estimate.max(1)), ProgressDrawTarget::stderr());
+        let bar =
+            ProgressBar::with_draw_target(Some(estimate.max(1)), ProgressDrawTarget::stderr());
         let style = ProgressStyle::with_template(
             "{spinner} evicted {human_pos} of ~{human_len} rows [{wide_bar}] {per_sec}, about {eta} left {msg}",
         )
@@ -36,7 +37,8 @@ impl Progress {
         }
         self.bar.set_position(rows);
         if skipped > 0 {
-            self.bar.set_message(format!("({skipped} skipped: locked by live requests)"));
+            self.bar
+                .set_message(format!("({skipped} skipped: locked by live requests)"));
         }
     }
 

@@ -43,7 +43,10 @@ pub async fn generate(
     mut progress: impl FnMut(i64),
 ) -> Result<()> {
     let sql = include_str!("../sql/sample_data.sql").replace("{table}", table_quoted);
-    let stmt = client.prepare(&sql).await.context("failed to prepare the sample-data insert")?;
+    let stmt = client
+        .prepare(&sql)
+        .await
+        .context("failed to prepare the sample-data insert")?;
     let mut first = 1;
     while first <= spec.rows {
         let last = (first + spec.chunk - 1).min(spec.rows);

@@ -53,7 +53,14 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
     findings.extend(privileges(&table, &table.privileges(&client).await?));
     let usable = !findings.iter().any(|f| f.status == Status::Fail);
     if usable {
-        let report = stats::gather(&client, &table, args.stuck_after.as_secs_f64(), 100_000, args.allow_scan).await?;
+        let report = stats::gather(
+            &client,
+            &table,
+            args.stuck_after.as_secs_f64(),
+            100_000,
+            args.allow_scan,
+        )
+        .await?;
         findings.extend(thresholds(&report, args));
     }
     let json = serde_json::json!({ "table": table.display(), "findings": findings });
@@ -64,13 +71,19 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
         .collect();
     match failed.as_slice() {
         [] => Ok(Exit::Success),
-        [one] => Err(fail(Exit::ThresholdBreached, format!("check failed: {}: {}", one.check, one.detail))),
+        [one] => Err(fail(
+            Exit::ThresholdBreached,
+            format!("check failed: {}: {}", one.check, one.detail),
+        )),
         many => Err(fail(
             Exit::ThresholdBreached,
             format!(
                 "{} checks failed: {}",
                 many.len(),
-                many.iter().map(|f| f.check.as_str()).collect::<Vec<_>>().join(", ")
+                many.iter()
+                    .map(|f| f.check.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         )),
     }
@@ -81,23 +94,44 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
     let mut out = Vec::new();
     let problems = table.column_problems();
     if problems.is_empty() {
-        out.push(finding("columns", Status::Ok, "all expected columns with expected types".into(), None));
+        out.push(finding(
+            "columns",
+            Status::Ok,
+            "all expected columns with expected types".into(),
+            None,
+        ));
     }
     for (exp, found) in problems {
         let (detail, fix) = match found {
             None => (
                 format!("column {} is missing", exp.name),
-                format!("ALTER TABLE {} ADD COLUMN {} {};", table.quoted, exp.name, exp.sql_type),
+                format!(
+                    "ALTER TABLE {} ADD COLUMN {} {};",
+                    table.quoted, exp.name, exp.sql_type
+                ),
             ),
             Some(t) => (
-                format!("column {} is {}, expected {}", exp.name, crate::output::sanitize(&t), exp.sql_type),
-                format!("ALTER TABLE {} ALTER COLUMN {} TYPE {};", table.quoted, exp.name, exp.sql_type),
+                format!(
+                    "column {} is {}, expected {}",
+                    exp.name,
+                    crate::output::sanitize(&t),
+                    exp.sql_type
+                ),
+                format!(
+                    "ALTER TABLE {} ALTER COLUMN {} TYPE {};",
+                    table.quoted, exp.name, exp.sql_type
+                ),
             ),
         };
         out.push(finding("columns", Status::Fail, detail, Some(fix)));
     }
     out.push(match table.expiry_index() {
-        Some(i) => finding("expiry index", Status::Ok, format!("{} orders keys by expires_at", i.name), None),
+        Some(i) => finding(
+            "expiry index",
+            Status::Ok,
+            format!("{} orders keys by expires_at", i.name),
+            None,
+        ),
         None => finding(
             "expiry index",
             Status::Fail,
@@ -134,10 +168,21 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
 /// What each command needs, against what the role has.
 pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
     let role = crate::output::sanitize(&p.role);
-    let grant = |what: &str| format!("GRANT {what} ON {} TO {};", table.quoted, crate::db::table::quote_ident(&p.role));
+    let grant = |what: &str| {
+        format!(
+            "GRANT {what} ON {} TO {};",
+            table.quoted,
+            crate::db::table::quote_ident(&p.role)
+        )
+    };
     let mut out = Vec::new();
     if p.select {
-        out.push(finding("privileges: inspect, stats, check", Status::Ok, format!("{role} may SELECT"), None));
+        out.push(finding(
+            "privileges: inspect, stats, check",
+            Status::Ok,
+            format!("{role} may SELECT"),
+            None,
+        ));
     } else {
         out.push(finding(
             "privileges: inspect, stats, check",
@@ -157,18 +202,37 @@ pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
         evict_missing.push("UPDATE (expires_at)");
     }
     out.push(if evict_missing.is_empty() {
-        finding("privileges: evict", Status::Ok, format!("{role} may SELECT, DELETE and lock rows"), None)
+        finding(
+            "privileges: evict",
+            Status::Ok,
+            format!("{role} may SELECT, DELETE and lock rows"),
+            None,
+        )
     } else {
         finding(
             "privileges: evict",
             Status::Note,
-            format!("{role} lacks {} (needed only to run evict; row locks need UPDATE on a column)", evict_missing.join(", ")),
-            Some(evict_missing.iter().map(|m| grant(m)).collect::<Vec<_>>().join(" ")),
+            format!(
+                "{role} lacks {} (needed only to run evict; row locks need UPDATE on a column)",
+                evict_missing.join(", ")
+            ),
+            Some(
+                evict_missing
+                    .iter()
+                    .map(|m| grant(m))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
         )
     });
     let reclaim_ok = p.select && p.delete && p.update;
     out.push(if reclaim_ok {
-        finding("privileges: reclaim", Status::Ok, format!("{role} may SELECT, UPDATE and DELETE"), None)
+        finding(
+            "privileges: reclaim",
+            Status::Ok,
+            format!("{role} may SELECT, UPDATE and DELETE"),
+            None,
+        )
     } else {
         finding(
             "privileges: reclaim",
@@ -187,16 +251,29 @@ fn thresholds(r: &stats::StatsReport, args: &CheckArgs) -> Vec<Finding> {
         Some(max) if lag > max.as_secs_f64() => out.push(finding(
             "eviction lag",
             Status::Breached,
-            format!("eviction lag {} exceeds --max-eviction-lag {}; is the evict job running?", human_secs(lag), human_secs(max.as_secs_f64())),
+            format!(
+                "eviction lag {} exceeds --max-eviction-lag {}; is the evict job running?",
+                human_secs(lag),
+                human_secs(max.as_secs_f64())
+            ),
             None,
         )),
         Some(max) => out.push(finding(
             "eviction lag",
             Status::Ok,
-            format!("eviction lag {} within {}", human_secs(lag), human_secs(max.as_secs_f64())),
+            format!(
+                "eviction lag {} within {}",
+                human_secs(lag),
+                human_secs(max.as_secs_f64())
+            ),
             None,
         )),
-        None => out.push(finding("eviction lag", Status::Note, format!("eviction lag {} (no threshold set)", human_secs(lag)), None)),
+        None => out.push(finding(
+            "eviction lag",
+            Status::Note,
+            format!("eviction lag {} (no threshold set)", human_secs(lag)),
+            None,
+        )),
     }
     let stuck_label = format!("stuck keys (> {})", human_secs(r.stuck_after_seconds));
     match (&r.stuck, args.max_stuck) {

@@ -46,8 +46,15 @@ fn render_subcommand(buf: &mut Vec<u8>, sub: &clap::Command) -> Result<()> {
     let page = clap_mangen::Man::new(sub.clone().name(name.clone()));
     let mut part = Vec::new();
     page.render_options_section(&mut part)?;
-    let part = String::from_utf8(part)?.replacen(".SH OPTIONS", &format!(".SH \"{}\"", name.to_uppercase()), 1);
-    let about = sub.get_about().map(|a| format!("{a}\n")).unwrap_or_default();
+    let part = String::from_utf8(part)?.replacen(
+        ".SH OPTIONS",
+        &format!(".SH \"{}\"", name.to_uppercase()),
+        1,
+    );
+    let about = sub
+        .get_about()
+        .map(|a| format!("{a}\n"))
+        .unwrap_or_default();
     let part = part.replacen('\n', &format!("\n{}", roff_escape(&about)), 1);
     buf.extend_from_slice(part.as_bytes());
     Ok(())
@@ -60,7 +67,11 @@ fn roff_escape(s: &str) -> String {
 fn extra_sections() -> String {
     let mut s = String::from(".SH \"EXIT STATUS\"\n");
     for e in Exit::ALL {
-        s.push_str(&format!(".TP\n{}\n{}\n", e.code(), roff_escape(e.meaning())));
+        s.push_str(&format!(
+            ".TP\n{}\n{}\n",
+            e.code(),
+            roff_escape(e.meaning())
+        ));
     }
     s.push_str(".SH ENVIRONMENT\n");
     for (var, meaning) in ENVIRONMENT {
@@ -68,28 +79,62 @@ fn extra_sections() -> String {
     }
     s.push_str(".SH EXAMPLES\n");
     for (what, cmd) in EXAMPLES {
-        s.push_str(&format!(".TP\n{}\n.B {}\n", roff_escape(what), roff_escape(cmd)));
+        s.push_str(&format!(
+            ".TP\n{}\n.B {}\n",
+            roff_escape(what),
+            roff_escape(cmd)
+        ));
     }
     s
 }
 
 /// Environment variables idemctl reads.
 pub const ENVIRONMENT: &[(&str, &str)] = &[
-    ("IDEMCTL_DATABASE_URL", "Connection string, as --database-url."),
-    ("DATABASE_URL", "Connection string used when neither --database-url nor IDEMCTL_DATABASE_URL is set."),
+    (
+        "IDEMCTL_DATABASE_URL",
+        "Connection string, as --database-url.",
+    ),
+    (
+        "DATABASE_URL",
+        "Connection string used when neither --database-url nor IDEMCTL_DATABASE_URL is set.",
+    ),
     ("IDEMCTL_TABLE", "The key table, as --table."),
-    ("PGHOST, PGHOSTADDR, PGPORT, PGDATABASE, PGUSER", "Where and as whom to connect, as in libpq, for anything the connection string leaves out."),
-    ("PGPASSWORD, PGPASSFILE", "The password, or the password file (default ~/.pgpass, ignored unless mode 0600)."),
-    ("PGSSLMODE, PGSSLROOTCERT", "TLS mode (disable, allow, prefer, require, verify-ca, verify-full) and root certificates."),
+    (
+        "PGHOST, PGHOSTADDR, PGPORT, PGDATABASE, PGUSER",
+        "Where and as whom to connect, as in libpq, for anything the connection string leaves out.",
+    ),
+    (
+        "PGPASSWORD, PGPASSFILE",
+        "The password, or the password file (default ~/.pgpass, ignored unless mode 0600).",
+    ),
+    (
+        "PGSSLMODE, PGSSLROOTCERT",
+        "TLS mode (disable, allow, prefer, require, verify-ca, verify-full) and root certificates.",
+    ),
     ("PGAPPNAME", "application_name (default idemctl)."),
-    ("PGCONNECT_TIMEOUT", "Seconds to keep retrying a connection when --connect-timeout is not given."),
+    (
+        "PGCONNECT_TIMEOUT",
+        "Seconds to keep retrying a connection when --connect-timeout is not given.",
+    ),
     ("NO_COLOR", "Disables colour when set to a non-empty value."),
 ];
 
 /// Examples shown in the man page.
 pub const EXAMPLES: &[(&str, &str)] = &[
-    ("Figures for a dashboard or an alert:", "idemctl stats -o json"),
-    ("Write Prometheus metrics for node_exporter's textfile collector:", "idemctl stats --textfile /var/lib/node_exporter/textfile/idemctl.prom"),
-    ("Page when eviction has stopped:", "idemctl check --max-eviction-lag 30m"),
-    ("Look at one key of one tenant:", "idemctl inspect 8e0f0c2a-3b7d --api-key-id tenant_42"),
+    (
+        "Figures for a dashboard or an alert:",
+        "idemctl stats -o json",
+    ),
+    (
+        "Write Prometheus metrics for node_exporter's textfile collector:",
+        "idemctl stats --textfile /var/lib/node_exporter/textfile/idemctl.prom",
+    ),
+    (
+        "Page when eviction has stopped:",
+        "idemctl check --max-eviction-lag 30m",
+    ),
+    (
+        "Look at one key of one tenant:",
+        "idemctl inspect 8e0f0c2a-3b7d --api-key-id tenant_42",
+    ),
 ];

@@ -32,7 +32,7 @@ pub const PREVIEW_SQL: &str = include_str!("../../sql/evict_preview.sql");
 /// How long a batch may wait for a row lock before it falls back to skipping locked rows.
 pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(5);
 /// Counts in the summary and preview stop here.
-const COUNT_CAP: i64 = 1_000_000;
+const COUNT_CAP: i64 = 100_000;
 /// Consecutive batches that could not lock the table before the run gives up.
 const MAX_TABLE_LOCK_RETRIES: u32 = 5;
 
@@ -107,7 +107,10 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     }
     lock::acquire(&client, &table, LockClass::Evict).await?;
     client
-        .batch_execute(&format!("SET lock_timeout = '{}ms'", ROW_LOCK_WAIT.as_millis()))
+        .batch_execute(&format!(
+            "SET lock_timeout = '{}ms'",
+            ROW_LOCK_WAIT.as_millis()
+        ))
         .await
         .context("failed to set the evict session's lock_timeout")?;
     ctx.cancel.install()?;
@@ -121,7 +124,10 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     print_report(ctx, &report)?;
     match (report.end_reason, &report.error) {
         (EndReason::Interrupted, _) => Ok(Exit::Interrupted),
-        (EndReason::Error, _) => Err(run.error.take().unwrap_or_else(|| fail(Exit::Failure, "eviction failed"))),
+        (EndReason::Error, _) => Err(run
+            .error
+            .take()
+            .unwrap_or_else(|| fail(Exit::Failure, "eviction failed"))),
         _ => Ok(Exit::Success),
     }
 }
@@ -179,7 +185,11 @@ impl<'a> Run<'a> {
         if self.ctx.cancel.requested() {
             return Some(EndReason::Interrupted);
         }
-        if self.args.max_runtime.is_some_and(|m| self.start.elapsed() >= m) {
+        if self
+            .args
+            .max_runtime
+            .is_some_and(|m| self.start.elapsed() >= m)
+        {
             return Some(EndReason::TimeBudget);
         }
         if self.args.max_rows.is_some_and(|m| self.rows >= m) {
@@ -194,7 +204,10 @@ impl<'a> Run<'a> {
     /// The batch size for the next batch: never more than the rows left in the row budget.
     fn limit(&self) -> i64 {
         let size = u64::from(self.args.batch_size);
-        let left = self.args.max_rows.map_or(size, |m| m.saturating_sub(self.rows).min(size));
+        let left = self
+            .args
+            .max_rows
+            .map_or(size, |m| m.saturating_sub(self.rows).min(size));
         i64::try_from(left.max(1)).unwrap_or(i64::MAX)
     }
 
@@ -224,7 +237,11 @@ impl<'a> Run<'a> {
     }
 
     /// One batch from `start`: the range statement, its skip-locked fallback, or a run of ties.
-    async fn batch(&mut self, client: &deadpool_postgres::Object, start: Option<OffsetDateTime>) -> Result<Batch> {
+    async fn batch(
+        &mut self,
+        client: &deadpool_postgres::Object,
+        start: Option<OffsetDateTime>,
+    ) -> Result<Batch> {
         let limit = self.limit();
         let t0 = Instant::now();
         let mut table_lock_retries = 0;
@@ -235,7 +252,10 @@ impl<'a> Run<'a> {
                     // A live request holds a row in this range (or DDL holds the table): skip it.
                     match self.skip_locked_range(client, start, limit).await {
                         Ok(b) => break b,
-                        Err(e2) if is_lock_timeout(&e2) && table_lock_retries < MAX_TABLE_LOCK_RETRIES => {
+                        Err(e2)
+                            if is_lock_timeout(&e2)
+                                && table_lock_retries < MAX_TABLE_LOCK_RETRIES =>
+                        {
                             table_lock_retries += 1;
                             tokio::time::sleep(Duration::from_millis(200)).await;
                         }
@@ -253,7 +273,10 @@ impl<'a> Run<'a> {
 
     fn batch_error(&self, e: anyhow::Error) -> anyhow::Error {
         let n = self.batches + 1;
-        let closed = e.chain().any(|c| c.downcast_ref::<tokio_postgres::Error>().is_some_and(tokio_postgres::Error::is_closed));
+        let closed = e.chain().any(|c| {
+            c.downcast_ref::<tokio_postgres::Error>()
+                .is_some_and(tokio_postgres::Error::is_closed)
+        });
         if closed {
             e.context(format!(
                 "lost the connection during batch {n}; the server rolled that batch back and the next run continues"
@@ -271,7 +294,13 @@ impl<'a> Run<'a> {
         limit: i64,
     ) -> Result<Batch> {
         let min_age = self.min_age();
-        let row = exec_batch(client, self.ctx, &self.batch_sql, &[&start, &limit, &min_age]).await?;
+        let row = exec_batch(
+            client,
+            self.ctx,
+            &self.batch_sql,
+            &[&start, &limit, &min_age],
+        )
+        .await?;
         let deleted = u64::try_from(row.get::<_, i64>("deleted")).unwrap_or(0);
         let range_end: Option<OffsetDateTime> = row.get("range_end");
         self.skipped_min_age += u64::try_from(row.get::<_, i64>("too_young")).unwrap_or(0);
@@ -305,7 +334,12 @@ impl<'a> Run<'a> {
 
     /// Delete a run of rows that all expire at `at` (more than one batch of them), batch by batch
     /// with SKIP LOCKED, then continue after it.
-    async fn tie_run(&mut self, client: &deadpool_postgres::Object, at: OffsetDateTime, limit: i64) -> Result<Batch> {
+    async fn tie_run(
+        &mut self,
+        client: &deadpool_postgres::Object,
+        at: OffsetDateTime,
+        limit: i64,
+    ) -> Result<Batch> {
         let mut total = 0;
         loop {
             let (deleted, present) = self.skip_locked(client, Some(at), Some(at), limit).await?;
@@ -316,7 +350,10 @@ impl<'a> Run<'a> {
             }
             if self.budget_reason().is_some() {
                 // Resume at the same instant next time; the rest of the run is left to it.
-                return Ok(Batch { deleted: total, next: Some(at) });
+                return Ok(Batch {
+                    deleted: total,
+                    next: Some(at),
+                });
             }
         }
         Ok(Batch {
@@ -333,13 +370,23 @@ impl<'a> Run<'a> {
         limit: i64,
     ) -> Result<(u64, u64)> {
         let min_age = self.min_age();
-        let row = exec_batch(client, self.ctx, &self.skip_sql, &[&first, &last, &limit, &min_age]).await?;
+        let row = exec_batch(
+            client,
+            self.ctx,
+            &self.skip_sql,
+            &[&first, &last, &limit, &min_age],
+        )
+        .await?;
         let deleted = u64::try_from(row.get::<_, i64>("deleted")).unwrap_or(0);
         let present = u64::try_from(row.get::<_, i64>("present")).unwrap_or(0);
         Ok((deleted, present))
     }
 
-    async fn finish(&mut self, client: &deadpool_postgres::Object, outcome: Result<EndReason>) -> EvictReport {
+    async fn finish(
+        &mut self,
+        client: &deadpool_postgres::Object,
+        outcome: Result<EndReason>,
+    ) -> EvictReport {
         self.progress.finish();
         let end_reason = match outcome {
             Ok(r) => r,
@@ -351,8 +398,12 @@ impl<'a> Run<'a> {
         let connected = !client.is_closed();
         let (in_progress_left, backlog_left) = if connected && end_reason != EndReason::Error {
             (
-                queries::expired_in_progress(client, self.table, COUNT_CAP).await.ok(),
-                queries::expired_backlog(client, self.table, COUNT_CAP).await.ok(),
+                queries::expired_in_progress(client, self.table, COUNT_CAP)
+                    .await
+                    .ok(),
+                queries::expired_backlog(client, self.table, COUNT_CAP)
+                    .await
+                    .ok(),
             )
         } else {
             (None, None)
@@ -365,7 +416,11 @@ impl<'a> Run<'a> {
             rows_evicted: self.rows,
             batches: self.batches,
             elapsed_seconds: elapsed,
-            rows_per_second: if elapsed > 0.0 { self.rows as f64 / elapsed } else { 0.0 },
+            rows_per_second: if elapsed > 0.0 {
+                self.rows as f64 / elapsed
+            } else {
+                0.0
+            },
             skipped_locked: self.skipped_locked,
             skipped_min_age: self.skipped_min_age,
             lock_fallbacks: self.lock_fallbacks,
@@ -398,7 +453,10 @@ async fn exec_batch(
         Ok(r) => Ok(r?),
         Err(_) => Err(fail(
             Exit::Failure,
-            format!("no answer from the server within {}; giving up on this connection", human_secs(deadline.as_secs_f64())),
+            format!(
+                "no answer from the server within {}; giving up on this connection",
+                human_secs(deadline.as_secs_f64())
+            ),
         )),
     }
 }
@@ -446,7 +504,12 @@ fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
     (at(0.5), at(0.99), v[v.len() - 1])
 }
 
-async fn dry_run(ctx: &Context, client: &deadpool_postgres::Object, table: &KeyTable, args: &EvictArgs) -> Result<Exit> {
+async fn dry_run(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    args: &EvictArgs,
+) -> Result<Exit> {
     let min_age = args.min_age.map(|d| d.as_secs_f64());
     let row = client
         .query_one(&table.sql(PREVIEW_SQL), &[&COUNT_CAP, &min_age])
@@ -458,7 +521,10 @@ async fn dry_run(ctx: &Context, client: &deadpool_postgres::Object, table: &KeyT
     let statement = table.sql(BATCH_SQL);
     let limit = i64::from(args.batch_size);
     let plan_rows = client
-        .query(&format!("EXPLAIN {statement}"), &[&None::<OffsetDateTime>, &limit, &min_age])
+        .query(
+            &format!("EXPLAIN {statement}"),
+            &[&None::<OffsetDateTime>, &limit, &min_age],
+        )
         .await
         .context("failed to explain the batch statement")?;
     let plan: Vec<String> = plan_rows.iter().map(|r| r.get::<_, String>(0)).collect();
@@ -478,8 +544,14 @@ async fn dry_run(ctx: &Context, client: &deadpool_postgres::Object, table: &KeyT
         vec![
             ("table".into(), table.display()),
             ("would evict".into(), count.to_string()),
-            ("oldest candidate".into(), oldest.map_or_else(|| "-".into(), rfc3339)),
-            ("newest candidate".into(), newest.map_or_else(|| "-".into(), rfc3339)),
+            (
+                "oldest candidate".into(),
+                oldest.map_or_else(|| "-".into(), rfc3339),
+            ),
+            (
+                "newest candidate".into(),
+                newest.map_or_else(|| "-".into(), rfc3339),
+            ),
             ("batch size".into(), args.batch_size.to_string()),
         ],
     );
@@ -512,13 +584,25 @@ fn doc(r: &EvictReport) -> Doc {
             ("batches".into(), r.batches.to_string()),
             ("elapsed".into(), format!("{:.2}s", r.elapsed_seconds)),
             ("rate".into(), format!("{:.0} rows/s", r.rows_per_second)),
-            ("skipped (locked by live requests)".into(), r.skipped_locked.to_string()),
-            ("skipped (younger than --min-age)".into(), r.skipped_min_age.to_string()),
-            ("expired in_progress left (see reclaim)".into(), capped(&r.expired_in_progress_left)),
+            (
+                "skipped (locked by live requests)".into(),
+                r.skipped_locked.to_string(),
+            ),
+            (
+                "skipped (younger than --min-age)".into(),
+                r.skipped_min_age.to_string(),
+            ),
+            (
+                "expired in_progress left (see reclaim)".into(),
+                capped(&r.expired_in_progress_left),
+            ),
             ("expired backlog left".into(), capped(&r.backlog_left)),
             (
                 "batch latency p50 / p99 / max".into(),
-                format!("{:.1} / {:.1} / {:.1} ms", r.batch_ms_p50, r.batch_ms_p99, r.batch_ms_max),
+                format!(
+                    "{:.1} / {:.1} / {:.1} ms",
+                    r.batch_ms_p50, r.batch_ms_p99, r.batch_ms_max
+                ),
             ),
         ],
     );
@@ -528,24 +612,82 @@ fn doc(r: &EvictReport) -> Doc {
 fn write_textfile(path: &std::path::Path, r: &EvictReport, started: OffsetDateTime) -> Result<()> {
     let now = OffsetDateTime::now_utc().unix_timestamp() as f64;
     let success = !matches!(r.end_reason, EndReason::Error | EndReason::Interrupted);
-    let last_success = if success { Some(now) } else { previous_success(path) };
+    let last_success = if success {
+        Some(now)
+    } else {
+        previous_success(path)
+    };
     let mut m = Metrics::default();
     let l: &[(&str, &str)] = &[("table", &r.table)];
     let g = Kind::Gauge;
-    m.add("idemctl_evict_last_run_timestamp_seconds", "Unix time the last evict run ended.", g, l, now);
-    m.add("idemctl_evict_last_run_start_timestamp_seconds", "Unix time the last evict run started.", g, l, started.unix_timestamp() as f64);
+    m.add(
+        "idemctl_evict_last_run_timestamp_seconds",
+        "Unix time the last evict run ended.",
+        g,
+        l,
+        now,
+    );
+    m.add(
+        "idemctl_evict_last_run_start_timestamp_seconds",
+        "Unix time the last evict run started.",
+        g,
+        l,
+        started.unix_timestamp() as f64,
+    );
     if let Some(t) = last_success {
-        m.add("idemctl_evict_last_success_timestamp_seconds", "Unix time the last successful evict run ended.", g, l, t);
+        m.add(
+            "idemctl_evict_last_success_timestamp_seconds",
+            "Unix time the last successful evict run ended.",
+            g,
+            l,
+            t,
+        );
     }
-    m.add("idemctl_evict_last_run_success", "1 if the last evict run succeeded, else 0.", g, l, if success { 1.0 } else { 0.0 });
-    m.add("idemctl_evict_duration_seconds", "Wall time of the last evict run.", g, l, r.elapsed_seconds);
-    m.add("idemctl_evict_rows_evicted", "Keys deleted by the last evict run.", g, l, r.rows_evicted as f64);
-    m.add("idemctl_evict_rows_skipped_locked", "Expired keys the last run left because live requests held them.", g, l, r.skipped_locked as f64);
+    m.add(
+        "idemctl_evict_last_run_success",
+        "1 if the last evict run succeeded, else 0.",
+        g,
+        l,
+        if success { 1.0 } else { 0.0 },
+    );
+    m.add(
+        "idemctl_evict_duration_seconds",
+        "Wall time of the last evict run.",
+        g,
+        l,
+        r.elapsed_seconds,
+    );
+    m.add(
+        "idemctl_evict_rows_evicted",
+        "Keys deleted by the last evict run.",
+        g,
+        l,
+        r.rows_evicted as f64,
+    );
+    m.add(
+        "idemctl_evict_rows_skipped_locked",
+        "Expired keys the last run left because live requests held them.",
+        g,
+        l,
+        r.skipped_locked as f64,
+    );
     if let Some(b) = r.backlog_left {
-        m.add("idemctl_evict_backlog_left_keys", "Expired completed keys left after the last run (exact up to the cap).", g, l, b.count as f64);
+        m.add(
+            "idemctl_evict_backlog_left_keys",
+            "Expired completed keys left after the last run (exact up to the cap).",
+            g,
+            l,
+            b.count as f64,
+        );
     }
     if let Some(ip) = r.expired_in_progress_left {
-        m.add("idemctl_evict_expired_in_progress_keys", "Expired keys still in_progress after the last run (reclaim needed).", g, l, ip.count as f64);
+        m.add(
+            "idemctl_evict_expired_in_progress_keys",
+            "Expired keys still in_progress after the last run (reclaim needed).",
+            g,
+            l,
+            ip.count as f64,
+        );
     }
     let mut reasons = String::new();
     for reason in EndReason::ALL {

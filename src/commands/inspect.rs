@@ -32,7 +32,10 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
             Ok(Exit::Success)
         }
         many => {
-            ctx.output.emit(&tenants_doc(many), &json!({ "ambiguous": true, "matches": many }))?;
+            ctx.output.emit(
+                &tenants_doc(many),
+                &json!({ "ambiguous": true, "matches": many }),
+            )?;
             Err(fail(
                 Exit::Usage,
                 format!(
@@ -47,7 +50,11 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
 
 fn not_found_message(args: &InspectArgs) -> String {
     match &args.api_key_id {
-        Some(t) => format!("key {} not found for api_key_id {}", sanitize(&args.key), sanitize(t)),
+        Some(t) => format!(
+            "key {} not found for api_key_id {}",
+            sanitize(&args.key),
+            sanitize(t)
+        ),
         None => format!("key {} not found under any tenant", sanitize(&args.key)),
     }
 }
@@ -129,9 +136,15 @@ pub fn describe_state(r: &KeyRecord, args: &InspectArgs) -> String {
         "in_progress" => {
             let held = human_secs(r.secs_since(r.held_since()));
             let reclaim = if r.stuck {
-                format!("reclaim would take it (older than {})", human_secs(args.stuck_after.as_secs_f64()))
+                format!(
+                    "reclaim would take it (older than {})",
+                    human_secs(args.stuck_after.as_secs_f64())
+                )
             } else {
-                format!("reclaim would leave it (younger than {})", human_secs(args.stuck_after.as_secs_f64()))
+                format!(
+                    "reclaim would leave it (younger than {})",
+                    human_secs(args.stuck_after.as_secs_f64())
+                )
             };
             format!("in_progress for {held}; {reclaim}; {expiry}")
         }
@@ -154,12 +167,27 @@ fn record_doc(r: &KeyRecord, args: &InspectArgs) -> Doc {
         ("api_key_id".to_owned(), sanitize(&r.api_key_id)),
         ("key".to_owned(), sanitize(&r.key)),
         ("state".to_owned(), describe_state(r, args)),
-        ("request".to_owned(), format!("{} {}", sanitize(&r.request_method), sanitize(&r.request_path))),
+        (
+            "request".to_owned(),
+            format!(
+                "{} {}",
+                sanitize(&r.request_method),
+                sanitize(&r.request_path)
+            ),
+        ),
         ("fingerprint".to_owned(), r.request_fingerprint.clone()),
         ("created_at".to_owned(), at_with_age(r, r.created_at)),
-        ("locked_at".to_owned(), r.locked_at.map_or_else(|| "-".to_owned(), |t| at_with_age(r, t))),
+        (
+            "locked_at".to_owned(),
+            r.locked_at
+                .map_or_else(|| "-".to_owned(), |t| at_with_age(r, t)),
+        ),
         ("expires_at".to_owned(), at_with_age(r, r.expires_at)),
-        ("response_status".to_owned(), r.response_status.map_or_else(|| "-".to_owned(), |s| s.to_string())),
+        (
+            "response_status".to_owned(),
+            r.response_status
+                .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+        ),
     ];
     doc.fields(None, rows);
     let body = match &r.response_body {

@@ -20,7 +20,10 @@ pub async fn run(cli: Cli) -> Result<Exit> {
         _ => {}
     }
     if cli.global.output == OutputFormat::Prometheus && !matches!(cli.command, Command::Stats(_)) {
-        return Err(fail(Exit::Usage, "--output prometheus is only available for stats; use table, plain or json"));
+        return Err(fail(
+            Exit::Usage,
+            "--output prometheus is only available for stats; use table, plain or json",
+        ));
     }
     let ctx = Context::new(cli.global, 1)?;
     match &cli.command {

@@ -58,7 +58,10 @@ pub async fn gather(
         None
     };
     if sizes.never_analyzed {
-        notes.push("the table has never been analyzed; the row estimate is unknown until ANALYZE runs".into());
+        notes.push(
+            "the table has never been analyzed; the row estimate is unknown until ANALYZE runs"
+                .into(),
+        );
     }
     Ok(StatsReport {
         table: table.display(),
@@ -78,14 +81,22 @@ pub async fn gather(
 pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let client = ctx.client().await?;
     let table = ctx.table(&client).await?;
-    let report = gather(&client, &table, args.stuck_after.as_secs_f64(), args.backlog_cap, args.allow_scan).await?;
+    let report = gather(
+        &client,
+        &table,
+        args.stuck_after.as_secs_f64(),
+        args.backlog_cap,
+        args.allow_scan,
+    )
+    .await?;
     if let Some(path) = &args.textfile {
         write_atomic(path, metrics(&report).text())?;
     }
     if ctx.output.format == OutputFormat::Prometheus {
         crate::output::write_stdout(metrics(&report).text())?;
     } else {
-        ctx.output.emit(&doc(&report), &serde_json::to_value(&report)?)?;
+        ctx.output
+            .emit(&doc(&report), &serde_json::to_value(&report)?)?;
     }
     for n in &report.notes {
         if !ctx.global.quiet && ctx.output.format != OutputFormat::Json {
@@ -105,11 +116,25 @@ pub fn doc(r: &StatsReport) -> Doc {
     let s = &r.sizes;
     let oldest_live = r.oldest_live.as_ref().map_or_else(
         || "none (no live keys)".to_owned(),
-        |k| format!("{} age {}, expires {}", key_label(k), human_secs(k.seconds), rfc3339(k.expires_at)),
+        |k| {
+            format!(
+                "{} age {}, expires {}",
+                key_label(k),
+                human_secs(k.seconds),
+                rfc3339(k.expires_at)
+            )
+        },
     );
     let lag = r.oldest_expired.as_ref().map_or_else(
         || "0s (nothing expired is waiting)".to_owned(),
-        |k| format!("{} (oldest expired: {}, expired {})", human_secs(k.seconds), key_label(k), rfc3339(k.expires_at)),
+        |k| {
+            format!(
+                "{} (oldest expired: {}, expired {})",
+                human_secs(k.seconds),
+                key_label(k),
+                rfc3339(k.expires_at)
+            )
+        },
     );
     let stuck = r.stuck.as_ref().map_or_else(
         || "not counted (see note)".to_owned(),
@@ -131,7 +156,13 @@ pub fn doc(r: &StatsReport) -> Doc {
             ("oldest live key".into(), oldest_live),
             ("eviction lag".into(), lag),
             ("expired backlog".into(), r.expired_backlog.to_string()),
-            (format!("stuck in_progress (> {})", human_secs(r.stuck_after_seconds)), stuck),
+            (
+                format!(
+                    "stuck in_progress (> {})",
+                    human_secs(r.stuck_after_seconds)
+                ),
+                stuck,
+            ),
             ("dead tuples".into(), r.vacuum.dead_tuples.to_string()),
             ("last vacuum".into(), when(r.vacuum.last_vacuum)),
             ("last analyze".into(), when(r.vacuum.last_analyze)),
@@ -150,11 +181,41 @@ pub fn metrics(r: &StatsReport) -> Metrics {
     let l: &[(&str, &str)] = &[("table", &r.table)];
     let g = Kind::Gauge;
     let s = &r.sizes;
-    m.add("idemctl_table_estimated_rows", "Estimated rows in the key table (pg_class.reltuples).", g, l, s.estimated_rows as f64);
-    m.add("idemctl_table_heap_bytes", "Size of the key table's heap in bytes.", g, l, s.heap_bytes as f64);
-    m.add("idemctl_table_toast_bytes", "Size of the key table's TOAST data in bytes.", g, l, s.toast_bytes as f64);
-    m.add("idemctl_table_index_bytes", "Size of the key table's indexes in bytes.", g, l, s.index_bytes as f64);
-    m.add("idemctl_table_total_bytes", "Total size of the key table in bytes.", g, l, s.total_bytes as f64);
+    m.add(
+        "idemctl_table_estimated_rows",
+        "Estimated rows in the key table (pg_class.reltuples).",
+        g,
+        l,
+        s.estimated_rows as f64,
+    );
+    m.add(
+        "idemctl_table_heap_bytes",
+        "Size of the key table's heap in bytes.",
+        g,
+        l,
+        s.heap_bytes as f64,
+    );
+    m.add(
+        "idemctl_table_toast_bytes",
+        "Size of the key table's TOAST data in bytes.",
+        g,
+        l,
+        s.toast_bytes as f64,
+    );
+    m.add(
+        "idemctl_table_index_bytes",
+        "Size of the key table's indexes in bytes.",
+        g,
+        l,
+        s.index_bytes as f64,
+    );
+    m.add(
+        "idemctl_table_total_bytes",
+        "Total size of the key table in bytes.",
+        g,
+        l,
+        s.total_bytes as f64,
+    );
     m.add(
         "idemctl_oldest_live_key_age_seconds",
         "Age of the live key that expires next (0 when no key is live).",
@@ -169,7 +230,13 @@ pub fn metrics(r: &StatsReport) -> Metrics {
         l,
         r.eviction_lag_seconds,
     );
-    m.add("idemctl_expired_backlog_keys", "Expired completed keys not yet evicted (exact up to the cap).", g, l, r.expired_backlog.count as f64);
+    m.add(
+        "idemctl_expired_backlog_keys",
+        "Expired completed keys not yet evicted (exact up to the cap).",
+        g,
+        l,
+        r.expired_backlog.count as f64,
+    );
     m.add(
         "idemctl_expired_backlog_capped",
         "1 when the expired backlog exceeds the counting cap, so the backlog figure is a lower bound.",
@@ -178,10 +245,34 @@ pub fn metrics(r: &StatsReport) -> Metrics {
         if r.expired_backlog.at_least { 1.0 } else { 0.0 },
     );
     if let Some(st) = &r.stuck {
-        m.add("idemctl_stuck_keys", "in_progress keys held longer than the stuck-after cutoff (exact up to the cap).", g, l, st.count.count as f64);
+        m.add(
+            "idemctl_stuck_keys",
+            "in_progress keys held longer than the stuck-after cutoff (exact up to the cap).",
+            g,
+            l,
+            st.count.count as f64,
+        );
     }
-    m.add("idemctl_table_dead_tuples", "Dead tuples in the key table (pg_stat_all_tables).", g, l, r.vacuum.dead_tuples as f64);
-    m.add("idemctl_table_last_vacuum_timestamp_seconds", "Unix time of the last vacuum or autovacuum (0 if never).", g, l, ts_secs(r.vacuum.last_vacuum));
-    m.add("idemctl_table_last_analyze_timestamp_seconds", "Unix time of the last analyze or autoanalyze (0 if never).", g, l, ts_secs(r.vacuum.last_analyze));
+    m.add(
+        "idemctl_table_dead_tuples",
+        "Dead tuples in the key table (pg_stat_all_tables).",
+        g,
+        l,
+        r.vacuum.dead_tuples as f64,
+    );
+    m.add(
+        "idemctl_table_last_vacuum_timestamp_seconds",
+        "Unix time of the last vacuum or autovacuum (0 if never).",
+        g,
+        l,
+        ts_secs(r.vacuum.last_vacuum),
+    );
+    m.add(
+        "idemctl_table_last_analyze_timestamp_seconds",
+        "Unix time of the last analyze or autoanalyze (0 if never).",
+        g,
+        l,
+        ts_secs(r.vacuum.last_analyze),
+    );
     m
 }

@@ -1,1 +1,123 @@
 //! Connecting the way libpq and psql do: conninfo and URI strings, PG* variables, ~/.pgpass, sslmode.
+//!
+//! tokio-postgres parses connection strings but reads no environment, no password file, rejects
+//! libpq-only keywords and knows only three sslmodes. This module is the libpq-compatible layer in
+//! front of it: [`resolve()`] turns the URL and environment into a [`Target`], which builds the pool
+//! and connects with retries.
+//!
+//! Layout: `conninfo` tokenises, `params` knows the keywords and `PG*` variables, `hosts` the
+//! host/port lists, `pgpass` the password file, `tls` and `verify` the sslmodes, `resolve` puts
+//! them together, `pool` connects.
+
+mod conninfo;
+mod env;
+mod hosts;
+mod params;
+mod pgpass;
+mod pool;
+mod resolve;
+mod tls;
+mod verify;
+
+#[cfg(test)]
+mod tests;
+
+pub use env::{Env, ProcessEnv};
+
+use std::fmt;
+use std::time::Duration;
+use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// What the command line says about connecting.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectSettings {
+    /// `-d/--database-url`, `IDEMCTL_DATABASE_URL`, then `DATABASE_URL` (the caller picks): a URI
+    /// or a keyword/value conninfo string. `None`: everything from `PG*` variables and defaults.
+    pub database_url: Option<String>,
+    /// `--connect-timeout`: the overall budget for connecting, retries included. `None` (or zero):
+    /// `connect_timeout`/`PGCONNECT_TIMEOUT`, else 10 s.
+    pub connect_timeout: Option<Duration>,
+    /// Set as `statement_timeout` on every connection (zero: no limit).
+    pub statement_timeout: Duration,
+    /// Set as `lock_timeout` on every connection (zero: no limit).
+    pub lock_timeout: Duration,
+    /// Set as `idle_in_transaction_session_timeout` on every connection (zero: no limit).
+    pub idle_in_transaction_timeout: Duration,
+}
+
+/// The session limits applied to every new connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SessionTimeouts {
+    pub(crate) statement: Duration,
+    pub(crate) lock: Duration,
+    pub(crate) idle_in_transaction: Duration,
+}
+
+/// A resolved connection: driver config, TLS connector, timeouts, and warnings met on the way.
+pub struct Target {
+    config: tokio_postgres::Config,
+    endpoints: Vec<hosts::Endpoint>,
+    tls_plan: tls::TlsPlan,
+    tls: Option<MakeRustlsConnect>,
+    connect_timeout: Duration,
+    session: SessionTimeouts,
+    warnings: Vec<String>,
+}
+
+/// Resolve the connection like libpq: explicit URL parameters, then `PG*` variables, then
+/// defaults; `~/.pgpass` when no password is given. Warnings (such as an unsafe password file) are
+/// printed to stderr as `idemctl: warning: ...` and also kept in [`Target::warnings`].
+///
+/// Errors carry [`crate::exit::Exit::Usage`], name what is wrong and never echo the URL.
+pub fn resolve(settings: &ConnectSettings, env: &dyn Env) -> anyhow::Result<Target> {
+    let target = resolve::resolve_quietly(settings, env)?;
+    for warning in &target.warnings {
+        eprintln!("idemctl: warning: {warning}");
+    }
+    Ok(target)
+}
+
+impl Target {
+    /// `user "app" at host "db1" port 5432, database "app"`; never includes the password.
+    pub fn describe(&self) -> String {
+        let places: Vec<String> = self
+            .endpoints
+            .iter()
+            .map(hosts::Endpoint::describe)
+            .collect();
+        format!(
+            "user {:?} at {}, database {:?}",
+            self.config.get_user().unwrap_or_default(),
+            places.join(" or "),
+            self.config.get_dbname().unwrap_or_default()
+        )
+    }
+
+    /// The overall budget for [`Target::connect`], retries included.
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Problems that did not stop resolution (already printed by [`resolve()`]).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The driver configuration (its `Debug` output redacts the password), e.g. for `-vv` or a
+    /// cancel token.
+    pub fn pg_config(&self) -> &tokio_postgres::Config {
+        &self.config
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("config", &self.config)
+            .field("sslmode", &self.tls_plan.mode)
+            .field("verification", &self.tls_plan.verification)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}

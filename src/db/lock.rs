@@ -38,16 +38,26 @@ fn table_key(table: &KeyTable) -> i32 {
 
 /// Take the lock for this session or fail at once with the lock-busy exit code, naming the holder
 /// when pg_stat_activity shows it.
-pub async fn acquire(client: &tokio_postgres::Client, table: &KeyTable, class: LockClass) -> Result<()> {
+pub async fn acquire(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+    class: LockClass,
+) -> Result<()> {
     let row = client
-        .query_one(include_str!("../../sql/evict_lock.sql"), &[&class.key(), &table_key(table)])
+        .query_one(
+            include_str!("../../sql/evict_lock.sql"),
+            &[&class.key(), &table_key(table)],
+        )
         .await
         .context("failed to take the maintenance lock")?;
     if row.get::<_, bool>("acquired") {
         return Ok(());
     }
     let holder = client
-        .query_opt(include_str!("../../sql/evict_lock_holder.sql"), &[&class.key(), &table_key(table)])
+        .query_opt(
+            include_str!("../../sql/evict_lock_holder.sql"),
+            &[&class.key(), &table_key(table)],
+        )
         .await
         .ok()
         .flatten();

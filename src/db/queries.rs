@@ -9,9 +9,18 @@ use super::KeyTable;
 /// Every statement of this module, with its file name, for the EXPLAIN test and for `--dry-run`.
 pub const STATEMENTS: &[(&str, &str)] = &[
     ("oldest_live.sql", include_str!("../../sql/oldest_live.sql")),
-    ("oldest_expired.sql", include_str!("../../sql/oldest_expired.sql")),
-    ("expired_backlog.sql", include_str!("../../sql/expired_backlog.sql")),
-    ("expired_in_progress.sql", include_str!("../../sql/expired_in_progress.sql")),
+    (
+        "oldest_expired.sql",
+        include_str!("../../sql/oldest_expired.sql"),
+    ),
+    (
+        "expired_backlog.sql",
+        include_str!("../../sql/expired_backlog.sql"),
+    ),
+    (
+        "expired_in_progress.sql",
+        include_str!("../../sql/expired_in_progress.sql"),
+    ),
     ("stuck_count.sql", include_str!("../../sql/stuck_count.sql")),
 ];
 
@@ -79,7 +88,10 @@ pub struct KeyRef {
 }
 
 /// The live key that expires next, and its age since creation.
-pub async fn oldest_live(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Option<KeyRef>> {
+pub async fn oldest_live(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+) -> Result<Option<KeyRef>> {
     let r = client
         .query_opt(&table.sql(include_str!("../../sql/oldest_live.sql")), &[])
         .await
@@ -93,9 +105,15 @@ pub async fn oldest_live(client: &tokio_postgres::Client, table: &KeyTable) -> R
 }
 
 /// The oldest expired completed key, and how long it has waited.
-pub async fn oldest_expired(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Option<KeyRef>> {
+pub async fn oldest_expired(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+) -> Result<Option<KeyRef>> {
     let r = client
-        .query_opt(&table.sql(include_str!("../../sql/oldest_expired.sql")), &[])
+        .query_opt(
+            &table.sql(include_str!("../../sql/oldest_expired.sql")),
+            &[],
+        )
         .await
         .context("failed to find the oldest expired key")?;
     Ok(r.map(|r| KeyRef {
@@ -119,9 +137,15 @@ impl Capped {
     /// Interpret a count taken with `LIMIT cap + 1`.
     pub fn from_raw(n: i64, cap: i64) -> Capped {
         if n > cap {
-            Capped { count: cap, at_least: true }
+            Capped {
+                count: cap,
+                at_least: true,
+            }
         } else {
-            Capped { count: n, at_least: false }
+            Capped {
+                count: n,
+                at_least: false,
+            }
         }
     }
 }
@@ -136,7 +160,12 @@ impl std::fmt::Display for Capped {
     }
 }
 
-async fn capped(client: &tokio_postgres::Client, sql: &str, cap: i64, what: &str) -> Result<Capped> {
+async fn capped(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    cap: i64,
+    what: &str,
+) -> Result<Capped> {
     let r = client
         .query_one(sql, &[&cap])
         .await
@@ -145,15 +174,28 @@ async fn capped(client: &tokio_postgres::Client, sql: &str, cap: i64, what: &str
 }
 
 /// Expired completed keys, exact up to `cap`.
-pub async fn expired_backlog(client: &tokio_postgres::Client, table: &KeyTable, cap: i64) -> Result<Capped> {
+pub async fn expired_backlog(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+    cap: i64,
+) -> Result<Capped> {
     let sql = table.sql(include_str!("../../sql/expired_backlog.sql"));
     capped(client, &sql, cap, "the expired backlog").await
 }
 
-/// Expired keys still in_progress, exact up to `cap`.
+/// Expired keys still in_progress among the oldest `cap` expired rows (a lower bound when `cap`
+/// rows were examined).
 pub async fn expired_in_progress(client: &tokio_postgres::Client, table: &KeyTable, cap: i64) -> Result<Capped> {
     let sql = table.sql(include_str!("../../sql/expired_in_progress.sql"));
-    capped(client, &sql, cap, "expired in_progress keys").await
+    let r = client
+        .query_one(&sql, &[&cap])
+        .await
+        .context("failed to count expired in_progress keys")?;
+    let examined: i64 = r.get("examined");
+    Ok(Capped {
+        count: r.get("n"),
+        at_least: examined >= cap,
+    })
 }
 
 /// in_progress keys held longer than the cutoff.
@@ -165,9 +207,17 @@ pub struct Stuck {
 }
 
 /// Stuck in_progress keys, exact up to `cap`. The caller decides whether a scan is acceptable.
-pub async fn stuck(client: &tokio_postgres::Client, table: &KeyTable, after_secs: f64, cap: i64) -> Result<Stuck> {
+pub async fn stuck(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+    after_secs: f64,
+    cap: i64,
+) -> Result<Stuck> {
     let r = client
-        .query_one(&table.sql(include_str!("../../sql/stuck_count.sql")), &[&after_secs, &cap])
+        .query_one(
+            &table.sql(include_str!("../../sql/stuck_count.sql")),
+            &[&after_secs, &cap],
+        )
         .await
         .context("failed to count stuck in_progress keys")?;
     Ok(Stuck {

@@ -44,9 +44,8 @@ impl KeyRecord {
             state: row.try_get("state")?,
             response_status: row.try_get("response_status")?,
             // The column is json/jsonb, so it always parses; keep the text if it somehow does not.
-            response_body: body.map(|b| {
-                serde_json::from_str(&b).unwrap_or(serde_json::Value::String(b))
-            }),
+            response_body: body
+                .map(|b| serde_json::from_str(&b).unwrap_or(serde_json::Value::String(b))),
             locked_at: row.try_get("locked_at")?,
             created_at: row.try_get("created_at")?,
             expires_at: row.try_get("expires_at")?,

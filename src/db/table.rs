@@ -17,7 +17,11 @@ pub struct ExpectedColumn {
 /// Every column idemctl touches. Only this module and the SQL files know column names.
 pub const EXPECTED_COLUMNS: &[ExpectedColumn] = &[
     col("key", "text", &["character varying", "uuid"]),
-    col("api_key_id", "text", &["character varying", "uuid", "bigint", "integer"]),
+    col(
+        "api_key_id",
+        "text",
+        &["character varying", "uuid", "bigint", "integer"],
+    ),
     col("request_method", "text", &["character varying"]),
     col("request_path", "text", &["character varying"]),
     col("request_fingerprint", "bytea", &[]),
@@ -60,7 +64,9 @@ pub struct Index {
 
 impl Index {
     fn leads_with(&self, column: &str) -> bool {
-        self.is_valid && self.predicate.is_none() && self.columns.first().is_some_and(|c| c == column)
+        self.is_valid
+            && self.predicate.is_none()
+            && self.columns.first().is_some_and(|c| c == column)
     }
 
     /// A unique index over exactly (api_key_id, key), in either order, or over `key` alone.
@@ -79,7 +85,8 @@ impl Index {
     fn serves_stuck_lookup(&self) -> bool {
         let pred = self.predicate.as_deref().unwrap_or("");
         self.is_valid
-            && pred.contains("state") && pred.contains("'in_progress'")
+            && pred.contains("state")
+            && pred.contains("'in_progress'")
             && self
                 .columns
                 .first()
@@ -172,13 +179,18 @@ impl KeyTable {
     pub fn column_problems(&self) -> Vec<(&'static ExpectedColumn, Option<String>)> {
         EXPECTED_COLUMNS
             .iter()
-            .filter_map(|exp| {
-                match self.columns.iter().find(|c| c.name == exp.name) {
+            .filter_map(
+                |exp| match self.columns.iter().find(|c| c.name == exp.name) {
                     None => Some((exp, None)),
-                    Some(c) if c.sql_type == exp.sql_type || exp.also.contains(&c.sql_type.as_str()) => None,
+                    Some(c)
+                        if c.sql_type == exp.sql_type
+                            || exp.also.contains(&c.sql_type.as_str()) =>
+                    {
+                        None
+                    }
                     Some(c) => Some((exp, Some(c.sql_type.clone()))),
-                }
-            })
+                },
+            )
             .collect()
     }
 
@@ -263,7 +275,9 @@ impl KeyTable {
     pub fn key_lookup(&self) -> KeyLookup {
         if self.indexes.iter().any(|i| i.leads_with("key")) {
             KeyLookup::ByKey
-        } else if self.indexes.iter().any(|i| i.leads_with("api_key_id")) && self.has_tenant_key_index() {
+        } else if self.indexes.iter().any(|i| i.leads_with("api_key_id"))
+            && self.has_tenant_key_index()
+        {
             KeyLookup::SkipScan
         } else {
             KeyLookup::Unindexed

@@ -18,9 +18,16 @@ pub use sanitize::{sanitize, sanitize_multiline};
 #[derive(Debug, Clone)]
 pub enum Block {
     /// Labelled values, one per line.
-    Fields { title: Option<String>, rows: Vec<(String, String)> },
+    Fields {
+        title: Option<String>,
+        rows: Vec<(String, String)>,
+    },
     /// A table with a header row.
-    Rows { title: Option<String>, header: Vec<String>, rows: Vec<Vec<String>> },
+    Rows {
+        title: Option<String>,
+        header: Vec<String>,
+        rows: Vec<Vec<String>>,
+    },
     /// Free text (already sanitised by the caller where it holds untrusted data).
     Text(String),
 }
@@ -93,11 +100,17 @@ impl Output {
 
     /// Whether progress may be drawn (attended terminal, not quiet, not machine output).
     pub fn progress_allowed(&self) -> bool {
-        self.stderr_tty && !self.quiet && !matches!(self.format, OutputFormat::Json | OutputFormat::Prometheus)
+        self.stderr_tty
+            && !self.quiet
+            && !matches!(self.format, OutputFormat::Json | OutputFormat::Prometheus)
     }
 
-    /// Print a report: JSON as given, otherwise the document as a table or plain text.
+    /// Print a report: JSON as given, otherwise the document as a table or plain text (nothing at
+    /// all with `--quiet`, unless machine-readable output was asked for).
     pub fn emit(&self, doc: &Doc, json: &serde_json::Value) -> std::io::Result<()> {
+        if self.quiet && !matches!(self.format, OutputFormat::Json | OutputFormat::Prometheus) {
+            return Ok(());
+        }
         let text = match self.format {
             OutputFormat::Json => {
                 let mut s = serde_json::to_string_pretty(json).map_err(std::io::Error::other)?;
@@ -132,12 +145,20 @@ pub fn render_plain(doc: &Doc) -> String {
                 if let Some(t) = title {
                     out.push_str(&format!("{t}\n"));
                 }
-                let width = rows.iter().map(|(k, _)| k.chars().count()).max().unwrap_or(0);
+                let width = rows
+                    .iter()
+                    .map(|(k, _)| k.chars().count())
+                    .max()
+                    .unwrap_or(0);
                 for (k, v) in rows {
                     out.push_str(&format!("{k:<width$}  {v}\n"));
                 }
             }
-            Block::Rows { title, header, rows } => {
+            Block::Rows {
+                title,
+                header,
+                rows,
+            } => {
                 if let Some(t) = title {
                     out.push_str(&format!("{t}\n"));
                 }
@@ -184,7 +205,11 @@ pub fn render_table(doc: &Doc, color: bool) -> String {
                 }
                 out.push_str(&format!("{t}\n"));
             }
-            Block::Rows { title, header, rows } => {
+            Block::Rows {
+                title,
+                header,
+                rows,
+            } => {
                 if let Some(t) = title {
                     out.push_str(&format!("{t}\n"));
                 }
@@ -234,7 +259,11 @@ pub fn human_bytes(n: i64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{n} B") } else { format!("{v:.1} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }
 
 /// Format a timestamp as RFC 3339 (UTC, seconds).
@@ -260,7 +289,10 @@ mod tests {
     #[test]
     fn plain_fields_align() {
         let mut d = Doc::default();
-        d.fields(None, vec![("a".into(), "1".into()), ("long".into(), "2".into())]);
+        d.fields(
+            None,
+            vec![("a".into(), "1".into()), ("long".into(), "2".into())],
+        );
         assert_eq!(render_plain(&d), "a     1\nlong  2\n");
     }
 }

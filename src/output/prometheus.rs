@@ -27,7 +27,12 @@ impl Metrics {
         };
         let _ = writeln!(self.text, "# HELP {name} {}", escape_help(help));
         let _ = writeln!(self.text, "# TYPE {name} {kind}");
-        let _ = writeln!(self.text, "{name}{} {}", render_labels(labels), render_value(value));
+        let _ = writeln!(
+            self.text,
+            "{name}{} {}",
+            render_labels(labels),
+            render_value(value)
+        );
     }
 
     /// The exposition text (ends with a newline, as the format requires).
@@ -42,7 +47,9 @@ fn escape_help(s: &str) -> String {
 
 /// Escape a label value.
 pub fn escape_label(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn render_labels(labels: &[(&str, &str)]) -> String {
@@ -60,7 +67,11 @@ fn render_value(v: f64) -> String {
     if v.is_nan() {
         "NaN".into()
     } else if v.is_infinite() {
-        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
+        if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        }
     } else if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{}", v as i64)
     } else {
@@ -102,7 +113,13 @@ mod tests {
     #[test]
     fn renders_help_type_and_escaped_labels() {
         let mut m = Metrics::default();
-        m.add("idemctl_x_bytes", "A\nB", Kind::Gauge, &[("table", "a\"b")], 3.0);
+        m.add(
+            "idemctl_x_bytes",
+            "A\nB",
+            Kind::Gauge,
+            &[("table", "a\"b")],
+            3.0,
+        );
         assert_eq!(
             m.text(),
             "# HELP idemctl_x_bytes A\\nB\n# TYPE idemctl_x_bytes gauge\nidemctl_x_bytes{table=\"a\\\"b\"} 3\n"

@@ -1,0 +1,164 @@
+//! Which servers to try: libpq's `host`/`hostaddr`/`port` lists (with the Unix-socket default)
+//! turned into endpoints, and those endpoints set on a `tokio_postgres::Config`.
+
+use super::env::{default_socket_dir, is_default_socket_dir};
+use super::params::Params;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+/// How an endpoint is reached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum HostKind {
+    /// A TCP host name (or the literal `hostaddr` text when no name was given, so TLS has a name).
+    Tcp(String),
+    /// A Unix-socket directory; the socket is `<dir>/.s.PGSQL.<port>`.
+    Unix(PathBuf),
+}
+
+/// One server to try.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Endpoint {
+    pub(crate) host: HostKind,
+    /// A numeric address that replaces the name lookup (libpq `hostaddr`).
+    pub(crate) addr: Option<IpAddr>,
+    pub(crate) port: u16,
+}
+
+impl Endpoint {
+    /// The name pgpass lines are matched against: host if given, else hostaddr, as libpq does;
+    /// a default socket directory counts as `localhost`.
+    pub(crate) fn pgpass_host(&self) -> String {
+        match &self.host {
+            HostKind::Tcp(name) => name.clone(),
+            HostKind::Unix(dir) if is_default_socket_dir(dir) => "localhost".to_string(),
+            HostKind::Unix(dir) => dir.display().to_string(),
+        }
+    }
+
+    /// `host "db1" port 5432` (quoted with escapes, so odd names cannot garble a log line).
+    pub(crate) fn describe(&self) -> String {
+        match (&self.host, self.addr) {
+            (HostKind::Unix(dir), _) => {
+                format!(
+                    "socket directory {:?} port {}",
+                    dir.display().to_string(),
+                    self.port
+                )
+            }
+            (HostKind::Tcp(name), Some(addr)) if *name != addr.to_string() => {
+                format!("host {name:?} (address {addr}) port {}", self.port)
+            }
+            (HostKind::Tcp(name), _) => format!("host {name:?} port {}", self.port),
+        }
+    }
+}
+
+/// libpq's host list rules: `host` and `hostaddr` lists pair up by position, an empty host means
+/// the default socket directory, and `port` holds one value for all hosts or one per host.
+pub(crate) fn endpoints(params: &Params) -> anyhow::Result<Vec<Endpoint>> {
+    let hosts = list(params.get("host"));
+    let addrs = parse_addrs(params)?;
+    if !hosts.is_empty() && !addrs.is_empty() && hosts.len() != addrs.len() {
+        return Err(params.invalid(
+            "hostaddr",
+            &format!("as many addresses as host names ({})", hosts.len()),
+        ));
+    }
+    // The driver pairs addresses with hosts only as whole lists.
+    if addrs.iter().any(Option::is_some) && addrs.iter().any(Option::is_none) {
+        return Err(params.invalid("hostaddr", "an address for every host, or no hostaddr"));
+    }
+    let count = hosts.len().max(addrs.len()).max(1);
+    let ports = parse_ports(params, count)?;
+    (0..count)
+        .map(|i| {
+            let name = hosts.get(i).map_or("", String::as_str);
+            let addr = addrs.get(i).cloned().flatten();
+            Ok(Endpoint {
+                host: host_kind(params, name, addr.as_ref().map(|(_, raw)| raw.as_str()))?,
+                addr: addr.map(|(ip, _)| ip),
+                port: ports[i],
+            })
+        })
+        .collect()
+}
+
+fn host_kind(params: &Params, name: &str, raw_addr: Option<&str>) -> anyhow::Result<HostKind> {
+    if name.starts_with('@') {
+        return Err(params.unsupported(
+            "host",
+            "abstract Unix sockets (@name) are not supported; use a socket directory",
+        ));
+    }
+    Ok(match (name, raw_addr) {
+        (n, _) if !n.is_empty() && !n.starts_with('/') => HostKind::Tcp(n.to_string()),
+        // A socket path or no name, but an address: TCP to the address, named by it for TLS.
+        (_, Some(addr)) => HostKind::Tcp(addr.to_string()),
+        ("", None) => HostKind::Unix(default_socket_dir()),
+        (dir, None) => HostKind::Unix(PathBuf::from(dir)),
+    })
+}
+
+fn list(value: Option<&str>) -> Vec<String> {
+    value.map_or_else(Vec::new, |v| {
+        v.split(',').map(|s| s.trim().to_string()).collect()
+    })
+}
+
+/// Each `hostaddr` entry parsed, with its text kept for pgpass matching and TLS naming.
+fn parse_addrs(params: &Params) -> anyhow::Result<Vec<Option<(IpAddr, String)>>> {
+    list(params.get("hostaddr"))
+        .into_iter()
+        .map(|a| match a.as_str() {
+            "" => Ok(None),
+            text => text
+                .parse()
+                .map(|ip| Some((ip, a.clone())))
+                .map_err(|_| params.invalid("hostaddr", "numeric IP addresses")),
+        })
+        .collect()
+}
+
+fn parse_ports(params: &Params, hosts: usize) -> anyhow::Result<Vec<u16>> {
+    let ports: Vec<u16> = list(params.get("port"))
+        .iter()
+        .map(|p| match p.as_str() {
+            "" => Ok(5432),
+            p => p
+                .parse::<u16>()
+                .ok()
+                .filter(|n| *n != 0)
+                .ok_or_else(|| params.invalid("port", "port numbers from 1 to 65535")),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    match ports.len() {
+        0 => Ok(vec![5432; hosts]),
+        1 => Ok(vec![ports[0]; hosts]),
+        n if n == hosts => Ok(ports),
+        n => Err(params.invalid(
+            "port",
+            &format!("one port or one per host ({hosts} hosts, {n} ports)"),
+        )),
+    }
+}
+
+/// Set the endpoints on the driver's config through its builder methods.
+pub(crate) fn apply(endpoints: &[Endpoint], config: &mut tokio_postgres::Config) {
+    for e in endpoints {
+        match &e.host {
+            HostKind::Tcp(name) => config.host(name),
+            HostKind::Unix(dir) => config.host_path(dir),
+        };
+        if let Some(addr) = e.addr {
+            config.hostaddr(addr);
+        }
+        config.port(e.port);
+    }
+}
+
+/// libpq never negotiates TLS over a Unix socket; the driver would fail `require` there instead.
+pub(crate) fn all_unix(endpoints: &[Endpoint]) -> bool {
+    endpoints
+        .iter()
+        .all(|e| matches!(e.host, HostKind::Unix(_)))
+}

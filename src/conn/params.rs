@@ -1,0 +1,287 @@
+//! The libpq keyword table: which connection parameters exist, which `PG*` variable feeds each,
+//! and the merge "explicit parameter > environment" (defaults come later, in `resolve.rs`).
+//!
+//! Every libpq keyword is *understood* here so that a psql-style conninfo never fails with
+//! tokio-postgres's bare "unknown option"; what each one does is decided by the code that reads it.
+
+use super::conninfo::Pairs;
+use super::env::Env;
+use crate::exit::{Exit, fail};
+use std::collections::HashMap;
+use std::fmt;
+
+/// Every keyword libpq (up to PostgreSQL 18) accepts, plus tokio-postgres's `keepalives_retries`
+/// spelling of `keepalives_count`.
+const KEYWORDS: &[&str] = &[
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "passfile",
+    "require_auth",
+    "channel_binding",
+    "connect_timeout",
+    "client_encoding",
+    "options",
+    "application_name",
+    "fallback_application_name",
+    "keepalives",
+    "keepalives_idle",
+    "keepalives_interval",
+    "keepalives_count",
+    "keepalives_retries",
+    "tcp_user_timeout",
+    "replication",
+    "gssencmode",
+    "sslmode",
+    "requiressl",
+    "sslnegotiation",
+    "sslcompression",
+    "sslcert",
+    "sslkey",
+    "sslkeylogfile",
+    "sslpassword",
+    "sslcertmode",
+    "sslrootcert",
+    "sslcrl",
+    "sslcrldir",
+    "sslsni",
+    "requirepeer",
+    "ssl_min_protocol_version",
+    "ssl_max_protocol_version",
+    "min_protocol_version",
+    "max_protocol_version",
+    "krbsrvname",
+    "gsslib",
+    "gssdelegation",
+    "service",
+    "servicefile",
+    "target_session_attrs",
+    "load_balance_hosts",
+    "scram_client_key",
+    "scram_server_key",
+    "oauth_issuer",
+    "oauth_client_id",
+    "oauth_client_secret",
+    "oauth_scope",
+];
+
+/// libpq's environment variables and the keyword each one supplies when the URL leaves it unset.
+const ENV_VARS: &[(&str, &str)] = &[
+    ("PGHOST", "host"),
+    ("PGHOSTADDR", "hostaddr"),
+    ("PGPORT", "port"),
+    ("PGDATABASE", "dbname"),
+    ("PGUSER", "user"),
+    ("PGPASSWORD", "password"),
+    ("PGPASSFILE", "passfile"),
+    ("PGREQUIREAUTH", "require_auth"),
+    ("PGCHANNELBINDING", "channel_binding"),
+    ("PGCONNECT_TIMEOUT", "connect_timeout"),
+    ("PGCLIENTENCODING", "client_encoding"),
+    ("PGOPTIONS", "options"),
+    ("PGAPPNAME", "application_name"),
+    ("PGGSSENCMODE", "gssencmode"),
+    ("PGSSLMODE", "sslmode"),
+    ("PGSSLNEGOTIATION", "sslnegotiation"),
+    ("PGSSLCOMPRESSION", "sslcompression"),
+    ("PGSSLCERT", "sslcert"),
+    ("PGSSLKEY", "sslkey"),
+    ("PGSSLCERTMODE", "sslcertmode"),
+    ("PGSSLROOTCERT", "sslrootcert"),
+    ("PGSSLCRL", "sslcrl"),
+    ("PGSSLCRLDIR", "sslcrldir"),
+    ("PGSSLSNI", "sslsni"),
+    ("PGREQUIREPEER", "requirepeer"),
+    ("PGSSLMINPROTOCOLVERSION", "ssl_min_protocol_version"),
+    ("PGSSLMAXPROTOCOLVERSION", "ssl_max_protocol_version"),
+    ("PGMINPROTOCOLVERSION", "min_protocol_version"),
+    ("PGMAXPROTOCOLVERSION", "max_protocol_version"),
+    ("PGKRBSRVNAME", "krbsrvname"),
+    ("PGGSSLIB", "gsslib"),
+    ("PGGSSDELEGATION", "gssdelegation"),
+    ("PGSERVICE", "service"),
+    ("PGSERVICEFILE", "servicefile"),
+    ("PGTARGETSESSIONATTRS", "target_session_attrs"),
+    ("PGLOADBALANCEHOSTS", "load_balance_hosts"),
+];
+
+/// Where a value came from, for error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    Url,
+    Env(&'static str),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Url => f.write_str("--database-url"),
+            Origin::Env(var) => write!(f, "environment variable {var}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Param {
+    pub(crate) value: String,
+    pub(crate) origin: Origin,
+}
+
+/// The merged parameters. Values may be empty: an explicit `host=''` still hides `PGHOST`, as in
+/// libpq, and then means "default".
+#[derive(Debug, Default)]
+pub(crate) struct Params {
+    map: HashMap<&'static str, Param>,
+}
+
+impl Params {
+    /// Validate the URL's keywords, then let `PG*` variables fill what the URL left unset.
+    pub(crate) fn collect(url: Pairs, env: &dyn Env) -> anyhow::Result<Params> {
+        let mut map = HashMap::new();
+        for (key, value) in url {
+            let keyword = known_keyword(&key)?;
+            let origin = Origin::Url;
+            map.insert(keyword, Param { value, origin });
+        }
+        for &(var, keyword) in ENV_VARS {
+            if let Some(value) = env.var(var) {
+                let origin = Origin::Env(var);
+                map.entry(keyword).or_insert(Param { value, origin });
+            }
+        }
+        Ok(Params { map })
+    }
+
+    /// A non-empty value.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
+        self.map
+            .get(key)
+            .map(|p| p.value.as_str())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Where the keyword's value came from (`--database-url` when unset, for messages).
+    pub(crate) fn origin(&self, key: &str) -> Origin {
+        self.map.get(key).map_or(Origin::Url, |p| p.origin)
+    }
+
+    /// A usage error about a keyword's value, naming the keyword and its source but not the value.
+    pub(crate) fn invalid(&self, key: &str, expected: &str) -> anyhow::Error {
+        let origin = self.origin(key);
+        fail(
+            Exit::Usage,
+            format!("invalid {key} in {origin}: expected {expected}"),
+        )
+    }
+
+    /// A usage error for a keyword idemctl understands but cannot honour.
+    pub(crate) fn unsupported(&self, key: &str, why: &str) -> anyhow::Error {
+        let origin = self.origin(key);
+        fail(Exit::Usage, format!("{key} in {origin}: {why}"))
+    }
+
+    /// A libpq integer (surrounding whitespace allowed, like libpq's strtol check).
+    pub(crate) fn int(&self, key: &str) -> anyhow::Result<Option<i64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| self.invalid(key, "an integer")),
+        }
+    }
+
+    /// A libpq boolean-ish integer flag such as `keepalives=0` or `sslsni=1`.
+    pub(crate) fn flag(&self, key: &str) -> anyhow::Result<Option<bool>> {
+        Ok(self.int(key)?.map(|n| n != 0))
+    }
+
+    /// One of a fixed set of values; the error lists them.
+    pub(crate) fn choice<T: Copy>(
+        &self,
+        key: &str,
+        choices: &[(&str, T)],
+    ) -> anyhow::Result<Option<T>> {
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
+        match choices.iter().find(|(name, _)| *name == value) {
+            Some((_, t)) => Ok(Some(*t)),
+            None => {
+                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+                Err(self.invalid(key, &format!("one of {}", names.join(", "))))
+            }
+        }
+    }
+}
+
+fn known_keyword(key: &str) -> anyhow::Result<&'static str> {
+    if let Some(k) = KEYWORDS.iter().find(|k| **k == key) {
+        return Ok(k);
+    }
+    // Only echo something that looks like a keyword: a mangled string could put password text here.
+    let looks_like_keyword =
+        key.len() <= 64 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let named = if looks_like_keyword {
+        format!("unknown connection option \"{key}\"")
+    } else {
+        "unknown connection option (not a valid keyword)".to_string()
+    };
+    Err(fail(
+        Exit::Usage,
+        format!("{named} in --database-url; see the libpq connection parameters"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
+        vars.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn every_env_var_feeds_a_known_keyword() {
+        for (_, keyword) in ENV_VARS {
+            assert!(KEYWORDS.contains(keyword), "{keyword}");
+        }
+    }
+
+    #[test]
+    fn url_beats_env_and_empty_hides_env() {
+        let url = vec![
+            ("host".to_string(), String::new()),
+            ("user".to_string(), "u".to_string()),
+        ];
+        let p = Params::collect(
+            url,
+            &env(&[("PGHOST", "h"), ("PGUSER", "e"), ("PGPORT", "1")]),
+        )
+        .expect("valid");
+        assert_eq!(p.get("host"), None, "an explicit empty host hides PGHOST");
+        assert_eq!(p.get("user"), Some("u"));
+        assert_eq!(p.get("port"), Some("1"));
+        assert_eq!(p.origin("port"), Origin::Env("PGPORT"));
+    }
+
+    #[test]
+    fn unknown_keyword_is_named_only_when_it_looks_like_one() {
+        let err =
+            Params::collect(vec![("foo".into(), "1".into())], &env(&[])).expect_err("unknown");
+        assert_eq!(
+            err.to_string(),
+            "unknown connection option \"foo\" in --database-url; see the libpq connection parameters"
+        );
+        let err = Params::collect(vec![("p@ss word".into(), "1".into())], &env(&[]))
+            .expect_err("unknown");
+        assert!(!err.to_string().contains("p@ss"));
+        assert_eq!(crate::exit::classify(&err), Exit::Usage);
+    }
+}

@@ -1,0 +1,298 @@
+//! The resolver: URL/conninfo parameters, `PG*` variables and libpq defaults merged into one
+//! [`Target`] (driver config, TLS connector, timeouts, warnings), failing early on anything
+//! malformed or unsupported.
+//!
+//! Keywords accepted without effect, because they cannot change what idemctl does:
+//! `client_encoding` (the driver always uses UTF8, which idemctl needs), `krbsrvname`, `gsslib`,
+//! `gssdelegation` (GSSAPI only; the driver has no GSSAPI, and a server demanding it fails with
+//! its own message), `servicefile` (only read together with `service`, which is refused),
+//! `max_protocol_version` (the driver speaks protocol 3.0, which every server accepts).
+
+use super::conninfo;
+use super::env::{self, Env};
+use super::hosts::{self, Endpoint};
+use super::params::Params;
+use super::pgpass;
+use super::tls;
+use super::{ConnectSettings, SessionTimeouts, Target};
+use crate::exit::{Exit, fail};
+use std::path::PathBuf;
+use std::time::Duration;
+use tokio_postgres::config::{
+    ChannelBinding, LoadBalanceHosts, SslNegotiation, TargetSessionAttrs,
+};
+
+/// Used when neither `--connect-timeout`, `connect_timeout` nor `PGCONNECT_TIMEOUT` says otherwise
+/// (also for libpq's "0 = wait forever", which would let a cron job hang).
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Resolve without printing; warnings stay in the returned target.
+pub(crate) fn resolve_quietly(settings: &ConnectSettings, env: &dyn Env) -> anyhow::Result<Target> {
+    let pairs = match &settings.database_url {
+        Some(url) => conninfo::tokenize(url)
+            .map_err(|e| fail(Exit::Usage, format!("invalid --database-url: {e}")))?,
+        None => Vec::new(),
+    };
+    let params = Params::collect(pairs, env)?;
+    reject_unsupported(&params)?;
+    let endpoints = hosts::endpoints(&params)?;
+    let user = match params.get("user") {
+        Some(user) => user.to_string(),
+        None => env::os_user(env).ok_or_else(|| {
+            fail(
+                Exit::Usage,
+                "cannot determine the OS user name; set PGUSER or user= in --database-url",
+            )
+        })?,
+    };
+    let dbname = params.get("dbname").unwrap_or(&user).to_string();
+    let mut warnings = Vec::new();
+    let password = password(&params, env, &endpoints, &user, &dbname, &mut warnings);
+    let tls_plan = tls::plan(&params, env, hosts::all_unix(&endpoints))?;
+    let tls = tls::connector(&tls_plan)?;
+    let connect_timeout = connect_timeout(settings, &params)?;
+
+    let mut config = tokio_postgres::Config::new();
+    hosts::apply(&endpoints, &mut config);
+    config
+        .user(&user)
+        .dbname(&dbname)
+        .application_name(application_name(&params))
+        .ssl_mode(tls_plan.driver_mode)
+        .connect_timeout(connect_timeout);
+    if let Some(password) = password {
+        config.password(password);
+    }
+    if let Some(options) = params.get("options") {
+        config.options(options);
+    }
+    apply_tcp_options(&params, &mut config)?;
+    apply_session_options(&params, &tls_plan, &mut config)?;
+    Ok(Target {
+        config,
+        endpoints,
+        tls_plan,
+        tls,
+        connect_timeout,
+        session: SessionTimeouts {
+            statement: settings.statement_timeout,
+            lock: settings.lock_timeout,
+            idle_in_transaction: settings.idle_in_transaction_timeout,
+        },
+        warnings,
+    })
+}
+
+/// Keywords whose effect idemctl cannot provide; dropping them silently could weaken security or
+/// connect somewhere else than intended.
+fn reject_unsupported(params: &Params) -> anyhow::Result<()> {
+    let refusals: [(&str, &str); 6] = [
+        (
+            "service",
+            "service files are not supported; pass host, port and dbname (or PGHOST, PGPORT, PGDATABASE) instead",
+        ),
+        (
+            "require_auth",
+            "restricting authentication methods is not supported; remove it",
+        ),
+        (
+            "requirepeer",
+            "checking the socket peer's user name is not supported; remove it",
+        ),
+        (
+            "scram_client_key",
+            "SCRAM key pass-through is not supported; use a password",
+        ),
+        (
+            "scram_server_key",
+            "SCRAM key pass-through is not supported; use a password",
+        ),
+        ("oauth_issuer", "OAuth authentication is not supported"),
+    ];
+    for (key, why) in refusals {
+        if params.get(key).is_some() {
+            return Err(params.unsupported(key, why));
+        }
+    }
+    for key in ["oauth_client_id", "oauth_client_secret", "oauth_scope"] {
+        if params.get(key).is_some() {
+            return Err(params.unsupported(key, "OAuth authentication is not supported"));
+        }
+    }
+    let off = ["0", "off", "false", "no"];
+    if params.get("replication").is_some_and(|v| !off.contains(&v)) {
+        return Err(params.unsupported("replication", "replication connections are not supported"));
+    }
+    let versions = [("3.0", true), ("3.2", false), ("latest", false)];
+    if params.choice("min_protocol_version", &versions)? == Some(false) {
+        return Err(params.unsupported("min_protocol_version", "only protocol 3.0 is supported"));
+    }
+    params.choice("max_protocol_version", &versions)?;
+    Ok(())
+}
+
+/// Explicit password (`password=`, URL userinfo, `PGPASSWORD`), else the password file. libpq
+/// looks the file up per host; the driver holds one password, so the first host with a matching
+/// line decides, and a warning tells when later hosts' lines disagree.
+fn password(
+    params: &Params,
+    env: &dyn Env,
+    endpoints: &[Endpoint],
+    user: &str,
+    dbname: &str,
+    warnings: &mut Vec<String>,
+) -> Option<Vec<u8>> {
+    if let Some(password) = params.get("password") {
+        return Some(password.as_bytes().to_vec());
+    }
+    let path = match params.get("passfile") {
+        Some(path) => PathBuf::from(path),
+        None => env.home()?.join(".pgpass"),
+    };
+    let contents = pgpass::read(&path, warnings)?;
+    let mut found = endpoints.iter().enumerate().map(|(i, e)| {
+        let host = e.pgpass_host();
+        let lookup = pgpass::Lookup {
+            host: &host,
+            port: e.port,
+            dbname,
+            user,
+        };
+        // Per-line warnings once, not once per host.
+        let mut scratch = Vec::new();
+        let sink = if i == 0 { &mut *warnings } else { &mut scratch };
+        (e, pgpass::find(&contents, &path, lookup, sink))
+    });
+    let (first_host, chosen) = found.by_ref().find_map(|(e, pw)| pw.map(|pw| (e, pw)))?;
+    if found.any(|(_, pw)| pw.is_some_and(|pw| pw != chosen)) {
+        warnings.push(format!(
+            "password file \"{}\" has different passwords for different hosts; using the one for {}",
+            path.display(),
+            first_host.describe()
+        ));
+    }
+    Some(chosen)
+}
+
+/// The user's name (conninfo or `PGAPPNAME`), else `fallback_application_name`, else `idemctl`.
+fn application_name(params: &Params) -> &str {
+    params
+        .get("application_name")
+        .or_else(|| params.get("fallback_application_name"))
+        .unwrap_or("idemctl")
+}
+
+/// `--connect-timeout`, else `connect_timeout`/`PGCONNECT_TIMEOUT` in seconds (libpq raises 1 to
+/// 2), else 10 s.
+fn connect_timeout(settings: &ConnectSettings, params: &Params) -> anyhow::Result<Duration> {
+    if let Some(timeout) = settings.connect_timeout.filter(|t| !t.is_zero()) {
+        return Ok(timeout);
+    }
+    Ok(match params.int("connect_timeout")? {
+        Some(secs) if secs > 0 => Duration::from_secs(u64::try_from(secs.max(2)).unwrap_or(2)),
+        _ => DEFAULT_CONNECT_TIMEOUT,
+    })
+}
+
+/// Keepalive and TCP user timeout settings, with libpq's units (`tcp_user_timeout` is in
+/// milliseconds; the driver's own parser would read seconds).
+fn apply_tcp_options(params: &Params, config: &mut tokio_postgres::Config) -> anyhow::Result<()> {
+    let positive = |key: &str| -> anyhow::Result<Option<u64>> {
+        Ok(params
+            .int(key)?
+            .and_then(|n| u64::try_from(n).ok())
+            .filter(|n| *n > 0))
+    };
+    if let Some(on) = params.flag("keepalives")? {
+        config.keepalives(on);
+    }
+    if let Some(secs) = positive("keepalives_idle")? {
+        config.keepalives_idle(Duration::from_secs(secs));
+    }
+    if let Some(secs) = positive("keepalives_interval")? {
+        config.keepalives_interval(Duration::from_secs(secs));
+    }
+    for key in ["keepalives_count", "keepalives_retries"] {
+        if let Some(count) = positive(key)? {
+            config.keepalives_retries(u32::try_from(count).unwrap_or(u32::MAX));
+        }
+    }
+    if let Some(ms) = positive("tcp_user_timeout")? {
+        config.tcp_user_timeout(Duration::from_millis(ms));
+    }
+    Ok(())
+}
+
+/// Options the driver has natively. `target_session_attrs=primary` maps to read-write (idemctl
+/// writes, so a writable server is what "primary" must deliver) and `standby` to read-only (a hot
+/// standby is always read-only); `prefer-standby` has no equivalent and is refused.
+fn apply_session_options(
+    params: &Params,
+    tls_plan: &tls::TlsPlan,
+    config: &mut tokio_postgres::Config,
+) -> anyhow::Result<()> {
+    let attrs = [
+        ("any", Some(TargetSessionAttrs::Any)),
+        ("read-write", Some(TargetSessionAttrs::ReadWrite)),
+        ("primary", Some(TargetSessionAttrs::ReadWrite)),
+        ("read-only", Some(TargetSessionAttrs::ReadOnly)),
+        ("standby", Some(TargetSessionAttrs::ReadOnly)),
+        ("prefer-standby", None),
+    ];
+    match params.choice("target_session_attrs", &attrs)? {
+        Some(Some(attrs)) => {
+            config.target_session_attrs(attrs);
+        }
+        Some(None) => {
+            return Err(params.unsupported(
+                "target_session_attrs",
+                "\"prefer-standby\" is not supported; use standby or any",
+            ));
+        }
+        None => {}
+    }
+    let binding = [
+        ("disable", ChannelBinding::Disable),
+        ("prefer", ChannelBinding::Prefer),
+        ("require", ChannelBinding::Require),
+    ];
+    if let Some(binding) = params.choice("channel_binding", &binding)? {
+        config.channel_binding(binding);
+    }
+    let balance = [
+        ("disable", LoadBalanceHosts::Disable),
+        ("random", LoadBalanceHosts::Random),
+    ];
+    if let Some(balance) = params.choice("load_balance_hosts", &balance)? {
+        config.load_balance_hosts(balance);
+    }
+    apply_ssl_negotiation(params, tls_plan, config)
+}
+
+/// `sslnegotiation=direct` skips the plaintext SSLRequest, so like libpq it needs a mode that never
+/// falls back to plaintext.
+fn apply_ssl_negotiation(
+    params: &Params,
+    tls_plan: &tls::TlsPlan,
+    config: &mut tokio_postgres::Config,
+) -> anyhow::Result<()> {
+    let choices = [
+        ("postgres", SslNegotiation::Postgres),
+        ("direct", SslNegotiation::Direct),
+    ];
+    let Some(negotiation) = params.choice("sslnegotiation", &choices)? else {
+        return Ok(());
+    };
+    let weak = matches!(
+        tls_plan.mode,
+        tls::SslMode::Disable | tls::SslMode::Allow | tls::SslMode::Prefer
+    );
+    if negotiation == SslNegotiation::Direct && weak {
+        return Err(params.unsupported(
+            "sslnegotiation",
+            "direct TLS needs sslmode require, verify-ca or verify-full",
+        ));
+    }
+    config.ssl_negotiation(negotiation);
+    Ok(())
+}

@@ -1,0 +1,1087 @@
+//! Specification tests for the resolver: tables of (URL, fake environment) → resolved fields, the
+//! password file, every sslmode, certificate verification against fixed fixtures, error redaction,
+//! connect failures against fake servers, and a no-panic loop over random input.
+
+use super::hosts::HostKind;
+use super::tls::{self, Verification};
+use super::*;
+use crate::exit::{Exit, classify};
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+const SECRET: &str = "hunter2";
+
+/// Fake environment variables of one case.
+type Vars<'a> = &'a [(&'a str, &'a str)];
+
+/// A fake environment: `USER=osuser` and a home without dotfiles unless the case says otherwise.
+fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
+    let mut env: HashMap<String, String> = [("USER", "osuser"), ("HOME", "/nonexistent-home")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env
+}
+
+fn settings(url: Option<&str>) -> ConnectSettings {
+    ConnectSettings {
+        database_url: url.map(str::to_string),
+        connect_timeout: None,
+        statement_timeout: Duration::from_secs(30),
+        lock_timeout: Duration::from_secs(2),
+        idle_in_transaction_timeout: Duration::from_secs(60),
+    }
+}
+
+fn resolve_with(url: Option<&str>, vars: &[(&str, &str)]) -> anyhow::Result<Target> {
+    resolve::resolve_quietly(&settings(url), &env(vars))
+}
+
+fn resolved(url: Option<&str>, vars: &[(&str, &str)]) -> Target {
+    match resolve_with(url, vars) {
+        Ok(target) => target,
+        Err(e) => panic!("{url:?} with {vars:?} failed: {e:#}"),
+    }
+}
+
+fn failure(url: Option<&str>, vars: &[(&str, &str)]) -> String {
+    let err = resolve_with(url, vars).expect_err("should fail");
+    assert_eq!(classify(&err), Exit::Usage, "{err:#}");
+    err.to_string()
+}
+
+/// `user@host:port,.../db app=.. tls=Verification/DriverMode pw=..` for compact expectations.
+fn summary(t: &Target) -> String {
+    let hosts: Vec<String> = t
+        .endpoints
+        .iter()
+        .map(|e| {
+            let host = match (&e.host, e.addr) {
+                (HostKind::Tcp(name), Some(addr)) => format!("{name}({addr})"),
+                (HostKind::Tcp(name), None) => name.clone(),
+                (HostKind::Unix(dir), _) => format!("unix:{}", dir.display()),
+            };
+            format!("{host}:{}", e.port)
+        })
+        .collect();
+    let c = &t.config;
+    let pw = c.get_password().map_or("-".into(), String::from_utf8_lossy);
+    format!(
+        "{}@{}/{} app={} tls={:?}/{:?} pw={pw}",
+        c.get_user().unwrap_or("?"),
+        hosts.join(","),
+        c.get_dbname().unwrap_or("?"),
+        c.get_application_name().unwrap_or("?"),
+        t.tls_plan.verification,
+        c.get_ssl_mode(),
+    )
+}
+
+fn check_table(cases: &[(Option<&str>, Vars<'_>, &str)]) {
+    let sock = env::default_socket_dir().display().to_string();
+    for (url, vars, want) in cases {
+        let want = want.replace("{sock}", &sock);
+        assert_eq!(
+            summary(&resolved(*url, vars)),
+            want,
+            "{url:?} with {vars:?}"
+        );
+    }
+}
+
+#[test]
+fn uri_and_conninfo_forms() {
+    check_table(&[
+        (
+            Some("postgresql://app:pw@db1:5433/appdb?application_name=x"),
+            &[],
+            "app@db1:5433/appdb app=x tls=Unverified/Prefer pw=pw",
+        ),
+        (
+            Some("host=db1 port=5433 user=app password='p w\\'' dbname=appdb"),
+            &[],
+            "app@db1:5433/appdb app=idemctl tls=Unverified/Prefer pw=p w'",
+        ),
+        (
+            Some("postgres://a,b:5433/x"),
+            &[],
+            "osuser@a:5432,b:5433/x app=idemctl tls=Unverified/Prefer pw=-",
+        ),
+        (
+            Some("postgresql://%2Fsrv%2Fpg/app"),
+            &[],
+            "osuser@unix:/srv/pg:5432/app app=idemctl tls=NoTls/Disable pw=-",
+        ),
+        (
+            Some("postgresql:///app?host=/srv/pg&port=5433"),
+            &[],
+            "osuser@unix:/srv/pg:5433/app app=idemctl tls=NoTls/Disable pw=-",
+        ),
+        (
+            Some("postgresql://[::1]:6000/app"),
+            &[],
+            "osuser@::1:6000/app app=idemctl tls=Unverified/Prefer pw=-",
+        ),
+        (
+            Some("hostaddr=10.0.0.1"),
+            &[],
+            "osuser@10.0.0.1(10.0.0.1):5432/osuser app=idemctl tls=Unverified/Prefer pw=-",
+        ),
+        (
+            Some("host=db1,db2 hostaddr=10.0.0.1,10.0.0.2 port=1,2"),
+            &[],
+            "osuser@db1(10.0.0.1):1,db2(10.0.0.2):2/osuser app=idemctl tls=Unverified/Prefer pw=-",
+        ),
+        (
+            Some("host=db1,,/srv/pg"),
+            &[],
+            "osuser@db1:5432,unix:{sock}:5432,unix:/srv/pg:5432/osuser app=idemctl tls=Unverified/Prefer pw=-",
+        ),
+    ]);
+}
+
+#[test]
+fn environment_fills_what_the_url_leaves_unset() {
+    let all = [
+        ("PGHOST", "db2"),
+        ("PGPORT", "6000"),
+        ("PGUSER", "u"),
+        ("PGDATABASE", "d"),
+        ("PGPASSWORD", "e"),
+        ("PGAPPNAME", "a"),
+    ];
+    check_table(&[
+        (None, &all, "u@db2:6000/d app=a tls=Unverified/Prefer pw=e"),
+        (
+            Some("postgresql://app:pw@db1/appdb?application_name=x"),
+            &all,
+            "app@db1:6000/appdb app=x tls=Unverified/Prefer pw=pw",
+        ),
+        (
+            Some("host=db1"),
+            &[("PGUSER", "u")],
+            "u@db1:5432/u app=idemctl tls=Unverified/Prefer pw=-",
+        ),
+        (
+            Some("host=''"),
+            &[("PGHOST", "db2")],
+            "osuser@unix:{sock}:5432/osuser app=idemctl tls=NoTls/Disable pw=-",
+        ),
+        (
+            None,
+            &[("PGHOSTADDR", "10.0.0.9")],
+            "osuser@10.0.0.9(10.0.0.9):5432/osuser app=idemctl tls=Unverified/Prefer pw=-",
+        ),
+    ]);
+}
+
+#[test]
+fn defaults_are_libpqs() {
+    check_table(&[
+        (
+            None,
+            &[],
+            "osuser@unix:{sock}:5432/osuser app=idemctl tls=NoTls/Disable pw=-",
+        ),
+        (
+            None,
+            &[("USER", ""), ("LOGNAME", "ln")],
+            "ln@unix:{sock}:5432/ln app=idemctl tls=NoTls/Disable pw=-",
+        ),
+        (
+            Some(""),
+            &[],
+            "osuser@unix:{sock}:5432/osuser app=idemctl tls=NoTls/Disable pw=-",
+        ),
+    ]);
+}
+
+#[test]
+fn application_name_precedence() {
+    check_table(&[
+        (
+            Some("host=h fallback_application_name=fb"),
+            &[],
+            "osuser@h:5432/osuser app=fb tls=Unverified/Prefer pw=-",
+        ),
+        (
+            Some("host=h fallback_application_name=fb"),
+            &[("PGAPPNAME", "env")],
+            "osuser@h:5432/osuser app=env tls=Unverified/Prefer pw=-",
+        ),
+        (
+            Some("host=h application_name=mine fallback_application_name=fb"),
+            &[("PGAPPNAME", "env")],
+            "osuser@h:5432/osuser app=mine tls=Unverified/Prefer pw=-",
+        ),
+    ]);
+}
+
+#[test]
+fn connect_timeout_sources() {
+    let secs =
+        |url: Option<&str>, vars: &[(&str, &str)]| resolved(url, vars).connect_timeout().as_secs();
+    assert_eq!(secs(None, &[]), 10);
+    assert_eq!(secs(Some("connect_timeout=30"), &[]), 30);
+    assert_eq!(
+        secs(None, &[("PGCONNECT_TIMEOUT", "1")]),
+        2,
+        "libpq's minimum"
+    );
+    assert_eq!(
+        secs(Some("connect_timeout=0"), &[]),
+        10,
+        "no unbounded waits"
+    );
+    assert_eq!(
+        secs(Some("connect_timeout=7"), &[("PGCONNECT_TIMEOUT", "9")]),
+        7
+    );
+    let mut s = settings(Some("connect_timeout=30"));
+    s.connect_timeout = Some(Duration::from_secs(5));
+    let t = resolve::resolve_quietly(&s, &env(&[])).expect("resolves");
+    assert_eq!(t.connect_timeout(), Duration::from_secs(5));
+    assert_eq!(
+        t.config.get_connect_timeout(),
+        Some(&Duration::from_secs(5))
+    );
+}
+
+#[test]
+fn driver_options_pass_through_with_libpq_units() {
+    use tokio_postgres::config::{ChannelBinding, LoadBalanceHosts, TargetSessionAttrs};
+    let t = resolved(
+        Some(
+            "host=h keepalives_idle=30 keepalives_count=3 tcp_user_timeout=1500 channel_binding=require load_balance_hosts=random target_session_attrs=primary options='-c search_path=x' client_encoding=LATIN1 sslcompression=1 krbsrvname=pg gssencmode=prefer sslpassword=x",
+        ),
+        &[],
+    );
+    let c = &t.config;
+    assert_eq!(c.get_keepalives_idle(), Duration::from_secs(30));
+    assert_eq!(c.get_keepalives_retries(), Some(3));
+    assert_eq!(c.get_tcp_user_timeout(), Some(&Duration::from_millis(1500)));
+    assert_eq!(c.get_channel_binding(), ChannelBinding::Require);
+    assert_eq!(c.get_load_balance_hosts(), LoadBalanceHosts::Random);
+    assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+    assert_eq!(c.get_options(), Some("-c search_path=x"));
+    let standby = resolved(
+        Some("host=h"),
+        &[("PGTARGETSESSIONATTRS", "standby"), ("PGOPTIONS", "-c a=b")],
+    );
+    assert_eq!(
+        standby.config.get_target_session_attrs(),
+        TargetSessionAttrs::ReadOnly
+    );
+    assert_eq!(standby.config.get_options(), Some("-c a=b"));
+}
+
+#[test]
+fn unknown_and_unsupported_keywords() {
+    let cases: &[(&str, Vars<'_>, &str)] = &[
+        (
+            "host=h foo=1",
+            &[],
+            "unknown connection option \"foo\" in --database-url; see the libpq connection parameters",
+        ),
+        (
+            "postgresql://h/db?foo=1",
+            &[],
+            "unknown connection option \"foo\" in --database-url; see the libpq connection parameters",
+        ),
+        (
+            "service=prod",
+            &[],
+            "service in --database-url: service files are not supported",
+        ),
+        (
+            "host=h",
+            &[("PGSERVICE", "prod")],
+            "service in environment variable PGSERVICE: service files are not supported",
+        ),
+        (
+            "host=h target_session_attrs=prefer-standby",
+            &[],
+            "\"prefer-standby\" is not supported",
+        ),
+        (
+            "host=h require_auth=scram-sha-256",
+            &[],
+            "require_auth in --database-url",
+        ),
+        (
+            "host=h gssencmode=require",
+            &[],
+            "GSSAPI encryption is not supported",
+        ),
+        (
+            "host=h sslnegotiation=direct",
+            &[],
+            "direct TLS needs sslmode require",
+        ),
+        (
+            "host=h ssl_max_protocol_version=TLSv1.1",
+            &[],
+            "below TLSv1.2 are not supported",
+        ),
+        (
+            "host=h replication=database",
+            &[],
+            "replication connections are not supported",
+        ),
+    ];
+    for (url, vars, want) in cases {
+        let msg = failure(Some(url), vars);
+        assert!(msg.contains(want), "{url}: {msg}");
+    }
+    resolved(Some("host=h sslnegotiation=direct sslmode=require"), &[]);
+    resolved(
+        Some("host=h replication=false servicefile=/x max_protocol_version=latest"),
+        &[],
+    );
+}
+
+#[test]
+fn malformed_input_names_the_problem_without_echoing() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "password='hunter2",
+            "invalid --database-url: unterminated quoted string",
+        ),
+        (
+            "host=h hunter2",
+            "invalid --database-url: missing \"=\" after a keyword at character 8",
+        ),
+        (
+            "postgresql://u:hunter2@h:54x2/db",
+            "invalid port in --database-url: expected port numbers from 1 to 65535",
+        ),
+        (
+            "postgresql://u:hunter2@h:70000/db",
+            "invalid port in --database-url",
+        ),
+        (
+            "postgresql://u:hunter2@h/db%zz",
+            "invalid --database-url: invalid percent-encoding in the URI",
+        ),
+        (
+            "user=u password=hunter2 sslmode=verify_full",
+            "invalid sslmode in --database-url: expected one of disable, allow, prefer, require, verify-ca, verify-full",
+        ),
+        (
+            "password=hunter2 hostaddr=db.example",
+            "invalid hostaddr in --database-url: expected numeric IP addresses",
+        ),
+        (
+            "password=hunter2 host=a,b,c port=1,2",
+            "expected one port or one per host (3 hosts, 2 ports)",
+        ),
+        (
+            "password=hunter2 host=h connect_timeout=soon",
+            "invalid connect_timeout in --database-url: expected an integer",
+        ),
+        ("mysql://u:hunter2@h/db", "unsupported URI scheme"),
+        (
+            "postgresql://u:hunter2@h/db?p@ss%20word=1",
+            "unknown connection option (not a valid keyword)",
+        ),
+    ];
+    for (url, want) in cases {
+        let msg = failure(Some(url), &[]);
+        assert!(msg.contains(want), "{url}: {msg}");
+        assert!(!msg.contains(SECRET), "{url}: {msg}");
+    }
+    let msg = failure(None, &[("PGPORT", "x")]);
+    assert_eq!(
+        msg,
+        "invalid port in environment variable PGPORT: expected port numbers from 1 to 65535"
+    );
+}
+
+#[test]
+fn password_never_shows_in_describe_or_debug() {
+    let t = resolved(Some("postgresql://app:hunter2@db1:5433/app"), &[]);
+    assert_eq!(
+        t.describe(),
+        "user \"app\" at host \"db1\" port 5433, database \"app\""
+    );
+    assert!(!format!("{t:?}").contains(SECRET));
+    let t = resolved(
+        Some("host=db1,/srv/pg hostaddr=10.0.0.1,10.0.0.2 user=app password=hunter2"),
+        &[],
+    );
+    assert_eq!(
+        t.describe(),
+        "user \"app\" at host \"db1\" (address 10.0.0.1) port 5432 or host \"10.0.0.2\" port 5432, database \"app\""
+    );
+    let sock = resolved(Some("host=/srv/pg user=app"), &[]);
+    assert_eq!(
+        sock.describe(),
+        "user \"app\" at socket directory \"/srv/pg\" port 5432, database \"app\""
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Password file
+
+fn write_private(path: &Path, contents: &str, mode: u32) {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).expect("mkdir");
+    }
+    std::fs::write(path, contents).expect("write");
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+const PGPASS: &str = "\
+db1:5432:app:app:frompgpass
+localhost:5432:*:*:localpw
+/srv/pg:5432:*:*:srvpw
+10.0.0.1:*:*:*:addrpw
+a:5432:*:*:pw-a
+b:5432:*:*:pw-b
+";
+
+#[test]
+fn pgpass_is_used_only_without_a_password() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let home_str = home.path().to_str().expect("utf8 path");
+    write_private(&home.path().join(".pgpass"), PGPASS, 0o600);
+    let h = [("HOME", home_str)];
+    let pw = |url: &str, vars: &[(&str, &str)]| -> Option<String> {
+        let t = resolved(Some(url), vars);
+        t.config
+            .get_password()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+    };
+    assert_eq!(
+        pw("host=db1 user=app dbname=app", &h).as_deref(),
+        Some("frompgpass")
+    );
+    assert_eq!(pw("host=db1 user=app dbname=other", &h), None);
+    assert_eq!(
+        pw("host=db1 user=app dbname=app password=given", &h).as_deref(),
+        Some("given")
+    );
+    let with_env = [h[0], ("PGPASSWORD", "envpw")];
+    assert_eq!(
+        pw("host=db1 user=app dbname=app", &with_env).as_deref(),
+        Some("envpw")
+    );
+    assert_eq!(pw("host=localhost", &h).as_deref(), Some("localpw"));
+    assert_eq!(pw("host=/srv/pg", &h).as_deref(), Some("srvpw"));
+    assert_eq!(pw("hostaddr=10.0.0.1", &h).as_deref(), Some("addrpw"));
+    assert_eq!(pw("host=other", &h), None);
+}
+
+#[test]
+fn pgpass_localhost_matches_the_default_socket_directory() {
+    let home = tempfile::tempdir().expect("tempdir");
+    write_private(&home.path().join(".pgpass"), PGPASS, 0o600);
+    let h = [("HOME", home.path().to_str().expect("utf8 path"))];
+    for dir in env::SOCKET_DIR_CANDIDATES {
+        let t = resolved(Some(&format!("host={dir}")), &h);
+        assert_eq!(t.config.get_password(), Some(&b"localpw"[..]), "{dir}");
+    }
+    let t = resolved(None, &h);
+    assert_eq!(
+        t.config.get_password(),
+        Some(&b"localpw"[..]),
+        "default host"
+    );
+}
+
+#[test]
+fn pgpass_location_and_permissions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("custom-pgpass");
+    write_private(&file, "*:*:*:*:custom\n", 0o600);
+    let path = file.to_str().expect("utf8 path");
+    let t = resolved(Some("host=h"), &[("PGPASSFILE", path)]);
+    assert_eq!(t.config.get_password(), Some(&b"custom"[..]));
+    let t = resolved(
+        Some(&format!("host=h passfile={path}")),
+        &[("PGPASSFILE", "/nonexistent")],
+    );
+    assert_eq!(t.config.get_password(), Some(&b"custom"[..]));
+
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).expect("chmod");
+    let t = resolved(Some("host=h"), &[("PGPASSFILE", path)]);
+    assert_eq!(t.config.get_password(), None);
+    assert_eq!(t.warnings().len(), 1);
+    assert!(
+        t.warnings()[0].contains("has group or world access"),
+        "{:?}",
+        t.warnings()
+    );
+    assert!(!t.warnings()[0].contains("custom\n"));
+}
+
+#[test]
+fn pgpass_disagreeing_hosts_warn() {
+    let home = tempfile::tempdir().expect("tempdir");
+    write_private(&home.path().join(".pgpass"), PGPASS, 0o600);
+    let t = resolved(
+        Some("host=a,b"),
+        &[("HOME", home.path().to_str().expect("utf8"))],
+    );
+    assert_eq!(t.config.get_password(), Some(&b"pw-a"[..]));
+    assert_eq!(t.warnings().len(), 1);
+    assert!(t.warnings()[0].contains("using the one for host \"a\" port 5432"));
+    assert!(!t.warnings()[0].contains("pw-"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// sslmode
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/conn/testdata");
+
+fn fixture(name: &str) -> String {
+    format!("{FIXTURES}/{name}")
+}
+
+/// A home whose `~/.postgresql/` holds the given fixture files (keys made private, as git
+/// does not keep modes).
+fn home_with(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("tempdir");
+    for (fixture_name, target) in files {
+        let contents = std::fs::read_to_string(fixture(fixture_name)).expect("fixture");
+        write_private(
+            &home.path().join(".postgresql").join(target),
+            &contents,
+            0o600,
+        );
+    }
+    home
+}
+
+#[test]
+fn every_sslmode_maps_like_libpq() {
+    let ca = fixture("ca.crt");
+    let with_root = home_with(&[("ca.crt", "root.crt")]);
+    let root_home = with_root.path().to_str().expect("utf8");
+    let r = [("HOME", root_home)];
+    let cases: &[(String, Vars<'_>, &str)] = &[
+        ("host=h sslmode=disable".into(), &[], "NoTls/Disable"),
+        ("host=h sslmode=allow".into(), &[], "Unverified/Prefer"),
+        ("host=h sslmode=prefer".into(), &[], "Unverified/Prefer"),
+        ("host=h".into(), &[], "Unverified/Prefer"),
+        ("host=h sslmode=require".into(), &[], "Unverified/Require"),
+        ("host=h requiressl=1".into(), &[], "Unverified/Require"),
+        ("host=h sslmode=require".into(), &r, "ChainOnly/Require"),
+        ("host=h sslmode=prefer".into(), &r, "Unverified/Prefer"),
+        (
+            format!("host=h sslmode=require sslrootcert={ca}"),
+            &[],
+            "ChainOnly/Require",
+        ),
+        (
+            format!("host=h sslmode=verify-ca sslrootcert={ca}"),
+            &[],
+            "ChainOnly/Require",
+        ),
+        (
+            format!("host=h sslmode=verify-full sslrootcert={ca}"),
+            &[],
+            "Full/Require",
+        ),
+        ("host=h sslmode=verify-full".into(), &r, "Full/Require"),
+        (
+            "host=h".into(),
+            &[("PGSSLMODE", "verify-ca"), r[0]],
+            "ChainOnly/Require",
+        ),
+        (
+            "host=h sslmode=disable".into(),
+            &[("PGSSLMODE", "verify-full")],
+            "NoTls/Disable",
+        ),
+        (
+            "host=/srv/pg sslmode=verify-full".into(),
+            &[],
+            "NoTls/Disable",
+        ),
+        ("host=/srv/pg sslmode=require".into(), &[], "NoTls/Disable"),
+    ];
+    for (url, vars, want) in cases {
+        let t = resolved(Some(url), vars);
+        let got = format!(
+            "{:?}/{:?}",
+            t.tls_plan.verification,
+            t.config.get_ssl_mode()
+        );
+        assert_eq!(got, *want, "{url} with {vars:?}");
+        assert_eq!(
+            t.tls.is_some(),
+            t.tls_plan.verification != Verification::NoTls
+        );
+    }
+}
+
+#[test]
+fn verifying_modes_need_a_root_file() {
+    let msg = failure(Some("host=h sslmode=verify-full"), &[("HOME", "/home/x")]);
+    assert_eq!(
+        msg,
+        "root certificate file \"/home/x/.postgresql/root.crt\" does not exist; either provide the \
+         file, use the system's trusted roots (sslrootcert=system), or change sslmode"
+    );
+    let msg = failure(
+        Some("host=h sslmode=verify-ca sslrootcert=/missing.crt"),
+        &[],
+    );
+    assert!(
+        msg.starts_with("root certificate file \"/missing.crt\" does not exist"),
+        "{msg}"
+    );
+    let msg = failure(Some("host=h sslmode=require sslrootcert=/missing.crt"), &[]);
+    assert!(
+        msg.starts_with("root certificate file \"/missing.crt\""),
+        "{msg}"
+    );
+}
+
+#[test]
+fn system_roots_force_verify_full() {
+    let plan = |url: &str| {
+        let pairs = conninfo::tokenize(url).expect("parses");
+        let fake = env(&[]);
+        let params = params::Params::collect(pairs, &fake).expect("valid");
+        tls::plan(&params, &fake, false)
+    };
+    let p = plan("host=h sslrootcert=system").expect("plans");
+    assert_eq!(
+        (p.mode, p.verification),
+        (tls::SslMode::VerifyFull, Verification::Full)
+    );
+    assert_eq!(p.roots, Some(tls::Roots::System));
+    let err = plan("host=h sslrootcert=system sslmode=require").expect_err("weak");
+    assert!(
+        err.to_string()
+            .contains("weak sslmode \"require\" may not be used with sslrootcert=system")
+    );
+}
+
+#[test]
+fn client_certificates_from_the_default_location() {
+    let home = home_with(&[
+        ("client.crt", "postgresql.crt"),
+        ("client.key", "postgresql.key"),
+    ]);
+    let h = [("HOME", home.path().to_str().expect("utf8"))];
+    let t = resolved(Some("host=h sslmode=require"), &h);
+    let plan = &t.tls_plan;
+    assert!(plan.client_cert.is_some());
+    let config = tls::client_config(plan).expect("builds");
+    assert!(config.client_auth_cert_resolver.has_certs());
+
+    let none = resolved(Some("host=h sslmode=require sslcertmode=disable"), &h);
+    assert!(none.tls_plan.client_cert.is_none());
+
+    let key = home.path().join(".postgresql/postgresql.key");
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    let msg = failure(Some("host=h sslmode=require"), &h);
+    assert!(msg.contains("has group or world access"), "{msg}");
+}
+
+#[test]
+fn explicit_client_certificate_paths() {
+    let home = home_with(&[("client.key", "k.pem")]);
+    let key = home.path().join(".postgresql/k.pem");
+    let url = format!(
+        "host=h sslcert={} sslkey={}",
+        fixture("client.crt"),
+        key.display()
+    );
+    let t = resolved(Some(&url), &[]);
+    assert!(
+        tls::client_config(&t.tls_plan)
+            .expect("builds")
+            .client_auth_cert_resolver
+            .has_certs()
+    );
+    let not_a_key = home_with(&[("ca.crt", "not-a-key.pem")]);
+    let not_a_key = not_a_key.path().join(".postgresql/not-a-key.pem");
+    let bad = format!(
+        "host=h sslcert={} sslkey={}",
+        fixture("client.crt"),
+        not_a_key.display()
+    );
+    let msg = failure(Some(&bad), &[]);
+    assert!(msg.starts_with("cannot load private key file"), "{msg}");
+    assert!(
+        msg.contains("encrypted keys and sslpassword are not supported"),
+        "{msg}"
+    );
+    // A missing certificate file means "no client certificate", as in libpq.
+    let t = resolved(Some("host=h sslcert=/nonexistent.crt"), &[]);
+    assert!(t.tls_plan.client_cert.is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verifiers, against fixed certificates
+
+mod verification {
+    use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+    use rustls::{CertificateError, ClientConfig, Connection, ServerConfig};
+
+    fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    fn plan(verification: Verification, roots: &str, crl: Option<&str>) -> tls::TlsPlan {
+        tls::TlsPlan {
+            mode: tls::SslMode::VerifyFull,
+            driver_mode: tokio_postgres::config::SslMode::Require,
+            verification,
+            roots: Some(tls::Roots::File(fixture(roots).into())),
+            client_cert: None,
+            crl_file: crl.map(|c| fixture(c).into()),
+            crl_dir: None,
+            sni: true,
+            versions: (12, 13),
+        }
+    }
+
+    fn server_cert() -> CertificateDer<'static> {
+        CertificateDer::from_pem_file(fixture("server.crt")).expect("fixture")
+    }
+
+    /// 2030-01-01: inside the fixtures' validity, whatever the test machine's clock says.
+    fn when() -> UnixTime {
+        UnixTime::since_unix_epoch(Duration::from_secs(1_893_456_000))
+    }
+
+    fn check(p: &tls::TlsPlan, name: &str) -> Result<(), rustls::Error> {
+        let v = tls::verifier(p, provider()).expect("verifier");
+        let name = ServerName::try_from(name.to_string()).expect("name");
+        v.verify_server_cert(&server_cert(), &[], &name, &[], when())
+            .map(|_| ())
+    }
+
+    fn name_error(r: Result<(), rustls::Error>) -> bool {
+        matches!(
+            r,
+            Err(rustls::Error::InvalidCertificate(
+                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }
+            ))
+        )
+    }
+
+    #[test]
+    fn verify_full_checks_chain_and_name() {
+        let p = plan(Verification::Full, "ca.crt", None);
+        assert_eq!(check(&p, "db.example"), Ok(()));
+        assert!(name_error(check(&p, "other.example")));
+        let untrusted = plan(Verification::Full, "other.crt", None);
+        assert!(check(&untrusted, "db.example").is_err());
+    }
+
+    #[test]
+    fn verify_ca_checks_chain_only() {
+        let p = plan(Verification::ChainOnly, "ca.crt", None);
+        assert_eq!(check(&p, "other.example"), Ok(()));
+        let untrusted = plan(Verification::ChainOnly, "other.crt", None);
+        let err = check(&untrusted, "db.example").expect_err("unknown issuer");
+        assert!(!name_error(Err(err)));
+    }
+
+    #[test]
+    fn crls_revoke_in_both_verifying_modes() {
+        for v in [Verification::ChainOnly, Verification::Full] {
+            let p = plan(v, "ca.crt", Some("revoked.crl"));
+            assert_eq!(
+                check(&p, "db.example"),
+                Err(rustls::Error::InvalidCertificate(CertificateError::Revoked)),
+                "{v:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn unverified_accepts_any_certificate() {
+        let p = plan(Verification::Unverified, "other.crt", None);
+        assert_eq!(check(&p, "whatever.example"), Ok(()));
+    }
+
+    /// A full in-memory handshake, so signature checks and client auth are exercised too.
+    fn handshake(
+        client: ClientConfig,
+        name: &str,
+        require_client_cert: bool,
+    ) -> Result<(), rustls::Error> {
+        let server = server_config(require_client_cert);
+        let name = ServerName::try_from(name.to_string()).expect("name");
+        let mut c = Connection::Client(rustls::ClientConnection::new(Arc::new(client), name)?);
+        let mut s = Connection::Server(rustls::ServerConnection::new(Arc::new(server))?);
+        for _ in 0..10 {
+            pump(&mut c, &mut s)?;
+            pump(&mut s, &mut c)?;
+            if !c.is_handshaking() && !s.is_handshaking() {
+                return Ok(());
+            }
+        }
+        Err(rustls::Error::General("handshake did not finish".into()))
+    }
+
+    fn pump(from: &mut Connection, to: &mut Connection) -> Result<(), rustls::Error> {
+        let mut buf = Vec::new();
+        while from.wants_write() {
+            from.write_tls(&mut buf).expect("write to memory");
+        }
+        let mut slice = &buf[..];
+        while !slice.is_empty() {
+            to.read_tls(&mut slice).expect("read from memory");
+            to.process_new_packets()?;
+        }
+        Ok(())
+    }
+
+    fn server_config(require_client_cert: bool) -> ServerConfig {
+        let key = PrivateKeyDer::from_pem_file(fixture("server.key")).expect("fixture");
+        let builder = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .expect("versions");
+        let builder = if require_client_cert {
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(CertificateDer::from_pem_file(fixture("ca.crt")).expect("ca"))
+                .expect("add");
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider(),
+            )
+            .build()
+            .expect("client verifier");
+            builder.with_client_cert_verifier(verifier)
+        } else {
+            builder.with_no_client_auth()
+        };
+        builder
+            .with_single_cert(vec![server_cert()], key)
+            .expect("server cert")
+    }
+
+    #[test]
+    fn handshakes_per_mode() {
+        let config = |v| tls::client_config(&plan(v, "ca.crt", None)).expect("config");
+        assert!(handshake(config(Verification::Unverified), "anything.example", false).is_ok());
+        assert!(handshake(config(Verification::ChainOnly), "wrong.example", false).is_ok());
+        assert!(handshake(config(Verification::Full), "db.example", false).is_ok());
+        assert!(handshake(config(Verification::Full), "wrong.example", false).is_err());
+        let untrusted =
+            tls::client_config(&plan(Verification::ChainOnly, "other.crt", None)).expect("config");
+        assert!(handshake(untrusted, "db.example", false).is_err());
+    }
+
+    #[test]
+    fn tls13_only_and_client_certificate_handshakes() {
+        let mut p = plan(Verification::Full, "ca.crt", None);
+        p.versions = (13, 13);
+        assert!(handshake(tls::client_config(&p).expect("config"), "db.example", false).is_ok());
+        assert!(handshake(tls::client_config(&p).expect("config"), "db.example", true).is_err());
+        let home = home_with(&[("client.key", "k.pem")]);
+        p.client_cert = Some((
+            fixture("client.crt").into(),
+            home.path().join(".postgresql/k.pem"),
+        ));
+        assert!(handshake(tls::client_config(&p).expect("config"), "db.example", true).is_ok());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connecting: failures against fake servers (no PostgreSQL needed)
+
+fn target_for(url: &str, timeout_ms: u64) -> Target {
+    let mut s = settings(Some(url));
+    s.connect_timeout = Some(Duration::from_millis(timeout_ms));
+    resolve::resolve_quietly(&s, &env(&[])).expect("resolves")
+}
+
+#[tokio::test]
+async fn refused_connections_are_retried_then_reported() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    };
+    let t = target_for(
+        &format!("host=127.0.0.1 port={port} user=app password=hunter2 sslmode=disable"),
+        700,
+    );
+    let pool = t.pool(1).expect("pool");
+    let err = t.connect(&pool).await.expect_err("nothing listens");
+    assert_eq!(classify(&err), Exit::CannotConnect);
+    let msg = err.to_string();
+    let want = format!(
+        "cannot connect to user \"app\" at host \"127.0.0.1\" port {port}, database \"app\": connection refused (retried for "
+    );
+    assert!(msg.starts_with(&want), "{msg}");
+    assert!(!msg.contains(SECRET));
+}
+
+#[tokio::test]
+async fn a_missing_socket_is_transient() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let t = target_for(&format!("host={} user=app", dir.path().display()), 300);
+    let err = t
+        .connect(&t.pool(1).expect("pool"))
+        .await
+        .expect_err("no socket");
+    let msg = err.to_string();
+    assert!(msg.contains("no server socket found"), "{msg}");
+    assert!(msg.contains("(retried for"), "{msg}");
+}
+
+/// A server that answers every startup packet with one `ErrorResponse` and hangs up; returns
+/// its port and a counter of connections served.
+fn fake_server(
+    sqlstate: &'static str,
+    message: &'static str,
+) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let served = Arc::new(AtomicUsize::new(0));
+    let counter = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf);
+            let _ = stream.write_all(&error_response(sqlstate, message));
+            counter.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    (port, served)
+}
+
+fn error_response(sqlstate: &str, message: &str) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (field, value) in [
+        (b'S', "FATAL"),
+        (b'V', "FATAL"),
+        (b'C', sqlstate),
+        (b'M', message),
+    ] {
+        body.push(field);
+        body.extend_from_slice(value.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut msg = vec![b'E'];
+    let len = u32::try_from(body.len() + 4).expect("small");
+    msg.extend_from_slice(&len.to_be_bytes());
+    msg.extend_from_slice(&body);
+    msg
+}
+
+#[tokio::test]
+async fn authentication_failures_are_not_retried() {
+    let (port, served) = fake_server("28P01", "password authentication failed for user \"app\"");
+    let t = target_for(
+        &format!("host=127.0.0.1 port={port} user=app sslmode=disable"),
+        3000,
+    );
+    let err = t
+        .connect(&t.pool(1).expect("pool"))
+        .await
+        .expect_err("refused login");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot connect to user \"app\" at host \"127.0.0.1\" port {port}, database \"app\": password authentication failed for user \"app\""
+        )
+    );
+    assert_eq!(classify(&err), Exit::CannotConnect);
+    assert_eq!(served.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_starting_server_is_retried() {
+    let (port, served) = fake_server("57P03", "the database system is starting up");
+    let t = target_for(
+        &format!("host=127.0.0.1 port={port} user=app sslmode=disable"),
+        700,
+    );
+    let err = t
+        .connect(&t.pool(1).expect("pool"))
+        .await
+        .expect_err("never ready");
+    let msg = err.to_string();
+    assert!(
+        msg.ends_with("s)") && msg.contains(": the database system is starting up (retried for "),
+        "{msg}"
+    );
+    assert!(served.load(std::sync::atomic::Ordering::SeqCst) > 1);
+}
+
+#[test]
+fn session_settings_are_milliseconds() {
+    assert_eq!(pool::setting_millis(Duration::from_secs(30)), "30000ms");
+    assert_eq!(pool::setting_millis(Duration::ZERO), "0ms");
+    assert_eq!(pool::setting_millis(Duration::from_micros(10)), "1ms");
+    assert_eq!(
+        pool::setting_millis(Duration::from_secs(u64::MAX)),
+        "2147483647ms"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Robustness
+
+/// Random strings built from the characters that matter to the grammar never panic the
+/// tokeniser or the resolver.
+#[test]
+fn random_input_never_panics() {
+    const ALPHABET: &[char] = &[
+        'a', 'h', 'o', 's', 't', '=', '\'', '\\', ' ', '%', '2', 'F', '@', ':', '/', '?', '&', ',',
+        '[', ']', '0', '9', 'é', '\u{0}', '\t', '*', '-', '#',
+    ];
+    const WORDS: &[&str] = &[
+        "postgresql://",
+        "postgres://",
+        "host=",
+        "port=",
+        "sslmode=",
+        "hostaddr=",
+        "user=",
+        "%2F",
+        "%00",
+        "%zz",
+        "[::1]",
+        "verify-full",
+        "sslrootcert=system",
+        "target_session_attrs=",
+        "65536",
+        "::",
+    ];
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let fake = env(&[]);
+    for _ in 0..5000 {
+        let len = next() % 24;
+        let mut input = String::new();
+        for _ in 0..len {
+            let r = next();
+            if r % 4 == 0 {
+                input.push_str(WORDS[(r / 4) as usize % WORDS.len()]);
+            } else {
+                input.push(ALPHABET[(r / 4) as usize % ALPHABET.len()]);
+            }
+        }
+        let _ = conninfo::tokenize(&input);
+        let s = settings(Some(&input));
+        if let Err(e) = resolve::resolve_quietly(&s, &fake) {
+            assert_eq!(classify(&e), Exit::Usage, "{input:?}: {e:#}");
+        }
+    }
+}

@@ -1,0 +1,554 @@
+//! `idemctl evict`: exactly the expired completed rows go, live requests are never waited on, one
+//! run per table, budgets, dry run, signals, and a server that goes away.
+
+use std::time::{Duration, Instant};
+
+use crate::fixtures::{self, Mix, Schema, evictable, scalar_i64, snapshot};
+use crate::support::TestDb;
+
+const MIX: Mix = Mix {
+    expired: 3000,
+    live: 800,
+    fresh: 50,
+    stuck: 40,
+    expired_in_progress: 30,
+};
+
+async fn evicts_exactly_the_expired_completed_rows(schema: Schema) {
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, schema, MIX).await;
+    let before = snapshot(&db).await;
+
+    let run = db.idemctl().args(["evict", "--batch-size", "700"]).run();
+    // Under cron (no terminal) a successful run is silent.
+    run.assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr_empty();
+
+    let after = snapshot(&db).await;
+    let expected: Vec<_> = before.iter().filter(|(_, s)| !evictable(s)).collect();
+    assert_eq!(after.len(), expected.len(), "rows left after evict");
+    for (k, seen) in expected {
+        assert_eq!(after.get(k), Some(seen), "row {k:?} was deleted or changed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_deletes_exactly_expired_completed_rows_on_the_corrected_table() {
+    evicts_exactly_the_expired_completed_rows(Schema::Corrected).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_deletes_exactly_expired_completed_rows_on_the_reference_table() {
+    evicts_exactly_the_expired_completed_rows(Schema::Reference).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_json_summary_reports_counts_and_leftover_in_progress() {
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, Schema::Corrected, MIX).await;
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--batch-size", "1000"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 3000);
+    assert_eq!(j["end_reason"], "drained");
+    assert_eq!(j["expired_in_progress_left"]["count"], 30);
+    assert_eq!(j["backlog_left"]["count"], 0);
+    assert_eq!(j["skipped_locked"], 0);
+    assert!(j["batches"].as_u64().unwrap() >= 3, "{j}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_skips_rows_locked_by_live_requests() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Reference,
+        Mix {
+            expired: 2000,
+            live: 100,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let live = db.client().await;
+    let row = live
+        .query_one(
+            "SELECT api_key_id, key FROM idempotency_keys WHERE expires_at < now() \
+             ORDER BY expires_at OFFSET 500 LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (tenant, key): (String, String) = (row.get(0), row.get(1));
+    // A retry of that expired key holds its row, as the API's SELECT ... FOR UPDATE does.
+    live.batch_execute("BEGIN").await.unwrap();
+    live.execute(
+        "SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 FOR UPDATE",
+        &[&tenant, &key],
+    )
+    .await
+    .unwrap();
+
+    let started = Instant::now();
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--batch-size", "300"])
+        .run_async()
+        .await;
+    let took = started.elapsed();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 1999, "{j}");
+    assert_eq!(j["skipped_locked"], 1, "{j}");
+    assert!(j["lock_fallbacks"].as_u64().unwrap() >= 1, "{j}");
+    assert!(
+        took < Duration::from_secs(20),
+        "evict took {took:?} next to a held row"
+    );
+
+    live.batch_execute("COMMIT").await.unwrap();
+    let still: i64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM idempotency_keys WHERE api_key_id = $1 AND key = $2",
+            &[&tenant, &key],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(still, 1, "the held row must survive this run");
+    // The next run takes it.
+    db.idemctl().args(["evict"]).run().assert_code(0);
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()"
+        )
+        .await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_exits_with_lock_busy_when_another_run_holds_the_table() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 100,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let other = db.client().await;
+    other
+        .batch_execute(
+            "SET application_name = 'other-evict'; \
+             SELECT pg_advisory_lock(31377153, 'idempotency_keys'::regclass::oid::int)",
+        )
+        .await
+        .unwrap();
+    let run = db.idemctl().args(["evict"]).run();
+    run.assert_code(7)
+        .assert_stdout_empty()
+        .assert_stderr_contains("another evict run holds the lock")
+        .assert_stderr_contains("other-evict");
+    assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        100
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_evicts_started_together_never_both_work() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 20_000,
+            live: 10,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let a = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--batch-size",
+            "500",
+            "--pause",
+            "5ms",
+        ])
+        .spawn();
+    let b = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--batch-size",
+            "500",
+            "--pause",
+            "5ms",
+        ])
+        .spawn();
+    let (ra, rb) = (a.wait_async().await, b.wait_async().await);
+    let codes = [ra.code, rb.code];
+    assert!(codes.contains(&0), "{ra}\n{rb}");
+    let evicted: u64 = [&ra, &rb]
+        .iter()
+        .filter(|r| r.code == 0)
+        .map(|r| r.json()["rows_evicted"].as_u64().unwrap())
+        .sum();
+    assert_eq!(evicted, 20_000, "every expired row deleted exactly once");
+    for r in [&ra, &rb] {
+        assert!(r.code == 0 || r.code == 7, "{r}");
+    }
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        10
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_honours_row_and_batch_budgets() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 1000,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let j = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--batch-size",
+            "100",
+            "--max-batches",
+            "2",
+        ])
+        .run();
+    j.assert_code(0);
+    let j = j.json();
+    assert_eq!(
+        (j["rows_evicted"].as_u64(), j["batches"].as_u64()),
+        (Some(200), Some(2))
+    );
+    assert_eq!(j["end_reason"], "batch_budget");
+    assert_eq!(j["backlog_left"]["count"], 800);
+
+    let j = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--batch-size",
+            "100",
+            "--max-rows",
+            "150",
+        ])
+        .run();
+    j.assert_code(0);
+    let j = j.json();
+    assert_eq!(j["rows_evicted"], 150);
+    assert_eq!(j["end_reason"], "row_budget");
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        650
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_honours_pause_and_time_budget() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 1000,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--batch-size",
+            "10",
+            "--pause",
+            "200ms",
+            "--max-runtime",
+            "1s",
+        ])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["end_reason"], "time_budget");
+    let batches = j["batches"].as_u64().unwrap();
+    // Each batch is followed by a 200 ms pause, so one second allows at most 6 batches.
+    assert!((2..=6).contains(&batches), "{j}");
+    assert_eq!(j["rows_evicted"].as_u64().unwrap(), batches * 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_dry_run_changes_nothing() {
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, Schema::Reference, MIX).await;
+    let before = snapshot(&db).await;
+    let n_tup_del = async |db: &TestDb| {
+        scalar_i64(db, "SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'").await
+    };
+    let del_before = n_tup_del(&db).await;
+    let run = db
+        .idemctl()
+        .args(["evict", "--dry-run", "-o", "json"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["would_evict"]["count"], 3000);
+    assert!(j["statement"].as_str().unwrap().contains("DELETE FROM"));
+    assert!(
+        j["plan"].to_string().contains("idempotency_keys_expiry"),
+        "{j}"
+    );
+    assert_eq!(snapshot(&db).await, before);
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(n_tup_del(&db).await, del_before, "dry run deleted rows");
+    // The same measurement sees a real run.
+    db.idemctl().args(["evict"]).run().assert_code(0);
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(n_tup_del(&db).await, del_before + 3000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_min_age_keeps_young_rows_and_reports_them() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 200,
+            ..Mix::default()
+        },
+    )
+    .await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, request_fingerprint, \
+         state, response_status, response_body, created_at, expires_at) \
+         SELECT 'short-ttl-' || g, 't', 'POST', '/p', '\\x00', 'completed', 201, '{}', \
+         now() - interval '10 minutes', now() - interval '5 minutes' FROM generate_series(1, 25) g",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--min-age", "1h"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 200);
+    assert_eq!(j["skipped_min_age"], 25);
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE key LIKE 'short-ttl-%'"
+        )
+        .await,
+        25
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_handles_more_rows_than_a_batch_sharing_one_expiry() {
+    let db = TestDb::new().await;
+    fixtures::create(&db, Schema::Corrected).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, request_fingerprint, \
+         state, response_status, created_at, expires_at) \
+         SELECT 'k' || g, 't', 'POST', '/p', '\\x00', CASE WHEN g % 10 = 0 THEN 'in_progress' ELSE 'completed' END, \
+         201, '2026-01-01', '2026-01-02' FROM generate_series(1, 2500) g; ANALYZE idempotency_keys",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--batch-size", "100"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 2250, "{j}");
+    assert_eq!(j["end_reason"], "drained");
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress'"
+        )
+        .await,
+        250
+    );
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        250
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_sigterm_finishes_the_batch_and_exits_interrupted() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 20_000,
+            live: 500,
+            fresh: 20,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let before = snapshot(&db).await;
+    let child = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--batch-size",
+            "200",
+            "--pause",
+            "50ms",
+        ])
+        .spawn();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await > 19_000 {
+        assert!(Instant::now() < deadline, "evict made no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.signal("TERM");
+    let run = child.wait_async().await;
+    run.assert_code(130);
+    let j = run.json();
+    assert_eq!(j["end_reason"], "interrupted");
+    let evicted = j["rows_evicted"].as_u64().unwrap();
+    assert!(evicted > 0 && evicted < 20_000, "{j}");
+    let left = scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await;
+    assert_eq!(
+        left as u64,
+        20_520 - evicted,
+        "the summary matches the table"
+    );
+    // Live rows untouched; the next run finishes the job.
+    db.idemctl().args(["evict"]).run().assert_code(0);
+    let after = snapshot(&db).await;
+    let expected: Vec<_> = before.iter().filter(|(_, s)| !evictable(s)).collect();
+    assert_eq!(after.len(), expected.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_reports_a_lost_connection_and_the_next_run_finishes() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 20_000,
+            live: 100,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let child = db
+        .idemctl()
+        .args(["evict", "--batch-size", "100", "--pause", "20ms"])
+        .spawn();
+    let admin = db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await >= 20_100 {
+        assert!(Instant::now() < deadline, "evict made no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let killed: i64 = admin
+        .query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE application_name = 'idemctl' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(killed, 1, "the idemctl session");
+    let run = child.wait_async().await;
+    assert_eq!(run.code, 1, "{run}");
+    assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    assert!(run.stderr.contains("connection"), "{run}");
+    db.idemctl().args(["evict"]).run().assert_code(0);
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        100
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_writes_prometheus_textfile() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 300,
+            live: 5,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemctl_evict.prom");
+    db.idemctl()
+        .args(["evict", "--textfile"])
+        .arg(&path)
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("# TYPE idemctl_evict_rows_evicted gauge"),
+        "{text}"
+    );
+    assert!(
+        text.contains("idemctl_evict_rows_evicted{table=\"public.idempotency_keys\"} 300\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "idemctl_evict_end_reason{table=\"public.idempotency_keys\",reason=\"drained\"} 1\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("idemctl_evict_last_success_timestamp_seconds"),
+        "{text}"
+    );
+    assert!(
+        text.contains("idemctl_evict_backlog_left_keys{table=\"public.idempotency_keys\"} 0\n"),
+        "{text}"
+    );
+}

@@ -1,0 +1,153 @@
+//! Test data: the key table in both shapes idemctl supports, controlled mixes of rows, and
+//! snapshots to compare a table before and after a command.
+
+use std::collections::BTreeMap;
+
+use crate::support::TestDb;
+
+/// Which table definition to create.
+#[derive(Clone, Copy, Debug)]
+pub enum Schema {
+    /// sql/schema.sql: primary key (api_key_id, key).
+    Corrected,
+    /// The storage reference's table exactly as printed: primary key on key alone.
+    Reference,
+}
+
+impl Schema {
+    pub fn ddl(self) -> &'static str {
+        match self {
+            Schema::Corrected => include_str!("../../sql/schema.sql"),
+            Schema::Reference => include_str!("../fixtures/reference_schema.sql"),
+        }
+    }
+}
+
+/// How many rows of each kind to load.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Mix {
+    /// completed, expired between 1 minute and 6 days ago
+    pub expired: i64,
+    /// completed, expiring between 1 hour and 6 days from now
+    pub live: i64,
+    /// in_progress, taken 10 s ago, not expired
+    pub fresh: i64,
+    /// in_progress, taken 1 h ago (half with locked_at NULL), not expired
+    pub stuck: i64,
+    /// in_progress and already expired (reclaim's business, never evict's)
+    pub expired_in_progress: i64,
+}
+
+/// Create the table.
+pub async fn create(db: &TestDb, schema: Schema) {
+    db.exec(schema.ddl()).await;
+}
+
+/// Create the table and load a mix.
+pub async fn table_with(db: &TestDb, schema: Schema, mix: Mix) {
+    create(db, schema).await;
+    load(db, mix).await;
+}
+
+const INSERT: &str = "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+    request_fingerprint, state, response_status, response_body, locked_at, created_at, expires_at) ";
+
+fn rows_sql(n: i64, state: &str, locked: &str, created: &str, expires: &str) -> String {
+    let body = if state == "completed" {
+        "201, jsonb_build_object('id', 'pay_' || g, 'amount', g * 7, 'note', repeat('x', 600))"
+    } else {
+        "NULL, NULL"
+    };
+    format!(
+        "{INSERT} SELECT gen_random_uuid()::text, 'tenant_' || (g % 7), 'POST', '/v1/payments', \
+         sha256(g::text::bytea), '{state}', {body}, {locked}, {created}, {expires} \
+         FROM generate_series(1, {n}) AS g;"
+    )
+}
+
+/// Load a mix of rows (random keys, 7 tenants).
+pub async fn load(db: &TestDb, mix: Mix) {
+    let mut sql = String::new();
+    let secs = "make_interval(secs => ";
+    sql.push_str(&rows_sql(
+        mix.expired,
+        "completed",
+        "now() - interval '2 days'",
+        "now() - interval '7 days'",
+        &format!("now() - {secs}60 + random() * 518000)"),
+    ));
+    sql.push_str(&rows_sql(
+        mix.live,
+        "completed",
+        "now() - interval '1 hour'",
+        "now() - interval '1 hour'",
+        &format!("now() + {secs}3600 + random() * 518000)"),
+    ));
+    sql.push_str(&rows_sql(
+        mix.fresh,
+        "in_progress",
+        "now() - interval '10 seconds'",
+        "now() - interval '10 seconds'",
+        "now() + interval '1 day'",
+    ));
+    sql.push_str(&rows_sql(
+        mix.stuck,
+        "in_progress",
+        "CASE WHEN g % 2 = 0 THEN now() - interval '1 hour' END",
+        "now() - interval '1 hour'",
+        "now() + interval '23 hours'",
+    ));
+    sql.push_str(&rows_sql(
+        mix.expired_in_progress,
+        "in_progress",
+        "now() - interval '2 days'",
+        "now() - interval '2 days'",
+        "now() - interval '1 day'",
+    ));
+    sql.push_str("ANALYZE idempotency_keys;");
+    db.exec(&sql).await;
+}
+
+/// One row as a snapshot sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub state: String,
+    pub expired: bool,
+    /// md5 of the whole row, to prove a row was not changed.
+    pub digest: String,
+}
+
+/// Every row keyed by (api_key_id, key).
+pub async fn snapshot(db: &TestDb) -> BTreeMap<(String, String), Seen> {
+    let client = db.client().await;
+    let rows = client
+        .query(
+            "SELECT api_key_id, key, state, expires_at < now() AS expired, md5(t::text) AS digest \
+             FROM idempotency_keys t",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter()
+        .map(|r| {
+            (
+                (r.get(0), r.get(1)),
+                Seen {
+                    state: r.get(2),
+                    expired: r.get(3),
+                    digest: r.get(4),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Rows evict may delete: completed and expired.
+pub fn evictable(s: &Seen) -> bool {
+    s.state == "completed" && s.expired
+}
+
+/// A single number from a query.
+pub async fn scalar_i64(db: &TestDb, sql: &str) -> i64 {
+    db.client().await.query_one(sql, &[]).await.unwrap().get(0)
+}

@@ -1,0 +1,11 @@
+//! The single integration-test binary: the shared harness, fixtures and the test modules.
+
+mod support;
+
+mod cli;
+mod evict;
+mod explain;
+mod fixtures;
+mod harness_selftest;
+mod inspect;
+mod stats;

@@ -1,0 +1,257 @@
+//! `idemctl stats` and `idemctl check`: figures from the catalog and bounded, index-backed
+//! statements; Prometheus output; thresholds that make cron page.
+
+use crate::fixtures::{self, Mix, Schema};
+use crate::support::TestDb;
+
+async fn with_known_ages(schema: Schema) -> TestDb {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        schema,
+        Mix {
+            expired: 40,
+            live: 60,
+            fresh: 5,
+            stuck: 7,
+            expired_in_progress: 3,
+        },
+    )
+    .await;
+    // The oldest expired completed key expired exactly 8 days ago.
+    db.exec(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, request_fingerprint, \
+         state, response_status, response_body, created_at, expires_at) \
+         VALUES ('oldest', 'tenant_z', 'POST', '/p', '\\x00', 'completed', 201, '{}', \
+         now() - interval '9 days', now() - interval '8 days'); ANALYZE idempotency_keys",
+    )
+    .await;
+    db
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_reports_lag_backlog_and_sizes() {
+    let db = with_known_ages(Schema::Reference).await;
+    let run = db.idemctl().args(["stats", "-o", "json"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["expired_backlog"]["count"], 41);
+    assert_eq!(j["expired_backlog"]["at_least"], false);
+    let lag = j["eviction_lag_seconds"].as_f64().unwrap();
+    assert!(
+        (8.0 * 86400.0..8.0 * 86400.0 + 120.0).contains(&lag),
+        "lag {lag}"
+    );
+    assert_eq!(j["oldest_expired"]["key"], "oldest");
+    assert_eq!(j["sizes"]["estimated_rows"], 116);
+    assert!(j["sizes"]["index_bytes"].as_i64().unwrap() > 0);
+    assert!(j["sizes"]["toast_bytes"].as_i64().is_some());
+    assert!(
+        j["stuck"].is_null(),
+        "no stuck count without the index: {j}"
+    );
+    assert!(
+        j["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("CREATE INDEX CONCURRENTLY"),
+        "{j}"
+    );
+    assert!(
+        j["oldest_live"]["seconds"].as_f64().unwrap() >= 3000.0,
+        "{j}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_counts_stuck_keys_with_the_optional_index_or_an_explicit_scan() {
+    let db = with_known_ages(Schema::Corrected).await;
+    let run = db
+        .idemctl()
+        .args(["stats", "-o", "json", "--allow-scan"])
+        .run();
+    run.assert_code(0);
+    // 7 taken an hour ago, 3 taken two days ago (expired); the 5 fresh ones are not stuck.
+    assert_eq!(run.json()["stuck"]["count"]["count"], 10);
+    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
+        .await;
+    let run = db
+        .idemctl()
+        .args(["stats", "-o", "json", "--stuck-after", "1d"])
+        .run();
+    run.assert_code(0);
+    assert_eq!(run.json()["stuck"]["count"]["count"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_backlog_is_capped() {
+    let db = with_known_ages(Schema::Corrected).await;
+    let run = db
+        .idemctl()
+        .args(["stats", "-o", "json", "--backlog-cap", "10"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["expired_backlog"]["count"], 10);
+    assert_eq!(j["expired_backlog"]["at_least"], true);
+    let run = db.idemctl().args(["stats", "--backlog-cap", "10"]).run();
+    run.assert_stdout_contains("at least 10");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_prometheus_output_and_textfile() {
+    let db = with_known_ages(Schema::Corrected).await;
+    let run = db.idemctl().args(["stats", "-o", "prometheus"]).run();
+    run.assert_code(0)
+        .assert_stdout_contains("# HELP idemctl_eviction_lag_seconds ")
+        .assert_stdout_contains("# TYPE idemctl_expired_backlog_keys gauge\nidemctl_expired_backlog_keys{table=\"public.idempotency_keys\"} 41\n");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemctl.prom");
+    db.idemctl()
+        .args(["stats", "-q", "--textfile"])
+        .arg(&path)
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("idemctl_table_total_bytes{table=\"public.idempotency_keys\"} "),
+        "{text}"
+    );
+    assert!(text.ends_with('\n'));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_passes_on_a_healthy_table_and_explains_the_optional_index() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            live: 10,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    run.assert_code(0);
+    let findings = run.json()["findings"].clone();
+    let optional = findings
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "in_progress index")
+        .unwrap()
+        .clone();
+    assert_eq!(optional["status"], "note");
+    assert!(
+        optional["detail"].as_str().unwrap().contains("HOT"),
+        "{optional}"
+    );
+    assert!(
+        optional["fix"]
+            .as_str()
+            .unwrap()
+            .starts_with("CREATE INDEX CONCURRENTLY")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_prints_the_fix_for_a_missing_expiry_index() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Reference,
+        Mix {
+            live: 10,
+            ..Mix::default()
+        },
+    )
+    .await;
+    db.exec("DROP INDEX idempotency_keys_expiry").await;
+    let run = db.idemctl().args(["check"]).run();
+    run.assert_code(4)
+        .assert_stdout_contains("CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at);")
+        .assert_stderr_contains("expiry index");
+    // Evict refuses rather than scanning the table.
+    db.idemctl()
+        .args(["evict"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("no valid index on expires_at");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_thresholds_page_on_lag_and_stuck_keys() {
+    let db = with_known_ages(Schema::Corrected).await;
+    db.idemctl()
+        .args(["check", "--max-eviction-lag", "9d"])
+        .run()
+        .assert_code(0);
+    let run = db
+        .idemctl()
+        .args(["check", "--max-eviction-lag", "1h"])
+        .run();
+    run.assert_code(4)
+        .assert_stderr_contains("eviction lag 8days");
+    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
+        .await;
+    let run = db.idemctl().args(["check", "--max-stuck", "5"]).run();
+    run.assert_code(4)
+        .assert_stderr_contains("10 stuck in_progress keys exceed --max-stuck 5");
+    db.idemctl()
+        .args(["check", "--max-stuck", "10"])
+        .run()
+        .assert_code(0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_missing_privileges_with_the_grant() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            live: 10,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let role = format!("ro_{}", &db.name()[10..]);
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT SELECT ON idempotency_keys TO {role};"
+    ))
+    .await;
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["check", "-o", "json"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    let evict = j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "privileges: evict")
+        .unwrap()
+        .clone();
+    assert_eq!(evict["status"], "note");
+    assert!(
+        evict["fix"].as_str().unwrap().contains(&format!(
+            "GRANT DELETE ON \"public\".\"idempotency_keys\" TO \"{role}\";"
+        )),
+        "{evict}"
+    );
+    // And the read-only role really cannot evict: a clear permission error, nothing deleted.
+    db.exec("INSERT INTO idempotency_keys SELECT 'x', 't', 'POST', '/p', '\\x00', 'completed', 201, '{}', NULL, now() - interval '2 days', now() - interval '1 day'").await;
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["evict"])
+        .run();
+    run.assert_code(6)
+        .assert_stderr_contains("permission denied");
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+}
