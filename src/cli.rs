@@ -113,6 +113,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Delete expired completed keys in short, lock-safe batches (for cron or a systemd timer).
     Evict(EvictArgs),
+    /// Free in_progress keys whose owner died: preview, plan, then delete them or fail them.
+    Reclaim(ReclaimArgs),
     /// Print shell completions for bash, zsh, fish, elvish or powershell.
     Completions(CompletionsArgs),
     /// Print the man page (roff) to stdout.
@@ -219,6 +221,80 @@ pub struct EvictArgs {
     /// Write Prometheus metrics of the run to PATH atomically (node_exporter textfile collector).
     #[arg(long, value_name = "PATH")]
     pub textfile: Option<PathBuf>,
+}
+
+/// What reclaim does to a stuck key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReclaimAction {
+    /// Delete the row: the key becomes absent and the client's retry executes afresh. Right when
+    /// the key and the side effect commit in one transaction, so a dead owner's effect was rolled
+    /// back with it.
+    Delete,
+    /// Mark the row completed with a stored error response, so a retry gets that response replayed
+    /// instead of executing again. Right when the effect may have committed outside the key's
+    /// transaction (insert the key first, do the work, then record the response).
+    Fail,
+}
+
+/// `idemctl reclaim`.
+#[derive(Debug, Args)]
+#[command(after_help = "Walkthrough: idemctl stats; idemctl inspect KEY; idemctl reclaim --dry-run; \
+idemctl reclaim --plan plan.json; idemctl reclaim --apply plan.json.\n\
+Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force).")]
+pub struct ReclaimArgs {
+    /// Reclaim in_progress keys held longer than this (from locked_at, or created_at when locked_at
+    /// is NULL), by the database clock. It must exceed the longest a request handler can run,
+    /// downstream timeouts included: reclaiming a key whose owner is still working lets the request
+    /// execute twice.
+    #[arg(long, value_parser = parse_positive_duration, default_value = "5m", value_name = "DUR")]
+    pub older_than: Duration,
+
+    /// Allow --older-than below 1 minute.
+    #[arg(long)]
+    pub force: bool,
+
+    /// What to do with each stuck key.
+    #[arg(long, value_enum, default_value_t = ReclaimAction::Delete)]
+    pub action: ReclaimAction,
+
+    /// HTTP status stored by --action fail.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i32).range(100..=599), value_name = "CODE")]
+    pub status: i32,
+
+    /// JSON object stored as the response body by --action fail [default: an RFC 9457 problem
+    /// document saying the outcome is unknown].
+    #[arg(long, value_name = "PATH")]
+    pub body_file: Option<PathBuf>,
+
+    /// List the keys that would be reclaimed, and their count; change nothing.
+    #[arg(long, conflicts_with_all = ["apply"])]
+    pub dry_run: bool,
+
+    /// Write the preview to FILE as JSON (implies --dry-run), for review and --apply.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["apply"])]
+    pub plan: Option<PathBuf>,
+
+    /// Reclaim exactly the keys in a plan file, each only if unchanged since the preview.
+    #[arg(long, value_name = "FILE")]
+    pub apply: Option<PathBuf>,
+
+    /// Do not ask for confirmation (required when stdin is not a terminal).
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+
+    /// Find stuck keys with a scan of the whole table when the optional in_progress index is
+    /// missing (bounded by --statement-timeout).
+    #[arg(long)]
+    pub allow_scan: bool,
+
+    /// Keys per batch (one statement, one transaction each).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000), value_name = "N")]
+    pub batch_size: u32,
+
+    /// Reclaim at most this many keys in this run.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
+    pub limit: Option<u64>,
 }
 
 /// `idemctl completions`.

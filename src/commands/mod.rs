@@ -4,6 +4,7 @@ pub mod check;
 pub mod docs;
 pub mod evict;
 pub mod inspect;
+pub mod reclaim;
 pub mod stats;
 
 use anyhow::Result;
@@ -31,6 +32,7 @@ pub async fn run(cli: Cli) -> Result<Exit> {
         Command::Stats(a) => stats::run(&ctx, a).await,
         Command::Check(a) => check::run(&ctx, a).await,
         Command::Evict(a) => evict::run(&ctx, a).await,
+        Command::Reclaim(a) => reclaim::run(&ctx, a).await,
         Command::Completions(_) | Command::Man => unreachable!("handled before connecting"),
     }
 }

@@ -157,6 +157,8 @@ pub(crate) fn apply(endpoints: &[Endpoint], config: &mut tokio_postgres::Config)
 }
 
 /// libpq never negotiates TLS over a Unix socket; the driver would fail `require` there instead.
+/// (With a mix of socket and TCP hosts the driver applies one sslmode to all, so `require` and
+/// stricter modes fail on the socket entries; `prefer` works on both.)
 pub(crate) fn all_unix(endpoints: &[Endpoint]) -> bool {
     endpoints
         .iter()
