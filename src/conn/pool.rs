@@ -12,7 +12,7 @@ use std::io;
 use std::time::{Duration, Instant};
 use tokio_postgres::NoTls;
 
-const SESSION_SQL: &str = include_str!("session_settings.sql");
+const SESSION_SQL: &str = include_str!("../../sql/session_settings.sql");
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 
