@@ -47,6 +47,7 @@ fn after_help() -> &'static str {
 
 /// Options shared by every subcommand.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Connection and output (every command)")]
 pub struct GlobalArgs {
     /// Connection string: a URI (postgresql://user@host/db) or key=value conninfo as psql accepts.
     /// Falls back to DATABASE_URL, then to PG* variables, ~/.pgpass and libpq's defaults.

@@ -1,0 +1,32 @@
+-- reclaim --action fail: one batch, one statement, one short transaction.
+--
+-- Takes up to $2 of the oldest stuck in_progress keys (held longer than $1 seconds, from locked_at
+-- or else created_at, by the database clock) through the optional partial index, locking them with
+-- FOR UPDATE SKIP LOCKED: a key whose owner still holds its row lock is alive and is skipped, never
+-- waited on. The UPDATE re-checks state and cutoff on every row it changes, so a key that completed
+-- or was taken again meanwhile is left alone. Each key becomes completed with the stored error
+-- response, which the API replays to a retry instead of running the request again; expires_at is
+-- kept. $1 = --older-than in seconds, $2 = batch size, $3 = response status, $4 = response body
+-- (a JSON object). Returns how many keys were failed, and which (as text arrays, in the same order).
+WITH candidates AS (
+    SELECT ctid
+      FROM {table}
+     WHERE state = 'in_progress'
+       AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
+     ORDER BY coalesce(locked_at, created_at)
+     LIMIT $2::bigint
+       FOR UPDATE SKIP LOCKED
+), reclaimed AS (
+    UPDATE {table}
+       SET state = 'completed',
+           response_status = $3::int,
+           response_body = $4::jsonb
+     WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
+       AND state = 'in_progress'
+       AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
+    RETURNING api_key_id::text AS api_key_id, key::text AS key
+)
+SELECT count(*)::bigint AS reclaimed,
+       coalesce(array_agg(api_key_id), '{}') AS api_key_ids,
+       coalesce(array_agg(key), '{}') AS keys
+  FROM reclaimed
