@@ -6,6 +6,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 /// A progress display that may be hidden.
 pub struct Progress {
     bar: ProgressBar,
+    started: std::time::Instant,
 }
 
 impl Progress {
@@ -13,6 +14,7 @@ impl Progress {
     pub fn hidden() -> Progress {
         Progress {
             bar: ProgressBar::hidden(),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -21,13 +23,16 @@ impl Progress {
         let bar =
             ProgressBar::with_draw_target(Some(estimate.max(1)), ProgressDrawTarget::stderr());
         let style = ProgressStyle::with_template(
-            "{spinner} evicted {human_pos} of ~{human_len} rows [{wide_bar}] {per_sec}, about {eta} left {msg}",
+            "{spinner} evicted {human_pos} of ~{human_len} rows [{wide_bar}] {msg}",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar())
         .progress_chars("=> ");
         bar.set_style(style);
         bar.enable_steady_tick(std::time::Duration::from_millis(200));
-        Progress { bar }
+        Progress {
+            bar,
+            started: std::time::Instant::now(),
+        }
     }
 
     /// Update the counts.
@@ -36,10 +41,15 @@ impl Progress {
             self.bar.set_length(rows);
         }
         self.bar.set_position(rows);
+        let secs = self.started.elapsed().as_secs_f64();
+        let rate = if secs > 0.0 { rows as f64 / secs } else { 0.0 };
+        let left = self.bar.length().unwrap_or(rows).saturating_sub(rows);
+        let eta = if rate > 0.0 { left as f64 / rate } else { 0.0 };
+        let mut msg = format!("{rate:.0} rows/s, about {} left", crate::output::human_secs(eta));
         if skipped > 0 {
-            self.bar
-                .set_message(format!("({skipped} skipped: locked by live requests)"));
+            msg.push_str(&format!(", {skipped} skipped (held by live requests)"));
         }
+        self.bar.set_message(msg);
     }
 
     /// Remove the bar.

@@ -187,6 +187,11 @@ fn new_table(color: bool) -> Table {
     if !color {
         t.force_no_tty();
     }
+    // A pseudo-terminal of unknown or tiny width (`script`, some CI runners) would squeeze every
+    // column to one character: lay the table out at its natural width instead.
+    if t.width().is_none_or(|w| w < 40) {
+        t.set_content_arrangement(ContentArrangement::Disabled);
+    }
     t
 }
 
