@@ -47,9 +47,34 @@ pub fn main_entry() -> std::process::ExitCode {
 
 /// Print an error as one line (`idemctl: failed to ...: cause`) and pick its exit code.
 fn report(err: &anyhow::Error) -> std::process::ExitCode {
-    let text = format!("{err:#}").replace(['\n', '\r'], " ");
-    eprintln!("idemctl: {text}");
+    eprintln!("idemctl: {}", one_line(err));
     exit::classify(err).into()
+}
+
+/// The error chain as one line. A server error is shown by its message, detail and hint instead
+/// of the driver's generic "db error" wrapper.
+pub fn one_line(err: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut skip_db_error = false;
+    for cause in err.chain() {
+        if skip_db_error && cause.is::<tokio_postgres::error::DbError>() {
+            continue;
+        }
+        if let Some(db) = cause.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::as_db_error) {
+            let mut text = db.message().to_owned();
+            if let Some(detail) = db.detail() {
+                text.push_str(&format!(" ({detail})"));
+            }
+            if let Some(hint) = db.hint() {
+                text.push_str(&format!("; hint: {hint}"));
+            }
+            parts.push(text);
+            skip_db_error = true;
+            continue;
+        }
+        parts.push(cause.to_string());
+    }
+    parts.join(": ").replace(['\n', '\r'], " ")
 }
 
 /// A panic is a bug: say so in one line, without a backtrace, and exit with the internal-error code.

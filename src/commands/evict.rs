@@ -102,9 +102,22 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let table = ctx.table(&client).await?;
     table.require_columns()?;
     table.require_expiry_index()?;
+    let privileges = table.privileges(&client).await?;
     if args.dry_run {
+        privileges.require(&table, "evict --dry-run", &[("SELECT", privileges.select)])?;
         return dry_run(ctx, &client, &table, args).await;
     }
+    // DELETE reads the rows it deletes (SELECT), and skipping rows a live request holds takes row
+    // locks, which PostgreSQL grants only with UPDATE on at least one column.
+    privileges.require(
+        &table,
+        "evict",
+        &[
+            ("SELECT", privileges.select),
+            ("DELETE", privileges.delete),
+            ("UPDATE (expires_at)", privileges.lock_rows),
+        ],
+    )?;
     lock::acquire(&client, &table, LockClass::Evict).await?;
     client
         .batch_execute(&format!(

@@ -1,7 +1,7 @@
 //! `idemctl stats` and `idemctl check`: figures from the catalog and bounded, index-backed
 //! statements; Prometheus output; thresholds that make cron page.
 
-use crate::fixtures::{self, Mix, Schema};
+use crate::fixtures::{self, Mix, Schema, scalar_i64};
 use crate::support::TestDb;
 
 async fn with_known_ages(schema: Schema) -> TestDb {
@@ -251,7 +251,9 @@ async fn check_names_missing_privileges_with_the_grant() {
         .args(["evict"])
         .run();
     run.assert_code(6)
-        .assert_stderr_contains("permission denied");
+        .assert_stderr_contains("permission denied: role")
+        .assert_stderr_contains("lacks DELETE, UPDATE (expires_at) on public.idempotency_keys, which evict needs");
+    assert_eq!(scalar_i64(&db, "SELECT count(*) FROM idempotency_keys WHERE key = 'x'").await, 1);
     db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await;
 }
