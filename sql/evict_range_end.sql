@@ -1,6 +1,15 @@
--- evict: where a batch starting at $1 (NULL = the start) ends: the expires_at of the ($2 + 1)-th
--- expired row from there, or NULL when fewer rows are left. An index-only probe of the expiry index.
+-- evict: claim the next batch range. From $1 (NULL = the start of the expiry index), returns the
+-- first expired row's expires_at and the expires_at of the ($2 + 1)-th one (NULL when fewer rows
+-- are left). The range [$1, range_end) then holds at most $2 rows; when first = range_end, more
+-- than $2 rows share that one instant and are taken with evict_batch_skip_locked.sql instead.
+-- Two index-only probes of the expiry index; no row is locked or changed.
 SELECT (SELECT expires_at
+          FROM {table}
+         WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+           AND expires_at < now()
+         ORDER BY expires_at
+         LIMIT 1) AS first,
+       (SELECT expires_at
           FROM {table}
          WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
            AND expires_at < now()

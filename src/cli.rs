@@ -210,6 +210,16 @@ pub struct EvictArgs {
     #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DUR")]
     pub pause: Duration,
 
+    /// Share of wall time each worker may spend running statements, in percent: after a batch that
+    /// took T, it rests T * (100 - PCT) / PCT, so a busy server gets longer breaks. 100 = no pacing
+    /// (catching up on a backlog in a quiet hour).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100), value_name = "PCT")]
+    pub duty_cycle: u8,
+
+    /// Sessions deleting disjoint ranges in parallel (for catching up; each paced as above).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8), value_name = "N")]
+    pub jobs: u8,
+
     /// Never evict a key created less than this long ago, whatever its expires_at says
     /// (a guard against a deploy that wrote too-short TTLs).
     #[arg(long, value_parser = parse_positive_duration, value_name = "DUR")]

@@ -26,7 +26,11 @@ pub async fn run(cli: Cli) -> Result<Exit> {
             "--output prometheus is only available for stats; use table, plain or json",
         ));
     }
-    let ctx = Context::new(cli.global, 1)?;
+    let pool_size = match &cli.command {
+        Command::Evict(a) => usize::from(a.jobs) + 1,
+        _ => 2,
+    };
+    let ctx = Context::new(cli.global, pool_size)?;
     match &cli.command {
         Command::Inspect(a) => inspect::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,

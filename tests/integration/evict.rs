@@ -14,12 +14,12 @@ const MIX: Mix = Mix {
     expired_in_progress: 30,
 };
 
-async fn evicts_exactly_the_expired_completed_rows(schema: Schema) {
+async fn evicts_exactly_the_expired_completed_rows(schema: Schema, args: &[&str]) {
     let db = TestDb::new().await;
     fixtures::table_with(&db, schema, MIX).await;
     let before = snapshot(&db).await;
 
-    let run = db.idemctl().args(["evict", "--batch-size", "700"]).run();
+    let run = db.idemctl().arg("evict").args(args).run();
     // Under cron (no terminal) a successful run is silent.
     run.assert_code(0)
         .assert_stdout_empty()
@@ -35,12 +35,18 @@ async fn evicts_exactly_the_expired_completed_rows(schema: Schema) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evict_deletes_exactly_expired_completed_rows_on_the_corrected_table() {
-    evicts_exactly_the_expired_completed_rows(Schema::Corrected).await;
+    evicts_exactly_the_expired_completed_rows(Schema::Corrected, &["--batch-size", "700"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evict_deletes_exactly_expired_completed_rows_on_the_reference_table() {
-    evicts_exactly_the_expired_completed_rows(Schema::Reference).await;
+    evicts_exactly_the_expired_completed_rows(Schema::Reference, &["--batch-size", "700"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_with_parallel_jobs_deletes_exactly_the_same_rows() {
+    let args = ["--batch-size", "100", "--jobs", "3", "--duty-cycle", "100"];
+    evicts_exactly_the_expired_completed_rows(Schema::Reference, &args).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,8 +15,9 @@ const STATEMENTS: &[(&str, &str)] = &[
     ("oldest_expired.sql", ""),
     ("expired_backlog.sql", "100000"),
     ("expired_in_progress.sql", "100000"),
-    ("evict_batch.sql", "NULL, 5000, NULL"),
-    ("evict_batch.sql", "now() - interval '3 days', 5000, 3600"),
+    ("evict_batch.sql", "NULL, now() - interval '7 days', NULL"),
+    ("evict_batch.sql", "now() - interval '3 days', now() - interval '71 hours', 3600"),
+    ("evict_batch.sql", "now() - interval '26 hours', NULL, NULL"),
     (
         "evict_batch_skip_locked.sql",
         "NULL, now() - interval '5 days', 5000, NULL",
@@ -27,10 +28,28 @@ const STATEMENTS: &[(&str, &str)] = &[
     ),
     ("evict_range_end.sql", "now() - interval '3 days', 5000"),
     ("evict_preview.sql", "100000, NULL"),
+    (
+        "reclaim_apply_delete.sql",
+        "ARRAY['tenant_0001', 'tenant_0002'], ARRAY['k1', 'k2'], \
+         ARRAY[NULL, now() - interval '1 hour']::timestamptz[], \
+         ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300",
+    ),
+    (
+        "reclaim_apply_fail.sql",
+        "ARRAY['tenant_0001', 'tenant_0002'], ARRAY['k1', 'k2'], \
+         ARRAY[NULL, now() - interval '1 hour']::timestamptz[], \
+         ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300, 500, \
+         '{\"type\": \"about:blank\"}'",
+    ),
 ];
 
 /// Statements that need the optional in_progress index (run only when it exists, or with --allow-scan).
-const NEEDS_STUCK_INDEX: &[(&str, &str)] = &[("stuck_count.sql", "300, 100000")];
+const NEEDS_STUCK_INDEX: &[(&str, &str)] = &[
+    ("stuck_count.sql", "300, 100000"),
+    ("reclaim_preview.sql", "300, 10001"),
+    ("reclaim_delete.sql", "300, 500"),
+    ("reclaim_fail.sql", "300, 500, 500, '{\"type\": \"about:blank\"}'"),
+];
 
 /// Key lookups without a tenant: which one runs depends on the table's indexes.
 const BY_KEY: (&str, &str) = ("inspect_by_key.sql", "'no-such-key', 300, 50");

@@ -1,0 +1,516 @@
+//! `idemctl evict`: delete expired completed keys in short, bounded, index-backed batches that
+//! never wait on a live request for more than a few milliseconds.
+//!
+//! This module validates the run, takes the table's advisory lock, starts the workers (see
+//! `worker`), and reports: a summary table or JSON, and Prometheus textfile metrics.
+
+mod worker;
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::cli::{EvictArgs, OutputFormat};
+use crate::context::Context;
+use crate::db::KeyTable;
+use crate::db::lock::{self, LockClass};
+use crate::db::queries::{self, Capped};
+use crate::exit::{Exit, fail};
+use crate::output::prometheus::{Kind, Metrics, write_atomic};
+use crate::output::{Doc, rfc3339};
+use crate::progress::Progress;
+
+/// Claims the next batch's range.
+pub const CLAIM_SQL: &str = include_str!("../../../sql/evict_range_end.sql");
+/// Deletes one claimed range.
+pub const BATCH_SQL: &str = include_str!("../../../sql/evict_batch.sql");
+/// The skip-locked statement for contended ranges and runs of equal expiry times.
+pub const SKIP_LOCKED_SQL: &str = include_str!("../../../sql/evict_batch_skip_locked.sql");
+/// The dry-run preview.
+pub const PREVIEW_SQL: &str = include_str!("../../../sql/evict_preview.sql");
+
+/// How long a batch may wait for a row lock before it falls back to skipping locked rows.
+pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(5);
+/// Counts in the summary and preview stop here.
+const COUNT_CAP: i64 = 100_000;
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EndReason {
+    Drained,
+    TimeBudget,
+    RowBudget,
+    BatchBudget,
+    Interrupted,
+    Error,
+}
+
+impl EndReason {
+    const ALL: [EndReason; 6] = [
+        EndReason::Drained,
+        EndReason::TimeBudget,
+        EndReason::RowBudget,
+        EndReason::BatchBudget,
+        EndReason::Interrupted,
+        EndReason::Error,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Drained => "drained",
+            EndReason::TimeBudget => "time_budget",
+            EndReason::RowBudget => "row_budget",
+            EndReason::BatchBudget => "batch_budget",
+            EndReason::Interrupted => "interrupted",
+            EndReason::Error => "error",
+        }
+    }
+}
+
+/// The run's summary (also the JSON document).
+#[derive(Debug, Clone, Serialize)]
+pub struct EvictReport {
+    pub table: String,
+    pub end_reason: EndReason,
+    pub rows_evicted: u64,
+    pub batches: u64,
+    pub elapsed_seconds: f64,
+    pub rows_per_second: f64,
+    /// Expired completed rows left because a live request held them.
+    pub skipped_locked: u64,
+    /// Expired completed rows left because they are younger than --min-age.
+    pub skipped_min_age: u64,
+    /// Batches that fell back to skipping locked rows.
+    pub lock_fallbacks: u64,
+    /// Expired rows still in_progress (reclaim's job), counted after the run.
+    pub expired_in_progress_left: Option<Capped>,
+    /// Expired completed rows still present after the run.
+    pub backlog_left: Option<Capped>,
+    pub batch_ms_p50: f64,
+    pub batch_ms_p99: f64,
+    pub batch_ms_max: f64,
+}
+
+/// Run `evict`.
+pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
+    let client = ctx.client().await?;
+    let table = ctx.table(&client).await?;
+    table.require_columns()?;
+    table.require_expiry_index()?;
+    let privileges = table.privileges(&client).await?;
+    if args.dry_run {
+        privileges.require(&table, "evict --dry-run", &[("SELECT", privileges.select)])?;
+        return dry_run(ctx, &client, &table, args).await;
+    }
+    // DELETE reads the rows it deletes (SELECT), and skipping rows a live request holds takes row
+    // locks, which PostgreSQL grants only with UPDATE on at least one column.
+    privileges.require(
+        &table,
+        "evict",
+        &[
+            ("SELECT", privileges.select),
+            ("DELETE", privileges.delete),
+            ("UPDATE (expires_at)", privileges.lock_rows),
+        ],
+    )?;
+    lock::acquire(&client, &table, LockClass::Evict).await?;
+    ctx.cancel.install()?;
+    let started_at = OffsetDateTime::now_utc();
+    let progress = if ctx.output.progress_allowed() {
+        Progress::rows(estimate_backlog(&client, &table).await.unwrap_or(0))
+    } else {
+        Progress::hidden()
+    };
+    let shared = worker::Shared::new(plan(ctx, args), statements(&table), ctx.cancel.clone(), progress);
+    let error = drive(ctx, &shared, client, args.jobs).await;
+    shared.progress().finish();
+    // Leftovers are counted on a session from the pool; not after a failure (the server may be gone).
+    let client = match error {
+        None => ctx.client().await.ok(),
+        Some(_) => None,
+    };
+    let report = report(&table, &shared, client.as_ref(), error.is_some()).await;
+    if let Some(path) = &args.textfile {
+        write_textfile(path, &report, started_at)?;
+    }
+    print_report(ctx, &report)?;
+    match (report.end_reason, error) {
+        (_, Some(e)) => Err(e),
+        (EndReason::Interrupted, None) => Ok(Exit::Interrupted),
+        _ => Ok(Exit::Success),
+    }
+}
+
+/// Settings of every evict session: never wait on a row for more than [`ROW_LOCK_WAIT`], and plan
+/// the batch statements generically. A custom plan is costed from the table's statistics, which
+/// can be stale right after a bulk load and then favour a sequential scan for a bounded range;
+/// the generic plan of an index range is always the index scan.
+fn session_setup() -> String {
+    format!(
+        "SET lock_timeout = '{}ms'; SET plan_cache_mode = force_generic_plan",
+        ROW_LOCK_WAIT.as_millis()
+    )
+}
+
+fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
+    worker::Plan {
+        batch_size: args.batch_size,
+        max_rows: args.max_rows,
+        max_batches: args.max_batches,
+        max_runtime: args.max_runtime,
+        pause: args.pause,
+        duty_cycle: args.duty_cycle,
+        min_age_secs: args.min_age.map(|d| d.as_secs_f64()),
+        deadline: ctx.global.statement_timeout + Duration::from_secs(10),
+    }
+}
+
+fn statements(table: &KeyTable) -> worker::Statements {
+    worker::Statements {
+        claim: table.sql(CLAIM_SQL),
+        delete: table.sql(BATCH_SQL),
+        skip_locked: table.sql(SKIP_LOCKED_SQL),
+    }
+}
+
+/// Run the workers: the first on the session that holds the advisory lock, the others on sessions
+/// of their own. Returns the first error, if any (the others stop at their next claim).
+async fn drive(
+    ctx: &Context,
+    shared: &std::sync::Arc<worker::Shared>,
+    first: deadpool_postgres::Object,
+    jobs: u8,
+) -> Option<anyhow::Error> {
+    let mut sessions = vec![first];
+    for _ in 1..jobs {
+        match ctx.client().await {
+            Ok(c) => sessions.push(c),
+            Err(e) => return Some(e.context("failed to open a session for an extra --jobs worker")),
+        }
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for client in sessions {
+        let shared = shared.clone();
+        set.spawn(async move {
+            client
+                .batch_execute(&session_setup())
+                .await
+                .context("failed to set up the evict session")?;
+            let result = worker::work(shared.clone(), client).await;
+            if result.is_err() {
+                shared.abort().await;
+            }
+            result
+        });
+    }
+    let mut first_error = None;
+    while let Some(joined) = set.join_next().await {
+        let result = joined.unwrap_or_else(|e| Err(fail(Exit::Internal, format!("an evict worker stopped unexpectedly: {e}"))));
+        if let Err(e) = result {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error
+}
+
+/// The summary: totals from the workers, leftovers counted on a fresh session.
+async fn report(
+    table: &KeyTable,
+    shared: &worker::Shared,
+    client: Option<&deadpool_postgres::Object>,
+    failed: bool,
+) -> EvictReport {
+    let end_reason = shared.end_reason(failed).await;
+    let mut totals = shared.totals().await;
+    let (in_progress_left, backlog_left) = match client {
+        Some(c) if !failed => (
+            queries::expired_in_progress(c, table, COUNT_CAP).await.ok(),
+            queries::expired_backlog(c, table, COUNT_CAP).await.ok(),
+        ),
+        _ => (None, None),
+    };
+    let elapsed = shared.elapsed().as_secs_f64();
+    let (p50, p99, max) = percentiles(&mut totals.latencies_ms);
+    EvictReport {
+        table: table.display(),
+        end_reason,
+        rows_evicted: totals.rows,
+        batches: totals.batches,
+        elapsed_seconds: elapsed,
+        rows_per_second: if elapsed > 0.0 { totals.rows as f64 / elapsed } else { 0.0 },
+        skipped_locked: totals.skipped_locked,
+        skipped_min_age: totals.skipped_min_age,
+        lock_fallbacks: totals.lock_fallbacks,
+        expired_in_progress_left: in_progress_left,
+        backlog_left,
+        batch_ms_p50: p50,
+        batch_ms_p99: p99,
+        batch_ms_max: max,
+    }
+}
+
+/// The generic plan of the first batch, as an evict session would run it.
+async fn explain_first_batch(client: &tokio_postgres::Client, table: &KeyTable, args: &EvictArgs) -> Result<Vec<String>> {
+    let end: Option<OffsetDateTime> = client
+        .query_one(&table.sql(CLAIM_SQL), &[&None::<OffsetDateTime>, &i64::from(args.batch_size)])
+        .await
+        .context("failed to size the first batch")?
+        .get("range_end");
+    // EXPLAIN of a parameterised statement shows a custom plan; PREPARE + EXPLAIN EXECUTE under
+    // force_generic_plan shows the one evict uses. The arguments are typed values, not user text.
+    let end = end.map_or_else(|| "NULL".to_owned(), |e| format!("'{}'::timestamptz", rfc3339_micros(e)));
+    let min_age = args.min_age.map_or_else(|| "NULL".to_owned(), |d| format!("{}", d.as_secs_f64()));
+    let script = format!(
+        "SET plan_cache_mode = force_generic_plan; PREPARE idemctl_evict_batch AS {}; \
+         EXPLAIN EXECUTE idemctl_evict_batch(NULL, {end}, {min_age})",
+        table.sql(BATCH_SQL)
+    );
+    let messages = client.simple_query(&script).await.context("failed to explain the batch statement")?;
+    let _ = client.batch_execute("DEALLOCATE idemctl_evict_batch; RESET plan_cache_mode").await;
+    Ok(messages
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect())
+}
+
+fn rfc3339_micros(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}+00",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.microsecond()
+    )
+}
+
+/// The planner's estimate of the expired completed rows, for the progress bar only.
+async fn estimate_backlog(client: &tokio_postgres::Client, table: &KeyTable) -> Result<u64> {
+    let sql = format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        table.sql("SELECT 1 FROM {table} WHERE expires_at < now() AND state = 'completed'")
+    );
+    let row = client.query_one(&sql, &[]).await?;
+    let plan: serde_json::Value = row.get(0);
+    Ok(plan[0]["Plan"]["Plan Rows"].as_f64().unwrap_or(0.0) as u64)
+}
+
+fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99), v[v.len() - 1])
+}
+
+async fn dry_run(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    args: &EvictArgs,
+) -> Result<Exit> {
+    let min_age = args.min_age.map(|d| d.as_secs_f64());
+    let row = client
+        .query_one(&table.sql(PREVIEW_SQL), &[&COUNT_CAP, &min_age])
+        .await
+        .context("failed to preview the eviction")?;
+    let count = Capped::from_raw(row.get("n"), COUNT_CAP);
+    let oldest: Option<OffsetDateTime> = row.get("oldest");
+    let newest: Option<OffsetDateTime> = row.get("newest");
+    let statement = table.sql(BATCH_SQL);
+    let plan = explain_first_batch(client, table, args).await?;
+    let json = serde_json::json!({
+        "table": table.display(),
+        "dry_run": true,
+        "would_evict": count,
+        "oldest_candidate": oldest.map(rfc3339),
+        "newest_candidate": newest.map(rfc3339),
+        "batch_size": args.batch_size,
+        "statement": statement,
+        "plan": plan,
+    });
+    let mut doc = Doc::default();
+    doc.fields(
+        None,
+        vec![
+            ("table".into(), table.display()),
+            ("would evict".into(), count.to_string()),
+            (
+                "oldest candidate".into(),
+                oldest.map_or_else(|| "-".into(), rfc3339),
+            ),
+            (
+                "newest candidate".into(),
+                newest.map_or_else(|| "-".into(), rfc3339),
+            ),
+            ("batch size".into(), args.batch_size.to_string()),
+        ],
+    );
+    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{statement}"));
+    doc.text(format!("plan:\n{}", plan.join("\n")));
+    ctx.output.emit(&doc, &json)?;
+    Ok(Exit::Success)
+}
+
+fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
+    let explicit = ctx.global.output != OutputFormat::Auto;
+    let json = ctx.output.format == OutputFormat::Json;
+    // Under cron (no terminal) a successful run prints nothing: cron mails any output.
+    if !json && (ctx.global.quiet || (!explicit && !ctx.output.stdout_tty)) {
+        return Ok(());
+    }
+    ctx.output.emit(&doc(r), &serde_json::to_value(r)?)?;
+    Ok(())
+}
+
+fn doc(r: &EvictReport) -> Doc {
+    let mut d = Doc::default();
+    let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
+    d.fields(
+        None,
+        vec![
+            ("table".into(), r.table.clone()),
+            ("end reason".into(), r.end_reason.as_str().into()),
+            ("rows evicted".into(), r.rows_evicted.to_string()),
+            ("batches".into(), r.batches.to_string()),
+            ("elapsed".into(), format!("{:.2}s", r.elapsed_seconds)),
+            ("rate".into(), format!("{:.0} rows/s", r.rows_per_second)),
+            (
+                "skipped (locked by live requests)".into(),
+                r.skipped_locked.to_string(),
+            ),
+            (
+                "skipped (younger than --min-age)".into(),
+                r.skipped_min_age.to_string(),
+            ),
+            (
+                "expired in_progress left (see reclaim)".into(),
+                capped(&r.expired_in_progress_left),
+            ),
+            ("expired backlog left".into(), capped(&r.backlog_left)),
+            (
+                "batch latency p50 / p99 / max".into(),
+                format!(
+                    "{:.1} / {:.1} / {:.1} ms",
+                    r.batch_ms_p50, r.batch_ms_p99, r.batch_ms_max
+                ),
+            ),
+        ],
+    );
+    d
+}
+
+fn write_textfile(path: &std::path::Path, r: &EvictReport, started: OffsetDateTime) -> Result<()> {
+    let now = OffsetDateTime::now_utc().unix_timestamp() as f64;
+    let success = !matches!(r.end_reason, EndReason::Error | EndReason::Interrupted);
+    let last_success = if success {
+        Some(now)
+    } else {
+        previous_success(path)
+    };
+    let mut m = Metrics::default();
+    let l: &[(&str, &str)] = &[("table", &r.table)];
+    let g = Kind::Gauge;
+    m.add(
+        "idemctl_evict_last_run_timestamp_seconds",
+        "Unix time the last evict run ended.",
+        g,
+        l,
+        now,
+    );
+    m.add(
+        "idemctl_evict_last_run_start_timestamp_seconds",
+        "Unix time the last evict run started.",
+        g,
+        l,
+        started.unix_timestamp() as f64,
+    );
+    if let Some(t) = last_success {
+        m.add(
+            "idemctl_evict_last_success_timestamp_seconds",
+            "Unix time the last successful evict run ended.",
+            g,
+            l,
+            t,
+        );
+    }
+    m.add(
+        "idemctl_evict_last_run_success",
+        "1 if the last evict run succeeded, else 0.",
+        g,
+        l,
+        if success { 1.0 } else { 0.0 },
+    );
+    m.add(
+        "idemctl_evict_duration_seconds",
+        "Wall time of the last evict run.",
+        g,
+        l,
+        r.elapsed_seconds,
+    );
+    m.add(
+        "idemctl_evict_rows_evicted",
+        "Keys deleted by the last evict run.",
+        g,
+        l,
+        r.rows_evicted as f64,
+    );
+    m.add(
+        "idemctl_evict_rows_skipped_locked",
+        "Expired keys the last run left because live requests held them.",
+        g,
+        l,
+        r.skipped_locked as f64,
+    );
+    if let Some(b) = r.backlog_left {
+        m.add(
+            "idemctl_evict_backlog_left_keys",
+            "Expired completed keys left after the last run (exact up to the cap).",
+            g,
+            l,
+            b.count as f64,
+        );
+    }
+    if let Some(ip) = r.expired_in_progress_left {
+        m.add(
+            "idemctl_evict_expired_in_progress_keys",
+            "Expired keys still in_progress after the last run (reclaim needed).",
+            g,
+            l,
+            ip.count as f64,
+        );
+    }
+    let mut reasons = String::new();
+    for reason in EndReason::ALL {
+        let v = if reason == r.end_reason { 1 } else { 0 };
+        reasons.push_str(&format!(
+            "idemctl_evict_end_reason{{table=\"{}\",reason=\"{}\"}} {v}\n",
+            crate::output::prometheus::escape_label(&r.table),
+            reason.as_str()
+        ));
+    }
+    let text = format!(
+        "{}# HELP idemctl_evict_end_reason Why the last evict run ended (1 for the reason that applied).\n# TYPE idemctl_evict_end_reason gauge\n{reasons}",
+        m.text()
+    );
+    write_atomic(path, &text)
+}
+
+/// Keep the last-success timestamp across a failed run by reading it back from the previous file.
+fn previous_success(path: &std::path::Path) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines()
+        .find(|l| l.starts_with("idemctl_evict_last_success_timestamp_seconds"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

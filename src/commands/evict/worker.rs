@@ -1,0 +1,384 @@
+//! The batch loop of `evict`: one or more workers, each on its own session, claim disjoint ranges of
+//! the expiry index in order and delete them, one short statement per batch.
+//!
+//! A claim probes where the next batch ends (the (N+1)-th expired row from the shared cursor) and
+//! moves the cursor there, under a mutex, so ranges never overlap. The DELETE of a range runs under
+//! a lock_timeout of a few milliseconds; if a live request holds a row in it, the range is redone
+//! with `FOR UPDATE SKIP LOCKED` and the held row is left (and counted). More than one batch of
+//! rows sharing a single expires_at is taken in SKIP LOCKED batches at that instant.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use time::OffsetDateTime;
+use tokio::sync::Mutex;
+
+use super::EndReason;
+use crate::context::Cancel;
+use crate::exit::{Exit, fail};
+use crate::output::human_secs;
+use crate::progress::Progress;
+
+/// Consecutive attempts that could not lock the table (DDL holds it) before the run gives up.
+const MAX_TABLE_LOCK_RETRIES: u32 = 5;
+
+/// The validated limits and pace of a run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub batch_size: u32,
+    pub max_rows: Option<u64>,
+    pub max_batches: Option<u64>,
+    pub max_runtime: Option<Duration>,
+    pub pause: Duration,
+    /// Percentage of wall time a worker may spend in statements (100 = no pacing).
+    pub duty_cycle: u8,
+    pub min_age_secs: Option<f64>,
+    /// Client-side limit on one statement (statement_timeout plus a margin).
+    pub deadline: Duration,
+}
+
+/// The statements, with the table already substituted.
+#[derive(Debug, Clone)]
+pub struct Statements {
+    pub claim: String,
+    pub delete: String,
+    pub skip_locked: String,
+}
+
+/// Totals of a run.
+#[derive(Debug, Default, Clone)]
+pub struct Totals {
+    pub rows: u64,
+    pub batches: u64,
+    pub skipped_locked: u64,
+    pub skipped_min_age: u64,
+    pub lock_fallbacks: u64,
+    pub latencies_ms: Vec<f64>,
+}
+
+/// The shared cursor and totals.
+#[derive(Default)]
+struct State {
+    /// Where the next claim starts (None = the start of the index).
+    next: Option<OffsetDateTime>,
+    /// The last range has been claimed.
+    drained: bool,
+    /// Why claiming stopped, when a budget or a failure stopped it.
+    stop: Option<EndReason>,
+    /// Rows deleted plus rows claimed by batches still in flight (for --max-rows).
+    reserved: u64,
+    claims: u64,
+    /// An instant whose run of ties has no deletable row left: continue after it.
+    ties_done: Option<OffsetDateTime>,
+    totals: Totals,
+}
+
+/// What a worker is to do next.
+enum Claim {
+    /// Delete [start, end) (end None = up to now()).
+    Range {
+        start: Option<OffsetDateTime>,
+        end: Option<OffsetDateTime>,
+        limit: i64,
+    },
+    /// More than one batch of rows expire at exactly `at`: one SKIP LOCKED batch of them.
+    Ties { at: OffsetDateTime, limit: i64 },
+    Stop,
+}
+
+/// Everything the workers share.
+pub struct Shared {
+    plan: Plan,
+    sql: Statements,
+    cancel: Cancel,
+    started: Instant,
+    progress: Progress,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    pub fn new(plan: Plan, sql: Statements, cancel: Cancel, progress: Progress) -> Arc<Shared> {
+        Arc::new(Shared {
+            plan,
+            sql,
+            cancel,
+            started: Instant::now(),
+            progress,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// Why the run ended, once every worker has stopped; `failed` when a worker returned an error.
+    pub async fn end_reason(&self, failed: bool) -> EndReason {
+        let state = self.state.lock().await;
+        if self.cancel.requested() {
+            EndReason::Interrupted
+        } else if failed {
+            EndReason::Error
+        } else {
+            state.stop.unwrap_or(EndReason::Drained)
+        }
+    }
+
+    /// The totals so far.
+    pub async fn totals(&self) -> Totals {
+        self.state.lock().await.totals.clone()
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// Stop every worker at its next claim (a worker failed).
+    pub async fn abort(&self) {
+        self.state.lock().await.stop.get_or_insert(EndReason::Error);
+    }
+
+    fn budget_reason(&self, state: &State) -> Option<EndReason> {
+        if self.cancel.requested() {
+            return Some(EndReason::Interrupted);
+        }
+        if let Some(stop) = state.stop {
+            return Some(stop);
+        }
+        if state.drained {
+            return Some(EndReason::Drained);
+        }
+        let p = &self.plan;
+        if p.max_runtime.is_some_and(|m| self.started.elapsed() >= m) {
+            return Some(EndReason::TimeBudget);
+        }
+        if p.max_rows.is_some_and(|m| state.reserved >= m) {
+            return Some(EndReason::RowBudget);
+        }
+        if p.max_batches.is_some_and(|m| state.claims >= m) {
+            return Some(EndReason::BatchBudget);
+        }
+        None
+    }
+
+    /// Claim the next range, probing its end on this worker's session.
+    async fn claim(&self, client: &deadpool_postgres::Object) -> Result<Claim> {
+        let mut state = self.state.lock().await;
+        if let Some(reason) = self.budget_reason(&state) {
+            if !matches!(reason, EndReason::Drained | EndReason::Interrupted) {
+                state.stop.get_or_insert(reason);
+            }
+            return Ok(Claim::Stop);
+        }
+        if state.ties_done.is_some() && state.ties_done == state.next {
+            state.next = state.next.map(|t| t + time::Duration::microseconds(1));
+        }
+        let size = u64::from(self.plan.batch_size);
+        let left = self.plan.max_rows.map_or(size, |m| m.saturating_sub(state.reserved).min(size));
+        let limit = i64::try_from(left.max(1)).unwrap_or(i64::MAX);
+        let start = state.next;
+        let row = run_statement(client, self.plan.deadline, &self.sql.claim, &[&start, &limit])
+            .await
+            .context("failed to find the next batch's range")?;
+        let first: Option<OffsetDateTime> = row.get("first");
+        let end: Option<OffsetDateTime> = row.get("range_end");
+        state.claims += 1;
+        state.reserved += u64::try_from(limit).unwrap_or(0);
+        Ok(match (first, end) {
+            (None, _) => {
+                state.drained = true;
+                Claim::Range { start, end: None, limit }
+            }
+            (Some(f), Some(e)) if f == e => {
+                state.next = Some(e);
+                Claim::Ties { at: e, limit }
+            }
+            (_, None) => {
+                state.drained = true;
+                Claim::Range { start, end: None, limit }
+            }
+            (_, Some(e)) => {
+                state.next = Some(e);
+                Claim::Range { start, end: Some(e), limit }
+            }
+        })
+    }
+
+    /// Record a finished batch.
+    async fn record(&self, limit: i64, outcome: &Outcome, took: Duration) {
+        let mut state = self.state.lock().await;
+        let t = &mut state.totals;
+        t.rows += outcome.deleted;
+        t.batches += 1;
+        t.skipped_locked += outcome.skipped_locked;
+        t.skipped_min_age += outcome.skipped_min_age;
+        t.lock_fallbacks += u64::from(outcome.fell_back);
+        t.latencies_ms.push(took.as_secs_f64() * 1000.0);
+        let (rows, skipped) = (t.rows, t.skipped_locked);
+        let unused = u64::try_from(limit).unwrap_or(0).saturating_sub(outcome.deleted);
+        state.reserved = state.reserved.saturating_sub(unused);
+        if let Some(at) = outcome.ties_exhausted {
+            state.ties_done = Some(at);
+        }
+        drop(state);
+        self.progress.set(rows, skipped);
+    }
+}
+
+/// What one batch did.
+#[derive(Default)]
+struct Outcome {
+    deleted: u64,
+    skipped_locked: u64,
+    skipped_min_age: u64,
+    fell_back: bool,
+    /// The run of ties at this instant has nothing deletable left.
+    ties_exhausted: Option<OffsetDateTime>,
+}
+
+/// One worker: claim, delete, pace, until a claim says stop.
+pub async fn work(shared: Arc<Shared>, client: deadpool_postgres::Object) -> Result<()> {
+    loop {
+        let claim = shared.claim(&client).await?;
+        let t0 = Instant::now();
+        let (limit, outcome) = match claim {
+            Claim::Stop => return Ok(()),
+            Claim::Range { start, end, limit } => (limit, delete_range(&shared, &client, start, end, limit).await?),
+            Claim::Ties { at, limit } => (limit, delete_ties(&shared, &client, at, limit).await?),
+        };
+        let took = t0.elapsed();
+        shared.record(limit, &outcome, took).await;
+        pace(&shared, took).await;
+    }
+}
+
+/// Sleep after a batch: the fixed pause, plus whatever keeps this worker's share of wall time in
+/// statements at the duty cycle (a slow, busy server thus gets longer breaks).
+async fn pace(shared: &Shared, took: Duration) {
+    let duty = f64::from(shared.plan.duty_cycle.clamp(1, 100)) / 100.0;
+    let rest = took.mul_f64((1.0 - duty) / duty) + shared.plan.pause;
+    if rest.is_zero() || shared.cancel.requested() {
+        return;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(rest) => {},
+        _ = shared.cancel.wait() => {},
+    }
+}
+
+async fn delete_range(
+    shared: &Shared,
+    client: &deadpool_postgres::Object,
+    start: Option<OffsetDateTime>,
+    end: Option<OffsetDateTime>,
+    limit: i64,
+) -> Result<Outcome> {
+    let min_age = shared.plan.min_age_secs;
+    let mut retries = 0;
+    loop {
+        match run_statement(client, shared.plan.deadline, &shared.sql.delete, &[&start, &end, &min_age]).await {
+            Ok(row) => {
+                return Ok(Outcome {
+                    deleted: count(&row, "deleted"),
+                    skipped_min_age: count(&row, "too_young"),
+                    ..Outcome::default()
+                });
+            }
+            Err(e) if is_lock_timeout(&e) => {}
+            Err(e) => return Err(e.context("a batch failed and was rolled back")),
+        }
+        // A live request holds a row of this range (or DDL holds the table): skip what is held.
+        let last = end.map(|e| e - time::Duration::microseconds(1));
+        match skip_locked(shared, client, start, last, limit).await {
+            Ok((deleted, present)) => {
+                return Ok(Outcome {
+                    deleted,
+                    skipped_locked: present.saturating_sub(deleted),
+                    fell_back: true,
+                    ..Outcome::default()
+                });
+            }
+            Err(e) if is_lock_timeout(&e) && retries < MAX_TABLE_LOCK_RETRIES => {
+                retries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => {
+                return Err(e.context("could not lock the table for a batch (is DDL running on it?)"));
+            }
+        }
+    }
+}
+
+async fn delete_ties(shared: &Shared, client: &deadpool_postgres::Object, at: OffsetDateTime, limit: i64) -> Result<Outcome> {
+    let (deleted, present) = skip_locked(shared, client, Some(at), Some(at), limit)
+        .await
+        .context("a batch failed and was rolled back")?;
+    let exhausted = deleted < u64::try_from(limit).unwrap_or(u64::MAX);
+    Ok(Outcome {
+        deleted,
+        skipped_locked: if exhausted { present.saturating_sub(deleted) } else { 0 },
+        fell_back: true,
+        ties_exhausted: exhausted.then_some(at),
+        ..Outcome::default()
+    })
+}
+
+/// The SKIP LOCKED statement over [first, last] (inclusive; None = open): (deleted, present).
+async fn skip_locked(
+    shared: &Shared,
+    client: &deadpool_postgres::Object,
+    first: Option<OffsetDateTime>,
+    last: Option<OffsetDateTime>,
+    limit: i64,
+) -> Result<(u64, u64)> {
+    let min_age = shared.plan.min_age_secs;
+    let row = run_statement(client, shared.plan.deadline, &shared.sql.skip_locked, &[&first, &last, &limit, &min_age]).await?;
+    Ok((count(&row, "deleted"), count(&row, "present")))
+}
+
+fn count(row: &tokio_postgres::Row, column: &str) -> u64 {
+    u64::try_from(row.get::<_, i64>(column)).unwrap_or(0)
+}
+
+/// Run one statement (prepared once per session). Each runs in autocommit, so it is its own short
+/// transaction: committed, or rolled back by the server on any error. A client-side deadline
+/// guards against a dead network path, which the server-side statement_timeout cannot see.
+async fn run_statement(
+    client: &deadpool_postgres::Object,
+    deadline: Duration,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<tokio_postgres::Row> {
+    let work = async {
+        let stmt = client.prepare_cached(sql).await?;
+        client.query_one(&stmt, params).await
+    };
+    match tokio::time::timeout(deadline, work).await {
+        Ok(r) => r.map_err(|e| connection_context(e.into())),
+        Err(_) => Err(fail(
+            Exit::Failure,
+            format!("no answer from the server within {}; giving up on this connection", human_secs(deadline.as_secs_f64())),
+        )),
+    }
+}
+
+fn connection_context(e: anyhow::Error) -> anyhow::Error {
+    let closed = e
+        .chain()
+        .any(|c| c.downcast_ref::<tokio_postgres::Error>().is_some_and(tokio_postgres::Error::is_closed));
+    if closed {
+        e.context("lost the connection to the server; the batch in flight was rolled back and the next run continues")
+    } else {
+        e
+    }
+}
+
+/// Whether a statement failed because it could not get a lock within lock_timeout.
+pub fn is_lock_timeout(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::code)
+            .is_some_and(|code| *code == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+    })
+}
