@@ -87,19 +87,19 @@ pub struct GlobalArgs {
 
     /// Give up connecting after this long, retrying transient failures with backoff
     /// [default: connect_timeout from the conninfo, else PGCONNECT_TIMEOUT, else 10s].
-    #[arg(long, value_parser = parse_positive_duration, global = true, value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, global = true, value_name = "DUR")]
     pub connect_timeout: Option<Duration>,
 
     /// statement_timeout for every statement idemctl runs.
-    #[arg(long, value_parser = parse_positive_duration, default_value = "30s", global = true, value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "30s", global = true, value_name = "DUR")]
     pub statement_timeout: Duration,
 
     /// lock_timeout for idemctl's sessions (evict and reclaim wait far less on rows: a few ms).
-    #[arg(long, value_parser = parse_positive_duration, default_value = "2s", global = true, value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "2s", global = true, value_name = "DUR")]
     pub lock_timeout: Duration,
 
     /// idle_in_transaction_session_timeout for idemctl's sessions.
-    #[arg(long, value_parser = parse_positive_duration, default_value = "60s", global = true, value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "60s", global = true, value_name = "DUR")]
     pub idle_in_transaction_timeout: Duration,
 }
 
@@ -135,7 +135,7 @@ pub struct InspectArgs {
     pub api_key_id: Option<String>,
 
     /// Age past which an in_progress key counts as stuck (what reclaim would take by default).
-    #[arg(long, value_parser = parse_positive_duration, default_value = "5m", value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
     pub stuck_after: Duration,
 }
 
@@ -143,11 +143,11 @@ pub struct InspectArgs {
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Age past which an in_progress key counts as stuck.
-    #[arg(long, value_parser = parse_positive_duration, default_value = "5m", value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
     pub stuck_after: Duration,
 
     /// Count the expired backlog exactly up to this many rows, then report "at least N".
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(i64).range(1..=100_000_000), value_name = "N")]
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(i64).range(1..=100_000_000), allow_negative_numbers = true, value_name = "N")]
     pub backlog_cap: i64,
 
     /// Count stuck keys with a table scan when the optional in_progress index is missing.
@@ -166,7 +166,7 @@ pub struct StatsArgs {
 )]
 pub struct CheckArgs {
     /// Fail (exit 4) when the oldest expired key has waited longer than this for eviction.
-    #[arg(long, value_parser = parse_positive_duration, value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]
     pub max_eviction_lag: Option<Duration>,
 
     /// Fail (exit 4) when more than N in_progress keys are older than --stuck-after.
@@ -174,7 +174,7 @@ pub struct CheckArgs {
     pub max_stuck: Option<u64>,
 
     /// Age past which an in_progress key counts as stuck.
-    #[arg(long, value_parser = parse_positive_duration, default_value = "5m", value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
     pub stuck_after: Duration,
 
     /// Count stuck keys with a table scan when the optional in_progress index is missing.
@@ -191,38 +191,38 @@ cron:    */5 * * * * idemctl evict --max-runtime 4m --textfile /var/lib/node_exp
 )]
 pub struct EvictArgs {
     /// Rows per batch: each batch is one statement in its own transaction.
-    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50_000), value_name = "N")]
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50_000), allow_negative_numbers = true, value_name = "N")]
     pub batch_size: u32,
 
     /// Stop starting new batches after this long.
-    #[arg(long, value_parser = parse_positive_duration, value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]
     pub max_runtime: Option<Duration>,
 
     /// Stop after this many batches.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true, value_name = "N")]
     pub max_batches: Option<u64>,
 
     /// Stop after deleting this many rows (the last batch is shortened to fit).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true, value_name = "N")]
     pub max_rows: Option<u64>,
 
     /// Sleep this long between batches, to leave room for live traffic.
-    #[arg(long, value_parser = parse_duration, default_value = "0s", value_name = "DUR")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, default_value = "0s", value_name = "DUR")]
     pub pause: Duration,
 
     /// Share of wall time each worker may spend running statements, in percent: after a batch that
     /// took T, it rests T * (100 - PCT) / PCT, so a busy server gets longer breaks. 100 = no pacing
     /// (catching up on a backlog in a quiet hour).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100), value_name = "PCT")]
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100), allow_negative_numbers = true, value_name = "PCT")]
     pub duty_cycle: u8,
 
     /// Sessions deleting disjoint ranges in parallel (for catching up; each paced as above).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8), value_name = "N")]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8), allow_negative_numbers = true, value_name = "N")]
     pub jobs: u8,
 
     /// Never evict a key created less than this long ago, whatever its expires_at says
     /// (a guard against a deploy that wrote too-short TTLs).
-    #[arg(long, value_parser = parse_positive_duration, value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]
     pub min_age: Option<Duration>,
 
     /// Show what would be deleted (bounded count, oldest and newest, statement and plan); change nothing.
@@ -258,7 +258,7 @@ pub struct ReclaimArgs {
     /// is NULL), by the database clock. It must exceed the longest a request handler can run,
     /// downstream timeouts included: reclaiming a key whose owner is still working lets the request
     /// execute twice.
-    #[arg(long, value_parser = parse_positive_duration, default_value = "5m", value_name = "DUR")]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
     pub older_than: Duration,
 
     /// Allow --older-than below 1 minute.
@@ -270,7 +270,7 @@ pub struct ReclaimArgs {
     pub action: ReclaimAction,
 
     /// HTTP status stored by --action fail.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i32).range(100..=599), value_name = "CODE")]
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i32).range(100..=599), allow_negative_numbers = true, value_name = "CODE")]
     pub status: i32,
 
     /// JSON object stored as the response body by --action fail [default: an RFC 9457 problem
@@ -300,11 +300,11 @@ pub struct ReclaimArgs {
     pub allow_scan: bool,
 
     /// Keys per batch (one statement, one transaction each).
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000), value_name = "N")]
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000), allow_negative_numbers = true, value_name = "N")]
     pub batch_size: u32,
 
     /// Reclaim at most this many keys in this run.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), value_name = "N")]
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true, value_name = "N")]
     pub limit: Option<u64>,
 }
 

@@ -20,15 +20,17 @@ pub fn main_entry() -> std::process::ExitCode {
     install_panic_hook();
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
+        Err(e) if !e.use_stderr() => {
+            // --help and --version: clap prints them to stdout.
             let _ = e.print();
-            return std::process::ExitCode::from(if e.use_stderr() {
-                exit::Exit::Usage.code()
-            } else {
-                0
-            });
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("idemctl: {}", usage_error_line(&e));
+            return exit::Exit::Usage.into();
         }
     };
+
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -43,6 +45,21 @@ pub fn main_entry() -> std::process::ExitCode {
         Ok(code) => code.into(),
         Err(e) => report(&e),
     }
+}
+
+/// clap's usage error as one line: its message without the blank lines, usage block and "For more
+/// information" footer, pointing at `--help` instead.
+fn usage_error_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty())
+        .collect();
+    let message = lines.join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    format!("{message} (see --help)")
 }
 
 /// Print an error as one line (`idemctl: failed to ...: cause`) and pick its exit code.

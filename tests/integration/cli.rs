@@ -71,7 +71,8 @@ fn bad_arguments_are_refused_with_one_line() {
         let run = Cmd::new().args(*args).run();
         run.assert_code(2);
         assert!(!run.stderr.contains("panicked"), "{run}");
-        assert!(run.stderr.starts_with("error:"), "{run}");
+        assert!(run.stderr.starts_with("idemctl: "), "{run}");
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
     }
 }
 
