@@ -3,12 +3,13 @@
 --
 -- Locks the candidates with FOR UPDATE SKIP LOCKED, so it never waits on a live request, deletes
 -- them by physical address in the same statement, and re-checks expiry, state and --min-age on
--- each row it removes. $1 = range start, $2 = range end, both inclusive (NULL = open), $3 = row
+-- each row it removes. A ctid is an address within one partition, so the partition (tableoid) is
+-- matched too on a partitioned table. $1 = range start, $2 = range end, both inclusive (NULL = open), $3 = row
 -- limit, $4 = min-age seconds or NULL. Returns the rows deleted and the expired completed rows of
 -- the range (up to the limit) that were there, so the caller can tell how many were left because
 -- another session holds them.
 WITH candidates AS (
-    SELECT ctid
+    SELECT tableoid, ctid
       FROM {table}
      WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
        AND expires_at <= coalesce($2::timestamptz, 'infinity'::timestamptz)
@@ -21,6 +22,7 @@ WITH candidates AS (
 ), deleted AS (
     DELETE FROM {table}
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
+       AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
        AND expires_at < now()
        AND state = 'completed'
        AND ($4::float8 IS NULL OR created_at < now() - make_interval(secs => $4::float8))
