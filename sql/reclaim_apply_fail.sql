@@ -5,6 +5,8 @@
 -- (api_key_id, key) index. A row is changed only if it is exactly as the plan saw it (still
 -- in_progress, same locked_at, same created_at), still held longer than the cutoff, and not locked
 -- by a live owner (FOR UPDATE SKIP LOCKED: never waited on); the UPDATE re-checks state and cutoff.
+-- Rows are matched by physical address (ctid) and, because a ctid is only unique within one
+-- partition, by partition (tableoid) too.
 -- It becomes completed with the stored error response; expires_at is kept. Every plan row comes
 -- back with its outcome, judged on the statement's snapshot: reclaimed, gone, completed,
 -- other_state, changed (taken again since the plan), too_young, or held (unchanged but locked: its
@@ -17,7 +19,7 @@ WITH planned AS (
       FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])
            WITH ORDINALITY AS p(api_key_id, key, locked_at, created_at, ord)
 ), candidates AS (
-    SELECT t.ctid
+    SELECT t.tableoid, t.ctid
       FROM planned p
       JOIN {table} t ON t.api_key_id = p.api_key_id AND t.key = p.key
      WHERE t.state = 'in_progress'
@@ -31,6 +33,7 @@ WITH planned AS (
            response_status = $6::int,
            response_body = $7::jsonb
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
+       AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
        AND state = 'in_progress'
        AND coalesce(locked_at, created_at) < now() - make_interval(secs => $5::float8)
     RETURNING api_key_id::text AS api_key_id, key::text AS key

@@ -4,11 +4,13 @@
 -- or else created_at, by the database clock) through the optional partial index, locking them with
 -- FOR UPDATE SKIP LOCKED: a key whose owner still holds its row lock is alive and is skipped, never
 -- waited on. The DELETE re-checks state and cutoff on every row it removes, so a key that completed
--- or was taken again meanwhile is left alone. The key becomes absent and the client's retry runs
+-- or was taken again meanwhile is left alone.
+-- Rows are matched by physical address (ctid) and, because a ctid is only unique within one
+-- partition, by partition (tableoid) too. The key becomes absent and the client's retry runs
 -- afresh. $1 = --older-than in seconds, $2 = batch size. Returns how many keys were deleted, and
 -- which (as text arrays, in the same order).
 WITH candidates AS (
-    SELECT ctid
+    SELECT tableoid, ctid
       FROM {table}
      WHERE state = 'in_progress'
        AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
@@ -18,6 +20,7 @@ WITH candidates AS (
 ), reclaimed AS (
     DELETE FROM {table}
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
+       AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
        AND state = 'in_progress'
        AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
     RETURNING api_key_id::text AS api_key_id, key::text AS key

@@ -4,12 +4,14 @@
 -- or else created_at, by the database clock) through the optional partial index, locking them with
 -- FOR UPDATE SKIP LOCKED: a key whose owner still holds its row lock is alive and is skipped, never
 -- waited on. The UPDATE re-checks state and cutoff on every row it changes, so a key that completed
--- or was taken again meanwhile is left alone. Each key becomes completed with the stored error
+-- or was taken again meanwhile is left alone.
+-- Rows are matched by physical address (ctid) and, because a ctid is only unique within one
+-- partition, by partition (tableoid) too. Each key becomes completed with the stored error
 -- response, which the API replays to a retry instead of running the request again; expires_at is
 -- kept. $1 = --older-than in seconds, $2 = batch size, $3 = response status, $4 = response body
 -- (a JSON object). Returns how many keys were failed, and which (as text arrays, in the same order).
 WITH candidates AS (
-    SELECT ctid
+    SELECT tableoid, ctid
       FROM {table}
      WHERE state = 'in_progress'
        AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
@@ -22,6 +24,7 @@ WITH candidates AS (
            response_status = $3::int,
            response_body = $4::jsonb
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
+       AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
        AND state = 'in_progress'
        AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
     RETURNING api_key_id::text AS api_key_id, key::text AS key

@@ -250,9 +250,11 @@ pub enum ReclaimAction {
 
 /// `idemctl reclaim`.
 #[derive(Debug, Args)]
-#[command(after_help = "Walkthrough: idemctl stats; idemctl inspect KEY; idemctl reclaim --dry-run; \
+#[command(
+    after_help = "Walkthrough: idemctl stats; idemctl inspect KEY; idemctl reclaim --dry-run; \
 idemctl reclaim --plan plan.json; idemctl reclaim --apply plan.json.\n\
-Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force).")]
+Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force)."
+)]
 pub struct ReclaimArgs {
     /// Reclaim in_progress keys held longer than this (from locked_at, or created_at when locked_at
     /// is NULL), by the database clock. It must exceed the longest a request handler can run,

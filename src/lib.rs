@@ -77,7 +77,10 @@ pub fn one_line(err: &anyhow::Error) -> String {
         if skip_db_error && cause.is::<tokio_postgres::error::DbError>() {
             continue;
         }
-        if let Some(db) = cause.downcast_ref::<tokio_postgres::Error>().and_then(tokio_postgres::Error::as_db_error) {
+        if let Some(db) = cause
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::as_db_error)
+        {
             let mut text = db.message().to_owned();
             if let Some(detail) = db.detail() {
                 text.push_str(&format!(" ({detail})"));

@@ -45,7 +45,10 @@ impl Progress {
         let rate = if secs > 0.0 { rows as f64 / secs } else { 0.0 };
         let left = self.bar.length().unwrap_or(rows).saturating_sub(rows);
         let eta = if rate > 0.0 { left as f64 / rate } else { 0.0 };
-        let mut msg = format!("{rate:.0} rows/s, about {} left", crate::output::human_secs(eta));
+        let mut msg = format!(
+            "{rate:.0} rows/s, about {} left",
+            crate::output::human_secs(eta)
+        );
         if skipped > 0 {
             msg.push_str(&format!(", {skipped} skipped (held by live requests)"));
         }

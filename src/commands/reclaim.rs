@@ -1,12 +1,1259 @@
-//! `idemctl reclaim`: free in_progress keys whose owner died.
+//! `idemctl reclaim`: free in_progress keys whose owner died, by deleting them or by failing them
+//! with a stored error response, after a preview the operator can review.
+//!
+//! Four modes: `--dry-run` lists the stuck keys; `--plan FILE` writes that list as JSON; `--apply
+//! FILE` reclaims exactly the plan's keys that are unchanged since; the default finds and reclaims
+//! stuck keys batch by batch. Every write is one statement in its own transaction that locks its
+//! rows with SKIP LOCKED (a live owner is never waited on) and re-checks state and cutoff on each
+//! row it changes, so a completed key is never touched. Flags, body and plan file are checked
+//! before connecting.
 
-use anyhow::Result;
+use std::collections::HashSet;
+use std::io::{IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use crate::cli::ReclaimArgs;
+use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+use tokio_postgres::types::ToSql;
+
+use crate::cli::{ReclaimAction, ReclaimArgs};
 use crate::context::Context;
+use crate::db::KeyTable;
+use crate::db::lock::{self, LockClass};
+use crate::db::queries::{self, Capped};
 use crate::exit::{Exit, fail};
+use crate::output::prometheus::write_atomic;
+use crate::output::{Doc, human_secs, rfc3339, sanitize};
+
+/// The preview: stuck keys, oldest first, up to a cap.
+pub const PREVIEW_SQL: &str = include_str!("../../sql/reclaim_preview.sql");
+/// One batch of `--action delete`.
+pub const DELETE_SQL: &str = include_str!("../../sql/reclaim_delete.sql");
+/// One batch of `--action fail`.
+pub const FAIL_SQL: &str = include_str!("../../sql/reclaim_fail.sql");
+/// One batch of a plan with `--action delete`.
+pub const APPLY_DELETE_SQL: &str = include_str!("../../sql/reclaim_apply_delete.sql");
+/// One batch of a plan with `--action fail`.
+pub const APPLY_FAIL_SQL: &str = include_str!("../../sql/reclaim_apply_fail.sql");
+/// The column grants `--action fail` needs.
+const PRIVILEGES_SQL: &str = include_str!("../../sql/reclaim_privileges.sql");
+
+/// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
+/// only bounds waits on the table itself (DDL), which must not stall the API behind us.
+const ROW_LOCK_WAIT: Duration = Duration::from_millis(5);
+/// Below this, --older-than needs --force: a handler still working would run its request twice.
+const MIN_OLDER_THAN: Duration = Duration::from_secs(60);
+/// clap's defaults, to tell a flag given on the command line from its default under --apply.
+const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(300);
+const DEFAULT_STATUS: i32 = 500;
+/// The preview, a plan and the summary's key list stop here.
+const LIST_CAP: i64 = 10_000;
+/// Counts stop here ("at least N").
+const COUNT_CAP: i64 = 100_000;
+/// The plan file format this build writes and reads.
+const PLAN_VERSION: u32 = 1;
+/// The RFC 9457 problem type of the default stored error.
+const PROBLEM_TYPE: &str = "tag:idemctl,2026:outcome-unknown";
+const PROBLEM_DETAIL: &str = "The server handling the original request stopped before recording \
+its result, so whether its effect happened is unknown. Check the resource's state before \
+retrying with a new idempotency key.";
+
+/// What this run does, decided from the flags (and the plan file) before connecting.
+enum Mode {
+    /// List (and with a path, write a plan); change nothing.
+    Preview(Option<PathBuf>),
+    /// Find stuck keys and reclaim them batch by batch.
+    Sweep,
+    /// Reclaim exactly the rows of a plan.
+    Apply(PathBuf, Plan),
+}
+
+/// The validated request.
+struct Request {
+    mode: Mode,
+    older_than: f64,
+    action: ReclaimAction,
+    status: i32,
+    /// The stored response body (`--action fail` only).
+    body: Option<Value>,
+    /// Reclaim (or list) at most this many keys.
+    limit: Option<u64>,
+}
 
 /// Run `reclaim`.
-pub async fn run(_ctx: &Context, _args: &ReclaimArgs) -> Result<Exit> {
-    Err(fail(Exit::Internal, "reclaim is not available in this build"))
+pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
+    let req = validate(ctx, args)?;
+    let client = ctx.client().await?;
+    let table = ctx.table(&client).await?;
+    table.require_columns()?;
+    match &req.mode {
+        Mode::Preview(path) => preview(ctx, &client, &table, &req, args, path.as_deref()).await,
+        Mode::Sweep => sweep(ctx, &client, &table, &req, args).await,
+        Mode::Apply(path, plan) => apply(ctx, &client, &table, &req, args, path, plan).await,
+    }
+}
+
+// ---- validation, before any connection -------------------------------------------------------
+
+fn validate(ctx: &Context, args: &ReclaimArgs) -> Result<Request> {
+    let req = match &args.apply {
+        Some(path) => request_from_plan(args, path)?,
+        None => Request {
+            mode: if args.dry_run || args.plan.is_some() {
+                Mode::Preview(args.plan.clone())
+            } else {
+                Mode::Sweep
+            },
+            older_than: args.older_than.as_secs_f64(),
+            action: args.action,
+            status: args.status,
+            body: response_body(args)?,
+            limit: args.limit,
+        },
+    };
+    check_floor(req.older_than, args.force)?;
+    let writes = !matches!(req.mode, Mode::Preview(_));
+    let terminal = std::io::stdin().is_terminal() && ctx.output.stderr_tty;
+    if writes && !args.yes && !terminal {
+        return Err(fail(
+            Exit::Usage,
+            "refusing to reclaim without confirmation: there is no terminal to ask on; review \
+             `idemctl reclaim --dry-run`, then pass --yes",
+        ));
+    }
+    Ok(req)
+}
+
+fn check_floor(older_than: f64, force: bool) -> Result<()> {
+    if older_than >= MIN_OLDER_THAN.as_secs_f64() || force {
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        format!(
+            "--older-than {} is under 1m: a key held that briefly may belong to a request still \
+             running, which would then execute twice; use a value above the longest handler \
+             duration including downstream timeouts, or pass --force to override",
+            human_secs(older_than)
+        ),
+    ))
+}
+
+/// The response body `--action fail` stores: `--body-file`, or the default problem document.
+fn response_body(args: &ReclaimArgs) -> Result<Option<Value>> {
+    match (args.action, &args.body_file) {
+        (ReclaimAction::Delete, Some(_)) => Err(fail(
+            Exit::Usage,
+            "--body-file only applies to --action fail; drop it or pass --action fail",
+        )),
+        (ReclaimAction::Delete, None) if args.status != DEFAULT_STATUS => Err(fail(
+            Exit::Usage,
+            "--status only applies to --action fail; drop it or pass --action fail",
+        )),
+        (ReclaimAction::Delete, None) => Ok(None),
+        (ReclaimAction::Fail, Some(path)) => read_body(path).map(Some),
+        (ReclaimAction::Fail, None) => Ok(Some(problem_document(args.status))),
+    }
+}
+
+/// The default stored error: an RFC 9457 problem document saying the outcome is unknown.
+pub fn problem_document(status: i32) -> Value {
+    json!({
+        "type": PROBLEM_TYPE,
+        "title": "Outcome unknown",
+        "status": status,
+        "detail": PROBLEM_DETAIL,
+    })
+}
+
+fn read_body(path: &Path) -> Result<Value> {
+    let shown = sanitize(&path.display().to_string());
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| fail(Exit::Usage, format!("cannot read --body-file {shown}: {e}")))?;
+    let value: Value = serde_json::from_str(&text).map_err(|e| {
+        fail(
+            Exit::Usage,
+            format!(
+                "--body-file {shown} is not valid JSON ({e}); the stored body must be a JSON object"
+            ),
+        )
+    })?;
+    if !value.is_object() {
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "--body-file {shown} holds a JSON {}, but the stored response body must be a JSON object",
+                json_kind(&value)
+            ),
+        ));
+    }
+    Ok(value)
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+// ---- the plan file ---------------------------------------------------------------------------
+
+/// A reviewed preview: what `--plan` writes and `--apply` reads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Plan {
+    schema_version: u32,
+    /// `schema.name` of the table the plan was made on.
+    table: String,
+    older_than_seconds: f64,
+    action: ReclaimAction,
+    /// The stored response status for `fail` (unused by `delete`).
+    #[serde(default = "default_status")]
+    status: i32,
+    /// The stored response body for `fail`, null for `delete`.
+    #[serde(default)]
+    body: Option<Value>,
+    /// The database clock when the preview was taken (for the reviewer).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    created_at: Option<OffsetDateTime>,
+    /// More stuck keys existed than the plan lists (the oldest are listed).
+    #[serde(default)]
+    truncated: bool,
+    rows: Vec<PlanRow>,
+}
+
+/// One key of a plan. `locked_at` and `created_at` are exact (microseconds): apply reclaims the
+/// row only if both are unchanged. Method, path and age are for the reviewer only.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanRow {
+    api_key_id: String,
+    key: String,
+    #[serde(with = "time::serde::rfc3339::option")]
+    locked_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+    #[serde(default)]
+    request_method: String,
+    #[serde(default)]
+    request_path: String,
+    #[serde(default)]
+    age_seconds: f64,
+}
+
+fn default_status() -> i32 {
+    DEFAULT_STATUS
+}
+
+/// Just the version, read first so that a newer format gets a clear message.
+#[derive(Deserialize)]
+struct PlanVersion {
+    schema_version: Option<u32>,
+}
+
+fn request_from_plan(args: &ReclaimArgs, path: &Path) -> Result<Request> {
+    let plan = load_plan(path)?;
+    check_plan_flags(args, &plan)?;
+    Ok(Request {
+        older_than: plan.older_than_seconds,
+        action: plan.action,
+        status: plan.status,
+        body: plan.body.clone(),
+        limit: args.limit,
+        mode: Mode::Apply(path.to_owned(), plan),
+    })
+}
+
+fn load_plan(path: &Path) -> Result<Plan> {
+    let shown = sanitize(&path.display().to_string());
+    let invalid = |why: String| {
+        fail(
+            Exit::Usage,
+            format!(
+                "plan {shown} is not a valid reclaim plan ({why}); nothing was changed, make a new one with --plan"
+            ),
+        )
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| fail(Exit::Usage, format!("cannot read plan {shown}: {e}")))?;
+    let version: PlanVersion = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    if version.schema_version != Some(PLAN_VERSION) {
+        return Err(invalid(format!(
+            "schema_version {}, this idemctl reads {PLAN_VERSION}",
+            version
+                .schema_version
+                .map_or_else(|| "missing".to_owned(), |v| v.to_string())
+        )));
+    }
+    let plan: Plan = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    check_plan(&plan).map_err(invalid)?;
+    Ok(plan)
+}
+
+/// What serde cannot check: sane numbers, a body that fits the action, no key listed twice.
+fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
+    if !(plan.older_than_seconds.is_finite() && plan.older_than_seconds > 0.0) {
+        return Err("older_than_seconds must be a positive number".into());
+    }
+    if !(100..=599).contains(&plan.status) {
+        return Err(format!("status {} is not an HTTP status", plan.status));
+    }
+    match (plan.action, &plan.body) {
+        (ReclaimAction::Fail, Some(Value::Object(_))) | (ReclaimAction::Delete, None) => {}
+        (ReclaimAction::Fail, _) => return Err("action fail needs a JSON object as body".into()),
+        (ReclaimAction::Delete, Some(_)) => return Err("action delete takes no body".into()),
+    }
+    let mut seen = HashSet::new();
+    for r in &plan.rows {
+        if !seen.insert((r.api_key_id.as_str(), r.key.as_str())) {
+            return Err(format!(
+                "key {} of api_key_id {} is listed twice",
+                sanitize(&r.key),
+                sanitize(&r.api_key_id)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Under --apply the plan decides action, status, body and cutoff; a flag that says otherwise is
+/// a mistake worth stopping for (a flag left at its default is not).
+fn check_plan_flags(args: &ReclaimArgs, plan: &Plan) -> Result<()> {
+    let conflict = if args.body_file.is_some() {
+        Some("--body-file")
+    } else if args.action != ReclaimAction::Delete && args.action != plan.action {
+        Some("--action")
+    } else if args.status != DEFAULT_STATUS && args.status != plan.status {
+        Some("--status")
+    } else if args.older_than != DEFAULT_OLDER_THAN
+        && (args.older_than.as_secs_f64() - plan.older_than_seconds).abs() > 1e-6
+    {
+        Some("--older-than")
+    } else {
+        None
+    };
+    match conflict {
+        None => Ok(()),
+        Some(flag) => Err(fail(
+            Exit::Usage,
+            format!(
+                "{flag} differs from the plan: --apply takes action, status, body and cutoff from \
+                 the plan file; drop {flag}, or make a new plan with it"
+            ),
+        )),
+    }
+}
+
+// ---- preview (--dry-run, --plan) -------------------------------------------------------------
+
+/// A stuck key as the preview lists it.
+#[derive(Debug, Clone, Serialize)]
+struct Candidate {
+    api_key_id: String,
+    key: String,
+    request_method: String,
+    request_path: String,
+    #[serde(with = "time::serde::rfc3339::option")]
+    locked_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+    /// locked_at, or created_at where the owner never set locked_at.
+    #[serde(with = "time::serde::rfc3339")]
+    held_since: OffsetDateTime,
+    /// Which column `held_since` comes from.
+    held_since_column: &'static str,
+    age_seconds: f64,
+}
+
+impl Candidate {
+    fn from_row(r: &tokio_postgres::Row) -> Result<Candidate> {
+        let locked_at: Option<OffsetDateTime> = r.try_get("locked_at")?;
+        let created_at: OffsetDateTime = r.try_get("created_at")?;
+        Ok(Candidate {
+            api_key_id: r.try_get("api_key_id")?,
+            key: r.try_get("key")?,
+            request_method: r.try_get("request_method")?,
+            request_path: r.try_get("request_path")?,
+            held_since: locked_at.unwrap_or(created_at),
+            held_since_column: if locked_at.is_some() {
+                "locked_at"
+            } else {
+                "created_at"
+            },
+            locked_at,
+            created_at,
+            age_seconds: r.try_get("age_seconds")?,
+        })
+    }
+
+    fn plan_row(&self) -> PlanRow {
+        PlanRow {
+            api_key_id: self.api_key_id.clone(),
+            key: self.key.clone(),
+            locked_at: self.locked_at,
+            created_at: self.created_at,
+            request_method: self.request_method.clone(),
+            request_path: self.request_path.clone(),
+            age_seconds: self.age_seconds,
+        }
+    }
+}
+
+/// What the preview found, from one consistent snapshot.
+struct Found {
+    rows: Vec<Candidate>,
+    /// More rows matched than were listed.
+    truncated: bool,
+    count: Capped,
+    db_now: OffsetDateTime,
+}
+
+async fn preview(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    req: &Request,
+    args: &ReclaimArgs,
+    plan_path: Option<&Path>,
+) -> Result<Exit> {
+    require_stuck_index(table, args.allow_scan)?;
+    require_privileges(client, table, None).await?;
+    let cap = req.limit.map_or(LIST_CAP, |l| {
+        i64::try_from(l).unwrap_or(i64::MAX).min(LIST_CAP)
+    });
+    let found = find(client, table, req.older_than, cap).await?;
+    if let Some(path) = plan_path {
+        write_plan(path, table, req, &found)?;
+    }
+    let (doc, json) = preview_report(table, req, &found, plan_path);
+    ctx.output.emit(&doc, &json)?;
+    Ok(Exit::Success)
+}
+
+/// List up to `cap` stuck keys and count them (up to COUNT_CAP) in one read-only snapshot, so the
+/// count and the list agree. (An error leaves the session in the transaction; the process ends.)
+async fn find(
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    older_than: f64,
+    cap: i64,
+) -> Result<Found> {
+    client
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .await
+        .context("failed to start the preview's read-only transaction")?;
+    let db_now: OffsetDateTime = client
+        .query_one("SELECT now()", &[])
+        .await
+        .context("failed to read the database clock")?
+        .get(0);
+    let rows = client
+        .query(&table.sql(PREVIEW_SQL), &[&older_than, &(cap + 1)])
+        .await
+        .context("failed to list stuck in_progress keys")?;
+    let stuck = queries::stuck(client, table, older_than, COUNT_CAP).await?;
+    client
+        .batch_execute("COMMIT")
+        .await
+        .context("failed to end the preview's transaction")?;
+    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let truncated = rows.len() > cap;
+    let rows = rows
+        .iter()
+        .take(cap)
+        .map(Candidate::from_row)
+        .collect::<Result<Vec<_>>>()
+        .context("failed to read a listed key")?;
+    Ok(Found {
+        rows,
+        truncated,
+        count: stuck.count,
+        db_now,
+    })
+}
+
+fn write_plan(path: &Path, table: &KeyTable, req: &Request, found: &Found) -> Result<()> {
+    let plan = Plan {
+        schema_version: PLAN_VERSION,
+        table: format!("{}.{}", table.schema, table.name),
+        older_than_seconds: req.older_than,
+        action: req.action,
+        status: req.status,
+        body: req.body.clone(),
+        created_at: Some(found.db_now),
+        truncated: found.truncated,
+        rows: found.rows.iter().map(Candidate::plan_row).collect(),
+    };
+    let mut text = serde_json::to_string_pretty(&plan).context("failed to encode the plan")?;
+    text.push('\n');
+    write_atomic(path, &text).with_context(|| {
+        format!(
+            "failed to write plan {}",
+            sanitize(&path.display().to_string())
+        )
+    })
+}
+
+fn preview_report(
+    table: &KeyTable,
+    req: &Request,
+    found: &Found,
+    plan_path: Option<&Path>,
+) -> (Doc, Value) {
+    let json = json!({
+        "table": table.display(),
+        "dry_run": true,
+        "older_than_seconds": req.older_than,
+        "action": req.action,
+        "response_status": req.body.as_ref().map(|_| req.status),
+        "response_body": req.body,
+        "limit": req.limit,
+        "would_reclaim": found.count,
+        "rows_listed": found.rows.len(),
+        "listing_truncated": found.truncated,
+        "plan_file": plan_path.map(|p| p.display().to_string()),
+        "db_now": rfc3339(found.db_now),
+        "rows": found.rows,
+    });
+    let mut doc = Doc::default();
+    doc.fields(None, summary_fields(table, req, found));
+    if !found.rows.is_empty() {
+        let cells = found.rows.iter().map(candidate_cells).collect();
+        doc.rows(None, &CANDIDATE_HEADER, cells);
+        preview_notes(&mut doc, req, found, plan_path.is_some());
+    }
+    if let Some(p) = plan_path {
+        let p = sanitize(&p.display().to_string());
+        doc.text(format!(
+            "plan written to {p} ({} keys); review it, then run: idemctl reclaim --apply {p}",
+            found.rows.len()
+        ));
+    }
+    (doc, json)
+}
+
+fn preview_notes(doc: &mut Doc, req: &Request, found: &Found, plan: bool) {
+    let listed = found.rows.len();
+    let at_limit = req
+        .limit
+        .is_some_and(|l| u64::try_from(listed).is_ok_and(|n| n == l));
+    if found.truncated && at_limit {
+        doc.text(format!(
+            "listed the oldest {listed}: as many as --limit {listed} lets a run take"
+        ));
+    } else if found.truncated && plan {
+        doc.text(format!(
+            "the plan holds the oldest {listed} keys only; apply it, then make a new plan for the rest"
+        ));
+    } else if found.truncated {
+        doc.text(format!(
+            "listed the oldest {listed} keys only; a run reclaims more, batch by batch"
+        ));
+    }
+    doc.text("a key whose owner is still alive (its row locked) is listed but skipped at run time");
+}
+
+fn summary_fields(table: &KeyTable, req: &Request, found: &Found) -> Vec<(String, String)> {
+    let would = match req.limit {
+        Some(l) => format!("{} (a run with --limit {l} stops at {l})", found.count),
+        None => found.count.to_string(),
+    };
+    let mut rows = vec![
+        ("table".to_owned(), table.display()),
+        (
+            "held longer than".to_owned(),
+            format!("{} (database clock)", human_secs(req.older_than)),
+        ),
+        ("action".to_owned(), action_text(req)),
+        ("would reclaim".to_owned(), would),
+    ];
+    if let Some(body) = &req.body {
+        rows.push(("stored body".to_owned(), sanitize(&body.to_string())));
+    }
+    rows
+}
+
+const CANDIDATE_HEADER: [&str; 7] = [
+    "api_key_id",
+    "key",
+    "method",
+    "path",
+    "held since",
+    "from",
+    "age",
+];
+
+fn candidate_cells(c: &Candidate) -> Vec<String> {
+    vec![
+        sanitize(&c.api_key_id),
+        sanitize(&c.key),
+        sanitize(&c.request_method),
+        sanitize(&c.request_path),
+        rfc3339(c.held_since),
+        c.held_since_column.to_owned(),
+        human_secs(c.age_seconds),
+    ]
+}
+
+fn action_text(req: &Request) -> String {
+    match req.action {
+        ReclaimAction::Delete => "delete (the retry runs afresh)".to_owned(),
+        ReclaimAction::Fail => format!(
+            "fail (completed with status {}; the retry gets it replayed)",
+            req.status
+        ),
+    }
+}
+
+/// Finding stuck keys needs the optional partial index, or the operator's explicit consent to read
+/// the whole table.
+fn require_stuck_index(table: &KeyTable, allow_scan: bool) -> Result<()> {
+    if table.stuck_index().is_some() {
+        return Ok(());
+    }
+    if allow_scan {
+        crate::output::warn(&format!(
+            "table {} has no index on in_progress keys: reading the whole table (each statement bounded by --statement-timeout)",
+            table.display()
+        ));
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        format!(
+            "table {} has no index on in_progress keys, so finding stuck keys means reading the \
+             whole table; create it with: {} (its cost to the API: sql/maintenance_indexes.sql), \
+             or pass --allow-scan",
+            table.display(),
+            table.stuck_index_fix()
+        ),
+    ))
+}
+
+/// Refuse, before any change and naming the missing grant, a role that lacks what the run needs:
+/// SELECT to preview; for `delete` also DELETE and a row lock (PostgreSQL grants FOR UPDATE with
+/// UPDATE on any column); for `fail` UPDATE on each column it writes. `action` None = preview.
+async fn require_privileges(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+    action: Option<ReclaimAction>,
+) -> Result<()> {
+    let p = table.privileges(client).await?;
+    let (command, needs) = match action {
+        None => ("reclaim --dry-run", vec![("SELECT", p.select)]),
+        Some(ReclaimAction::Delete) => (
+            "reclaim --action delete",
+            vec![
+                ("SELECT", p.select),
+                ("DELETE", p.delete),
+                ("UPDATE (state)", p.lock_rows),
+            ],
+        ),
+        Some(ReclaimAction::Fail) => {
+            let row = client
+                .query_one(PRIVILEGES_SQL, &[&table.oid])
+                .await
+                .context("failed to read the role's column privileges")?;
+            let column = |c: &str| row.try_get::<_, bool>(c).unwrap_or(false);
+            (
+                "reclaim --action fail",
+                vec![
+                    ("SELECT", p.select),
+                    ("UPDATE (state)", column("state")),
+                    ("UPDATE (response_status)", column("response_status")),
+                    ("UPDATE (response_body)", column("response_body")),
+                ],
+            )
+        }
+    };
+    p.require(table, command, &needs)
+}
+
+// ---- writing runs: shared steps --------------------------------------------------------------
+
+/// Take the table's reclaim lock and keep every row wait to a few milliseconds for the session.
+async fn begin_writes(client: &tokio_postgres::Client, table: &KeyTable) -> Result<()> {
+    lock::acquire(client, table, LockClass::Reclaim).await?;
+    client
+        .batch_execute(&format!(
+            "SET lock_timeout = '{}ms'",
+            ROW_LOCK_WAIT.as_millis()
+        ))
+        .await
+        .context("failed to set the reclaim session's lock_timeout")
+}
+
+/// Ask on the terminal unless --yes. `validate` has already refused a run without a terminal.
+fn confirm(args: &ReclaimArgs, question: &str) -> Result<()> {
+    if args.yes {
+        return Ok(());
+    }
+    let mut err = std::io::stderr().lock();
+    write!(err, "{question} [y/N] ")
+        .and_then(|()| err.flush())
+        .context("failed to ask for confirmation")?;
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .context("failed to read the confirmation")?;
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        "reclaim not confirmed; nothing was changed",
+    ))
+}
+
+fn question(table: &KeyTable, req: &Request, count: &str) -> String {
+    let what = match req.action {
+        ReclaimAction::Delete => "delete".to_owned(),
+        ReclaimAction::Fail => format!("mark completed with status {}", req.status),
+    };
+    format!(
+        "reclaim: {what} {count} in_progress keys of {} held longer than {}?",
+        table.display(),
+        human_secs(req.older_than)
+    )
+}
+
+/// Run one batch statement with a client-side deadline (statement_timeout plus a margin), which
+/// guards against a dead network path the server-side timeout cannot see.
+async fn query_batch(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>> {
+    let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
+    let work = async {
+        let stmt = client.prepare_cached(sql).await?;
+        client.query(&stmt, params).await
+    };
+    match tokio::time::timeout(deadline, work).await {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(fail(
+            Exit::Failure,
+            format!(
+                "no answer from the server within {}; giving up on this connection",
+                human_secs(deadline.as_secs_f64())
+            ),
+        )),
+    }
+}
+
+fn is_lock_timeout(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::code)
+            .is_some_and(|code| *code == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
+    })
+}
+
+/// Why a writing run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum EndReason {
+    Drained,
+    Limit,
+    Interrupted,
+}
+
+/// A key identified for the report.
+#[derive(Debug, Clone, Serialize)]
+struct KeyId {
+    api_key_id: String,
+    key: String,
+}
+
+/// A plan row that apply left alone, and why.
+#[derive(Debug, Clone, Serialize)]
+struct LeftAlone {
+    api_key_id: String,
+    key: String,
+    /// gone, completed, other_state, changed, too_young or held.
+    reason: String,
+    /// The row's state when apply looked, if it still exists.
+    state: Option<String>,
+}
+
+/// The summary of a writing run (also the JSON document).
+#[derive(Debug, Serialize)]
+struct ReclaimReport {
+    table: String,
+    action: ReclaimAction,
+    older_than_seconds: f64,
+    response_status: Option<i32>,
+    plan_file: Option<String>,
+    end_reason: EndReason,
+    rows_reclaimed: u64,
+    batches: u64,
+    elapsed_seconds: f64,
+    /// Stuck keys skipped because their owner holds the row lock (it is alive).
+    skipped_live_owner: Option<Capped>,
+    /// Stuck keys still in the table after the run (sweep only).
+    stuck_left: Option<Capped>,
+    /// Plan rows apply did not reclaim, with why.
+    left_alone: Vec<LeftAlone>,
+    /// The keys reclaimed (the first LIST_CAP).
+    reclaimed: Vec<KeyId>,
+    reclaimed_listing_truncated: bool,
+}
+
+impl ReclaimReport {
+    fn new(table: &KeyTable, req: &Request) -> ReclaimReport {
+        ReclaimReport {
+            table: table.display(),
+            action: req.action,
+            older_than_seconds: req.older_than,
+            response_status: req.body.as_ref().map(|_| req.status),
+            plan_file: match &req.mode {
+                Mode::Apply(p, _) => Some(p.display().to_string()),
+                _ => None,
+            },
+            end_reason: EndReason::Drained,
+            rows_reclaimed: 0,
+            batches: 0,
+            elapsed_seconds: 0.0,
+            skipped_live_owner: None,
+            stuck_left: None,
+            left_alone: Vec::new(),
+            reclaimed: Vec::new(),
+            reclaimed_listing_truncated: false,
+        }
+    }
+
+    fn add_reclaimed(&mut self, key: KeyId) {
+        self.rows_reclaimed += 1;
+        if self.reclaimed.len() < usize::try_from(LIST_CAP).unwrap_or(usize::MAX) {
+            self.reclaimed.push(key);
+        } else {
+            self.reclaimed_listing_truncated = true;
+        }
+    }
+
+    /// Wrap a batch failure with what had already been done (those batches are committed).
+    fn batch_error(&self, e: anyhow::Error) -> anyhow::Error {
+        let why = if is_lock_timeout(&e) {
+            "gave up waiting for a lock another session holds (on the table, e.g. for DDL)"
+        } else {
+            "failed"
+        };
+        e.context(format!(
+            "batch {} {why} and was rolled back ({} keys were reclaimed by earlier batches); run reclaim again",
+            self.batches + 1,
+            self.rows_reclaimed
+        ))
+    }
+
+    /// Count each plan row as reclaimed or left alone (with why).
+    fn record_outcomes(&mut self, chunk: &[PlanRow], outcomes: Vec<(String, Option<String>)>) {
+        for (row, (reason, state)) in chunk.iter().zip(outcomes) {
+            let (api_key_id, key) = (row.api_key_id.clone(), row.key.clone());
+            if reason == "reclaimed" {
+                self.add_reclaimed(KeyId { api_key_id, key });
+            } else {
+                self.left_alone.push(LeftAlone {
+                    api_key_id,
+                    key,
+                    reason,
+                    state,
+                });
+            }
+        }
+    }
+
+    fn exit(&self) -> Exit {
+        match self.end_reason {
+            EndReason::Interrupted => Exit::Interrupted,
+            _ => Exit::Success,
+        }
+    }
+}
+
+// ---- sweep: find and reclaim, batch by batch ------------------------------------------------
+
+async fn sweep(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    req: &Request,
+    args: &ReclaimArgs,
+) -> Result<Exit> {
+    require_stuck_index(table, args.allow_scan)?;
+    require_privileges(client, table, Some(req.action)).await?;
+    begin_writes(client, table).await?;
+    let before = queries::stuck(client, table, req.older_than, COUNT_CAP).await?;
+    if before.count.count > 0 {
+        let count = match req.limit {
+            Some(l) => format!("up to {l} of {}", before.count),
+            None => before.count.to_string(),
+        };
+        confirm(args, &question(table, req, &count))?;
+    }
+    ctx.cancel.install()?;
+    let start = Instant::now();
+    let mut report = ReclaimReport::new(table, req);
+    report.end_reason = sweep_batches(ctx, client, table, req, args, &mut report).await?;
+    let left = queries::stuck(client, table, req.older_than, COUNT_CAP).await?;
+    if report.end_reason == EndReason::Drained {
+        // The last batch found fewer unlocked stuck keys than it asked for, so every stuck key
+        // still here was skipped because a live owner holds its row.
+        report.skipped_live_owner = Some(left.count);
+    }
+    report.stuck_left = Some(left.count);
+    report.elapsed_seconds = start.elapsed().as_secs_f64();
+    print_report(ctx, &report)?;
+    Ok(report.exit())
+}
+
+async fn sweep_batches(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    req: &Request,
+    args: &ReclaimArgs,
+    report: &mut ReclaimReport,
+) -> Result<EndReason> {
+    let sql = table.sql(match req.action {
+        ReclaimAction::Delete => DELETE_SQL,
+        ReclaimAction::Fail => FAIL_SQL,
+    });
+    loop {
+        if ctx.cancel.requested() {
+            return Ok(EndReason::Interrupted);
+        }
+        let size = u64::from(args.batch_size);
+        let want = match req.limit {
+            Some(l) if l <= report.rows_reclaimed => return Ok(EndReason::Limit),
+            Some(l) => size.min(l - report.rows_reclaimed),
+            None => size,
+        };
+        let got = sweep_batch(ctx, client, &sql, req, want)
+            .await
+            .map_err(|e| report.batch_error(e))?;
+        report.batches += 1;
+        let n = u64::try_from(got.len()).unwrap_or(u64::MAX);
+        got.into_iter().for_each(|k| report.add_reclaimed(k));
+        if n < want {
+            return Ok(EndReason::Drained);
+        }
+    }
+}
+
+/// One batch of the sweep: returns the keys it reclaimed.
+async fn sweep_batch(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    sql: &str,
+    req: &Request,
+    want: u64,
+) -> Result<Vec<KeyId>> {
+    let limit = i64::try_from(want).unwrap_or(i64::MAX);
+    let rows = match &req.body {
+        Some(body) if req.action == ReclaimAction::Fail => {
+            query_batch(
+                ctx,
+                client,
+                sql,
+                &[&req.older_than, &limit, &req.status, body],
+            )
+            .await?
+        }
+        _ => query_batch(ctx, client, sql, &[&req.older_than, &limit]).await?,
+    };
+    let row = rows
+        .first()
+        .ok_or_else(|| fail(Exit::Internal, "the batch statement returned no row"))?;
+    let tenants: Vec<String> = row.try_get("api_key_ids")?;
+    let keys: Vec<String> = row.try_get("keys")?;
+    Ok(tenants
+        .into_iter()
+        .zip(keys)
+        .map(|(api_key_id, key)| KeyId { api_key_id, key })
+        .collect())
+}
+
+// ---- apply: exactly the rows of a plan -------------------------------------------------------
+
+async fn apply(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    req: &Request,
+    args: &ReclaimArgs,
+    path: &Path,
+    plan: &Plan,
+) -> Result<Exit> {
+    check_plan_table(table, path, plan)?;
+    require_identity_index(table)?;
+    require_privileges(client, table, Some(req.action)).await?;
+    begin_writes(client, table).await?;
+    let rows = within_limit(&plan.rows, req.limit);
+    if !rows.is_empty() {
+        confirm(
+            args,
+            &question(table, req, &format!("the plan's {}", rows.len())),
+        )?;
+    }
+    ctx.cancel.install()?;
+    let start = Instant::now();
+    let mut report = ReclaimReport::new(table, req);
+    report.end_reason = apply_batches(ctx, client, table, req, args, rows, &mut report).await?;
+    if report.end_reason == EndReason::Drained && rows.len() < plan.rows.len() {
+        report.end_reason = EndReason::Limit;
+    }
+    let held = report
+        .left_alone
+        .iter()
+        .filter(|l| l.reason == "held")
+        .count();
+    report.skipped_live_owner = Some(Capped {
+        count: i64::try_from(held).unwrap_or(i64::MAX),
+        at_least: false,
+    });
+    report.elapsed_seconds = start.elapsed().as_secs_f64();
+    print_report(ctx, &report)?;
+    Ok(report.exit())
+}
+
+/// The plan's first `limit` rows (all of them without a limit).
+fn within_limit(rows: &[PlanRow], limit: Option<u64>) -> &[PlanRow] {
+    let n = limit.map_or(rows.len(), |l| {
+        rows.len().min(usize::try_from(l).unwrap_or(usize::MAX))
+    });
+    &rows[..n]
+}
+
+/// Apply finds plan rows by (api_key_id, key); without an index on them every batch would scan.
+fn require_identity_index(table: &KeyTable) -> Result<()> {
+    if table.has_tenant_key_index() {
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        format!(
+            "table {} has no index on (api_key_id, key), so plan rows cannot be found without a scan; create it with: {}",
+            table.display(),
+            table.identity_index_fix()
+        ),
+    ))
+}
+
+fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
+    let here = format!("{}.{}", table.schema, table.name);
+    if plan.table == here {
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        format!(
+            "plan {} was made for table {}, not {}; pass --table {} or make a new plan; nothing was changed",
+            sanitize(&path.display().to_string()),
+            sanitize(&plan.table),
+            table.display(),
+            sanitize(&plan.table)
+        ),
+    ))
+}
+
+async fn apply_batches(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    req: &Request,
+    args: &ReclaimArgs,
+    rows: &[PlanRow],
+    report: &mut ReclaimReport,
+) -> Result<EndReason> {
+    let sql = table.sql(match req.action {
+        ReclaimAction::Delete => APPLY_DELETE_SQL,
+        ReclaimAction::Fail => APPLY_FAIL_SQL,
+    });
+    let size = usize::try_from(args.batch_size).unwrap_or(usize::MAX);
+    for chunk in rows.chunks(size) {
+        if ctx.cancel.requested() {
+            return Ok(EndReason::Interrupted);
+        }
+        let outcomes = apply_batch(ctx, client, &sql, req, chunk)
+            .await
+            .map_err(|e| report.batch_error(e))?;
+        report.batches += 1;
+        report.record_outcomes(chunk, outcomes);
+    }
+    Ok(EndReason::Drained)
+}
+
+/// One batch of plan rows: each row's outcome and current state, in the chunk's order.
+async fn apply_batch(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    sql: &str,
+    req: &Request,
+    chunk: &[PlanRow],
+) -> Result<Vec<(String, Option<String>)>> {
+    let tenants: Vec<&str> = chunk.iter().map(|r| r.api_key_id.as_str()).collect();
+    let keys: Vec<&str> = chunk.iter().map(|r| r.key.as_str()).collect();
+    let locked: Vec<Option<OffsetDateTime>> = chunk.iter().map(|r| r.locked_at).collect();
+    let created: Vec<OffsetDateTime> = chunk.iter().map(|r| r.created_at).collect();
+    let base: [&(dyn ToSql + Sync); 5] = [&tenants, &keys, &locked, &created, &req.older_than];
+    let rows = match &req.body {
+        Some(body) if req.action == ReclaimAction::Fail => {
+            let mut params = base.to_vec();
+            params.extend([&req.status as &(dyn ToSql + Sync), body]);
+            query_batch(ctx, client, sql, &params).await?
+        }
+        _ => query_batch(ctx, client, sql, &base).await?,
+    };
+    if rows.len() != chunk.len() {
+        return Err(fail(
+            Exit::Internal,
+            format!(
+                "the apply statement answered for {} of {} plan rows",
+                rows.len(),
+                chunk.len()
+            ),
+        ));
+    }
+    rows.iter()
+        .map(|r| Ok((r.try_get("outcome")?, r.try_get("state")?)))
+        .collect()
+}
+
+// ---- the summary -----------------------------------------------------------------------------
+
+fn print_report(ctx: &Context, r: &ReclaimReport) -> Result<()> {
+    ctx.output.emit(&report_doc(r), &serde_json::to_value(r)?)?;
+    Ok(())
+}
+
+fn report_doc(r: &ReclaimReport) -> Doc {
+    let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
+    let action = match (r.action, r.response_status) {
+        (ReclaimAction::Fail, Some(s)) => format!("fail (completed with status {s})"),
+        _ => "delete".to_owned(),
+    };
+    let mut fields = vec![
+        ("table".to_owned(), r.table.clone()),
+        ("action".to_owned(), action),
+        (
+            "end reason".to_owned(),
+            end_reason_text(r.end_reason).to_owned(),
+        ),
+        ("keys reclaimed".to_owned(), r.rows_reclaimed.to_string()),
+        (
+            "skipped (held by a live owner)".to_owned(),
+            capped(&r.skipped_live_owner),
+        ),
+    ];
+    if let Some(p) = &r.plan_file {
+        fields.push(("plan".to_owned(), sanitize(p)));
+        fields.push((
+            "left alone (changed since the plan)".to_owned(),
+            r.left_alone.len().to_string(),
+        ));
+    } else {
+        fields.push(("stuck keys left".to_owned(), capped(&r.stuck_left)));
+    }
+    fields.push(("batches".to_owned(), r.batches.to_string()));
+    fields.push(("elapsed".to_owned(), format!("{:.2}s", r.elapsed_seconds)));
+    let mut d = Doc::default();
+    d.fields(None, fields);
+    if !r.left_alone.is_empty() {
+        let rows = r.left_alone.iter().map(left_alone_cells).collect();
+        d.rows(
+            Some("Plan rows left alone:"),
+            &["api_key_id", "key", "why"],
+            rows,
+        );
+    }
+    d
+}
+
+fn end_reason_text(e: EndReason) -> &'static str {
+    match e {
+        EndReason::Drained => "drained",
+        EndReason::Limit => "limit",
+        EndReason::Interrupted => "interrupted",
+    }
+}
+
+fn left_alone_cells(l: &LeftAlone) -> Vec<String> {
+    let why = match l.reason.as_str() {
+        "gone" => "gone: deleted since the plan".to_owned(),
+        "completed" => "completed since the plan".to_owned(),
+        "changed" => "taken again since the plan (locked_at or created_at changed)".to_owned(),
+        "too_young" => "no longer past the plan's cutoff".to_owned(),
+        "held" => "held by a live owner (row locked)".to_owned(),
+        other => format!(
+            "{} (state {})",
+            sanitize(other),
+            sanitize(l.state.as_deref().unwrap_or("-"))
+        ),
+    };
+    vec![sanitize(&l.api_key_id), sanitize(&l.key), why]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn problem_document_carries_the_status() {
+        let doc = problem_document(503);
+        assert_eq!(doc["status"], 503);
+        assert_eq!(doc["type"], PROBLEM_TYPE);
+    }
+
+    #[test]
+    fn plan_rows_round_trip_exact_timestamps() {
+        let ts = OffsetDateTime::from_unix_timestamp_nanos(1_767_225_600_123_456_000).unwrap();
+        let row = PlanRow {
+            api_key_id: "t".into(),
+            key: "k".into(),
+            locked_at: None,
+            created_at: ts,
+            request_method: String::new(),
+            request_path: String::new(),
+            age_seconds: 0.0,
+        };
+        let text = serde_json::to_string(&row).unwrap();
+        let back: PlanRow = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.created_at, ts);
+        assert!(text.contains(".123456"), "{text}");
+    }
+
+    #[test]
+    fn plans_listing_a_key_twice_are_refused() {
+        let ts = OffsetDateTime::UNIX_EPOCH;
+        let row = PlanRow {
+            api_key_id: "t".into(),
+            key: "k".into(),
+            locked_at: Some(ts),
+            created_at: ts,
+            request_method: String::new(),
+            request_path: String::new(),
+            age_seconds: 0.0,
+        };
+        let plan = Plan {
+            schema_version: PLAN_VERSION,
+            table: "public.idempotency_keys".into(),
+            older_than_seconds: 300.0,
+            action: ReclaimAction::Delete,
+            status: 500,
+            body: None,
+            created_at: Some(ts),
+            truncated: false,
+            rows: vec![row.clone(), row],
+        };
+        assert!(check_plan(&plan).unwrap_err().contains("twice"));
+    }
 }

@@ -185,7 +185,11 @@ pub async fn expired_backlog(
 
 /// Expired keys still in_progress among the oldest `cap` expired rows (a lower bound when `cap`
 /// rows were examined).
-pub async fn expired_in_progress(client: &tokio_postgres::Client, table: &KeyTable, cap: i64) -> Result<Capped> {
+pub async fn expired_in_progress(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+    cap: i64,
+) -> Result<Capped> {
     let sql = table.sql(include_str!("../../sql/expired_in_progress.sql"));
     let r = client
         .query_one(&sql, &[&cap])

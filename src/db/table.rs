@@ -350,6 +350,34 @@ async fn read_indexes(client: &tokio_postgres::Client, oid: i64) -> Result<Vec<I
         .collect())
 }
 
+impl Privileges {
+    /// Fail before any change, with the permission-denied exit code, when the role lacks a grant
+    /// `command` needs; the message names the grant and the statement that gives it.
+    /// `needs` lists (privilege as written in a GRANT, whether the role has it).
+    pub fn require(&self, table: &KeyTable, command: &str, needs: &[(&str, bool)]) -> Result<()> {
+        let missing: Vec<&str> = needs
+            .iter()
+            .filter(|(_, has)| !has)
+            .map(|(p, _)| *p)
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(fail(
+            Exit::PermissionDenied,
+            format!(
+                "permission denied: role {} lacks {} on {}, which {command} needs; grant it with: GRANT {} ON {} TO {};",
+                crate::output::sanitize(&self.role),
+                missing.join(", "),
+                table.display(),
+                missing.join(", "),
+                table.quoted,
+                quote_ident(&self.role)
+            ),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -385,29 +413,5 @@ mod tests {
         assert!(index(&["api_key_id", "key"], true, None).identifies_rows());
         assert!(index(&["key"], true, None).identifies_rows());
         assert!(!index(&["api_key_id", "key"], false, None).identifies_rows());
-    }
-}
-
-impl Privileges {
-    /// Fail before any change, with the permission-denied exit code, when the role lacks a grant
-    /// `command` needs; the message names the grant and the statement that gives it.
-    /// `needs` lists (privilege as written in a GRANT, whether the role has it).
-    pub fn require(&self, table: &KeyTable, command: &str, needs: &[(&str, bool)]) -> Result<()> {
-        let missing: Vec<&str> = needs.iter().filter(|(_, has)| !has).map(|(p, _)| *p).collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        Err(fail(
-            Exit::PermissionDenied,
-            format!(
-                "permission denied: role {} lacks {} on {}, which {command} needs; grant it with: GRANT {} ON {} TO {};",
-                crate::output::sanitize(&self.role),
-                missing.join(", "),
-                table.display(),
-                missing.join(", "),
-                table.quoted,
-                quote_ident(&self.role)
-            ),
-        ))
     }
 }

@@ -184,21 +184,46 @@ async fn prometheus_output_is_only_for_stats() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_timeouts_bound_every_statement() {
     let db = TestDb::new().await;
-    fixtures::table_with(&db, Schema::Corrected, Mix { live: 10, ..Mix::default() }).await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            live: 10,
+            ..Mix::default()
+        },
+    )
+    .await;
     let ddl = db.client().await;
-    ddl.batch_execute("BEGIN; LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE").await.unwrap();
+    ddl.batch_execute("BEGIN; LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
 
     let started = std::time::Instant::now();
-    let run = db.idemctl().args(["stats", "--lock-timeout", "300ms"]).run_async().await;
-    run.assert_code(1).assert_stderr_contains("canceling statement due to lock timeout");
+    let run = db
+        .idemctl()
+        .args(["stats", "--lock-timeout", "300ms"])
+        .run_async()
+        .await;
+    run.assert_code(1)
+        .assert_stderr_contains("canceling statement due to lock timeout");
     assert_eq!(run.stderr.lines().count(), 1, "{run}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{run}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{run}"
+    );
 
     let run = db
         .idemctl()
-        .args(["stats", "--lock-timeout", "1h", "--statement-timeout", "300ms"])
+        .args([
+            "stats",
+            "--lock-timeout",
+            "1h",
+            "--statement-timeout",
+            "300ms",
+        ])
         .run_async()
         .await;
-    run.assert_code(1).assert_stderr_contains("canceling statement due to statement timeout");
+    run.assert_code(1)
+        .assert_stderr_contains("canceling statement due to statement timeout");
     ddl.batch_execute("ROLLBACK").await.unwrap();
 }

@@ -323,7 +323,11 @@ async fn evict_dry_run_changes_nothing() {
     fixtures::table_with(&db, Schema::Reference, MIX).await;
     let before = snapshot(&db).await;
     let n_tup_del = async |db: &TestDb| {
-        scalar_i64(db, "SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'").await
+        scalar_i64(
+            db,
+            "SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'",
+        )
+        .await
     };
     let del_before = n_tup_del(&db).await;
     let run = db
@@ -562,23 +566,58 @@ async fn evict_writes_prometheus_textfile() {
 /// Run idemctl on a pseudo-terminal (util-linux `script`), as an operator at a terminal would.
 fn on_terminal(db: &TestDb, args: &str) -> crate::support::Run {
     let cmd = format!("{} {args}", crate::support::IDEMCTL);
-    db.command("script").args(["-qec", cmd.as_str(), "/dev/null"]).run()
+    db.command("script")
+        .args(["-qec", cmd.as_str(), "/dev/null"])
+        .run()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evict_draws_progress_only_on_an_attended_terminal() {
     let db = TestDb::new().await;
-    fixtures::table_with(&db, Schema::Corrected, Mix { expired: 5000, ..Mix::default() }).await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 5000,
+            ..Mix::default()
+        },
+    )
+    .await;
     let run = on_terminal(&db, "evict --batch-size 200 --pause 5ms");
-    run.assert_code(0).assert_stdout_contains("rows/s, about").assert_stdout_contains(" rows [");
-    assert!(run.stdout.contains("rows evicted"), "summary on a terminal: {run}");
+    run.assert_code(0)
+        .assert_stdout_contains("rows/s, about")
+        .assert_stdout_contains(" rows [");
+    assert!(
+        run.stdout.contains("rows evicted"),
+        "summary on a terminal: {run}"
+    );
 
-    fixtures::load(&db, Mix { expired: 2000, ..Mix::default() }).await;
+    fixtures::load(
+        &db,
+        Mix {
+            expired: 2000,
+            ..Mix::default()
+        },
+    )
+    .await;
     let run = on_terminal(&db, "evict --quiet --batch-size 200");
     run.assert_code(0).assert_stdout_empty();
-    fixtures::load(&db, Mix { expired: 2000, ..Mix::default() }).await;
+    fixtures::load(
+        &db,
+        Mix {
+            expired: 2000,
+            ..Mix::default()
+        },
+    )
+    .await;
     let run = on_terminal(&db, "evict -o json --batch-size 200");
     run.assert_code(0);
-    assert!(!run.stdout.contains(" rows ["), "no progress bar with -o json: {run}");
-    assert_eq!(scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await, 0);
+    assert!(
+        !run.stdout.contains(" rows ["),
+        "no progress bar with -o json: {run}"
+    );
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        0
+    );
 }

@@ -16,7 +16,10 @@ const STATEMENTS: &[(&str, &str)] = &[
     ("expired_backlog.sql", "100000"),
     ("expired_in_progress.sql", "100000"),
     ("evict_batch.sql", "NULL, now() - interval '7 days', NULL"),
-    ("evict_batch.sql", "now() - interval '3 days', now() - interval '71 hours', 3600"),
+    (
+        "evict_batch.sql",
+        "now() - interval '3 days', now() - interval '71 hours', 3600",
+    ),
     ("evict_batch.sql", "now() - interval '26 hours', NULL, NULL"),
     (
         "evict_batch_skip_locked.sql",
@@ -48,7 +51,10 @@ const NEEDS_STUCK_INDEX: &[(&str, &str)] = &[
     ("stuck_count.sql", "300, 100000"),
     ("reclaim_preview.sql", "300, 10001"),
     ("reclaim_delete.sql", "300, 500"),
-    ("reclaim_fail.sql", "300, 500, 500, '{\"type\": \"about:blank\"}'"),
+    (
+        "reclaim_fail.sql",
+        "300, 500, 500, '{\"type\": \"about:blank\"}'",
+    ),
 ];
 
 /// Key lookups without a tenant: which one runs depends on the table's indexes.
@@ -137,10 +143,10 @@ async fn assert_index_backed(db: &TestDb, file: &str, args: &str) {
             "{file} ({mode}, args {args}) scans the key table sequentially:\n{text}"
         );
         assert!(
-            found
-                .iter()
-                .any(|(node, rel)| (rel == "idempotency_keys" && node.contains("Index"))
-                    || node == "Bitmap Index Scan"),
+            found.iter().any(
+                |(node, rel)| (rel == "idempotency_keys" && node.contains("Index"))
+                    || node == "Bitmap Index Scan"
+            ),
             "{file} ({mode}) uses no index of the key table:\n{text}"
         );
     }

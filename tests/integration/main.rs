@@ -7,5 +7,7 @@ mod evict;
 mod explain;
 mod fixtures;
 mod harness_selftest;
+mod hostile;
 mod inspect;
+mod reclaim;
 mod stats;

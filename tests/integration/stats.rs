@@ -252,8 +252,13 @@ async fn check_names_missing_privileges_with_the_grant() {
         .run();
     run.assert_code(6)
         .assert_stderr_contains("permission denied: role")
-        .assert_stderr_contains("lacks DELETE, UPDATE (expires_at) on public.idempotency_keys, which evict needs");
-    assert_eq!(scalar_i64(&db, "SELECT count(*) FROM idempotency_keys WHERE key = 'x'").await, 1);
+        .assert_stderr_contains(
+            "lacks DELETE, UPDATE (expires_at) on public.idempotency_keys, which evict needs",
+        );
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys WHERE key = 'x'").await,
+        1
+    );
     db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await;
 }

@@ -124,7 +124,12 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     } else {
         Progress::hidden()
     };
-    let shared = worker::Shared::new(plan(ctx, args), statements(&table), ctx.cancel.clone(), progress);
+    let shared = worker::Shared::new(
+        plan(ctx, args),
+        statements(&table),
+        ctx.cancel.clone(),
+        progress,
+    );
     let error = drive(ctx, &shared, client, args.jobs).await;
     shared.progress().finish();
     // Leftovers are counted on a session from the pool; not after a failure (the server may be gone).
@@ -188,7 +193,9 @@ async fn drive(
     for _ in 1..jobs {
         match ctx.client().await {
             Ok(c) => sessions.push(c),
-            Err(e) => return Some(e.context("failed to open a session for an extra --jobs worker")),
+            Err(e) => {
+                return Some(e.context("failed to open a session for an extra --jobs worker"));
+            }
         }
     }
     let mut set = tokio::task::JoinSet::new();
@@ -208,7 +215,12 @@ async fn drive(
     }
     let mut first_error = None;
     while let Some(joined) = set.join_next().await {
-        let result = joined.unwrap_or_else(|e| Err(fail(Exit::Internal, format!("an evict worker stopped unexpectedly: {e}"))));
+        let result = joined.unwrap_or_else(|e| {
+            Err(fail(
+                Exit::Internal,
+                format!("an evict worker stopped unexpectedly: {e}"),
+            ))
+        });
         if let Err(e) = result {
             first_error.get_or_insert(e);
         }
@@ -240,7 +252,11 @@ async fn report(
         rows_evicted: totals.rows,
         batches: totals.batches,
         elapsed_seconds: elapsed,
-        rows_per_second: if elapsed > 0.0 { totals.rows as f64 / elapsed } else { 0.0 },
+        rows_per_second: if elapsed > 0.0 {
+            totals.rows as f64 / elapsed
+        } else {
+            0.0
+        },
         skipped_locked: totals.skipped_locked,
         skipped_min_age: totals.skipped_min_age,
         lock_fallbacks: totals.lock_fallbacks,
@@ -253,23 +269,40 @@ async fn report(
 }
 
 /// The generic plan of the first batch, as an evict session would run it.
-async fn explain_first_batch(client: &tokio_postgres::Client, table: &KeyTable, args: &EvictArgs) -> Result<Vec<String>> {
+async fn explain_first_batch(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+    args: &EvictArgs,
+) -> Result<Vec<String>> {
     let end: Option<OffsetDateTime> = client
-        .query_one(&table.sql(CLAIM_SQL), &[&None::<OffsetDateTime>, &i64::from(args.batch_size)])
+        .query_one(
+            &table.sql(CLAIM_SQL),
+            &[&None::<OffsetDateTime>, &i64::from(args.batch_size)],
+        )
         .await
         .context("failed to size the first batch")?
         .get("range_end");
     // EXPLAIN of a parameterised statement shows a custom plan; PREPARE + EXPLAIN EXECUTE under
     // force_generic_plan shows the one evict uses. The arguments are typed values, not user text.
-    let end = end.map_or_else(|| "NULL".to_owned(), |e| format!("'{}'::timestamptz", rfc3339_micros(e)));
-    let min_age = args.min_age.map_or_else(|| "NULL".to_owned(), |d| format!("{}", d.as_secs_f64()));
+    let end = end.map_or_else(
+        || "NULL".to_owned(),
+        |e| format!("'{}'::timestamptz", rfc3339_micros(e)),
+    );
+    let min_age = args
+        .min_age
+        .map_or_else(|| "NULL".to_owned(), |d| format!("{}", d.as_secs_f64()));
     let script = format!(
         "SET plan_cache_mode = force_generic_plan; PREPARE idemctl_evict_batch AS {}; \
          EXPLAIN EXECUTE idemctl_evict_batch(NULL, {end}, {min_age})",
         table.sql(BATCH_SQL)
     );
-    let messages = client.simple_query(&script).await.context("failed to explain the batch statement")?;
-    let _ = client.batch_execute("DEALLOCATE idemctl_evict_batch; RESET plan_cache_mode").await;
+    let messages = client
+        .simple_query(&script)
+        .await
+        .context("failed to explain the batch statement")?;
+    let _ = client
+        .batch_execute("DEALLOCATE idemctl_evict_batch; RESET plan_cache_mode")
+        .await;
     Ok(messages
         .iter()
         .filter_map(|m| match m {

@@ -83,7 +83,10 @@ enum Claim {
         limit: i64,
     },
     /// More than one batch of rows expire at exactly `at`: one SKIP LOCKED batch of them.
-    Ties { at: OffsetDateTime, limit: i64 },
+    Ties {
+        at: OffsetDateTime,
+        limit: i64,
+    },
     Stop,
 }
 
@@ -175,12 +178,20 @@ impl Shared {
             state.next = state.next.map(|t| t + time::Duration::microseconds(1));
         }
         let size = u64::from(self.plan.batch_size);
-        let left = self.plan.max_rows.map_or(size, |m| m.saturating_sub(state.reserved).min(size));
+        let left = self
+            .plan
+            .max_rows
+            .map_or(size, |m| m.saturating_sub(state.reserved).min(size));
         let limit = i64::try_from(left.max(1)).unwrap_or(i64::MAX);
         let start = state.next;
-        let row = run_statement(client, self.plan.deadline, &self.sql.claim, &[&start, &limit])
-            .await
-            .context("failed to find the next batch's range")?;
+        let row = run_statement(
+            client,
+            self.plan.deadline,
+            &self.sql.claim,
+            &[&start, &limit],
+        )
+        .await
+        .context("failed to find the next batch's range")?;
         let first: Option<OffsetDateTime> = row.get("first");
         let end: Option<OffsetDateTime> = row.get("range_end");
         state.claims += 1;
@@ -188,7 +199,11 @@ impl Shared {
         Ok(match (first, end) {
             (None, _) => {
                 state.drained = true;
-                Claim::Range { start, end: None, limit }
+                Claim::Range {
+                    start,
+                    end: None,
+                    limit,
+                }
             }
             (Some(f), Some(e)) if f == e => {
                 state.next = Some(e);
@@ -196,11 +211,19 @@ impl Shared {
             }
             (_, None) => {
                 state.drained = true;
-                Claim::Range { start, end: None, limit }
+                Claim::Range {
+                    start,
+                    end: None,
+                    limit,
+                }
             }
             (_, Some(e)) => {
                 state.next = Some(e);
-                Claim::Range { start, end: Some(e), limit }
+                Claim::Range {
+                    start,
+                    end: Some(e),
+                    limit,
+                }
             }
         })
     }
@@ -216,7 +239,9 @@ impl Shared {
         t.lock_fallbacks += u64::from(outcome.fell_back);
         t.latencies_ms.push(took.as_secs_f64() * 1000.0);
         let (rows, skipped) = (t.rows, t.skipped_locked);
-        let unused = u64::try_from(limit).unwrap_or(0).saturating_sub(outcome.deleted);
+        let unused = u64::try_from(limit)
+            .unwrap_or(0)
+            .saturating_sub(outcome.deleted);
         state.reserved = state.reserved.saturating_sub(unused);
         if let Some(at) = outcome.ties_exhausted {
             state.ties_done = Some(at);
@@ -244,7 +269,10 @@ pub async fn work(shared: Arc<Shared>, client: deadpool_postgres::Object) -> Res
         let t0 = Instant::now();
         let (limit, outcome) = match claim {
             Claim::Stop => return Ok(()),
-            Claim::Range { start, end, limit } => (limit, delete_range(&shared, &client, start, end, limit).await?),
+            Claim::Range { start, end, limit } => (
+                limit,
+                delete_range(&shared, &client, start, end, limit).await?,
+            ),
             Claim::Ties { at, limit } => (limit, delete_ties(&shared, &client, at, limit).await?),
         };
         let took = t0.elapsed();
@@ -277,7 +305,14 @@ async fn delete_range(
     let min_age = shared.plan.min_age_secs;
     let mut retries = 0;
     loop {
-        match run_statement(client, shared.plan.deadline, &shared.sql.delete, &[&start, &end, &min_age]).await {
+        match run_statement(
+            client,
+            shared.plan.deadline,
+            &shared.sql.delete,
+            &[&start, &end, &min_age],
+        )
+        .await
+        {
             Ok(row) => {
                 return Ok(Outcome {
                     deleted: count(&row, "deleted"),
@@ -304,20 +339,31 @@ async fn delete_range(
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(e) => {
-                return Err(e.context("could not lock the table for a batch (is DDL running on it?)"));
+                return Err(
+                    e.context("could not lock the table for a batch (is DDL running on it?)")
+                );
             }
         }
     }
 }
 
-async fn delete_ties(shared: &Shared, client: &deadpool_postgres::Object, at: OffsetDateTime, limit: i64) -> Result<Outcome> {
+async fn delete_ties(
+    shared: &Shared,
+    client: &deadpool_postgres::Object,
+    at: OffsetDateTime,
+    limit: i64,
+) -> Result<Outcome> {
     let (deleted, present) = skip_locked(shared, client, Some(at), Some(at), limit)
         .await
         .context("a batch failed and was rolled back")?;
     let exhausted = deleted < u64::try_from(limit).unwrap_or(u64::MAX);
     Ok(Outcome {
         deleted,
-        skipped_locked: if exhausted { present.saturating_sub(deleted) } else { 0 },
+        skipped_locked: if exhausted {
+            present.saturating_sub(deleted)
+        } else {
+            0
+        },
         fell_back: true,
         ties_exhausted: exhausted.then_some(at),
         ..Outcome::default()
@@ -333,7 +379,13 @@ async fn skip_locked(
     limit: i64,
 ) -> Result<(u64, u64)> {
     let min_age = shared.plan.min_age_secs;
-    let row = run_statement(client, shared.plan.deadline, &shared.sql.skip_locked, &[&first, &last, &limit, &min_age]).await?;
+    let row = run_statement(
+        client,
+        shared.plan.deadline,
+        &shared.sql.skip_locked,
+        &[&first, &last, &limit, &min_age],
+    )
+    .await?;
     Ok((count(&row, "deleted"), count(&row, "present")))
 }
 
@@ -358,15 +410,19 @@ async fn run_statement(
         Ok(r) => r.map_err(|e| connection_context(e.into())),
         Err(_) => Err(fail(
             Exit::Failure,
-            format!("no answer from the server within {}; giving up on this connection", human_secs(deadline.as_secs_f64())),
+            format!(
+                "no answer from the server within {}; giving up on this connection",
+                human_secs(deadline.as_secs_f64())
+            ),
         )),
     }
 }
 
 fn connection_context(e: anyhow::Error) -> anyhow::Error {
-    let closed = e
-        .chain()
-        .any(|c| c.downcast_ref::<tokio_postgres::Error>().is_some_and(tokio_postgres::Error::is_closed));
+    let closed = e.chain().any(|c| {
+        c.downcast_ref::<tokio_postgres::Error>()
+            .is_some_and(tokio_postgres::Error::is_closed)
+    });
     if closed {
         e.context("lost the connection to the server; the batch in flight was rolled back and the next run continues")
     } else {

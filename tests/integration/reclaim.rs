@@ -1,0 +1,819 @@
+//! `idemctl reclaim`: exactly the stuck keys are deleted or failed, live owners are skipped without
+//! waiting, previews and plans change nothing, apply leaves changed rows alone, and every unsafe
+//! request is refused (before connecting where it can be).
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use crate::fixtures::{self, Mix, Schema, scalar_i64, snapshot};
+use crate::support::TestDb;
+
+/// stuck and expired_in_progress rows are both held for over an hour: reclaim's business.
+const MIX: Mix = Mix {
+    expired: 120,
+    live: 150,
+    fresh: 30,
+    stuck: 40,
+    expired_in_progress: 10,
+};
+const STUCK: usize = 50;
+
+/// A conninfo nothing listens on: a test that still gets exit 2 was refused before connecting.
+const NOWHERE: &str = "host=/nonexistent/idemctl-test port=1 dbname=none connect_timeout=1";
+
+type Key = (String, String);
+
+async fn db_with(schema: Schema, with_index: bool) -> TestDb {
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, schema, MIX).await;
+    if with_index {
+        db.exec(include_str!("../../sql/maintenance_indexes.sql"))
+            .await;
+    }
+    db
+}
+
+/// The stuck keys, by the fixtures' own construction (created over a minute ago and still
+/// in_progress), not by the expression reclaim uses.
+async fn stuck_keys(db: &TestDb) -> BTreeSet<Key> {
+    let rows = db
+        .client()
+        .await
+        .query(
+            "SELECT api_key_id, key FROM idempotency_keys \
+             WHERE state = 'in_progress' AND created_at < now() - interval '1 minute'",
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// The `nth` stuck key (by key order) with or without locked_at.
+async fn one_stuck_key(db: &TestDb, locked_at_null: bool, nth: i64) -> Key {
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "SELECT api_key_id, key FROM idempotency_keys \
+             WHERE state = 'in_progress' AND created_at < now() - interval '1 minute' \
+               AND (locked_at IS NULL) = $1 ORDER BY key OFFSET $2 LIMIT 1",
+            &[&locked_at_null, &nth],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// Open a transaction that holds one row's lock, as the API's SELECT ... FOR UPDATE does.
+async fn hold_row(db: &TestDb, (tenant, key): &Key) -> tokio_postgres::Client {
+    let owner = db.client().await;
+    owner.batch_execute("BEGIN").await.unwrap();
+    let n = owner
+        .execute(
+            "SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 FOR UPDATE",
+            &[tenant, key],
+        )
+        .await
+        .unwrap();
+    assert_eq!(n, 1, "the held row exists");
+    owner
+}
+
+async fn row_count(db: &TestDb, (tenant, key): &Key, extra: &str) -> i64 {
+    db.client()
+        .await
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 {extra}"
+            ),
+            &[tenant, key],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+fn reclaimed_keys(j: &serde_json::Value) -> BTreeSet<Key> {
+    j["reclaimed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["api_key_id"].as_str().unwrap().to_owned(),
+                k["key"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_deletes_exactly_the_stuck_rows_on_the_corrected_table() {
+    let db = db_with(Schema::Corrected, true).await;
+    let before = snapshot(&db).await;
+    let stuck = stuck_keys(&db).await;
+    assert_eq!(stuck.len(), STUCK);
+    let nulls = scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress' AND locked_at IS NULL",
+    )
+    .await;
+    assert_eq!(nulls, 20, "the fixture has stuck keys without locked_at");
+
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--batch-size", "7"])
+        .run();
+    run.assert_code(0).assert_stderr_empty();
+    let j = run.json();
+    assert_eq!(j["rows_reclaimed"], STUCK as u64, "{j}");
+    assert_eq!(j["action"], "delete");
+    assert_eq!(j["end_reason"], "drained");
+    assert_eq!(j["skipped_live_owner"]["count"], 0);
+    assert_eq!(j["stuck_left"]["count"], 0);
+    assert_eq!(j["batches"], 8, "50 keys in batches of 7: 7 full, 1 short");
+    assert_eq!(reclaimed_keys(&j), stuck);
+
+    let after = snapshot(&db).await;
+    assert_eq!(after.len(), before.len() - STUCK);
+    for (k, seen) in &before {
+        if stuck.contains(k) {
+            assert!(!after.contains_key(k), "stuck row {k:?} survived");
+        } else {
+            assert_eq!(after.get(k), Some(seen), "row {k:?} was deleted or changed");
+        }
+    }
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE locked_at IS NULL"
+        )
+        .await,
+        0,
+        "stuck rows without locked_at are reclaimed by created_at"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_fail_completes_exactly_the_stuck_rows_on_the_reference_table() {
+    let db = db_with(Schema::Reference, true).await;
+    let before = snapshot(&db).await;
+    let stuck = stuck_keys(&db).await;
+    let expires_before = scalar_i64(
+        &db,
+        "SELECT sum(extract(epoch FROM expires_at)::bigint)::bigint FROM idempotency_keys \
+         WHERE state = 'in_progress'",
+    )
+    .await;
+
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--action", "fail", "--yes", "-o", "json"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_reclaimed"], STUCK as u64, "{j}");
+    assert_eq!(j["action"], "fail");
+    assert_eq!(j["response_status"], 500);
+    assert_eq!(reclaimed_keys(&j), stuck);
+
+    let after = snapshot(&db).await;
+    assert_eq!(after.len(), before.len(), "fail deletes nothing");
+    for (k, seen) in &before {
+        let now = &after[k];
+        if stuck.contains(k) {
+            assert_eq!(now.state, "completed", "{k:?}");
+        } else {
+            assert_eq!(now, seen, "row {k:?} changed");
+        }
+    }
+    let failed = scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE response_status = 500 \
+         AND response_body->>'type' = 'tag:idemctl,2026:outcome-unknown' \
+         AND (response_body->>'status')::int = 500",
+    )
+    .await;
+    assert_eq!(failed, STUCK as i64);
+    let expires_after = scalar_i64(
+        &db,
+        "SELECT sum(extract(epoch FROM expires_at)::bigint)::bigint FROM idempotency_keys \
+         WHERE response_status = 500 OR state = 'in_progress'",
+    )
+    .await;
+    assert_eq!(expires_after, expires_before, "expires_at is kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_the_stored_error_after_reclaim_fail() {
+    let db = db_with(Schema::Corrected, true).await;
+    let (tenant, key) = one_stuck_key(&db, true, 0).await;
+    db.idemctl()
+        .args(["reclaim", "--action", "fail", "--yes", "-q"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty();
+    let run = db
+        .idemctl()
+        .args(["inspect", &key, "--api-key-id", &tenant, "-o", "json"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["state"], "completed");
+    assert_eq!(j["response_status"], 500);
+    assert_eq!(
+        j["response_body"]["type"],
+        "tag:idemctl,2026:outcome-unknown"
+    );
+    assert_eq!(j["response_body"]["title"], "Outcome unknown");
+    assert_eq!(j["response_body"]["status"], 500);
+    assert!(
+        j["response_body"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("unknown"),
+        "{j}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_fail_stores_a_custom_status_and_body() {
+    let db = db_with(Schema::Corrected, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, r#"{"error": "upstream_timeout", "retry": false}"#).unwrap();
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--action", "fail", "--status", "503", "--yes"])
+        .arg("--body-file")
+        .arg(&body)
+        .args(["-o", "json"])
+        .run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_reclaimed"], STUCK as u64);
+    let stored = scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE response_status = 503 \
+         AND response_body = '{\"error\": \"upstream_timeout\", \"retry\": false}'::jsonb",
+    )
+    .await;
+    assert_eq!(stored, STUCK as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_skips_a_row_held_by_a_live_owner_and_does_not_wait() {
+    let db = db_with(Schema::Reference, true).await;
+    let held = one_stuck_key(&db, false, 0).await;
+    let owner = hold_row(&db, &held).await;
+
+    let started = Instant::now();
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--batch-size", "10"])
+        .args(["--statement-timeout", "30s"])
+        .run_async()
+        .await;
+    let took = started.elapsed();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_reclaimed"], (STUCK - 1) as u64, "{j}");
+    assert_eq!(j["skipped_live_owner"]["count"], 1, "{j}");
+    assert!(
+        took < Duration::from_secs(10),
+        "reclaim took {took:?} next to a held row"
+    );
+    assert_eq!(row_count(&db, &held, "AND state = 'in_progress'").await, 1);
+
+    owner.batch_execute("COMMIT").await.unwrap();
+    let j = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json"])
+        .run()
+        .json();
+    assert_eq!(j["rows_reclaimed"], 1, "the next run takes it: {j}");
+    assert_eq!(row_count(&db, &held, "").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_dry_run_lists_the_stuck_rows_and_changes_nothing() {
+    let db = db_with(Schema::Corrected, true).await;
+    let before = snapshot(&db).await;
+    let stuck = stuck_keys(&db).await;
+
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--dry-run", "-o", "json"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["would_reclaim"]["count"], STUCK as u64, "{j}");
+    assert_eq!(j["would_reclaim"]["at_least"], false);
+    let rows = j["rows"].as_array().unwrap();
+    let listed: BTreeSet<Key> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["api_key_id"].as_str().unwrap().to_owned(),
+                r["key"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, stuck);
+    for column in ["locked_at", "created_at"] {
+        assert!(
+            rows.iter().any(|r| r["held_since_column"] == column),
+            "some rows are held since {column}"
+        );
+    }
+    assert!(rows.iter().all(|r| r["request_method"] == "POST"
+        && r["request_path"] == "/v1/payments"
+        && r["age_seconds"].as_f64().unwrap() > 3000.0));
+
+    let (tenant, key) = stuck.iter().next().unwrap();
+    let run = db.idemctl().args(["reclaim", "--dry-run"]).run();
+    run.assert_code(0)
+        .assert_stdout_contains(key)
+        .assert_stdout_contains(tenant);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("would reclaim") && l.ends_with(&format!(" {STUCK}"))),
+        "{run}"
+    );
+    assert_eq!(snapshot(&db).await, before, "--dry-run changed the table");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_without_a_terminal_or_yes_refuses_and_changes_nothing() {
+    let db = db_with(Schema::Corrected, true).await;
+    let before = snapshot(&db).await;
+    let run = db.idemctl().args(["reclaim"]).run();
+    run.assert_code(2)
+        .assert_stdout_empty()
+        .assert_stderr_contains("refusing to reclaim without confirmation")
+        .assert_stderr_contains("pass --yes");
+    assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
+    assert_eq!(snapshot(&db).await, before);
+
+    // Decided before connecting: nothing listens here, yet the answer is the same.
+    crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", NOWHERE)
+        .args(["reclaim", "--action", "fail"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("without confirmation");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_refuses_older_than_under_a_minute_unless_forced() {
+    let db = db_with(Schema::Corrected, true).await;
+    let before = snapshot(&db).await;
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--older-than", "5s", "--yes"])
+        .run();
+    run.assert_code(2)
+        .assert_stderr_contains("under 1m")
+        .assert_stderr_contains("--force");
+    assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
+    assert_eq!(snapshot(&db).await, before);
+    crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", NOWHERE)
+        .args(["reclaim", "--older-than", "59s", "--dry-run"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("--force");
+
+    // With --force, the fresh keys (taken 10 s ago) count as stuck too.
+    let j = db
+        .idemctl()
+        .args([
+            "reclaim",
+            "--older-than",
+            "5s",
+            "--force",
+            "--yes",
+            "-o",
+            "json",
+        ])
+        .run();
+    j.assert_code(0);
+    assert_eq!(j.json()["rows_reclaimed"], (STUCK + 30) as u64);
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress'"
+        )
+        .await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_without_the_in_progress_index_refuses_unless_allowed_to_scan() {
+    let db = db_with(Schema::Reference, false).await;
+    let before = snapshot(&db).await;
+    for mode in ["--dry-run", "--yes"] {
+        let run = db.idemctl().args(["reclaim", mode]).run();
+        run.assert_code(2)
+            .assert_stderr_contains("no index on in_progress keys")
+            .assert_stderr_contains("CREATE INDEX CONCURRENTLY")
+            .assert_stderr_contains("--allow-scan");
+        assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
+    }
+    assert_eq!(snapshot(&db).await, before);
+
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--allow-scan", "--yes", "-o", "json"])
+        .run();
+    run.assert_code(0)
+        .assert_stderr_contains("reading the whole table");
+    assert_eq!(run.json()["rows_reclaimed"], STUCK as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_refuses_a_body_file_that_is_not_a_json_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("garbage.json", "{not json", "is not valid JSON"),
+        ("array.json", "[1, 2]", "holds a JSON array"),
+    ];
+    for (name, text, says) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let run = crate::support::Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", NOWHERE)
+            .args(["reclaim", "--action", "fail", "--yes", "--body-file"])
+            .arg(&path)
+            .run();
+        run.assert_code(2)
+            .assert_stderr_contains(name)
+            .assert_stderr_contains(says);
+        assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_plan_then_apply_leaves_changed_rows_alone_and_reports_them() {
+    let db = db_with(Schema::Corrected, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let before = snapshot(&db).await;
+    db.idemctl()
+        .args(["reclaim", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_code(0)
+        .assert_stdout_contains("plan written to");
+    assert_eq!(snapshot(&db).await, before, "--plan changed the table");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    assert_eq!(written["schema_version"], 1);
+    assert_eq!(written["table"], "public.idempotency_keys");
+    assert_eq!(written["rows"].as_array().unwrap().len(), STUCK);
+
+    // Between plan and apply: one key completes, one is taken again, one is deleted, one is held.
+    let completed = one_stuck_key(&db, true, 0).await;
+    let gone = one_stuck_key(&db, true, 1).await;
+    let changed = one_stuck_key(&db, false, 0).await;
+    let held = one_stuck_key(&db, false, 1).await;
+    let client = db.client().await;
+    client
+        .execute(
+            "UPDATE idempotency_keys SET state = 'completed', response_status = 201, \
+             response_body = '{\"id\": \"pay_1\"}' WHERE api_key_id = $1 AND key = $2",
+            &[&completed.0, &completed.1],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            "UPDATE idempotency_keys SET locked_at = locked_at + interval '1 second' \
+             WHERE api_key_id = $1 AND key = $2",
+            &[&changed.0, &changed.1],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            "DELETE FROM idempotency_keys WHERE api_key_id = $1 AND key = $2",
+            &[&gone.0, &gone.1],
+        )
+        .await
+        .unwrap();
+    let owner = hold_row(&db, &held).await;
+
+    let run = db
+        .idemctl()
+        .args([
+            "reclaim",
+            "--yes",
+            "-o",
+            "json",
+            "--batch-size",
+            "16",
+            "--apply",
+        ])
+        .arg(&plan)
+        .run_async()
+        .await;
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_reclaimed"], (STUCK - 4) as u64, "{j}");
+    assert_eq!(j["skipped_live_owner"]["count"], 1, "{j}");
+    let reasons: BTreeSet<(Key, String)> = j["left_alone"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                (
+                    l["api_key_id"].as_str().unwrap().to_owned(),
+                    l["key"].as_str().unwrap().to_owned(),
+                ),
+                l["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: BTreeSet<(Key, String)> = [
+        (completed.clone(), "completed".to_owned()),
+        (changed.clone(), "changed".to_owned()),
+        (gone, "gone".to_owned()),
+        (held.clone(), "held".to_owned()),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(reasons, expected);
+    owner.batch_execute("COMMIT").await.unwrap();
+
+    assert_eq!(
+        row_count(
+            &db,
+            &completed,
+            "AND state = 'completed' AND response_status = 201"
+        )
+        .await,
+        1,
+        "the completed row keeps its own response"
+    );
+    assert_eq!(
+        row_count(&db, &changed, "AND state = 'in_progress'").await,
+        1
+    );
+    assert_eq!(row_count(&db, &held, "AND state = 'in_progress'").await, 1);
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress'"
+        )
+        .await,
+        30 + 2,
+        "fresh keys plus the changed and held ones"
+    );
+
+    // The plain summary names the rows left alone and why.
+    db.idemctl()
+        .args(["reclaim", "--yes", "--apply"])
+        .arg(&plan)
+        .run()
+        .assert_code(0)
+        .assert_stdout_contains("completed since the plan")
+        .assert_stdout_contains("taken again since the plan")
+        .assert_stdout_contains(&completed.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_apply_of_a_fail_plan_stores_the_plans_response() {
+    let db = db_with(Schema::Reference, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--action", "fail", "--status", "502", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_code(0);
+    // --action defaults to delete, but the plan decides.
+    let j = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--apply"])
+        .arg(&plan)
+        .run();
+    j.assert_code(0);
+    let j = j.json();
+    assert_eq!(j["action"], "fail");
+    assert_eq!(j["rows_reclaimed"], STUCK as u64);
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE state = 'completed' \
+             AND response_status = 502 AND (response_body->>'status')::int = 502"
+        )
+        .await,
+        STUCK as i64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_refuses_a_truncated_or_foreign_plan_and_changes_nothing() {
+    let db = db_with(Schema::Corrected, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_code(0);
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let before = snapshot(&db).await;
+
+    let truncated = dir.path().join("truncated.json");
+    std::fs::write(&truncated, &text[..text.len() / 2]).unwrap();
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "--apply"])
+        .arg(&truncated)
+        .run();
+    run.assert_code(2)
+        .assert_stderr_contains("truncated.json is not a valid reclaim plan");
+    assert_eq!(run.stderr.lines().count(), 1, "one line: {}", run.stderr);
+
+    db.exec("CREATE TABLE other_keys (LIKE idempotency_keys INCLUDING ALL)")
+        .await;
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-t", "other_keys", "--apply"])
+        .arg(&plan)
+        .run();
+    run.assert_code(2)
+        .assert_stderr_contains("was made for table public.idempotency_keys");
+    assert_eq!(snapshot(&db).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_honours_limit_and_quiet() {
+    let db = db_with(Schema::Corrected, true).await;
+    let run = db
+        .idemctl()
+        .args([
+            "reclaim",
+            "--yes",
+            "-o",
+            "json",
+            "--limit",
+            "5",
+            "--batch-size",
+            "2",
+        ])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_reclaimed"], 5);
+    assert_eq!(j["batches"], 3);
+    assert_eq!(j["end_reason"], "limit");
+    assert_eq!(j["stuck_left"]["count"], (STUCK - 5) as u64);
+    assert_eq!(stuck_keys(&db).await.len(), STUCK - 5);
+
+    db.idemctl()
+        .args(["reclaim", "--yes", "-q"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr_empty();
+    assert!(stuck_keys(&db).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_exits_with_lock_busy_when_another_reclaim_holds_the_table() {
+    let db = db_with(Schema::Corrected, true).await;
+    let other = db.client().await;
+    other
+        .batch_execute(
+            "SET application_name = 'other-reclaim'; \
+             SELECT pg_advisory_lock(31377154, 'idempotency_keys'::regclass::oid::int)",
+        )
+        .await
+        .unwrap();
+    let run = db.idemctl().args(["reclaim", "--yes"]).run();
+    run.assert_code(7)
+        .assert_stderr_contains("another reclaim run holds the lock")
+        .assert_stderr_contains("other-reclaim");
+    assert_eq!(stuck_keys(&db).await.len(), STUCK);
+    // An evict lock does not stand in reclaim's way.
+    other
+        .batch_execute(
+            "SELECT pg_advisory_unlock_all(); \
+             SELECT pg_advisory_lock(31377153, 'idempotency_keys'::regclass::oid::int)",
+        )
+        .await
+        .unwrap();
+    db.idemctl()
+        .args(["reclaim", "--yes", "-q"])
+        .run()
+        .assert_code(0);
+    assert!(stuck_keys(&db).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_on_a_terminal_asks_and_proceeds_only_on_yes() {
+    let db = db_with(Schema::Corrected, true).await;
+    let before = snapshot(&db).await;
+    // script(1) gives idemctl a pseudo-terminal for stdin, stdout and stderr, fed from our stdin.
+    let on_terminal = |answer: &str| {
+        let command = format!("'{}' reclaim --batch-size 9", crate::support::IDEMCTL);
+        db.command("script")
+            .args(["-qec", &command, "/dev/null"])
+            .stdin_bytes(answer.as_bytes().to_vec())
+    };
+    for answer in ["n\n", "\n", "yes please\n"] {
+        let run = on_terminal(answer).run_async().await;
+        run.assert_code(2)
+            .assert_stdout_contains("reclaim: delete 50 in_progress keys")
+            .assert_stdout_contains("[y/N]")
+            .assert_stdout_contains("reclaim not confirmed; nothing was changed");
+        assert_eq!(
+            snapshot(&db).await,
+            before,
+            "answer {answer:?} changed the table"
+        );
+    }
+    let run = on_terminal("y\n").run_async().await;
+    run.assert_code(0).assert_stdout_contains("keys reclaimed");
+    assert!(stuck_keys(&db).await.is_empty(), "{run}");
+}
+
+/// The key table partitioned by tenant, with both idemctl indexes on the parent.
+const PARTITIONED: &str = "
+    CREATE TABLE idempotency_keys (
+        key text NOT NULL, api_key_id text NOT NULL, request_method text NOT NULL,
+        request_path text NOT NULL, request_fingerprint bytea NOT NULL, state text NOT NULL,
+        response_status int, response_body jsonb, locked_at timestamptz,
+        created_at timestamptz NOT NULL DEFAULT now(), expires_at timestamptz NOT NULL,
+        PRIMARY KEY (api_key_id, key)
+    ) PARTITION BY LIST (api_key_id);
+    CREATE TABLE idempotency_keys_a PARTITION OF idempotency_keys FOR VALUES IN ('tenant_a');
+    CREATE TABLE idempotency_keys_b PARTITION OF idempotency_keys FOR VALUES IN ('tenant_b');
+    CREATE INDEX idempotency_keys_expiry ON idempotency_keys (expires_at);
+    CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at)))
+        WHERE state = 'in_progress';";
+
+/// Five stuck keys of one tenant: in a fresh partition they sit at ctids (0,1) .. (0,5).
+async fn insert_stuck(db: &TestDb, tenant: &str) {
+    db.exec(&format!(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+         request_fingerprint, state, locked_at, created_at, expires_at) \
+         SELECT 'k' || g, '{tenant}', 'POST', '/v1/payments', '\\x00', 'in_progress', \
+                now() - interval '1 hour', now() - interval '1 hour', now() + interval '1 day' \
+           FROM generate_series(1, 5) AS g"
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_on_a_partitioned_table_touches_only_the_rows_it_chose() {
+    let db = TestDb::new().await;
+    db.exec(PARTITIONED).await;
+    insert_stuck(&db, "tenant_a").await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_code(0);
+    // Same physical addresses, other partition, not in the plan.
+    insert_stuck(&db, "tenant_b").await;
+    let j = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--apply"])
+        .arg(&plan)
+        .run();
+    j.assert_code(0);
+    assert_eq!(j.json()["rows_reclaimed"], 5);
+    let left = "SELECT count(*) FROM idempotency_keys WHERE api_key_id = 'tenant_b'";
+    assert_eq!(
+        scalar_i64(&db, left).await,
+        5,
+        "apply reached past its plan"
+    );
+
+    // A live owner holds tenant_b's k1 at (0,1); tenant_a's k1, a candidate, sits at (0,1) of
+    // the other partition. The sweep must neither take the held row nor wait on it.
+    db.exec("TRUNCATE idempotency_keys").await;
+    insert_stuck(&db, "tenant_a").await;
+    insert_stuck(&db, "tenant_b").await;
+    let held = ("tenant_b".to_owned(), "k1".to_owned());
+    let owner = hold_row(&db, &held).await;
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json"])
+        .run_async()
+        .await;
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_reclaimed"], 9, "{j}");
+    assert_eq!(j["skipped_live_owner"]["count"], 1, "{j}");
+    assert_eq!(row_count(&db, &held, "").await, 1);
+    owner.batch_execute("COMMIT").await.unwrap();
+}
