@@ -8,5 +8,5 @@ SELECT c.oid::bigint AS oid, n.nspname::text AS schema, c.relname::text AS name,
    AND CASE WHEN $1::text IS NULL
             THEN n.nspname = ANY (pg_catalog.current_schemas(false))
             ELSE n.nspname = $1::text END
- ORDER BY coalesce(array_position(pg_catalog.current_schemas(false), n.nspname::text), 0)
+ ORDER BY coalesce(array_position(pg_catalog.current_schemas(false), n.nspname), 0)
  LIMIT 1
