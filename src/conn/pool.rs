@@ -58,12 +58,13 @@ impl Target {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let failure = match tokio::time::timeout(remaining, pool.get()).await {
                 Ok(Ok(client)) => return Ok(client),
-                Ok(Err(e)) => Failure::from_pool(&e),
-                // The budget ran out mid-attempt: the previous attempt's reason (say, "connection
+                // The budget ran out mid-attempt (the pool's own create timeout is the same
+                // budget, and may fire first): the previous attempt's reason (say, "connection
                 // refused") tells the operator more than "timed out".
-                Err(_) => previous
+                Ok(Err(PoolError::Timeout(_))) | Err(_) => previous
                     .take()
                     .unwrap_or_else(|| Failure::timed_out(self.connect_timeout)),
+                Ok(Err(e)) => Failure::from_pool(&e),
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if !failure.transient || left.is_zero() {
@@ -177,6 +178,13 @@ impl Failure {
             let reason = db.message().to_string();
             return Failure { reason, transient };
         }
+        if let Some(reason) = certificate_problem(e) {
+            let reason = format!("TLS handshake failed: {reason}");
+            return Failure {
+                reason,
+                transient: false,
+            };
+        }
         if let Some(failure) = io_failure(e) {
             return failure;
         }
@@ -210,6 +218,42 @@ fn io_failure(e: &tokio_postgres::Error) -> Option<Failure> {
         reason: reason.to_string(),
         transient: true,
     })
+}
+
+/// Why the server's certificate was refused, in words, when that is what failed. rustls shows
+/// several of its verdicts only by variant name ("invalid peer certificate: UnknownIssuer").
+fn certificate_problem(e: &tokio_postgres::Error) -> Option<String> {
+    use rustls::CertificateError as Cert;
+    let rustls_error = sources(e)
+        .filter_map(|s| s.downcast_ref::<io::Error>())
+        .find_map(|io| io.get_ref()?.downcast_ref::<rustls::Error>())?;
+    let rustls::Error::InvalidCertificate(problem) = rustls_error else {
+        return None;
+    };
+    let words = match problem {
+        Cert::UnknownIssuer => {
+            "the server's certificate is not signed by a trusted root certificate (unknown issuer; \
+             check sslrootcert)"
+                .to_string()
+        }
+        Cert::Revoked => "the server's certificate has been revoked (see sslcrl)".to_string(),
+        Cert::UnknownRevocationStatus => "the revocation status of the server's certificate is \
+                                          unknown: no certificate revocation list from its issuer"
+            .to_string(),
+        Cert::BadSignature => "the server's certificate has an invalid signature".to_string(),
+        Cert::BadEncoding => "the server's certificate is malformed".to_string(),
+        Cert::Expired => "the server's certificate has expired".to_string(),
+        Cert::NotValidYet => "the server's certificate is not valid yet".to_string(),
+        Cert::NotValidForName => {
+            "the server's certificate is not valid for the host name connected to".to_string()
+        }
+        Cert::InvalidPurpose => {
+            "the server's certificate is not meant for TLS servers (extended key usage)".to_string()
+        }
+        // The rest display well (names, times and purposes included).
+        other => format!("invalid server certificate: {other}"),
+    };
+    Some(words)
 }
 
 /// The error and its causes joined with ": ", minus the driver's generic top line.

@@ -1019,6 +1019,112 @@ async fn a_starting_server_is_retried() {
     assert!(served.load(std::sync::atomic::Ordering::SeqCst) > 1);
 }
 
+/// A server that accepts TCP connections but never says a word (a hung server, a black-holing
+/// proxy): the attempt ends at the connect timeout, reported as such.
+#[tokio::test]
+async fn a_silent_server_times_out_at_the_connect_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = silent.local_addr().expect("addr").port();
+    let t = target_for(&format!("host=127.0.0.1 port={port} user=app"), 400);
+    let started = std::time::Instant::now();
+    let err = t
+        .connect(&t.pool(1).expect("pool"))
+        .await
+        .expect_err("no answer");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(classify(&err), Exit::CannotConnect);
+    assert!(
+        err.to_string().ends_with(": timed out after 400ms"),
+        "{err}"
+    );
+}
+
+/// A TLS server presenting the fixtures' `db.example` certificate (signed by `ca.crt`) after
+/// accepting PostgreSQL's SSLRequest; it never gets further than the handshake.
+fn fake_tls_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use std::io::{Read, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let cert = CertificateDer::from_pem_file(fixture("server.crt")).expect("fixture");
+    let key = PrivateKeyDer::from_pem_file(fixture("server.key")).expect("fixture");
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(vec![cert], key)
+    .expect("server cert");
+    let config = Arc::new(config);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let served = Arc::new(AtomicUsize::new(0));
+    let counter = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut request = [0u8; 8];
+            if stream.read_exact(&mut request).is_err() || stream.write_all(b"S").is_err() {
+                continue;
+            }
+            let Ok(mut tls) = rustls::ServerConnection::new(config.clone()) else {
+                return;
+            };
+            // The client gives up during the handshake; its verdict is what the test checks.
+            while tls.is_handshaking() && tls.complete_io(&mut stream).is_ok() {}
+        }
+    });
+    (port, served)
+}
+
+#[tokio::test]
+async fn certificate_failures_are_explained_and_not_retried() {
+    let (port, served) = fake_tls_server();
+    let cases = [
+        (
+            format!(
+                "host=db.example hostaddr=127.0.0.1 sslmode=verify-full sslrootcert={}",
+                fixture("other.crt")
+            ),
+            "TLS handshake failed: the server's certificate is not signed by a trusted root \
+             certificate (unknown issuer; check sslrootcert)",
+        ),
+        (
+            format!(
+                "host=wrong.example hostaddr=127.0.0.1 sslmode=verify-full sslrootcert={}",
+                fixture("ca.crt")
+            ),
+            "TLS handshake failed: invalid server certificate: certificate not valid for name \
+             \"wrong.example\"; certificate is only valid for DnsName(\"db.example\")",
+        ),
+    ];
+    for (i, (url, want)) in cases.iter().enumerate() {
+        let t = target_for(
+            &format!("{url} port={port} user=app password=hunter2"),
+            3000,
+        );
+        let err = t
+            .connect(&t.pool(1).expect("pool"))
+            .await
+            .expect_err("refused certificate");
+        assert_eq!(classify(&err), Exit::CannotConnect);
+        let msg = err.to_string();
+        assert!(msg.ends_with(want), "{msg}");
+        assert!(!msg.contains(SECRET));
+        assert_eq!(
+            served.load(std::sync::atomic::Ordering::SeqCst),
+            i + 1,
+            "not retried"
+        );
+    }
+}
+
 #[test]
 fn session_settings_are_milliseconds() {
     assert_eq!(pool::setting_millis(Duration::from_secs(30)), "30000ms");

@@ -10,4 +10,6 @@ mod harness_selftest;
 mod hostile;
 mod inspect;
 mod reclaim;
+mod roles;
 mod stats;
+mod transport;

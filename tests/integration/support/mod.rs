@@ -31,6 +31,7 @@ pub mod cluster;
 pub mod cmd;
 pub mod conninfo;
 pub mod pg;
+pub mod tcp;
 
 pub use cmd::{Cmd, IDEMCTL, Run, Spawned};
 pub use pg::{TestDb, connect, ident, pg_error_text};

@@ -1,0 +1,402 @@
+//! Connecting over TCP the way libpq does, against real servers: every sslmode against a server with
+//! a self-signed CA, one that demands TLS and one without TLS; passwords from PGPASSWORD and
+//! ~/.pgpass; and each way a connection fails, with its exit code, one line on stderr, within
+//! --connect-timeout, and never the password in any output.
+
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::fixtures::Schema;
+use crate::support::tcp::{PASSWORD, TcpDb, Transport};
+use crate::support::{Cmd, Run};
+
+/// Generous for a local server; the failure tests that are about timing set their own.
+const CONNECT_TIMEOUT: &str = "5s";
+
+/// A run that reached the server: `stats -o json` on the test's table.
+#[track_caller]
+fn assert_stats_ok(run: &Run) {
+    run.assert_code(0).assert_stderr_empty();
+    assert_eq!(run.json()["table"], "public.idempotency_keys", "{run}");
+    assert_no_password(run);
+}
+
+/// A failure: the exit code, exactly one line on stderr holding every `needle`, nothing on stdout,
+/// no password anywhere.
+#[track_caller]
+fn assert_fails(run: &Run, code: i32, needles: &[&str]) {
+    run.assert_code(code).assert_stdout_empty();
+    assert_eq!(run.stderr.lines().count(), 1, "one line expected\n{run}");
+    assert!(run.stderr.starts_with("idemctl: "), "{run}");
+    for needle in needles {
+        run.assert_stderr_contains(needle);
+    }
+    assert_no_password(run);
+}
+
+#[track_caller]
+fn assert_no_password(run: &Run) {
+    for secret in [PASSWORD, "Tr0ub4dor"] {
+        assert!(
+            !run.stdout.contains(secret) && !run.stderr.contains(secret),
+            "the password leaked\n{run}"
+        );
+    }
+}
+
+/// A database on the server `transport` asks for, holding the reference table.
+async fn db_with_table(transport: Transport) -> TcpDb {
+    let db = TcpDb::new(transport).await;
+    db.exec(Schema::Corrected.ddl()).await;
+    db
+}
+
+/// `idemctl stats -o json` with the password in PGPASSWORD and `conninfo` as `-d`.
+fn stats(db: &TcpDb, conninfo: &str) -> Cmd {
+    db.idemctl().env("PGPASSWORD", PASSWORD).args([
+        "stats",
+        "-o",
+        "json",
+        "--connect-timeout",
+        CONNECT_TIMEOUT,
+        "-d",
+        conninfo,
+    ])
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("test paths are UTF-8")
+}
+
+/// Install `ca` as the libpq default root certificate file, `~/.postgresql/root.crt`.
+fn install_default_root(db: &TcpDb, ca: &Path) {
+    let dir = db.home().join(".postgresql");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(ca, dir.join("root.crt")).unwrap();
+}
+
+/// A host name the server certificate does not carry, reaching the server through hostaddr.
+const OTHER_NAME: &[(&str, &str)] = &[("host", "db.example.test"), ("hostaddr", "127.0.0.1")];
+
+fn with<'a>(base: &[(&'a str, &'a str)], more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    base.iter().chain(more).copied().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_full_succeeds_with_the_ca_for_a_name_or_address_in_the_certificate() {
+    // This role may only use TLS, so getting in proves the session was encrypted.
+    let db = db_with_table(Transport::TlsRequired).await;
+    let ca = db.ca_cert();
+    for host in ["localhost", "127.0.0.1"] {
+        let conninfo = db.conninfo(&[
+            ("host", host),
+            ("sslmode", "verify-full"),
+            ("sslrootcert", path(&ca)),
+        ]);
+        assert_stats_ok(&stats(&db, &conninfo).run());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_full_finds_the_ca_in_the_default_root_file() {
+    let db = db_with_table(Transport::TlsRequired).await;
+    install_default_root(&db, &db.ca_cert());
+    let conninfo = db.conninfo(&[("sslmode", "verify-full")]);
+    assert_stats_ok(&stats(&db, &conninfo).run());
+}
+
+/// Like libpq, a verifying sslmode without any root certificate is refused before connecting: it
+/// is a configuration mistake (exit 2), with libpq's advice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_full_without_a_root_certificate_is_refused_before_connecting() {
+    let db = TcpDb::new(Transport::TlsRequired).await;
+    let conninfo = db.conninfo(&[("sslmode", "verify-full")]);
+    let run = stats(&db, &conninfo).run();
+    let default_root = db.home().join(".postgresql/root.crt");
+    assert_fails(
+        &run,
+        2,
+        &[
+            &format!(
+                "root certificate file \"{}\" does not exist",
+                default_root.display()
+            ),
+            "sslrootcert=system",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_full_rejects_a_certificate_from_another_ca() {
+    let db = TcpDb::new(Transport::TlsRequired).await;
+    let conninfo = db.conninfo(&[
+        ("sslmode", "verify-full"),
+        ("sslrootcert", path(&db.other_ca_cert())),
+    ]);
+    let run = stats(&db, &conninfo).run();
+    assert_fails(
+        &run,
+        5,
+        &[
+            "cannot connect to",
+            "not signed by a trusted root certificate",
+        ],
+    );
+    assert!(run.elapsed < Duration::from_secs(5), "not retried\n{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_full_rejects_a_host_name_the_certificate_does_not_name() {
+    let db = TcpDb::new(Transport::TlsRequired).await;
+    let ca = db.ca_cert();
+    let conninfo = db.conninfo(&with(
+        OTHER_NAME,
+        &[("sslmode", "verify-full"), ("sslrootcert", path(&ca))],
+    ));
+    let run = stats(&db, &conninfo).run();
+    assert_fails(&run, 5, &["db.example.test", "not valid for name"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_ca_checks_the_chain_but_not_the_host_name() {
+    let db = db_with_table(Transport::TlsRequired).await;
+    let (ca, other) = (db.ca_cert(), db.other_ca_cert());
+    let mismatch = |root: &Path| {
+        db.conninfo(&with(
+            OTHER_NAME,
+            &[("sslmode", "verify-ca"), ("sslrootcert", path(root))],
+        ))
+    };
+    assert_stats_ok(&stats(&db, &mismatch(&ca)).run());
+    let run = stats(&db, &mismatch(&other)).run();
+    assert_fails(&run, 5, &["not signed by a trusted root certificate"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_encrypts_without_checking_the_certificate() {
+    let db = db_with_table(Transport::TlsRequired).await;
+    // No root file anywhere: libpq's require then accepts any certificate, for any name.
+    for settings in [&[][..], OTHER_NAME] {
+        let conninfo = db.conninfo(&with(settings, &[("sslmode", "require")]));
+        assert_stats_ok(&stats(&db, &conninfo).run());
+    }
+}
+
+/// libpq back-compat: with a root certificate file (given, or at ~/.postgresql/root.crt),
+/// `require` verifies the chain like `verify-ca`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_with_a_root_certificate_checks_the_chain_like_verify_ca() {
+    let db = db_with_table(Transport::TlsRequired).await;
+    let (ca, other) = (db.ca_cert(), db.other_ca_cert());
+    let given = |root: &Path| {
+        db.conninfo(&with(
+            OTHER_NAME,
+            &[("sslmode", "require"), ("sslrootcert", path(root))],
+        ))
+    };
+    assert_stats_ok(&stats(&db, &given(&ca)).run());
+    assert_fails(&stats(&db, &given(&other)).run(), 5, &["unknown issuer"]);
+
+    install_default_root(&db, &other);
+    let conninfo = db.conninfo(&[("sslmode", "require")]);
+    assert_fails(&stats(&db, &conninfo).run(), 5, &["unknown issuer"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefer_and_allow_use_plaintext_when_the_server_has_no_tls() {
+    let db = db_with_table(Transport::NoTls).await;
+    // No sslmode at all means prefer.
+    for sslmode in [None, Some("prefer"), Some("allow")] {
+        let settings: Vec<(&str, &str)> = sslmode.map(|m| ("sslmode", m)).into_iter().collect();
+        assert_stats_ok(&stats(&db, &db.conninfo(&settings)).run());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_is_refused_by_a_server_that_requires_tls() {
+    let optional = db_with_table(Transport::TlsOptional).await;
+    let required = db_with_table(Transport::TlsRequired).await;
+    // Where TLS is demanded, the modes that may use it get in (allow as well: libpq would retry
+    // with TLS after the refusal, idemctl tries TLS first)...
+    for sslmode in ["allow", "prefer"] {
+        let conninfo = required.conninfo(&[("sslmode", sslmode)]);
+        assert_stats_ok(&stats(&required, &conninfo).run());
+    }
+    // ...the same server takes plaintext from a role pg_hba.conf allows it for...
+    let conninfo = optional.conninfo(&[("sslmode", "disable")]);
+    assert_stats_ok(&stats(&optional, &conninfo).run());
+    // ...and refuses it, in its own words, where only hostssl lines apply.
+    let conninfo = required.conninfo(&[("sslmode", "disable")]);
+    let run = stats(&required, &conninfo).run();
+    assert_fails(
+        &run,
+        5,
+        &["no pg_hba.conf entry", &required.user, "no encryption"],
+    );
+    assert!(run.elapsed < Duration::from_secs(5), "not retried\n{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_and_verify_full_fail_against_a_server_without_tls() {
+    let db = TcpDb::new(Transport::NoTls).await;
+    // The TLS server's CA: a root file exists, so only the server's answer can fail this.
+    let ca = crate::support::tcp::server(true).ca_cert();
+    for settings in [
+        vec![("sslmode", "require")],
+        vec![("sslmode", "verify-full"), ("sslrootcert", path(&ca))],
+    ] {
+        let run = stats(&db, &db.conninfo(&settings)).run();
+        assert_fails(&run, 5, &["cannot connect to", "does not support TLS"]);
+        assert!(run.elapsed < Duration::from_secs(5), "not retried\n{run}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_comes_from_pgpassword() {
+    let db = db_with_table(Transport::TlsOptional).await;
+    let conninfo = db.conninfo(&[]);
+    assert_stats_ok(&stats(&db, &conninfo).run());
+    // Without it, SCRAM has nothing to answer with.
+    let run = stats(&db, &conninfo).env_remove("PGPASSWORD").run();
+    assert_fails(&run, 5, &["asks for a password and none was given"]);
+}
+
+/// A `~/.pgpass` of the child's home: a line that does not match first, then the right one.
+fn write_pgpass(db: &TcpDb, mode: u32) {
+    let file = db.home().join(".pgpass");
+    let text = format!(
+        "# test\nlocalhost:{port}:other_db:{user}:wrong\nlocalhost:{port}:{db}:{user}:{PASSWORD}\n",
+        port = db.port(),
+        db = db.dbname,
+        user = db.user
+    );
+    std::fs::write(&file, text).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_password_comes_from_pgpass() {
+    let db = db_with_table(Transport::TlsOptional).await;
+    write_pgpass(&db, 0o600);
+    let run = stats(&db, &db.conninfo(&[])).env_remove("PGPASSWORD").run();
+    assert_stats_ok(&run);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pgpass_others_can_read_is_ignored_with_a_warning() {
+    let db = db_with_table(Transport::TlsOptional).await;
+    write_pgpass(&db, 0o644);
+    let run = stats(&db, &db.conninfo(&[])).env_remove("PGPASSWORD").run();
+    run.assert_code(5).assert_stdout_empty();
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "a warning, then the error\n{run}");
+    assert!(
+        lines[0].starts_with("idemctl: warning: password file")
+            && lines[0].contains(".pgpass")
+            && lines[0].contains("group or world access"),
+        "{run}"
+    );
+    assert!(
+        lines[1].contains("asks for a password and none was given"),
+        "{run}"
+    );
+    assert_no_password(&run);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_fails_with_the_servers_message() {
+    let db = TcpDb::new(Transport::TlsOptional).await;
+    let wrong = "Tr0ub4dor&3-wrong";
+    let run = stats(&db, &db.conninfo(&[])).env("PGPASSWORD", wrong).run();
+    let refused = format!("password authentication failed for user \"{}\"", db.user);
+    assert_fails(&run, 5, &[&refused]);
+    assert!(!run.stderr.contains(wrong), "{run}");
+    assert!(run.elapsed < Duration::from_secs(5), "not retried\n{run}");
+
+    // The same password inside a URI in the environment: still never echoed.
+    let uri = format!(
+        "postgresql://{}:Tr0ub4dor%263-wrong@localhost:{}/{}",
+        db.user,
+        db.port(),
+        db.dbname
+    );
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", &uri)
+        .args(["stats", "--connect-timeout", CONNECT_TIMEOUT])
+        .run();
+    assert_fails(&run, 5, &[&refused]);
+    assert!(!run.stderr.contains(wrong), "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_database_fails_with_the_servers_message() {
+    let db = TcpDb::new(Transport::TlsOptional).await;
+    let missing = format!("{}_missing", db.dbname);
+    let run = stats(&db, &db.conninfo(&[("dbname", &missing)])).run();
+    assert_fails(
+        &run,
+        5,
+        &[&format!("database \"{missing}\" does not exist")],
+    );
+}
+
+/// A port that was free a moment ago: connections are refused, retried, then reported.
+#[test]
+fn a_refused_connection_is_retried_until_the_connect_timeout() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let conninfo = format!("host=127.0.0.1 port={port} user=app dbname=app");
+    let run = Cmd::new()
+        .env("PGPASSWORD", PASSWORD)
+        .args(["stats", "--connect-timeout", "2s", "-d", &conninfo])
+        .run();
+    assert_fails(
+        &run,
+        5,
+        &[
+            &format!("host \"127.0.0.1\" port {port}"),
+            "connection refused",
+            "retried",
+        ],
+    );
+    assert!(
+        run.elapsed >= Duration::from_millis(1500) && run.elapsed < Duration::from_millis(3500),
+        "gave up after {:?}, not at --connect-timeout 2s\n{run}",
+        run.elapsed
+    );
+}
+
+/// A socket that accepts TCP connections (the kernel's backlog) but never says a word, like a
+/// hung server or a black-holing proxy: idemctl gives up at --connect-timeout.
+#[test]
+fn a_server_that_never_answers_times_out() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let conninfo = format!("host=127.0.0.1 port={port} user=app dbname=app");
+    let mut child = Cmd::new()
+        .env("PGPASSWORD", PASSWORD)
+        .args(["stats", "--connect-timeout", "2s", "-d", &conninfo])
+        .spawn();
+    // What `ps` shows of the running process: no password (idemctl got it from the environment and
+    // starts no other program that could be given it).
+    std::thread::sleep(Duration::from_millis(300));
+    if !child.has_exited() {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.pid())).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline);
+        assert!(cmdline.contains("stats"), "{cmdline:?}");
+        assert!(!cmdline.contains("Tr0ub4dor"), "{cmdline:?}");
+    }
+    let run = child.wait();
+    assert_fails(&run, 5, &[&format!("port {port}"), "timed out after 2s"]);
+    assert!(
+        run.elapsed >= Duration::from_millis(1800) && run.elapsed < Duration::from_millis(4000),
+        "gave up after {:?}, not at --connect-timeout 2s\n{run}",
+        run.elapsed
+    );
+    drop(silent);
+}
