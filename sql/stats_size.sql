@@ -1,10 +1,13 @@
 -- stats: estimated rows and sizes from the catalog, never a count(*). $1 = table oid.
--- For a partitioned table the figures add up its partitions (the parent itself holds no rows).
+-- For a partitioned table the figures add up its leaf partitions. The parent itself holds no rows,
+-- but ANALYZE records the whole tree's row count in its reltuples, so it is left out (pg_partition_tree
+-- lists nothing for a plain table, hence the UNION).
 WITH rels AS (
     SELECT c.oid, c.reltuples, c.reltoastrelid
       FROM pg_catalog.pg_class c
      WHERE c.oid IN (SELECT relid FROM pg_catalog.pg_partition_tree($1::bigint::oid) WHERE isleaf
                       UNION SELECT $1::bigint::oid)
+       AND c.relkind <> 'p'
 )
 SELECT coalesce(sum(greatest(reltuples, 0)), 0)::bigint AS estimated_rows,
        coalesce(sum(pg_catalog.pg_relation_size(oid)), 0)::bigint AS heap_bytes,

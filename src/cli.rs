@@ -157,6 +157,11 @@ pub struct StatsArgs {
     /// Also write Prometheus text format to PATH atomically (for node_exporter's textfile collector).
     #[arg(long, value_name = "PATH")]
     pub textfile: Option<PathBuf>,
+
+    /// On a partitioned table, list every leaf partition with its bounds, estimated rows and size
+    /// (catalog only; JSON output always includes them).
+    #[arg(long)]
+    pub partitions: bool,
 }
 
 /// `idemctl check`.
@@ -232,6 +237,30 @@ pub struct EvictArgs {
     /// Write Prometheus metrics of the run to PATH atomically (node_exporter textfile collector).
     #[arg(long, value_name = "PATH")]
     pub textfile: Option<PathBuf>,
+
+    /// On a table range-partitioned on expires_at or created_at: detach and drop, instead of deleting
+    /// row by row, each partition whose keys have all expired and none is in_progress (proved under
+    /// the detach's lock with two index probes; needs the optional in_progress index). The default
+    /// partition is never dropped. A partition whose lock is not granted within
+    /// --drop-lock-timeout is evicted in batches instead. Needs ownership of the table.
+    #[arg(long)]
+    pub drop_partitions: bool,
+
+    /// How long --drop-partitions waits for each lock the detach needs (the table, the partition,
+    /// the default partition) before leaving the partition to the batches; live requests queue
+    /// behind a waiting detach, so keep it a few milliseconds.
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5ms", requires = "drop_partitions", value_name = "DUR")]
+    pub drop_lock_timeout: Duration,
+
+    /// Before each batch, pause while a streaming replica's replay is further behind than this
+    /// (from pg_stat_replication; the role needs pg_monitor or pg_read_all_stats).
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]
+    pub max_replica_lag: Option<Duration>,
+
+    /// End the run (end reason replica_lag) when replicas stay behind --max-replica-lag for this
+    /// long in one stretch, or when --max-runtime runs out while waiting.
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", requires = "max_replica_lag", value_name = "DUR")]
+    pub max_replica_wait: Duration,
 }
 
 /// What reclaim does to a stuck key.

@@ -55,6 +55,11 @@ impl Progress {
         self.bar.set_message(msg);
     }
 
+    /// Show a message in place of the rate until the next update (e.g. why the run is paused).
+    pub fn note(&self, message: &str) {
+        self.bar.set_message(message.to_owned());
+    }
+
     /// Remove the bar.
     pub fn finish(&self) {
         self.bar.finish_and_clear();

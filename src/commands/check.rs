@@ -61,6 +61,7 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
             args.allow_scan,
         )
         .await?;
+        findings.extend(partitioning(&table, &report));
         findings.extend(thresholds(&report, args));
     }
     let json = serde_json::json!({ "table": table.display(), "findings": findings });
@@ -140,6 +141,17 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
         ),
     });
     out.push(match table.identity_index() {
+        Some(i) if !table.identity_is_global() => finding(
+            "identity index",
+            Status::Note,
+            format!(
+                "{} identifies a row by ({}); it includes the partition key, as PostgreSQL requires of a unique index on a partitioned table, so the database enforces it only within one partition: keeping (api_key_id, key) unique across partitions is the API's business (an insert of an existing key with another {} is not refused)",
+                i.name,
+                i.columns.join(", "),
+                table.partition_key().join(", ")
+            ),
+            None,
+        ),
         Some(i) => finding("identity index", Status::Ok, format!("{} identifies a row by (api_key_id, key)", i.name), None),
         None => finding(
             "identity index",
@@ -162,6 +174,59 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
             Some(table.stuck_index_fix()),
         ),
     });
+    out
+}
+
+/// How a partitioned table is laid out, and what that means for evict.
+fn partitioning(table: &KeyTable, r: &stats::StatsReport) -> Vec<Finding> {
+    let (Some(how), Some(parts)) = (&r.partitioning, &r.partitions) else {
+        return Vec::new();
+    };
+    let definition = crate::output::sanitize(&how.definition);
+    let mut out = vec![finding(
+        "partitioning",
+        Status::Ok,
+        format!(
+            "{definition}, {} leaf partitions; every statement reaches them through the partitions' copies of the table's indexes",
+            parts.len()
+        ),
+        None,
+    )];
+    if let Some(p) = r.default_partition().filter(|p| p.estimated_rows > 0) {
+        out.push(finding(
+            "default partition",
+            Status::Note,
+            format!(
+                "{} holds about {} rows: keys fell outside every partition's range, so partition maintenance (e.g. pg_partman's run_maintenance) is behind; evict deletes them in batches, --drop-partitions never drops the default partition",
+                p.name, p.estimated_rows
+            ),
+            None,
+        ));
+    }
+    let drop = match table.range_key() {
+        None => finding(
+            "evict --drop-partitions",
+            Status::Note,
+            format!("not available: it needs RANGE partitioning on expires_at or created_at, not {definition}; evict deletes in batches"),
+            None,
+        ),
+        Some(_) if table.stuck_index().is_none() => finding(
+            "evict --drop-partitions",
+            Status::Note,
+            "not available without the optional in_progress index, which proves a partition holds no in_progress key while it is locked".into(),
+            Some(table.stuck_index_fix()),
+        ),
+        Some(key) => finding(
+            "evict --drop-partitions",
+            Status::Ok,
+            format!(
+                "available: a partition whose {} range has passed is dropped whole when it holds no in_progress or unexpired key (needs ownership of the table)",
+                key.column()
+            ),
+            None,
+        ),
+    };
+    out.push(drop);
     out
 }
 
@@ -225,6 +290,23 @@ pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
             ),
         )
     });
+    if table.range_key().is_some() {
+        out.push(if p.owner {
+            finding(
+                "privileges: evict --drop-partitions",
+                Status::Ok,
+                format!("{role} owns the table, so it may detach and drop partitions"),
+                None,
+            )
+        } else {
+            finding(
+                "privileges: evict --drop-partitions",
+                Status::Note,
+                format!("{role} does not own the table (needed only to detach and drop partitions; evict without the flag deletes in batches)"),
+                None,
+            )
+        });
+    }
     let reclaim_ok = p.select && p.delete && p.update;
     out.push(if reclaim_ok {
         finding(

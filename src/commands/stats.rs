@@ -7,7 +7,9 @@ use serde::Serialize;
 use crate::cli::{OutputFormat, StatsArgs};
 use crate::context::Context;
 use crate::db::KeyTable;
+use crate::db::partitions::{self, Partition};
 use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
+use crate::db::table::Partitioning;
 use crate::exit::Exit;
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
 use crate::output::{Doc, human_bytes, human_secs, rfc3339, sanitize};
@@ -27,8 +29,20 @@ pub struct StatsReport {
     pub stuck_after_seconds: f64,
     /// None when the optional in_progress index is missing and no scan was allowed.
     pub stuck: Option<Stuck>,
+    /// How the table is partitioned (null for a plain table).
+    pub partitioning: Option<Partitioning>,
+    /// Every leaf partition, from the catalog (null for a plain table). Bounds are filled in for a
+    /// table range-partitioned on one timestamp column.
+    pub partitions: Option<Vec<Partition>>,
     /// Why a figure was not computed.
     pub notes: Vec<String>,
+}
+
+impl StatsReport {
+    /// The default partition, if the table has one.
+    pub fn default_partition(&self) -> Option<&Partition> {
+        self.partitions.as_ref()?.iter().find(|p| p.is_default)
+    }
 }
 
 /// Gather the report; shared with `check`.
@@ -57,6 +71,11 @@ pub async fn gather(
         ));
         None
     };
+    let partitions = if table.partitioned {
+        Some(partitions::list(c, table).await?)
+    } else {
+        None
+    };
     if sizes.never_analyzed {
         notes.push(
             "the table has never been analyzed; the row estimate is unknown until ANALYZE runs"
@@ -73,6 +92,8 @@ pub async fn gather(
         expired_backlog,
         stuck_after_seconds: stuck_after_secs,
         stuck,
+        partitioning: table.partitioning.clone(),
+        partitions,
         notes,
     })
 }
@@ -95,8 +116,11 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     if ctx.output.format == OutputFormat::Prometheus {
         crate::output::write_stdout(metrics(&report).text())?;
     } else {
-        ctx.output
-            .emit(&doc(&report), &serde_json::to_value(&report)?)?;
+        let mut d = doc(&report);
+        if args.partitions {
+            partitions_block(&mut d, &report);
+        }
+        ctx.output.emit(&d, &serde_json::to_value(&report)?)?;
     }
     for n in &report.notes {
         if !ctx.global.quiet && ctx.output.format != OutputFormat::Json {
@@ -144,31 +168,83 @@ pub fn doc(r: &StatsReport) -> Doc {
         },
     );
     let when = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "never".to_owned(), rfc3339);
-    d.fields(
-        None,
-        vec![
-            ("table".into(), r.table.clone()),
-            ("estimated rows".into(), s.estimated_rows.to_string()),
-            ("heap size".into(), human_bytes(s.heap_bytes)),
-            ("toast size".into(), human_bytes(s.toast_bytes)),
-            ("index size".into(), human_bytes(s.index_bytes)),
-            ("total size".into(), human_bytes(s.total_bytes)),
-            ("oldest live key".into(), oldest_live),
-            ("eviction lag".into(), lag),
-            ("expired backlog".into(), r.expired_backlog.to_string()),
-            (
-                format!(
-                    "stuck in_progress (> {})",
-                    human_secs(r.stuck_after_seconds)
-                ),
-                stuck,
+    let mut rows: Vec<(String, String)> = vec![
+        ("table".into(), r.table.clone()),
+        ("estimated rows".into(), s.estimated_rows.to_string()),
+        ("heap size".into(), human_bytes(s.heap_bytes)),
+        ("toast size".into(), human_bytes(s.toast_bytes)),
+        ("index size".into(), human_bytes(s.index_bytes)),
+        ("total size".into(), human_bytes(s.total_bytes)),
+        ("oldest live key".into(), oldest_live),
+        ("eviction lag".into(), lag),
+        ("expired backlog".into(), r.expired_backlog.to_string()),
+        (
+            format!(
+                "stuck in_progress (> {})",
+                human_secs(r.stuck_after_seconds)
             ),
-            ("dead tuples".into(), r.vacuum.dead_tuples.to_string()),
-            ("last vacuum".into(), when(r.vacuum.last_vacuum)),
-            ("last analyze".into(), when(r.vacuum.last_analyze)),
-        ],
-    );
+            stuck,
+        ),
+        ("dead tuples".into(), r.vacuum.dead_tuples.to_string()),
+        ("last vacuum".into(), when(r.vacuum.last_vacuum)),
+        ("last analyze".into(), when(r.vacuum.last_analyze)),
+    ];
+    if let (Some(how), Some(parts)) = (&r.partitioning, &r.partitions) {
+        let default = r.default_partition().map_or_else(
+            || "no default partition".to_owned(),
+            |p| {
+                format!(
+                    "default partition {} holds about {} rows",
+                    p.name, p.estimated_rows
+                )
+            },
+        );
+        rows.push((
+            "partitions".into(),
+            format!(
+                "{} leaf partitions, {}; {default}",
+                parts.len(),
+                sanitize(&how.definition)
+            ),
+        ));
+    }
+    d.fields(None, rows);
     d
+}
+
+/// `stats --partitions`: one row per leaf partition.
+fn partitions_block(d: &mut Doc, r: &StatsReport) {
+    let Some(parts) = &r.partitions else {
+        d.text("the table is not partitioned");
+        return;
+    };
+    let at = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "-".to_owned(), rfc3339);
+    let rows = parts
+        .iter()
+        .map(|p| {
+            let bounds = if p.is_default {
+                "DEFAULT".to_owned()
+            } else if p.range_from.is_some() || p.range_to.is_some() {
+                format!("{} .. {}", at(p.range_from), at(p.range_to))
+            } else {
+                p.bound
+                    .strip_prefix("FOR VALUES ")
+                    .unwrap_or(&p.bound)
+                    .to_owned()
+            };
+            let rows = if p.never_analyzed {
+                "not analyzed".to_owned()
+            } else {
+                p.estimated_rows.to_string()
+            };
+            vec![p.name.clone(), bounds, rows, human_bytes(p.total_bytes)]
+        })
+        .collect();
+    d.rows(
+        Some("Partitions (estimates from the catalog):"),
+        &["partition", "bounds", "estimated rows", "total size"],
+        rows,
+    );
 }
 
 fn ts_secs(t: Option<time::OffsetDateTime>) -> f64 {
@@ -251,6 +327,24 @@ pub fn metrics(r: &StatsReport) -> Metrics {
             g,
             l,
             st.count.count as f64,
+        );
+    }
+    if let Some(parts) = &r.partitions {
+        m.add(
+            "idemctl_table_partitions",
+            "Leaf partitions of the key table.",
+            g,
+            l,
+            parts.len() as f64,
+        );
+    }
+    if let Some(p) = r.default_partition() {
+        m.add(
+            "idemctl_default_partition_estimated_rows",
+            "Estimated rows in the default partition (keys that fell outside every partition's range).",
+            g,
+            l,
+            p.estimated_rows as f64,
         );
     }
     m.add(

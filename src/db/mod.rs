@@ -2,8 +2,10 @@
 //! embedded from `sql/` so a DBA can review exactly what executes.
 
 pub mod lock;
+pub mod partitions;
 pub mod queries;
 pub mod record;
+pub mod replication;
 pub mod table;
 
 pub use table::{KeyLookup, KeyTable};

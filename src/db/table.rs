@@ -69,16 +69,28 @@ impl Index {
             && self.columns.first().is_some_and(|c| c == column)
     }
 
-    /// A unique index over exactly (api_key_id, key), in either order, or over `key` alone.
-    fn identifies_rows(&self) -> bool {
-        let cols: Vec<&str> = self.columns.iter().map(String::as_str).collect();
-        self.is_unique
-            && self.is_valid
-            && self.predicate.is_none()
-            && matches!(
-                cols.as_slice(),
-                ["api_key_id", "key"] | ["key", "api_key_id"] | ["key"]
-            )
+    /// A unique index over exactly (api_key_id, key), in either order, or over `key` alone; on a
+    /// partitioned table also one that adds the partition key's columns, in any position (PostgreSQL
+    /// requires a unique index of a partitioned table to include them).
+    fn identifies_rows(&self, partition_key: &[String]) -> bool {
+        if !(self.is_unique && self.is_valid && self.predicate.is_none()) {
+            return false;
+        }
+        let mut rest: Vec<&str> = self.columns.iter().map(String::as_str).collect();
+        for column in partition_key {
+            if !["api_key_id", "key"].contains(&column.as_str()) {
+                match rest.iter().position(|c| c == column) {
+                    Some(at) => {
+                        rest.remove(at);
+                    }
+                    None => return false,
+                }
+            }
+        }
+        matches!(
+            rest.as_slice(),
+            ["api_key_id", "key"] | ["key", "api_key_id"] | ["key"]
+        )
     }
 
     /// The optional partial index that makes stuck in_progress keys cheap to find.
@@ -113,6 +125,35 @@ pub struct Privileges {
     pub delete: bool,
     pub update: bool,
     pub lock_rows: bool,
+    /// Owns the table (or is a member of its owner): needed to detach partitions.
+    pub owner: bool,
+}
+
+/// How a partitioned key table is partitioned.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Partitioning {
+    /// `range`, `list` or `hash`.
+    pub strategy: String,
+    /// The key's columns in order; an expression in the key shows as `(expression)`.
+    pub columns: Vec<String>,
+    /// The key as PostgreSQL prints it, e.g. `RANGE (expires_at)`.
+    pub definition: String,
+}
+
+/// The timestamp a table is range-partitioned on, when it is one idemctl can reason about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RangeKey {
+    ExpiresAt,
+    CreatedAt,
+}
+
+impl RangeKey {
+    pub fn column(self) -> &'static str {
+        match self {
+            RangeKey::ExpiresAt => "expires_at",
+            RangeKey::CreatedAt => "created_at",
+        }
+    }
 }
 
 /// The resolved key table.
@@ -124,6 +165,8 @@ pub struct KeyTable {
     /// `"schema"."name"`, safe to splice into a statement.
     pub quoted: String,
     pub partitioned: bool,
+    /// How the table is partitioned (None for a plain table).
+    pub partitioning: Option<Partitioning>,
     pub columns: Vec<Column>,
     pub indexes: Vec<Index>,
 }
@@ -159,15 +202,74 @@ impl KeyTable {
         let kind: String = row.get("kind");
         let columns = read_columns(client, oid).await?;
         let indexes = read_indexes(client, oid).await?;
+        let partitioning = if kind == "p" {
+            read_partitioning(client, oid).await?
+        } else {
+            None
+        };
         Ok(KeyTable {
             oid,
             quoted: format!("{}.{}", quote_ident(&schema), quote_ident(&relname)),
             schema,
             name: relname,
             partitioned: kind == "p",
+            partitioning,
             columns,
             indexes,
         })
+    }
+
+    /// The partition key's columns (empty for a plain table).
+    pub fn partition_key(&self) -> &[String] {
+        self.partitioning
+            .as_ref()
+            .map_or(&[], |p| p.columns.as_slice())
+    }
+
+    /// `expires_at` or `created_at` when the table is RANGE-partitioned on that one column (with the
+    /// expected timestamptz type), the layouts `evict --drop-partitions` and the per-partition bounds
+    /// of `stats` understand.
+    pub fn range_key(&self) -> Option<RangeKey> {
+        let p = self.partitioning.as_ref()?;
+        if p.strategy != "range" {
+            return None;
+        }
+        let key = match p.columns.as_slice() {
+            [c] if c == "expires_at" => RangeKey::ExpiresAt,
+            [c] if c == "created_at" => RangeKey::CreatedAt,
+            _ => return None,
+        };
+        let typed = self
+            .columns
+            .iter()
+            .any(|c| c.name == key.column() && c.sql_type == "timestamp with time zone");
+        typed.then_some(key)
+    }
+
+    /// Whether the identity index makes (api_key_id, key) unique across the whole table. On a
+    /// partitioned table whose key is another column, the unique index includes that column, so
+    /// PostgreSQL enforces uniqueness only per partition-key value.
+    pub fn identity_is_global(&self) -> bool {
+        self.identity_index()
+            .is_some_and(|i| i.columns.iter().all(|c| c == "api_key_id" || c == "key"))
+    }
+
+    /// `CREATE INDEX CONCURRENTLY` is refused on a partitioned table: the fixes then use a plain
+    /// CREATE INDEX (which blocks writes while it builds) and say how to avoid that.
+    fn create_index(&self, unique: bool, name: &str, rest: &str) -> String {
+        let unique = if unique { "UNIQUE " } else { "" };
+        let name = quote_ident(&format!("{}_{name}", self.name));
+        if self.partitioned {
+            format!(
+                "CREATE {unique}INDEX {name} ON {} {rest}; -- blocks writes while it builds; to avoid that, CREATE INDEX ... ON ONLY the table, CREATE INDEX CONCURRENTLY on each partition, then ALTER INDEX ... ATTACH PARTITION each",
+                self.quoted
+            )
+        } else {
+            format!(
+                "CREATE {unique}INDEX CONCURRENTLY {name} ON {} {rest};",
+                self.quoted
+            )
+        }
     }
 
     /// The table's name for messages: `schema.name`, control characters escaped.
@@ -239,25 +341,25 @@ impl KeyTable {
 
     /// The statement that creates the expiry index.
     pub fn expiry_index_fix(&self) -> String {
-        format!(
-            "CREATE INDEX CONCURRENTLY {} ON {} (expires_at);",
-            quote_ident(&format!("{}_expiry", self.name)),
-            self.quoted
-        )
+        self.create_index(false, "expiry", "(expires_at)")
     }
 
     /// The unique index that identifies a row, if any.
     pub fn identity_index(&self) -> Option<&Index> {
-        self.indexes.iter().find(|i| i.identifies_rows())
+        let key = self.partition_key();
+        self.indexes.iter().find(|i| i.identifies_rows(key))
     }
 
-    /// The statement that creates the identity index.
+    /// The statement that creates the identity index (with the partition key's columns added on a
+    /// partitioned table, which PostgreSQL requires of a unique index there).
     pub fn identity_index_fix(&self) -> String {
-        format!(
-            "CREATE UNIQUE INDEX CONCURRENTLY {} ON {} (api_key_id, key);",
-            quote_ident(&format!("{}_scope", self.name)),
-            self.quoted
-        )
+        let mut columns = vec!["api_key_id".to_owned(), "key".to_owned()];
+        for c in self.partition_key() {
+            if !columns.contains(c) {
+                columns.push(quote_ident(c));
+            }
+        }
+        self.create_index(true, "scope", &format!("({})", columns.join(", ")))
     }
 
     /// An index on (api_key_id, key) usable to look up one tenant's key.
@@ -291,10 +393,10 @@ impl KeyTable {
 
     /// The statement that creates the optional in_progress index.
     pub fn stuck_index_fix(&self) -> String {
-        format!(
-            "CREATE INDEX CONCURRENTLY {} ON {} ((coalesce(locked_at, created_at))) WHERE state = 'in_progress';",
-            quote_ident(&format!("{}_in_progress", self.name)),
-            self.quoted
+        self.create_index(
+            false,
+            "in_progress",
+            "((coalesce(locked_at, created_at))) WHERE state = 'in_progress'",
         )
     }
 
@@ -315,8 +417,36 @@ impl KeyTable {
             delete: row.get("can_delete"),
             update: row.get("can_update"),
             lock_rows: row.get("can_lock_rows"),
+            owner: row.get("is_owner"),
         })
     }
+}
+
+async fn read_partitioning(
+    client: &tokio_postgres::Client,
+    oid: i64,
+) -> Result<Option<Partitioning>> {
+    let row = client
+        .query_opt(include_str!("../../sql/table_partitioning.sql"), &[&oid])
+        .await
+        .context("failed to read how the key table is partitioned")?;
+    Ok(row.map(|r| {
+        let strategy = match r.get::<_, String>("strategy").as_str() {
+            "r" => "range",
+            "l" => "list",
+            "h" => "hash",
+            _ => "unknown",
+        };
+        let columns: Vec<Option<String>> = r.get("columns");
+        Partitioning {
+            strategy: strategy.to_owned(),
+            columns: columns
+                .into_iter()
+                .map(|c| c.unwrap_or_else(|| "(expression)".to_owned()))
+                .collect(),
+            definition: r.get("definition"),
+        }
+    }))
 }
 
 async fn read_columns(client: &tokio_postgres::Client, oid: i64) -> Result<Vec<Column>> {
@@ -410,8 +540,35 @@ mod tests {
 
     #[test]
     fn identity_accepts_both_table_shapes() {
-        assert!(index(&["api_key_id", "key"], true, None).identifies_rows());
-        assert!(index(&["key"], true, None).identifies_rows());
-        assert!(!index(&["api_key_id", "key"], false, None).identifies_rows());
+        assert!(index(&["api_key_id", "key"], true, None).identifies_rows(&[]));
+        assert!(index(&["key"], true, None).identifies_rows(&[]));
+        assert!(!index(&["api_key_id", "key"], false, None).identifies_rows(&[]));
+        assert!(!index(&["api_key_id", "key", "expires_at"], true, None).identifies_rows(&[]));
+    }
+
+    #[test]
+    fn identity_on_a_partitioned_table_includes_the_partition_key() {
+        let by = |c: &str| vec![c.to_owned()];
+        let pk = index(&["api_key_id", "key", "expires_at"], true, None);
+        assert!(pk.identifies_rows(&by("expires_at")));
+        assert!(!pk.identifies_rows(&by("created_at")));
+        assert!(
+            index(&["api_key_id", "key", "created_at"], true, None)
+                .identifies_rows(&by("created_at"))
+        );
+        assert!(index(&["key", "created_at"], true, None).identifies_rows(&by("created_at")));
+        assert!(
+            !index(&["api_key_id", "created_at"], true, None).identifies_rows(&by("created_at"))
+        );
+        // Partitioned by the tenant (as a Citus-style layout would be): the plain identity suffices.
+        assert!(index(&["api_key_id", "key"], true, None).identifies_rows(&by("api_key_id")));
+        assert!(
+            !index(
+                &["api_key_id", "key", "expires_at", "created_at"],
+                true,
+                None
+            )
+            .identifies_rows(&by("expires_at"))
+        );
     }
 }

@@ -1,12 +1,16 @@
 //! `idemctl evict`: delete expired completed keys in short, bounded, index-backed batches that
 //! never wait on a live request for more than a few milliseconds.
 //!
-//! This module validates the run, takes the table's advisory lock, starts the workers (see
-//! `worker`), and reports: a summary table or JSON, and Prometheus textfile metrics.
+//! This module validates the run, takes the table's advisory lock, drops whole expired partitions
+//! when asked (see `partitions`), starts the workers (see `worker`), which pause while replicas lag
+//! when asked (see `replica`), and reports: a summary table or JSON, and Prometheus textfile metrics.
 
+mod partitions;
+mod replica;
 mod worker;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use serde::Serialize;
@@ -19,13 +23,15 @@ use crate::db::lock::{self, LockClass};
 use crate::db::queries::{self, Capped};
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
-use crate::output::{Doc, rfc3339};
+use crate::output::{Doc, human_secs, rfc3339};
 use crate::progress::Progress;
 
 /// Claims the next batch's range.
 pub const CLAIM_SQL: &str = include_str!("../../../sql/evict_range_end.sql");
 /// Deletes one claimed range.
 pub const BATCH_SQL: &str = include_str!("../../../sql/evict_batch.sql");
+/// Counts what --min-age kept back in a range.
+pub const TOO_YOUNG_SQL: &str = include_str!("../../../sql/evict_batch_too_young.sql");
 /// The skip-locked statement for contended ranges and runs of equal expiry times.
 pub const SKIP_LOCKED_SQL: &str = include_str!("../../../sql/evict_batch_skip_locked.sql");
 /// The dry-run preview.
@@ -44,16 +50,20 @@ pub enum EndReason {
     TimeBudget,
     RowBudget,
     BatchBudget,
+    /// A streaming replica stayed behind --max-replica-lag for --max-replica-wait, or until
+    /// --max-runtime ran out.
+    ReplicaLag,
     Interrupted,
     Error,
 }
 
 impl EndReason {
-    const ALL: [EndReason; 6] = [
+    const ALL: [EndReason; 7] = [
         EndReason::Drained,
         EndReason::TimeBudget,
         EndReason::RowBudget,
         EndReason::BatchBudget,
+        EndReason::ReplicaLag,
         EndReason::Interrupted,
         EndReason::Error,
     ];
@@ -64,6 +74,7 @@ impl EndReason {
             EndReason::TimeBudget => "time_budget",
             EndReason::RowBudget => "row_budget",
             EndReason::BatchBudget => "batch_budget",
+            EndReason::ReplicaLag => "replica_lag",
             EndReason::Interrupted => "interrupted",
             EndReason::Error => "error",
         }
@@ -92,17 +103,36 @@ pub struct EvictReport {
     pub batch_ms_p50: f64,
     pub batch_ms_p99: f64,
     pub batch_ms_max: f64,
+    /// Partitions detached and dropped whole (--drop-partitions).
+    pub dropped_partitions: Vec<partitions::Dropped>,
+    /// Sum of the dropped partitions' row estimates (pg_class.reltuples).
+    pub rows_dropped_estimate: i64,
+    /// Partitions --drop-partitions tried and left to the batches, with the reason.
+    pub partitions_kept: Vec<partitions::Kept>,
+    /// --max-replica-lag in seconds (None without it).
+    pub replica_lag_limit_seconds: Option<f64>,
+    /// Pauses because a replica was behind --max-replica-lag, and their total length.
+    pub replica_lag_waits: u64,
+    pub replica_lag_wait_seconds: f64,
+    /// The largest replica lag measured during the run (0 without --max-replica-lag).
+    pub replica_lag_max_seconds: f64,
 }
 
 /// Run `evict`.
 pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
-    let client = ctx.client().await?;
+    let mut client = ctx.client().await?;
     let table = ctx.table(&client).await?;
     table.require_columns()?;
     table.require_expiry_index()?;
     let privileges = table.privileges(&client).await?;
+    if args.max_replica_lag.is_some() {
+        replica::require_visibility(&client).await?;
+    }
     if args.dry_run {
         privileges.require(&table, "evict --dry-run", &[("SELECT", privileges.select)])?;
+        if args.drop_partitions {
+            partitions::require_layout(&table, None)?;
+        }
         return dry_run(ctx, &client, &table, args).await;
     }
     // DELETE reads the rows it deletes (SELECT), and skipping rows a live request holds takes row
@@ -116,9 +146,18 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
             ("UPDATE (expires_at)", privileges.lock_rows),
         ],
     )?;
+    if args.drop_partitions {
+        partitions::require_layout(&table, Some(&privileges))?;
+    }
     lock::acquire(&client, &table, LockClass::Evict).await?;
     ctx.cancel.install()?;
     let started_at = OffsetDateTime::now_utc();
+    let started = Instant::now();
+    let gate = args
+        .max_replica_lag
+        .map(|max| Arc::new(replica::ReplicaGate::new(max, args.max_replica_wait)));
+    let (drops, drop_result) =
+        drop_phase(ctx, args, &table, &mut client, started, gate.as_deref()).await;
     let progress = if ctx.output.progress_allowed() {
         Progress::rows(estimate_backlog(&client, &table).await.unwrap_or(0))
     } else {
@@ -129,24 +168,69 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         statements(&table),
         ctx.cancel.clone(),
         progress,
+        started,
+        gate.clone(),
     );
-    let error = drive(ctx, &shared, client, args.jobs).await;
+    let error = match drop_result {
+        Ok(stop) => {
+            if let Some(reason) = stop {
+                shared.stop_with(reason).await;
+            }
+            drive(ctx, &shared, client, args.jobs).await
+        }
+        Err(e) => Some(e),
+    };
     shared.progress().finish();
     // Leftovers are counted on a session from the pool; not after a failure (the server may be gone).
     let client = match error {
         None => ctx.client().await.ok(),
         Some(_) => None,
     };
-    let report = report(&table, &shared, client.as_ref(), error.is_some()).await;
+    let waits = match &gate {
+        Some(g) => g.totals().await,
+        None => replica::WaitTotals::default(),
+    };
+    let failed = error.is_some();
+    let report = report(&table, &shared, client.as_ref(), failed, drops, &waits).await;
     if let Some(path) = &args.textfile {
         write_textfile(path, &report, started_at)?;
     }
     print_report(ctx, &report)?;
+    if let (EndReason::ReplicaLag, Some(why)) = (report.end_reason, &waits.gave_up_on) {
+        crate::output::warn(&format!(
+            "stopped before the backlog was drained: {why}; the next run continues"
+        ));
+    }
     match (report.end_reason, error) {
         (_, Some(e)) => Err(e),
         (EndReason::Interrupted, None) => Ok(Exit::Interrupted),
         _ => Ok(Exit::Success),
     }
+}
+
+/// With --drop-partitions, drop whole expired partitions before the batches start, on the session
+/// that holds the advisory lock. Returns what it did, and why the run must stop (if it must) or the
+/// error that ends it.
+async fn drop_phase(
+    ctx: &Context,
+    args: &EvictArgs,
+    table: &KeyTable,
+    client: &mut deadpool_postgres::Object,
+    started: Instant,
+    gate: Option<&replica::ReplicaGate>,
+) -> (partitions::DropReport, Result<Option<EndReason>>) {
+    if !args.drop_partitions {
+        return (partitions::DropReport::default(), Ok(None));
+    }
+    let run = partitions::DropRun {
+        table,
+        lock_timeout: args.drop_lock_timeout,
+        min_age_secs: args.min_age.map(|d| d.as_secs_f64()),
+        cancel: &ctx.cancel,
+        deadline: args.max_runtime.map(|m| started + m),
+        gate,
+    };
+    partitions::drop_expired(client, &run).await
 }
 
 /// Settings of every evict session: never wait on a row for more than [`ROW_LOCK_WAIT`], and plan
@@ -177,6 +261,7 @@ fn statements(table: &KeyTable) -> worker::Statements {
     worker::Statements {
         claim: table.sql(CLAIM_SQL),
         delete: table.sql(BATCH_SQL),
+        too_young: table.sql(TOO_YOUNG_SQL),
         skip_locked: table.sql(SKIP_LOCKED_SQL),
     }
 }
@@ -234,6 +319,8 @@ async fn report(
     shared: &worker::Shared,
     client: Option<&deadpool_postgres::Object>,
     failed: bool,
+    drops: partitions::DropReport,
+    waits: &replica::WaitTotals,
 ) -> EvictReport {
     let end_reason = shared.end_reason(failed).await;
     let mut totals = shared.totals().await;
@@ -265,6 +352,13 @@ async fn report(
         batch_ms_p50: p50,
         batch_ms_p99: p99,
         batch_ms_max: max,
+        rows_dropped_estimate: drops.estimated_rows(),
+        dropped_partitions: drops.dropped,
+        partitions_kept: drops.kept,
+        replica_lag_limit_seconds: waits.limit_seconds,
+        replica_lag_waits: waits.waits,
+        replica_lag_wait_seconds: waits.waited.as_secs_f64(),
+        replica_lag_max_seconds: waits.max_lag_seconds,
     }
 }
 
@@ -362,7 +456,7 @@ async fn dry_run(
     let newest: Option<OffsetDateTime> = row.get("newest");
     let statement = table.sql(BATCH_SQL);
     let plan = explain_first_batch(client, table, args).await?;
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
         "table": table.display(),
         "dry_run": true,
         "would_evict": count,
@@ -372,27 +466,130 @@ async fn dry_run(
         "statement": statement,
         "plan": plan,
     });
+    let mut fields = vec![
+        ("table".into(), table.display()),
+        ("would evict".into(), count.to_string()),
+        (
+            "oldest candidate".into(),
+            oldest.map_or_else(|| "-".into(), rfc3339),
+        ),
+        (
+            "newest candidate".into(),
+            newest.map_or_else(|| "-".into(), rfc3339),
+        ),
+        ("batch size".into(), args.batch_size.to_string()),
+    ];
     let mut doc = Doc::default();
-    doc.fields(
-        None,
-        vec![
-            ("table".into(), table.display()),
-            ("would evict".into(), count.to_string()),
-            (
-                "oldest candidate".into(),
-                oldest.map_or_else(|| "-".into(), rfc3339),
-            ),
-            (
-                "newest candidate".into(),
-                newest.map_or_else(|| "-".into(), rfc3339),
-            ),
-            ("batch size".into(), args.batch_size.to_string()),
-        ],
-    );
+    let extra = dry_run_extras(client, table, args, &mut json, &mut fields).await?;
+    doc.fields(None, fields);
+    if let Some(d) = &extra {
+        partition_blocks(
+            &mut doc,
+            &d.dropped,
+            &d.kept,
+            "partitions that would be dropped",
+        );
+    }
     doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{statement}"));
     doc.text(format!("plan:\n{}", plan.join("\n")));
     ctx.output.emit(&doc, &json)?;
     Ok(Exit::Success)
+}
+
+/// What the dry run adds for --drop-partitions (the partitions the probe clears now; no lock is
+/// taken) and --max-replica-lag (the replicas as they stand); returns the partition preview.
+async fn dry_run_extras(
+    client: &deadpool_postgres::Object,
+    table: &KeyTable,
+    args: &EvictArgs,
+    json: &mut serde_json::Value,
+    fields: &mut Vec<(String, String)>,
+) -> Result<Option<partitions::DropReport>> {
+    let drops = if args.drop_partitions {
+        let min_age = args.min_age.map(|d| d.as_secs_f64());
+        Some(partitions::preview(client, table, min_age).await?)
+    } else {
+        None
+    };
+    if let Some(d) = &drops {
+        json["would_drop_partitions"] = serde_json::to_value(&d.dropped)?;
+        json["rows_dropped_estimate"] = d.estimated_rows().into();
+        json["partitions_kept"] = serde_json::to_value(&d.kept)?;
+        fields.push((
+            "would drop partitions".into(),
+            format!(
+                "{} (about {} rows, if their locks are granted at once; those rows are included above)",
+                d.dropped.len(),
+                d.estimated_rows()
+            ),
+        ));
+    }
+    if args.max_replica_lag.is_some() {
+        let replicas = crate::db::replication::replicas(client).await?;
+        json["replicas"] = serde_json::to_value(&replicas)?;
+        fields.push(("streaming replicas".into(), replicas_text(&replicas)));
+    }
+    Ok(drops)
+}
+
+/// The replicas as the dry run shows them.
+fn replicas_text(replicas: &[crate::db::replication::Replica]) -> String {
+    if replicas.is_empty() {
+        return "none visible (nothing would pause)".into();
+    }
+    replicas
+        .iter()
+        .map(|r| {
+            let lag = r
+                .replay_lag_seconds
+                .map_or_else(|| "idle".to_owned(), crate::output::human_secs);
+            format!(
+                "{} ({}, {} behind, replay_lag {lag})",
+                r.name,
+                r.state,
+                crate::output::human_bytes(r.behind_bytes)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Tables of dropped (or droppable) partitions and of those left to the batches.
+fn partition_blocks(
+    doc: &mut Doc,
+    dropped: &[partitions::Dropped],
+    kept: &[partitions::Kept],
+    title: &str,
+) {
+    if !dropped.is_empty() {
+        let rows = dropped
+            .iter()
+            .map(|d| {
+                vec![
+                    d.name.clone(),
+                    partitions::bound_text(d),
+                    d.estimated_rows.to_string(),
+                    crate::output::human_bytes(d.total_bytes),
+                ]
+            })
+            .collect();
+        doc.rows(
+            Some(title),
+            &["partition", "bounds", "estimated rows", "size"],
+            rows,
+        );
+    }
+    if !kept.is_empty() {
+        let rows = kept
+            .iter()
+            .map(|k| vec![k.name.clone(), k.reason.clone()])
+            .collect();
+        doc.rows(
+            Some("partitions left to the batches"),
+            &["partition", "why"],
+            rows,
+        );
+    }
 }
 
 fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
@@ -439,6 +636,38 @@ fn doc(r: &EvictReport) -> Doc {
                 ),
             ),
         ],
+    );
+    let mut extra = Vec::new();
+    if !r.dropped_partitions.is_empty() || !r.partitions_kept.is_empty() {
+        extra.push((
+            "partitions dropped".into(),
+            format!(
+                "{} (about {} rows)",
+                r.dropped_partitions.len(),
+                r.rows_dropped_estimate
+            ),
+        ));
+    }
+    if let Some(limit) = r.replica_lag_limit_seconds {
+        extra.push((
+            "paused for replica lag".into(),
+            format!(
+                "{} times, {} in all (limit {}, worst lag seen {})",
+                r.replica_lag_waits,
+                human_secs(r.replica_lag_wait_seconds),
+                human_secs(limit),
+                human_secs(r.replica_lag_max_seconds)
+            ),
+        ));
+    }
+    if !extra.is_empty() {
+        d.fields(None, extra);
+    }
+    partition_blocks(
+        &mut d,
+        &r.dropped_partitions,
+        &r.partitions_kept,
+        "partitions dropped",
     );
     d
 }
@@ -521,6 +750,38 @@ fn write_textfile(path: &std::path::Path, r: &EvictReport, started: OffsetDateTi
             g,
             l,
             ip.count as f64,
+        );
+    }
+    if !r.dropped_partitions.is_empty() || !r.partitions_kept.is_empty() {
+        m.add(
+            "idemctl_evict_partitions_dropped",
+            "Partitions the last run detached and dropped whole (--drop-partitions).",
+            g,
+            l,
+            r.dropped_partitions.len() as f64,
+        );
+        m.add(
+            "idemctl_evict_rows_dropped_estimate",
+            "Estimated keys in the partitions the last run dropped.",
+            g,
+            l,
+            r.rows_dropped_estimate as f64,
+        );
+    }
+    if r.replica_lag_limit_seconds.is_some() {
+        m.add(
+            "idemctl_evict_replica_lag_waits",
+            "Times the last run paused because a streaming replica was behind --max-replica-lag.",
+            g,
+            l,
+            r.replica_lag_waits as f64,
+        );
+        m.add(
+            "idemctl_evict_replica_lag_wait_seconds",
+            "Seconds the last run spent paused for replica lag.",
+            g,
+            l,
+            r.replica_lag_wait_seconds,
         );
     }
     let mut reasons = String::new();

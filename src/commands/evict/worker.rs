@@ -6,6 +6,9 @@
 //! a lock_timeout of a few milliseconds; if a live request holds a row in it, the range is redone
 //! with `FOR UPDATE SKIP LOCKED` and the held row is left (and counted). More than one batch of
 //! rows sharing a single expires_at is taken in SKIP LOCKED batches at that instant.
+//!
+//! With --max-replica-lag the claim first waits, holding the claim lock (so every worker pauses) but
+//! no transaction, until the replicas are within the limit (see `replica`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +18,7 @@ use time::OffsetDateTime;
 use tokio::sync::Mutex;
 
 use super::EndReason;
+use super::replica::ReplicaGate;
 use crate::context::Cancel;
 use crate::exit::{Exit, fail};
 use crate::output::human_secs;
@@ -43,6 +47,7 @@ pub struct Plan {
 pub struct Statements {
     pub claim: String,
     pub delete: String,
+    pub too_young: String,
     pub skip_locked: String,
 }
 
@@ -97,19 +102,35 @@ pub struct Shared {
     cancel: Cancel,
     started: Instant,
     progress: Progress,
+    gate: Option<Arc<ReplicaGate>>,
     state: Mutex<State>,
 }
 
 impl Shared {
-    pub fn new(plan: Plan, sql: Statements, cancel: Cancel, progress: Progress) -> Arc<Shared> {
+    /// `started` is when the run began (budgets count from it); `gate` pauses claims while replicas
+    /// lag.
+    pub fn new(
+        plan: Plan,
+        sql: Statements,
+        cancel: Cancel,
+        progress: Progress,
+        started: Instant,
+        gate: Option<Arc<ReplicaGate>>,
+    ) -> Arc<Shared> {
         Arc::new(Shared {
             plan,
             sql,
             cancel,
-            started: Instant::now(),
+            started,
             progress,
+            gate,
             state: Mutex::new(State::default()),
         })
+    }
+
+    /// Stop before the first claim (the drop phase ended the run).
+    pub async fn stop_with(&self, reason: EndReason) {
+        self.state.lock().await.stop.get_or_insert(reason);
     }
 
     /// Why the run ended, once every worker has stopped; `failed` when a worker returned an error.
@@ -165,14 +186,35 @@ impl Shared {
         None
     }
 
+    /// Stop claiming when a budget says so (recording why).
+    fn should_stop(&self, state: &mut State) -> bool {
+        let Some(reason) = self.budget_reason(state) else {
+            return false;
+        };
+        if !matches!(reason, EndReason::Drained | EndReason::Interrupted) {
+            state.stop.get_or_insert(reason);
+        }
+        true
+    }
+
     /// Claim the next range, probing its end on this worker's session.
     async fn claim(&self, client: &deadpool_postgres::Object) -> Result<Claim> {
         let mut state = self.state.lock().await;
-        if let Some(reason) = self.budget_reason(&state) {
-            if !matches!(reason, EndReason::Drained | EndReason::Interrupted) {
-                state.stop.get_or_insert(reason);
-            }
+        if self.should_stop(&mut state) {
             return Ok(Claim::Stop);
+        }
+        if let Some(gate) = &self.gate {
+            let deadline = self.plan.max_runtime.map(|m| self.started + m);
+            if let Some(reason) = gate
+                .pause_while_lagging(client, &self.cancel, deadline, &self.progress)
+                .await?
+            {
+                state.stop.get_or_insert(reason);
+                return Ok(Claim::Stop);
+            }
+            if self.should_stop(&mut state) {
+                return Ok(Claim::Stop);
+            }
         }
         if state.ties_done.is_some() && state.ties_done == state.next {
             state.next = state.next.map(|t| t + time::Duration::microseconds(1));
@@ -305,18 +347,20 @@ async fn delete_range(
     let min_age = shared.plan.min_age_secs;
     let mut retries = 0;
     loop {
-        match run_statement(
-            client,
-            shared.plan.deadline,
-            &shared.sql.delete,
-            &[&start, &end, &min_age],
-        )
+        match with_deadline(shared.plan.deadline, async {
+            let stmt = client.prepare_cached(&shared.sql.delete).await?;
+            client.execute(&stmt, &[&start, &end, &min_age]).await
+        })
         .await
         {
-            Ok(row) => {
+            Ok(deleted) => {
+                let skipped_min_age = match min_age {
+                    Some(_) => too_young(shared, client, start, end).await?,
+                    None => 0,
+                };
                 return Ok(Outcome {
-                    deleted: count(&row, "deleted"),
-                    skipped_min_age: count(&row, "too_young"),
+                    deleted,
+                    skipped_min_age,
                     ..Outcome::default()
                 });
             }
@@ -393,19 +437,45 @@ fn count(row: &tokio_postgres::Row, column: &str) -> u64 {
     u64::try_from(row.get::<_, i64>(column)).unwrap_or(0)
 }
 
-/// Run one statement (prepared once per session). Each runs in autocommit, so it is its own short
-/// transaction: committed, or rolled back by the server on any error. A client-side deadline
-/// guards against a dead network path, which the server-side statement_timeout cannot see.
+/// Run one statement that returns one row (prepared once per session), with the deadline.
 async fn run_statement(
     client: &deadpool_postgres::Object,
     deadline: Duration,
     sql: &str,
     params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
 ) -> Result<tokio_postgres::Row> {
-    let work = async {
+    with_deadline(deadline, async {
         let stmt = client.prepare_cached(sql).await?;
         client.query_one(&stmt, params).await
-    };
+    })
+    .await
+}
+
+/// Expired completed rows of [start, end) kept back by --min-age.
+async fn too_young(
+    shared: &Shared,
+    client: &deadpool_postgres::Object,
+    start: Option<OffsetDateTime>,
+    end: Option<OffsetDateTime>,
+) -> Result<u64> {
+    let row = run_statement(
+        client,
+        shared.plan.deadline,
+        &shared.sql.too_young,
+        &[&start, &end, &shared.plan.min_age_secs],
+    )
+    .await
+    .context("failed to count rows kept back by --min-age")?;
+    Ok(count(&row, "too_young"))
+}
+
+/// Await a statement with a client-side deadline. Each statement runs in autocommit, so it is its
+/// own short transaction: committed, or rolled back by the server on any error. The deadline
+/// guards against a dead network path, which the server-side statement_timeout cannot see.
+async fn with_deadline<T>(
+    deadline: Duration,
+    work: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+) -> Result<T> {
     match tokio::time::timeout(deadline, work).await {
         Ok(r) => r.map_err(|e| connection_context(e.into())),
         Err(_) => Err(fail(

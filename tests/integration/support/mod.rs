@@ -30,7 +30,9 @@
 pub mod cluster;
 pub mod cmd;
 pub mod conninfo;
+pub mod partman;
 pub mod pg;
+pub mod replica;
 pub mod tcp;
 
 pub use cmd::{Cmd, IDEMCTL, Run, Spawned};

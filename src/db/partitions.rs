@@ -1,0 +1,126 @@
+//! The leaf partitions of a partitioned key table, from the catalog, and the statements that let
+//! `evict --drop-partitions` detach and drop one whole (probe under the detach's lock, then drop).
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use super::KeyTable;
+use super::table::quote_ident;
+
+/// Lists every leaf partition with its bounds (catalog only).
+pub const LIST_SQL: &str = include_str!("../../sql/table_partitions.sql");
+/// Decides, on a detached partition, whether it may be dropped.
+pub const PROBE_SQL: &str = include_str!("../../sql/evict_partition_probe.sql");
+/// Detaches a partition from the key table.
+pub const DETACH_SQL: &str = include_str!("../../sql/evict_partition_detach.sql");
+/// Drops a detached partition.
+pub const DROP_SQL: &str = include_str!("../../sql/evict_partition_drop.sql");
+
+/// One leaf partition as the catalog describes it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Partition {
+    #[serde(skip)]
+    pub oid: i64,
+    /// `schema.name`, control characters escaped (for output).
+    pub name: String,
+    /// `"schema"."name"`, safe to splice into a statement.
+    #[serde(skip)]
+    pub quoted: String,
+    /// The partition's bound as PostgreSQL prints it (`FOR VALUES FROM (...) TO (...)`, `DEFAULT`).
+    pub bound: String,
+    pub is_default: bool,
+    /// Attached to the key table itself rather than to a sub-partitioned child.
+    #[serde(skip)]
+    pub direct: bool,
+    /// `pg_class.reltuples` (0 when never analyzed).
+    pub estimated_rows: i64,
+    pub never_analyzed: bool,
+    pub total_bytes: i64,
+    /// The current role may drop it.
+    #[serde(skip)]
+    pub owned: bool,
+    /// Lower bound (inclusive) on a timestamptz range key; None for MINVALUE, other keys, DEFAULT.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub range_from: Option<OffsetDateTime>,
+    /// Upper bound (exclusive) on a timestamptz range key; None for MAXVALUE, other keys, DEFAULT.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub range_to: Option<OffsetDateTime>,
+    /// The database clock when the list was read.
+    #[serde(skip)]
+    pub db_now: OffsetDateTime,
+}
+
+/// Every leaf partition of `table` (empty for a plain table), ordered by lower bound, the default
+/// partition last.
+pub async fn list(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Vec<Partition>> {
+    if !table.partitioned {
+        return Ok(Vec::new());
+    }
+    let timestamp_bounds = table.range_key().is_some();
+    let rows = client
+        .query(LIST_SQL, &[&table.oid, &timestamp_bounds])
+        .await
+        .context("failed to list the key table's partitions")?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let schema: String = r.get("schema");
+            let name: String = r.get("name");
+            Partition {
+                oid: r.get("oid"),
+                name: crate::output::sanitize(&format!("{schema}.{name}")),
+                quoted: format!("{}.{}", quote_ident(&schema), quote_ident(&name)),
+                bound: crate::output::sanitize(&r.get::<_, String>("bound")),
+                is_default: r.get("is_default"),
+                direct: r.get("direct"),
+                estimated_rows: r.get("estimated_rows"),
+                never_analyzed: r.get("never_analyzed"),
+                total_bytes: r.get("total_bytes"),
+                owned: r.get("owned"),
+                range_from: r.get("range_from"),
+                range_to: r.get("range_to"),
+                db_now: r.get("db_now"),
+            }
+        })
+        .collect())
+}
+
+impl Partition {
+    /// Substitute the key table and this partition into a statement from `sql/`.
+    pub fn sql(&self, table: &KeyTable, template: &str) -> String {
+        table.sql(template).replace("{partition}", &self.quoted)
+    }
+}
+
+/// What the probe found in a partition.
+#[derive(Debug, Clone, Copy)]
+pub struct Probe {
+    pub holds_in_progress: bool,
+    pub newest_expiry: Option<OffsetDateTime>,
+    pub db_now: OffsetDateTime,
+}
+
+impl Probe {
+    /// Every row expired by the database clock and none in_progress (an empty partition qualifies).
+    pub fn droppable(&self) -> bool {
+        !self.holds_in_progress && self.newest_expiry.is_none_or(|t| t < self.db_now)
+    }
+}
+
+/// Run the probe on `partition` (two index probes).
+pub async fn probe(
+    client: &impl tokio_postgres::GenericClient,
+    table: &KeyTable,
+    partition: &Partition,
+) -> Result<Probe> {
+    let row = client
+        .query_one(&partition.sql(table, PROBE_SQL), &[])
+        .await
+        .with_context(|| format!("failed to probe partition {}", partition.name))?;
+    Ok(Probe {
+        holds_in_progress: row.get("holds_in_progress"),
+        newest_expiry: row.get("newest_expiry"),
+        db_now: row.get("db_now"),
+    })
+}

@@ -1,0 +1,49 @@
+//! Streaming replicas as the primary sees them in `pg_stat_replication`, for
+//! `evict --max-replica-lag`.
+
+use anyhow::{Context as _, Result};
+
+/// Whether the role may read the replay positions, and its name for messages.
+pub async fn visibility(client: &tokio_postgres::Client) -> Result<(String, bool)> {
+    let row = client
+        .query_one(include_str!("../../sql/replica_visibility.sql"), &[])
+        .await
+        .context("failed to check whether this role may read pg_stat_replication")?;
+    Ok((row.get("role"), row.get("can_see")))
+}
+
+/// One physical standby's replay position, as last reported to the primary.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Replica {
+    #[serde(skip)]
+    pub pid: i32,
+    /// application_name, else the client address, else the walsender's pid.
+    pub name: String,
+    pub state: String,
+    /// The replay LSN as a byte offset (compared between readings to see whether replay moves).
+    #[serde(skip)]
+    pub replay_position: i64,
+    /// WAL flushed on the primary that the standby has not replayed yet.
+    pub behind_bytes: i64,
+    /// PostgreSQL's replay_lag: NULL after an idle spell, frozen while replay is stuck.
+    pub replay_lag_seconds: Option<f64>,
+}
+
+/// Every physical standby streaming from this server.
+pub async fn replicas(client: &tokio_postgres::Client) -> Result<Vec<Replica>> {
+    let rows = client
+        .query(include_str!("../../sql/replica_lag.sql"), &[])
+        .await
+        .context("failed to read replica lag from pg_stat_replication")?;
+    Ok(rows
+        .iter()
+        .map(|r| Replica {
+            pid: r.get("pid"),
+            name: crate::output::sanitize(&r.get::<_, String>("name")),
+            state: r.get("state"),
+            replay_position: r.get("replay_position"),
+            behind_bytes: r.get("behind_bytes"),
+            replay_lag_seconds: r.get("replay_lag_seconds"),
+        })
+        .collect())
+}
