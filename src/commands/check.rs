@@ -307,22 +307,35 @@ pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
             )
         });
     }
-    let reclaim_ok = p.select && p.delete && p.update;
-    out.push(if reclaim_ok {
-        finding(
-            "privileges: reclaim",
+    let delete_ok = p.select && p.delete && p.lock_rows;
+    let fail_ok = p.select && p.update_response;
+    let (status, detail, fix) = match (delete_ok, fail_ok) {
+        (true, true) => (
             Status::Ok,
-            format!("{role} may SELECT, UPDATE and DELETE"),
+            format!("{role} may reclaim with --action delete and --action fail"),
             None,
-        )
-    } else {
-        finding(
-            "privileges: reclaim",
+        ),
+        (true, false) => (
             Status::Note,
-            format!("{role} lacks part of SELECT, UPDATE, DELETE (needed only to run reclaim)"),
-            Some(grant("SELECT, UPDATE, DELETE")),
-        )
-    });
+            format!(
+                "{role} may reclaim with --action delete; --action fail also needs UPDATE (state, response_status, response_body)"
+            ),
+            Some(grant("UPDATE (state, response_status, response_body)")),
+        ),
+        (false, true) => (
+            Status::Note,
+            format!("{role} may reclaim with --action fail; --action delete also needs DELETE"),
+            Some(grant("DELETE")),
+        ),
+        (false, false) => (
+            Status::Note,
+            format!("{role} may not reclaim (needed only to run reclaim)"),
+            Some(grant(
+                "SELECT, DELETE, UPDATE (state, response_status, response_body)",
+            )),
+        ),
+    };
+    out.push(finding("privileges: reclaim", status, detail, fix));
     out
 }
 

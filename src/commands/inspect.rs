@@ -19,6 +19,8 @@ const MAX_TENANTS_PROBED: i32 = 10_000;
 pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     let client = ctx.client().await?;
     let table = ctx.table(&client).await?;
+    let privileges = table.privileges(&client).await?;
+    privileges.require(&table, "inspect", &[("SELECT", privileges.select)])?;
     table.require_columns()?;
     let stuck_secs = args.stuck_after.as_secs_f64();
     let records = match &args.api_key_id {

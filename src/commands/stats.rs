@@ -102,6 +102,8 @@ pub async fn gather(
 pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let client = ctx.client().await?;
     let table = ctx.table(&client).await?;
+    let privileges = table.privileges(&client).await?;
+    privileges.require(&table, "stats", &[("SELECT", privileges.select)])?;
     let report = gather(
         &client,
         &table,

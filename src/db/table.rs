@@ -125,6 +125,8 @@ pub struct Privileges {
     pub delete: bool,
     pub update: bool,
     pub lock_rows: bool,
+    /// May UPDATE state, response_status and response_body (what reclaim --action fail writes).
+    pub update_response: bool,
     /// Owns the table (or is a member of its owner): needed to detach partitions.
     pub owner: bool,
 }
@@ -417,6 +419,7 @@ impl KeyTable {
             delete: row.get("can_delete"),
             update: row.get("can_update"),
             lock_rows: row.get("can_lock_rows"),
+            update_response: row.get("can_update_response"),
             owner: row.get("is_owner"),
         })
     }

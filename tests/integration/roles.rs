@@ -245,11 +245,22 @@ async fn a_reader_can_inspect_stats_and_check_and_changes_nothing() {
     assert_eq!(status("privileges: inspect, stats, check"), "ok", "{run}");
     assert_eq!(status("privileges: evict"), "note", "{run}");
 
-    // reclaim's preview only reads.
+    // reclaim's and evict's previews only read.
     let run = as_role(&db, &reader)
         .args(["reclaim", "--dry-run", "-o", "json"])
         .run();
     run.assert_success().assert_stderr_empty();
+    let run = as_role(&db, &reader)
+        .args(["evict", "--dry-run", "-o", "json"])
+        .run();
+    run.assert_success().assert_stderr_empty();
+    assert!(
+        run.json()["plan"][0]
+            .as_str()
+            .unwrap()
+            .contains("needs the DELETE privilege"),
+        "{run}"
+    );
     assert_eq!(snapshot(&db).await, before);
 }
 
@@ -322,6 +333,16 @@ async fn a_reclaimer_can_reclaim_with_either_action() {
     let db = db_with_roles(MIX).await;
     let mut logins = Logins::new(&db);
     let reclaimer = logins.create(&db, "reclaimer", &[RECLAIMER], "").await;
+    // check agrees that the column grants of sql/roles.sql are enough for both actions.
+    let run = as_role(&db, &reclaimer).args(["check", "-o", "json"]).run();
+    let finding = run.json()["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "privileges: reclaim")
+        .cloned()
+        .unwrap();
+    assert_eq!(finding["status"], "ok", "{run}");
     let reclaim = |action: &str| {
         as_role(&db, &reclaimer).args([
             "reclaim",
@@ -442,7 +463,10 @@ async fn lesser_roles_are_refused_before_any_change() {
         &["inspect", "some-key", "--api-key-id", "tenant_1"],
     ] {
         let run = as_role(&db, &nobody).args(args).run();
-        assert_denied(&run, &["idempotency_keys"]);
+        assert_denied(
+            &run,
+            &["lacks SELECT on public.idempotency_keys", "GRANT SELECT ON"],
+        );
     }
 
     assert_eq!(snapshot(&db).await, before);

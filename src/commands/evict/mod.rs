@@ -133,7 +133,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         if args.drop_partitions {
             partitions::require_layout(&table, None)?;
         }
-        return dry_run(ctx, &client, &table, args).await;
+        return dry_run(ctx, &client, &table, args, privileges.delete).await;
     }
     // DELETE reads the rows it deletes (SELECT), and skipping rows a live request holds takes row
     // locks, which PostgreSQL grants only with UPDATE on at least one column.
@@ -445,6 +445,7 @@ async fn dry_run(
     client: &deadpool_postgres::Object,
     table: &KeyTable,
     args: &EvictArgs,
+    can_delete: bool,
 ) -> Result<Exit> {
     let min_age = args.min_age.map(|d| d.as_secs_f64());
     let row = client
@@ -455,7 +456,15 @@ async fn dry_run(
     let oldest: Option<OffsetDateTime> = row.get("oldest");
     let newest: Option<OffsetDateTime> = row.get("newest");
     let statement = table.sql(BATCH_SQL);
-    let plan = explain_first_batch(client, table, args).await?;
+    // EXPLAIN of a DELETE needs the DELETE privilege; a read-only role still gets the preview.
+    let plan = if can_delete {
+        explain_first_batch(client, table, args).await?
+    } else {
+        vec![
+            "(not shown: explaining the DELETE needs the DELETE privilege, which this role lacks)"
+                .to_owned(),
+        ]
+    };
     let mut json = serde_json::json!({
         "table": table.display(),
         "dry_run": true,
