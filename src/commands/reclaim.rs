@@ -725,9 +725,32 @@ fn question(table: &KeyTable, req: &Request, count: &str) -> String {
     )
 }
 
+/// Attempts of one batch that runs into a lock held longer than the session's few-millisecond
+/// lock_timeout (DDL, or a relation-extension lock under heavy inserts) before the run gives up.
+const LOCK_TRIES: u32 = 5;
+
 /// Run one batch statement with a client-side deadline (statement_timeout plus a margin), which
-/// guards against a dead network path the server-side timeout cannot see.
+/// guards against a dead network path the server-side timeout cannot see. A batch that could not
+/// get a lock within the lock_timeout was rolled back whole; it is tried again a little later.
 async fn query_batch(
+    ctx: &Context,
+    client: &deadpool_postgres::Object,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<tokio_postgres::Row>> {
+    let mut tries = 1;
+    loop {
+        match query_once(ctx, client, sql, params).await {
+            Err(e) if is_lock_timeout(&e) && tries < LOCK_TRIES => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn query_once(
     ctx: &Context,
     client: &deadpool_postgres::Object,
     sql: &str,
@@ -843,7 +866,7 @@ impl ReclaimReport {
     /// Wrap a batch failure with what had already been done (those batches are committed).
     fn batch_error(&self, e: anyhow::Error) -> anyhow::Error {
         let why = if is_lock_timeout(&e) {
-            "gave up waiting for a lock another session holds (on the table, e.g. for DDL)"
+            "could not get a lock another session holds in 5 tries (DDL on the table, or a lock it waits behind)"
         } else {
             "failed"
         };

@@ -2,9 +2,12 @@
 
 mod support;
 
+mod chaos;
 mod cli;
+mod concurrency;
 mod evict;
 mod explain;
+mod faults;
 mod fixtures;
 mod harness_selftest;
 mod hostile;
@@ -15,3 +18,4 @@ mod replica;
 mod roles;
 mod stats;
 mod transport;
+mod workload;
