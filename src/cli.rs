@@ -225,6 +225,12 @@ pub struct EvictArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8), allow_negative_numbers = true, value_name = "N")]
     pub jobs: u8,
 
+    /// Drain a large backlog as fast as idemctl safely can: no pacing (--duty-cycle 100) and at
+    /// least two sessions (--jobs 2). Batches stay short and never wait on live requests, but live
+    /// traffic slows while it runs: use it in a quiet hour.
+    #[arg(long, conflicts_with = "duty_cycle")]
+    pub catch_up: bool,
+
     /// Never evict a key created less than this long ago, whatever its expires_at says
     /// (a guard against a deploy that wrote too-short TTLs).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]
@@ -261,6 +267,22 @@ pub struct EvictArgs {
     /// long in one stretch, or when --max-runtime runs out while waiting.
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", requires = "max_replica_lag", value_name = "DUR")]
     pub max_replica_wait: Duration,
+}
+
+impl EvictArgs {
+    /// The duty cycle in effect (`--catch-up` lifts pacing).
+    pub fn effective_duty_cycle(&self) -> u8 {
+        if self.catch_up { 100 } else { self.duty_cycle }
+    }
+
+    /// The number of sessions in effect (`--catch-up` uses at least two).
+    pub fn effective_jobs(&self) -> u8 {
+        if self.catch_up {
+            self.jobs.max(2)
+        } else {
+            self.jobs
+        }
+    }
 }
 
 /// What reclaim does to a stuck key.

@@ -27,7 +27,7 @@ pub async fn run(cli: Cli) -> Result<Exit> {
         ));
     }
     let pool_size = match &cli.command {
-        Command::Evict(a) => usize::from(a.jobs) + 1,
+        Command::Evict(a) => usize::from(a.effective_jobs()) + 1,
         _ => 2,
     };
     let ctx = Context::new(cli.global, pool_size)?;

@@ -621,3 +621,13 @@ async fn evict_draws_progress_only_on_an_attended_terminal() {
         0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_catch_up_drains_with_parallel_unpaced_sessions() {
+    let args = ["--catch-up", "--batch-size", "200"];
+    evicts_exactly_the_expired_completed_rows(Schema::Corrected, &args).await;
+    let run = crate::support::Cmd::new()
+        .args(["evict", "--catch-up", "--duty-cycle", "50"])
+        .run();
+    run.assert_code(2).assert_stderr_contains("--duty-cycle");
+}

@@ -37,6 +37,14 @@ const STATEMENTS: &[(&str, &str)] = &[
         "evict_batch_too_young.sql",
         "now() - interval '3 days', now() - interval '71 hours', 3600",
     ),
+    (
+        "evict_tail_in_progress.sql",
+        "now() - interval '10 minutes'",
+    ),
+    (
+        "expired_backlog_from.sql",
+        "100000, now() - interval '1 hour'",
+    ),
     ("evict_range_end.sql", "now() - interval '3 days', 5000"),
     ("evict_preview.sql", "100000, NULL"),
     (

@@ -20,7 +20,7 @@ use crate::cli::{EvictArgs, OutputFormat};
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::lock::{self, LockClass};
-use crate::db::queries::{self, Capped};
+use crate::db::queries::Capped;
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
 use crate::output::{Doc, human_secs, rfc3339};
@@ -176,7 +176,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
             if let Some(reason) = stop {
                 shared.stop_with(reason).await;
             }
-            drive(ctx, &shared, client, args.jobs).await
+            drive(ctx, &shared, client, args.effective_jobs()).await
         }
         Err(e) => Some(e),
     };
@@ -251,7 +251,7 @@ fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
         max_batches: args.max_batches,
         max_runtime: args.max_runtime,
         pause: args.pause,
-        duty_cycle: args.duty_cycle,
+        duty_cycle: args.effective_duty_cycle(),
         min_age_secs: args.min_age.map(|d| d.as_secs_f64()),
         deadline: ctx.global.statement_timeout + Duration::from_secs(10),
     }
@@ -262,6 +262,7 @@ fn statements(table: &KeyTable) -> worker::Statements {
         claim: table.sql(CLAIM_SQL),
         delete: table.sql(BATCH_SQL),
         too_young: table.sql(TOO_YOUNG_SQL),
+        tail_in_progress: table.sql(include_str!("../../../sql/evict_tail_in_progress.sql")),
         skip_locked: table.sql(SKIP_LOCKED_SQL),
     }
 }
@@ -313,6 +314,27 @@ async fn drive(
     first_error
 }
 
+/// Expired completed keys from `cursor` on, up to the cap.
+async fn backlog_from(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+    cursor: Option<OffsetDateTime>,
+) -> Result<Capped> {
+    // Like the batches, a generic plan: the index range, whatever the statistics say.
+    client
+        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .context("failed to set up the session for the final count")?;
+    let row = client
+        .query_one(
+            &table.sql(include_str!("../../../sql/expired_backlog_from.sql")),
+            &[&COUNT_CAP, &cursor],
+        )
+        .await
+        .context("failed to count the backlog left")?;
+    Ok(Capped::from_raw(row.get("n"), COUNT_CAP))
+}
+
 /// The summary: totals from the workers, leftovers counted on a fresh session.
 async fn report(
     table: &KeyTable,
@@ -324,12 +346,22 @@ async fn report(
 ) -> EvictReport {
     let end_reason = shared.end_reason(failed).await;
     let mut totals = shared.totals().await;
-    let (in_progress_left, backlog_left) = match client {
-        Some(c) if !failed => (
-            queries::expired_in_progress(c, table, COUNT_CAP).await.ok(),
-            queries::expired_backlog(c, table, COUNT_CAP).await.ok(),
-        ),
-        _ => (None, None),
+    // The in_progress keys were counted as the batches passed over them (a run that stopped early
+    // did not see the rest: "at least"); the backlog is counted from where the run stopped, so
+    // neither walks the index entries the run has just made dead.
+    let in_progress_left = Some(Capped {
+        count: i64::try_from(totals.passed_over).unwrap_or(i64::MAX),
+        at_least: end_reason != EndReason::Drained,
+    });
+    let backlog_left = match client {
+        Some(c) if !failed => backlog_from(c, table, shared.cursor().await)
+            .await
+            .ok()
+            .map(|ahead| Capped {
+                count: ahead.count + i64::try_from(totals.skipped_locked).unwrap_or(0),
+                at_least: ahead.at_least,
+            }),
+        _ => None,
     };
     let elapsed = shared.elapsed().as_secs_f64();
     let (p50, p99, max) = percentiles(&mut totals.latencies_ms);

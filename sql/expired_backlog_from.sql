@@ -1,0 +1,12 @@
+-- evict: expired completed keys left after a run, counted from where the run stopped ($2, NULL =
+-- the start of the expiry index) up to a cap ($1), so the count does not walk the index entries the
+-- run has just made dead. Rows the run skipped behind that point (held by live requests) are added
+-- by the caller.
+SELECT count(*)::bigint AS n
+  FROM (SELECT 1
+          FROM {table}
+         WHERE expires_at >= coalesce($2::timestamptz, '-infinity'::timestamptz)
+           AND expires_at < now()
+           AND state = 'completed'
+         ORDER BY expires_at
+         LIMIT $1::bigint + 1) AS capped
