@@ -218,7 +218,7 @@ pub struct EvictArgs {
     /// Share of wall time each worker may spend running statements, in percent: after a batch that
     /// took T, it rests T * (100 - PCT) / PCT, so a busy server gets longer breaks. 100 = no pacing
     /// (catching up on a backlog in a quiet hour).
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(1..=100), allow_negative_numbers = true, value_name = "PCT")]
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u8).range(1..=100), allow_negative_numbers = true, value_name = "PCT")]
     pub duty_cycle: u8,
 
     /// Sessions deleting disjoint ranges in parallel (for catching up; each paced as above).
