@@ -225,4 +225,74 @@ db2:*:*:*:never
             "a directory is not a plain file"
         );
     }
+
+    /// Property: any host, database, user and password, escaped the way libpq documents, is found
+    /// again exactly; and random bytes never panic the parser.
+    #[test]
+    fn escaped_fields_round_trip_and_garbage_never_panics() {
+        const ALPHABET: &[u8] = b"ab:\\*#x \t9-";
+        let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let field = |next: &mut dyn FnMut() -> u64| -> String {
+            let len = 1 + next() % 6;
+            (0..len)
+                .map(|_| char::from(ALPHABET[(next() % ALPHABET.len() as u64) as usize]))
+                .collect()
+        };
+        let escape = |f: &str| f.replace('\\', "\\\\").replace(':', "\\:");
+        for _ in 0..2000 {
+            let (host, db, user, pw) = (
+                field(&mut next),
+                field(&mut next),
+                field(&mut next),
+                field(&mut next),
+            );
+            // A line that starts with '#' is a comment, and libpq has no escape for it.
+            let host = if host.starts_with('#') {
+                format!("h{host}")
+            } else {
+                host
+            };
+            let port = u16::try_from(next() % 65535 + 1).unwrap_or(5432);
+            // A field that is exactly "*" would be a wildcard; libpq's escape for a literal star is "\*".
+            let esc = |f: &str| {
+                if f == "*" {
+                    "\\*".to_owned()
+                } else {
+                    escape(f)
+                }
+            };
+            let line = format!(
+                "{}:{port}:{}:{}:{}\n",
+                esc(&host),
+                esc(&db),
+                esc(&user),
+                escape(&pw)
+            );
+            let mut warnings = Vec::new();
+            let lookup = Lookup {
+                host: &host,
+                port,
+                dbname: &db,
+                user: &user,
+            };
+            let found = find(line.as_bytes(), &PathBuf::from("/p"), lookup, &mut warnings);
+            assert_eq!(found.as_deref(), Some(pw.as_bytes()), "line {line:?}");
+            let garbage: Vec<u8> = (0..next() % 64)
+                .map(|_| u8::try_from(next() % 256).unwrap_or(0))
+                .collect();
+            let lookup = Lookup {
+                host: "h",
+                port: 5432,
+                dbname: "d",
+                user: "u",
+            };
+            let _ = find(&garbage, &PathBuf::from("/p"), lookup, &mut warnings);
+        }
+    }
 }
