@@ -408,7 +408,9 @@ def render(results, json_rel, chosen_defaults=None):
       "(`scripts/pgtmp`, `PGTMP_DURABLE=1`), loads the data, runs every phase and stops the server on "
       "exit. `bench/run --tiny` (20,000 rows, one round, one scale size; about a minute) is the CI "
       "smoke version and writes only `bench/results/tiny.{json,md}`. `bench/run --help` lists the "
-      "options (rows, rounds, idemctl variants, live-workload shape, scale sizes). Raw results: "
+      "options (rows, rounds, idemctl variants, live-workload shape, scale sizes); for example "
+      "`bench/run --rounds 5 --idemctl-variant= --idemctl-variant='--duty-cycle 25'` compares the "
+      "defaults with one other setting. Raw results: "
       f"`{json_rel}`.")
     w("")
     w(f"Run: {m.get('started', '?')} → {m.get('finished', 'unfinished')} "

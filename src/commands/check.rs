@@ -152,7 +152,16 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
             ),
             None,
         ),
-        Some(i) => finding("identity index", Status::Ok, format!("{} identifies a row by (api_key_id, key)", i.name), None),
+        Some(i) => finding(
+            "identity index",
+            Status::Ok,
+            format!(
+                "{} is unique on ({}), so (api_key_id, key) identifies a row",
+                i.name,
+                i.columns.join(", ")
+            ),
+            None,
+        ),
         None => finding(
             "identity index",
             Status::Fail,
