@@ -211,7 +211,7 @@ fn newest_debian_bindir() -> Option<PathBuf> {
 
 /// `Some((uid, gid))` of the `postgres` OS user when this process runs as root (initdb refuses
 /// root), `None` otherwise.
-fn cluster_owner() -> Result<Option<(u32, u32)>, String> {
+pub fn cluster_owner() -> Result<Option<(u32, u32)>, String> {
     let euid = std::fs::metadata("/proc/self")
         .map(|m| m.uid())
         .map_err(|e| format!("cannot stat /proc/self to learn the effective uid: {e}"))?;
@@ -235,7 +235,7 @@ fn cluster_owner() -> Result<Option<(u32, u32)>, String> {
 
 /// Drop to the cluster owner (std clears supplementary groups when root changes uid), and keep the
 /// caller's libpq environment (PGDATA, PGPORT, ...) away from the server tools.
-fn as_owner(cmd: &mut Command, owner: Option<(u32, u32)>) -> &mut Command {
+pub fn as_owner(cmd: &mut Command, owner: Option<(u32, u32)>) -> &mut Command {
     if let Some((uid, gid)) = owner {
         cmd.uid(uid).gid(gid);
     }
@@ -247,7 +247,7 @@ fn as_owner(cmd: &mut Command, owner: Option<(u32, u32)>) -> &mut Command {
     cmd.stdin(Stdio::null())
 }
 
-fn run_logged(cmd: &mut Command, what: &str) -> Result<(), String> {
+pub fn run_logged(cmd: &mut Command, what: &str) -> Result<(), String> {
     let out = cmd
         .output()
         .map_err(|e| format!("cannot run {what} ({:?}): {e}", cmd.get_program()))?;
@@ -267,7 +267,7 @@ fn run_logged(cmd: &mut Command, what: &str) -> Result<(), String> {
 /// SIGKILL) it sends the postmaster SIGQUIT (what `pg_ctl stop -m immediate` sends), waits for it to go,
 /// and removes the directory. It runs in its own process group so a terminal ^C does not kill it
 /// before it has done its job (pg_ctl already puts the postmaster in its own session).
-fn spawn_watchdog(dir: &Path) -> Result<ChildStdin, String> {
+pub fn spawn_watchdog(dir: &Path) -> Result<ChildStdin, String> {
     const SCRIPT: &str = r#"
 cat >/dev/null
 d=$1

@@ -23,6 +23,7 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::cluster::{DIR_PREFIX, find_bindir};
+use super::cluster::{as_owner, cluster_owner, run_logged as run};
 
 const PRIMARY_PORT: u16 = 5432;
 const STANDBY_PORT: u16 = 5433;
@@ -241,54 +242,6 @@ fn append(path: &Path, text: &str) -> Result<(), String> {
         .open(path)
         .and_then(|mut f| f.write_all(format!("\n# idemctl replica test\n{text}").as_bytes()))
         .map_err(|e| format!("cannot append to {}: {e}", path.display()))
-}
-
-/// `Some((uid, gid))` of the `postgres` OS user when running as root (initdb refuses root).
-fn cluster_owner() -> Result<Option<(u32, u32)>, String> {
-    let euid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .map_err(|e| format!("cannot stat /proc/self: {e}"))?;
-    if euid != 0 {
-        return Ok(None);
-    }
-    std::fs::read_to_string("/etc/passwd")
-        .unwrap_or_default()
-        .lines()
-        .map(|line| line.split(':').collect::<Vec<_>>())
-        .find(|f| f.len() >= 4 && f[0] == "postgres")
-        .and_then(|f| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
-        .map(Some)
-        .ok_or_else(|| {
-            "running as root, but there is no OS user postgres to own the servers".to_owned()
-        })
-}
-
-/// Run as the cluster owner, without the caller's libpq environment.
-fn as_owner(cmd: &mut Command, owner: Option<(u32, u32)>) {
-    if let Some((uid, gid)) = owner {
-        cmd.uid(uid).gid(gid);
-    }
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("PG") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.stdin(Stdio::null());
-}
-
-fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run {what} ({:?}): {e}", cmd.get_program()))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "{what} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
 }
 
 /// Like the shared cluster's watchdog, for both servers: at EOF on stdin, SIGQUIT each postmaster

@@ -25,6 +25,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cluster::{DIR_PREFIX, find_bindir};
+use super::cluster::{as_owner, cluster_owner, run_logged as run_checked, spawn_watchdog};
 use super::cmd::Cmd;
 use super::conninfo::ConnInfo;
 use super::pg::{connect, ident, pg_error_text};
@@ -372,88 +373,6 @@ fn append(path: &Path, text: &str) -> Result<(), String> {
         .open(path)
         .and_then(|mut f| f.write_all(text.as_bytes()))
         .map_err(|e| format!("cannot append to {}: {e}", path.display()))
-}
-
-/// `Some((uid, gid))` of the `postgres` OS user when running as root (initdb refuses root).
-fn cluster_owner() -> Result<Option<(u32, u32)>, String> {
-    let euid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .map_err(|e| format!("cannot stat /proc/self: {e}"))?;
-    if euid != 0 {
-        return Ok(None);
-    }
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    passwd
-        .lines()
-        .map(|line| line.split(':').collect::<Vec<_>>())
-        .find(|f| f.len() >= 4 && f[0] == "postgres")
-        .and_then(|f| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
-        .map(Some)
-        .ok_or_else(|| {
-            "running as root, and /etc/passwd has no postgres user to own the server".to_owned()
-        })
-}
-
-/// Run as the server's owner, without the caller's libpq variables.
-fn as_owner(cmd: &mut Command, owner: Option<(u32, u32)>) -> &mut Command {
-    if let Some((uid, gid)) = owner {
-        cmd.uid(uid).gid(gid);
-    }
-    for (key, _) in std::env::vars_os() {
-        if key.to_string_lossy().starts_with("PG") {
-            cmd.env_remove(key);
-        }
-    }
-    cmd.stdin(Stdio::null())
-}
-
-fn run_checked(cmd: &mut Command, what: &str) -> Result<(), String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("cannot run {what} ({:?}): {e}", cmd.get_program()))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "{what} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    ))
-}
-
-/// The same watchdog as the socket cluster's: blocks on stdin; at EOF (this process is gone,
-/// however it ended) sends the postmaster SIGQUIT, waits for it, and removes the directory.
-fn spawn_watchdog(dir: &Path) -> Result<ChildStdin, String> {
-    const SCRIPT: &str = r#"
-cat >/dev/null
-d=$1
-pid=$(head -n 1 "$d/data/postmaster.pid" 2>/dev/null)
-if [ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$d/data"; then
-    kill -QUIT "$pid" 2>/dev/null
-    i=0
-    while [ "$i" -lt 400 ] && s=$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null) && [ "$s" != Z ]; do
-        sleep 0.025
-        i=$((i + 1))
-    done
-fi
-rm -rf "$d"
-"#;
-    let mut child = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(SCRIPT)
-        .arg("idemctl-pg-tcp-watchdog")
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| format!("cannot start the server watchdog (/bin/sh): {e}"))?;
-    child
-        .stdin
-        .take()
-        .ok_or_else(|| "the watchdog has no stdin pipe".to_owned())
 }
 
 /// A login role with [`PASSWORD`] and a database it owns, on the server `transport` asks for,
