@@ -137,4 +137,32 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "Look at one key of one tenant:",
         "idemctl inspect 8e0f0c2a-3b7d --api-key-id tenant_42",
     ),
+    (
+        "Evict from cron every five minutes (silent on success; exit 7 when a previous run still holds the table):",
+        "*/5 * * * * idemctl evict --max-runtime 4m --textfile /var/lib/node_exporter/textfile/idemctl_evict.prom",
+    ),
+    (
+        "Evict from a systemd timer: a Type=oneshot service running the same command, and a timer with OnCalendar=*:0/5:",
+        "ExecStart=/usr/local/bin/idemctl evict --max-runtime 4m",
+    ),
+    (
+        "Drain a large backlog in a quiet hour:",
+        "idemctl evict --catch-up",
+    ),
+    (
+        "On call, step 1: are keys stuck? (needs the optional index or --allow-scan)",
+        "idemctl stats",
+    ),
+    (
+        "Step 2: look at one of them:",
+        "idemctl inspect KEY --api-key-id TENANT",
+    ),
+    (
+        "Step 3: exactly which keys would be reclaimed:",
+        "idemctl reclaim --dry-run",
+    ),
+    (
+        "Step 4: reclaim them, after confirming (or write a plan and apply it):",
+        "idemctl reclaim --plan plan.json && idemctl reclaim --apply plan.json",
+    ),
 ];
