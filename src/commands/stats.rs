@@ -124,11 +124,6 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
         }
         ctx.output.emit(&d, &serde_json::to_value(&report)?)?;
     }
-    for n in &report.notes {
-        if !ctx.global.quiet && ctx.output.format != OutputFormat::Json {
-            crate::output::warn(n);
-        }
-    }
     Ok(Exit::Success)
 }
 
@@ -211,6 +206,9 @@ pub fn doc(r: &StatsReport) -> Doc {
         ));
     }
     d.fields(None, rows);
+    for n in &r.notes {
+        d.text(format!("note: {n}"));
+    }
     d
 }
 

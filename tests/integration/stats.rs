@@ -262,3 +262,21 @@ async fn check_names_missing_privileges_with_the_grant() {
     db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_notes_are_part_of_the_report_so_cron_stays_quiet_with_q() {
+    let db = with_known_ages(Schema::Corrected).await;
+    let run = db.idemctl().args(["stats"]).run();
+    run.assert_code(0)
+        .assert_stderr_empty()
+        .assert_stdout_contains("note: stuck in_progress keys not counted");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemctl.prom");
+    db.idemctl()
+        .args(["stats", "-q", "--textfile"])
+        .arg(&path)
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr_empty();
+}
