@@ -195,9 +195,16 @@ Exit status 7 when another evict holds the table's lock, 130 when interrupted.\n
 cron:    */5 * * * * idemctl evict --max-runtime 4m --textfile /var/lib/node_exporter/textfile/idemctl_evict.prom"
 )]
 pub struct EvictArgs {
-    /// Rows per batch: each batch is one statement in its own transaction.
-    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u32).range(1..=50_000), allow_negative_numbers = true, value_name = "N")]
-    pub batch_size: u32,
+    /// Rows per batch, fixed. Without it, batches are sized to take about --batch-time each.
+    /// Each batch is one statement in its own transaction.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50_000), allow_negative_numbers = true, value_name = "N")]
+    pub batch_size: Option<u32>,
+
+    /// How long one batch statement should take (and so hold the rows it deletes, which a live
+    /// request retrying one of them waits for): each batch is sized from the last one's pace,
+    /// between 50 and 10,000 rows. Default 2ms, or 20ms with --catch-up.
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, conflicts_with = "batch_size", value_name = "DUR")]
+    pub batch_time: Option<Duration>,
 
     /// Stop starting new batches after this long.
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]
@@ -275,12 +282,86 @@ impl EvictArgs {
         if self.catch_up { 100 } else { self.duty_cycle }
     }
 
+    /// How batches are sized: fixed by --batch-size, else adapted to --batch-time.
+    pub fn batch_sizing(&self) -> BatchSizing {
+        if let Some(rows) = self.batch_size {
+            return BatchSizing::Fixed(rows);
+        }
+        let (target, start) = if self.catch_up {
+            (Duration::from_millis(20), 2000)
+        } else {
+            (Duration::from_millis(2), 500)
+        };
+        BatchSizing::Adaptive {
+            target: self.batch_time.unwrap_or(target),
+            start,
+            min: 50,
+            max: 10_000,
+        }
+    }
+
     /// The number of sessions in effect (`--catch-up` uses at least two).
     pub fn effective_jobs(&self) -> u8 {
         if self.catch_up {
             self.jobs.max(2)
         } else {
             self.jobs
+        }
+    }
+}
+
+/// How evict sizes its batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchSizing {
+    /// Always this many rows.
+    Fixed(u32),
+    /// Rows per batch follow the pace of the last batch so that a statement takes about `target`:
+    /// the first has `start` rows, each next one at most twice the last, always within min..=max.
+    Adaptive {
+        target: Duration,
+        start: u32,
+        min: u32,
+        max: u32,
+    },
+}
+
+impl BatchSizing {
+    /// The size of the first batch.
+    pub fn first(&self) -> u32 {
+        match *self {
+            Self::Fixed(n) => n,
+            Self::Adaptive { start, .. } => start,
+        }
+    }
+
+    /// The size of the batch after one that deleted `rows` in `took` while `current` was asked.
+    pub fn next(&self, current: u32, rows: u64, took: Duration) -> u32 {
+        let Self::Adaptive {
+            target, min, max, ..
+        } = *self
+        else {
+            return self.first();
+        };
+        // Too few rows (a short last range, a run of skipped rows) say little about the pace.
+        if rows < u64::from(min) || took.is_zero() {
+            return current;
+        }
+        let ideal = rows as f64 * target.as_secs_f64() / took.as_secs_f64();
+        let grown = f64::from(current) * 2.0;
+        // Clamped to min..=max first, so the conversion cannot truncate.
+        ideal.min(grown).clamp(f64::from(min), f64::from(max)) as u32
+    }
+
+    /// How it reads in a dry run.
+    pub fn describe(&self) -> String {
+        match *self {
+            Self::Fixed(n) => format!("{n} rows"),
+            Self::Adaptive {
+                target, min, max, ..
+            } => format!(
+                "adaptive: {min}-{max} rows, about {} ms per statement",
+                target.as_secs_f64() * 1000.0
+            ),
         }
     }
 }
@@ -484,6 +565,53 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn adaptive_batches_follow_the_statement_time_within_bounds() {
+        let s = BatchSizing::Adaptive {
+            target: Duration::from_millis(2),
+            start: 500,
+            min: 50,
+            max: 10_000,
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(s.first(), 500);
+        // On target: unchanged. Twice too slow: halved. Far too slow: the floor.
+        assert_eq!(s.next(500, 500, ms(2)), 500);
+        assert_eq!(s.next(500, 500, ms(4)), 250);
+        assert_eq!(s.next(500, 500, ms(1000)), 50);
+        // Ten times too fast: grows, but at most doubles, and never past the ceiling.
+        assert_eq!(s.next(500, 500, Duration::from_micros(200)), 1000);
+        assert_eq!(s.next(8000, 8000, Duration::from_micros(100)), 10_000);
+        // A batch that found too few rows, or took no measurable time, says nothing.
+        assert_eq!(s.next(500, 10, ms(50)), 500);
+        assert_eq!(s.next(500, 500, Duration::ZERO), 500);
+        let fixed = BatchSizing::Fixed(700);
+        assert_eq!(fixed.first(), 700);
+        assert_eq!(fixed.next(700, 700, ms(500)), 700);
+    }
+
+    #[test]
+    fn catch_up_and_the_flags_choose_the_sizing() {
+        let sizing = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["idemctl", "evict"].iter().chain(args)).unwrap();
+            match cli.command {
+                Command::Evict(a) => a.batch_sizing(),
+                _ => unreachable!(),
+            }
+        };
+        let target = |s: BatchSizing| match s {
+            BatchSizing::Adaptive { target, .. } => target,
+            BatchSizing::Fixed(_) => Duration::ZERO,
+        };
+        assert_eq!(target(sizing(&[])), Duration::from_millis(2));
+        assert_eq!(target(sizing(&["--catch-up"])), Duration::from_millis(20));
+        assert_eq!(
+            target(sizing(&["--catch-up", "--batch-time", "7ms"])),
+            Duration::from_millis(7)
+        );
+        assert_eq!(sizing(&["--batch-size", "300"]), BatchSizing::Fixed(300));
     }
 
     #[test]

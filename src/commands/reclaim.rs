@@ -52,8 +52,9 @@ const DEFAULT_STATUS: i32 = 500;
 /// The preview, a plan and the summary's key list stop here: enough to review at once, and it keeps
 /// idemctl's memory flat (a 10,000-row listing took 30-50 MB; 2,000 rows stay near 6 MB).
 const LIST_CAP: i64 = 2_000;
-/// Counts stop here ("at least N").
-const COUNT_CAP: i64 = 100_000;
+/// Counts of stuck keys stop here ("at least N"), so that every statement stays bounded by this
+/// cap rather than by the table: a run reclaims in batches whatever the count says.
+const COUNT_CAP: i64 = 10_000;
 /// The plan file format this build writes and reads.
 const PLAN_VERSION: u32 = 1;
 /// The RFC 9457 problem type of the default stored error.

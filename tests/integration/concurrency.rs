@@ -23,11 +23,11 @@ use crate::workload::{self, Live, Watched, Watcher};
 /// reclaim's default --older-than, in seconds.
 const CUTOFF: f64 = 300.0;
 /// A live request may wait on an idemctl batch (a row the batch is deleting stays locked until
-/// it commits) for at most this long: the harness's deadlock_timeout, past which
-/// `log_lock_waits` reports a wait to operators. On a machine so loaded that idemctl's own
-/// batches take longer, the limit is twice the longest batch its summaries report: a live
-/// request may wait for one batch, never for more.
-const WAIT_LIMIT_MS: f64 = 100.0;
+/// it commits) for at most this long: evict's batches are sized to take about 2 ms and give up
+/// on a held row after 1 ms, and the rest is margin for a loaded machine. On a machine so loaded
+/// that idemctl's own batches take longer, the limit is twice the longest batch its summaries
+/// report: a live request may wait for one batch, never for more.
+const WAIT_LIMIT_MS: f64 = 25.0;
 const WATCH_EVERY: Duration = Duration::from_millis(20);
 
 const FRONT_OF_EVICTION: &str = "SELECT api_key_id, key FROM idempotency_keys \

@@ -631,3 +631,88 @@ async fn evict_catch_up_drains_with_parallel_unpaced_sessions() {
         .run();
     run.assert_code(2).assert_stderr_contains("--duty-cycle");
 }
+
+/// The expired rows of a fresh table of `expired` expired completed rows (and a few of each other
+/// kind), after an `evict -o json` with `args`; returns its summary.
+async fn drain_json(expired: i64, args: &[&str]) -> serde_json::Value {
+    let db = TestDb::new().await;
+    let mix = Mix { expired, ..MIX };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    let run = db.idemctl().args(["evict", "-o", "json"]).args(args).run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"].as_i64(), Some(expired), "{j}");
+    assert_eq!(j["end_reason"], "drained", "{j}");
+    assert_eq!(j["backlog_left"]["count"], 0, "{j}");
+    j
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_sizes_batches_by_statement_time_unless_the_size_is_fixed() {
+    // A short target keeps batches small; a long one lets them grow (at most doubling each time)
+    // towards the 10,000-row ceiling. Both start at 500 rows.
+    let short = drain_json(20_000, &["--duty-cycle", "100", "--batch-time", "1ms"]).await;
+    let long = drain_json(20_000, &["--duty-cycle", "100", "--batch-time", "200ms"]).await;
+    let max = |j: &serde_json::Value| j["batch_rows_max"].as_u64().unwrap();
+    let p50 = |j: &serde_json::Value| j["batch_rows_p50"].as_u64().unwrap();
+    for j in [&short, &long] {
+        assert!((50..=10_000).contains(&p50(j)), "{j}");
+        assert!(max(j) <= 10_000, "{j}");
+    }
+    assert!(max(&short) < max(&long), "short: {short}\nlong: {long}");
+    assert!(
+        max(&long) >= 4000,
+        "a 200 ms target doubles 500 -> 1000 -> 2000 -> 4000 at least: {long}"
+    );
+    assert!(short["batches"].as_u64() > long["batches"].as_u64());
+
+    // --batch-size fixes the size.
+    let fixed = drain_json(1000, &["--batch-size", "70"]).await;
+    assert_eq!((p50(&fixed), max(&fixed)), (70, 70), "{fixed}");
+    assert!(fixed["batches"].as_u64().unwrap() >= 15, "{fixed}");
+
+    let run = crate::support::Cmd::new()
+        .args(["evict", "--batch-size", "100", "--batch-time", "5ms"])
+        .run();
+    run.assert_code(2).assert_stderr_contains("--batch-time");
+    for bad in ["0ms", "-5ms", "5"] {
+        let run = crate::support::Cmd::new()
+            .args(["evict", "--batch-time", bad])
+            .run();
+        run.assert_code(2).assert_stderr_contains("--batch-time");
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_batches_commit_asynchronously_and_wait_at_most_a_millisecond_for_a_row() {
+    // A statement trigger records the settings each deleting statement ran under.
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, Schema::Corrected, MIX).await;
+    db.exec(
+        "CREATE TABLE seen (sync text, lock_timeout text); \
+         CREATE FUNCTION note_settings() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           INSERT INTO seen VALUES (current_setting('synchronous_commit'), \
+                                    current_setting('lock_timeout')); \
+           RETURN NULL; END $$; \
+         CREATE TRIGGER note_settings AFTER DELETE ON idempotency_keys \
+           FOR EACH STATEMENT EXECUTE FUNCTION note_settings()",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["evict", "--batch-size", "500", "-o", "json"])
+        .run();
+    run.assert_code(0);
+    let client = db.client().await;
+    let rows = client
+        .query("SELECT DISTINCT sync, lock_timeout FROM seen", &[])
+        .await
+        .unwrap();
+    let seen: Vec<(String, String)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(seen, vec![("off".to_owned(), "1ms".to_owned())]);
+    assert!(
+        scalar_i64(&db, "SELECT count(*) FROM seen").await >= 6,
+        "one row per batch"
+    );
+}

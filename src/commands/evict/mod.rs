@@ -38,7 +38,7 @@ pub const SKIP_LOCKED_SQL: &str = include_str!("../../../sql/evict_batch_skip_lo
 pub const PREVIEW_SQL: &str = include_str!("../../../sql/evict_preview.sql");
 
 /// How long a batch may wait for a row lock before it falls back to skipping locked rows.
-pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(5);
+pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
 /// Counts in the summary and preview stop here.
 const COUNT_CAP: i64 = 100_000;
 
@@ -103,6 +103,10 @@ pub struct EvictReport {
     pub batch_ms_p50: f64,
     pub batch_ms_p99: f64,
     pub batch_ms_max: f64,
+    /// Rows asked of a batch: median and largest (fixed with --batch-size, else paced by
+    /// --batch-time).
+    pub batch_rows_p50: u32,
+    pub batch_rows_max: u32,
     /// Partitions detached and dropped whole (--drop-partitions).
     pub dropped_partitions: Vec<partitions::Dropped>,
     /// Sum of the dropped partitions' row estimates (pg_class.reltuples).
@@ -233,20 +237,23 @@ async fn drop_phase(
     partitions::drop_expired(client, &run).await
 }
 
-/// Settings of every evict session: never wait on a row for more than [`ROW_LOCK_WAIT`], and plan
-/// the batch statements generically. A custom plan is costed from the table's statistics, which
+/// Settings of every evict session: never wait on a row for more than [`ROW_LOCK_WAIT`], commit
+/// without waiting for the WAL flush (or a synchronous standby) so a batch releases its rows
+/// sooner (a server crash can undo the last instant of deletions, which the next run repeats),
+/// and plan the batch statements generically. A custom plan is costed from the table's statistics, which
 /// can be stale right after a bulk load and then favour a sequential scan for a bounded range;
 /// the generic plan of an index range is always the index scan.
 fn session_setup() -> String {
     format!(
-        "SET lock_timeout = '{}ms'; SET plan_cache_mode = force_generic_plan",
+        "SET lock_timeout = '{}ms'; SET plan_cache_mode = force_generic_plan; \
+         SET synchronous_commit = off",
         ROW_LOCK_WAIT.as_millis()
     )
 }
 
 fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
     worker::Plan {
-        batch_size: args.batch_size,
+        sizing: args.batch_sizing(),
         max_rows: args.max_rows,
         max_batches: args.max_batches,
         max_runtime: args.max_runtime,
@@ -365,6 +372,13 @@ async fn report(
     };
     let elapsed = shared.elapsed().as_secs_f64();
     let (p50, p99, max) = percentiles(&mut totals.latencies_ms);
+    totals.sizes.sort_unstable();
+    let rows_p50 = totals
+        .sizes
+        .get(totals.sizes.len() / 2)
+        .copied()
+        .unwrap_or(0);
+    let rows_max = totals.sizes.last().copied().unwrap_or(0);
     EvictReport {
         table: table.display(),
         end_reason,
@@ -384,6 +398,8 @@ async fn report(
         batch_ms_p50: p50,
         batch_ms_p99: p99,
         batch_ms_max: max,
+        batch_rows_p50: rows_p50,
+        batch_rows_max: rows_max,
         rows_dropped_estimate: drops.estimated_rows(),
         dropped_partitions: drops.dropped,
         partitions_kept: drops.kept,
@@ -403,7 +419,10 @@ async fn explain_first_batch(
     let end: Option<OffsetDateTime> = client
         .query_one(
             &table.sql(CLAIM_SQL),
-            &[&None::<OffsetDateTime>, &i64::from(args.batch_size)],
+            &[
+                &None::<OffsetDateTime>,
+                &i64::from(args.batch_sizing().first()),
+            ],
         )
         .await
         .context("failed to size the first batch")?
@@ -504,6 +523,7 @@ async fn dry_run(
         "oldest_candidate": oldest.map(rfc3339),
         "newest_candidate": newest.map(rfc3339),
         "batch_size": args.batch_size,
+        "batch_sizing": args.batch_sizing().describe(),
         "statement": statement,
         "plan": plan,
     });
@@ -518,7 +538,7 @@ async fn dry_run(
             "newest candidate".into(),
             newest.map_or_else(|| "-".into(), rfc3339),
         ),
-        ("batch size".into(), args.batch_size.to_string()),
+        ("batch size".into(), args.batch_sizing().describe()),
     ];
     let mut doc = Doc::default();
     let extra = dry_run_extras(client, table, args, &mut json, &mut fields).await?;
@@ -675,6 +695,10 @@ fn doc(r: &EvictReport) -> Doc {
                     "{:.1} / {:.1} / {:.1} ms",
                     r.batch_ms_p50, r.batch_ms_p99, r.batch_ms_max
                 ),
+            ),
+            (
+                "rows per batch p50 / max".into(),
+                format!("{} / {}", r.batch_rows_p50, r.batch_rows_max),
             ),
         ],
     );

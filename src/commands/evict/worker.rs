@@ -19,6 +19,7 @@ use tokio::sync::Mutex;
 
 use super::EndReason;
 use super::replica::ReplicaGate;
+use crate::cli::BatchSizing;
 use crate::context::Cancel;
 use crate::exit::{Exit, fail};
 use crate::output::human_secs;
@@ -30,7 +31,7 @@ const MAX_TABLE_LOCK_RETRIES: u32 = 5;
 /// The validated limits and pace of a run.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub batch_size: u32,
+    pub sizing: BatchSizing,
     pub max_rows: Option<u64>,
     pub max_batches: Option<u64>,
     pub max_runtime: Option<Duration>,
@@ -63,6 +64,8 @@ pub struct Totals {
     /// Expired rows in the ranges walked that are not completed (in_progress: reclaim's job).
     pub passed_over: u64,
     pub latencies_ms: Vec<f64>,
+    /// Rows asked of each batch (what --batch-size or --batch-time made of it).
+    pub sizes: Vec<u32>,
 }
 
 /// The shared cursor and totals.
@@ -79,6 +82,8 @@ struct State {
     claims: u64,
     /// An instant whose run of ties has no deletable row left: continue after it.
     ties_done: Option<OffsetDateTime>,
+    /// Rows the next batch asks for (0 = not started: the sizing's first).
+    batch_rows: u32,
     totals: Totals,
 }
 
@@ -222,7 +227,10 @@ impl Shared {
         if state.ties_done.is_some() && state.ties_done == state.next {
             state.next = state.next.map(|t| t + time::Duration::microseconds(1));
         }
-        let size = u64::from(self.plan.batch_size);
+        if state.batch_rows == 0 {
+            state.batch_rows = self.plan.sizing.first();
+        }
+        let size = u64::from(state.batch_rows);
         let left = self
             .plan
             .max_rows
@@ -273,10 +281,17 @@ impl Shared {
         })
     }
 
-    /// Record a finished batch.
+    /// Record a finished batch, and size the next one from how long its statement held rows.
     async fn record(&self, limit: i64, outcome: &Outcome, took: Duration) {
         let mut state = self.state.lock().await;
+        let asked = u32::try_from(limit).unwrap_or(u32::MAX);
+        state.batch_rows = self.plan.sizing.next(
+            state.batch_rows.max(asked),
+            outcome.deleted,
+            outcome.statement,
+        );
         let t = &mut state.totals;
+        t.sizes.push(asked);
         t.rows += outcome.deleted;
         t.batches += 1;
         t.skipped_locked += outcome.skipped_locked;
@@ -308,6 +323,8 @@ struct Outcome {
     passed_over: u64,
     /// The run of ties at this instant has nothing deletable left.
     ties_exhausted: Option<OffsetDateTime>,
+    /// How long the deleting statement ran (and held the rows it deleted).
+    statement: Duration,
 }
 
 /// One worker: claim, delete, pace, until a claim says stop.
@@ -389,6 +406,7 @@ async fn delete_range(
     let min_age = shared.plan.min_age_secs;
     let mut retries = 0;
     loop {
+        let t0 = Instant::now();
         match with_deadline(shared.plan.deadline, async {
             let stmt = client.prepare_cached(&shared.sql.delete).await?;
             client.execute(&stmt, &[&start, &end, &min_age]).await
@@ -396,6 +414,7 @@ async fn delete_range(
         .await
         {
             Ok(deleted) => {
+                let statement = t0.elapsed();
                 let skipped_min_age = match min_age {
                     Some(_) => too_young(shared, client, start, end).await?,
                     None => 0,
@@ -403,6 +422,7 @@ async fn delete_range(
                 return Ok(Outcome {
                     deleted,
                     skipped_min_age,
+                    statement,
                     ..Outcome::default()
                 });
             }
@@ -411,12 +431,14 @@ async fn delete_range(
         }
         // A live request holds a row of this range (or DDL holds the table): skip what is held.
         let last = end.map(|e| e - time::Duration::microseconds(1));
+        let t0 = Instant::now();
         match skip_locked(shared, client, start, last, limit).await {
             Ok((deleted, present)) => {
                 return Ok(Outcome {
                     deleted,
                     skipped_locked: present.saturating_sub(deleted),
                     fell_back: true,
+                    statement: t0.elapsed(),
                     ..Outcome::default()
                 });
             }
@@ -439,9 +461,11 @@ async fn delete_ties(
     at: OffsetDateTime,
     limit: i64,
 ) -> Result<Outcome> {
+    let t0 = Instant::now();
     let (deleted, present) = skip_locked(shared, client, Some(at), Some(at), limit)
         .await
         .context("a batch failed and was rolled back")?;
+    let statement = t0.elapsed();
     let exhausted = deleted < u64::try_from(limit).unwrap_or(u64::MAX);
     Ok(Outcome {
         deleted,
@@ -452,6 +476,7 @@ async fn delete_ties(
         },
         fell_back: true,
         ties_exhausted: exhausted.then_some(at),
+        statement,
         ..Outcome::default()
     })
 }
