@@ -260,7 +260,7 @@ def goals(results):
             f"{ld['contender_lock_wait_samples']} idemctl lock-wait samples, "
             f"{ld['contender_long_waits']} consecutive; {ld['lock_fallbacks']} lock_timeout fallbacks",
             ld["contender_long_waits"] == 0,
-            "idemctl's row-lock wait is bounded by its 5 ms lock_timeout by design")
+            "idemctl's row-lock wait is bounded by its 1 ms lock_timeout by design")
         r = ld["ratio"]["median"]
         rng = (f" [{_pct(ld['ratio']['min'])}–{_pct(ld['ratio']['max'])}]"
                if ld["ratio"].get("min") is not None and ld["ratio"]["min"] != ld["ratio"]["max"] else "")

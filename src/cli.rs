@@ -202,7 +202,7 @@ pub struct EvictArgs {
 
     /// How long one batch statement should take (and so hold the rows it deletes, which a live
     /// request retrying one of them waits for): each batch is sized from the last one's pace,
-    /// between 50 and 10,000 rows. Default 2ms, or 20ms with --catch-up.
+    /// between 50 and 10,000 rows. Default 2ms, or 15ms with --catch-up.
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, conflicts_with = "batch_size", value_name = "DUR")]
     pub batch_time: Option<Duration>,
 
@@ -288,7 +288,7 @@ impl EvictArgs {
             return BatchSizing::Fixed(rows);
         }
         let (target, start) = if self.catch_up {
-            (Duration::from_millis(20), 2000)
+            (Duration::from_millis(15), 2000)
         } else {
             (Duration::from_millis(2), 500)
         };
@@ -307,6 +307,24 @@ impl EvictArgs {
         } else {
             self.jobs
         }
+    }
+}
+
+impl ReclaimArgs {
+    /// --older-than, or its default. (Under --apply the plan's cutoff is used instead; a flag
+    /// given there must agree with it.)
+    pub fn older_than(&self) -> Duration {
+        self.older_than.unwrap_or(Duration::from_secs(300))
+    }
+
+    /// --action, or its default.
+    pub fn action(&self) -> ReclaimAction {
+        self.action.unwrap_or(ReclaimAction::Delete)
+    }
+
+    /// --status, or its default.
+    pub fn status(&self) -> i32 {
+        self.status.unwrap_or(500)
     }
 }
 
@@ -391,21 +409,21 @@ pub struct ReclaimArgs {
     /// Reclaim in_progress keys held longer than this (from locked_at, or created_at when locked_at
     /// is NULL), by the database clock. It must exceed the longest a request handler can run,
     /// downstream timeouts included: reclaiming a key whose owner is still working lets the request
-    /// execute twice.
-    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
-    pub older_than: Duration,
+    /// execute twice. [default: 5m]
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]
+    pub older_than: Option<Duration>,
 
     /// Allow --older-than below 1 minute.
     #[arg(long)]
     pub force: bool,
 
-    /// What to do with each stuck key.
-    #[arg(long, value_enum, default_value_t = ReclaimAction::Delete)]
-    pub action: ReclaimAction,
+    /// What to do with each stuck key. [default: delete]
+    #[arg(long, value_enum)]
+    pub action: Option<ReclaimAction>,
 
-    /// HTTP status stored by --action fail.
-    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(i32).range(100..=599), allow_negative_numbers = true, value_name = "CODE")]
-    pub status: i32,
+    /// HTTP status stored by --action fail. [default: 500]
+    #[arg(long, value_parser = clap::value_parser!(i32).range(100..=599), allow_negative_numbers = true, value_name = "CODE")]
+    pub status: Option<i32>,
 
     /// JSON object stored as the response body by --action fail [default: an RFC 9457 problem
     /// document saying the outcome is unknown].
@@ -606,7 +624,7 @@ mod tests {
             BatchSizing::Fixed(_) => Duration::ZERO,
         };
         assert_eq!(target(sizing(&[])), Duration::from_millis(2));
-        assert_eq!(target(sizing(&["--catch-up"])), Duration::from_millis(20));
+        assert_eq!(target(sizing(&["--catch-up"])), Duration::from_millis(15));
         assert_eq!(
             target(sizing(&["--catch-up", "--batch-time", "7ms"])),
             Duration::from_millis(7)

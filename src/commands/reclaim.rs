@@ -46,8 +46,7 @@ const PRIVILEGES_SQL: &str = include_str!("../../sql/reclaim_privileges.sql");
 const ROW_LOCK_WAIT: Duration = Duration::from_millis(5);
 /// Below this, --older-than needs --force: a handler still working would run its request twice.
 const MIN_OLDER_THAN: Duration = Duration::from_secs(60);
-/// clap's defaults, to tell a flag given on the command line from its default under --apply.
-const DEFAULT_OLDER_THAN: Duration = Duration::from_secs(300);
+/// The status a plan without one stores (plans always carry one; this reads hand-made ones).
 const DEFAULT_STATUS: i32 = 500;
 /// The preview, a plan and the summary's key list stop here: enough to review at once, and it keeps
 /// idemctl's memory flat (a 10,000-row listing took 30-50 MB; 2,000 rows stay near 6 MB).
@@ -109,9 +108,9 @@ fn validate(ctx: &Context, args: &ReclaimArgs) -> Result<Request> {
             } else {
                 Mode::Sweep
             },
-            older_than: args.older_than.as_secs_f64(),
-            action: args.action,
-            status: args.status,
+            older_than: args.older_than().as_secs_f64(),
+            action: args.action(),
+            status: args.status(),
             body: response_body(args)?,
             limit: args.limit,
         },
@@ -146,18 +145,18 @@ fn check_floor(older_than: f64, force: bool) -> Result<()> {
 
 /// The response body `--action fail` stores: `--body-file`, or the default problem document.
 fn response_body(args: &ReclaimArgs) -> Result<Option<Value>> {
-    match (args.action, &args.body_file) {
+    match (args.action(), &args.body_file) {
         (ReclaimAction::Delete, Some(_)) => Err(fail(
             Exit::Usage,
             "--body-file only applies to --action fail; drop it or pass --action fail",
         )),
-        (ReclaimAction::Delete, None) if args.status != DEFAULT_STATUS => Err(fail(
+        (ReclaimAction::Delete, None) if args.status.is_some() => Err(fail(
             Exit::Usage,
             "--status only applies to --action fail; drop it or pass --action fail",
         )),
         (ReclaimAction::Delete, None) => Ok(None),
         (ReclaimAction::Fail, Some(path)) => read_body(path).map(Some),
-        (ReclaimAction::Fail, None) => Ok(Some(problem_document(args.status))),
+        (ReclaimAction::Fail, None) => Ok(Some(problem_document(args.status()))),
     }
 }
 
@@ -327,16 +326,17 @@ fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
 }
 
 /// Under --apply the plan decides action, status, body and cutoff; a flag that says otherwise is
-/// a mistake worth stopping for (a flag left at its default is not).
+/// a mistake worth stopping for (one that repeats the plan is not).
 fn check_plan_flags(args: &ReclaimArgs, plan: &Plan) -> Result<()> {
     let conflict = if args.body_file.is_some() {
         Some("--body-file")
-    } else if args.action != ReclaimAction::Delete && args.action != plan.action {
+    } else if args.action.is_some_and(|a| a != plan.action) {
         Some("--action")
-    } else if args.status != DEFAULT_STATUS && args.status != plan.status {
+    } else if args.status.is_some_and(|s| s != plan.status) {
         Some("--status")
-    } else if args.older_than != DEFAULT_OLDER_THAN
-        && (args.older_than.as_secs_f64() - plan.older_than_seconds).abs() > 1e-6
+    } else if args
+        .older_than
+        .is_some_and(|o| (o.as_secs_f64() - plan.older_than_seconds).abs() > 1e-6)
     {
         Some("--older-than")
     } else {

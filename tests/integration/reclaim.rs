@@ -594,10 +594,38 @@ async fn reclaim_apply_of_a_fail_plan_stores_the_plans_response() {
         .arg(&plan)
         .run()
         .assert_code(0);
-    // --action defaults to delete, but the plan decides.
+    // A flag that contradicts the plan stops the run before anything changes, even one typed at
+    // its default value; one that repeats the plan is fine.
+    let before = snapshot(&db).await;
+    for (flags, named) in [
+        (&["--action", "delete"][..], "--action"),
+        (&["--status", "500"][..], "--status"),
+        (&["--older-than", "10m"][..], "--older-than"),
+    ] {
+        let run = db
+            .idemctl()
+            .args(["reclaim", "--yes"])
+            .args(flags)
+            .arg("--apply")
+            .arg(&plan)
+            .run();
+        run.assert_code(2)
+            .assert_stderr_contains(&format!("{named} differs from the plan"));
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    }
+    assert_eq!(snapshot(&db).await, before);
+    // --status belongs to --action fail, even at its default value.
+    db.idemctl()
+        .args(["reclaim", "--dry-run", "--status", "500"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("--status only applies to --action fail");
+    // Without --action the plan decides; a flag that repeats the plan is accepted.
     let j = db
         .idemctl()
-        .args(["reclaim", "--yes", "-o", "json", "--apply"])
+        .args([
+            "reclaim", "--yes", "-o", "json", "--status", "502", "--apply",
+        ])
         .arg(&plan)
         .run();
     j.assert_code(0);
