@@ -232,9 +232,9 @@ pub struct EvictArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8), allow_negative_numbers = true, value_name = "N")]
     pub jobs: u8,
 
-    /// Drain a large backlog as fast as idemctl safely can: no pacing (--duty-cycle 100) and at
-    /// least two sessions (--jobs 2). Batches stay short and never wait on live requests, but live
-    /// traffic slows while it runs: use it in a quiet hour.
+    /// Drain a large backlog as fast as idemctl safely can: no pacing (--duty-cycle 100), at least
+    /// two sessions (--jobs 2) and 15 ms batches. Batches stay short and never wait on live
+    /// requests, but live traffic slows while it runs: use it in a quiet hour.
     #[arg(long, conflicts_with = "duty_cycle")]
     pub catch_up: bool,
 
