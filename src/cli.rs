@@ -202,7 +202,8 @@ pub struct EvictArgs {
 
     /// How long one batch statement should take (and so hold the rows it deletes, which a live
     /// request retrying one of them waits for): each batch is sized from the last one's pace,
-    /// between 50 and 10,000 rows. Default 2ms, or 15ms with --catch-up.
+    /// between 50 and 10,000 rows, leaving out the network round trip (measured at the start).
+    /// Default 2ms, or 15ms with --catch-up.
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, conflicts_with = "batch_size", value_name = "DUR")]
     pub batch_time: Option<Duration>,
 
@@ -288,9 +289,9 @@ impl EvictArgs {
             return BatchSizing::Fixed(rows);
         }
         let (target, start) = if self.catch_up {
-            (Duration::from_millis(15), 2000)
+            (Duration::from_millis(15), 1000)
         } else {
-            (Duration::from_millis(2), 500)
+            (Duration::from_millis(2), 100)
         };
         BatchSizing::Adaptive {
             target: self.batch_time.unwrap_or(target),
@@ -352,22 +353,23 @@ impl BatchSizing {
         }
     }
 
-    /// The size of the batch after one that deleted `rows` in `took` while `current` was asked.
-    pub fn next(&self, current: u32, rows: u64, took: Duration) -> u32 {
+    /// The size of the batch after one of `current` rows whose statement walked `rows` index
+    /// entries in `took`; None when that says nothing (a fixed size, or too few rows to judge).
+    pub fn next(&self, current: u32, rows: u64, took: Duration) -> Option<u32> {
         let Self::Adaptive {
             target, min, max, ..
         } = *self
         else {
-            return self.first();
+            return None;
         };
-        // Too few rows (a short last range, a run of skipped rows) say little about the pace.
+        // Too few rows (a short last range) say little about the pace.
         if rows < u64::from(min) || took.is_zero() {
-            return current;
+            return None;
         }
         let ideal = rows as f64 * target.as_secs_f64() / took.as_secs_f64();
         let grown = f64::from(current) * 2.0;
         // Clamped to min..=max first, so the conversion cannot truncate.
-        ideal.min(grown).clamp(f64::from(min), f64::from(max)) as u32
+        Some(ideal.min(grown).clamp(f64::from(min), f64::from(max)) as u32)
     }
 
     /// How it reads in a dry run.
@@ -596,18 +598,20 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(s.first(), 500);
         // On target: unchanged. Twice too slow: halved. Far too slow: the floor.
-        assert_eq!(s.next(500, 500, ms(2)), 500);
-        assert_eq!(s.next(500, 500, ms(4)), 250);
-        assert_eq!(s.next(500, 500, ms(1000)), 50);
+        assert_eq!(s.next(500, 500, ms(2)), Some(500));
+        assert_eq!(s.next(500, 500, ms(4)), Some(250));
+        assert_eq!(s.next(500, 500, ms(1000)), Some(50));
+        // At the floor, a batch of 50 rows is still a sample, so the size can recover.
+        assert_eq!(s.next(50, 50, Duration::from_micros(100)), Some(100));
         // Ten times too fast: grows, but at most doubles, and never past the ceiling.
-        assert_eq!(s.next(500, 500, Duration::from_micros(200)), 1000);
-        assert_eq!(s.next(8000, 8000, Duration::from_micros(100)), 10_000);
-        // A batch that found too few rows, or took no measurable time, says nothing.
-        assert_eq!(s.next(500, 10, ms(50)), 500);
-        assert_eq!(s.next(500, 500, Duration::ZERO), 500);
+        assert_eq!(s.next(500, 500, Duration::from_micros(200)), Some(1000));
+        assert_eq!(s.next(8000, 8000, Duration::from_micros(100)), Some(10_000));
+        // A batch that walked too few rows, or took no measurable time, says nothing.
+        assert_eq!(s.next(500, 10, ms(50)), None);
+        assert_eq!(s.next(500, 500, Duration::ZERO), None);
         let fixed = BatchSizing::Fixed(700);
         assert_eq!(fixed.first(), 700);
-        assert_eq!(fixed.next(700, 700, ms(500)), 700);
+        assert_eq!(fixed.next(700, 700, ms(500)), None);
     }
 
     #[test]

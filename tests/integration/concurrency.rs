@@ -223,6 +223,20 @@ fn judge_traffic(
         .filter(|r| r.code == 0)
         .filter_map(|r| r.json()["batch_ms_max"].as_f64())
         .fold(0.0, f64::max);
+    for r in runs.iter().filter(|r| r.code == 0) {
+        let j = r.json();
+        if j.get("batch_rows_p50").is_some() {
+            eprintln!(
+                "figures: {what}: an evict run: {} batches, rows per batch p50 {} / max {}, \
+                 {} lock_timeout fallbacks, {} rows skipped as held",
+                j["batches"],
+                j["batch_rows_p50"],
+                j["batch_rows_max"],
+                j["lock_fallbacks"],
+                j["skipped_locked"]
+            );
+        }
+    }
     let limit = WAIT_LIMIT_MS.max(2.0 * batch_max);
     eprintln!(
         "figures: {what}: idemctl sessions seen blocking: {:?}; wait limit {limit:.0} ms \
@@ -277,6 +291,8 @@ fn evict_changes(changes: &[Change]) -> Vec<&Change> {
 async fn four_evicts_beside_live_traffic_delete_each_expired_row_once_and_stall_no_request() {
     let rows = env_usize("IDEMCTL_LIVE_ROWS", 20_000);
     let secs = env_usize("IDEMCTL_LIVE_SECS", 5) as u64;
+    // The evicts run while the traffic does; the run after it drains what they left.
+    let runtime = format!("{secs}s");
     let mut rng = XorShift::from_env("four evicts beside live traffic");
     let db = TestDb::new().await;
     load(&db, rows).await;
@@ -300,17 +316,8 @@ async fn four_evicts_beside_live_traffic_delete_each_expired_row_once_and_stall_
     let evicts: Vec<Spawned> = (0..4)
         .map(|_| {
             db.idemctl()
-                .args([
-                    "evict",
-                    "-o",
-                    "json",
-                    "--batch-size",
-                    "100",
-                    "--pause",
-                    "30ms",
-                    "--jobs",
-                    "2",
-                ])
+                .args(["evict", "-o", "json", "--pause", "100ms", "--jobs", "2"])
+                .args(["--max-runtime", &runtime])
                 .spawn()
         })
         .collect();
@@ -423,14 +430,15 @@ async fn evict_and_reclaim_beside_each_other_and_live_traffic_change_only_their_
         "-o",
         "json",
     ];
+    let runtime = format!("{secs}s");
     let evict = [
         "evict",
         "-o",
         "json",
-        "--batch-size",
-        "100",
         "--pause",
-        "30ms",
+        "100ms",
+        "--max-runtime",
+        runtime.as_str(),
     ];
     let children: Vec<Spawned> = (0..4)
         .map(|i| match i % 2 {
@@ -450,7 +458,7 @@ async fn evict_and_reclaim_beside_each_other_and_live_traffic_change_only_their_
     // What live requests held when a batch passed is taken by one more run of each.
     let last_reclaim = db.idemctl().args(reclaim).run_async().await;
     last_reclaim.assert_code(0);
-    let last_evict = db.idemctl().args(evict).run_async().await;
+    let last_evict = db.idemctl().args(["evict", "-o", "json"]).run_async().await;
     last_evict.assert_code(0);
     let (mut evict_runs, mut reclaim_runs) = (vec![last_evict.clone()], vec![last_reclaim.clone()]);
     for (i, r) in runs.iter().enumerate() {

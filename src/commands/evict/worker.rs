@@ -94,11 +94,13 @@ enum Claim {
         start: Option<OffsetDateTime>,
         end: Option<OffsetDateTime>,
         limit: i64,
+        size: u32,
     },
     /// More than one batch of rows expire at exactly `at`: one SKIP LOCKED batch of them.
     Ties {
         at: OffsetDateTime,
         limit: i64,
+        size: u32,
     },
     Stop,
 }
@@ -230,7 +232,8 @@ impl Shared {
         if state.batch_rows == 0 {
             state.batch_rows = self.plan.sizing.first();
         }
-        let size = u64::from(state.batch_rows);
+        let batch_rows = state.batch_rows;
+        let size = u64::from(batch_rows);
         let left = self
             .plan
             .max_rows
@@ -256,11 +259,16 @@ impl Shared {
                     start,
                     end: None,
                     limit,
+                    size: batch_rows,
                 }
             }
             (Some(f), Some(e)) if f == e => {
                 state.next = Some(e);
-                Claim::Ties { at: e, limit }
+                Claim::Ties {
+                    at: e,
+                    limit,
+                    size: batch_rows,
+                }
             }
             (_, None) => {
                 state.drained = true;
@@ -268,6 +276,7 @@ impl Shared {
                     start,
                     end: None,
                     limit,
+                    size: batch_rows,
                 }
             }
             (_, Some(e)) => {
@@ -276,22 +285,33 @@ impl Shared {
                     start,
                     end: Some(e),
                     limit,
+                    size: batch_rows,
                 }
             }
         })
     }
 
-    /// Record a finished batch, and size the next one from how long its statement held rows.
-    async fn record(&self, limit: i64, outcome: &Outcome, took: Duration) {
+    /// Record a finished batch, and size the next one from how long its statement held rows:
+    /// `size` is the batch size in effect when the batch was claimed, `rtt` this worker's network
+    /// round trip (which the statement's time as seen here includes, but its locks do not).
+    async fn record(
+        &self,
+        limit: i64,
+        size: u32,
+        outcome: &Outcome,
+        took: Duration,
+        rtt: Duration,
+    ) {
         let mut state = self.state.lock().await;
-        let asked = u32::try_from(limit).unwrap_or(u32::MAX);
-        state.batch_rows = self.plan.sizing.next(
-            state.batch_rows.max(asked),
-            outcome.deleted,
-            outcome.statement,
-        );
+        let held = outcome
+            .statement
+            .saturating_sub(rtt)
+            .max(outcome.statement / 10);
+        if let Some(next) = self.plan.sizing.next(size, outcome.examined, held) {
+            state.batch_rows = next;
+        }
         let t = &mut state.totals;
-        t.sizes.push(asked);
+        t.sizes.push(u32::try_from(limit).unwrap_or(u32::MAX));
         t.rows += outcome.deleted;
         t.batches += 1;
         t.skipped_locked += outcome.skipped_locked;
@@ -323,29 +343,60 @@ struct Outcome {
     passed_over: u64,
     /// The run of ties at this instant has nothing deletable left.
     ties_exhausted: Option<OffsetDateTime>,
-    /// How long the deleting statement ran (and held the rows it deleted).
+    /// How long the deleting statement ran (and held the rows it deleted), as seen from here.
     statement: Duration,
+    /// Index entries the statement walked: the claimed rows of a range with an end, else the rows
+    /// it found.
+    examined: u64,
 }
 
 /// One worker: claim, delete, pace, until a claim says stop.
 pub async fn work(shared: Arc<Shared>, client: deadpool_postgres::Object) -> Result<()> {
+    let rtt = round_trip(&shared, &client).await?;
     loop {
         let claim = shared.claim(&client).await?;
         let t0 = Instant::now();
-        let (limit, outcome) = match claim {
+        let (limit, size, outcome) = match claim {
             Claim::Stop => return Ok(()),
-            Claim::Range { start, end, limit } => {
+            Claim::Range {
+                start,
+                end,
+                limit,
+                size,
+            } => {
                 let mut outcome = delete_range(&shared, &client, start, end, limit).await?;
                 outcome.passed_over =
                     passed_over(&shared, &client, start, end, limit, &outcome).await?;
-                (limit, outcome)
+                outcome.examined = match end {
+                    Some(_) => u64::try_from(limit).unwrap_or(0),
+                    None => outcome.deleted + outcome.skipped_locked + outcome.passed_over,
+                };
+                (limit, size, outcome)
             }
-            Claim::Ties { at, limit } => (limit, delete_ties(&shared, &client, at, limit).await?),
+            Claim::Ties { at, limit, size } => {
+                let mut outcome = delete_ties(&shared, &client, at, limit).await?;
+                outcome.examined = outcome.deleted + outcome.skipped_locked;
+                (limit, size, outcome)
+            }
         };
         let took = t0.elapsed();
-        shared.record(limit, &outcome, took).await;
+        shared.record(limit, size, &outcome, took, rtt).await;
         pace(&shared, took).await;
     }
+}
+
+/// This session's network round trip: the quickest of a few empty queries. The batch timer
+/// subtracts it, so a distant server does not shrink batches that hold their rows briefly.
+async fn round_trip(shared: &Shared, client: &deadpool_postgres::Object) -> Result<Duration> {
+    let mut best = Duration::MAX;
+    for _ in 0..3 {
+        let t0 = Instant::now();
+        run_statement(client, shared.plan.deadline, "SELECT 1", &[])
+            .await
+            .context("failed to measure the round trip to the server")?;
+        best = best.min(t0.elapsed());
+    }
+    Ok(best)
 }
 
 /// The expired rows of a range that are not completed. A range with an end held `limit` rows
