@@ -662,6 +662,10 @@ async fn evict_sizes_batches_by_statement_time_unless_the_size_is_fixed() {
     );
     assert!(short["batches"].as_u64() > long["batches"].as_u64());
 
+    // Three workers share one adaptive size and still delete every row exactly once.
+    let jobs = drain_json(20_000, &["--jobs", "3", "--duty-cycle", "100"]).await;
+    assert!(max(&jobs) > 100, "grew from the first 100 rows: {jobs}");
+
     // --batch-size fixes the size.
     let fixed = drain_json(1000, &["--batch-size", "70"]).await;
     assert_eq!((p50(&fixed), max(&fixed)), (70, 70), "{fixed}");
