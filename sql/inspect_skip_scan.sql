@@ -12,11 +12,12 @@ WITH RECURSIVE tenants(id, n) AS (
 )
 SELECT r.api_key_id, r.key, r.request_method, r.request_path, r.request_fingerprint, r.state,
        r.response_status, r.response_body::text AS response_body, r.locked_at, r.created_at,
-       r.expires_at, now() AS db_now,
+       r.expires_at, now() AS db_now, r.row_xmax,
+       pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
        r.state = 'in_progress'
          AND coalesce(r.locked_at, r.created_at) < now() - make_interval(secs => $2::float8) AS stuck,
        (SELECT max(n) FROM tenants) > $3::int AS truncated
   FROM tenants
-  CROSS JOIN LATERAL (SELECT * FROM {table} k WHERE k.api_key_id = tenants.id AND k.key = $1) r
+  CROSS JOIN LATERAL (SELECT k.*, k.xmax::text::bigint AS row_xmax FROM {table} k WHERE k.api_key_id = tenants.id AND k.key = $1) r
  WHERE tenants.id IS NOT NULL
  ORDER BY r.api_key_id

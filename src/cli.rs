@@ -125,7 +125,11 @@ pub enum Command {
 
 /// `idemctl inspect`.
 #[derive(Debug, Args)]
-#[command(after_help = "Exit status 3 when the key does not exist.")]
+#[command(
+    after_help = "Exit status 3 when the key does not exist; with --body, 0 when the fingerprint matches and 4 when it does not.\n\n\
+Did the client really send the same request? (it got 422 Unprocessable Content)\n  \
+idemctl inspect KEY --api-key-id TENANT --body request.json --method POST --path /v1/payments"
+)]
 pub struct InspectArgs {
     /// The idempotency key, as the client sent it.
     pub key: String,
@@ -137,6 +141,27 @@ pub struct InspectArgs {
     /// Age past which an in_progress key counts as stuck (what reclaim would take by default).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
     pub stuck_after: Duration,
+
+    /// Check a request body (a file, or - for stdin) against the stored fingerprint: computes the
+    /// fingerprint as the application does and says match (exit 0) or mismatch (exit 4), showing
+    /// both values.
+    #[arg(long, value_name = "FILE|-")]
+    pub body: Option<PathBuf>,
+
+    /// With --body: how the application made the body canonical before hashing it with SHA-256.
+    /// jcs is RFC 8785; sorted-keys is Python's json.dumps(body, sort_keys=True); raw hashes the
+    /// bytes as given [default: jcs when the fingerprint column is bytea, sorted-keys when it holds
+    /// hex text].
+    #[arg(long, value_enum, requires = "body", value_name = "FORM")]
+    pub canonical: Option<crate::fingerprint::Canonical>,
+
+    /// With --body: the request's HTTP method, compared with the stored request_method.
+    #[arg(long, requires = "body", value_name = "METHOD")]
+    pub method: Option<String>,
+
+    /// With --body: the request's path, compared with the stored request_path.
+    #[arg(long, requires = "body", value_name = "PATH")]
+    pub path: Option<String>,
 }
 
 /// `idemctl stats`.

@@ -14,7 +14,8 @@ pub enum Exit {
     Usage,
     /// `inspect` found no such key, or the table does not exist.
     NotFound,
-    /// `check` found a figure past its alert threshold.
+    /// `check` found a figure past its alert threshold, or `inspect --body` found the request
+    /// differs from the stored one (fingerprint, method or path).
     ThresholdBreached,
     /// The server could not be reached or refused the login.
     CannotConnect,
@@ -29,7 +30,7 @@ pub enum Exit {
 }
 
 impl Exit {
-    /// Every code, in the order the documentation lists them.
+    /// Every code, in the order the documentation lists them (ascending).
     pub const ALL: [Exit; 10] = [
         Exit::Success,
         Exit::Failure,
@@ -39,8 +40,8 @@ impl Exit {
         Exit::CannotConnect,
         Exit::PermissionDenied,
         Exit::LockBusy,
-        Exit::Interrupted,
         Exit::Internal,
+        Exit::Interrupted,
     ];
 
     /// The process exit status.
@@ -68,7 +69,9 @@ impl Exit {
                 "usage error: bad flag, value, conninfo or table name; unsafe request refused"
             }
             Exit::NotFound => "key not found (inspect) or table not found",
-            Exit::ThresholdBreached => "check found a problem or a breached alert threshold",
+            Exit::ThresholdBreached => {
+                "check found a problem or a breached alert threshold; inspect --body: the request differs (fingerprint, method or path)"
+            }
             Exit::CannotConnect => {
                 "cannot connect: server unreachable, login refused, no such database"
             }
@@ -164,6 +167,12 @@ mod tests {
         codes.sort_unstable();
         codes.dedup();
         assert_eq!(codes.len(), Exit::ALL.len());
+    }
+
+    #[test]
+    fn codes_are_listed_in_ascending_order() {
+        let codes: Vec<u8> = Exit::ALL.iter().map(|e| e.code()).collect();
+        assert!(codes.windows(2).all(|w| w[0] < w[1]), "{codes:?}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod conn;
 pub mod context;
 pub mod db;
 pub mod exit;
+pub mod fingerprint;
 pub mod output;
 pub mod progress;
 pub mod sample;

@@ -1,4 +1,8 @@
-//! `idemctl inspect`: one key's stored record and response, its state judged by the database clock.
+//! `idemctl inspect`: one key's stored record and response, its state judged by the database clock
+//! (and whether a live session holds it), or with `--body`, whether a request body has the stored
+//! fingerprint.
+
+use std::io::Read as _;
 
 use anyhow::{Context as _, Result};
 use serde_json::json;
@@ -8,35 +12,61 @@ use crate::context::Context;
 use crate::db::record::KeyRecord;
 use crate::db::{KeyLookup, KeyTable};
 use crate::exit::{Exit, fail};
-use crate::output::{Doc, human_secs, rfc3339, sanitize, sanitize_multiline};
+use crate::fingerprint::{self, Canonical};
+use crate::output::json_text::raw_placeholder;
+use crate::output::{Doc, human_secs, rfc3339, sanitize};
 
 /// At most this many tenants are listed for an ambiguous key.
 const MAX_TENANTS_LISTED: i64 = 50;
 /// At most this many tenants are probed when the key must be searched per tenant.
 const MAX_TENANTS_PROBED: i32 = 10_000;
+/// A request body larger than this is refused (APIs cap bodies far lower).
+const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Run `inspect`.
 pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
+    // Read the body, and check it has the asked-for form, before connecting.
+    let body = args.body.as_ref().map(|p| read_body(p)).transpose()?;
+    if let (Some(body), Some(how)) = (&body, args.canonical) {
+        fingerprint::canonical_bytes(body, how).map_err(|e| fail(Exit::Usage, e))?;
+    }
     let client = ctx.client().await?;
     let table = ctx.table(&client).await?;
     let privileges = table.privileges(&client).await?;
     privileges.require(&table, "inspect", &[("SELECT", privileges.select)])?;
     table.require_columns()?;
     let stuck_secs = args.stuck_after.as_secs_f64();
-    let records = match &args.api_key_id {
+    let mut records = match &args.api_key_id {
         Some(tenant) => by_tenant(&client, &table, tenant, &args.key, stuck_secs).await?,
         None => by_key(&client, &table, &args.key, stuck_secs).await?,
     };
+    for r in &mut records {
+        r.check_holder(&client).await?;
+    }
     match records.as_slice() {
         [] => Err(fail(Exit::NotFound, not_found_message(args))),
-        [one] => {
-            ctx.output.emit(&record_doc(one, args), &json!(one))?;
-            Ok(Exit::Success)
-        }
+        [one] => match &body {
+            Some(body) => check_body(ctx, one, body, args),
+            None => {
+                ctx.output.emit_with_raw(
+                    &record_doc(one, args),
+                    &record_json(one, 0),
+                    &[one.response_body.as_deref()],
+                )?;
+                Ok(Exit::Success)
+            }
+        },
         many => {
-            ctx.output.emit(
+            let matches: Vec<serde_json::Value> = many
+                .iter()
+                .enumerate()
+                .map(|(n, r)| record_json(r, n))
+                .collect();
+            let raws: Vec<Option<&str>> = many.iter().map(|r| r.response_body.as_deref()).collect();
+            ctx.output.emit_with_raw(
                 &tenants_doc(many),
-                &json!({ "ambiguous": true, "matches": many }),
+                &json!({ "ambiguous": true, "matches": matches }),
+                &raws,
             )?;
             Err(fail(
                 Exit::Usage,
@@ -48,6 +78,140 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
             ))
         }
     }
+}
+
+/// The record for `-o json`, its stored body to be spliced in exactly as raw JSON text `n`.
+fn record_json(r: &KeyRecord, n: usize) -> serde_json::Value {
+    let mut v = json!(r);
+    v["response_body"] = if r.response_body.is_some() {
+        raw_placeholder(n)
+    } else {
+        serde_json::Value::Null
+    };
+    v
+}
+
+/// The request body from a file, or from stdin for `-`.
+fn read_body(path: &std::path::Path) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    let shown = sanitize(&path.display().to_string());
+    let read = if path.as_os_str() == "-" {
+        std::io::stdin()
+            .take(MAX_BODY_BYTES + 1)
+            .read_to_end(&mut body)
+    } else {
+        std::fs::File::open(path).and_then(|f| f.take(MAX_BODY_BYTES + 1).read_to_end(&mut body))
+    };
+    read.map_err(|e| {
+        fail(
+            Exit::Usage,
+            format!("cannot read the request body from {shown}: {e}"),
+        )
+    })?;
+    if body.len() as u64 > MAX_BODY_BYTES {
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "the request body in {shown} is larger than 64 MiB; pass the body the client sent"
+            ),
+        ));
+    }
+    Ok(body)
+}
+
+/// One compared request attribute: what is stored and what the caller says was sent.
+#[derive(serde::Serialize)]
+struct Compared {
+    stored: String,
+    given: String,
+    matches: bool,
+}
+
+/// Compare a request body (and optionally method and path) with the stored request.
+fn check_body(ctx: &Context, r: &KeyRecord, body: &[u8], args: &InspectArgs) -> Result<Exit> {
+    let how = args
+        .canonical
+        .unwrap_or_else(|| Canonical::default_for_column(r.request_fingerprint.sql_type()));
+    let digest = fingerprint::fingerprint(body, how).map_err(|e| {
+        fail(
+            Exit::Usage,
+            format!(
+                "{e} (--canonical {} was chosen from the fingerprint column's type)",
+                how.name()
+            ),
+        )
+    })?;
+    let fingerprint_matches = r.request_fingerprint.matches(&digest);
+    let compare = |stored: &str, given: &Option<String>| {
+        given.as_ref().map(|g| Compared {
+            stored: stored.to_owned(),
+            given: g.clone(),
+            matches: stored == g,
+        })
+    };
+    let method = compare(&r.request_method, &args.method);
+    let path = compare(&r.request_path, &args.path);
+    let all_match = fingerprint_matches
+        && method.as_ref().is_none_or(|c| c.matches)
+        && path.as_ref().is_none_or(|c| c.matches);
+    let verdict = |m: bool| if m { "match" } else { "mismatch" };
+    let mut rows = vec![
+        ("api_key_id".to_owned(), sanitize(&r.api_key_id)),
+        ("key".to_owned(), sanitize(&r.key)),
+        (
+            "fingerprint".to_owned(),
+            verdict(fingerprint_matches).to_owned(),
+        ),
+        (
+            "stored".to_owned(),
+            format!(
+                "{} (request_fingerprint, {})",
+                sanitize(&r.request_fingerprint.shown()),
+                r.request_fingerprint.sql_type()
+            ),
+        ),
+        (
+            "computed".to_owned(),
+            format!(
+                "{} (sha256 of the body as {})",
+                fingerprint::hex(&digest),
+                how.name()
+            ),
+        ),
+    ];
+    for (name, c) in [("method", &method), ("path", &path)] {
+        if let Some(c) = c {
+            let text = if c.matches {
+                format!("match ({})", sanitize(&c.stored))
+            } else {
+                format!(
+                    "mismatch: stored {}, given {}",
+                    sanitize(&c.stored),
+                    sanitize(&c.given)
+                )
+            };
+            rows.push((name.to_owned(), text));
+        }
+    }
+    let mut doc = Doc::default();
+    doc.fields(None, rows);
+    let report = json!({
+        "api_key_id": r.api_key_id,
+        "key": r.key,
+        "canonical": how,
+        "stored": r.request_fingerprint,
+        "computed": fingerprint::hex(&digest),
+        "fingerprint_matches": fingerprint_matches,
+        "method": method,
+        "path": path,
+        "matches": all_match,
+    });
+    ctx.output.emit(&doc, &report)?;
+    Ok(if all_match {
+        Exit::Success
+    } else {
+        Exit::ThresholdBreached
+    })
 }
 
 fn not_found_message(args: &InspectArgs) -> String {
@@ -136,19 +300,18 @@ pub fn describe_state(r: &KeyRecord, args: &InspectArgs) -> String {
         "completed" if r.expired() => format!("completed, {expiry}, waiting for eviction"),
         "completed" => format!("completed and live, {expiry}"),
         "in_progress" => {
-            let held = human_secs(r.secs_since(r.held_since()));
-            let reclaim = if r.stuck {
+            let held_for = human_secs(r.secs_since(r.held_since()));
+            let cutoff = human_secs(args.stuck_after.as_secs_f64());
+            let reclaim = if r.held {
+                "held by a live session (a running transaction locks the row), so reclaim would skip it".to_owned()
+            } else if r.stuck {
                 format!(
-                    "reclaim would take it (older than {})",
-                    human_secs(args.stuck_after.as_secs_f64())
+                    "no running transaction holds the row; reclaim would take it (older than {cutoff})"
                 )
             } else {
-                format!(
-                    "reclaim would leave it (younger than {})",
-                    human_secs(args.stuck_after.as_secs_f64())
-                )
+                format!("reclaim would leave it (younger than {cutoff})")
             };
-            format!("in_progress for {held}; {reclaim}; {expiry}")
+            format!("in_progress for {held_for}; {reclaim}; {expiry}")
         }
         other => format!("unknown state {}; {expiry}", sanitize(other)),
     }
@@ -177,7 +340,10 @@ fn record_doc(r: &KeyRecord, args: &InspectArgs) -> Doc {
                 sanitize(&r.request_path)
             ),
         ),
-        ("fingerprint".to_owned(), r.request_fingerprint.clone()),
+        (
+            "fingerprint".to_owned(),
+            sanitize(&r.request_fingerprint.shown()),
+        ),
         ("created_at".to_owned(), at_with_age(r, r.created_at)),
         (
             "locked_at".to_owned(),
@@ -192,11 +358,10 @@ fn record_doc(r: &KeyRecord, args: &InspectArgs) -> Doc {
         ),
     ];
     doc.fields(None, rows);
-    let body = match &r.response_body {
-        None => "(no stored response)".to_owned(),
-        Some(v) => sanitize_multiline(&serde_json::to_string_pretty(v).unwrap_or_default()),
-    };
-    doc.text(format!("response_body:\n{body}"));
+    match &r.response_body {
+        None => doc.text("response_body: (no stored response)"),
+        Some(body) => doc.json("response_body", body.as_str()),
+    }
     doc
 }
 

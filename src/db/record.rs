@@ -1,8 +1,53 @@
 //! One stored key as `inspect` reads it, with its state judged by the database clock.
 
+use anyhow::{Context as _, Result};
 use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_postgres::Row;
+use tokio_postgres::types::Type;
+
+/// The stored request fingerprint: a raw digest (bytea) or text (a hex digest, as a Python
+/// handler's `hexdigest()` writes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredFingerprint {
+    Bytes(Vec<u8>),
+    Text(String),
+}
+
+impl StoredFingerprint {
+    /// The SQL type of the column it came from, which decides the default canonical form.
+    pub fn sql_type(&self) -> &'static str {
+        match self {
+            StoredFingerprint::Bytes(_) => "bytea",
+            StoredFingerprint::Text(_) => "text",
+        }
+    }
+
+    /// How it reads: lowercase hex for bytes, the text as stored.
+    pub fn shown(&self) -> String {
+        match self {
+            StoredFingerprint::Bytes(b) => crate::fingerprint::hex(b),
+            StoredFingerprint::Text(t) => t.clone(),
+        }
+    }
+
+    /// Whether a computed SHA-256 digest is the one stored (hex text compared without regard to
+    /// case or surrounding blanks).
+    pub fn matches(&self, digest: &[u8]) -> bool {
+        match self {
+            StoredFingerprint::Bytes(b) => b == digest,
+            StoredFingerprint::Text(t) => t
+                .trim()
+                .eq_ignore_ascii_case(&crate::fingerprint::hex(digest)),
+        }
+    }
+}
+
+impl Serialize for StoredFingerprint {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.shown())
+    }
+}
 
 /// A key's stored record.
 #[derive(Debug, Clone, Serialize)]
@@ -11,12 +56,13 @@ pub struct KeyRecord {
     pub key: String,
     pub request_method: String,
     pub request_path: String,
-    /// The request fingerprint in lowercase hex.
-    pub request_fingerprint: String,
+    /// The request fingerprint (lowercase hex for a bytea column).
+    pub request_fingerprint: StoredFingerprint,
     pub state: String,
     pub response_status: Option<i32>,
-    /// The stored body as JSON (null when none was stored).
-    pub response_body: Option<serde_json::Value>,
+    /// The stored body as the server prints it (JSON text, kept exact: numbers are never parsed).
+    #[serde(skip)]
+    pub response_body: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub locked_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339")]
@@ -26,32 +72,74 @@ pub struct KeyRecord {
     /// The database clock when the record was read; every age is relative to it.
     #[serde(with = "time::serde::rfc3339")]
     pub db_now: OffsetDateTime,
-    /// in_progress for longer than the stuck-after cutoff: reclaim would take it.
+    /// in_progress for longer than the stuck-after cutoff.
     pub stuck: bool,
+    /// A transaction that is still running holds the row (locked it, or is changing it): a live
+    /// request owns the key, and reclaim skips it.
+    pub held: bool,
+    /// The row's xmax and the snapshot's xmax, from which `held` is decided.
+    #[serde(skip)]
+    pub xmax: i64,
+    #[serde(skip)]
+    pub snapshot_xmax: i64,
 }
 
 impl KeyRecord {
-    /// Build a record from a row of the inspect statements.
-    pub fn from_row(row: &Row) -> anyhow::Result<KeyRecord> {
-        let fingerprint: Vec<u8> = row.try_get("request_fingerprint")?;
-        let body: Option<String> = row.try_get("response_body")?;
+    /// Build a record from a row of the inspect statements (`held` is filled in by
+    /// [`KeyRecord::check_holder`]).
+    pub fn from_row(row: &Row) -> Result<KeyRecord> {
+        let fingerprint = match row
+            .columns()
+            .iter()
+            .find(|c| c.name() == "request_fingerprint")
+            .map(|c| c.type_().clone())
+        {
+            Some(Type::BYTEA) => StoredFingerprint::Bytes(row.try_get("request_fingerprint")?),
+            _ => StoredFingerprint::Text(row.try_get("request_fingerprint")?),
+        };
         Ok(KeyRecord {
             api_key_id: row.try_get("api_key_id")?,
             key: row.try_get("key")?,
             request_method: row.try_get("request_method")?,
             request_path: row.try_get("request_path")?,
-            request_fingerprint: hex(&fingerprint),
+            request_fingerprint: fingerprint,
             state: row.try_get("state")?,
             response_status: row.try_get("response_status")?,
-            // The column is json/jsonb, so it always parses; keep the text if it somehow does not.
-            response_body: body
-                .map(|b| serde_json::from_str(&b).unwrap_or(serde_json::Value::String(b))),
+            response_body: row.try_get("response_body")?,
             locked_at: row.try_get("locked_at")?,
             created_at: row.try_get("created_at")?,
             expires_at: row.try_get("expires_at")?,
             db_now: row.try_get("db_now")?,
             stuck: row.try_get::<_, Option<bool>>("stuck")?.unwrap_or(false),
+            held: false,
+            xmax: row.try_get("row_xmax")?,
+            snapshot_xmax: row.try_get("snapshot_xmax")?,
         })
+    }
+
+    /// Decide whether a running transaction holds the row, without taking any lock: the row's xmax
+    /// names the last transaction that locked or changed it; if that transaction is still in
+    /// progress (pg_xact_status, which also sees subtransactions), the row is held. A lock shared
+    /// by several sessions (a MultiXact) is not recognised.
+    pub async fn check_holder(&mut self, client: &tokio_postgres::Client) -> Result<()> {
+        let full = match locker(self.xmax, self.snapshot_xmax) {
+            Locker::None => {
+                self.held = false;
+                return Ok(());
+            }
+            Locker::Running => {
+                self.held = true;
+                return Ok(());
+            }
+            Locker::Past(full) => full,
+        };
+        let row = client
+            .query_one(include_str!("../../sql/inspect_row_holder.sql"), &[&full])
+            .await
+            .context("failed to check whether a running transaction holds the key")?;
+        let status: Option<String> = row.try_get("status")?;
+        self.held = status.as_deref() == Some("in progress");
+        Ok(())
     }
 
     /// Seconds from `ts` to the database's now (positive = in the past).
@@ -70,6 +158,55 @@ impl KeyRecord {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// Where a row's 32-bit xmax stands relative to the snapshot's xmax (the first transaction id not
+/// yet completed when the statement's snapshot was taken).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Locker {
+    /// No xmax (or a reserved id, never a live locker).
+    None,
+    /// At or after the snapshot's xmax: still running when the row was read.
+    Running,
+    /// Before it: this 64-bit id (epoch and xid), whose status the commit log knows.
+    Past(i64),
+}
+
+/// Place a 32-bit xmax by modular comparison with the snapshot's 64-bit xmax, as PostgreSQL
+/// compares transaction ids.
+pub fn locker(xmax: i64, snapshot_xmax: i64) -> Locker {
+    const SPAN: i64 = 1 << 32;
+    // 0 is InvalidTransactionId, 1 and 2 are bootstrap and frozen.
+    if !(3..SPAN).contains(&xmax) || snapshot_xmax <= 0 {
+        return Locker::None;
+    }
+    let ahead = (xmax - (snapshot_xmax & (SPAN - 1))).rem_euclid(SPAN);
+    if ahead < SPAN / 2 {
+        Locker::Running
+    } else {
+        let full = snapshot_xmax - (SPAN - ahead);
+        if full < 3 {
+            Locker::None
+        } else {
+            Locker::Past(full)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xmax_is_placed_in_the_right_epoch() {
+        assert_eq!(locker(0, 1000), Locker::None);
+        assert_eq!(locker(900, 1000), Locker::Past(900));
+        assert_eq!(locker(1000, 1000), Locker::Running);
+        assert_eq!(locker(1005, 1000), Locker::Running);
+        let snap = (3_i64 << 32) | 10;
+        assert_eq!(locker(5, snap), Locker::Past((3 << 32) | 5));
+        assert_eq!(locker(12, snap), Locker::Running);
+        assert_eq!(
+            locker(4_000_000_000, snap),
+            Locker::Past((2 << 32) | 4_000_000_000)
+        );
+    }
 }

@@ -24,7 +24,11 @@ pub const EXPECTED_COLUMNS: &[ExpectedColumn] = &[
     ),
     col("request_method", "text", &["character varying"]),
     col("request_path", "text", &["character varying"]),
-    col("request_fingerprint", "bytea", &[]),
+    col(
+        "request_fingerprint",
+        "bytea",
+        &["text", "character varying"],
+    ),
     col("state", "text", &["character varying"]),
     col("response_status", "integer", &["smallint"]),
     col("response_body", "jsonb", &["json"]),

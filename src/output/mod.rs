@@ -2,6 +2,7 @@
 //!
 //! Commands build a [`Doc`] (for people) and a serde value (for scripts); nothing else prints data.
 
+pub mod json_text;
 pub mod prometheus;
 mod sanitize;
 
@@ -30,6 +31,9 @@ pub enum Block {
     },
     /// Free text (already sanitised by the caller where it holds untrusted data).
     Text(String),
+    /// JSON text as stored (untrusted): shown indented under its title, every number and escape
+    /// exactly as stored, terminal controls escaped once here.
+    Json { title: String, text: String },
 }
 
 /// A human-readable document: a sequence of blocks.
@@ -59,6 +63,14 @@ impl Doc {
     /// Add free text.
     pub fn text(&mut self, text: impl Into<String>) {
         self.blocks.push(Block::Text(text.into()));
+    }
+
+    /// Add stored JSON text under a title.
+    pub fn json(&mut self, title: &str, text: impl Into<String>) {
+        self.blocks.push(Block::Json {
+            title: title.to_owned(),
+            text: text.into(),
+        });
     }
 }
 
@@ -108,15 +120,27 @@ impl Output {
     /// Print a report: JSON as given, otherwise the document as a table or plain text (nothing at
     /// all with `--quiet`, unless machine-readable output was asked for).
     pub fn emit(&self, doc: &Doc, json: &serde_json::Value) -> std::io::Result<()> {
+        self.emit_with_raw(doc, json, &[])
+    }
+
+    /// [`Output::emit`] for a report in which some JSON members are stored JSON text, kept exact:
+    /// `json` holds [`json_text::raw_placeholder`]`(n)` where `raws[n]` goes.
+    pub fn emit_with_raw(
+        &self,
+        doc: &Doc,
+        json: &serde_json::Value,
+        raws: &[Option<&str>],
+    ) -> std::io::Result<()> {
         if self.quiet && !matches!(self.format, OutputFormat::Json | OutputFormat::Prometheus) {
             return Ok(());
         }
         let text = match self.format {
-            OutputFormat::Json => {
+            OutputFormat::Json if raws.is_empty() => {
                 let mut s = serde_json::to_string_pretty(json).map_err(std::io::Error::other)?;
                 s.push('\n');
                 s
             }
+            OutputFormat::Json => json_text::document(json, raws),
             OutputFormat::Table => render_table(doc, self.color),
             _ => render_plain(doc),
         };
@@ -175,9 +199,17 @@ pub fn render_plain(doc: &Doc) -> String {
                     out.push('\n');
                 }
             }
+            Block::Json { title, text } => out.push_str(&render_json(title, text)),
         }
     }
     out
+}
+
+fn render_json(title: &str, text: &str) -> String {
+    format!(
+        "{title}:\n{}\n",
+        json_text::pretty(text, json_text::Escape::Terminal)
+    )
 }
 
 fn new_table(color: bool) -> Table {
@@ -231,6 +263,7 @@ pub fn render_table(doc: &Doc, color: bool) -> String {
                     out.push('\n');
                 }
             }
+            Block::Json { title, text } => out.push_str(&render_json(title, text)),
         }
     }
     out
@@ -241,18 +274,25 @@ pub fn warn(message: &str) {
     eprintln!("idemctl: warning: {message}");
 }
 
-/// Format seconds as a short human duration (`3h 12m`, `45s`).
+/// Format seconds as people write durations: the largest unit and the next one when it is not
+/// zero (`6d 23h`, `3h 2m`, `7d`, `45s`).
 pub fn human_secs(secs: f64) -> String {
     if !secs.is_finite() {
         return "-".into();
     }
     let negative = secs < 0.0;
-    let whole = std::time::Duration::from_secs(secs.abs().round() as u64);
-    let text = humantime::format_duration(whole).to_string();
-    // Keep the two largest units: "2days 3h 4m 5s" reads as "2days 3h".
-    let short: Vec<&str> = text.split(' ').take(2).collect();
-    let short = short.join(" ");
-    if negative { format!("-{short}") } else { short }
+    let mut rest = secs.abs().round() as u64;
+    let mut parts: Vec<(u64, &str)> = Vec::new();
+    for (size, unit) in [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")] {
+        parts.push((rest / size, unit));
+        rest %= size;
+    }
+    let first = parts.iter().position(|(n, _)| *n > 0).unwrap_or(3);
+    let mut text = format!("{}{}", parts[first].0, parts[first].1);
+    if let Some((n, unit)) = parts.get(first + 1).filter(|(n, _)| *n > 0) {
+        text.push_str(&format!(" {n}{unit}"));
+    }
+    if negative { format!("-{text}") } else { text }
 }
 
 /// Format a byte count with binary units.
@@ -287,6 +327,11 @@ mod tests {
     fn human_units() {
         assert_eq!(human_secs(45.0), "45s");
         assert_eq!(human_secs(3.0 * 3600.0 + 125.0), "3h 2m");
+        assert_eq!(human_secs(6.0 * 86_400.0 + 23.0 * 3600.0 + 59.0), "6d 23h");
+        assert_eq!(human_secs(7.0 * 86_400.0 + 2.0), "7d");
+        assert_eq!(human_secs(2.0), "2s");
+        assert_eq!(human_secs(0.2), "0s");
+        assert_eq!(human_secs(-90.0), "-1m 30s");
         assert_eq!(human_bytes(512), "512 B");
         assert_eq!(human_bytes(3 * 1024 * 1024), "3.0 MiB");
     }

@@ -192,8 +192,7 @@ async fn check_thresholds_page_on_lag_and_stuck_keys() {
         .idemctl()
         .args(["check", "--max-eviction-lag", "1h"])
         .run();
-    run.assert_code(4)
-        .assert_stderr_contains("eviction lag 8days");
+    run.assert_code(4).assert_stderr_contains("eviction lag 8d");
     db.exec(include_str!("../../sql/maintenance_indexes.sql"))
         .await;
     let run = db.idemctl().args(["check", "--max-stuck", "5"]).run();
