@@ -6,7 +6,8 @@
 //! and connects with retries.
 //!
 //! Layout: `conninfo` tokenises, `params` knows the keywords and `PG*` variables, `hosts` the
-//! host/port lists, `pgpass` the password file, `tls` and `verify` the sslmodes, `resolve` puts
+//! host/port lists, `pgpass` the password file, `tls`, `tls_stream` and `verify` the sslmodes
+//! (on OpenSSL, as libpq), `resolve` puts
 //! them together, `pool` connects.
 
 mod conninfo;
@@ -17,6 +18,7 @@ mod pgpass;
 mod pool;
 mod resolve;
 mod tls;
+mod tls_stream;
 mod verify;
 
 #[cfg(test)]
@@ -26,7 +28,6 @@ pub use env::{Env, ProcessEnv};
 
 use std::fmt;
 use std::time::Duration;
-use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// What the command line says about connecting.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,7 +59,7 @@ pub struct Target {
     config: tokio_postgres::Config,
     endpoints: Vec<hosts::Endpoint>,
     tls_plan: tls::TlsPlan,
-    tls: Option<MakeRustlsConnect>,
+    tls: Option<tls_stream::MakeTls>,
     connect_timeout: Duration,
     session: SessionTimeouts,
     warnings: Vec<String>,

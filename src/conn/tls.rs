@@ -1,6 +1,8 @@
 //! libpq's TLS parameters (`sslmode`, `sslrootcert`, `sslcert`/`sslkey`, `sslcrl`/`sslcrldir`,
-//! `sslsni`, protocol versions) turned into a driver `SslMode` plus a rustls `ClientConfig` whose
-//! verifier gives each sslmode its libpq meaning.
+//! `sslsni`, protocol versions) turned into a driver `SslMode` plus an OpenSSL context configured as
+//! libpq configures its own: under `allow`, `prefer` and `require` (without a root file) no
+//! certificate check at all; under `verify-ca` (and `require` with a root file) OpenSSL's chain
+//! check, which accepts X.509 version 1 certificates; under `verify-full` also libpq's host check.
 //!
 //! Accepted but without effect here: `sslcompression` (obsolete, servers refuse compression),
 //! `sslpassword` (only decrypts encrypted keys, which are rejected with a clear error when loaded),
@@ -9,19 +11,18 @@
 
 use super::env::Env;
 use super::params::Params;
-use super::verify::{ChainOnly, NoIdentityCheck};
+use super::tls_stream::{MakeTls, openssl_error};
 use crate::exit::{Exit, fail};
-use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::ServerCertVerifier;
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
-use rustls::{ClientConfig, RootCertStore, SupportedProtocolVersion};
+use openssl::error::ErrorStack;
+use openssl::pkey::{PKey, Private};
+use openssl::ssl::{
+    SslContext, SslContextBuilder, SslFiletype, SslMethod, SslOptions, SslVerifyMode, SslVersion,
+};
+use openssl::x509::store::X509Lookup;
+use openssl::x509::verify::X509VerifyFlags;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use tokio_postgres::config::SslMode as DriverSslMode;
-use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// libpq's six sslmode values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +51,8 @@ pub(crate) enum Verification {
     NoTls,
     /// Encrypted, identity not checked (allow, prefer, require without a root file).
     Unverified,
-    /// Chain checked against the roots, host name not (verify-ca; require with a root file).
+    /// Chain checked against the roots, host name not (verify-ca; allow, prefer and require with a
+    /// root file, as libpq).
     ChainOnly,
     /// Chain and host name checked (verify-full).
     Full,
@@ -59,7 +61,7 @@ pub(crate) enum Verification {
 /// Where trusted roots come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Roots {
-    /// `sslrootcert=system`: the platform store via rustls-native-certs (honours `SSL_CERT_FILE`).
+    /// `sslrootcert=system`: OpenSSL's default store (honours `SSL_CERT_FILE` and `SSL_CERT_DIR`).
     System,
     /// A PEM file: `sslrootcert`, or `~/.postgresql/root.crt` when that exists.
     File(PathBuf),
@@ -89,15 +91,21 @@ pub(crate) fn plan(params: &Params, env: &dyn Env, all_unix: bool) -> anyhow::Re
     let roots = roots(params, pg_dir.as_deref());
     let mode = sslmode(params, roots.as_ref())?;
     let versions = versions(params)?;
+    // libpq verifies the chain whenever a root file exists, whatever the sslmode (only
+    // verify-full adds the host check); without one, the weaker modes check nothing.
+    let usable = match &roots {
+        Some(Roots::System) => true,
+        Some(Roots::File(path)) => path.exists(),
+        None => false,
+    };
     let verification = match (all_unix, mode) {
         (true, _) | (_, SslMode::Disable) => Verification::NoTls,
-        (_, SslMode::Allow | SslMode::Prefer) => Verification::Unverified,
-        // libpq back-compat: require with a root file behaves as verify-ca.
-        (_, SslMode::Require) if roots.is_some() => Verification::ChainOnly,
-        (_, SslMode::Require) => Verification::Unverified,
-        (_, SslMode::VerifyCa) => Verification::ChainOnly,
         (_, SslMode::VerifyFull) => Verification::Full,
+        (_, SslMode::VerifyCa) => Verification::ChainOnly,
+        _ if usable => Verification::ChainOnly,
+        _ => Verification::Unverified,
     };
+    let roots = roots.filter(|_| verification != Verification::Unverified);
     if matches!(verification, Verification::ChainOnly | Verification::Full) {
         check_roots_exist(roots.as_ref(), pg_dir.as_deref())?;
     }
@@ -227,7 +235,7 @@ fn client_cert(
     }
 }
 
-/// `ssl_min_protocol_version`/`ssl_max_protocol_version` (default TLSv1.2 .. newest). rustls
+/// `ssl_min_protocol_version`/`ssl_max_protocol_version` (default TLSv1.2 .. newest). idemctl
 /// speaks only TLS 1.2 and 1.3, so older minimums are satisfied and older maximums are errors.
 fn versions(params: &Params) -> anyhow::Result<(u8, u8)> {
     let names = [
@@ -259,115 +267,94 @@ fn versions(params: &Params) -> anyhow::Result<(u8, u8)> {
 }
 
 /// Build the connector for a plan; `None` when no TLS will be attempted.
-pub(crate) fn connector(plan: &TlsPlan) -> anyhow::Result<Option<MakeRustlsConnect>> {
+pub(crate) fn connector(plan: &TlsPlan) -> anyhow::Result<Option<MakeTls>> {
     if plan.verification == Verification::NoTls {
         return Ok(None);
     }
-    let config = client_config(plan)?;
-    Ok(Some(MakeRustlsConnect::new(config)))
+    let context = context(plan)?;
+    let check_host = plan.verification == Verification::Full;
+    Ok(Some(MakeTls::new(context, plan.sni, check_host)))
 }
 
-pub(crate) fn client_config(plan: &TlsPlan) -> anyhow::Result<ClientConfig> {
-    // An explicit provider: no dependence on (or panic from) a process-wide default.
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let versions = protocol_versions(plan.versions);
-    let builder = ClientConfig::builder_with_provider(provider.clone())
-        .with_protocol_versions(&versions)
-        .map_err(|e| usage(format!("cannot set up TLS: {e}")))?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier(plan, provider)?);
-    let mut config = match &plan.client_cert {
-        Some((cert, key)) => builder
-            .with_client_auth_cert(load_certs(cert)?, load_key(key)?)
-            .map_err(|e| {
-                usage(format!(
-                    "cannot use client certificate \"{}\": {e}",
-                    cert.display()
-                ))
-            })?,
-        None => builder.with_no_client_auth(),
+/// The OpenSSL context libpq would build: no certificate check at all without verification,
+/// otherwise the roots (and CRLs, which then apply to the whole chain) with peer verification.
+pub(crate) fn context(plan: &TlsPlan) -> anyhow::Result<SslContext> {
+    let setup = |e: ErrorStack| usage(format!("cannot set up TLS: {}", openssl_error(&e)));
+    let mut builder = SslContext::builder(SslMethod::tls_client()).map_err(setup)?;
+    builder.set_options(SslOptions::NO_COMPRESSION);
+    let version = |v: u8| match v {
+        10 => SslVersion::TLS1,
+        11 => SslVersion::TLS1_1,
+        12 => SslVersion::TLS1_2,
+        _ => SslVersion::TLS1_3,
     };
-    config.enable_sni = plan.sni;
+    builder
+        .set_min_proto_version(Some(version(plan.versions.0)))
+        .map_err(setup)?;
+    builder
+        .set_max_proto_version(Some(version(plan.versions.1)))
+        .map_err(setup)?;
     // What libpq 17+ sends; required by servers for direct TLS, harmless for older ones.
-    config.alpn_protocols = vec![b"postgresql".to_vec()];
-    Ok(config)
-}
-
-fn protocol_versions((min, max): (u8, u8)) -> Vec<&'static SupportedProtocolVersion> {
-    let mut versions = Vec::new();
-    if min <= 12 && max >= 12 {
-        versions.push(&rustls::version::TLS12);
-    }
-    if max >= 13 {
-        versions.push(&rustls::version::TLS13);
-    }
-    versions
-}
-
-pub(super) fn verifier(
-    plan: &TlsPlan,
-    provider: Arc<CryptoProvider>,
-) -> anyhow::Result<Arc<dyn ServerCertVerifier>> {
+    builder.set_alpn_protos(b"\x0apostgresql").map_err(setup)?;
     if plan.verification == Verification::Unverified {
-        return Ok(Arc::new(NoIdentityCheck::new(provider)));
+        builder.set_verify(SslVerifyMode::NONE);
+    } else {
+        load_roots(plan, &mut builder)?;
+        load_crls(plan, &mut builder)?;
+        builder.set_verify(SslVerifyMode::PEER);
     }
-    let roots = Arc::new(load_roots(plan)?);
-    let webpki = WebPkiServerVerifier::builder_with_provider(roots, provider)
-        .with_crls(load_crls(plan)?)
-        .build()
-        .map_err(|e| usage(format!("cannot set up TLS certificate verification: {e}")))?;
-    Ok(match plan.verification {
-        Verification::ChainOnly => Arc::new(ChainOnly::new(webpki)),
-        _ => webpki,
-    })
-}
-
-fn load_roots(plan: &TlsPlan) -> anyhow::Result<RootCertStore> {
-    let mut store = RootCertStore::empty();
-    match &plan.roots {
-        Some(Roots::System) => {
-            let found = rustls_native_certs::load_native_certs();
-            let (added, _) = store.add_parsable_certificates(found.certs);
-            if added == 0 {
-                return Err(usage(
-                    "sslrootcert=system: no usable system root certificates found",
-                ));
-            }
-        }
-        Some(Roots::File(path)) => {
-            for cert in load_certs(path)? {
-                store.add(cert).map_err(|e| {
-                    usage(format!(
-                        "invalid certificate in root certificate file \"{}\": {e}",
-                        path.display()
-                    ))
-                })?;
-            }
-        }
-        // `plan` only asks for verification when roots exist.
-        None => return Err(usage("no root certificates to verify the server against")),
-    }
-    Ok(store)
-}
-
-fn load_certs(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
-    let shown = path.display();
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| {
+    if let Some((cert, key)) = &plan.client_cert {
+        builder.set_certificate_chain_file(cert).map_err(|e| {
             usage(format!(
-                "cannot read certificate file \"{shown}\": {}",
-                pem_problem(&e)
+                "could not read certificate file \"{}\": {}",
+                cert.display(),
+                openssl_error(&e)
             ))
         })?;
-    if certs.is_empty() {
-        return Err(usage(format!("no PEM certificate in \"{shown}\"")));
+        builder
+            .set_private_key(load_key(key)?.as_ref())
+            .map_err(|e| {
+                usage(format!(
+                    "cannot use client certificate \"{}\": {}",
+                    cert.display(),
+                    openssl_error(&e)
+                ))
+            })?;
+        builder.check_private_key().map_err(|_| {
+            usage(format!(
+                "certificate \"{}\" does not match private key file \"{}\"",
+                cert.display(),
+                key.display()
+            ))
+        })?;
     }
-    Ok(certs)
+    Ok(builder.build())
+}
+
+/// `sslrootcert=system`: OpenSSL's default paths (honouring `SSL_CERT_FILE` and `SSL_CERT_DIR`),
+/// as libpq; otherwise the PEM file.
+fn load_roots(plan: &TlsPlan, builder: &mut SslContextBuilder) -> anyhow::Result<()> {
+    match &plan.roots {
+        Some(Roots::System) => builder.set_default_verify_paths().map_err(|e| {
+            usage(format!(
+                "could not load the system root certificates: {}",
+                openssl_error(&e)
+            ))
+        }),
+        Some(Roots::File(path)) => builder.set_ca_file(path).map_err(|e| {
+            usage(format!(
+                "could not read root certificate file \"{}\": {}",
+                path.display(),
+                openssl_error(&e)
+            ))
+        }),
+        // `plan` only asks for verification when roots exist.
+        None => Err(usage("no root certificates to verify the server against")),
+    }
 }
 
 /// The client key, refused when others can read it (libpq's rule: 0600, or 0640 if owned by root).
-fn load_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+fn load_key(path: &Path) -> anyhow::Result<PKey<Private>> {
     let shown = path.display();
     let meta = std::fs::metadata(path)
         .map_err(|e| usage(format!("cannot read private key file \"{shown}\": {e}")))?;
@@ -378,60 +365,63 @@ fn load_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
              or less if owned by the current user, or u=rw,g=r (0640) or less if owned by root"
         )));
     }
-    PrivateKeyDer::from_pem_file(path).map_err(|e| {
+    let pem = std::fs::read(path)
+        .map_err(|e| usage(format!("cannot read private key file \"{shown}\": {e}")))?;
+    // An empty passphrase: an encrypted key fails here instead of prompting on a terminal.
+    PKey::private_key_from_pem_passphrase(&pem, b"").map_err(|e| {
         usage(format!(
             "cannot load private key file \"{shown}\": {} (encrypted keys and sslpassword are not supported)",
-            pem_problem(&e)
+            openssl_error(&e)
         ))
     })
 }
 
-/// CRLs from `sslcrl` and every file in `sslcrldir`; missing ones are skipped, as in libpq.
-fn load_crls(plan: &TlsPlan) -> anyhow::Result<Vec<CertificateRevocationListDer<'static>>> {
-    let mut files: Vec<PathBuf> = plan
-        .crl_file
-        .iter()
-        .filter(|p| p.is_file())
-        .cloned()
-        .collect();
-    if let Some(dir) = plan.crl_dir.as_ref().filter(|d| d.is_dir()) {
-        let entries = std::fs::read_dir(dir)
-            .map_err(|e| usage(format!("cannot read sslcrldir \"{}\": {e}", dir.display())))?;
-        files.extend(
-            entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.is_file()),
-        );
+/// libpq's CRLs: the `sslcrl` file (default `~/.postgresql/root.crl`) and the hashed directory
+/// `sslcrldir` (`openssl rehash` names), each used when it exists; with any of them, every
+/// certificate of the chain must have its issuer's CRL.
+fn load_crls(plan: &TlsPlan, builder: &mut SslContextBuilder) -> anyhow::Result<()> {
+    let file = plan.crl_file.as_ref().filter(|p| p.is_file());
+    let dir = plan.crl_dir.as_ref().filter(|d| d.is_dir());
+    // libpq reads CRLs only next to a root certificate file, not with the system's roots.
+    let with_file = matches!(plan.roots, Some(Roots::File(_)));
+    if !with_file || (file.is_none() && dir.is_none()) {
+        return Ok(());
     }
-    let mut crls = Vec::new();
-    for file in files {
-        let found = CertificateRevocationListDer::pem_file_iter(&file)
-            .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| {
-                usage(format!(
-                    "cannot read CRL file \"{}\": {}",
-                    file.display(),
-                    pem_problem(&e)
-                ))
-            })?;
-        crls.extend(found);
+    let store = builder.cert_store_mut();
+    if let Some(file) = file {
+        let lookup = store
+            .add_lookup(X509Lookup::file())
+            .map_err(|e| usage(format!("cannot set up CRL checks: {}", openssl_error(&e))))?;
+        lookup.load_crl_file(file, SslFiletype::PEM).map_err(|e| {
+            usage(format!(
+                "could not load SSL certificate revocation list file \"{}\": {}",
+                file.display(),
+                openssl_error(&e)
+            ))
+        })?;
     }
-    Ok(crls)
-}
-
-/// A PEM error without any file content (its "illegal section start" variant quotes a line).
-fn pem_problem(e: &rustls::pki_types::pem::Error) -> String {
-    use rustls::pki_types::pem::Error as Pem;
-    match e {
-        Pem::Io(io) => io.to_string(),
-        Pem::NoItemsFound => "no matching PEM section found".to_string(),
-        Pem::MissingSectionEnd { .. } | Pem::IllegalSectionStart { .. } => {
-            "malformed PEM".to_string()
-        }
-        Pem::Base64Decode(_) => "invalid base64 in PEM".to_string(),
-        _ => "unreadable PEM".to_string(),
+    if let Some(dir) = dir {
+        let shown = dir.display();
+        let lookup = store.add_lookup(X509Lookup::hash_dir()).map_err(|e| {
+            usage(format!(
+                "cannot use sslcrldir \"{shown}\": {}",
+                openssl_error(&e)
+            ))
+        })?;
+        let text = dir
+            .to_str()
+            .ok_or_else(|| usage("sslcrldir is not valid UTF-8"))?;
+        lookup.add_dir(text, SslFiletype::PEM).map_err(|e| {
+            usage(format!(
+                "cannot use sslcrldir \"{shown}\": {}",
+                openssl_error(&e)
+            ))
+        })?;
     }
+    store
+        .set_flags(X509VerifyFlags::CRL_CHECK | X509VerifyFlags::CRL_CHECK_ALL)
+        .map_err(|e| usage(format!("cannot set up CRL checks: {}", openssl_error(&e))))?;
+    Ok(())
 }
 
 fn usage(message: impl Into<String>) -> anyhow::Error {

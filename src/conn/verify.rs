@@ -1,124 +1,97 @@
-//! The two rustls server-certificate verifiers libpq's sslmodes need and rustls does not ship:
-//! "encrypt but do not check identity" (`allow`, `prefer`, `require`) and "check the chain but
-//! not the host name" (`verify-ca`). `verify-full` uses rustls's own WebPKI verifier unchanged.
+//! libpq's `verify-full` host name check, done after OpenSSL has verified the chain: the names in
+//! the certificate's subjectAltName of the host's kind (DNS name, or IP address for a numeric
+//! host), else its Common Name; a leading `*.` matches one whole label. Messages are libpq's.
 
-use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, DigitallySignedStruct, Error, SignatureScheme};
-use std::sync::Arc;
+use openssl::nid::Nid;
+use openssl::x509::X509Ref;
+use std::net::IpAddr;
 
-/// Accepts any certificate, like libpq without a root file: the link is encrypted but an active
-/// attacker could impersonate the server. Handshake signatures are still verified, so the peer
-/// must at least hold the key of the certificate it presents (keeps channel binding meaningful).
-#[derive(Debug)]
-pub(crate) struct NoIdentityCheck {
-    provider: Arc<CryptoProvider>,
-}
-
-impl NoIdentityCheck {
-    pub(crate) fn new(provider: Arc<CryptoProvider>) -> Self {
-        Self { provider }
+/// `Ok` when `host` is a name the certificate carries, else libpq's message.
+pub(crate) fn host_matches(cert: &X509Ref, host: &str) -> Result<(), String> {
+    if host.is_empty() {
+        return Err("host name must be specified for a verified SSL connection".to_string());
     }
-}
-
-impl ServerCertVerifier for NoIdentityCheck {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        let algs = &self.provider.signature_verification_algorithms;
-        verify_tls12_signature(message, cert, dss, algs)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        let algs = &self.provider.signature_verification_algorithms;
-        verify_tls13_signature(message, cert, dss, algs)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
-/// libpq `verify-ca`: the chain must lead to a trusted root (and pass any CRLs), but the name in
-/// the certificate need not match the host. Delegates to the WebPKI verifier and forgives only its
-/// name-mismatch error, which rustls reports after every chain and revocation check has passed.
-#[derive(Debug)]
-pub(crate) struct ChainOnly {
-    inner: Arc<WebPkiServerVerifier>,
-}
-
-impl ChainOnly {
-    pub(crate) fn new(inner: Arc<WebPkiServerVerifier>) -> Self {
-        Self { inner }
-    }
-}
-
-impl ServerCertVerifier for ChainOnly {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, Error> {
-        let verdict = self.inner.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        );
-        match verdict {
-            Err(Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
+    let ip = host.parse::<IpAddr>().ok();
+    let mut examined: Vec<String> = Vec::new();
+    let mut check_cn = true;
+    if let Some(sans) = cert.subject_alt_names() {
+        for name in &sans {
+            let (matched, same_kind, shown) = if let Some(dns) = name.dnsname() {
+                (name_matches(dns, host), ip.is_none(), dns.to_string())
+            } else if let Some(bytes) = name.ipaddress() {
+                let addr = ip_from_bytes(bytes);
+                let shown = addr.map_or_else(|| "?".to_string(), |a| a.to_string());
+                (addr.is_some() && addr == ip, ip.is_some(), shown)
+            } else {
+                continue;
+            };
+            // A name of the host's kind exists: the Common Name no longer counts (RFC 6125).
+            check_cn &= !same_kind;
+            examined.push(shown);
+            if matched {
+                return Ok(());
+            }
         }
     }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
+    if check_cn {
+        let cn = cert
+            .subject_name()
+            .entries_by_nid(Nid::COMMONNAME)
+            .last()
+            .and_then(|e| e.data().to_string().ok());
+        if let Some(cn) = cn {
+            if name_matches(&cn, host) {
+                return Ok(());
+            }
+            examined.push(cn);
+        }
     }
+    Err(match examined.as_slice() {
+        [] => "could not get server's host name from server certificate".to_string(),
+        [only] => format!("server certificate for \"{only}\" does not match host name \"{host}\""),
+        [first, rest @ ..] => format!(
+            "server certificate for \"{first}\" (and {} other name{}) does not match host name \"{host}\"",
+            rest.len(),
+            if rest.len() == 1 { "" } else { "s" }
+        ),
+    })
+}
 
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
+fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
+    match bytes.len() {
+        4 => <[u8; 4]>::try_from(bytes).ok().map(IpAddr::from),
+        16 => <[u8; 16]>::try_from(bytes).ok().map(IpAddr::from),
+        _ => None,
     }
+}
 
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
+/// Case-insensitive equality, or `*.rest` matching exactly one leading label of `host`.
+pub(crate) fn name_matches(pattern: &str, host: &str) -> bool {
+    if pattern.eq_ignore_ascii_case(host) {
+        return true;
+    }
+    let Some(suffix) = pattern.strip_prefix('*') else {
+        return false;
+    };
+    if !suffix.starts_with('.') || suffix.len() < 2 || suffix.len() >= host.len() {
+        return false;
+    }
+    let (label, tail) = host.split_at(host.len() - suffix.len());
+    tail.eq_ignore_ascii_case(suffix) && !label.contains('.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_matches;
+
+    #[test]
+    fn wildcards_match_one_label() {
+        assert!(name_matches("DB.example.com", "db.EXAMPLE.com"));
+        assert!(name_matches("*.example.com", "db.example.com"));
+        assert!(!name_matches("*.example.com", "a.db.example.com"));
+        assert!(!name_matches("*.example.com", "example.com"));
+        assert!(!name_matches("*.example.com", ".example.com"));
+        assert!(!name_matches("db*.example.com", "db1.example.com"));
+        assert!(!name_matches("*", "localhost"));
     }
 }

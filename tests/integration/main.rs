@@ -17,5 +17,6 @@ mod reclaim;
 mod replica;
 mod roles;
 mod stats;
+mod tls_matrix;
 mod transport;
 mod workload;

@@ -100,8 +100,15 @@ impl TcpServer {
         self.dir.join("server.log")
     }
 
+    /// A server of its own, for a test that changes the server's settings (such as its
+    /// certificate); stopped and deleted with the test process, like the shared ones.
+    pub fn start_private(tls: bool) -> TcpServer {
+        TcpServer::start(tls)
+            .unwrap_or_else(|e| panic!("cannot start a private TCP test server (tls: {tls}): {e}"))
+    }
+
     /// A superuser conninfo over the Unix socket (trusted) to `dbname`.
-    fn socket_conninfo(&self, user: &str, dbname: &str) -> String {
+    pub fn socket_conninfo(&self, user: &str, dbname: &str) -> String {
         let mut info = ConnInfo::new();
         info.set("host", self.dir.display().to_string());
         info.set("port", self.port.to_string());
