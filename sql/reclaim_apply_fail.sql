@@ -7,13 +7,14 @@
 -- by a live owner (FOR UPDATE SKIP LOCKED: never waited on); the UPDATE re-checks state and cutoff.
 -- Rows are matched by physical address (ctid) and, because a ctid is only unique within one
 -- partition, by partition (tableoid) too.
--- It becomes completed with the stored error response; expires_at is kept. Every plan row comes
+-- It becomes completed with the stored error response; expires_at is moved to at least now + $8
+-- seconds (0 keeps it). Every plan row comes
 -- back with its outcome, judged on the statement's snapshot: reclaimed, gone, completed,
 -- other_state, changed (taken again since the plan), too_young, or held (unchanged but locked: its
 -- owner is alive).
 -- $1 = api_key_id[], $2 = key[], $3 = locked_at[] (NULL where the plan had none),
 -- $4 = created_at[], $5 = --older-than in seconds (the plan's), $6 = response status,
--- $7 = response body (a JSON object).
+-- $7 = response body (a JSON object), $8 = keep-failed-for seconds.
 WITH planned AS (
     SELECT *
       FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])
@@ -31,7 +32,10 @@ WITH planned AS (
     UPDATE {table}
        SET state = 'completed',
            response_status = $6::int,
-           response_body = $7::jsonb
+           response_body = $7::jsonb,
+           expires_at = CASE WHEN $8::float8 > 0
+                             THEN greatest(expires_at, now() + make_interval(secs => $8::float8))
+                             ELSE expires_at END
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
        AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
        AND state = 'in_progress'

@@ -8,8 +8,9 @@
 -- Rows are matched by physical address (ctid) and, because a ctid is only unique within one
 -- partition, by partition (tableoid) too. Each key becomes completed with the stored error
 -- response, which the API replays to a retry instead of running the request again; expires_at is
--- kept. $1 = --older-than in seconds, $2 = batch size, $3 = response status, $4 = response body
--- (a JSON object). Returns how many keys were failed, and which (as text arrays, in the same order).
+-- moved to at least now + $5 seconds (--keep-failed-for; 0 keeps it), so the stored error outlives
+-- the client's retries instead of going at the next evict. $1 = --older-than in seconds, $2 = batch
+-- size, $3 = response status, $4 = response body (a JSON object), $5 = keep-failed-for seconds. Returns how many keys were failed, and which (as text arrays, in the same order).
 WITH candidates AS (
     SELECT tableoid, ctid
       FROM {table}
@@ -22,7 +23,10 @@ WITH candidates AS (
     UPDATE {table}
        SET state = 'completed',
            response_status = $3::int,
-           response_body = $4::jsonb
+           response_body = $4::jsonb,
+           expires_at = CASE WHEN $5::float8 > 0
+                             THEN greatest(expires_at, now() + make_interval(secs => $5::float8))
+                             ELSE expires_at END
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
        AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
        AND state = 'in_progress'

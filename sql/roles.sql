@@ -82,8 +82,10 @@ GRANT DELETE ON public.idempotency_keys TO idemctl_reclaimer;
 -- UPDATE of exactly the columns --action fail writes: it marks a stuck key completed with a
 -- stored error response. The same grant covers the FOR UPDATE SKIP LOCKED row locks both actions
 -- take, so a key whose owner is still alive (and holds its row) is skipped, never waited on.
--- The key, tenant, request and timestamps stay read-only.
-GRANT UPDATE (state, response_status, response_body) ON public.idempotency_keys TO idemctl_reclaimer;
+-- expires_at: --action fail keeps the stored error at least --keep-failed-for (24h) from now, so
+-- the client's retries get it instead of running again after the next evict.
+-- The key, tenant, request and the other timestamps stay read-only.
+GRANT UPDATE (state, response_status, response_body, expires_at) ON public.idempotency_keys TO idemctl_reclaimer;
 
 -- ---- Optional ------------------------------------------------------------------------------------
 -- When another run holds the maintenance lock, idemctl names the holding session from

@@ -352,6 +352,12 @@ impl ReclaimArgs {
     pub fn status(&self) -> i32 {
         self.status.unwrap_or(500)
     }
+
+    /// --keep-failed-for, or its default (the storage design's 24-hour key lifetime).
+    pub fn keep_failed_for(&self) -> Duration {
+        self.keep_failed_for
+            .unwrap_or(Duration::from_secs(24 * 3600))
+    }
 }
 
 /// How evict sizes its batches.
@@ -451,6 +457,13 @@ pub struct ReclaimArgs {
     /// HTTP status stored by --action fail. [default: 500]
     #[arg(long, value_parser = clap::value_parser!(i32).range(100..=599), allow_negative_numbers = true, value_name = "CODE")]
     pub status: Option<i32>,
+
+    /// With --action fail: keep each failed key at least this long from now (its expires_at is
+    /// moved later when it would come sooner), so the stored error outlives the client's retries
+    /// and the next evict does not remove it at once (which would let a retry run the request
+    /// again); 0s keeps expires_at as it is. [default: 24h]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DUR")]
+    pub keep_failed_for: Option<Duration>,
 
     /// JSON object stored as the response body by --action fail [default: an RFC 9457 problem
     /// document saying the outcome is unknown].

@@ -19,11 +19,11 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 use tokio_postgres::types::ToSql;
 
-use crate::cli::{ReclaimAction, ReclaimArgs};
+use crate::cli::{OutputFormat, ReclaimAction, ReclaimArgs};
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::lock::{self, LockClass};
-use crate::db::queries::{self, Capped};
+use crate::db::queries::{self, Capped, DatabaseIdentity};
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::write_atomic;
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
@@ -82,6 +82,8 @@ struct Request {
     body: Option<Value>,
     /// Reclaim (or list) at most this many keys.
     limit: Option<u64>,
+    /// `--action fail`: keep a failed key at least this many seconds from now (0 = as it is).
+    keep_failed: f64,
 }
 
 /// Run `reclaim`.
@@ -113,6 +115,7 @@ fn validate(ctx: &Context, args: &ReclaimArgs) -> Result<Request> {
             status: args.status(),
             body: response_body(args)?,
             limit: args.limit,
+            keep_failed: args.keep_failed_for().as_secs_f64(),
         },
     };
     check_floor(req.older_than, args.force)?;
@@ -222,6 +225,13 @@ struct Plan {
     /// The stored response body for `fail`, null for `delete`.
     #[serde(default)]
     body: Option<Value>,
+    /// `--action fail`: how long each failed key is kept from when it is failed (absent in older
+    /// plans: expires_at is kept).
+    #[serde(default)]
+    keep_failed_for_seconds: f64,
+    /// The cluster and database the plan was made on; --apply refuses any other.
+    #[serde(default)]
+    database: Option<DatabaseIdentity>,
     /// The database clock when the preview was taken (for the reviewer).
     #[serde(default, with = "time::serde::rfc3339::option")]
     created_at: Option<OffsetDateTime>,
@@ -269,6 +279,7 @@ fn request_from_plan(args: &ReclaimArgs, path: &Path) -> Result<Request> {
         status: plan.status,
         body: plan.body.clone(),
         limit: args.limit,
+        keep_failed: plan.keep_failed_for_seconds,
         mode: Mode::Apply(path.to_owned(), plan),
     })
 }
@@ -339,6 +350,11 @@ fn check_plan_flags(args: &ReclaimArgs, plan: &Plan) -> Result<()> {
         .is_some_and(|o| (o.as_secs_f64() - plan.older_than_seconds).abs() > 1e-6)
     {
         Some("--older-than")
+    } else if args
+        .keep_failed_for
+        .is_some_and(|k| (k.as_secs_f64() - plan.keep_failed_for_seconds).abs() > 1e-6)
+    {
+        Some("--keep-failed-for")
     } else {
         None
     };
@@ -347,8 +363,8 @@ fn check_plan_flags(args: &ReclaimArgs, plan: &Plan) -> Result<()> {
         Some(flag) => Err(fail(
             Exit::Usage,
             format!(
-                "{flag} differs from the plan: --apply takes action, status, body and cutoff from \
-                 the plan file; drop {flag}, or make a new plan with it"
+                "{flag} differs from the plan: --apply takes action, status, body, cutoff and \
+                 --keep-failed-for from the plan file; drop {flag}, or make a new plan with it"
             ),
         )),
     }
@@ -426,14 +442,15 @@ async fn preview(
     args: &ReclaimArgs,
     plan_path: Option<&Path>,
 ) -> Result<Exit> {
-    require_stuck_index(table, args.allow_scan)?;
+    require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, None).await?;
     let cap = req.limit.map_or(LIST_CAP, |l| {
         i64::try_from(l).unwrap_or(i64::MAX).min(LIST_CAP)
     });
     let found = find(client, table, req.older_than, cap).await?;
     if let Some(path) = plan_path {
-        write_plan(path, table, req, &found)?;
+        let database = queries::database_identity(client).await?;
+        write_plan(path, table, req, &found, database)?;
     }
     let (doc, json) = preview_report(table, req, &found, plan_path);
     ctx.output.emit(&doc, &json)?;
@@ -482,7 +499,13 @@ async fn find(
     })
 }
 
-fn write_plan(path: &Path, table: &KeyTable, req: &Request, found: &Found) -> Result<()> {
+fn write_plan(
+    path: &Path,
+    table: &KeyTable,
+    req: &Request,
+    found: &Found,
+    database: DatabaseIdentity,
+) -> Result<()> {
     let plan = Plan {
         schema_version: PLAN_VERSION,
         table: format!("{}.{}", table.schema, table.name),
@@ -490,6 +513,11 @@ fn write_plan(path: &Path, table: &KeyTable, req: &Request, found: &Found) -> Re
         action: req.action,
         status: req.status,
         body: req.body.clone(),
+        keep_failed_for_seconds: match req.action {
+            ReclaimAction::Fail => req.keep_failed,
+            ReclaimAction::Delete => 0.0,
+        },
+        database: Some(database),
         created_at: Some(found.db_now),
         truncated: found.truncated,
         rows: found.rows.iter().map(Candidate::plan_row).collect(),
@@ -617,11 +645,14 @@ fn action_text(req: &Request) -> String {
 
 /// Finding stuck keys needs the optional partial index, or the operator's explicit consent to read
 /// the whole table.
-fn require_stuck_index(table: &KeyTable, allow_scan: bool) -> Result<()> {
+fn require_stuck_index(table: &KeyTable, allow_scan: bool, quiet: bool) -> Result<()> {
     if table.stuck_index().is_some() {
         return Ok(());
     }
     if allow_scan {
+        if quiet {
+            return Ok(());
+        }
         crate::output::warn(&format!(
             "table {} has no index on in_progress keys: reading the whole table (each statement bounded by --statement-timeout)",
             table.display()
@@ -672,6 +703,7 @@ async fn require_privileges(
                     ("UPDATE (state)", column("state")),
                     ("UPDATE (response_status)", column("response_status")),
                     ("UPDATE (response_body)", column("response_body")),
+                    ("UPDATE (expires_at)", column("expires_at")),
                 ],
             )
         }
@@ -817,6 +849,8 @@ struct ReclaimReport {
     action: ReclaimAction,
     older_than_seconds: f64,
     response_status: Option<i32>,
+    /// `--action fail`: each failed key is kept at least this long from when it was failed.
+    keep_failed_for_seconds: Option<f64>,
     plan_file: Option<String>,
     end_reason: EndReason,
     rows_reclaimed: u64,
@@ -840,6 +874,7 @@ impl ReclaimReport {
             action: req.action,
             older_than_seconds: req.older_than,
             response_status: req.body.as_ref().map(|_| req.status),
+            keep_failed_for_seconds: (req.action == ReclaimAction::Fail).then_some(req.keep_failed),
             plan_file: match &req.mode {
                 Mode::Apply(p, _) => Some(p.display().to_string()),
                 _ => None,
@@ -913,7 +948,7 @@ async fn sweep(
     req: &Request,
     args: &ReclaimArgs,
 ) -> Result<Exit> {
-    require_stuck_index(table, args.allow_scan)?;
+    require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, Some(req.action)).await?;
     begin_writes(client, table).await?;
     let before = queries::stuck(client, table, req.older_than, COUNT_CAP).await?;
@@ -989,7 +1024,7 @@ async fn sweep_batch(
                 ctx,
                 client,
                 sql,
-                &[&req.older_than, &limit, &req.status, body],
+                &[&req.older_than, &limit, &req.status, body, &req.keep_failed],
             )
             .await?
         }
@@ -1019,6 +1054,7 @@ async fn apply(
     plan: &Plan,
 ) -> Result<Exit> {
     check_plan_table(table, path, plan)?;
+    check_plan_database(client, path, plan).await?;
     require_identity_index(table)?;
     require_privileges(client, table, Some(req.action)).await?;
     begin_writes(client, table).await?;
@@ -1090,6 +1126,38 @@ fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
     ))
 }
 
+/// A plan applies only to the database it was made on: the same keys can exist in a staging copy
+/// or on another cluster, where its re-checks would find them all "gone" or, worse, match.
+async fn check_plan_database(
+    client: &tokio_postgres::Client,
+    path: &Path,
+    plan: &Plan,
+) -> Result<()> {
+    let shown = sanitize(&path.display().to_string());
+    let Some(made_on) = &plan.database else {
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "plan {shown} does not record which database it was made on; make a new one with --plan; nothing was changed"
+            ),
+        ));
+    };
+    let here = queries::database_identity(client).await?;
+    if &here == made_on {
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        format!(
+            "plan {shown} was made on database {} of cluster {}, not on {} of cluster {}; connect to that database or make a new plan; nothing was changed",
+            sanitize(&made_on.name),
+            sanitize(&made_on.system_identifier),
+            sanitize(&here.name),
+            here.system_identifier
+        ),
+    ))
+}
+
 async fn apply_batches(
     ctx: &Context,
     client: &deadpool_postgres::Object,
@@ -1133,7 +1201,7 @@ async fn apply_batch(
     let rows = match &req.body {
         Some(body) if req.action == ReclaimAction::Fail => {
             let mut params = base.to_vec();
-            params.extend([&req.status as &(dyn ToSql + Sync), body]);
+            params.extend([&req.status as &(dyn ToSql + Sync), body, &req.keep_failed]);
             query_batch(ctx, client, sql, &params).await?
         }
         _ => query_batch(ctx, client, sql, &base).await?,
@@ -1156,6 +1224,13 @@ async fn apply_batch(
 // ---- the summary -----------------------------------------------------------------------------
 
 fn print_report(ctx: &Context, r: &ReclaimReport) -> Result<()> {
+    // Under cron (no terminal, no -o) a run that found nothing to do prints nothing: cron mails
+    // any output.
+    let idle =
+        r.rows_reclaimed == 0 && r.left_alone.is_empty() && r.end_reason == EndReason::Drained;
+    if idle && ctx.global.output == OutputFormat::Auto && !ctx.output.stdout_tty {
+        return Ok(());
+    }
     ctx.output.emit(&report_doc(r), &serde_json::to_value(r)?)?;
     Ok(())
 }
@@ -1163,7 +1238,13 @@ fn print_report(ctx: &Context, r: &ReclaimReport) -> Result<()> {
 fn report_doc(r: &ReclaimReport) -> Doc {
     let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
     let action = match (r.action, r.response_status) {
-        (ReclaimAction::Fail, Some(s)) => format!("fail (completed with status {s})"),
+        (ReclaimAction::Fail, Some(s)) => match r.keep_failed_for_seconds {
+            Some(k) if k > 0.0 => format!(
+                "fail (completed with status {s}, kept at least {} from now)",
+                human_secs(k)
+            ),
+            _ => format!("fail (completed with status {s}, expires_at kept)"),
+        },
         _ => "delete".to_owned(),
     };
     let mut fields = vec![
@@ -1275,6 +1356,8 @@ mod tests {
             action: ReclaimAction::Delete,
             status: 500,
             body: None,
+            keep_failed_for_seconds: 0.0,
+            database: None,
             created_at: Some(ts),
             truncated: false,
             rows: vec![row.clone(), row],

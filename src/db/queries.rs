@@ -229,3 +229,23 @@ pub async fn stuck(
         oldest_since: r.get("oldest"),
     })
 }
+
+/// The cluster (its system identifier) and database a session is connected to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseIdentity {
+    pub system_identifier: String,
+    pub name: String,
+}
+
+/// Read the connected database's identity.
+pub async fn database_identity(client: &tokio_postgres::Client) -> Result<DatabaseIdentity> {
+    let row = client
+        .query_one(include_str!("../../sql/database_identity.sql"), &[])
+        .await
+        .context("failed to read which database this is")?;
+    Ok(DatabaseIdentity {
+        system_identifier: row.try_get("system_identifier")?,
+        name: row.try_get("name")?,
+    })
+}

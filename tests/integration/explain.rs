@@ -58,7 +58,7 @@ const STATEMENTS: &[(&str, &str)] = &[
         "ARRAY['tenant_0001', 'tenant_0002'], ARRAY['k1', 'k2'], \
          ARRAY[NULL, now() - interval '1 hour']::timestamptz[], \
          ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300, 500, \
-         '{\"type\": \"about:blank\"}'",
+         '{\"type\": \"about:blank\"}', 86400",
     ),
 ];
 
@@ -69,7 +69,7 @@ const NEEDS_STUCK_INDEX: &[(&str, &str)] = &[
     ("reclaim_delete.sql", "300, 500"),
     (
         "reclaim_fail.sql",
-        "300, 500, 500, '{\"type\": \"about:blank\"}'",
+        "300, 500, 500, '{\"type\": \"about:blank\"}', 86400",
     ),
 ];
 

@@ -170,6 +170,7 @@ async fn reclaim_fail_completes_exactly_the_stuck_rows_on_the_reference_table() 
     let run = db
         .idemctl()
         .args(["reclaim", "--action", "fail", "--yes", "-o", "json"])
+        .args(["--keep-failed-for", "0s"])
         .run();
     run.assert_code(0);
     let j = run.json();
@@ -202,7 +203,10 @@ async fn reclaim_fail_completes_exactly_the_stuck_rows_on_the_reference_table() 
          WHERE response_status = 500 OR state = 'in_progress'",
     )
     .await;
-    assert_eq!(expires_after, expires_before, "expires_at is kept");
+    assert_eq!(
+        expires_after, expires_before,
+        "expires_at is kept with --keep-failed-for 0s"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -853,4 +857,106 @@ async fn reclaim_on_a_partitioned_table_touches_only_the_rows_it_chose() {
     assert_eq!(j["skipped_live_owner"]["count"], 1, "{j}");
     assert_eq!(row_count(&db, &held, "").await, 1);
     owner.batch_execute("COMMIT").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_fail_keeps_the_stored_error_past_the_retry_window() {
+    let db = db_with(Schema::Corrected, true).await;
+    let expired_stuck = scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress' AND expires_at < now()",
+    )
+    .await;
+    assert!(expired_stuck > 0, "the mix has expired in_progress keys");
+    db.idemctl()
+        .args(["reclaim", "--action", "fail", "--yes", "-q"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty();
+    let short = scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE response_status = 500 \
+         AND expires_at < now() + interval '23 hours 59 minutes'",
+    )
+    .await;
+    assert_eq!(short, 0, "every failed key is kept at least a day");
+    // The next evict leaves the stored errors for the client's retries.
+    db.idemctl().args(["evict", "-q"]).run().assert_code(0);
+    let failed = scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE response_status = 500",
+    )
+    .await;
+    assert_eq!(failed, STUCK as i64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_apply_refuses_a_plan_made_on_another_database() {
+    let db = db_with(Schema::Corrected, true).await;
+    let other = db_with(Schema::Corrected, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_code(0);
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    assert_eq!(written["database"]["name"], db.name());
+    assert!(
+        written["database"]["system_identifier"]
+            .as_str()
+            .is_some_and(|s| s.len() > 5)
+    );
+    let before = snapshot(&other).await;
+    let run = other
+        .idemctl()
+        .args(["reclaim", "--yes", "--apply"])
+        .arg(&plan)
+        .run();
+    run.assert_code(2)
+        .assert_stderr_contains(&format!("was made on database {}", db.name()))
+        .assert_stderr_contains("nothing was changed");
+    assert_eq!(snapshot(&other).await, before);
+    // The database it was made on takes it.
+    db.idemctl()
+        .args(["reclaim", "--yes", "-q", "--apply"])
+        .arg(&plan)
+        .run()
+        .assert_code(0);
+    assert!(stuck_keys(&db).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_with_nothing_to_do_is_silent_under_cron() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            live: 20,
+            ..Mix::default()
+        },
+    )
+    .await;
+    // No index on in_progress keys: --allow-scan warns, but not under -q.
+    db.idemctl()
+        .args(["reclaim", "--yes", "--allow-scan"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr_contains("reading the whole table");
+    db.idemctl()
+        .args(["reclaim", "--yes", "--allow-scan", "-q"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr_empty();
+    // Asked for explicitly, the summary is printed.
+    db.idemctl()
+        .args(["reclaim", "--yes", "--allow-scan", "-o", "plain"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_contains("keys reclaimed");
 }

@@ -206,6 +206,7 @@ async fn roles_sql_runs_cleanly_with_psql_twice_and_grants_exactly_what_each_job
         "idemctl_reclaimer: UPDATE (state)",
         "idemctl_reclaimer: UPDATE (response_status)",
         "idemctl_reclaimer: UPDATE (response_body)",
+        "idemctl_reclaimer: UPDATE (expires_at)",
     ];
     assert_eq!(got, want);
 }
@@ -446,9 +447,10 @@ async fn lesser_roles_are_refused_before_any_change() {
     assert_denied(&run, &[&no_locks, "lacks UPDATE (expires_at)"]);
 
     let fail_columns = "lacks UPDATE (state), UPDATE (response_status), UPDATE (response_body)";
+    let reader_fail = format!("{fail_columns}, UPDATE (expires_at)");
     for (role, action, missing) in [
         (&reader, "delete", "lacks DELETE, UPDATE (state)"),
-        (&reader, "fail", fail_columns),
+        (&reader, "fail", reader_fail.as_str()),
         (&evictor, "fail", fail_columns),
     ] {
         let run = as_role(&db, role)
