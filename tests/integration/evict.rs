@@ -716,3 +716,109 @@ async fn evict_batches_commit_asynchronously_and_wait_at_most_a_millisecond_for_
         "one row per batch"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_dry_run_samples_the_keys_it_would_evict_and_those_min_age_holds_back() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 30,
+            live: 20,
+            ..Mix::default()
+        },
+    )
+    .await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, request_fingerprint, \
+         state, response_status, response_body, created_at, expires_at) \
+         SELECT 'short-ttl-' || g, 't', 'POST', '/p', '\\x00', 'completed', 201, '{}', \
+         now() - interval '10 minutes', now() - interval '5 minutes' FROM generate_series(1, 3) g",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["evict", "--dry-run", "--min-age", "1h", "-o", "json"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["would_evict"]["count"], 30);
+    assert_eq!(j["held_back_by_min_age"], 3);
+    let sample = j["sample"].as_array().unwrap();
+    assert_eq!(sample.len(), 10);
+    for k in sample {
+        assert!(k["api_key_id"].is_string() && k["key"].is_string() && k["expires_at"].is_string());
+        assert!(!k["key"].as_str().unwrap().starts_with("short-ttl-"));
+    }
+    let held: Vec<&str> = j["held_back_sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(held, ["short-ttl-1", "short-ttl-2", "short-ttl-3"]);
+    let run = db
+        .idemctl()
+        .args(["evict", "--dry-run", "--min-age", "1h", "-o", "plain"])
+        .run();
+    run.assert_code(0)
+        .assert_stdout_contains("The first keys it would evict (oldest expiry first):\napi_key_id\tkey\texpires_at\tcreated_at\n")
+        .assert_stdout_contains("The first keys --min-age holds back (created too recently):\n")
+        .assert_stdout_contains("\tshort-ttl-2\t");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_summary_has_no_batch_figures_when_nothing_was_evicted() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            live: 20,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let run = db.idemctl().args(["evict", "-o", "plain"]).run();
+    run.assert_code(0).assert_stdout_contains("rows evicted");
+    assert!(
+        !run.stdout.contains("rows per batch") && !run.stdout.contains("batch latency"),
+        "{run}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_interrupted_under_cron_says_so_in_one_line() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 20_000,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let child = db
+        .idemctl()
+        .args(["evict", "--batch-size", "200", "--pause", "50ms"])
+        .spawn();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await > 19_000 {
+        assert!(Instant::now() < deadline, "evict made no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.signal("INT");
+    let run = child.wait_async().await;
+    run.assert_code(130).assert_stdout_empty();
+    let evicted = 20_000 - scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await;
+    assert_eq!(
+        run.stderr,
+        format!(
+            "idemctl: evict interrupted by a signal after {evicted} rows in {} batches; the next run continues\n",
+            evicted / 200
+        ),
+        "{run}"
+    );
+}

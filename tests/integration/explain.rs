@@ -47,6 +47,7 @@ const STATEMENTS: &[(&str, &str)] = &[
     ),
     ("evict_range_end.sql", "now() - interval '3 days', 5000"),
     ("evict_preview.sql", "100000, NULL"),
+    ("evict_preview_sample.sql", "100000, 3600, 10"),
     (
         "reclaim_apply_delete.sql",
         "ARRAY['tenant_0001', 'tenant_0002'], ARRAY['k1', 'k2'], \

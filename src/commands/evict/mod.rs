@@ -23,7 +23,7 @@ use crate::db::lock::{self, LockClass};
 use crate::db::queries::Capped;
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
-use crate::output::{Doc, human_secs, rfc3339};
+use crate::output::{Doc, human_secs, rfc3339, sanitize};
 use crate::progress::Progress;
 
 /// Claims the next batch's range.
@@ -36,6 +36,10 @@ pub const TOO_YOUNG_SQL: &str = include_str!("../../../sql/evict_batch_too_young
 pub const SKIP_LOCKED_SQL: &str = include_str!("../../../sql/evict_batch_skip_locked.sql");
 /// The dry-run preview.
 pub const PREVIEW_SQL: &str = include_str!("../../../sql/evict_preview.sql");
+/// The dry run's sample of keys it would evict and of keys --min-age holds back.
+pub const PREVIEW_SAMPLE_SQL: &str = include_str!("../../../sql/evict_preview_sample.sql");
+/// How many keys of each kind the dry run lists.
+const SAMPLE_SIZE: i64 = 10;
 
 /// How long a batch may wait for a row lock before it falls back to skipping locked rows.
 pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
@@ -541,8 +545,26 @@ async fn dry_run(
         ("batch size".into(), args.batch_sizing().describe()),
     ];
     let mut doc = Doc::default();
+    let sample = preview_sample(client, table, args).await?;
+    if args.min_age.is_some() {
+        fields.push((
+            "held back by --min-age".into(),
+            if sample.walked >= COUNT_CAP {
+                format!(
+                    "{} (among the first {} expired keys)",
+                    sample.held_back, sample.walked
+                )
+            } else {
+                sample.held_back.to_string()
+            },
+        ));
+    }
+    json["sample"] = serde_json::to_value(&sample.evict)?;
+    json["held_back_by_min_age"] = serde_json::to_value(sample.held_back)?;
+    json["held_back_sample"] = serde_json::to_value(&sample.kept)?;
     let extra = dry_run_extras(client, table, args, &mut json, &mut fields).await?;
     doc.fields(None, fields);
+    sample_blocks(&mut doc, &sample);
     if let Some(d) = &extra {
         partition_blocks(
             &mut doc,
@@ -555,6 +577,89 @@ async fn dry_run(
     doc.text(format!("plan:\n{}", plan.join("\n")));
     ctx.output.emit(&doc, &json)?;
     Ok(Exit::Success)
+}
+
+/// A key the dry run lists.
+#[derive(Debug, Serialize)]
+struct SampleKey {
+    api_key_id: String,
+    key: String,
+    #[serde(with = "time::serde::rfc3339")]
+    expires_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    created_at: OffsetDateTime,
+}
+
+/// The dry run's samples: keys that would go, keys --min-age holds back and how many.
+struct Sample {
+    evict: Vec<SampleKey>,
+    kept: Vec<SampleKey>,
+    held_back: i64,
+    walked: i64,
+}
+
+async fn preview_sample(
+    client: &tokio_postgres::Client,
+    table: &KeyTable,
+    args: &EvictArgs,
+) -> Result<Sample> {
+    let min_age = args.min_age.map(|d| d.as_secs_f64());
+    let rows = client
+        .query(
+            &table.sql(PREVIEW_SAMPLE_SQL),
+            &[&COUNT_CAP, &min_age, &SAMPLE_SIZE],
+        )
+        .await
+        .context("failed to sample the keys the run would evict")?;
+    let mut sample = Sample {
+        evict: Vec::new(),
+        kept: Vec::new(),
+        held_back: 0,
+        walked: 0,
+    };
+    for r in &rows {
+        sample.held_back = r.try_get("held_back_count")?;
+        sample.walked = r.try_get("walked")?;
+        let key = SampleKey {
+            api_key_id: r.try_get("api_key_id")?,
+            key: r.try_get("key")?,
+            expires_at: r.try_get("expires_at")?,
+            created_at: r.try_get("created_at")?,
+        };
+        if r.try_get("held_back")? {
+            sample.kept.push(key);
+        } else {
+            sample.evict.push(key);
+        }
+    }
+    Ok(sample)
+}
+
+/// Tables of the sampled keys.
+fn sample_blocks(doc: &mut Doc, sample: &Sample) {
+    let cells = |k: &SampleKey| {
+        vec![
+            sanitize(&k.api_key_id),
+            sanitize(&k.key),
+            rfc3339(k.expires_at),
+            rfc3339(k.created_at),
+        ]
+    };
+    let header = ["api_key_id", "key", "expires_at", "created_at"];
+    if !sample.evict.is_empty() {
+        doc.rows(
+            Some("The first keys it would evict (oldest expiry first):"),
+            &header,
+            sample.evict.iter().map(cells).collect(),
+        );
+    }
+    if !sample.kept.is_empty() {
+        doc.rows(
+            Some("The first keys --min-age holds back (created too recently):"),
+            &header,
+            sample.kept.iter().map(cells).collect(),
+        );
+    }
 }
 
 /// What the dry run adds for --drop-partitions (the partitions the probe clears now; no lock is
@@ -658,6 +763,13 @@ fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
     let json = ctx.output.format == OutputFormat::Json;
     // Under cron (no terminal) a successful run prints nothing: cron mails any output.
     if !json && (ctx.global.quiet || (!explicit && !ctx.output.stdout_tty)) {
+        // An interrupted run is not a success: say in one line what it did before it stopped.
+        if r.end_reason == EndReason::Interrupted {
+            eprintln!(
+                "idemctl: evict interrupted by a signal after {} rows in {} batches; the next run continues",
+                r.rows_evicted, r.batches
+            );
+        }
         return Ok(());
     }
     ctx.output.emit(&doc(r), &serde_json::to_value(r)?)?;
@@ -667,28 +779,30 @@ fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
 fn doc(r: &EvictReport) -> Doc {
     let mut d = Doc::default();
     let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
-    d.fields(
-        None,
-        vec![
-            ("table".into(), r.table.clone()),
-            ("end reason".into(), r.end_reason.as_str().into()),
-            ("rows evicted".into(), r.rows_evicted.to_string()),
-            ("batches".into(), r.batches.to_string()),
-            ("elapsed".into(), format!("{:.2}s", r.elapsed_seconds)),
-            ("rate".into(), format!("{:.0} rows/s", r.rows_per_second)),
-            (
-                "skipped (locked by live requests)".into(),
-                r.skipped_locked.to_string(),
-            ),
-            (
-                "skipped (younger than --min-age)".into(),
-                r.skipped_min_age.to_string(),
-            ),
-            (
-                "expired in_progress left (see reclaim)".into(),
-                capped(&r.expired_in_progress_left),
-            ),
-            ("expired backlog left".into(), capped(&r.backlog_left)),
+    let mut fields: Vec<(String, String)> = vec![
+        ("table".into(), r.table.clone()),
+        ("end reason".into(), r.end_reason.as_str().into()),
+        ("rows evicted".into(), r.rows_evicted.to_string()),
+        ("batches".into(), r.batches.to_string()),
+        ("elapsed".into(), format!("{:.2}s", r.elapsed_seconds)),
+        ("rate".into(), format!("{:.0} rows/s", r.rows_per_second)),
+        (
+            "skipped (locked by live requests)".into(),
+            r.skipped_locked.to_string(),
+        ),
+        (
+            "skipped (younger than --min-age)".into(),
+            r.skipped_min_age.to_string(),
+        ),
+        (
+            "expired in_progress left (see reclaim)".into(),
+            capped(&r.expired_in_progress_left),
+        ),
+        ("expired backlog left".into(), capped(&r.backlog_left)),
+    ];
+    // Batch figures describe batches that deleted something; a run that evicted nothing has none.
+    if r.rows_evicted > 0 {
+        fields.extend([
             (
                 "batch latency p50 / p99 / max".into(),
                 format!(
@@ -700,8 +814,9 @@ fn doc(r: &EvictReport) -> Doc {
                 "rows per batch p50 / max".into(),
                 format!("{} / {}", r.batch_rows_p50, r.batch_rows_max),
             ),
-        ],
-    );
+        ]);
+    }
+    d.fields(None, fields);
     let mut extra = Vec::new();
     if !r.dropped_partitions.is_empty() || !r.partitions_kept.is_empty() {
         extra.push((
