@@ -335,8 +335,15 @@ def _all_rss(results):
 
 
 def goal_lines(results):
+    # The --tiny smoke run (CI) measures too little to judge a goal: its figures are printed, its
+    # verdicts are not, so no "NOT MET" line stands next to a passing CI run.
+    tiny = bool(results.get("meta", {}).get("options", {}).get("tiny"))
     lines = []
     for g in results.get("goals", []):
+        if tiny:
+            verdict = "not judged at --tiny size"
+            lines.append(f"goal ({verdict}) {g['goal']}: {g['measured']} (target {g['target']})")
+            continue
         verdict = {True: "MET", False: "NOT MET", None: "n/a"}[g["met"]]
         lines.append(f"goal {verdict:8} {g['goal']}: {g['measured']} (target {g['target']})")
     return lines
