@@ -35,13 +35,36 @@ fn after_help() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
     TEXT.get_or_init(|| {
         format!(
-            "Exit status:\n{}\n\nConnection: like psql, idemctl reads PGHOST, PGPORT, PGUSER, PGPASSWORD, \
-             PGDATABASE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT, PGPASSFILE and ~/.pgpass when \
+            "Exit status:\n{}\n\nConnection: like psql, idemctl reads PGHOST, PGHOSTADDR, PGPORT, PGUSER, \
+             PGPASSWORD, PGDATABASE, PGSSLMODE, PGSSLROOTCERT, PGAPPNAME, PGCONNECT_TIMEOUT, PGPASSFILE and ~/.pgpass when \
              --database-url does not say otherwise.\n\nExamples:\n  idemctl stats\n  idemctl -d \
              'host=db1 dbname=app user=idemctl_ro' inspect 3f6c0e1a --api-key-id tenant_42\n  idemctl \
-             check --max-eviction-lag 30m --max-stuck 0",
+             check --max-eviction-lag 30m\n  idemctl inspect KEY --api-key-id TENANT --body request.json",
             Exit::table_text()
         )
+    })
+}
+
+/// The clap command for generated documentation (completions, man page), with what the derive
+/// cannot say: `completions` takes none of the connection and output options (they would do
+/// nothing there), so what is generated for it offers only its shell argument.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    cmd.build();
+    cmd.mut_subcommand("completions", |sub| {
+        let mut own = clap::Command::new("completions").bin_name("idemctl completions");
+        if let Some(about) = sub.get_about() {
+            own = own.about(about.clone());
+        }
+        // Its own arguments only; clap adds --help again when it builds the new command.
+        for arg in sub
+            .get_arguments()
+            .filter(|a| !a.is_global_set() && a.get_id() != "help")
+        {
+            own = own.arg(arg.clone());
+        }
+        own
     })
 }
 
@@ -66,6 +89,7 @@ pub struct GlobalArgs {
         short = 't',
         long,
         env = "IDEMCTL_TABLE",
+        hide_env_values = true,
         default_value = "idempotency_keys",
         value_parser = parse_table_name,
         global = true,
@@ -217,7 +241,8 @@ pub struct CheckArgs {
 #[command(
     after_help = "Silent on success when not on a terminal (cron mails any output). \
 Exit status 7 when another evict holds the table's lock, 130 when interrupted.\n\n\
-cron:    */5 * * * * idemctl evict --max-runtime 4m --textfile /var/lib/node_exporter/textfile/idemctl_evict.prom"
+Every five minutes from cron, metrics for node_exporter's textfile collector:\n  \
+*/5 * * * * idemctl evict --max-runtime 4m --textfile evict.prom"
 )]
 pub struct EvictArgs {
     /// Rows per batch, fixed. Without it, batches are sized to take about --batch-time each.
@@ -435,7 +460,8 @@ pub enum ReclaimAction {
 #[derive(Debug, Args)]
 #[command(
     after_help = "Walkthrough: idemctl stats; idemctl inspect KEY; idemctl reclaim --dry-run; \
-idemctl reclaim --plan plan.json; idemctl reclaim --apply plan.json.\n\
+idemctl reclaim --plan plan.json; idemctl reclaim --apply plan.json. Finding stuck keys needs the \
+optional in_progress index (sql/maintenance_indexes.sql) or --allow-scan.\n\
 Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force)."
 )]
 pub struct ReclaimArgs {
@@ -500,8 +526,13 @@ pub struct ReclaimArgs {
     pub limit: Option<u64>,
 }
 
-/// `idemctl completions`.
+/// `idemctl completions`. Its help lists only its own argument: the connection and output options
+/// every other command takes do nothing here.
 #[derive(Debug, Args)]
+#[command(
+    help_template = "{about-with-newline}\n{usage-heading} idemctl completions <SHELL>\n\nArguments:\n{positionals}\n\nOptions:\n  -h, --help  Print help\n{after-help}",
+    after_help = "\nExample: idemctl completions bash > /etc/bash_completion.d/idemctl"
+)]
 pub struct CompletionsArgs {
     /// The shell to generate completions for.
     pub shell: clap_complete::Shell,
@@ -514,7 +545,7 @@ pub enum OutputFormat {
     Auto,
     /// A table (comfy-table).
     Table,
-    /// Plain `name: value` lines.
+    /// Plain text: aligned `name  value` lines, tables as tab-separated rows.
     Plain,
     /// One JSON document on stdout.
     Json,
@@ -623,6 +654,15 @@ mod tests {
     #[test]
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
+        command().debug_assert();
+    }
+
+    #[test]
+    fn completions_offer_no_connection_options() {
+        let cmd = command();
+        let sub = cmd.find_subcommand("completions").unwrap();
+        let names: Vec<&str> = sub.get_arguments().map(|a| a.get_id().as_str()).collect();
+        assert_eq!(names, ["shell"]);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::exit::Exit;
 
 /// Print completions for `shell` to stdout.
 pub fn completions(shell: clap_complete::Shell) -> Result<Exit> {
-    let mut cmd = Cli::command();
+    let mut cmd = crate::cli::command();
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut cmd, "idemctl", &mut buf);
     crate::output::write_stdout(&String::from_utf8_lossy(&buf))?;
@@ -21,43 +21,127 @@ pub fn man() -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-/// The man page (roff), with EXIT STATUS, ENVIRONMENT and EXAMPLES sections after clap's own.
+/// The man page (roff): NAME, a SYNOPSIS with every option's value, DESCRIPTION, the options
+/// every command takes, the list of COMMANDS, one section per command (what it does, its
+/// synopsis, its options, its notes and examples), then EXIT STATUS, ENVIRONMENT and EXAMPLES.
+/// Everything is in this one page: there are no per-command pages to refer to.
 pub fn man_page() -> Result<String> {
     let cmd = Cli::command();
     let man = clap_mangen::Man::new(cmd.clone());
     let mut buf = Vec::new();
     man.render_title(&mut buf)?;
     man.render_name_section(&mut buf)?;
-    man.render_synopsis_section(&mut buf)?;
+    let mut text = String::from_utf8(buf)?;
+    text.push_str(".SH SYNOPSIS\n");
+    text.push_str(&synopsis("idemctl", &cmd));
+    text.push_str(" \\fICOMMAND\\fR [\\fICOMMAND OPTIONS\\fR]\n");
+    let mut buf = Vec::new();
     man.render_description_section(&mut buf)?;
     man.render_options_section(&mut buf)?;
-    man.render_subcommands_section(&mut buf)?;
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        render_subcommand(&mut buf, sub)?;
+    text.push_str(&String::from_utf8(buf)?);
+    let subs: Vec<&clap::Command> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        .collect();
+    text.push_str(".SH COMMANDS\n");
+    for sub in &subs {
+        text.push_str(&format!(
+            ".TP\n\\fBidemctl {}\\fR\n{}\n",
+            sub.get_name(),
+            roff_escape(&sub.get_about().map(ToString::to_string).unwrap_or_default())
+        ));
     }
-    let mut text = String::from_utf8(buf)?;
+    for sub in subs {
+        text.push_str(&command_section(sub)?);
+    }
     text.push_str(&extra_sections());
-    man.render_version_section(&mut Vec::new())?;
     Ok(text)
 }
 
-fn render_subcommand(buf: &mut Vec<u8>, sub: &clap::Command) -> Result<()> {
+/// One command's section: what it does, its synopsis, its options, its notes.
+fn command_section(sub: &clap::Command) -> Result<String> {
     let name = format!("idemctl {}", sub.get_name());
-    let page = clap_mangen::Man::new(sub.clone().name(name.clone()));
-    let mut part = Vec::new();
-    page.render_options_section(&mut part)?;
-    let part = String::from_utf8(part)?.replacen(
-        ".SH OPTIONS",
-        &format!(".SH \"{}\"", name.to_uppercase()),
-        1,
-    );
     let about = sub
-        .get_about()
-        .map(|a| format!("{a}\n"))
+        .get_long_about()
+        .or(sub.get_about())
+        .map(ToString::to_string)
         .unwrap_or_default();
-    let part = part.replacen('\n', &format!("\n{}", roff_escape(&about)), 1);
-    buf.extend_from_slice(part.as_bytes());
-    Ok(())
+    let mut text = format!(
+        ".SH \"{}\"\n.PP\n{}\n.PP\n{}\n",
+        name.to_uppercase(),
+        roff_escape(&about),
+        synopsis(&name, sub)
+    );
+    let mut part = Vec::new();
+    clap_mangen::Man::new(sub.clone().name(name)).render_options_section(&mut part)?;
+    let part = String::from_utf8(part)?;
+    if part.contains(".TP") {
+        text.push_str(&part.replacen(".SH OPTIONS", ".SS Options", 1));
+    }
+    if let Some(notes) = sub.get_after_help() {
+        text.push_str(".PP\n");
+        for line in notes.to_string().lines() {
+            if line.trim().is_empty() {
+                text.push_str(".PP\n");
+            } else {
+                text.push_str(&format!("{}\n.br\n", roff_escape(line.trim_end())));
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// A synopsis line: the command, then each visible option with its value, then its arguments.
+fn synopsis(name: &str, cmd: &clap::Command) -> String {
+    let mut parts = vec![format!("\\fB{}\\fR", roff_escape(name))];
+    let mut positionals = Vec::new();
+    for a in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+        let value = roff_escape(&value_name(a));
+        if a.is_positional() {
+            positionals.push(if a.is_required_set() {
+                format!("\\fI{value}\\fR")
+            } else {
+                format!("[\\fI{value}\\fR]")
+            });
+            continue;
+        }
+        let long = a
+            .get_long()
+            .map(|l| format!("\\fB\\-\\-{}\\fR", roff_escape(l)));
+        let short = a.get_short().map(|c| format!("\\fB\\-{c}\\fR"));
+        let flag = match (short, long) {
+            (Some(s), Some(l)) => format!("{s}|{l}"),
+            (s, l) => s.or(l).unwrap_or_default(),
+        };
+        if a.get_action().takes_values() {
+            parts.push(format!("[{flag} \\fI{value}\\fR]"));
+        } else {
+            parts.push(format!("[{flag}]"));
+        }
+    }
+    parts.extend(positionals);
+    parts.join(" ")
+}
+
+/// How an option's value is written in a synopsis: its value name, or its choices.
+fn value_name(a: &clap::Arg) -> String {
+    let choices: Vec<String> = a
+        .get_possible_values()
+        .iter()
+        .filter(|v| !v.is_hide_set())
+        .map(|v| v.get_name().to_owned())
+        .collect();
+    if !choices.is_empty() {
+        return choices.join("|");
+    }
+    match a.get_value_names() {
+        Some(names) => names
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" "),
+        None => a.get_id().as_str().to_uppercase(),
+    }
 }
 
 fn roff_escape(s: &str) -> String {
@@ -158,11 +242,15 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "idemctl inspect KEY --api-key-id TENANT",
     ),
     (
-        "Step 3: exactly which keys would be reclaimed:",
+        "Step 3: exactly which keys would be reclaimed (needs the optional index or --allow-scan):",
         "idemctl reclaim --dry-run",
     ),
     (
         "Step 4: reclaim them, after confirming (or write a plan and apply it):",
         "idemctl reclaim --plan plan.json && idemctl reclaim --apply plan.json",
+    ),
+    (
+        "A client says it sent the same request and got 422: compare its body with the stored fingerprint (exit 4 on a mismatch):",
+        "idemctl inspect KEY --api-key-id TENANT --body request.json --method POST --path /v1/payments",
     ),
 ];

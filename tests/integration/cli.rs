@@ -41,6 +41,69 @@ fn man_page_is_in_sync_with_the_cli() {
     ] {
         assert!(generated.contains(section), "man page lacks {section}");
     }
+    // One page: no references to per-command pages that do not exist.
+    assert!(
+        !generated.contains("(1)"),
+        "man page refers to another page"
+    );
+    for command in [
+        "inspect",
+        "stats",
+        "check",
+        "evict",
+        "reclaim",
+        "completions",
+    ] {
+        let heading = format!(".SH \"IDEMCTL {}\"\n.PP\n", command.to_uppercase());
+        assert!(
+            generated.contains(&heading),
+            "{command}'s section does not start with its description"
+        );
+    }
+    // Synopses show every option's value.
+    for synopsis in [
+        "[\\fB\\-\\-api\\-key\\-id\\fR \\fIID\\fR]",
+        "[\\fB\\-\\-canonical\\fR \\fIjcs|sorted\\-keys|raw\\fR]",
+        "[\\fB\\-t\\fR|\\fB\\-\\-table\\fR \\fI[SCHEMA.]NAME\\fR]",
+    ] {
+        assert!(generated.contains(synopsis), "man page lacks {synopsis}");
+    }
+}
+
+#[test]
+fn help_lists_exit_codes_in_ascending_order() {
+    let run = Cmd::new().arg("--help").run();
+    let at = |code: &str| {
+        run.stdout
+            .find(code)
+            .unwrap_or_else(|| panic!("no {code:?}"))
+    };
+    assert!(
+        at("\n 70  internal error") < at("\n130  interrupted"),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn completions_offer_no_connection_options_to_the_completions_command() {
+    let run = Cmd::new().args(["completions", "--help"]).run();
+    run.assert_code(0);
+    assert!(!run.stdout.contains("--database-url"), "{}", run.stdout);
+    let run = Cmd::new().args(["completions", "bash"]).run();
+    let section = run
+        .stdout
+        .split("        idemctl__subcmd__completions)")
+        .nth(1)
+        .unwrap_or_default();
+    let opts = section
+        .lines()
+        .find(|l| l.contains("opts="))
+        .unwrap_or_default();
+    assert_eq!(
+        opts.trim(),
+        r#"opts="-h --help bash elvish fish powershell zsh""#
+    );
 }
 
 #[test]

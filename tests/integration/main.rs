@@ -16,6 +16,7 @@ mod partitions;
 mod reclaim;
 mod replica;
 mod roles;
+mod snapshots;
 mod stats;
 mod tls_matrix;
 mod transport;
