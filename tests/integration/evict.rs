@@ -786,6 +786,11 @@ async fn evict_summary_has_no_batch_figures_when_nothing_was_evicted() {
         !run.stdout.contains("rows per batch") && !run.stdout.contains("batch latency"),
         "{run}"
     );
+    let run = db.idemctl().args(["evict", "-o", "json"]).run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_evicted"], 0);
+    assert_eq!(run.json()["batch_rows_p50"], 0);
+    assert_eq!(run.json()["batch_rows_max"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -377,6 +377,10 @@ async fn report(
     let elapsed = shared.elapsed().as_secs_f64();
     let (p50, p99, max) = percentiles(&mut totals.latencies_ms);
     totals.sizes.sort_unstable();
+    // Batch sizes describe batches that deleted something: none for a run that evicted nothing.
+    if totals.rows == 0 {
+        totals.sizes.clear();
+    }
     let rows_p50 = totals
         .sizes
         .get(totals.sizes.len() / 2)
