@@ -203,9 +203,8 @@ pub struct StatsArgs {
     #[arg(long)]
     pub allow_scan: bool,
 
-    /// Also write Prometheus text format to PATH atomically (for node_exporter's textfile collector).
-    #[arg(long, value_name = "PATH")]
-    pub textfile: Option<PathBuf>,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 
     /// On a partitioned table, list every leaf partition with its bounds, estimated rows and size
     /// (catalog only; JSON output always includes them).
@@ -298,9 +297,8 @@ pub struct EvictArgs {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Write Prometheus metrics of the run to PATH atomically (node_exporter textfile collector).
-    #[arg(long, value_name = "PATH")]
-    pub textfile: Option<PathBuf>,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 
     /// On a table range-partitioned on expires_at or created_at: detach and drop, instead of deleting
     /// row by row, each partition whose keys have all expired and none is in_progress (proved under
@@ -524,6 +522,43 @@ pub struct ReclaimArgs {
     /// Reclaim at most this many keys in this run.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true, value_name = "N")]
     pub limit: Option<u64>,
+
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
+}
+
+/// Where evict, reclaim and stats write their metrics, and the labels they add.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Metrics")]
+pub struct MetricsArgs {
+    /// Write Prometheus metrics of the run to PATH atomically (node_exporter's textfile
+    /// collector). The directory is checked before anything changes. Every run records itself,
+    /// a failed one too (last run, success, end reason, duration; the last success is kept).
+    #[arg(long, value_name = "PATH")]
+    pub textfile: Option<PathBuf>,
+
+    /// Push the same metrics to a Prometheus Pushgateway (http://host:9091), grouped by job
+    /// (idemctl_COMMAND), database, table and each --label: for a Kubernetes CronJob, which has
+    /// no textfile directory. A failed push is one warning line; the run's exit code stands.
+    #[arg(long, env = "IDEMCTL_PUSHGATEWAY", value_parser = crate::metrics::push::parse_push_url, value_name = "URL")]
+    pub pushgateway: Option<crate::metrics::PushUrl>,
+
+    /// Add a label to every series (repeatable), e.g. --label cluster=eu1 to tell apart two
+    /// servers whose database and table names are the same. Every series already carries
+    /// `database` (the database connected to) and `table`.
+    #[arg(long = "label", value_parser = crate::metrics::parse_label, value_name = "KEY=VALUE")]
+    pub labels: Vec<(String, String)>,
+}
+
+impl MetricsArgs {
+    /// The destinations, as the recorder takes them.
+    pub fn destinations(&self) -> crate::metrics::Destinations {
+        crate::metrics::Destinations {
+            textfile: self.textfile.clone(),
+            pushgateway: self.pushgateway.clone(),
+            labels: self.labels.clone(),
+        }
+    }
 }
 
 /// `idemctl completions`. Its help lists only its own argument: the connection and output options

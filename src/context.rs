@@ -18,6 +18,8 @@ pub struct Context {
     pub target: Target,
     pool: deadpool_postgres::Pool,
     pub cancel: Cancel,
+    /// Records the run's metrics (evict, reclaim, stats); no destination by default.
+    pub metrics: crate::metrics::Recorder,
 }
 
 impl Context {
@@ -43,6 +45,7 @@ impl Context {
             target,
             pool,
             cancel: Cancel::default(),
+            metrics: crate::metrics::Recorder::default(),
         })
     }
 
@@ -53,7 +56,9 @@ impl Context {
 
     /// Resolve `--table` on the given session.
     pub async fn table(&self, client: &deadpool_postgres::Object) -> Result<KeyTable> {
-        KeyTable::resolve(client, &self.global.table).await
+        let table = KeyTable::resolve(client, &self.global.table).await?;
+        self.metrics.set_table(&table.display());
+        Ok(table)
     }
 }
 

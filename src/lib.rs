@@ -10,6 +10,7 @@ pub mod context;
 pub mod db;
 pub mod exit;
 pub mod fingerprint;
+pub mod metrics;
 pub mod output;
 pub mod progress;
 pub mod sample;

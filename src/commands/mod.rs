@@ -12,6 +12,7 @@ use anyhow::Result;
 use crate::cli::{Cli, Command, OutputFormat};
 use crate::context::Context;
 use crate::exit::{Exit, fail};
+use crate::metrics::Recorder;
 
 /// Run one parsed command line.
 pub async fn run(cli: Cli) -> Result<Exit> {
@@ -30,13 +31,34 @@ pub async fn run(cli: Cli) -> Result<Exit> {
         Command::Evict(a) => usize::from(a.effective_jobs()) + 1,
         _ => 2,
     };
-    let ctx = Context::new(cli.global, pool_size)?;
-    match &cli.command {
+    let mut ctx = Context::new(cli.global, pool_size)?;
+    // A dry run or a reclaim preview changes nothing: it is not a run to record.
+    let metrics = match &cli.command {
+        Command::Stats(a) => Some(("stats", &a.metrics)),
+        Command::Evict(a) if !a.dry_run => Some(("evict", &a.metrics)),
+        Command::Reclaim(a) if !a.dry_run && a.plan.is_none() => Some(("reclaim", &a.metrics)),
+        _ => None,
+    };
+    if let Some((name, m)) = metrics {
+        ctx.metrics = Recorder::new(
+            name,
+            m.destinations(),
+            ctx.target.dbname(),
+            &ctx.global.table,
+        )?;
+    }
+    let result = match &cli.command {
         Command::Inspect(a) => inspect::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
         Command::Check(a) => check::run(&ctx, a).await,
         Command::Evict(a) => evict::run(&ctx, a).await,
         Command::Reclaim(a) => reclaim::run(&ctx, a).await,
         Command::Completions(_) | Command::Man => unreachable!("handled before connecting"),
+    };
+    // A run that failed before recording itself (no connection, no privilege, no table, the lock
+    // held) still records that it ran and failed.
+    if let Err(e) = &result {
+        ctx.metrics.finish_failed(e).await;
     }
+    result
 }

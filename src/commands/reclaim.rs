@@ -25,7 +25,8 @@ use crate::db::KeyTable;
 use crate::db::lock::{self, LockClass};
 use crate::db::queries::{self, Capped, DatabaseIdentity};
 use crate::exit::{Exit, fail};
-use crate::output::prometheus::write_atomic;
+use crate::metrics::RunEnd;
+use crate::output::prometheus::{Kind, Metrics, write_atomic};
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
 
 /// The preview: stuck keys, oldest first, up to a cap.
@@ -815,6 +816,16 @@ fn is_lock_timeout(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Why apply leaves a plan row alone (held: a live owner holds it).
+const LEFT_ALONE_REASONS: [&str; 6] = [
+    "gone",
+    "completed",
+    "other_state",
+    "changed",
+    "too_young",
+    "held",
+];
+
 /// Why a writing run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -931,6 +942,64 @@ impl ReclaimReport {
         }
     }
 
+    /// How the run ends, for the run series.
+    fn run_end(&self) -> RunEnd {
+        RunEnd {
+            success: self.end_reason != EndReason::Interrupted,
+            reason: end_reason_text(self.end_reason),
+            reasons: &["drained", "limit", "interrupted"],
+        }
+    }
+
+    /// The run's own metrics: keys reclaimed by action, keys left alone by reason.
+    fn metrics(&self) -> Metrics {
+        let mut m = Metrics::default();
+        for action in [ReclaimAction::Delete, ReclaimAction::Fail] {
+            let n = if action == self.action {
+                self.rows_reclaimed
+            } else {
+                0
+            };
+            let name = match action {
+                ReclaimAction::Delete => "delete",
+                ReclaimAction::Fail => "fail",
+            };
+            m.add(
+                "idemctl_reclaim_keys_reclaimed",
+                "Stuck keys the last reclaim run reclaimed, by action.",
+                Kind::Gauge,
+                &[("action", name)],
+                n as f64,
+            );
+        }
+        let held = self.skipped_live_owner.map_or(0, |c| c.count);
+        for reason in LEFT_ALONE_REASONS {
+            let n = if reason == "held" {
+                u64::try_from(held).unwrap_or(0)
+            } else {
+                self.left_alone
+                    .iter()
+                    .filter(|l| l.reason == reason)
+                    .count() as u64
+            };
+            m.add(
+                "idemctl_reclaim_keys_left_alone",
+                "Keys the last reclaim run left alone, by reason (held: a live owner holds the row).",
+                Kind::Gauge,
+                &[("reason", reason)],
+                n as f64,
+            );
+        }
+        if let Some(left) = self.stuck_left {
+            m.gauge(
+                "idemctl_reclaim_stuck_left_keys",
+                "Stuck keys still in the table after the last reclaim sweep.",
+                left.count as f64,
+            );
+        }
+        m
+    }
+
     fn exit(&self) -> Exit {
         match self.end_reason {
             EndReason::Interrupted => Exit::Interrupted,
@@ -971,6 +1040,9 @@ async fn sweep(
     }
     report.stuck_left = Some(left.count);
     report.elapsed_seconds = start.elapsed().as_secs_f64();
+    ctx.metrics
+        .finish(report.run_end(), report.metrics())
+        .await?;
     print_report(ctx, &report)?;
     Ok(report.exit())
 }
@@ -1082,6 +1154,9 @@ async fn apply(
         at_least: false,
     });
     report.elapsed_seconds = start.elapsed().as_secs_f64();
+    ctx.metrics
+        .finish(report.run_end(), report.metrics())
+        .await?;
     print_report(ctx, &report)?;
     Ok(report.exit())
 }
@@ -1224,11 +1299,13 @@ async fn apply_batch(
 // ---- the summary -----------------------------------------------------------------------------
 
 fn print_report(ctx: &Context, r: &ReclaimReport) -> Result<()> {
-    // Under cron (no terminal, no -o) a run that found nothing to do prints nothing: cron mails
-    // any output.
+    // Under cron (no terminal, no -o) a run that writes metrics, or found nothing to do, prints
+    // nothing: cron mails any output.
     let idle =
         r.rows_reclaimed == 0 && r.left_alone.is_empty() && r.end_reason == EndReason::Drained;
-    if idle && ctx.global.output == OutputFormat::Auto && !ctx.output.stdout_tty {
+    if !crate::metrics::prints_summary(ctx)
+        || idle && ctx.global.output == OutputFormat::Auto && !ctx.output.stdout_tty
+    {
         return Ok(());
     }
     ctx.output.emit(&report_doc(r), &serde_json::to_value(r)?)?;

@@ -11,7 +11,8 @@ use crate::db::partitions::{self, Partition};
 use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
 use crate::db::table::Partitioning;
 use crate::exit::Exit;
-use crate::output::prometheus::{Kind, Metrics, write_atomic};
+use crate::metrics::RunEnd;
+use crate::output::prometheus::{Kind, Metrics};
 use crate::output::{Doc, human_bytes, human_secs, rfc3339, sanitize};
 
 /// The stats report (also the JSON document).
@@ -98,6 +99,13 @@ pub async fn gather(
     })
 }
 
+/// How a stats run that gathered its report ends.
+const STATS_END: RunEnd = RunEnd {
+    success: true,
+    reason: "completed",
+    reasons: &["completed"],
+};
+
 /// Run `stats`.
 pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let client = ctx.client().await?;
@@ -112,12 +120,10 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
         args.allow_scan,
     )
     .await?;
-    if let Some(path) = &args.textfile {
-        write_atomic(path, metrics(&report).text())?;
-    }
+    ctx.metrics.finish(STATS_END, metrics(&report)).await?;
     if ctx.output.format == OutputFormat::Prometheus {
-        crate::output::write_stdout(metrics(&report).text())?;
-    } else {
+        crate::output::write_stdout(&ctx.metrics.render(&metrics(&report)))?;
+    } else if crate::metrics::prints_summary(ctx) {
         let mut d = doc(&report);
         if args.partitions {
             partitions_block(&mut d, &report);
@@ -254,7 +260,7 @@ fn ts_secs(t: Option<time::OffsetDateTime>) -> f64 {
 /// The Prometheus metrics of a report.
 pub fn metrics(r: &StatsReport) -> Metrics {
     let mut m = Metrics::default();
-    let l: &[(&str, &str)] = &[("table", &r.table)];
+    let l: &[(&str, &str)] = &[];
     let g = Kind::Gauge;
     let s = &r.sizes;
     m.add(

@@ -94,6 +94,11 @@ impl Target {
         )
     }
 
+    /// The database connected to (as resolved: dbname, PGDATABASE, else the user name).
+    pub fn dbname(&self) -> &str {
+        self.config.get_dbname().unwrap_or_default()
+    }
+
     /// The overall budget for [`Target::connect`], retries included.
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout

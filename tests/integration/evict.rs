@@ -544,12 +544,15 @@ async fn evict_writes_prometheus_textfile() {
         "{text}"
     );
     assert!(
-        text.contains("idemctl_evict_rows_evicted{table=\"public.idempotency_keys\"} 300\n"),
+        text.contains(&format!(
+            "idemctl_evict_rows_evicted{{database=\"{}\",table=\"public.idempotency_keys\"}} 300\n",
+            db.name()
+        )),
         "{text}"
     );
     assert!(
         text.contains(
-            "idemctl_evict_end_reason{table=\"public.idempotency_keys\",reason=\"drained\"} 1\n"
+            &format!("idemctl_evict_end_reason{{database=\"{}\",table=\"public.idempotency_keys\",reason=\"drained\"}} 1\n", db.name())
         ),
         "{text}"
     );
@@ -558,7 +561,7 @@ async fn evict_writes_prometheus_textfile() {
         "{text}"
     );
     assert!(
-        text.contains("idemctl_evict_backlog_left_keys{table=\"public.idempotency_keys\"} 0\n"),
+        text.contains(&format!("idemctl_evict_backlog_left_keys{{database=\"{}\",table=\"public.idempotency_keys\"}} 0\n", db.name())),
         "{text}"
     );
 }

@@ -12,6 +12,7 @@ mod fixtures;
 mod harness_selftest;
 mod hostile;
 mod inspect;
+mod metrics;
 mod partitions;
 mod reclaim;
 mod replica;

@@ -155,9 +155,10 @@ async fn stats_lists_every_partition_with_bounds_rows_and_size() {
             .assert_stdout_contains("public.idempotency_keys_default\tDEFAULT\t")
             .assert_stdout_contains(&format!("14 leaf partitions, RANGE ({})", by.column()));
         let run = db.idemctl().args(["stats", "-o", "prometheus"]).run();
-        run.assert_code(0).assert_stdout_contains(
-            "idemctl_table_partitions{table=\"public.idempotency_keys\"} 14\n",
-        );
+        run.assert_code(0).assert_stdout_contains(&format!(
+            "idemctl_table_partitions{{database=\"{}\",table=\"public.idempotency_keys\"}} 14\n",
+            db.name()
+        ));
     }
 }
 

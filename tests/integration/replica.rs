@@ -86,12 +86,12 @@ async fn evict_pauses_for_a_lagging_replica_ends_with_replica_lag_and_resumes_wh
     let text = std::fs::read_to_string(&textfile).unwrap();
     assert!(
         text.contains(
-            "idemctl_evict_end_reason{table=\"public.idempotency_keys\",reason=\"replica_lag\"} 1\n"
+            "idemctl_evict_end_reason{database=\"postgres\",table=\"public.idempotency_keys\",reason=\"replica_lag\"} 1\n"
         ),
         "{text}"
     );
     assert!(
-        text.contains("idemctl_evict_replica_lag_waits{table=\"public.idempotency_keys\"} 1\n"),
+        text.contains("idemctl_evict_replica_lag_waits{database=\"postgres\",table=\"public.idempotency_keys\"} 1\n"),
         "{text}"
     );
 

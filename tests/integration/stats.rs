@@ -104,7 +104,7 @@ async fn stats_prometheus_output_and_textfile() {
     let run = db.idemctl().args(["stats", "-o", "prometheus"]).run();
     run.assert_code(0)
         .assert_stdout_contains("# HELP idemctl_eviction_lag_seconds ")
-        .assert_stdout_contains("# TYPE idemctl_expired_backlog_keys gauge\nidemctl_expired_backlog_keys{table=\"public.idempotency_keys\"} 41\n");
+        .assert_stdout_contains(&format!("# TYPE idemctl_expired_backlog_keys gauge\nidemctl_expired_backlog_keys{{database=\"{}\",table=\"public.idempotency_keys\"}} 41\n", db.name()));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("idemctl.prom");
     db.idemctl()
@@ -115,7 +115,10 @@ async fn stats_prometheus_output_and_textfile() {
         .assert_stdout_empty();
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(
-        text.contains("idemctl_table_total_bytes{table=\"public.idempotency_keys\"} "),
+        text.contains(&format!(
+            "idemctl_table_total_bytes{{database=\"{}\",table=\"public.idempotency_keys\"}} ",
+            db.name()
+        )),
         "{text}"
     );
     assert!(text.ends_with('\n'));

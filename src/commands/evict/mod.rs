@@ -22,7 +22,8 @@ use crate::db::KeyTable;
 use crate::db::lock::{self, LockClass};
 use crate::db::queries::Capped;
 use crate::exit::{Exit, fail};
-use crate::output::prometheus::{Kind, Metrics, write_atomic};
+use crate::metrics::RunEnd;
+use crate::output::prometheus::Metrics;
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
 use crate::progress::Progress;
 
@@ -61,17 +62,18 @@ pub enum EndReason {
     Error,
 }
 
-impl EndReason {
-    const ALL: [EndReason; 7] = [
-        EndReason::Drained,
-        EndReason::TimeBudget,
-        EndReason::RowBudget,
-        EndReason::BatchBudget,
-        EndReason::ReplicaLag,
-        EndReason::Interrupted,
-        EndReason::Error,
-    ];
+/// Every end reason's name, for the metrics.
+const END_REASONS: [&str; 7] = [
+    "drained",
+    "time_budget",
+    "row_budget",
+    "batch_budget",
+    "replica_lag",
+    "interrupted",
+    "error",
+];
 
+impl EndReason {
     fn as_str(self) -> &'static str {
         match self {
             EndReason::Drained => "drained",
@@ -159,7 +161,6 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     }
     lock::acquire(&client, &table, LockClass::Evict).await?;
     ctx.cancel.install()?;
-    let started_at = OffsetDateTime::now_utc();
     let started = Instant::now();
     let gate = args
         .max_replica_lag
@@ -200,9 +201,9 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     };
     let failed = error.is_some();
     let report = report(&table, &shared, client.as_ref(), failed, drops, &waits).await;
-    if let Some(path) = &args.textfile {
-        write_textfile(path, &report, started_at)?;
-    }
+    ctx.metrics
+        .finish(run_end(&report), metrics(&report))
+        .await?;
     print_report(ctx, &report)?;
     if let (EndReason::ReplicaLag, Some(why)) = (report.end_reason, &waits.gave_up_on) {
         crate::output::warn(&format!(
@@ -856,139 +857,65 @@ fn doc(r: &EvictReport) -> Doc {
     d
 }
 
-fn write_textfile(path: &std::path::Path, r: &EvictReport, started: OffsetDateTime) -> Result<()> {
-    let now = OffsetDateTime::now_utc().unix_timestamp() as f64;
-    let success = !matches!(r.end_reason, EndReason::Error | EndReason::Interrupted);
-    let last_success = if success {
-        Some(now)
-    } else {
-        previous_success(path)
-    };
+/// The run's own metrics (the run series are added by the recorder).
+fn metrics(r: &EvictReport) -> Metrics {
     let mut m = Metrics::default();
-    let l: &[(&str, &str)] = &[("table", &r.table)];
-    let g = Kind::Gauge;
-    m.add(
-        "idemctl_evict_last_run_timestamp_seconds",
-        "Unix time the last evict run ended.",
-        g,
-        l,
-        now,
-    );
-    m.add(
-        "idemctl_evict_last_run_start_timestamp_seconds",
-        "Unix time the last evict run started.",
-        g,
-        l,
-        started.unix_timestamp() as f64,
-    );
-    if let Some(t) = last_success {
-        m.add(
-            "idemctl_evict_last_success_timestamp_seconds",
-            "Unix time the last successful evict run ended.",
-            g,
-            l,
-            t,
-        );
-    }
-    m.add(
-        "idemctl_evict_last_run_success",
-        "1 if the last evict run succeeded, else 0.",
-        g,
-        l,
-        if success { 1.0 } else { 0.0 },
-    );
-    m.add(
-        "idemctl_evict_duration_seconds",
-        "Wall time of the last evict run.",
-        g,
-        l,
-        r.elapsed_seconds,
-    );
-    m.add(
+    m.gauge(
         "idemctl_evict_rows_evicted",
         "Keys deleted by the last evict run.",
-        g,
-        l,
         r.rows_evicted as f64,
     );
-    m.add(
+    m.gauge(
         "idemctl_evict_rows_skipped_locked",
         "Expired keys the last run left because live requests held them.",
-        g,
-        l,
         r.skipped_locked as f64,
     );
     if let Some(b) = r.backlog_left {
-        m.add(
+        m.gauge(
             "idemctl_evict_backlog_left_keys",
             "Expired completed keys left after the last run (exact up to the cap).",
-            g,
-            l,
             b.count as f64,
         );
     }
     if let Some(ip) = r.expired_in_progress_left {
-        m.add(
+        m.gauge(
             "idemctl_evict_expired_in_progress_keys",
             "Expired keys still in_progress after the last run (reclaim needed).",
-            g,
-            l,
             ip.count as f64,
         );
     }
     if !r.dropped_partitions.is_empty() || !r.partitions_kept.is_empty() {
-        m.add(
+        m.gauge(
             "idemctl_evict_partitions_dropped",
             "Partitions the last run detached and dropped whole (--drop-partitions).",
-            g,
-            l,
             r.dropped_partitions.len() as f64,
         );
-        m.add(
+        m.gauge(
             "idemctl_evict_rows_dropped_estimate",
             "Estimated keys in the partitions the last run dropped.",
-            g,
-            l,
             r.rows_dropped_estimate as f64,
         );
     }
     if r.replica_lag_limit_seconds.is_some() {
-        m.add(
+        m.gauge(
             "idemctl_evict_replica_lag_waits",
             "Times the last run paused because a streaming replica was behind --max-replica-lag.",
-            g,
-            l,
             r.replica_lag_waits as f64,
         );
-        m.add(
+        m.gauge(
             "idemctl_evict_replica_lag_wait_seconds",
             "Seconds the last run spent paused for replica lag.",
-            g,
-            l,
             r.replica_lag_wait_seconds,
         );
     }
-    let mut reasons = String::new();
-    for reason in EndReason::ALL {
-        let v = if reason == r.end_reason { 1 } else { 0 };
-        reasons.push_str(&format!(
-            "idemctl_evict_end_reason{{table=\"{}\",reason=\"{}\"}} {v}\n",
-            crate::output::prometheus::escape_label(&r.table),
-            reason.as_str()
-        ));
-    }
-    let text = format!(
-        "{}# HELP idemctl_evict_end_reason Why the last evict run ended (1 for the reason that applied).\n# TYPE idemctl_evict_end_reason gauge\n{reasons}",
-        m.text()
-    );
-    write_atomic(path, &text)
+    m
 }
 
-/// Keep the last-success timestamp across a failed run by reading it back from the previous file.
-fn previous_success(path: &std::path::Path) -> Option<f64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    text.lines()
-        .find(|l| l.starts_with("idemctl_evict_last_success_timestamp_seconds"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+/// How the run ends, for the run series.
+fn run_end(r: &EvictReport) -> RunEnd {
+    RunEnd {
+        success: !matches!(r.end_reason, EndReason::Error | EndReason::Interrupted),
+        reason: r.end_reason.as_str(),
+        reasons: &END_REASONS,
+    }
 }

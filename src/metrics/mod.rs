@@ -1,0 +1,323 @@
+//! Where a run's metrics go and how every run records itself: the destinations (`--textfile`,
+//! `--pushgateway`) checked before any change, the labels every series carries (`database`,
+//! `table`, each `--label`), and the run series (last run, success, end reason, duration,
+//! last success kept across failures), written even when the run fails before it starts.
+
+pub mod push;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::Result;
+use time::OffsetDateTime;
+
+use crate::cli::TableName;
+use crate::exit::{Exit, classify, fail};
+use crate::output::prometheus::{self, Metrics};
+
+pub use push::PushUrl;
+
+/// The metrics options of evict, reclaim and stats, once parsed.
+#[derive(Debug, Clone, Default)]
+pub struct Destinations {
+    pub textfile: Option<PathBuf>,
+    pub pushgateway: Option<PushUrl>,
+    pub labels: Vec<(String, String)>,
+}
+
+/// How a run ended, for the run series.
+#[derive(Debug, Clone, Copy)]
+pub struct RunEnd {
+    pub success: bool,
+    /// One of `reasons`.
+    pub reason: &'static str,
+    /// Every end reason of the command (the run series sets one of them to 1, the others to 0).
+    pub reasons: &'static [&'static str],
+}
+
+/// End reasons of a run that failed before it began (or whose failure ended it).
+pub const FAILURE_REASONS: [&str; 6] = [
+    "cannot_connect",
+    "permission_denied",
+    "table_not_found",
+    "lock_busy",
+    "interrupted",
+    "error",
+];
+
+/// Records one run's metrics. Cheap to clone; a default recorder has no destination (and writes
+/// nothing), but still knows the labels for `stats -o prometheus`.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    inner: Option<Arc<Inner>>,
+}
+
+struct Inner {
+    command: &'static str,
+    dest: Destinations,
+    database: String,
+    table: Mutex<String>,
+    started_at: OffsetDateTime,
+    started: Instant,
+    /// The last success read back from the textfile before the run.
+    previous_success: Option<f64>,
+    /// The run has recorded itself.
+    done: Mutex<bool>,
+}
+
+impl Recorder {
+    /// Check the destinations (before any change) and start timing the run. `database` is the
+    /// database idemctl connects to; `table` the --table as given (replaced by the resolved name
+    /// once known).
+    pub fn new(
+        command: &'static str,
+        dest: Destinations,
+        database: &str,
+        table: &TableName,
+    ) -> Result<Recorder> {
+        let previous_success = match &dest.textfile {
+            Some(path) => {
+                prometheus::check_writable(path).map_err(|why| {
+                    fail(
+                        Exit::Usage,
+                        format!("cannot write metrics to {}: {why}", path.display()),
+                    )
+                })?;
+                previous_success(path, command)
+            }
+            None => None,
+        };
+        let table = match &table.schema {
+            Some(_) => table.to_string(),
+            None => format!("public.{}", table.name),
+        };
+        Ok(Recorder {
+            inner: Some(Arc::new(Inner {
+                command,
+                dest,
+                database: database.to_owned(),
+                table: Mutex::new(crate::output::sanitize(&table)),
+                started_at: OffsetDateTime::now_utc(),
+                started: Instant::now(),
+                previous_success,
+                done: Mutex::new(false),
+            })),
+        })
+    }
+
+    /// Whether metrics are written or pushed at the end of the run.
+    pub fn enabled(&self) -> bool {
+        self.inner
+            .as_ref()
+            .is_some_and(|i| i.dest.textfile.is_some() || i.dest.pushgateway.is_some())
+    }
+
+    /// The table's resolved name, for the `table` label.
+    pub fn set_table(&self, display: &str) {
+        if let Some(i) = &self.inner {
+            *i.table.lock().unwrap_or_else(|e| e.into_inner()) = display.to_owned();
+        }
+    }
+
+    /// The labels every series carries: database, table, then each --label.
+    pub fn common_labels(&self) -> Vec<(String, String)> {
+        let Some(i) = &self.inner else {
+            return Vec::new();
+        };
+        let mut labels = vec![
+            ("database".to_owned(), i.database.clone()),
+            (
+                "table".to_owned(),
+                i.table.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            ),
+        ];
+        labels.extend(i.dest.labels.iter().cloned());
+        labels
+    }
+
+    /// The exposition text of `body` with the common labels.
+    pub fn render(&self, body: &Metrics) -> String {
+        body.render(&self.common_labels())
+    }
+
+    /// Record the run: the run series plus `body`, to the textfile (an error if that fails) and
+    /// the Pushgateway (a warning if that fails: the run's outcome stands).
+    pub async fn finish(&self, end: RunEnd, body: Metrics) -> Result<()> {
+        let Some(i) = &self.inner else {
+            return Ok(());
+        };
+        {
+            let mut done = i.done.lock().unwrap_or_else(|e| e.into_inner());
+            if *done {
+                return Ok(());
+            }
+            *done = true;
+        }
+        if !self.enabled() {
+            return Ok(());
+        }
+        let now = unix_now();
+        let mut m = run_series(i, end, now);
+        m.extend(body);
+        let common = self.common_labels();
+        if let Some(url) = &i.dest.pushgateway {
+            let mut pushed = m.clone();
+            // A failed run is pushed with POST, which keeps the group's other metrics: the last
+            // success stays what the last successful run pushed.
+            if !end.success {
+                pushed.remove(&format!(
+                    "idemctl_{}_last_success_timestamp_seconds",
+                    i.command
+                ));
+            }
+            let job = format!("idemctl_{}", i.command);
+            if let Err(e) =
+                push::push(url, &job, &common, &pushed.render(&common), end.success).await
+            {
+                crate::output::warn(&crate::one_line(&e));
+            }
+        }
+        if let Some(path) = &i.dest.textfile {
+            prometheus::write_atomic(path, &m.render(&common))?;
+        }
+        Ok(())
+    }
+
+    /// Record a run that ended with `err` before recording itself (it failed to connect, lacked a
+    /// privilege, found no table, or another run held the lock). A failure to write is a warning:
+    /// `err` is what the operator must see.
+    pub async fn finish_failed(&self, err: &anyhow::Error) {
+        if let Err(e) = self.finish(failed_end(err), Metrics::default()).await {
+            crate::output::warn(&crate::one_line(&e));
+        }
+    }
+}
+
+/// The end of a run that failed with `err`.
+pub fn failed_end(err: &anyhow::Error) -> RunEnd {
+    let reason = match classify(err) {
+        Exit::CannotConnect => "cannot_connect",
+        Exit::PermissionDenied => "permission_denied",
+        Exit::NotFound => "table_not_found",
+        Exit::LockBusy => "lock_busy",
+        Exit::Interrupted => "interrupted",
+        _ => "error",
+    };
+    RunEnd {
+        success: false,
+        reason,
+        reasons: &[],
+    }
+}
+
+fn unix_now() -> f64 {
+    let now = OffsetDateTime::now_utc();
+    now.unix_timestamp() as f64 + f64::from(now.millisecond()) / 1000.0
+}
+
+/// The series every run writes about itself.
+fn run_series(i: &Inner, end: RunEnd, now: f64) -> Metrics {
+    let c = i.command;
+    let mut m = Metrics::default();
+    m.gauge(
+        &format!("idemctl_{c}_last_run_timestamp_seconds"),
+        &format!("Unix time the last {c} run ended."),
+        now,
+    );
+    m.gauge(
+        &format!("idemctl_{c}_last_run_start_timestamp_seconds"),
+        &format!("Unix time the last {c} run started."),
+        i.started_at.unix_timestamp() as f64,
+    );
+    let last_success = if end.success {
+        Some(now)
+    } else {
+        i.previous_success
+    };
+    if let Some(t) = last_success {
+        m.gauge(
+            &format!("idemctl_{c}_last_success_timestamp_seconds"),
+            &format!("Unix time the last successful {c} run ended (kept across failed runs)."),
+            t,
+        );
+    }
+    m.gauge(
+        &format!("idemctl_{c}_last_run_success"),
+        &format!("1 if the last {c} run succeeded, else 0."),
+        if end.success { 1.0 } else { 0.0 },
+    );
+    m.gauge(
+        &format!("idemctl_{c}_duration_seconds"),
+        &format!("Wall time of the last {c} run, connecting included."),
+        i.started.elapsed().as_secs_f64(),
+    );
+    let name = format!("idemctl_{c}_end_reason");
+    let help = format!("Why the last {c} run ended (1 for the reason that applied).");
+    let mut reasons: Vec<&str> = end.reasons.to_vec();
+    for r in FAILURE_REASONS.iter().chain([&end.reason]) {
+        if !reasons.contains(r) {
+            reasons.push(r);
+        }
+    }
+    for r in reasons {
+        let v = if r == end.reason { 1.0 } else { 0.0 };
+        m.add(&name, &help, prometheus::Kind::Gauge, &[("reason", r)], v);
+    }
+    m
+}
+
+/// Keep the last-success timestamp across a failed run by reading it back from the previous file.
+fn previous_success(path: &Path, command: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    prometheus::read_value(
+        &text,
+        &format!("idemctl_{command}_last_success_timestamp_seconds"),
+    )
+}
+
+/// Parse `--label KEY=VALUE`.
+pub fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
+    let Some((k, v)) = s.split_once('=') else {
+        return Err("expected KEY=VALUE, e.g. --label cluster=eu1".into());
+    };
+    prometheus::check_label_name(k)?;
+    if v.is_empty() {
+        return Err(format!(
+            "label {k} has an empty value, which Prometheus treats as no label; give a value"
+        ));
+    }
+    if v.chars().any(char::is_control) {
+        return Err(format!("label {k} has a control character in its value"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// Whether a command that records metrics prints its summary: not under cron (no terminal, no
+/// explicit --output) when it writes metrics, since cron mails any output.
+pub fn prints_summary(ctx: &crate::context::Context) -> bool {
+    let explicit = ctx.global.output != crate::cli::OutputFormat::Auto;
+    !(ctx.metrics.enabled() && !explicit && !ctx.output.stdout_tty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_parse_and_reject_bad_input() {
+        assert_eq!(
+            parse_label("cluster=eu 1").unwrap(),
+            ("cluster".into(), "eu 1".into())
+        );
+        assert_eq!(
+            parse_label("k=a=\"b\"").unwrap(),
+            ("k".into(), "a=\"b\"".into())
+        );
+        assert!(parse_label("cluster").is_err());
+        assert!(parse_label("cluster=").is_err());
+        assert!(parse_label("table=x").is_err());
+        assert!(parse_label("bad-name=x").is_err());
+        assert!(parse_label("k=a\nb").is_err());
+    }
+}
