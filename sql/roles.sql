@@ -91,7 +91,10 @@ GRANT UPDATE (state, response_status, response_body, expires_at) ON public.idemp
 -- When another run holds the maintenance lock, idemctl names the holding session from
 -- pg_stat_activity. A role sees the details (query, client address) of other roles' sessions
 -- only as a member of pg_read_all_stats (or pg_monitor, which includes it); without it, idemctl
--- still reports that the lock is busy.
+-- still reports that the lock is busy. evict's default pace adapts to what the other sessions
+-- are doing, which it can see only with the same membership; without it evict paces itself at a
+-- fixed 20 % duty cycle and says so on every run (--duty-cycle 20 keeps that pace without the
+-- warning). evict --max-replica-lag needs it too.
 --   GRANT pg_read_all_stats TO idemctl_evictor, idemctl_reclaimer;
 
 -- ---- Login roles: examples ---------------------------------------------------------------------

@@ -268,15 +268,18 @@ pub struct EvictArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true, value_name = "N")]
     pub max_rows: Option<u64>,
 
-    /// Sleep this long between batches, to leave room for live traffic.
-    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, default_value = "0s", value_name = "DUR")]
-    pub pause: Duration,
+    /// Sleep this long between batches, to leave room for live traffic (fixes the pace: with it
+    /// the duty cycle is --duty-cycle's, 20 by default).
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DUR")]
+    pub pause: Option<Duration>,
 
     /// Share of wall time each worker may spend running statements, in percent: after a batch that
     /// took T, it rests T * (100 - PCT) / PCT, so a busy server gets longer breaks. 100 = no pacing
-    /// (catching up on a backlog in a quiet hour).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u8).range(1..=100), allow_negative_numbers = true, value_name = "PCT")]
-    pub duty_cycle: u8,
+    /// (catching up on a backlog in a quiet hour). Without it (and without --catch-up and --pause)
+    /// the pace adapts to the other sessions on the server: unpaced while they are idle, between 2
+    /// and 20 while they are not, backing off when they slow (needs pg_monitor; without it, 20).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=100), allow_negative_numbers = true, value_name = "PCT")]
+    pub duty_cycle: Option<u8>,
 
     /// Sessions deleting disjoint ranges in parallel (for catching up; each paced as above).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8), allow_negative_numbers = true, value_name = "N")]
@@ -326,9 +329,16 @@ pub struct EvictArgs {
 }
 
 impl EvictArgs {
-    /// The duty cycle in effect (`--catch-up` lifts pacing).
-    pub fn effective_duty_cycle(&self) -> u8 {
-        if self.catch_up { 100 } else { self.duty_cycle }
+    /// The fixed duty cycle, when a flag fixes the pace (`--catch-up` lifts pacing; `--pause`
+    /// alone keeps the default 20); None = the adaptive pace.
+    pub fn fixed_duty_cycle(&self) -> Option<u8> {
+        if self.catch_up {
+            Some(100)
+        } else if self.duty_cycle.is_some() || self.pause.is_some() {
+            Some(self.duty_cycle.unwrap_or(20))
+        } else {
+            None
+        }
     }
 
     /// How batches are sized: fixed by --batch-size, else adapted to --batch-time.
@@ -337,7 +347,7 @@ impl EvictArgs {
             return BatchSizing::Fixed(rows);
         }
         let (target, start) = if self.catch_up {
-            (Duration::from_millis(15), 1000)
+            (crate::commands::evict::CATCH_UP_BATCH_TIME, 1000)
         } else {
             (Duration::from_millis(2), 100)
         };
@@ -424,6 +434,21 @@ impl BatchSizing {
         let grown = f64::from(current) * 2.0;
         // Clamped to min..=max first, so the conversion cannot truncate.
         Some(ideal.min(grown).clamp(f64::from(min), f64::from(max)) as u32)
+    }
+
+    /// The same sizing aiming at another statement time (a fixed size stays fixed).
+    pub fn with_target(self, t: Duration) -> BatchSizing {
+        match self {
+            Self::Adaptive {
+                start, min, max, ..
+            } => Self::Adaptive {
+                target: t,
+                start,
+                min,
+                max,
+            },
+            fixed => fixed,
+        }
     }
 
     /// How it reads in a dry run.

@@ -7,6 +7,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub struct Progress {
     bar: ProgressBar,
     started: std::time::Instant,
+    /// The pace in effect, shown after the rate (evict's adaptive pace).
+    pace: std::sync::Mutex<String>,
 }
 
 impl Progress {
@@ -15,6 +17,7 @@ impl Progress {
         Progress {
             bar: ProgressBar::hidden(),
             started: std::time::Instant::now(),
+            pace: std::sync::Mutex::default(),
         }
     }
 
@@ -32,6 +35,7 @@ impl Progress {
         Progress {
             bar,
             started: std::time::Instant::now(),
+            pace: std::sync::Mutex::default(),
         }
     }
 
@@ -52,7 +56,19 @@ impl Progress {
         if skipped > 0 {
             msg.push_str(&format!(", {skipped} skipped (held by live requests)"));
         }
+        if let Ok(pace) = self.pace.lock()
+            && !pace.is_empty()
+        {
+            msg.push_str(&format!("; {pace}"));
+        }
         self.bar.set_message(msg);
+    }
+
+    /// The pace to show from the next update on (empty = none).
+    pub fn set_pace(&self, pace: String) {
+        if let Ok(mut p) = self.pace.lock() {
+            *p = pace;
+        }
     }
 
     /// Show a message in place of the rate until the next update (e.g. why the run is paused).

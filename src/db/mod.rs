@@ -1,6 +1,7 @@
 //! Database access: the key table's catalog description and the statements idemctl runs, each
 //! embedded from `sql/` so a DBA can review exactly what executes.
 
+pub mod activity;
 pub mod lock;
 pub mod partitions;
 pub mod queries;

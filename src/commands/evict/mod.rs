@@ -5,6 +5,7 @@
 //! when asked (see `partitions`), starts the workers (see `worker`), which pause while replicas lag
 //! when asked (see `replica`), and reports: a summary table or JSON, and Prometheus textfile metrics.
 
+mod pace;
 mod partitions;
 mod replica;
 mod worker;
@@ -42,6 +43,8 @@ pub const PREVIEW_SAMPLE_SQL: &str = include_str!("../../../sql/evict_preview_sa
 /// How many keys of each kind the dry run lists.
 const SAMPLE_SIZE: i64 = 10;
 
+/// The batch time of --catch-up, which the adaptive pace also uses while the foreground is idle.
+pub const CATCH_UP_BATCH_TIME: Duration = Duration::from_millis(15);
 /// How long a batch may wait for a row lock before it falls back to skipping locked rows.
 pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
 /// Counts in the summary and preview stop here.
@@ -126,6 +129,8 @@ pub struct EvictReport {
     pub replica_lag_wait_seconds: f64,
     /// The largest replica lag measured during the run (0 without --max-replica-lag).
     pub replica_lag_max_seconds: f64,
+    /// How the run was paced, and the adaptive pace's decisions.
+    pub pace: pace::PaceReport,
 }
 
 /// Run `evict`.
@@ -172,6 +177,15 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     } else {
         Progress::hidden()
     };
+    let pacer = match pace::Pacer::start(&client, pace_mode(args)).await {
+        Ok(p) => Arc::new(p),
+        Err(e) => return Err(e.context("failed to set up evict's pace")),
+    };
+    let sessions = if pacer.adaptive() {
+        args.effective_jobs().max(2)
+    } else {
+        args.effective_jobs()
+    };
     let shared = worker::Shared::new(
         plan(ctx, args),
         statements(&table),
@@ -179,13 +193,14 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         progress,
         started,
         gate.clone(),
+        pacer,
     );
     let error = match drop_result {
         Ok(stop) => {
             if let Some(reason) = stop {
                 shared.stop_with(reason).await;
             }
-            drive(ctx, &shared, client, args.effective_jobs()).await
+            drive(ctx, &shared, client, sessions).await
         }
         Err(e) => Some(e),
     };
@@ -262,10 +277,26 @@ fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
         max_rows: args.max_rows,
         max_batches: args.max_batches,
         max_runtime: args.max_runtime,
-        pause: args.pause,
-        duty_cycle: args.effective_duty_cycle(),
         min_age_secs: args.min_age.map(|d| d.as_secs_f64()),
         deadline: ctx.global.statement_timeout + Duration::from_secs(10),
+    }
+}
+
+/// The pace: fixed by --duty-cycle, --catch-up or --pause, else adaptive, with one extra session
+/// (beyond --jobs) and catch-up-sized batches (unless --batch-time or --batch-size) while the
+/// foreground is idle.
+fn pace_mode(args: &EvictArgs) -> pace::Mode {
+    match args.fixed_duty_cycle() {
+        Some(duty) => pace::Mode::Fixed {
+            duty,
+            pause: args.pause.unwrap_or_default(),
+            fallback: None,
+        },
+        None => pace::Mode::Adaptive {
+            base_workers: args.effective_jobs(),
+            full_batch_time: (args.batch_time.is_none() && args.batch_size.is_none())
+                .then_some(CATCH_UP_BATCH_TIME),
+        },
     }
 }
 
@@ -297,14 +328,14 @@ async fn drive(
         }
     }
     let mut set = tokio::task::JoinSet::new();
-    for client in sessions {
+    for (index, client) in sessions.into_iter().enumerate() {
         let shared = shared.clone();
         set.spawn(async move {
             client
                 .batch_execute(&session_setup())
                 .await
                 .context("failed to set up the evict session")?;
-            let result = worker::work(shared.clone(), client).await;
+            let result = worker::work(shared.clone(), client, index).await;
             if result.is_err() {
                 shared.abort().await;
             }
@@ -416,6 +447,7 @@ async fn report(
         replica_lag_waits: waits.waits,
         replica_lag_wait_seconds: waits.waited.as_secs_f64(),
         replica_lag_max_seconds: waits.max_lag_seconds,
+        pace: shared.pacer().report().await,
     }
 }
 
@@ -845,9 +877,8 @@ fn doc(r: &EvictReport) -> Doc {
             ),
         ));
     }
-    if !extra.is_empty() {
-        d.fields(None, extra);
-    }
+    extra.push(("pace".into(), r.pace.describe()));
+    d.fields(None, extra);
     partition_blocks(
         &mut d,
         &r.dropped_partitions,
@@ -908,6 +939,7 @@ fn metrics(r: &EvictReport) -> Metrics {
             r.replica_lag_wait_seconds,
         );
     }
+    r.pace.metrics(&mut m);
     m
 }
 

@@ -18,6 +18,7 @@ use time::OffsetDateTime;
 use tokio::sync::Mutex;
 
 use super::EndReason;
+use super::pace::Pacer;
 use super::replica::ReplicaGate;
 use crate::cli::BatchSizing;
 use crate::context::Cancel;
@@ -35,9 +36,6 @@ pub struct Plan {
     pub max_rows: Option<u64>,
     pub max_batches: Option<u64>,
     pub max_runtime: Option<Duration>,
-    pub pause: Duration,
-    /// Percentage of wall time a worker may spend in statements (100 = no pacing).
-    pub duty_cycle: u8,
     pub min_age_secs: Option<f64>,
     /// Client-side limit on one statement (statement_timeout plus a margin).
     pub deadline: Duration,
@@ -113,12 +111,13 @@ pub struct Shared {
     started: Instant,
     progress: Progress,
     gate: Option<Arc<ReplicaGate>>,
+    pacer: Arc<Pacer>,
     state: Mutex<State>,
 }
 
 impl Shared {
     /// `started` is when the run began (budgets count from it); `gate` pauses claims while replicas
-    /// lag.
+    /// lag; `pacer` decides the rest after each batch.
     pub fn new(
         plan: Plan,
         sql: Statements,
@@ -126,6 +125,7 @@ impl Shared {
         progress: Progress,
         started: Instant,
         gate: Option<Arc<ReplicaGate>>,
+        pacer: Arc<Pacer>,
     ) -> Arc<Shared> {
         Arc::new(Shared {
             plan,
@@ -134,6 +134,7 @@ impl Shared {
             started,
             progress,
             gate,
+            pacer,
             state: Mutex::new(State::default()),
         })
     }
@@ -302,12 +303,17 @@ impl Shared {
         took: Duration,
         rtt: Duration,
     ) {
-        let mut state = self.state.lock().await;
         let held = outcome
             .statement
             .saturating_sub(rtt)
             .max(outcome.statement / 10);
-        if let Some(next) = self.plan.sizing.next(size, outcome.examined, held) {
+        self.pacer.batch(held, outcome.examined).await;
+        let sizing = match self.pacer.batch_time().await {
+            Some(t) => self.plan.sizing.with_target(t),
+            None => self.plan.sizing,
+        };
+        let mut state = self.state.lock().await;
+        if let Some(next) = sizing.next(size, outcome.examined, held) {
             state.batch_rows = next;
         }
         let t = &mut state.totals;
@@ -328,6 +334,9 @@ impl Shared {
             state.ties_done = Some(at);
         }
         drop(state);
+        if let Some(pace) = self.pacer.status().await {
+            self.progress.set_pace(pace);
+        }
         self.progress.set(rows, skipped);
     }
 }
@@ -350,10 +359,17 @@ struct Outcome {
     examined: u64,
 }
 
-/// One worker: claim, delete, pace, until a claim says stop.
-pub async fn work(shared: Arc<Shared>, client: deadpool_postgres::Object) -> Result<()> {
+/// One worker (`index` from 0): claim, delete, pace, until a claim says stop.
+pub async fn work(
+    shared: Arc<Shared>,
+    client: deadpool_postgres::Object,
+    index: usize,
+) -> Result<()> {
     let rtt = round_trip(&shared, &client).await?;
     loop {
+        if !shared.wait_turn(&client, index).await? {
+            return Ok(());
+        }
         let claim = shared.claim(&client).await?;
         let t0 = Instant::now();
         let (limit, size, outcome) = match claim {
@@ -381,7 +397,7 @@ pub async fn work(shared: Arc<Shared>, client: deadpool_postgres::Object) -> Res
         };
         let took = t0.elapsed();
         shared.record(limit, size, &outcome, took, rtt).await;
-        pace(&shared, took).await;
+        shared.pacer.rest(&client, took, &shared.cancel).await?;
     }
 }
 
@@ -433,17 +449,25 @@ impl Shared {
     }
 }
 
-/// Sleep after a batch: the fixed pause, plus whatever keeps this worker's share of wall time in
-/// statements at the duty cycle (a slow, busy server thus gets longer breaks).
-async fn pace(shared: &Shared, took: Duration) {
-    let duty = f64::from(shared.plan.duty_cycle.clamp(1, 100)) / 100.0;
-    let rest = took.mul_f64((1.0 - duty) / duty) + shared.plan.pause;
-    if rest.is_zero() || shared.cancel.requested() {
-        return;
+impl Shared {
+    /// Wait while the pace parks this worker (an extra session runs only while the foreground is
+    /// idle); false when the run ended meanwhile.
+    async fn wait_turn(&self, client: &deadpool_postgres::Object, index: usize) -> Result<bool> {
+        while !self.pacer.may_run(index).await {
+            if self.budget_reason(&*self.state.lock().await).is_some() {
+                return Ok(false);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(super::pace::SAMPLE_EVERY) => {},
+                _ = self.cancel.wait() => {},
+            }
+            self.pacer.sample(client, false).await?;
+        }
+        Ok(true)
     }
-    tokio::select! {
-        _ = tokio::time::sleep(rest) => {},
-        _ = shared.cancel.wait() => {},
+
+    pub fn pacer(&self) -> &Pacer {
+        &self.pacer
     }
 }
 

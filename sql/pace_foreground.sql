@@ -1,0 +1,28 @@
+-- evict's adaptive pace: what every other client session on the server is doing, sampled at most
+-- every 200 ms between batches (never inside a batch's transaction). One pass over
+-- pg_stat_activity, which holds one row per connection (at most max_connections); no table is read.
+-- $1 is the server time of the previous sample (NULL for the first).
+--
+-- evict's own sessions share this session's application_name and are left out (through a pooler a
+-- batch may run on any server connection, so backend pids would not identify them).
+--   recent   sessions that ran anything since the previous sample (running now, or changed state
+--            since then): 0 twice in a row means the foreground is idle; a session left idle in a
+--            transaction does nothing and is not counted
+--   active   sessions running a statement now
+--   waiting  of those, how many wait on a lightweight lock, I/O or a heavyweight lock (WAL
+--            insertion and flushes, buffer contention, row locks): contention evict adds to
+--   age_ms   the mean time the running statements have been running so far
+--   hidden   sessions whose state this role may not see
+SELECT pg_catalog.clock_timestamp() AS sampled_at,
+       count(*) FILTER (WHERE a.state IS NULL)::int4 AS hidden,
+       count(*) FILTER (WHERE a.state = 'active'
+                           OR a.state_change >= $1::timestamptz)::int4 AS recent,
+       count(*) FILTER (WHERE a.state = 'active')::int4 AS active,
+       count(*) FILTER (WHERE a.state = 'active'
+                          AND a.wait_event_type IN ('LWLock', 'IO', 'Lock'))::int4 AS waiting,
+       coalesce(avg(extract(epoch FROM pg_catalog.clock_timestamp() - a.query_start) * 1000)
+                    FILTER (WHERE a.state = 'active'), 0)::float8 AS age_ms
+  FROM pg_catalog.pg_stat_activity a
+ WHERE a.backend_type = 'client backend'
+   AND a.pid <> pg_catalog.pg_backend_pid()
+   AND a.application_name IS DISTINCT FROM pg_catalog.current_setting('application_name')

@@ -1,0 +1,738 @@
+//! evict's pace: how long a worker rests after each batch. Without --duty-cycle, --catch-up or
+//! --pause the pace adapts to what the rest of the server (the foreground: the API's sessions) is
+//! doing, measured on the database while evict runs; with any of them it is fixed.
+//!
+//! Method. Between batches, at most every [`SAMPLE_EVERY`], one worker samples `pg_stat_activity`
+//! (sql/pace_foreground.sql, one pass over one row per connection) and the [`Controller`] decides:
+//! * no other session ran anything in the last [`QUIET_SAMPLES`] samples: the foreground is idle, so
+//!   evict runs unpaced, with its extra session and catch-up-sized batches ("full");
+//! * otherwise evict is paced at a duty cycle between [`MIN_DUTY`] and [`MAX_DUTY`] percent (the
+//!   latter is the fixed default's), raised by [`STEP`] points per sample while nothing says the
+//!   foreground suffers, and halved on the first sample that says it does:
+//!   - other sessions' running statements wait on lightweight locks, I/O or locks (WAL insertion and
+//!     flushes, buffers, rows) more than their floor by [`WAIT_MARGIN`] sessions,
+//!   - other sessions' running statements have been running [`AGE_RATIO`] times their floor,
+//!   - evict's own batches take [`BATCH_RATIO`] times their floor per row (CPU or I/O taken by
+//!     the foreground slows them as much as they slow it).
+//!
+//! Each figure is smoothed over about a second; its floor follows it down at once and up slowly
+//! (a time constant of about ten seconds), so a lasting change of the foreground becomes the new
+//! normal while the effect of evict's own work shows as a rise above it. A back-off holds for a
+//! second before the duty cycle climbs again. A role that cannot see other roles' sessions (no
+//! pg_read_all_stats, which pg_monitor grants) keeps the fixed 20 % duty cycle, and says so once.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use serde::Serialize;
+use time::OffsetDateTime;
+use tokio::sync::Mutex;
+
+use crate::context::Cancel;
+use crate::db::activity::{self, Foreground};
+use crate::output::human_secs;
+use crate::output::prometheus::{Kind, Metrics};
+
+/// How often the foreground is sampled, at most.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+/// Samples in a row in which no other session ran anything before evict runs unpaced.
+pub const QUIET_SAMPLES: u32 = 2;
+/// The duty cycle's range while the foreground is present, in percent.
+pub const MIN_DUTY: f64 = 2.0;
+pub const MAX_DUTY: f64 = 20.0;
+/// The duty cycle evict starts at, and returns to when the foreground comes back.
+pub const START_DUTY: f64 = 10.0;
+/// Points added per calm sample.
+pub const STEP: f64 = 1.0;
+/// Back-off thresholds (see the module comment).
+pub const WAIT_MARGIN: f64 = 0.5;
+pub const AGE_RATIO: f64 = 1.5;
+/// The smallest rise of the running statements' age that counts, in ms (below it is noise).
+pub const AGE_MARGIN_MS: f64 = 1.0;
+pub const BATCH_RATIO: f64 = 1.5;
+/// Samples a back-off holds before the duty cycle climbs again.
+const HOLD_SAMPLES: u32 = 5;
+/// Smoothing of each figure per sample, and how fast a floor rises towards it.
+const SMOOTHING: f64 = 0.5;
+const FLOOR_RISE: f64 = 0.02;
+
+/// Why evict backed off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    /// Other sessions' statements wait on WAL, I/O or locks more than before.
+    ForegroundWaiting,
+    /// Other sessions' statements run longer than before.
+    ForegroundSlower,
+    /// evict's own batches run slower than before.
+    BatchesSlower,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 3] = [
+        Reason::ForegroundWaiting,
+        Reason::ForegroundSlower,
+        Reason::BatchesSlower,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ForegroundWaiting => "foreground_waiting",
+            Reason::ForegroundSlower => "foreground_slower",
+            Reason::BatchesSlower => "batches_slower",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reason::ForegroundWaiting => "other sessions waiting on WAL, I/O or locks",
+            Reason::ForegroundSlower => "other sessions' statements slower",
+            Reason::BatchesSlower => "evict's batches slower",
+        }
+    }
+}
+
+/// Where the pace stands.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum State {
+    /// The foreground is idle: unpaced, every session, catch-up-sized batches.
+    Full,
+    /// The foreground is present and nothing says it suffers.
+    Paced,
+    /// Recovering from a back-off, for this reason.
+    BackingOff(Reason),
+}
+
+/// What the controller decided.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Decision {
+    pub state: State,
+    /// Percent of wall time a worker may spend in statements.
+    pub duty: f64,
+}
+
+impl Decision {
+    pub fn full(&self) -> bool {
+        self.state == State::Full
+    }
+}
+
+/// One sample's figures, as the controller sees them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Signals {
+    /// Other sessions that ran anything since the last sample.
+    pub recent: u32,
+    /// Other sessions running a statement.
+    pub active: u32,
+    /// Of those, sessions waiting on WAL, I/O or locks.
+    pub waiting: u32,
+    /// Mean age of their running statements, ms.
+    pub age_ms: f64,
+    /// evict's own time per row in the batches since the last sample (ms), when there were any.
+    pub batch_ms_per_row: Option<f64>,
+}
+
+/// A smoothed figure and its floor.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tracker {
+    value: Option<f64>,
+    floor: Option<f64>,
+}
+
+impl Tracker {
+    /// Add a reading; returns (smoothed, floor).
+    fn add(&mut self, x: f64) -> (f64, f64) {
+        let v = self.value.map_or(x, |v| v + SMOOTHING * (x - v));
+        let f = match self.floor {
+            Some(f) if v >= f => f + FLOOR_RISE * (v - f),
+            _ => v,
+        };
+        self.value = Some(v);
+        self.floor = Some(f);
+        (v, f)
+    }
+}
+
+/// The adaptive pace's decisions, from one sample to the next (no I/O: unit-tested on made-up
+/// sequences).
+#[derive(Debug, Clone)]
+pub struct Controller {
+    decision: Decision,
+    quiet: u32,
+    hold: u32,
+    waiting: Tracker,
+    age: Tracker,
+    batches: Tracker,
+}
+
+impl Default for Controller {
+    fn default() -> Self {
+        Controller {
+            decision: Decision {
+                state: State::Paced,
+                duty: START_DUTY,
+            },
+            quiet: 0,
+            hold: 0,
+            waiting: Tracker::default(),
+            age: Tracker::default(),
+            batches: Tracker::default(),
+        }
+    }
+}
+
+impl Controller {
+    pub fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// Take one sample and decide.
+    pub fn observe(&mut self, s: &Signals) -> Decision {
+        self.quiet = if s.recent == 0 { self.quiet + 1 } else { 0 };
+        if self.quiet >= QUIET_SAMPLES {
+            // Full-speed batches are larger, so their time per row says nothing about the next
+            // paced ones; the foreground's figures start afresh when it returns.
+            *self = Controller {
+                quiet: self.quiet,
+                decision: Decision {
+                    state: State::Full,
+                    duty: 100.0,
+                },
+                ..Controller::default()
+            };
+            return self.decision;
+        }
+        if self.decision.full() {
+            self.decision = Controller::default().decision;
+        }
+        match self.pressure(s) {
+            Some(reason) => {
+                self.decision = Decision {
+                    state: State::BackingOff(reason),
+                    duty: (self.decision.duty / 2.0).max(MIN_DUTY),
+                };
+                self.hold = HOLD_SAMPLES;
+            }
+            None if self.hold > 0 => self.hold -= 1,
+            None => {
+                let duty = (self.decision.duty + STEP).min(MAX_DUTY);
+                let state = match self.decision.state {
+                    State::BackingOff(r) if duty < MAX_DUTY => State::BackingOff(r),
+                    _ => State::Paced,
+                };
+                self.decision = Decision { state, duty };
+            }
+        }
+        self.decision
+    }
+
+    /// The first signal that says the foreground suffers, if any (every tracker is fed).
+    fn pressure(&mut self, s: &Signals) -> Option<Reason> {
+        let (waiting, waiting_floor) = self.waiting.add(f64::from(s.waiting));
+        let mut reason =
+            (waiting - waiting_floor >= WAIT_MARGIN).then_some(Reason::ForegroundWaiting);
+        if s.active > 0 {
+            let (age, floor) = self.age.add(s.age_ms);
+            if age >= floor * AGE_RATIO && age - floor >= AGE_MARGIN_MS {
+                reason = reason.or(Some(Reason::ForegroundSlower));
+            }
+        }
+        if let Some(per_row) = s.batch_ms_per_row {
+            let (v, floor) = self.batches.add(per_row);
+            if floor > 0.0 && v >= floor * BATCH_RATIO {
+                reason = reason.or(Some(Reason::BatchesSlower));
+            }
+        }
+        reason
+    }
+}
+
+/// How a run is paced.
+#[derive(Debug, Clone)]
+pub enum Mode {
+    /// A fixed duty cycle and pause (explicit flags, or the fallback with the reason).
+    Fixed {
+        duty: u8,
+        pause: Duration,
+        fallback: Option<String>,
+    },
+    /// Adaptive; `base_workers` run whatever the foreground does, the others only while it is
+    /// idle; `full_batch_time` is the batch time while it is idle (None: keep the sizing's).
+    Adaptive {
+        base_workers: u8,
+        full_batch_time: Option<Duration>,
+    },
+}
+
+/// The pace decisions of a run, for the summary, JSON and metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PaceReport {
+    /// "adaptive" or "fixed".
+    pub mode: &'static str,
+    /// The fixed duty cycle (fixed mode).
+    pub duty_cycle: Option<u8>,
+    /// Why an adaptive pace was not possible (fixed mode by fallback).
+    pub fallback: Option<String>,
+    /// What the adaptive pace watched.
+    pub signals: Vec<&'static str>,
+    pub samples: u64,
+    /// Wall time unpaced because the foreground was idle.
+    pub full_seconds: f64,
+    /// Wall time paced at or climbing towards the default duty cycle.
+    pub paced_seconds: f64,
+    /// Wall time spent backed off below it, in all and by reason.
+    pub backoff_seconds: f64,
+    pub backoff_seconds_by_reason: BTreeMap<Reason, f64>,
+    /// Back-offs (halvings of the duty cycle), by reason.
+    pub backoffs_by_reason: BTreeMap<Reason, u64>,
+    /// The lowest duty cycle the run went down to, in percent.
+    pub min_duty_cycle: Option<f64>,
+}
+
+/// The signals the adaptive pace uses, for the report.
+const SIGNALS: [&str; 3] = [
+    "pg_stat_activity: other sessions' activity, waits and statement age",
+    "evict's own batch time per row",
+    "every 200 ms",
+];
+
+struct Inner {
+    controller: Controller,
+    last_sample: Option<Instant>,
+    since: Option<OffsetDateTime>,
+    /// Time per row of the batches since the last sample (ms).
+    batch_ms_per_row: Vec<f64>,
+    /// When the current decision took effect.
+    since_decision: Instant,
+    report: PaceReport,
+}
+
+/// The pace shared by every worker of a run.
+pub struct Pacer {
+    mode: Mode,
+    inner: Mutex<Inner>,
+}
+
+impl Pacer {
+    /// Decide the mode: fixed when a flag fixes it, or when this role cannot see other sessions
+    /// (said once on stderr), else adaptive (the first sample is taken here).
+    pub async fn start(client: &tokio_postgres::Client, mode: Mode) -> Result<Pacer> {
+        let mode = match mode {
+            Mode::Adaptive { .. } => {
+                let (role, can_see) = activity::visibility(client).await?;
+                if can_see {
+                    mode
+                } else {
+                    let why = format!(
+                        "role {role} cannot see other sessions' activity (grant it pg_monitor)"
+                    );
+                    crate::output::warn(&format!(
+                        "evict paces itself at the fixed 20% duty cycle: {why}; --duty-cycle 20 \
+                         keeps this pace without the warning"
+                    ));
+                    Mode::Fixed {
+                        duty: 20,
+                        pause: Duration::ZERO,
+                        fallback: Some(why),
+                    }
+                }
+            }
+            fixed => fixed,
+        };
+        let report = match &mode {
+            Mode::Fixed { duty, fallback, .. } => PaceReport {
+                mode: "fixed",
+                duty_cycle: Some(*duty),
+                fallback: fallback.clone(),
+                ..PaceReport::default()
+            },
+            Mode::Adaptive { .. } => PaceReport {
+                mode: "adaptive",
+                signals: SIGNALS.to_vec(),
+                ..PaceReport::default()
+            },
+        };
+        let pacer = Pacer {
+            mode,
+            inner: Mutex::new(Inner {
+                controller: Controller::default(),
+                last_sample: None,
+                since: None,
+                batch_ms_per_row: Vec::new(),
+                since_decision: Instant::now(),
+                report,
+            }),
+        };
+        if matches!(pacer.mode, Mode::Adaptive { .. }) {
+            pacer.sample(client, true).await?;
+        }
+        Ok(pacer)
+    }
+
+    pub fn adaptive(&self) -> bool {
+        matches!(self.mode, Mode::Adaptive { .. })
+    }
+
+    /// The batch time in effect now, when the pace overrides the sizing's.
+    pub async fn batch_time(&self) -> Option<Duration> {
+        match self.mode {
+            Mode::Adaptive {
+                full_batch_time: Some(t),
+                ..
+            } if self.inner.lock().await.controller.decision().full() => Some(t),
+            _ => None,
+        }
+    }
+
+    /// Record a batch's statement time and the index entries it walked.
+    pub async fn batch(&self, statement: Duration, rows: u64) {
+        if self.adaptive() && rows >= 50 {
+            let per_row = statement.as_secs_f64() * 1000.0 / rows as f64;
+            self.inner.lock().await.batch_ms_per_row.push(per_row);
+        }
+    }
+
+    /// Whether worker `index` (0-based) may claim a batch now.
+    pub async fn may_run(&self, index: usize) -> bool {
+        match self.mode {
+            Mode::Adaptive { base_workers, .. } if index >= usize::from(base_workers) => {
+                self.inner.lock().await.controller.decision().full()
+            }
+            _ => true,
+        }
+    }
+
+    /// Sample the foreground on this session if a sample is due, and decide.
+    pub async fn sample(&self, client: &tokio_postgres::Client, force: bool) -> Result<Decision> {
+        let mut inner = self.inner.lock().await;
+        let due = inner
+            .last_sample
+            .is_none_or(|t| t.elapsed() >= SAMPLE_EVERY);
+        if !self.adaptive() || !(due || force) {
+            return Ok(inner.controller.decision());
+        }
+        let fg: Foreground = activity::foreground(client, inner.since).await?;
+        inner.last_sample = Some(Instant::now());
+        inner.since = Some(fg.sampled_at);
+        let mut rows = std::mem::take(&mut inner.batch_ms_per_row);
+        rows.sort_by(f64::total_cmp);
+        let signals = Signals {
+            recent: fg.recent,
+            active: fg.active,
+            waiting: fg.waiting,
+            age_ms: fg.age_ms,
+            batch_ms_per_row: rows.get(rows.len() / 2).copied(),
+        };
+        inner.report.samples += 1;
+        let before = inner.controller.decision();
+        let after = inner.controller.observe(&signals);
+        inner.account(before, after);
+        Ok(after)
+    }
+
+    /// The rest after a batch that took `took`: the fixed pause and duty cycle, or the adaptive
+    /// one, re-decided every sample while resting (a foreground that turns idle ends the rest).
+    pub async fn rest(
+        &self,
+        client: &tokio_postgres::Client,
+        took: Duration,
+        cancel: &Cancel,
+    ) -> Result<()> {
+        let (duty, pause) = match &self.mode {
+            Mode::Fixed { duty, pause, .. } => (f64::from(*duty), *pause),
+            Mode::Adaptive { .. } => (self.sample(client, false).await?.duty, Duration::ZERO),
+        };
+        let mut planned = rest_for(took, duty) + pause;
+        let started = Instant::now();
+        loop {
+            let left = planned.saturating_sub(started.elapsed());
+            if left.is_zero() || cancel.requested() {
+                return Ok(());
+            }
+            let chunk = if self.adaptive() {
+                left.min(SAMPLE_EVERY)
+            } else {
+                left
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(chunk) => {},
+                _ = cancel.wait() => {},
+            }
+            if self.adaptive() {
+                // Re-decided while resting: a back-off lengthens the rest, an idle foreground
+                // ends it.
+                let now = self.sample(client, false).await?;
+                if now.full() {
+                    return Ok(());
+                }
+                planned = rest_for(took, now.duty);
+            }
+        }
+    }
+
+    /// The adaptive pace in effect, for the progress bar.
+    pub async fn status(&self) -> Option<String> {
+        if !self.adaptive() {
+            return None;
+        }
+        let d = self.inner.lock().await.controller.decision();
+        Some(match d.state {
+            State::Full => "unpaced (foreground idle)".to_owned(),
+            State::Paced => format!("paced at {:.0}%", d.duty),
+            State::BackingOff(r) => format!("backed off to {:.0}%: {}", d.duty, r.describe()),
+        })
+    }
+
+    /// The report, with the current decision's time added.
+    pub async fn report(&self) -> PaceReport {
+        let mut inner = self.inner.lock().await;
+        let d = inner.controller.decision();
+        inner.account(d, d);
+        inner.report.clone()
+    }
+}
+
+impl Inner {
+    /// Add the time since the last decision to the state it was spent in; count a back-off.
+    fn account(&mut self, before: Decision, after: Decision) {
+        let now = Instant::now();
+        let spent = now.duration_since(self.since_decision).as_secs_f64();
+        self.since_decision = now;
+        let r = &mut self.report;
+        if !matches!(r.mode, "adaptive") {
+            return;
+        }
+        match before.state {
+            State::Full => r.full_seconds += spent,
+            State::Paced => r.paced_seconds += spent,
+            State::BackingOff(reason) => {
+                r.backoff_seconds += spent;
+                *r.backoff_seconds_by_reason.entry(reason).or_default() += spent;
+            }
+        }
+        if let State::BackingOff(reason) = after.state
+            && after.duty < before.duty
+        {
+            *r.backoffs_by_reason.entry(reason).or_default() += 1;
+        }
+        r.min_duty_cycle = Some(
+            r.min_duty_cycle
+                .map_or(after.duty, |m: f64| m.min(after.duty)),
+        );
+    }
+}
+
+/// The rest that keeps a worker's share of wall time in statements at `duty` percent.
+fn rest_for(took: Duration, duty: f64) -> Duration {
+    let duty = duty.clamp(1.0, 100.0) / 100.0;
+    took.mul_f64((1.0 - duty) / duty)
+}
+
+impl PaceReport {
+    /// One line for the summary.
+    pub fn describe(&self) -> String {
+        if self.mode != "adaptive" {
+            let duty = self.duty_cycle.unwrap_or(20);
+            return match &self.fallback {
+                Some(why) => format!("fixed {duty}% duty cycle ({why})"),
+                None => format!("fixed {duty}% duty cycle"),
+            };
+        }
+        let mut text = format!(
+            "adaptive: {} unpaced (foreground idle), {} paced, {} backed off",
+            human_secs(self.full_seconds),
+            human_secs(self.paced_seconds),
+            human_secs(self.backoff_seconds)
+        );
+        let why: Vec<String> = Reason::ALL
+            .iter()
+            .filter_map(|r| {
+                let n = self.backoffs_by_reason.get(r).copied().unwrap_or(0);
+                (n > 0).then(|| format!("{n}x {}", r.describe()))
+            })
+            .collect();
+        if !why.is_empty() {
+            text.push_str(&format!(" ({})", why.join(", ")));
+        }
+        text
+    }
+
+    /// Add the pace's gauges to `m`.
+    pub fn metrics(&self, m: &mut Metrics) {
+        m.gauge(
+            "idemctl_evict_pace_adaptive",
+            "1 if the last evict run paced itself from the foreground's activity, 0 if at a fixed duty cycle.",
+            if self.mode == "adaptive" { 1.0 } else { 0.0 },
+        );
+        if self.mode != "adaptive" {
+            return;
+        }
+        m.gauge(
+            "idemctl_evict_pace_full_seconds",
+            "Seconds the last evict run ran unpaced because no other session was active.",
+            self.full_seconds,
+        );
+        for r in Reason::ALL {
+            m.add(
+                "idemctl_evict_pace_backoff_seconds",
+                "Seconds the last evict run spent backed off below the default duty cycle, by the signal that made it back off.",
+                Kind::Gauge,
+                &[("reason", r.as_str())],
+                self.backoff_seconds_by_reason.get(&r).copied().unwrap_or(0.0),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(waiting: u32, age_ms: f64, batch: Option<f64>) -> Signals {
+        Signals {
+            recent: 2,
+            active: 2,
+            waiting,
+            age_ms,
+            batch_ms_per_row: batch,
+        }
+    }
+
+    fn run(c: &mut Controller, s: Signals, n: usize) -> Decision {
+        let mut d = c.decision();
+        for _ in 0..n {
+            d = c.observe(&s);
+        }
+        d
+    }
+
+    #[test]
+    fn an_idle_foreground_lifts_pacing_after_two_quiet_samples() {
+        let mut c = Controller::default();
+        let quiet = Signals::default();
+        assert_eq!(c.observe(&quiet).state, State::Paced);
+        let d = c.observe(&quiet);
+        assert_eq!(d.state, State::Full);
+        assert_eq!(d.duty, 100.0);
+    }
+
+    #[test]
+    fn the_foreground_returning_ends_full_speed_at_the_next_sample() {
+        let mut c = Controller::default();
+        run(&mut c, Signals::default(), 3);
+        let d = c.observe(&busy(0, 1.0, None));
+        assert_ne!(d.state, State::Full);
+        assert!(d.duty <= START_DUTY + STEP, "{d:?}");
+    }
+
+    #[test]
+    fn a_calm_foreground_lets_the_duty_cycle_climb_to_the_default_and_no_further() {
+        let mut c = Controller::default();
+        let d = c.observe(&busy(0, 1.0, Some(0.01)));
+        assert_eq!(d.duty, START_DUTY + STEP);
+        let d = run(&mut c, busy(0, 1.0, Some(0.01)), 100);
+        assert_eq!(
+            d,
+            Decision {
+                state: State::Paced,
+                duty: MAX_DUTY
+            }
+        );
+    }
+
+    #[test]
+    fn sessions_waiting_on_wal_halve_the_duty_cycle_and_say_why() {
+        let mut c = Controller::default();
+        run(&mut c, busy(0, 1.0, Some(0.01)), 20);
+        let d = c.observe(&busy(2, 1.0, Some(0.01)));
+        assert_eq!(d.state, State::BackingOff(Reason::ForegroundWaiting));
+        assert_eq!(d.duty, MAX_DUTY / 2.0);
+        // The back-off holds while the trackers settle, then the duty cycle climbs back.
+        let d = run(&mut c, busy(0, 1.0, Some(0.01)), HOLD_SAMPLES as usize + 40);
+        assert_eq!(
+            d,
+            Decision {
+                state: State::Paced,
+                duty: MAX_DUTY
+            }
+        );
+    }
+
+    #[test]
+    fn slower_foreground_statements_back_off() {
+        let mut c = Controller::default();
+        run(&mut c, busy(0, 2.0, None), 20);
+        let d = c.observe(&busy(0, 6.0, None));
+        assert_eq!(d.state, State::BackingOff(Reason::ForegroundSlower));
+    }
+
+    #[test]
+    fn slower_batches_back_off() {
+        let mut c = Controller::default();
+        run(&mut c, busy(0, 1.0, Some(0.010)), 20);
+        let d = c.observe(&busy(0, 1.0, Some(0.040)));
+        assert_eq!(d.state, State::BackingOff(Reason::BatchesSlower));
+    }
+
+    #[test]
+    fn lasting_pressure_bottoms_out_at_the_minimum() {
+        let mut c = Controller::default();
+        run(&mut c, busy(0, 1.0, None), 10);
+        let mut d = c.decision();
+        // Waits keep rising: each new level is pressure again.
+        for w in 1..40 {
+            d = c.observe(&busy(w, 1.0, None));
+        }
+        assert_eq!(d.duty, MIN_DUTY);
+        assert!(matches!(d.state, State::BackingOff(_)));
+    }
+
+    #[test]
+    fn sub_millisecond_jitter_in_statement_age_is_not_pressure() {
+        let mut c = Controller::default();
+        let mut d = c.decision();
+        for i in 0..60 {
+            let age = if i % 2 == 0 { 0.2 } else { 0.9 };
+            d = c.observe(&busy(0, age, None));
+            assert_ne!(
+                d.state,
+                State::BackingOff(Reason::ForegroundSlower),
+                "sample {i}"
+            );
+        }
+        assert_eq!(d.duty, MAX_DUTY);
+    }
+
+    #[test]
+    fn a_lasting_rise_of_the_foreground_becomes_its_new_normal() {
+        let mut c = Controller::default();
+        run(&mut c, busy(0, 2.0, None), 20);
+        assert!(matches!(
+            c.observe(&busy(0, 8.0, None)).state,
+            State::BackingOff(Reason::ForegroundSlower)
+        ));
+        // Ten seconds later at the new level the floor has caught up: no more back-offs.
+        let d = run(&mut c, busy(0, 8.0, None), 150);
+        assert_eq!(
+            d,
+            Decision {
+                state: State::Paced,
+                duty: MAX_DUTY
+            }
+        );
+    }
+
+    #[test]
+    fn the_rest_keeps_the_duty_cycle() {
+        assert_eq!(
+            rest_for(Duration::from_millis(2), 20.0),
+            Duration::from_millis(8)
+        );
+        assert_eq!(rest_for(Duration::from_millis(2), 100.0), Duration::ZERO);
+        assert_eq!(
+            rest_for(Duration::from_millis(2), 2.0),
+            Duration::from_millis(98)
+        );
+    }
+}

@@ -1,0 +1,50 @@
+//! What the rest of the server is doing, from `pg_stat_activity`, for evict's adaptive pace.
+
+use anyhow::{Context as _, Result};
+use time::OffsetDateTime;
+
+/// Whether the role may see other sessions' state, and its name for messages.
+pub async fn visibility(client: &tokio_postgres::Client) -> Result<(String, bool)> {
+    let row = client
+        .query_one(include_str!("../../sql/pace_visibility.sql"), &[])
+        .await
+        .context("failed to check whether this role may read other sessions' activity")?;
+    Ok((row.get("role"), row.get("can_see")))
+}
+
+/// One sample of the other client sessions (see sql/pace_foreground.sql).
+#[derive(Debug, Clone, Copy)]
+pub struct Foreground {
+    /// Server time of the sample, passed back as `since` to the next one.
+    pub sampled_at: OffsetDateTime,
+    /// Sessions whose state this role may not see.
+    pub hidden: u32,
+    /// Sessions that ran anything since the previous sample.
+    pub recent: u32,
+    /// Sessions running a statement now.
+    pub active: u32,
+    /// Of those, sessions waiting on a lightweight lock, I/O or a heavyweight lock.
+    pub waiting: u32,
+    /// Mean time the running statements have run so far, in ms (0 when none runs).
+    pub age_ms: f64,
+}
+
+/// Sample the other client sessions; `since` is the previous sample's `sampled_at`.
+pub async fn foreground(
+    client: &tokio_postgres::Client,
+    since: Option<OffsetDateTime>,
+) -> Result<Foreground> {
+    let row = client
+        .query_one(include_str!("../../sql/pace_foreground.sql"), &[&since])
+        .await
+        .context("failed to sample the other sessions' activity")?;
+    let n = |c: &str| u32::try_from(row.get::<_, i32>(c)).unwrap_or(0);
+    Ok(Foreground {
+        sampled_at: row.get("sampled_at"),
+        hidden: n("hidden"),
+        recent: n("recent"),
+        active: n("active"),
+        waiting: n("waiting"),
+        age_ms: row.get("age_ms"),
+    })
+}
