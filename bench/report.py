@@ -317,7 +317,54 @@ def goals(results):
         add("memory: the same at both sizes", f"every command within {RSS_SAME_KB:,} kB",
             f"largest difference {worst[1]:+,} kB ({worst[0]})" if worst else "not measured",
             None if worst is None else abs(worst[1]) <= RSS_SAME_KB)
+    _pace_goals(results, tp, dname, add)
     return out
+
+
+def _pace_goals(results, tp, dname, add):
+    """Issue 16's goals: the adaptive default pace side by side with the fixed 20 % duty cycle."""
+    trials = _ok((results.get("pace") or {}).get("trials", []))
+    if not trials:
+        return
+
+    def ratios(load, pacer, f):
+        base = {t["round"]: t for t in trials if t["load"] == load and t["pacer"] == "baseline"}
+        vals = []
+        for t in trials:
+            b = base.get(t["round"])
+            if t["load"] == load and t["pacer"] == pacer and b:
+                v = f(t, b)
+                if v is not None:
+                    vals.append(v)
+        return {"median": med(vals), "min": min(vals, default=None), "max": max(vals, default=None)}
+
+    def tps(t, b):
+        return t["live"]["tps"] / b["live"]["tps"] if b["live"]["tps"] else None
+
+    def p99(t, b):
+        x, y = t["live"].get("latency_ms_p99"), b["live"].get("latency_ms_p99")
+        return x / y if x and y else None
+
+    def removal(t, b):
+        ins = t["live"].get("inserts_per_second")
+        return t["evictor"]["rows_per_second"] / ins if ins and t.get("evictor") else None
+
+    for pacer in ("adaptive", "fixed 20%"):
+        r = ratios("saturated", pacer, tps)
+        add(f"pace, saturated: live tps kept, {pacer}", "≥ 90% of the workload alone",
+            _range(r), None if r["median"] is None else r["median"] >= 0.9)
+        r = ratios("half", pacer, p99)
+        add(f"pace, half load: live p99 while evicting, {pacer}", "≤ 1.2× the p99 alone",
+            _range(r), None if r["median"] is None else r["median"] <= 1.2)
+        for load in ("saturated", "half"):
+            r = ratios(load, pacer, removal)
+            add(f"pace, {load}: removal vs insert rate, {pacer}", "≥ 10×",
+                _range(r), None if r["median"] is None else r["median"] >= 10)
+    d = (tp.get(dname) or {}).get("rows_per_second")
+    c = (tp.get("idemctl --catch-up") or {}).get("rows_per_second")
+    add("pace, idle: default drain vs --catch-up (throughput phase)", "≥ 0.8×",
+        "–" if not (d and c) else f"{d / c:.2f}× ({d:,.0f} vs {c:,.0f} rows/s)",
+        None if not (d and c) else d / c >= 0.8)
 
 
 def _all_rss(results):

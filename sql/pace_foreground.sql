@@ -11,7 +11,8 @@
 --   active   sessions running a statement now
 --   waiting  of those, how many wait on a lightweight lock, I/O or a heavyweight lock (WAL
 --            insertion and flushes, buffer contention, row locks): contention evict adds to
---   age_ms   the mean time the running statements have been running so far
+--   age_ms   the mean time the running statements have been running so far, of those started
+--            within the last second (a report running for minutes is not a request slowing down)
 --   hidden   sessions whose state this role may not see
 SELECT pg_catalog.clock_timestamp() AS sampled_at,
        count(*) FILTER (WHERE a.state IS NULL)::int4 AS hidden,
@@ -21,7 +22,9 @@ SELECT pg_catalog.clock_timestamp() AS sampled_at,
        count(*) FILTER (WHERE a.state = 'active'
                           AND a.wait_event_type IN ('LWLock', 'IO', 'Lock'))::int4 AS waiting,
        coalesce(avg(extract(epoch FROM pg_catalog.clock_timestamp() - a.query_start) * 1000)
-                    FILTER (WHERE a.state = 'active'), 0)::float8 AS age_ms
+                    FILTER (WHERE a.state = 'active'
+                              AND a.query_start > pg_catalog.clock_timestamp() - interval '1 second'),
+                0)::float8 AS age_ms
   FROM pg_catalog.pg_stat_activity a
  WHERE a.backend_type = 'client backend'
    AND a.pid <> pg_catalog.pg_backend_pid()

@@ -65,6 +65,17 @@ fn rows_sql(n: i64, state: &str, locked: &str, created: &str, expires: &str) -> 
     )
 }
 
+/// SQL inserting `n` expired completed rows (for a server other than the harness's).
+pub fn expired_rows_sql(n: i64) -> String {
+    rows_sql(
+        n,
+        "completed",
+        "now() - interval '2 days'",
+        "now() - interval '7 days'",
+        "now() - make_interval(secs => 60 + random() * 518000)",
+    )
+}
+
 /// Load a mix of rows (random keys, 7 tenants).
 pub async fn load(db: &TestDb, mix: Mix) {
     let mut sql = String::new();

@@ -13,6 +13,7 @@ mod harness_selftest;
 mod hostile;
 mod inspect;
 mod metrics;
+mod pace;
 mod partitions;
 mod reclaim;
 mod replica;

@@ -1,0 +1,182 @@
+//! evict's default pace: unpaced while no other session is active, backing off with a reason
+//! when other sessions' statements start waiting, the fixed 20 % duty cycle (said once) for a
+//! role that cannot see other sessions, and flags that fix the pace.
+
+use std::time::Duration;
+
+use crate::fixtures::{self, Mix, Schema};
+use crate::support::cluster::LocalCluster;
+use crate::support::{Cmd, TestDb, connect, ident};
+
+const BACKLOG: Mix = Mix {
+    expired: 20_000,
+    live: 100,
+    fresh: 0,
+    stuck: 0,
+    expired_in_progress: 0,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_runs_unpaced_while_no_other_session_is_active() {
+    // The harness's cluster is shared by every test of the process, so no session there is ever
+    // alone: this one has a cluster of its own.
+    let cluster = tokio::task::spawn_blocking(LocalCluster::start)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("cannot start a private cluster: {e}"));
+    let url = cluster
+        .admin_params()
+        .iter()
+        .map(|(k, v)| format!("{k}='{v}'"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let client = connect(&url).await;
+    client.batch_execute(Schema::Corrected.ddl()).await.unwrap();
+    client
+        .batch_execute(&fixtures::expired_rows_sql(100_000))
+        .await
+        .unwrap();
+    drop(client);
+
+    let run = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["evict", "-o", "json"])
+        .timeout(Duration::from_secs(120))
+        .run_async()
+        .await;
+    run.assert_success().assert_stderr_empty();
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 100_000, "{run}");
+    let pace = &j["pace"];
+    assert_eq!(pace["mode"], "adaptive", "{run}");
+    assert!(pace["full_seconds"].as_f64().unwrap() > 0.0, "{run}");
+    assert_eq!(pace["backoff_seconds"], 0.0, "{run}");
+    assert_eq!(pace["backoffs_by_reason"], serde_json::json!({}), "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_backs_off_when_other_sessions_start_waiting_and_says_why() {
+    let db = TestDb::new().await;
+    let backlog = Mix {
+        expired: 60_000,
+        ..BACKLOG
+    };
+    fixtures::table_with(&db, Schema::Corrected, backlog).await;
+    db.exec("CREATE TABLE busy (id int PRIMARY KEY); INSERT INTO busy VALUES (1)")
+        .await;
+    // A foreground session runs a statement throughout (it is never idle)...
+    let runner = db.client().await;
+    let running = tokio::spawn(async move {
+        runner
+            .batch_execute("SELECT pg_sleep(30)")
+            .await
+            .map_err(|e| e.to_string())
+    });
+    let holder = db.client().await;
+    holder
+        .batch_execute("BEGIN; SELECT * FROM busy FOR UPDATE")
+        .await
+        .unwrap();
+
+    let evict = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--max-runtime",
+            "4s",
+            "--batch-size",
+            "10",
+        ])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    // ... and, once evict has measured it, three more start waiting on a row lock.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let c = db.client().await;
+        waiters.push(tokio::spawn(async move {
+            let _ = c.batch_execute("SELECT * FROM busy FOR UPDATE").await;
+        }));
+    }
+    let run = evict.wait_async().await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    running.abort();
+    run.assert_success();
+    let pace = &run.json()["pace"];
+    assert_eq!(pace["mode"], "adaptive", "{run}");
+    assert_eq!(pace["full_seconds"], 0.0, "{run}");
+    let reasons = pace["backoffs_by_reason"].as_object().unwrap();
+    assert!(!reasons.is_empty(), "{run}");
+    for reason in reasons.keys() {
+        assert!(
+            ["foreground_waiting", "foreground_slower", "batches_slower"]
+                .contains(&reason.as_str()),
+            "{run}"
+        );
+    }
+    assert!(pace["backoff_seconds"].as_f64().unwrap() > 0.0, "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_cannot_see_other_sessions_keeps_the_fixed_duty_cycle_and_says_so_once() {
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, Schema::Corrected, BACKLOG).await;
+    let role = format!("{}_blind", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {r} LOGIN; GRANT USAGE ON SCHEMA public TO {r}; \
+         GRANT SELECT, DELETE, UPDATE (expires_at) ON idempotency_keys TO {r}",
+        r = ident(&role)
+    ))
+    .await;
+    let run = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["evict", "-o", "json"])
+        .timeout(Duration::from_secs(120))
+        .run_async()
+        .await;
+    run.assert_success();
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{run}");
+    assert!(
+        lines[0].contains("fixed 20% duty cycle") && lines[0].contains("pg_monitor"),
+        "{run}"
+    );
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 20_000, "{run}");
+    assert_eq!(j["pace"]["mode"], "fixed", "{run}");
+    assert_eq!(j["pace"]["duty_cycle"], 20, "{run}");
+    db.exec(&format!(
+        "DROP OWNED BY {r}; DROP ROLE {r}",
+        r = ident(&role)
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duty_cycle_catch_up_and_pause_fix_the_pace() {
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, Schema::Corrected, BACKLOG).await;
+    for (args, duty) in [
+        (&["--duty-cycle", "50"][..], 50),
+        (&["--catch-up"][..], 100),
+        (&["--pause", "0s"][..], 20),
+        (&["--pause", "1ms", "--duty-cycle", "30"][..], 30),
+    ] {
+        let run = db
+            .idemctl()
+            .args(["evict", "-o", "json", "--max-batches", "3"])
+            .args(args)
+            .run_async()
+            .await;
+        run.assert_success().assert_stderr_empty();
+        let pace = &run.json()["pace"];
+        assert_eq!(pace["mode"], "fixed", "{args:?}: {run}");
+        assert_eq!(pace["duty_cycle"], duty, "{args:?}: {run}");
+        assert_eq!(pace["fallback"], serde_json::Value::Null, "{args:?}: {run}");
+    }
+}
