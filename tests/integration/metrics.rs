@@ -393,3 +393,89 @@ async fn stats_and_reclaim_writing_metrics_are_silent_under_cron() {
     );
     promtool_check_metrics(&text);
 }
+
+/// The shipped rules file, beside its promtool unit tests.
+fn rules_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus")
+}
+
+/// Every `idemctl_...` metric name a text mentions.
+fn metric_names_in(text: &str) -> std::collections::BTreeSet<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("idemctl_") {
+        let tail = &rest[at..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        names.insert(tail[..end].to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+/// The metric names of exposition text (sample lines only).
+fn series_names(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split(['{', ' ']).next().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shipped_alert_rules_pass_promtool_and_use_only_series_idemctl_writes() {
+    let dir = rules_dir();
+    let rules = dir.join("idemctl-alerts.yml");
+    let tests = dir.join("idemctl-alerts.test.yml");
+    let run = Cmd::of(promtool())
+        .args(["check", "rules"])
+        .arg(&rules)
+        .run();
+    assert_eq!(run.code, 0, "promtool check rules failed:\n{run}");
+    let run = Cmd::of(promtool())
+        .args(["test", "rules"])
+        .arg(&tests)
+        .current_dir(&dir)
+        .run();
+    assert_eq!(run.code, 0, "promtool test rules failed:\n{run}");
+    assert!(run.stdout.contains("SUCCESS"), "{run}");
+
+    // What idemctl really writes: stats, evict and reclaim, with every optional figure present.
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            stuck: 3,
+            expired_in_progress: 2,
+            ..table_with_expired(30)
+        },
+    )
+    .await;
+    db.exec(&crate::support::partman::stuck_index_ddl()).await;
+    let out = tempfile::tempdir().unwrap();
+    let mut written = std::collections::BTreeSet::new();
+    for command in ["stats", "evict", "reclaim"] {
+        let path = out.path().join(format!("{command}.prom"));
+        let mut cmd = db.idemctl().arg(command);
+        if command == "reclaim" {
+            cmd = cmd.arg("--yes");
+        }
+        cmd.arg("--textfile").arg(&path).run().assert_code(0);
+        written.extend(series_names(&std::fs::read_to_string(&path).unwrap()));
+    }
+    let mentioned = metric_names_in(&std::fs::read_to_string(&rules).unwrap());
+    assert!(mentioned.len() >= 8, "{mentioned:?}");
+    let unknown: Vec<_> = mentioned.difference(&written).collect();
+    assert!(
+        unknown.is_empty(),
+        "the rules use series idemctl never writes: {unknown:?}\nwritten: {written:?}"
+    );
+    // The unit tests feed the rules series that exist too (a renamed metric fails here).
+    let fed = metric_names_in(&std::fs::read_to_string(&tests).unwrap());
+    let unknown: Vec<_> = fed.iter().filter(|n| !written.contains(*n)).collect();
+    assert!(
+        unknown.is_empty(),
+        "the rule tests use series idemctl never writes: {unknown:?}"
+    );
+}
