@@ -125,6 +125,24 @@ pub struct GlobalArgs {
     /// idle_in_transaction_session_timeout for idemctl's sessions.
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "60s", global = true, value_name = "DUR")]
     pub idle_in_transaction_timeout: Duration,
+
+    /// How the connection's server sessions are shared: auto detects a pooler (PgBouncer and the
+    /// like) and then assumes transaction pooling; session keeps session-level settings and the
+    /// per-table lock (a direct connection or a session-mode pooler); transaction keeps everything
+    /// inside idemctl's own transactions.
+    #[arg(long, value_enum, env = "IDEMCTL_POOL_MODE", default_value_t = PoolMode::Auto, global = true)]
+    pub pool_mode: PoolMode,
+}
+
+/// How the server sessions behind a connection are shared (`--pool-mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PoolMode {
+    /// Detect a pooler from the connection and assume transaction pooling behind one.
+    Auto,
+    /// idemctl owns each server session while connected (direct, or a session-mode pooler).
+    Session,
+    /// Server sessions are shared between transactions (a transaction-mode pooler).
+    Transaction,
 }
 
 /// The subcommands.

@@ -1,5 +1,6 @@
 //! The run context built once per invocation: resolved connection target and pool, output
-//! settings, the key table, and cancellation by SIGINT / SIGTERM.
+//! settings, the key table, cancellation by SIGINT / SIGTERM, and the clean close of every
+//! connection at the end.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -7,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::Result;
 
 use crate::cli::GlobalArgs;
-use crate::conn::{self, ConnectSettings, Target};
-use crate::db::KeyTable;
+use crate::conn::{self, ConnectSettings, Route, Target};
+use crate::db::{KeyTable, Session};
 use crate::output::Output;
 
 /// Everything a command needs.
@@ -16,7 +17,7 @@ pub struct Context {
     pub global: GlobalArgs,
     pub output: Output,
     pub target: Target,
-    pool: deadpool_postgres::Pool,
+    pool: conn::Pool,
     pub cancel: Cancel,
     /// Records the run's metrics (evict, reclaim, stats); no destination by default.
     pub metrics: crate::metrics::Recorder,
@@ -38,7 +39,7 @@ impl Context {
             idle_in_transaction_timeout: global.idle_in_transaction_timeout,
         };
         let target = conn::resolve(&settings, &conn::ProcessEnv)?;
-        let pool = target.pool(pool_size)?;
+        let pool = target.pool_with(pool_size, global.pool_mode)?;
         Ok(Context {
             global,
             output,
@@ -50,15 +51,30 @@ impl Context {
     }
 
     /// A session with idemctl's settings, retrying transient failures up to the connect timeout.
-    pub async fn client(&self) -> Result<deadpool_postgres::Object> {
-        self.target.connect(&self.pool).await
+    /// Behind a transaction pooler its settings are applied inside each of its transactions.
+    pub async fn session(&self) -> Result<Session> {
+        let client = self.target.connect(&self.pool).await?;
+        let pooled = !self.route().is_some_and(Route::owns_session);
+        Ok(Session::new(client, pooled, self.pool.session_settings()))
+    }
+
+    /// How the sessions reach the server (known once one has connected).
+    pub fn route(&self) -> Option<Route> {
+        self.pool.route()
     }
 
     /// Resolve `--table` on the given session.
-    pub async fn table(&self, client: &deadpool_postgres::Object) -> Result<KeyTable> {
-        let table = KeyTable::resolve(client, &self.global.table).await?;
+    pub async fn table(&self, session: &Session) -> Result<KeyTable> {
+        let table = KeyTable::resolve(session, &self.global.table).await?;
         self.metrics.set_table(&table.display());
         Ok(table)
+    }
+
+    /// Close the connections, each with its Terminate message, before the process exits. Every
+    /// [`Session`] must have been dropped (a session still held closes when it is dropped, too
+    /// late to be waited for).
+    pub async fn close(&self) {
+        self.pool.close().await;
     }
 }
 

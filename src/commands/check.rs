@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::cli::CheckArgs;
 use crate::commands::stats;
+use crate::conn::Route;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::table::Privileges;
@@ -47,9 +48,10 @@ fn finding(check: &str, status: Status, detail: String, fix: Option<String>) -> 
 
 /// Run `check`.
 pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
-    let client = ctx.client().await?;
+    let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
-    let mut findings = structure(&table);
+    let mut findings = vec![connection(ctx.route())];
+    findings.extend(structure(&table));
     findings.extend(privileges(&table, &table.privileges(&client).await?));
     let usable = !findings.iter().any(|f| f.status == Status::Fail);
     if usable {
@@ -88,6 +90,32 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
             ),
         )),
     }
+}
+
+/// How idemctl reaches its server sessions, and what that means for evict and reclaim.
+pub fn connection(route: Option<Route>) -> Finding {
+    let Some(route) = route else {
+        return finding("connection", Status::Note, "not determined".into(), None);
+    };
+    let (status, detail) = match route {
+        Route::Direct | Route::DeclaredSession => (
+            Status::Ok,
+            format!(
+                "{}; evict and reclaim each hold a per-table lock for the whole run",
+                route.describe()
+            ),
+        ),
+        Route::DetectedPooler | Route::DeclaredTransaction => (
+            Status::Note,
+            format!(
+                "{}; evict and reclaim hold no lock beyond a transaction, so two runs on one \
+                 table may overlap (they share the rows; none is changed twice); behind a \
+                 session-mode pooler, --pool-mode session keeps runs apart",
+                route.describe()
+            ),
+        ),
+    };
+    finding("connection", status, detail, None)
 }
 
 /// Columns and indexes.

@@ -4,6 +4,7 @@
 
 use std::io::Read as _;
 
+use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 use serde_json::json;
 
@@ -30,7 +31,7 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     if let (Some(body), Some(how)) = (&body, args.canonical) {
         fingerprint::canonical_bytes(body, how).map_err(|e| fail(Exit::Usage, e))?;
     }
-    let client = ctx.client().await?;
+    let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     let privileges = table.privileges(&client).await?;
     privileges.require(&table, "inspect", &[("SELECT", privileges.select)])?;
@@ -226,7 +227,7 @@ fn not_found_message(args: &InspectArgs) -> String {
 }
 
 async fn by_tenant(
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     tenant: &str,
     key: &str,
@@ -244,14 +245,14 @@ async fn by_tenant(
     }
     let sql = table.sql(include_str!("../../sql/inspect_by_tenant.sql"));
     let rows = client
-        .query(&sql, &[&tenant, &key, &stuck_secs])
+        .query(&sql, &[p(&tenant), p(&key), p(&stuck_secs)])
         .await
         .context("failed to read the key")?;
     rows.iter().map(KeyRecord::from_row).collect()
 }
 
 async fn by_key(
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     key: &str,
     stuck_secs: f64,
@@ -259,11 +260,11 @@ async fn by_key(
     let rows = match table.key_lookup() {
         KeyLookup::ByKey => {
             let sql = table.sql(include_str!("../../sql/inspect_by_key.sql"));
-            client.query(&sql, &[&key, &stuck_secs, &MAX_TENANTS_LISTED]).await
+            client.query(&sql, &[p(&key), p(&stuck_secs), p(&MAX_TENANTS_LISTED)]).await
         }
         KeyLookup::SkipScan => {
             let sql = table.sql(include_str!("../../sql/inspect_skip_scan.sql"));
-            client.query(&sql, &[&key, &stuck_secs, &MAX_TENANTS_PROBED]).await
+            client.query(&sql, &[p(&key), p(&stuck_secs), p(&MAX_TENANTS_PROBED)]).await
         }
         KeyLookup::Unindexed => {
             return Err(fail(

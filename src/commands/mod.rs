@@ -60,5 +60,6 @@ pub async fn run(cli: Cli) -> Result<Exit> {
     if let Err(e) = &result {
         ctx.metrics.finish_failed(e).await;
     }
+    ctx.close().await;
     result
 }

@@ -8,6 +8,7 @@
 //! row it changes, so a completed key is never touched. Flags, body and plan file are checked
 //! before connecting.
 
+use crate::db::{Param, Session, p};
 use std::collections::HashSet;
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -17,7 +18,6 @@ use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
-use tokio_postgres::types::ToSql;
 
 use crate::cli::{OutputFormat, ReclaimAction, ReclaimArgs};
 use crate::context::Context;
@@ -90,7 +90,7 @@ struct Request {
 /// Run `reclaim`.
 pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
     let req = validate(ctx, args)?;
-    let client = ctx.client().await?;
+    let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     table.require_columns()?;
     match &req.mode {
@@ -437,7 +437,7 @@ struct Found {
 
 async fn preview(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     req: &Request,
     args: &ReclaimArgs,
@@ -460,14 +460,9 @@ async fn preview(
 
 /// List up to `cap` stuck keys and count them (up to COUNT_CAP) in one read-only snapshot, so the
 /// count and the list agree. (An error leaves the session in the transaction; the process ends.)
-async fn find(
-    client: &deadpool_postgres::Object,
-    table: &KeyTable,
-    older_than: f64,
-    cap: i64,
-) -> Result<Found> {
+async fn find(client: &Session, table: &KeyTable, older_than: f64, cap: i64) -> Result<Found> {
     client
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        .begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await
         .context("failed to start the preview's read-only transaction")?;
     let db_now: OffsetDateTime = client
@@ -476,12 +471,12 @@ async fn find(
         .context("failed to read the database clock")?
         .get(0);
     let rows = client
-        .query(&table.sql(PREVIEW_SQL), &[&older_than, &(cap + 1)])
+        .query(&table.sql(PREVIEW_SQL), &[p(&older_than), p(&(cap + 1))])
         .await
         .context("failed to list stuck in_progress keys")?;
     let stuck = queries::stuck(client, table, older_than, COUNT_CAP).await?;
     client
-        .batch_execute("COMMIT")
+        .commit()
         .await
         .context("failed to end the preview's transaction")?;
     let cap = usize::try_from(cap).unwrap_or(usize::MAX);
@@ -676,31 +671,31 @@ fn require_stuck_index(table: &KeyTable, allow_scan: bool, quiet: bool) -> Resul
 /// SELECT to preview; for `delete` also DELETE and a row lock (PostgreSQL grants FOR UPDATE with
 /// UPDATE on any column); for `fail` UPDATE on each column it writes. `action` None = preview.
 async fn require_privileges(
-    client: &tokio_postgres::Client,
+    client: &Session,
     table: &KeyTable,
     action: Option<ReclaimAction>,
 ) -> Result<()> {
-    let p = table.privileges(client).await?;
+    let privileges = table.privileges(client).await?;
     let (command, needs) = match action {
-        None => ("reclaim --dry-run", vec![("SELECT", p.select)]),
+        None => ("reclaim --dry-run", vec![("SELECT", privileges.select)]),
         Some(ReclaimAction::Delete) => (
             "reclaim --action delete",
             vec![
-                ("SELECT", p.select),
-                ("DELETE", p.delete),
-                ("UPDATE (state)", p.lock_rows),
+                ("SELECT", privileges.select),
+                ("DELETE", privileges.delete),
+                ("UPDATE (state)", privileges.lock_rows),
             ],
         ),
         Some(ReclaimAction::Fail) => {
             let row = client
-                .query_one(PRIVILEGES_SQL, &[&table.oid])
+                .query_one(PRIVILEGES_SQL, &[p(&table.oid)])
                 .await
                 .context("failed to read the role's column privileges")?;
             let column = |c: &str| row.try_get::<_, bool>(c).unwrap_or(false);
             (
                 "reclaim --action fail",
                 vec![
-                    ("SELECT", p.select),
+                    ("SELECT", privileges.select),
                     ("UPDATE (state)", column("state")),
                     ("UPDATE (response_status)", column("response_status")),
                     ("UPDATE (response_body)", column("response_body")),
@@ -709,19 +704,20 @@ async fn require_privileges(
             )
         }
     };
-    p.require(table, command, &needs)
+    privileges.require(table, command, &needs)
 }
 
 // ---- writing runs: shared steps --------------------------------------------------------------
 
-/// Take the table's reclaim lock and keep every row wait to a few milliseconds for the session.
-async fn begin_writes(client: &tokio_postgres::Client, table: &KeyTable) -> Result<()> {
-    lock::acquire(client, table, LockClass::Reclaim).await?;
+/// Take the table's reclaim lock and keep every row wait to a few milliseconds for the session
+/// (behind a transaction pooler: no lock, and the wait set in each batch's transaction).
+async fn begin_writes(ctx: &Context, client: &Session, table: &KeyTable) -> Result<()> {
+    let scope = lock::acquire(client, table, LockClass::Reclaim).await?;
+    if let Some(note) = scope.note(LockClass::Reclaim, ctx.route()) {
+        ctx.output.note(&note);
+    }
     client
-        .batch_execute(&format!(
-            "SET lock_timeout = '{}ms'",
-            ROW_LOCK_WAIT.as_millis()
-        ))
+        .set("lock_timeout", &format!("{}ms", ROW_LOCK_WAIT.as_millis()))
         .await
         .context("failed to set the reclaim session's lock_timeout")
 }
@@ -769,9 +765,9 @@ const LOCK_TRIES: u32 = 5;
 /// get a lock within the lock_timeout was rolled back whole; it is tried again a little later.
 async fn query_batch(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     sql: &str,
-    params: &[&(dyn ToSql + Sync)],
+    params: &[Param<'_>],
 ) -> Result<Vec<tokio_postgres::Row>> {
     let mut tries = 1;
     loop {
@@ -787,15 +783,12 @@ async fn query_batch(
 
 async fn query_once(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     sql: &str,
-    params: &[&(dyn ToSql + Sync)],
+    params: &[Param<'_>],
 ) -> Result<Vec<tokio_postgres::Row>> {
     let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
-    let work = async {
-        let stmt = client.prepare_cached(sql).await?;
-        client.query(&stmt, params).await
-    };
+    let work = client.query_reused(sql, params);
     match tokio::time::timeout(deadline, work).await {
         Ok(r) => Ok(r?),
         Err(_) => Err(fail(
@@ -1012,14 +1005,14 @@ impl ReclaimReport {
 
 async fn sweep(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     req: &Request,
     args: &ReclaimArgs,
 ) -> Result<Exit> {
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, Some(req.action)).await?;
-    begin_writes(client, table).await?;
+    begin_writes(ctx, client, table).await?;
     let before = queries::stuck(client, table, req.older_than, COUNT_CAP).await?;
     if before.count.count > 0 {
         let count = match req.limit {
@@ -1049,7 +1042,7 @@ async fn sweep(
 
 async fn sweep_batches(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     req: &Request,
     args: &ReclaimArgs,
@@ -1084,7 +1077,7 @@ async fn sweep_batches(
 /// One batch of the sweep: returns the keys it reclaimed.
 async fn sweep_batch(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     sql: &str,
     req: &Request,
     want: u64,
@@ -1096,11 +1089,17 @@ async fn sweep_batch(
                 ctx,
                 client,
                 sql,
-                &[&req.older_than, &limit, &req.status, body, &req.keep_failed],
+                &[
+                    p(&req.older_than),
+                    p(&limit),
+                    p(&req.status),
+                    p(body),
+                    p(&req.keep_failed),
+                ],
             )
             .await?
         }
-        _ => query_batch(ctx, client, sql, &[&req.older_than, &limit]).await?,
+        _ => query_batch(ctx, client, sql, &[p(&req.older_than), p(&limit)]).await?,
     };
     let row = rows
         .first()
@@ -1118,7 +1117,7 @@ async fn sweep_batch(
 
 async fn apply(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     req: &Request,
     args: &ReclaimArgs,
@@ -1129,7 +1128,7 @@ async fn apply(
     check_plan_database(client, path, plan).await?;
     require_identity_index(table)?;
     require_privileges(client, table, Some(req.action)).await?;
-    begin_writes(client, table).await?;
+    begin_writes(ctx, client, table).await?;
     let rows = within_limit(&plan.rows, req.limit);
     if !rows.is_empty() {
         confirm(
@@ -1203,11 +1202,7 @@ fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
 
 /// A plan applies only to the database it was made on: the same keys can exist in a staging copy
 /// or on another cluster, where its re-checks would find them all "gone" or, worse, match.
-async fn check_plan_database(
-    client: &tokio_postgres::Client,
-    path: &Path,
-    plan: &Plan,
-) -> Result<()> {
+async fn check_plan_database(client: &Session, path: &Path, plan: &Plan) -> Result<()> {
     let shown = sanitize(&path.display().to_string());
     let Some(made_on) = &plan.database else {
         return Err(fail(
@@ -1235,7 +1230,7 @@ async fn check_plan_database(
 
 async fn apply_batches(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     req: &Request,
     args: &ReclaimArgs,
@@ -1263,7 +1258,7 @@ async fn apply_batches(
 /// One batch of plan rows: each row's outcome and current state, in the chunk's order.
 async fn apply_batch(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     sql: &str,
     req: &Request,
     chunk: &[PlanRow],
@@ -1272,11 +1267,17 @@ async fn apply_batch(
     let keys: Vec<&str> = chunk.iter().map(|r| r.key.as_str()).collect();
     let locked: Vec<Option<OffsetDateTime>> = chunk.iter().map(|r| r.locked_at).collect();
     let created: Vec<OffsetDateTime> = chunk.iter().map(|r| r.created_at).collect();
-    let base: [&(dyn ToSql + Sync); 5] = [&tenants, &keys, &locked, &created, &req.older_than];
+    let base = [
+        p(&tenants),
+        p(&keys),
+        p(&locked),
+        p(&created),
+        p(&req.older_than),
+    ];
     let rows = match &req.body {
         Some(body) if req.action == ReclaimAction::Fail => {
             let mut params = base.to_vec();
-            params.extend([&req.status as &(dyn ToSql + Sync), body, &req.keep_failed]);
+            params.extend([p(&req.status), p(body), p(&req.keep_failed)]);
             query_batch(ctx, client, sql, &params).await?
         }
         _ => query_batch(ctx, client, sql, &base).await?,

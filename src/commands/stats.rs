@@ -1,6 +1,7 @@
 //! `idemctl stats`: the figures an alert needs, every one of them from the catalog or a bounded,
 //! index-backed statement.
 
+use crate::db::Session;
 use anyhow::Result;
 use serde::Serialize;
 
@@ -48,7 +49,7 @@ impl StatsReport {
 
 /// Gather the report; shared with `check`.
 pub async fn gather(
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     stuck_after_secs: f64,
     cap: i64,
@@ -56,7 +57,7 @@ pub async fn gather(
 ) -> Result<StatsReport> {
     table.require_columns()?;
     table.require_expiry_index()?;
-    let c: &tokio_postgres::Client = client;
+    let c: &Session = client;
     let sizes = queries::sizes(c, table).await?;
     let vacuum = queries::vacuum(c, table).await?;
     let oldest_live = queries::oldest_live(c, table).await?;
@@ -108,7 +109,7 @@ const STATS_END: RunEnd = RunEnd {
 
 /// Run `stats`.
 pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
-    let client = ctx.client().await?;
+    let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     let privileges = table.privileges(&client).await?;
     privileges.require(&table, "stats", &[("SELECT", privileges.select)])?;

@@ -25,6 +25,7 @@ mod verify;
 mod tests;
 
 pub use env::{Env, ProcessEnv};
+pub use pool::{Pool, Route};
 
 use std::fmt;
 use std::time::Duration;

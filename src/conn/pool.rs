@@ -1,47 +1,201 @@
-//! Connections for a resolved [`Target`]: the deadpool pool (TLS connector, session timeouts set
-//! on every new connection) and the connect loop that retries transient failures with backoff
-//! until the connect timeout, then fails with one line saying where, as whom, and why.
+//! Connections for a resolved [`Target`]: the deadpool pool (TLS connector; on every new
+//! connection, whether a pooler stands in between and, on a session idemctl owns, the session
+//! timeouts), the connect loop that retries transient failures with backoff until the connect
+//! timeout, then fails with one line saying where, as whom, and why, and the clean close that lets
+//! every connection say goodbye (Terminate) before the process exits.
 
 use super::{SessionTimeouts, Target};
+use crate::cli::PoolMode;
 use crate::exit::{Exit, fail};
 use deadpool_postgres::{
-    Hook, HookError, Manager, ManagerConfig, Object, Pool, PoolError, RecyclingMethod, Runtime,
+    Connect, Hook, HookError, Manager, ManagerConfig, Object, PoolError, RecyclingMethod, Runtime,
 };
 use std::error::Error as StdError;
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
-use tokio_postgres::NoTls;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
+use tokio::task::JoinHandle;
+use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
+use tokio_postgres::types::Type;
+use tokio_postgres::{NoTls, Socket};
 
 const SESSION_SQL: &str = include_str!("../../sql/session_settings.sql");
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
+/// How long [`Pool::close`] waits for the connections to finish saying goodbye.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+/// How idemctl's connections reach their server sessions, as far as it can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Route {
+    /// The server process that answers is the one whose cancel key the login sent: a direct
+    /// connection, whose session idemctl owns until it disconnects.
+    Direct,
+    /// `--pool-mode session`: a pooler that gives idemctl a server session until it disconnects.
+    DeclaredSession,
+    /// The login's cancel key names no server process of this connection: a pooler (PgBouncer and
+    /// the like), assumed to share server sessions between transactions.
+    DetectedPooler,
+    /// `--pool-mode transaction`.
+    DeclaredTransaction,
+}
+
+impl Route {
+    /// Whether session-level state (settings, advisory locks, named prepared statements) stays
+    /// idemctl's own: false behind a transaction-mode pooler, where it would leak to the API.
+    pub fn owns_session(self) -> bool {
+        matches!(self, Route::Direct | Route::DeclaredSession)
+    }
+
+    /// One line for the operator.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Route::Direct => "direct connection: idemctl owns its server sessions",
+            Route::DeclaredSession => {
+                "session pooling (--pool-mode session): idemctl owns its server sessions while connected"
+            }
+            Route::DetectedPooler => {
+                "through a connection pooler (the server process differs from the one the login \
+                 announced): transaction pooling assumed, so idemctl keeps its settings, locks and \
+                 statements inside its own transactions"
+            }
+            Route::DeclaredTransaction => {
+                "transaction pooling (--pool-mode transaction): idemctl keeps its settings, locks and \
+                 statements inside its own transactions"
+            }
+        }
+    }
+}
+
+/// What the pool's connections share: the mode asked for, what was found, and the connection
+/// tasks to wait for on close.
+struct Shared {
+    mode: PoolMode,
+    timeouts: SessionTimeouts,
+    /// The least owning route any connection has shown (a pooler seen once is assumed throughout).
+    route: Mutex<Option<Route>>,
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn record(&self, route: Route) {
+        let mut seen = self.route.lock().unwrap_or_else(PoisonError::into_inner);
+        if seen.is_none_or(Route::owns_session) {
+            *seen = Some(route);
+        }
+    }
+}
+
+/// idemctl's connection pool: deadpool's, plus what its connections showed about the route to the
+/// server, and the connection tasks to let finish on [`Pool::close`].
+pub struct Pool {
+    inner: deadpool_postgres::Pool,
+    shared: Arc<Shared>,
+}
+
+impl Pool {
+    /// How the connections made so far reach the server (`None` before the first one).
+    pub fn route(&self) -> Option<Route> {
+        *self
+            .shared
+            .route
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The settings a session behind a transaction pooler applies with `SET LOCAL` in each of its
+    /// transactions (on a session idemctl owns they were set once, at login).
+    pub fn session_settings(&self) -> Vec<(&'static str, String)> {
+        let t = self.shared.timeouts;
+        vec![
+            ("statement_timeout", setting_millis(t.statement)),
+            ("lock_timeout", setting_millis(t.lock)),
+            (
+                "idle_in_transaction_session_timeout",
+                setting_millis(t.idle_in_transaction),
+            ),
+        ]
+    }
+
+    /// Close every idle connection and wait (up to 2 s) until each connection has sent its
+    /// Terminate and closed its socket. Sessions still checked out close when they are dropped.
+    pub async fn close(&self) {
+        self.inner.close();
+        let tasks = std::mem::take(
+            &mut *self
+                .shared
+                .tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            for task in tasks {
+                let _ = task.await;
+            }
+        })
+        .await;
+    }
+}
 
 impl Target {
-    /// A pool of at most `max_size` connections (at least 1). Every new connection gets the
-    /// session timeouts; reused ones are checked with a round trip (`Verified`) so a connection
-    /// dropped by a proxy is replaced rather than failing the next query.
+    /// A pool of at most `max_size` connections (at least 1), detecting a pooler (`--pool-mode
+    /// auto`). See [`Target::pool_with`].
     pub fn pool(&self, max_size: usize) -> anyhow::Result<Pool> {
+        self.pool_with(max_size, PoolMode::Auto)
+    }
+
+    /// A pool of at most `max_size` connections (at least 1). Every new connection is examined
+    /// for a pooler (unless `mode` says what to assume) and, when idemctl owns its session, gets
+    /// the session timeouts; reused ones are checked with a round trip (`Verified`) so a
+    /// connection dropped by a proxy is replaced rather than failing the next query.
+    pub fn pool_with(&self, max_size: usize, mode: PoolMode) -> anyhow::Result<Pool> {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Verified,
         };
+        let shared = Arc::new(Shared {
+            mode,
+            timeouts: self.session,
+            route: Mutex::new(None),
+            tasks: Mutex::new(Vec::new()),
+        });
         let config = self.config.clone();
         let manager = match &self.tls {
-            Some(tls) => Manager::from_config(config, tls.clone(), manager_config),
-            None => Manager::from_config(config, NoTls, manager_config),
+            Some(tls) => Manager::from_connect(
+                config,
+                Tracked {
+                    tls: tls.clone(),
+                    shared: shared.clone(),
+                },
+                manager_config,
+            ),
+            None => Manager::from_connect(
+                config,
+                Tracked {
+                    tls: NoTls,
+                    shared: shared.clone(),
+                },
+                manager_config,
+            ),
         };
-        Pool::builder(manager)
+        let inner = deadpool_postgres::Pool::builder(manager)
             .max_size(max_size.max(1))
             .runtime(Runtime::Tokio1)
             .create_timeout(Some(self.connect_timeout))
             .recycle_timeout(Some(self.connect_timeout))
-            .post_create(session_hook(self.session))
+            .post_create(session_hook(shared.clone()))
             .build()
             .map_err(|e| {
                 fail(
                     Exit::Internal,
                     format!("cannot build the connection pool: {e}"),
                 )
-            })
+            })?;
+        Ok(Pool { inner, shared })
     }
 
     /// A connection from `pool`, retrying refused/missing/starting-up/overloaded servers with
@@ -56,7 +210,7 @@ impl Target {
         loop {
             attempts += 1;
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let failure = match tokio::time::timeout(remaining, pool.get()).await {
+            let failure = match tokio::time::timeout(remaining, pool.inner.get()).await {
                 Ok(Ok(client)) => return Ok(client),
                 // The budget ran out mid-attempt (the pool's own create timeout is the same
                 // budget, and may fire first): the previous attempt's reason (say, "connection
@@ -101,24 +255,174 @@ fn rounded(elapsed: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(step)
 }
 
-/// Sets the session timeouts right after login. Kept out of startup `options` because PgBouncer
-/// refuses unknown startup parameters.
-fn session_hook(timeouts: SessionTimeouts) -> Hook {
-    Hook::async_fn(move |client, _metrics| {
+/// Connects like deadpool's own connector, but keeps the connection task for [`Pool::close`].
+/// deadpool aborts the task handle it is given as soon as the client is dropped, which cuts the
+/// socket before the connection has written its Terminate message; it gets a finished task instead.
+struct Tracked<T> {
+    tls: T,
+    shared: Arc<Shared>,
+}
+
+type Connected = Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>;
+
+impl<T> Connect for Tracked<T>
+where
+    T: MakeTlsConnect<Socket> + Clone + Sync + Send + 'static,
+    T::Stream: Sync + Send,
+    T::TlsConnect: Sync + Send,
+    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
+{
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> Pin<Box<dyn Future<Output = Connected> + Send + '_>> {
+        let tls = self.tls.clone();
+        let config = pg_config.clone();
+        let shared = self.shared.clone();
         Box::pin(async move {
-            let values = [
-                timeouts.statement,
-                timeouts.lock,
-                timeouts.idle_in_transaction,
-            ]
-            .map(setting_millis);
-            client
-                .execute(SESSION_SQL, &[&values[0], &values[1], &values[2]])
-                .await
-                .map_err(HookError::Backend)?;
+            let (client, connection) = config.connect(tls).await?;
+            let task = tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            shared
+                .tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(task);
+            Ok((client, tokio::spawn(async {})))
+        })
+    }
+}
+
+/// Right after login: find out whether idemctl owns this server session and, if it does, set the
+/// session timeouts (kept out of startup `options` because PgBouncer refuses unknown startup
+/// parameters). Behind a transaction pooler nothing is set here: each transaction sets its own.
+fn session_hook(shared: Arc<Shared>) -> Hook {
+    Hook::async_fn(move |client, _metrics| {
+        let shared = shared.clone();
+        Box::pin(async move {
+            let route = match shared.mode {
+                PoolMode::Session => Route::DeclaredSession,
+                PoolMode::Transaction => Route::DeclaredTransaction,
+                PoolMode::Auto => detect(client).await.map_err(HookError::Backend)?,
+            };
+            if route.owns_session() {
+                let t = shared.timeouts;
+                let values = [t.statement, t.lock, t.idle_in_transaction].map(setting_millis);
+                client
+                    .query_typed(
+                        SESSION_SQL,
+                        &[
+                            (&values[0], Type::TEXT),
+                            (&values[1], Type::TEXT),
+                            (&values[2], Type::TEXT),
+                        ],
+                    )
+                    .await
+                    .map_err(HookError::Backend)?;
+            }
+            shared.record(route);
             Ok(())
         })
     })
+}
+
+/// A pooler answers the login itself, with a cancel key of its own making (PgBouncer's is random),
+/// while a server announces its own process id: compare that with `pg_backend_pid()`.
+async fn detect(client: &tokio_postgres::Client) -> Result<Route, tokio_postgres::Error> {
+    let rows = client
+        .query_typed("SELECT pg_catalog.pg_backend_pid()", &[])
+        .await?;
+    let server_pid: Option<i32> = rows.first().map(|r| r.get(0));
+    let announced = announced_pid(client).await;
+    Ok(match (announced, server_pid) {
+        (Some(a), Some(s)) if a == s => Route::Direct,
+        _ => Route::DetectedPooler,
+    })
+}
+
+/// The process id of the login's BackendKeyData. The driver keeps it private to its cancel token,
+/// which writes it into the CancelRequest it sends: have it send one into an in-memory pipe, read
+/// the id back, and send nothing anywhere.
+async fn announced_pid(client: &tokio_postgres::Client) -> Option<i32> {
+    let token = client.cancel_token();
+    let (ours, theirs) = tokio::io::duplex(64);
+    let (_, pid) = tokio::join!(
+        token.cancel_query_raw(Loopback(ours), NoEncryption),
+        read_cancel_request(theirs)
+    );
+    pid.ok().flatten()
+}
+
+const SSL_REQUEST: i32 = 80_877_103;
+const CANCEL_REQUEST: i32 = 80_877_102;
+
+/// The far end of [`announced_pid`]'s pipe: accept a TLS request (the pipe's "TLS" is a no-op),
+/// then read the CancelRequest (length 16, code, process id, secret).
+async fn read_cancel_request(mut peer: DuplexStream) -> io::Result<Option<i32>> {
+    let int = |b: &[u8]| i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    let mut head = [0u8; 8];
+    peer.read_exact(&mut head).await?;
+    if int(&head[4..]) == SSL_REQUEST {
+        peer.write_all(b"S").await?;
+        peer.read_exact(&mut head).await?;
+    }
+    if int(&head[..4]) != 16 || int(&head[4..]) != CANCEL_REQUEST {
+        return Ok(None);
+    }
+    let mut body = [0u8; 8];
+    peer.read_exact(&mut body).await?;
+    Ok(Some(int(&body[..4])))
+}
+
+/// An in-memory stream that is its own "TLS" (nothing is encrypted: nothing leaves the process).
+struct Loopback(DuplexStream);
+
+impl AsyncRead for Loopback {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Loopback {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+impl TlsStream for Loopback {
+    fn channel_binding(&self) -> ChannelBinding {
+        ChannelBinding::none()
+    }
+}
+
+/// The "TLS" of [`Loopback`]: hands the stream back as it is.
+struct NoEncryption;
+
+impl TlsConnect<Loopback> for NoEncryption {
+    type Stream = Loopback;
+    type Error = io::Error;
+    type Future = std::future::Ready<io::Result<Loopback>>;
+
+    fn connect(self, stream: Loopback) -> Self::Future {
+        std::future::ready(Ok(stream))
+    }
 }
 
 /// A GUC value in milliseconds. Sub-millisecond durations round up so they do not turn into 0

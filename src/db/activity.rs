@@ -1,10 +1,12 @@
 //! What the rest of the server is doing, from `pg_stat_activity`, for evict's adaptive pace.
 
 use anyhow::{Context as _, Result};
+
+use crate::db::{Session, p};
 use time::OffsetDateTime;
 
 /// Whether the role may see other sessions' state, and its name for messages.
-pub async fn visibility(client: &tokio_postgres::Client) -> Result<(String, bool)> {
+pub async fn visibility(client: &Session) -> Result<(String, bool)> {
     let row = client
         .query_one(include_str!("../../sql/pace_visibility.sql"), &[])
         .await
@@ -30,12 +32,9 @@ pub struct Foreground {
 }
 
 /// Sample the other client sessions; `since` is the previous sample's `sampled_at`.
-pub async fn foreground(
-    client: &tokio_postgres::Client,
-    since: Option<OffsetDateTime>,
-) -> Result<Foreground> {
+pub async fn foreground(client: &Session, since: Option<OffsetDateTime>) -> Result<Foreground> {
     let row = client
-        .query_one(include_str!("../../sql/pace_foreground.sql"), &[&since])
+        .query_one(include_str!("../../sql/pace_foreground.sql"), &[p(&since)])
         .await
         .context("failed to sample the other sessions' activity")?;
     let n = |c: &str| u32::try_from(row.get::<_, i32>(c)).unwrap_or(0);

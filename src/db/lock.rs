@@ -1,11 +1,45 @@
 //! The per-table maintenance lock: a session-level advisory lock, so that two evicts (or two
 //! reclaims) never work on one table at once, and a crashed run's lock dies with its session.
+//!
+//! Behind a transaction pooler no lock may outlive a transaction (it would stay with a pooled
+//! server session, held for the API's clients), so none is taken there: runs of one command may
+//! then overlap, and keep apart row by row instead (claimed ranges, a lock_timeout of a few
+//! milliseconds, SKIP LOCKED), which never deletes or changes a row twice.
 
 use anyhow::{Context as _, Result};
 
 use super::KeyTable;
+use crate::conn::Route;
+use crate::db::{Session, p};
 use crate::exit::{Exit, fail};
 use crate::output::sanitize;
+
+/// What keeps another run of the same command off the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockScope {
+    /// This session holds the lock until it ends: no other run works on the table meanwhile.
+    Run,
+    /// Behind a transaction pooler: nothing table-wide; overlapping runs share the work row by row.
+    Rows,
+}
+
+impl LockScope {
+    /// The one line said at run time when a pooler was detected (`--pool-mode transaction` says
+    /// the operator knows; `--quiet` silences it too).
+    pub fn note(self, class: LockClass, route: Option<Route>) -> Option<String> {
+        if self != LockScope::Rows || route != Some(Route::DetectedPooler) {
+            return None;
+        }
+        let name = class.name();
+        Some(format!(
+            "connected through a connection pooler (transaction pooling assumed): this {name} run \
+             holds no lock beyond its own transactions, so another {name} run on this table is not \
+             kept out; overlapping runs share the rows, none is changed twice and no request waits \
+             on them longer than lock_timeout (--pool-mode session behind a session pooler keeps \
+             runs apart; --pool-mode transaction silences this note)"
+        ))
+    }
+}
 
 /// Which command the lock is for; evict and reclaim may run side by side.
 #[derive(Clone, Copy, Debug)]
@@ -37,52 +71,54 @@ fn table_key(table: &KeyTable) -> i32 {
 }
 
 /// Take the lock for this session or fail at once with the lock-busy exit code, naming the holder
-/// when pg_stat_activity shows it.
-pub async fn acquire(
-    client: &tokio_postgres::Client,
-    table: &KeyTable,
-    class: LockClass,
-) -> Result<()> {
+/// when pg_stat_activity shows it. Behind a transaction pooler, take nothing ([`LockScope::Rows`]).
+pub async fn acquire(client: &Session, table: &KeyTable, class: LockClass) -> Result<LockScope> {
+    if client.pooled() {
+        return Ok(LockScope::Rows);
+    }
     let row = client
         .query_one(
             include_str!("../../sql/evict_lock.sql"),
-            &[&class.key(), &table_key(table)],
+            &[p(&class.key()), p(&table_key(table))],
         )
         .await
         .context("failed to take the maintenance lock")?;
     if row.get::<_, bool>("acquired") {
-        return Ok(());
+        return Ok(LockScope::Run);
     }
     let holder = client
         .query_opt(
             include_str!("../../sql/evict_lock_holder.sql"),
-            &[&class.key(), &table_key(table)],
+            &[p(&class.key()), p(&table_key(table))],
         )
         .await
         .ok()
         .flatten();
-    let who = match holder {
-        Some(h) => {
-            let pid: Option<i32> = h.get("pid");
-            let app: Option<String> = h.get("application_name");
-            let addr: Option<String> = h.get("client_addr");
-            let user: Option<String> = h.get("usename");
+    let (name, table) = (class.name(), table.display());
+    let Some(h) = holder else {
+        return Err(fail(
+            Exit::LockBusy,
             format!(
-                " (pid {}, application_name {}, user {}, client {})",
-                pid.map_or_else(|| "?".into(), |p| p.to_string()),
-                app.map_or_else(|| "unknown".into(), |a| sanitize(&a)),
-                user.map_or_else(|| "unknown".into(), |u| sanitize(&u)),
-                addr.unwrap_or_else(|| "local socket".into()),
-            )
-        }
-        None => String::new(),
+                "another {name} run holds the lock on {table}; this run did nothing, try again when it has finished"
+            ),
+        ));
     };
-    Err(fail(
-        Exit::LockBusy,
-        format!(
-            "another {} run holds the lock on {}{who}; this run did nothing, try again when it has finished",
-            class.name(),
-            table.display()
-        ),
-    ))
+    let pid: Option<i32> = h.get("pid");
+    let app: Option<String> = h.get("application_name");
+    let addr: Option<String> = h.get("client_addr");
+    let user: Option<String> = h.get("usename");
+    let pid = pid.map_or_else(|| "?".into(), |p| p.to_string());
+    let who = format!(
+        "pid {pid}, application_name {}, user {}, client {}",
+        app.as_deref().map_or_else(|| "unknown".into(), sanitize),
+        user.map_or_else(|| "unknown".into(), |u| sanitize(&u)),
+        addr.unwrap_or_else(|| "local socket".into()),
+    );
+    // The holder is named, never judged: its application_name is whatever its conninfo said, so
+    // it proves neither that it is an idemctl run nor that it is not.
+    let message = format!(
+        "another {name} run holds the lock on {table} ({who}); this run did nothing, try again \
+         when it has finished"
+    );
+    Err(fail(Exit::LockBusy, message))
 }

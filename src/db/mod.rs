@@ -7,6 +7,8 @@ pub mod partitions;
 pub mod queries;
 pub mod record;
 pub mod replication;
+pub mod session;
 pub mod table;
 
+pub use session::{Param, Session, p};
 pub use table::{KeyLookup, KeyTable};

@@ -1,6 +1,7 @@
 //! The leaf partitions of a partitioned key table, from the catalog, and the statements that let
 //! `evict --drop-partitions` detach and drop one whole (probe under the detach's lock, then drop).
 
+use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -53,13 +54,13 @@ pub struct Partition {
 
 /// Every leaf partition of `table` (empty for a plain table), ordered by lower bound, the default
 /// partition last.
-pub async fn list(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Vec<Partition>> {
+pub async fn list(client: &Session, table: &KeyTable) -> Result<Vec<Partition>> {
     if !table.partitioned {
         return Ok(Vec::new());
     }
     let timestamp_bounds = table.range_key().is_some();
     let rows = client
-        .query(LIST_SQL, &[&table.oid, &timestamp_bounds])
+        .query(LIST_SQL, &[p(&table.oid), p(&timestamp_bounds)])
         .await
         .context("failed to list the key table's partitions")?;
     Ok(rows
@@ -109,11 +110,7 @@ impl Probe {
 }
 
 /// Run the probe on `partition` (two index probes).
-pub async fn probe(
-    client: &impl tokio_postgres::GenericClient,
-    table: &KeyTable,
-    partition: &Partition,
-) -> Result<Probe> {
+pub async fn probe(client: &Session, table: &KeyTable, partition: &Partition) -> Result<Probe> {
     let row = client
         .query_one(&partition.sql(table, PROBE_SQL), &[])
         .await

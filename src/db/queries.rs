@@ -1,5 +1,6 @@
 //! The read-only figures that `stats`, `check` and `evict` share, one typed function per statement.
 
+use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -36,9 +37,9 @@ pub struct Sizes {
 }
 
 /// Sizes from the catalog (no count(*)).
-pub async fn sizes(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Sizes> {
+pub async fn sizes(client: &Session, table: &KeyTable) -> Result<Sizes> {
     let r = client
-        .query_one(include_str!("../../sql/stats_size.sql"), &[&table.oid])
+        .query_one(include_str!("../../sql/stats_size.sql"), &[p(&table.oid)])
         .await
         .context("failed to read table sizes")?;
     Ok(Sizes {
@@ -63,9 +64,9 @@ pub struct Vacuum {
 }
 
 /// Dead tuples and last (auto)vacuum / analyze.
-pub async fn vacuum(client: &tokio_postgres::Client, table: &KeyTable) -> Result<Vacuum> {
+pub async fn vacuum(client: &Session, table: &KeyTable) -> Result<Vacuum> {
     let r = client
-        .query_one(include_str!("../../sql/stats_vacuum.sql"), &[&table.oid])
+        .query_one(include_str!("../../sql/stats_vacuum.sql"), &[p(&table.oid)])
         .await
         .context("failed to read vacuum statistics")?;
     Ok(Vacuum {
@@ -88,10 +89,7 @@ pub struct KeyRef {
 }
 
 /// The live key that expires next, and its age since creation.
-pub async fn oldest_live(
-    client: &tokio_postgres::Client,
-    table: &KeyTable,
-) -> Result<Option<KeyRef>> {
+pub async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Option<KeyRef>> {
     let r = client
         .query_opt(&table.sql(include_str!("../../sql/oldest_live.sql")), &[])
         .await
@@ -105,10 +103,7 @@ pub async fn oldest_live(
 }
 
 /// The oldest expired completed key, and how long it has waited.
-pub async fn oldest_expired(
-    client: &tokio_postgres::Client,
-    table: &KeyTable,
-) -> Result<Option<KeyRef>> {
+pub async fn oldest_expired(client: &Session, table: &KeyTable) -> Result<Option<KeyRef>> {
     let r = client
         .query_opt(
             &table.sql(include_str!("../../sql/oldest_expired.sql")),
@@ -160,39 +155,26 @@ impl std::fmt::Display for Capped {
     }
 }
 
-async fn capped(
-    client: &tokio_postgres::Client,
-    sql: &str,
-    cap: i64,
-    what: &str,
-) -> Result<Capped> {
+async fn capped(client: &Session, sql: &str, cap: i64, what: &str) -> Result<Capped> {
     let r = client
-        .query_one(sql, &[&cap])
+        .query_one(sql, &[p(&cap)])
         .await
         .with_context(|| format!("failed to count {what}"))?;
     Ok(Capped::from_raw(r.get("n"), cap))
 }
 
 /// Expired completed keys, exact up to `cap`.
-pub async fn expired_backlog(
-    client: &tokio_postgres::Client,
-    table: &KeyTable,
-    cap: i64,
-) -> Result<Capped> {
+pub async fn expired_backlog(client: &Session, table: &KeyTable, cap: i64) -> Result<Capped> {
     let sql = table.sql(include_str!("../../sql/expired_backlog.sql"));
     capped(client, &sql, cap, "the expired backlog").await
 }
 
 /// Expired keys still in_progress among the oldest `cap` expired rows (a lower bound when `cap`
 /// rows were examined).
-pub async fn expired_in_progress(
-    client: &tokio_postgres::Client,
-    table: &KeyTable,
-    cap: i64,
-) -> Result<Capped> {
+pub async fn expired_in_progress(client: &Session, table: &KeyTable, cap: i64) -> Result<Capped> {
     let sql = table.sql(include_str!("../../sql/expired_in_progress.sql"));
     let r = client
-        .query_one(&sql, &[&cap])
+        .query_one(&sql, &[p(&cap)])
         .await
         .context("failed to count expired in_progress keys")?;
     let examined: i64 = r.get("examined");
@@ -211,16 +193,11 @@ pub struct Stuck {
 }
 
 /// Stuck in_progress keys, exact up to `cap`. The caller decides whether a scan is acceptable.
-pub async fn stuck(
-    client: &tokio_postgres::Client,
-    table: &KeyTable,
-    after_secs: f64,
-    cap: i64,
-) -> Result<Stuck> {
+pub async fn stuck(client: &Session, table: &KeyTable, after_secs: f64, cap: i64) -> Result<Stuck> {
     let r = client
         .query_one(
             &table.sql(include_str!("../../sql/stuck_count.sql")),
-            &[&after_secs, &cap],
+            &[p(&after_secs), p(&cap)],
         )
         .await
         .context("failed to count stuck in_progress keys")?;
@@ -239,7 +216,7 @@ pub struct DatabaseIdentity {
 }
 
 /// Read the connected database's identity.
-pub async fn database_identity(client: &tokio_postgres::Client) -> Result<DatabaseIdentity> {
+pub async fn database_identity(client: &Session) -> Result<DatabaseIdentity> {
     let row = client
         .query_one(include_str!("../../sql/database_identity.sql"), &[])
         .await

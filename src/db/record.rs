@@ -1,5 +1,6 @@
 //! One stored key as `inspect` reads it, with its state judged by the database clock.
 
+use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -121,7 +122,7 @@ impl KeyRecord {
     /// names the last transaction that locked or changed it; if that transaction is still in
     /// progress (pg_xact_status, which also sees subtransactions), the row is held. A lock shared
     /// by several sessions (a MultiXact) is not recognised.
-    pub async fn check_holder(&mut self, client: &tokio_postgres::Client) -> Result<()> {
+    pub async fn check_holder(&mut self, client: &Session) -> Result<()> {
         let full = match locker(self.xmax, self.snapshot_xmax) {
             Locker::None => {
                 self.held = false;
@@ -134,7 +135,10 @@ impl KeyRecord {
             Locker::Past(full) => full,
         };
         let row = client
-            .query_one(include_str!("../../sql/inspect_row_holder.sql"), &[&full])
+            .query_one(
+                include_str!("../../sql/inspect_row_holder.sql"),
+                &[p(&full)],
+            )
             .await
             .context("failed to check whether a running transaction holds the key")?;
         let status: Option<String> = row.try_get("status")?;

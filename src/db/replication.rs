@@ -1,10 +1,11 @@
 //! Streaming replicas as the primary sees them in `pg_stat_replication`, for
 //! `evict --max-replica-lag`.
 
+use crate::db::Session;
 use anyhow::{Context as _, Result};
 
 /// Whether the role may read the replay positions, and its name for messages.
-pub async fn visibility(client: &tokio_postgres::Client) -> Result<(String, bool)> {
+pub async fn visibility(client: &Session) -> Result<(String, bool)> {
     let row = client
         .query_one(include_str!("../../sql/replica_visibility.sql"), &[])
         .await
@@ -30,7 +31,7 @@ pub struct Replica {
 }
 
 /// Every physical standby streaming from this server.
-pub async fn replicas(client: &tokio_postgres::Client) -> Result<Vec<Replica>> {
+pub async fn replicas(client: &Session) -> Result<Vec<Replica>> {
     let rows = client
         .query(include_str!("../../sql/replica_lag.sql"), &[])
         .await

@@ -1,6 +1,7 @@
 //! The key table as found in the catalog: which relation `--table` names, its columns, the indexes
 //! idemctl can use, and what the current role may do with it.
 
+use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 
 use crate::cli::TableName;
@@ -185,11 +186,11 @@ pub fn quote_ident(s: &str) -> String {
 impl KeyTable {
     /// Find the table `--table` names (following search_path when unqualified) and read its
     /// columns and indexes. A missing table is a one-line error with exit code "not found".
-    pub async fn resolve(client: &tokio_postgres::Client, name: &TableName) -> Result<KeyTable> {
+    pub async fn resolve(client: &Session, name: &TableName) -> Result<KeyTable> {
         let row = client
             .query_opt(
                 include_str!("../../sql/resolve_table.sql"),
-                &[&name.schema, &name.name],
+                &[p(&name.schema), p(&name.name)],
             )
             .await
             .context("failed to look up the key table in the catalog")?;
@@ -412,9 +413,12 @@ impl KeyTable {
     }
 
     /// What the current role may do with this table.
-    pub async fn privileges(&self, client: &tokio_postgres::Client) -> Result<Privileges> {
+    pub async fn privileges(&self, client: &Session) -> Result<Privileges> {
         let row = client
-            .query_one(include_str!("../../sql/table_privileges.sql"), &[&self.oid])
+            .query_one(
+                include_str!("../../sql/table_privileges.sql"),
+                &[p(&self.oid)],
+            )
             .await
             .context("failed to read the role's privileges")?;
         Ok(Privileges {
@@ -429,12 +433,9 @@ impl KeyTable {
     }
 }
 
-async fn read_partitioning(
-    client: &tokio_postgres::Client,
-    oid: i64,
-) -> Result<Option<Partitioning>> {
+async fn read_partitioning(client: &Session, oid: i64) -> Result<Option<Partitioning>> {
     let row = client
-        .query_opt(include_str!("../../sql/table_partitioning.sql"), &[&oid])
+        .query_opt(include_str!("../../sql/table_partitioning.sql"), &[p(&oid)])
         .await
         .context("failed to read how the key table is partitioned")?;
     Ok(row.map(|r| {
@@ -456,9 +457,9 @@ async fn read_partitioning(
     }))
 }
 
-async fn read_columns(client: &tokio_postgres::Client, oid: i64) -> Result<Vec<Column>> {
+async fn read_columns(client: &Session, oid: i64) -> Result<Vec<Column>> {
     let rows = client
-        .query(include_str!("../../sql/table_columns.sql"), &[&oid])
+        .query(include_str!("../../sql/table_columns.sql"), &[p(&oid)])
         .await
         .context("failed to read the key table's columns")?;
     Ok(rows
@@ -470,9 +471,9 @@ async fn read_columns(client: &tokio_postgres::Client, oid: i64) -> Result<Vec<C
         .collect())
 }
 
-async fn read_indexes(client: &tokio_postgres::Client, oid: i64) -> Result<Vec<Index>> {
+async fn read_indexes(client: &Session, oid: i64) -> Result<Vec<Index>> {
     let rows = client
-        .query(include_str!("../../sql/table_indexes.sql"), &[&oid])
+        .query(include_str!("../../sql/table_indexes.sql"), &[p(&oid)])
         .await
         .context("failed to read the key table's indexes")?;
     Ok(rows

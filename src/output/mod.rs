@@ -110,6 +110,13 @@ impl Output {
         }
     }
 
+    /// A note for the operator on stderr (`idemctl: note: ...`), unless `--quiet`.
+    pub fn note(&self, message: &str) {
+        if !self.quiet {
+            eprintln!("idemctl: note: {message}");
+        }
+    }
+
     /// Whether progress may be drawn (attended terminal, not quiet, not machine output).
     pub fn progress_allowed(&self) -> bool {
         self.stderr_tty

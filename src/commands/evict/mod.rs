@@ -10,6 +10,7 @@ mod partitions;
 mod replica;
 mod worker;
 
+use crate::db::{Session, p};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -135,7 +136,7 @@ pub struct EvictReport {
 
 /// Run `evict`.
 pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
-    let mut client = ctx.client().await?;
+    let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     table.require_columns()?;
     table.require_expiry_index()?;
@@ -164,14 +165,17 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     if args.drop_partitions {
         partitions::require_layout(&table, Some(&privileges))?;
     }
-    lock::acquire(&client, &table, LockClass::Evict).await?;
+    let scope = lock::acquire(&client, &table, LockClass::Evict).await?;
+    if let Some(note) = scope.note(LockClass::Evict, ctx.route()) {
+        ctx.output.note(&note);
+    }
     ctx.cancel.install()?;
     let started = Instant::now();
     let gate = args
         .max_replica_lag
         .map(|max| Arc::new(replica::ReplicaGate::new(max, args.max_replica_wait)));
     let (drops, drop_result) =
-        drop_phase(ctx, args, &table, &mut client, started, gate.as_deref()).await;
+        drop_phase(ctx, args, &table, &client, started, gate.as_deref()).await;
     let progress = if ctx.output.progress_allowed() {
         Progress::rows(estimate_backlog(&client, &table).await.unwrap_or(0))
     } else {
@@ -207,7 +211,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     shared.progress().finish();
     // Leftovers are counted on a session from the pool; not after a failure (the server may be gone).
     let client = match error {
-        None => ctx.client().await.ok(),
+        None => ctx.session().await.ok(),
         Some(_) => None,
     };
     let waits = match &gate {
@@ -239,7 +243,7 @@ async fn drop_phase(
     ctx: &Context,
     args: &EvictArgs,
     table: &KeyTable,
-    client: &mut deadpool_postgres::Object,
+    client: &Session,
     started: Instant,
     gate: Option<&replica::ReplicaGate>,
 ) -> (partitions::DropReport, Result<Option<EndReason>>) {
@@ -262,13 +266,13 @@ async fn drop_phase(
 /// sooner (a server crash can undo the last instant of deletions, which the next run repeats),
 /// and plan the batch statements generically. A custom plan is costed from the table's statistics, which
 /// can be stale right after a bulk load and then favour a sequential scan for a bounded range;
-/// the generic plan of an index range is always the index scan.
-fn session_setup() -> String {
-    format!(
-        "SET lock_timeout = '{}ms'; SET plan_cache_mode = force_generic_plan; \
-         SET synchronous_commit = off",
-        ROW_LOCK_WAIT.as_millis()
-    )
+/// the generic plan of an index range is always the index scan. Behind a transaction pooler each
+/// batch's transaction sets them (SET LOCAL) instead of the session.
+async fn session_setup(session: &Session) -> Result<(), tokio_postgres::Error> {
+    let wait = format!("{}ms", ROW_LOCK_WAIT.as_millis());
+    session.set("lock_timeout", &wait).await?;
+    session.set("plan_cache_mode", "force_generic_plan").await?;
+    session.set("synchronous_commit", "off").await
 }
 
 fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
@@ -315,12 +319,12 @@ fn statements(table: &KeyTable) -> worker::Statements {
 async fn drive(
     ctx: &Context,
     shared: &std::sync::Arc<worker::Shared>,
-    first: deadpool_postgres::Object,
+    first: Session,
     jobs: u8,
 ) -> Option<anyhow::Error> {
     let mut sessions = vec![first];
     for _ in 1..jobs {
-        match ctx.client().await {
+        match ctx.session().await {
             Ok(c) => sessions.push(c),
             Err(e) => {
                 return Some(e.context("failed to open a session for an extra --jobs worker"));
@@ -331,8 +335,7 @@ async fn drive(
     for (index, client) in sessions.into_iter().enumerate() {
         let shared = shared.clone();
         set.spawn(async move {
-            client
-                .batch_execute(&session_setup())
+            session_setup(&client)
                 .await
                 .context("failed to set up the evict session")?;
             let result = worker::work(shared.clone(), client, index).await;
@@ -359,19 +362,19 @@ async fn drive(
 
 /// Expired completed keys from `cursor` on, up to the cap.
 async fn backlog_from(
-    client: &tokio_postgres::Client,
+    client: &Session,
     table: &KeyTable,
     cursor: Option<OffsetDateTime>,
 ) -> Result<Capped> {
     // Like the batches, a generic plan: the index range, whatever the statistics say.
     client
-        .batch_execute("SET plan_cache_mode = force_generic_plan")
+        .set("plan_cache_mode", "force_generic_plan")
         .await
         .context("failed to set up the session for the final count")?;
     let row = client
         .query_one(
             &table.sql(include_str!("../../../sql/expired_backlog_from.sql")),
-            &[&COUNT_CAP, &cursor],
+            &[p(&COUNT_CAP), p(&cursor)],
         )
         .await
         .context("failed to count the backlog left")?;
@@ -382,7 +385,7 @@ async fn backlog_from(
 async fn report(
     table: &KeyTable,
     shared: &worker::Shared,
-    client: Option<&deadpool_postgres::Object>,
+    client: Option<&Session>,
     failed: bool,
     drops: partitions::DropReport,
     waits: &replica::WaitTotals,
@@ -453,18 +456,16 @@ async fn report(
 
 /// The generic plan of the first batch, as an evict session would run it.
 async fn explain_first_batch(
-    client: &tokio_postgres::Client,
+    client: &Session,
     table: &KeyTable,
     args: &EvictArgs,
 ) -> Result<Vec<String>> {
+    let (start, rows) = (
+        None::<OffsetDateTime>,
+        i64::from(args.batch_sizing().first()),
+    );
     let end: Option<OffsetDateTime> = client
-        .query_one(
-            &table.sql(CLAIM_SQL),
-            &[
-                &None::<OffsetDateTime>,
-                &i64::from(args.batch_sizing().first()),
-            ],
-        )
+        .query_one(&table.sql(CLAIM_SQL), &[p(&start), p(&rows)])
         .await
         .context("failed to size the first batch")?
         .get("range_end");
@@ -477,18 +478,32 @@ async fn explain_first_batch(
     let min_age = args
         .min_age
         .map_or_else(|| "NULL".to_owned(), |d| format!("{}", d.as_secs_f64()));
+    // One transaction, one message: the prepared statement is gone before the server session is
+    // anyone else's (behind a transaction pooler, a failed transaction keeps the server session
+    // until it is rolled back, in the same message as the DEALLOCATE).
     let script = format!(
-        "SET plan_cache_mode = force_generic_plan; PREPARE idemctl_evict_batch AS {}; \
-         EXPLAIN EXECUTE idemctl_evict_batch(NULL, {end}, {min_age})",
+        "SET LOCAL plan_cache_mode = force_generic_plan; PREPARE idemctl_evict_batch AS {}; \
+         EXPLAIN EXECUTE idemctl_evict_batch(NULL, {end}, {min_age}); \
+         DEALLOCATE idemctl_evict_batch",
         table.sql(BATCH_SQL)
     );
-    let messages = client
-        .simple_query(&script)
+    client
+        .begin("BEGIN")
         .await
         .context("failed to explain the batch statement")?;
-    let _ = client
-        .batch_execute("DEALLOCATE idemctl_evict_batch; RESET plan_cache_mode")
-        .await;
+    let messages = match client.simple_query(&script).await {
+        Ok(messages) => {
+            client
+                .commit()
+                .await
+                .context("failed to explain the batch statement")?;
+            messages
+        }
+        Err(e) => {
+            client.rollback_then("DEALLOCATE idemctl_evict_batch").await;
+            return Err(anyhow::Error::new(e).context("failed to explain the batch statement"));
+        }
+    };
     Ok(messages
         .iter()
         .filter_map(|m| match m {
@@ -513,7 +528,7 @@ fn rfc3339_micros(t: OffsetDateTime) -> String {
 }
 
 /// The planner's estimate of the expired completed rows, for the progress bar only.
-async fn estimate_backlog(client: &tokio_postgres::Client, table: &KeyTable) -> Result<u64> {
+async fn estimate_backlog(client: &Session, table: &KeyTable) -> Result<u64> {
     let sql = format!(
         "EXPLAIN (FORMAT JSON) {}",
         table.sql("SELECT 1 FROM {table} WHERE expires_at < now() AND state = 'completed'")
@@ -534,14 +549,14 @@ fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
 
 async fn dry_run(
     ctx: &Context,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     args: &EvictArgs,
     can_delete: bool,
 ) -> Result<Exit> {
     let min_age = args.min_age.map(|d| d.as_secs_f64());
     let row = client
-        .query_one(&table.sql(PREVIEW_SQL), &[&COUNT_CAP, &min_age])
+        .query_one(&table.sql(PREVIEW_SQL), &[p(&COUNT_CAP), p(&min_age)])
         .await
         .context("failed to preview the eviction")?;
     let count = Capped::from_raw(row.get("n"), COUNT_CAP);
@@ -635,16 +650,12 @@ struct Sample {
     walked: i64,
 }
 
-async fn preview_sample(
-    client: &tokio_postgres::Client,
-    table: &KeyTable,
-    args: &EvictArgs,
-) -> Result<Sample> {
+async fn preview_sample(client: &Session, table: &KeyTable, args: &EvictArgs) -> Result<Sample> {
     let min_age = args.min_age.map(|d| d.as_secs_f64());
     let rows = client
         .query(
             &table.sql(PREVIEW_SAMPLE_SQL),
-            &[&COUNT_CAP, &min_age, &SAMPLE_SIZE],
+            &[p(&COUNT_CAP), p(&min_age), p(&SAMPLE_SIZE)],
         )
         .await
         .context("failed to sample the keys the run would evict")?;
@@ -702,7 +713,7 @@ fn sample_blocks(doc: &mut Doc, sample: &Sample) {
 /// What the dry run adds for --drop-partitions (the partitions the probe clears now; no lock is
 /// taken) and --max-replica-lag (the replicas as they stand); returns the partition preview.
 async fn dry_run_extras(
-    client: &deadpool_postgres::Object,
+    client: &Session,
     table: &KeyTable,
     args: &EvictArgs,
     json: &mut serde_json::Value,

@@ -30,6 +30,7 @@ use time::OffsetDateTime;
 use tokio::sync::Mutex;
 
 use crate::context::Cancel;
+use crate::db::Session;
 use crate::db::activity::{self, Foreground};
 use crate::output::human_secs;
 use crate::output::prometheus::{Kind, Metrics};
@@ -317,7 +318,7 @@ pub struct Pacer {
 impl Pacer {
     /// Decide the mode: fixed when a flag fixes it, or when this role cannot see other sessions
     /// (said once on stderr), else adaptive (the first sample is taken here).
-    pub async fn start(client: &tokio_postgres::Client, mode: Mode) -> Result<Pacer> {
+    pub async fn start(client: &Session, mode: Mode) -> Result<Pacer> {
         let mode = match mode {
             Mode::Adaptive { .. } => {
                 let (role, can_see) = activity::visibility(client).await?;
@@ -404,7 +405,7 @@ impl Pacer {
     }
 
     /// Sample the foreground on this session if a sample is due, and decide.
-    pub async fn sample(&self, client: &tokio_postgres::Client, force: bool) -> Result<Decision> {
+    pub async fn sample(&self, client: &Session, force: bool) -> Result<Decision> {
         let mut inner = self.inner.lock().await;
         let due = inner
             .last_sample
@@ -433,12 +434,7 @@ impl Pacer {
 
     /// The rest after a batch that took `took`: the fixed pause and duty cycle, or the adaptive
     /// one, re-decided every sample while resting (a foreground that turns idle ends the rest).
-    pub async fn rest(
-        &self,
-        client: &tokio_postgres::Client,
-        took: Duration,
-        cancel: &Cancel,
-    ) -> Result<()> {
+    pub async fn rest(&self, client: &Session, took: Duration, cancel: &Cancel) -> Result<()> {
         let (duty, pause) = match &self.mode {
             Mode::Fixed { duty, pause, .. } => (f64::from(*duty), *pause),
             Mode::Adaptive { .. } => (self.sample(client, false).await?.duty, Duration::ZERO),

@@ -33,6 +33,7 @@
 //! created_at layout that bounds every key's age directly; on an expires_at layout it relies on every
 //! key's created_at being no later than its expires_at (a TTL that is not negative).
 
+use crate::db::Session;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
@@ -184,7 +185,7 @@ fn refusal(probe: &Probe) -> &'static str {
 /// The dry run: what would be tried and what the probe says now (no lock is taken, so a run may still
 /// leave one to the batches when its lock is not granted).
 pub async fn preview(
-    client: &tokio_postgres::Client,
+    client: &Session,
     table: &KeyTable,
     min_age_secs: Option<f64>,
 ) -> Result<DropReport> {
@@ -207,7 +208,7 @@ pub async fn preview(
 /// must stop (signal, --max-runtime, replica lag), why; the error of a failed statement other than a
 /// lock that was not granted ends the run.
 pub async fn drop_expired(
-    client: &mut deadpool_postgres::Object,
+    client: &Session,
     run: &DropRun<'_>,
 ) -> (DropReport, Result<Option<EndReason>>) {
     let mut report = DropReport::default();
@@ -216,7 +217,7 @@ pub async fn drop_expired(
 }
 
 async fn drop_each(
-    client: &mut deadpool_postgres::Object,
+    client: &Session,
     run: &DropRun<'_>,
     report: &mut DropReport,
 ) -> Result<Option<EndReason>> {
@@ -270,49 +271,53 @@ enum Refused {
 }
 
 /// Detach, prove and drop one partition in one transaction; None when it went.
-async fn try_drop(
-    client: &mut deadpool_postgres::Object,
-    run: &DropRun<'_>,
-    p: &Partition,
-) -> Result<Option<Refused>> {
+async fn try_drop(client: &Session, run: &DropRun<'_>, p: &Partition) -> Result<Option<Refused>> {
     let context = || format!("failed to drop partition {}", p.name);
-    let tx = client.transaction().await.with_context(context)?;
+    client.begin("BEGIN").await.with_context(context)?;
     // An interval literal from an integer: nothing from the command line is spliced as text.
-    tx.batch_execute(&format!(
-        "SET LOCAL lock_timeout = '{}ms'",
-        run.lock_timeout.as_millis().max(1)
-    ))
-    .await
-    .with_context(context)?;
-    if let Err(e) = tx.batch_execute(&p.sql(run.table, DETACH_SQL)).await {
-        return refuse_or_fail(tx, e, context()).await;
+    client
+        .batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{}ms'",
+            run.lock_timeout.as_millis().max(1)
+        ))
+        .await
+        .with_context(context)?;
+    if let Err(e) = client.batch_execute(&p.sql(run.table, DETACH_SQL)).await {
+        return refuse_or_fail(client, e, context()).await;
     }
-    let probe = partitions::probe(&*tx, run.table, p).await?;
+    let probe = match partitions::probe(client, run.table, p).await {
+        Ok(probe) => probe,
+        Err(e) => {
+            let _ = client.rollback().await;
+            return Err(e);
+        }
+    };
     if !probe.droppable() {
-        tx.rollback().await.with_context(context)?;
+        client.rollback().await.with_context(context)?;
         return Ok(Some(Refused::Probe(refusal(&probe))));
     }
-    if let Err(e) = tx.batch_execute(&p.sql(run.table, DROP_SQL)).await {
-        return refuse_or_fail(tx, e, context()).await;
+    if let Err(e) = client.batch_execute(&p.sql(run.table, DROP_SQL)).await {
+        return refuse_or_fail(client, e, context()).await;
     }
-    tx.commit().await.with_context(context)?;
+    client.commit().await.with_context(context)?;
     Ok(None)
 }
 
 /// A lock not granted in time or dependent objects leave the partition to the batches; any other
 /// error ends the run. Either way the transaction rolls back, undoing the detach.
 async fn refuse_or_fail(
-    tx: deadpool_postgres::Transaction<'_>,
+    client: &Session,
     e: tokio_postgres::Error,
     context: String,
 ) -> Result<Option<Refused>> {
     use tokio_postgres::error::SqlState;
+    let rolled_back = client.rollback().await;
     let refused = match e.code() {
         Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => Refused::Lock,
         Some(c) if *c == SqlState::DEPENDENT_OBJECTS_STILL_EXIST => Refused::Dependents,
         _ => return Err(anyhow::Error::new(e).context(context)),
     };
-    tx.rollback().await.context(context)?;
+    rolled_back.context(context)?;
     Ok(Some(refused))
 }
 

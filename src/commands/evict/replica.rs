@@ -18,6 +18,7 @@
 //! A replica that was already stuck before the run started is noticed once its position has stood
 //! still for the limit.
 
+use crate::db::Session;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -83,7 +84,7 @@ pub struct ReplicaGate {
 
 /// Fail before any change when the role cannot see the replay positions: throttling on columns that
 /// read NULL would silently never pause.
-pub async fn require_visibility(client: &tokio_postgres::Client) -> Result<()> {
+pub async fn require_visibility(client: &Session) -> Result<()> {
     let (role, can_see) = replication::visibility(client).await?;
     if can_see {
         return Ok(());
@@ -120,7 +121,7 @@ impl ReplicaGate {
     /// --max-replica-wait or the run's deadline (Some(ReplicaLag)).
     pub async fn pause_while_lagging(
         &self,
-        client: &tokio_postgres::Client,
+        client: &Session,
         cancel: &Cancel,
         run_deadline: Option<Instant>,
         progress: &Progress,
@@ -165,11 +166,7 @@ impl ReplicaGate {
     }
 
     /// Read the replicas; the worst one when it is past the limit.
-    async fn over_limit(
-        &self,
-        state: &mut State,
-        client: &tokio_postgres::Client,
-    ) -> Result<Option<Lagging>> {
+    async fn over_limit(&self, state: &mut State, client: &Session) -> Result<Option<Lagging>> {
         let replicas = replication::replicas(client).await?;
         let now = Instant::now();
         let mut worst: Option<Lagging> = None;

@@ -10,6 +10,7 @@
 //! With --max-replica-lag the claim first waits, holding the claim lock (so every worker pauses) but
 //! no transaction, until the replicas are within the limit (see `replica`).
 
+use crate::db::{Param, Session, p};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -209,7 +210,7 @@ impl Shared {
     }
 
     /// Claim the next range, probing its end on this worker's session.
-    async fn claim(&self, client: &deadpool_postgres::Object) -> Result<Claim> {
+    async fn claim(&self, client: &Session) -> Result<Claim> {
         let mut state = self.state.lock().await;
         if self.should_stop(&mut state) {
             return Ok(Claim::Stop);
@@ -245,7 +246,7 @@ impl Shared {
             client,
             self.plan.deadline,
             &self.sql.claim,
-            &[&start, &limit],
+            &[p(&start), p(&limit)],
         )
         .await
         .context("failed to find the next batch's range")?;
@@ -360,11 +361,7 @@ struct Outcome {
 }
 
 /// One worker (`index` from 0): claim, delete, pace, until a claim says stop.
-pub async fn work(
-    shared: Arc<Shared>,
-    client: deadpool_postgres::Object,
-    index: usize,
-) -> Result<()> {
+pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<()> {
     let rtt = round_trip(&shared, &client).await?;
     loop {
         if !shared.wait_turn(&client, index).await? {
@@ -403,7 +400,7 @@ pub async fn work(
 
 /// This session's network round trip: the quickest of a few empty queries. The batch timer
 /// subtracts it, so a distant server does not shrink batches that hold their rows briefly.
-async fn round_trip(shared: &Shared, client: &deadpool_postgres::Object) -> Result<Duration> {
+async fn round_trip(shared: &Shared, client: &Session) -> Result<Duration> {
     let mut best = Duration::MAX;
     for _ in 0..3 {
         let t0 = Instant::now();
@@ -421,7 +418,7 @@ async fn round_trip(shared: &Shared, client: &deadpool_postgres::Object) -> Resu
 /// counted exactly.
 async fn passed_over(
     shared: &Shared,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     start: Option<OffsetDateTime>,
     end: Option<OffsetDateTime>,
     limit: i64,
@@ -435,7 +432,7 @@ async fn passed_over(
         client,
         shared.plan.deadline,
         &shared.sql.tail_in_progress,
-        &[&start],
+        &[p(&start)],
     )
     .await
     .context("failed to count the expired in_progress keys of the last range")?;
@@ -452,7 +449,7 @@ impl Shared {
 impl Shared {
     /// Wait while the pace parks this worker (an extra session runs only while the foreground is
     /// idle); false when the run ended meanwhile.
-    async fn wait_turn(&self, client: &deadpool_postgres::Object, index: usize) -> Result<bool> {
+    async fn wait_turn(&self, client: &Session, index: usize) -> Result<bool> {
         while !self.pacer.may_run(index).await {
             if self.budget_reason(&*self.state.lock().await).is_some() {
                 return Ok(false);
@@ -473,7 +470,7 @@ impl Shared {
 
 async fn delete_range(
     shared: &Shared,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     start: Option<OffsetDateTime>,
     end: Option<OffsetDateTime>,
     limit: i64,
@@ -482,10 +479,10 @@ async fn delete_range(
     let mut retries = 0;
     loop {
         let t0 = Instant::now();
-        match with_deadline(shared.plan.deadline, async {
-            let stmt = client.prepare_cached(&shared.sql.delete).await?;
-            client.execute(&stmt, &[&start, &end, &min_age]).await
-        })
+        match with_deadline(
+            shared.plan.deadline,
+            client.execute_reused(&shared.sql.delete, &[p(&start), p(&end), p(&min_age)]),
+        )
         .await
         {
             Ok(deleted) => {
@@ -532,7 +529,7 @@ async fn delete_range(
 
 async fn delete_ties(
     shared: &Shared,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     at: OffsetDateTime,
     limit: i64,
 ) -> Result<Outcome> {
@@ -559,7 +556,7 @@ async fn delete_ties(
 /// The SKIP LOCKED statement over [first, last] (inclusive; None = open): (deleted, present).
 async fn skip_locked(
     shared: &Shared,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     first: Option<OffsetDateTime>,
     last: Option<OffsetDateTime>,
     limit: i64,
@@ -569,7 +566,7 @@ async fn skip_locked(
         client,
         shared.plan.deadline,
         &shared.sql.skip_locked,
-        &[&first, &last, &limit, &min_age],
+        &[p(&first), p(&last), p(&limit), p(&min_age)],
     )
     .await?;
     Ok((count(&row, "deleted"), count(&row, "present")))
@@ -579,24 +576,27 @@ fn count(row: &tokio_postgres::Row, column: &str) -> u64 {
     u64::try_from(row.get::<_, i64>(column)).unwrap_or(0)
 }
 
-/// Run one statement that returns one row (prepared once per session), with the deadline.
+/// Run one statement that returns one row (prepared once per owned session), with the deadline.
 async fn run_statement(
-    client: &deadpool_postgres::Object,
+    client: &Session,
     deadline: Duration,
     sql: &str,
-    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    params: &[Param<'_>],
 ) -> Result<tokio_postgres::Row> {
-    with_deadline(deadline, async {
-        let stmt = client.prepare_cached(sql).await?;
-        client.query_one(&stmt, params).await
-    })
-    .await
+    let mut rows = with_deadline(deadline, client.query_reused(sql, params)).await?;
+    match rows.len() {
+        1 => Ok(rows.remove(0)),
+        n => Err(fail(
+            Exit::Internal,
+            format!("a statement that returns one row returned {n}"),
+        )),
+    }
 }
 
 /// Expired completed rows of [start, end) kept back by --min-age.
 async fn too_young(
     shared: &Shared,
-    client: &deadpool_postgres::Object,
+    client: &Session,
     start: Option<OffsetDateTime>,
     end: Option<OffsetDateTime>,
 ) -> Result<u64> {
@@ -604,7 +604,7 @@ async fn too_young(
         client,
         shared.plan.deadline,
         &shared.sql.too_young,
-        &[&start, &end, &shared.plan.min_age_secs],
+        &[p(&start), p(&end), p(&shared.plan.min_age_secs)],
     )
     .await
     .context("failed to count rows kept back by --min-age")?;

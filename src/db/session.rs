@@ -1,0 +1,258 @@
+//! The statement runner: every statement idemctl sends goes through a [`Session`], which keeps
+//! idemctl's settings and statements from outliving its own transactions on a server session it
+//! does not own (a transaction-mode pooler), and keeps today's fast path where it does own one.
+//!
+//! * Statements are sent with their parameter types (the unnamed statement, one round trip), so no
+//!   named prepared statement is left where another client could collide with it. Only the hot
+//!   batch statements of evict and reclaim ([`Session::query_reused`]) are prepared once and
+//!   reused, and only on a session idemctl owns.
+//! * Settings ([`Session::set`]): on an owned session, `SET` once for the session (as at login);
+//!   behind a transaction pooler, `SET LOCAL` at the start of every transaction. A statement run
+//!   outside [`Session::begin`] is then wrapped in `BEGIN; SET LOCAL ...; <statement>; COMMIT`,
+//!   pipelined, so it still costs one round trip.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use time::OffsetDateTime;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Error, Row, SimpleQueryMessage};
+
+/// A parameter and its PostgreSQL type; make one with [`p`].
+pub type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+
+/// A parameter typed from its Rust type: `session.query(SQL, &[p(&start), p(&limit)])`.
+pub fn p<T: Typed>(value: &T) -> Param<'_> {
+    (value, T::pg_type())
+}
+
+/// Rust types idemctl binds, with the PostgreSQL type each is sent as.
+pub trait Typed: ToSql + Sync {
+    fn pg_type() -> Type;
+}
+
+macro_rules! typed {
+    ($($rust:ty => $pg:ident),* $(,)?) => {
+        $(impl Typed for $rust {
+            fn pg_type() -> Type {
+                Type::$pg
+            }
+        })*
+    };
+}
+
+typed!(
+    bool => BOOL,
+    i32 => INT4,
+    i64 => INT8,
+    f64 => FLOAT8,
+    u32 => OID,
+    String => TEXT,
+    &str => TEXT,
+    OffsetDateTime => TIMESTAMPTZ,
+    serde_json::Value => JSONB,
+    Vec<String> => TEXT_ARRAY,
+    Vec<&str> => TEXT_ARRAY,
+    Vec<OffsetDateTime> => TIMESTAMPTZ_ARRAY,
+    Vec<Option<OffsetDateTime>> => TIMESTAMPTZ_ARRAY,
+    Vec<u8> => BYTEA,
+);
+
+impl<T: Typed> Typed for Option<T> {
+    fn pg_type() -> Type {
+        T::pg_type()
+    }
+}
+
+/// One connection of idemctl's, with the rules above.
+pub struct Session {
+    client: deadpool_postgres::Object,
+    /// Behind a transaction pooler: nothing session-level, ever.
+    pooled: bool,
+    /// Behind a transaction pooler: the settings each transaction starts with.
+    local: Mutex<Vec<(&'static str, String)>>,
+    /// Inside [`Session::begin`] .. [`Session::commit`].
+    in_transaction: AtomicBool,
+}
+
+impl Session {
+    /// `pooled`: the server session is shared between transactions; `settings` are then applied
+    /// in each transaction (on an owned session they were set at login).
+    pub fn new(
+        client: deadpool_postgres::Object,
+        pooled: bool,
+        settings: Vec<(&'static str, String)>,
+    ) -> Session {
+        Session {
+            client,
+            pooled,
+            local: Mutex::new(if pooled { settings } else { Vec::new() }),
+            in_transaction: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the server session is shared between transactions (a transaction pooler).
+    pub fn pooled(&self) -> bool {
+        self.pooled
+    }
+
+    /// The driver's client, for what is not a statement (a cancel token).
+    pub fn client(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+
+    /// Set a GUC for the rest of this session's work: `SET` on an owned session, `SET LOCAL` in
+    /// each later transaction behind a pooler. `value` is idemctl's own (a duration, a keyword).
+    pub async fn set(&self, name: &'static str, value: &str) -> Result<(), Error> {
+        if !self.pooled {
+            return self
+                .client
+                .batch_execute(&format!("SET {name} = {}", literal(value)))
+                .await;
+        }
+        let mut local = self
+            .local
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        local.retain(|(n, _)| *n != name);
+        local.push((name, value.to_owned()));
+        Ok(())
+    }
+
+    /// `BEGIN ...` (e.g. `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`) followed, behind a
+    /// pooler, by the session's `SET LOCAL`s. Statements up to [`Session::commit`] run in it.
+    pub async fn begin(&self, begin: &str) -> Result<(), Error> {
+        let script = self.prelude(begin);
+        self.client.batch_execute(&script).await?;
+        self.in_transaction.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// End the transaction [`Session::begin`] started.
+    pub async fn commit(&self) -> Result<(), Error> {
+        self.in_transaction.store(false, Ordering::SeqCst);
+        self.client.batch_execute("COMMIT").await
+    }
+
+    /// Roll back the transaction [`Session::begin`] started.
+    pub async fn rollback(&self) -> Result<(), Error> {
+        self.in_transaction.store(false, Ordering::SeqCst);
+        self.client.batch_execute("ROLLBACK").await
+    }
+
+    /// Roll back a transaction that failed and, in the same message (so on the same server
+    /// session behind a pooler), run `cleanup` (e.g. a DEALLOCATE); its errors are ignored.
+    pub async fn rollback_then(&self, cleanup: &str) {
+        self.in_transaction.store(false, Ordering::SeqCst);
+        let _ = self
+            .client
+            .batch_execute(&format!("ROLLBACK; {cleanup}"))
+            .await;
+    }
+
+    /// All rows of one statement.
+    pub async fn query(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, Error> {
+        self.scoped(self.client.query_typed(sql, params)).await
+    }
+
+    /// The one row of a statement that returns exactly one.
+    pub async fn query_one(&self, sql: &str, params: &[Param<'_>]) -> Result<Row, Error> {
+        self.scoped(self.client.query_typed_one(sql, params)).await
+    }
+
+    /// The row of a statement that returns at most one.
+    pub async fn query_opt(&self, sql: &str, params: &[Param<'_>]) -> Result<Option<Row>, Error> {
+        self.scoped(self.client.query_typed_opt(sql, params)).await
+    }
+
+    /// Rows a statement changed.
+    pub async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, Error> {
+        self.scoped(self.client.execute_typed(sql, params)).await
+    }
+
+    /// A hot statement (a batch): on a session idemctl owns, prepared once and reused (its generic
+    /// plan, no parse per batch); behind a pooler, like [`Session::query`].
+    pub async fn query_reused(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, Error> {
+        if self.pooled {
+            return self.query(sql, params).await;
+        }
+        let (types, values) = split(params);
+        let statement = self.client.prepare_typed_cached(sql, &types).await?;
+        self.client.query(&statement, &values).await
+    }
+
+    /// Like [`Session::query_reused`], for a statement without rows: how many it changed.
+    pub async fn execute_reused(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, Error> {
+        if self.pooled {
+            return self.execute(sql, params).await;
+        }
+        let (types, values) = split(params);
+        let statement = self.client.prepare_typed_cached(sql, &types).await?;
+        self.client.execute(&statement, &values).await
+    }
+
+    /// Statements without parameters (DDL, utility commands), through the simple protocol.
+    pub async fn batch_execute(&self, script: &str) -> Result<(), Error> {
+        if self.wraps() {
+            let script = format!("{}; {script}; COMMIT", self.prelude("BEGIN"));
+            return self.client.batch_execute(&script).await;
+        }
+        self.client.batch_execute(script).await
+    }
+
+    /// Like [`Session::batch_execute`], returning the rows as text (EXPLAIN).
+    pub async fn simple_query(&self, script: &str) -> Result<Vec<SimpleQueryMessage>, Error> {
+        if self.wraps() {
+            let script = format!("{}; {script}; COMMIT", self.prelude("BEGIN"));
+            return self.client.simple_query(&script).await;
+        }
+        self.client.simple_query(script).await
+    }
+
+    fn wraps(&self) -> bool {
+        self.pooled && !self.in_transaction.load(Ordering::SeqCst)
+    }
+
+    /// `BEGIN ...; SET LOCAL a = 'x'; ...` (just `begin` on an owned session).
+    fn prelude(&self, begin: &str) -> String {
+        let local = self
+            .local
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut script = begin.to_owned();
+        for (name, value) in local.iter() {
+            script.push_str(&format!("; SET LOCAL {name} = {}", literal(value)));
+        }
+        script
+    }
+
+    /// Run `work` as it is on an owned session or inside [`Session::begin`]; otherwise in a
+    /// transaction of its own that starts with the session's settings. The three messages are
+    /// sent at once (`biased`: in this order), so the wrapper adds no round trip. A failed
+    /// statement makes the COMMIT a rollback.
+    async fn scoped<T>(&self, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        if !self.wraps() {
+            return work.await;
+        }
+        let begin = self.prelude("BEGIN");
+        let (begun, result, committed) = tokio::join!(
+            biased;
+            self.client.batch_execute(&begin),
+            work,
+            self.client.batch_execute("COMMIT"),
+        );
+        begun?;
+        let value = result?;
+        committed?;
+        Ok(value)
+    }
+}
+
+fn split<'a>(params: &'a [Param<'a>]) -> (Vec<Type>, Vec<&'a (dyn ToSql + Sync)>) {
+    params.iter().map(|(v, t)| (t.clone(), *v)).unzip()
+}
+
+/// A string literal for `SET` (idemctl's own values only, quoted anyway).
+fn literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
