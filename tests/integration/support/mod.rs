@@ -32,6 +32,7 @@ pub mod cmd;
 pub mod conninfo;
 pub mod partman;
 pub mod pg;
+pub mod pushgateway;
 pub mod replica;
 pub mod tcp;
 
