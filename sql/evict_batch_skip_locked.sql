@@ -11,31 +11,31 @@
 WITH candidates AS (
     SELECT tableoid, ctid
       FROM {table}
-     WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-       AND expires_at <= coalesce($2::timestamptz, 'infinity'::timestamptz)
-       AND expires_at < now()
-       AND state = 'completed'
-       AND ($4::float8 IS NULL OR created_at < now() - make_interval(secs => $4::float8))
-     ORDER BY expires_at
+     WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+       AND {expiry} <= coalesce($2::timestamptz, 'infinity'::timestamptz)
+       AND {expiry} < {cutoff}
+       AND {done}
+       AND ($4::float8 IS NULL OR {created_at} < now() - make_interval(secs => $4::float8))
+     ORDER BY {expiry}
      LIMIT $3::bigint
        FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM {table}
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
        AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
-       AND expires_at < now()
-       AND state = 'completed'
-       AND ($4::float8 IS NULL OR created_at < now() - make_interval(secs => $4::float8))
+       AND {expiry} < {cutoff}
+       AND {done}
+       AND ($4::float8 IS NULL OR {created_at} < now() - make_interval(secs => $4::float8))
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM deleted)::bigint AS deleted,
        (SELECT count(*)
           FROM (SELECT 1
                   FROM {table}
-                 WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-                   AND expires_at <= coalesce($2::timestamptz, 'infinity'::timestamptz)
-                   AND expires_at < now()
-                   AND state = 'completed'
-                   AND ($4::float8 IS NULL OR created_at < now() - make_interval(secs => $4::float8))
-                 ORDER BY expires_at
+                 WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+                   AND {expiry} <= coalesce($2::timestamptz, 'infinity'::timestamptz)
+                   AND {expiry} < {cutoff}
+                   AND {done}
+                   AND ($4::float8 IS NULL OR {created_at} < now() - make_interval(secs => $4::float8))
+                 ORDER BY {expiry}
                  LIMIT $3::bigint) AS present)::bigint AS present

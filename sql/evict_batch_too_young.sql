@@ -3,8 +3,8 @@
 -- of at most a batch.
 SELECT count(*)::bigint AS too_young
   FROM {table}
- WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-   AND expires_at < coalesce($2::timestamptz, 'infinity'::timestamptz)
-   AND expires_at < now()
-   AND state = 'completed'
-   AND created_at >= now() - make_interval(secs => $3::float8)
+ WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+   AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz)
+   AND {expiry} < {cutoff}
+   AND {done}
+   AND {created_at} >= now() - make_interval(secs => $3::float8)

@@ -5,6 +5,6 @@
 -- Two index probes, nothing scanned: whether any in_progress key is left (through the partition's copy
 -- of the optional in_progress index; such a key may still belong to a live request), and the latest
 -- expires_at (through its copy of the expiry index; all rows expired when it is in the past).
-SELECT EXISTS (SELECT 1 FROM {partition} WHERE state = 'in_progress') AS holds_in_progress,
-       (SELECT expires_at FROM {partition} ORDER BY expires_at DESC LIMIT 1) AS newest_expiry,
+SELECT EXISTS (SELECT 1 FROM {partition} WHERE {in_flight}) AS holds_in_progress,
+       (SELECT {expiry} FROM {partition} ORDER BY {expiry} DESC LIMIT 1) AS newest_expiry,
        now() AS db_now

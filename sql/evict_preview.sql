@@ -3,15 +3,15 @@
 -- or NULL.
 SELECT (SELECT count(*)
           FROM (SELECT 1 FROM {table}
-                 WHERE expires_at < now() AND state = 'completed'
-                   AND ($2::float8 IS NULL OR created_at < now() - make_interval(secs => $2::float8))
-                 ORDER BY expires_at
+                 WHERE {expiry} < {cutoff} AND {done}
+                   AND ($2::float8 IS NULL OR {created_at} < now() - make_interval(secs => $2::float8))
+                 ORDER BY {expiry}
                  LIMIT $1::bigint + 1) AS capped)::bigint AS n,
-       (SELECT expires_at FROM {table}
-         WHERE expires_at < now() AND state = 'completed'
-           AND ($2::float8 IS NULL OR created_at < now() - make_interval(secs => $2::float8))
-         ORDER BY expires_at LIMIT 1) AS oldest,
-       (SELECT expires_at FROM {table}
-         WHERE expires_at < now() AND state = 'completed'
-           AND ($2::float8 IS NULL OR created_at < now() - make_interval(secs => $2::float8))
-         ORDER BY expires_at DESC LIMIT 1) AS newest
+       (SELECT {expires_at} FROM {table}
+         WHERE {expiry} < {cutoff} AND {done}
+           AND ($2::float8 IS NULL OR {created_at} < now() - make_interval(secs => $2::float8))
+         ORDER BY {expiry} LIMIT 1) AS oldest,
+       (SELECT {expires_at} FROM {table}
+         WHERE {expiry} < {cutoff} AND {done}
+           AND ($2::float8 IS NULL OR {created_at} < now() - make_interval(secs => $2::float8))
+         ORDER BY {expiry} DESC LIMIT 1) AS newest

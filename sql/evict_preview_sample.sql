@@ -3,12 +3,13 @@
 -- keys. One walk of the expiry index, bounded by $1; changes nothing.
 -- $1 = cap, $2 = min-age seconds or NULL, $3 = sample size.
 WITH walked AS MATERIALIZED (
-    SELECT api_key_id::text AS api_key_id, key::text AS key, expires_at, created_at,
+    SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at} AS expires_at,
+           {created_at} AS created_at,
            $2::float8 IS NOT NULL
-             AND created_at >= now() - make_interval(secs => $2::float8) AS held_back
+             AND {created_at} >= now() - make_interval(secs => $2::float8) AS held_back
       FROM {table}
-     WHERE expires_at < now() AND state = 'completed'
-     ORDER BY expires_at
+     WHERE {expiry} < {cutoff} AND {done}
+     ORDER BY {expiry}
      LIMIT $1::bigint
 ), numbered AS (
     SELECT *, row_number() OVER (PARTITION BY held_back ORDER BY expires_at) AS n

@@ -3,16 +3,16 @@
 -- are left). The range [$1, range_end) then holds at most $2 rows; when first = range_end, more
 -- than $2 rows share that one instant and are taken with evict_batch_skip_locked.sql instead.
 -- Two index-only probes of the expiry index; no row is locked or changed.
-SELECT (SELECT expires_at
+SELECT (SELECT {expiry}
           FROM {table}
-         WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-           AND expires_at < now()
-         ORDER BY expires_at
+         WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+           AND {expiry} < {cutoff}
+         ORDER BY {expiry}
          LIMIT 1) AS first,
-       (SELECT expires_at
+       (SELECT {expiry}
           FROM {table}
-         WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-           AND expires_at < now()
-         ORDER BY expires_at
+         WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+           AND {expiry} < {cutoff}
+         ORDER BY {expiry}
         OFFSET $2::bigint
          LIMIT 1) AS range_end

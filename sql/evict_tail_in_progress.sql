@@ -3,6 +3,6 @@
 -- than one batch of rows when it was claimed, so this walk is bounded.
 SELECT count(*)::bigint AS passed_over
   FROM {table}
- WHERE expires_at >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-   AND expires_at < now()
-   AND state <> 'completed'
+ WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+   AND {expiry} < {cutoff}
+   AND NOT ({done})

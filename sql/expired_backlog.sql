@@ -2,6 +2,6 @@
 -- $1 = cap; a result above the cap means "at least cap".
 SELECT count(*)::bigint AS n
   FROM (SELECT 1 FROM {table}
-         WHERE expires_at < now() AND state = 'completed'
-         ORDER BY expires_at
+         WHERE {expiry} < {cutoff} AND {done}
+         ORDER BY {expiry}
          LIMIT $1::bigint + 1) AS capped

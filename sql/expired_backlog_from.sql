@@ -5,8 +5,8 @@
 SELECT count(*)::bigint AS n
   FROM (SELECT 1
           FROM {table}
-         WHERE expires_at >= coalesce($2::timestamptz, '-infinity'::timestamptz)
-           AND expires_at < now()
-           AND state = 'completed'
-         ORDER BY expires_at
+         WHERE {expiry} >= coalesce($2::timestamptz, '-infinity'::timestamptz)
+           AND {expiry} < {cutoff}
+           AND {done}
+         ORDER BY {expiry}
          LIMIT $1::bigint + 1) AS capped

@@ -2,10 +2,10 @@
 -- Examines at most $1 expired rows, oldest first, along the expiry index: the count is exact when
 -- fewer than $1 rows have expired (the usual case after an evict run drained the table) and a
 -- lower bound otherwise.
-SELECT count(*) FILTER (WHERE state = 'in_progress')::bigint AS n,
+SELECT count(*) FILTER (WHERE in_flight)::bigint AS n,
        count(*)::bigint AS examined
-  FROM (SELECT state
+  FROM (SELECT {in_flight} AS in_flight
           FROM {table}
-         WHERE expires_at < now()
-         ORDER BY expires_at
+         WHERE {expiry} < {cutoff}
+         ORDER BY {expiry}
          LIMIT $1::bigint) AS oldest_expired

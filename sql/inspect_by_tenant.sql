@@ -1,10 +1,12 @@
 -- inspect: one key of one tenant, through the unique (api_key_id, key) index.
 -- $1 = api_key_id, $2 = key, $3 = stuck-after in seconds.
-SELECT api_key_id, key, request_method, request_path, request_fingerprint, state,
-       response_status, response_body::text AS response_body, locked_at, created_at, expires_at,
+SELECT {tenant}::text AS api_key_id, {key}::text AS key, {request_method} AS request_method,
+       {request_path} AS request_path, {fingerprint} AS request_fingerprint, {state} AS state,
+       {response_status} AS response_status, {response_body} AS response_body,
+       {locked_at} AS locked_at, {created_at} AS created_at, {expires_at} AS expires_at,
        now() AS db_now, xmax::text::bigint AS row_xmax,
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
-       state = 'in_progress'
-         AND coalesce(locked_at, created_at) < now() - make_interval(secs => $3::float8) AS stuck
+       {in_flight}
+         AND {held_since} < now() - make_interval(secs => $3::float8) AS stuck
   FROM {table}
- WHERE api_key_id = $1 AND key = $2
+ WHERE {tenant} = $1::text::{tenant_type} AND {key} = $2::text::{key_type}

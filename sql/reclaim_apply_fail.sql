@@ -22,37 +22,34 @@ WITH planned AS (
 ), candidates AS (
     SELECT t.tableoid, t.ctid
       FROM planned p
-      JOIN {table} t ON t.api_key_id = p.api_key_id AND t.key = p.key
-     WHERE t.state = 'in_progress'
-       AND t.locked_at IS NOT DISTINCT FROM p.locked_at
-       AND t.created_at = p.created_at
-       AND coalesce(t.locked_at, t.created_at) < now() - make_interval(secs => $5::float8)
+      JOIN {table} t ON {t.tenant} = p.api_key_id::{tenant_type} AND {t.key} = p.key::{key_type}
+     WHERE {t.in_flight}
+       AND {t.locked_at} IS NOT DISTINCT FROM p.locked_at
+       AND {t.created_at} = p.created_at
+       AND {t.held_since} < now() - make_interval(secs => $5::float8)
        FOR UPDATE OF t SKIP LOCKED
 ), reclaimed AS (
     UPDATE {table}
-       SET state = 'completed',
-           response_status = $6::int,
-           response_body = $7::jsonb,
-           expires_at = CASE WHEN $8::float8 > 0
-                             THEN greatest(expires_at, now() + make_interval(secs => $8::float8))
-                             ELSE expires_at END
+       SET {fail_state}
+           {response_status_col} = $6::int,
+           {response_body_col} = $7::jsonb{keep_failed_p8}
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
        AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
-       AND state = 'in_progress'
-       AND coalesce(locked_at, created_at) < now() - make_interval(secs => $5::float8)
-    RETURNING api_key_id::text AS api_key_id, key::text AS key
+       AND {in_flight}
+       AND {held_since} < now() - make_interval(secs => $5::float8)
+    RETURNING {tenant}::text AS api_key_id, {key}::text AS key
 )
 SELECT p.ord,
        CASE WHEN r.key IS NOT NULL THEN 'reclaimed'
-            WHEN t.key IS NULL THEN 'gone'
-            WHEN t.state = 'completed' THEN 'completed'
-            WHEN t.state <> 'in_progress' THEN 'other_state'
-            WHEN t.locked_at IS DISTINCT FROM p.locked_at OR t.created_at <> p.created_at THEN 'changed'
-            WHEN coalesce(t.locked_at, t.created_at) >= now() - make_interval(secs => $5::float8) THEN 'too_young'
+            WHEN t.ctid IS NULL THEN 'gone'
+            WHEN {t.done} AND NOT {t.in_flight} THEN 'completed'
+            WHEN NOT {t.in_flight} THEN 'other_state'
+            WHEN {t.locked_at} IS DISTINCT FROM p.locked_at OR {t.created_at} <> p.created_at THEN 'changed'
+            WHEN {t.held_since} >= now() - make_interval(secs => $5::float8) THEN 'too_young'
             ELSE 'held'
        END AS outcome,
-       t.state::text AS state
+       {t.state} AS state
   FROM planned p
   LEFT JOIN reclaimed r ON r.api_key_id = p.api_key_id AND r.key = p.key
-  LEFT JOIN {table} t ON t.api_key_id = p.api_key_id AND t.key = p.key
+  LEFT JOIN {table} t ON {t.tenant} = p.api_key_id::{tenant_type} AND {t.key} = p.key::{key_type}
  ORDER BY p.ord

@@ -14,24 +14,21 @@
 WITH candidates AS (
     SELECT tableoid, ctid
       FROM {table}
-     WHERE state = 'in_progress'
-       AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
-     ORDER BY coalesce(locked_at, created_at)
+     WHERE {in_flight}
+       AND {held_since} < now() - make_interval(secs => $1::float8)
+     ORDER BY {held_since}
      LIMIT $2::bigint
        FOR UPDATE SKIP LOCKED
 ), reclaimed AS (
     UPDATE {table}
-       SET state = 'completed',
-           response_status = $3::int,
-           response_body = $4::jsonb,
-           expires_at = CASE WHEN $5::float8 > 0
-                             THEN greatest(expires_at, now() + make_interval(secs => $5::float8))
-                             ELSE expires_at END
+       SET {fail_state}
+           {response_status_col} = $3::int,
+           {response_body_col} = $4::jsonb{keep_failed_p5}
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
        AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
-       AND state = 'in_progress'
-       AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
-    RETURNING api_key_id::text AS api_key_id, key::text AS key
+       AND {in_flight}
+       AND {held_since} < now() - make_interval(secs => $1::float8)
+    RETURNING {tenant}::text AS api_key_id, {key}::text AS key
 )
 SELECT count(*)::bigint AS reclaimed,
        coalesce(array_agg(api_key_id), '{}') AS api_key_ids,

@@ -4,13 +4,13 @@
 -- maintenance_indexes.sql (the ORDER BY walks it); without it, run only with --allow-scan.
 -- Changes nothing and takes no row locks, so keys a live owner still holds are listed too.
 -- $1 = --older-than in seconds, $2 = row cap.
-SELECT api_key_id::text AS api_key_id, key::text AS key,
-       request_method::text AS request_method, request_path::text AS request_path,
-       locked_at, created_at,
-       extract(epoch FROM now() - coalesce(locked_at, created_at))::float8 AS age_seconds,
+SELECT {tenant}::text AS api_key_id, {key}::text AS key,
+       coalesce({request_method}, '') AS request_method, coalesce({request_path}, '') AS request_path,
+       {locked_at} AS locked_at, {created_at} AS created_at,
+       extract(epoch FROM now() - {held_since})::float8 AS age_seconds,
        now() AS db_now
   FROM {table}
- WHERE state = 'in_progress'
-   AND coalesce(locked_at, created_at) < now() - make_interval(secs => $1::float8)
- ORDER BY coalesce(locked_at, created_at)
+ WHERE {in_flight}
+   AND {held_since} < now() - make_interval(secs => $1::float8)
+ ORDER BY {held_since}
  LIMIT $2::bigint

@@ -97,6 +97,22 @@ pub struct GlobalArgs {
     )]
     pub table: TableName,
 
+    /// The table's profile: `storage`, `explainer`, `rocket-rides`, or a mapping's name from the
+    /// config file. Detected from the table's columns when absent (`idemctl check` says which and why).
+    #[arg(
+        long,
+        env = "IDEMCTL_PROFILE",
+        global = true,
+        hide_env_values = true,
+        value_name = "NAME"
+    )]
+    pub profile: Option<String>,
+
+    /// For a table without an expiry column: keys expire this long after created_at
+    /// (evict and stats need it there; ignored when the table has an expiry column).
+    #[arg(long, env = "IDEMCTL_TTL", value_parser = parse_positive_duration, allow_hyphen_values = true, global = true, hide_env_values = true, value_name = "DUR")]
+    pub ttl: Option<Duration>,
+
     /// Output format. `auto` is a table on a terminal and plain text when piped.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Auto, global = true)]
     pub output: OutputFormat,
@@ -394,7 +410,8 @@ impl ReclaimArgs {
         self.older_than.unwrap_or(Duration::from_secs(300))
     }
 
-    /// --action, or its default.
+    /// --action, or its default (the profile's first action decides once the table is known;
+    /// `delete` until then).
     pub fn action(&self) -> ReclaimAction {
         self.action.unwrap_or(ReclaimAction::Delete)
     }
@@ -495,6 +512,9 @@ pub enum ReclaimAction {
     /// instead of executing again. Right when the effect may have committed outside the key's
     /// transaction (insert the key first, do the work, then record the response).
     Fail,
+    /// Clear the key's lock time and leave the row, so the client's retry resumes from the
+    /// recovery point the owner reached (the rocket-rides table's way; its only safe action).
+    Release,
 }
 
 /// `idemctl reclaim`.
@@ -517,7 +537,8 @@ pub struct ReclaimArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// What to do with each stuck key. [default: delete]
+    /// What to do with each stuck key. [default: the profile's first action: delete for storage and
+    /// explainer, release for rocket-rides]
     #[arg(long, value_enum)]
     pub action: Option<ReclaimAction>,
 

@@ -65,7 +65,12 @@ impl Context {
 
     /// Resolve `--table` on the given session.
     pub async fn table(&self, session: &Session) -> Result<KeyTable> {
-        let table = KeyTable::resolve(session, &self.global.table).await?;
+        let choice = crate::db::table::ProfileChoice {
+            forced: self.global.profile.clone(),
+            mapping: None,
+            ttl: self.global.ttl,
+        };
+        let table = KeyTable::resolve(session, &self.global.table, &choice).await?;
         self.metrics.set_table(&table.display());
         Ok(table)
     }

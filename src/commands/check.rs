@@ -6,11 +6,12 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::cli::CheckArgs;
+use crate::cli::ReclaimAction;
 use crate::commands::stats;
 use crate::conn::Route;
 use crate::context::Context;
 use crate::db::KeyTable;
-use crate::db::table::Privileges;
+use crate::db::table::{Job, Privileges};
 use crate::exit::{Exit, fail};
 use crate::output::{Doc, human_secs};
 
@@ -52,6 +53,9 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
     let table = ctx.table(&client).await?;
     let mut findings = vec![connection(ctx.route())];
     findings.extend(structure(&table));
+    findings.extend(referencing(
+        &crate::db::queries::referencing_keys(&client, &table).await?,
+    ));
     findings.extend(privileges(&table, &table.privileges(&client).await?));
     let usable = !findings.iter().any(|f| f.status == Status::Fail);
     if usable {
@@ -121,50 +125,75 @@ pub fn connection(route: Option<Route>) -> Finding {
 /// Columns and indexes.
 pub fn structure(table: &KeyTable) -> Vec<Finding> {
     let mut out = Vec::new();
+    let p = &table.profile;
+    out.push(finding(
+        "profile",
+        Status::Ok,
+        format!(
+            "{}: {}",
+            p.name,
+            crate::output::sanitize(&p.matched_because)
+        ),
+        None,
+    ));
     let problems = table.column_problems();
     if problems.is_empty() {
         out.push(finding(
             "columns",
             Status::Ok,
-            "all expected columns with expected types".into(),
+            format!("every column profile {} names, with a usable type", p.name),
             None,
         ));
     }
-    for (exp, found) in problems {
-        let (detail, fix) = match found {
-            None => (
-                format!("column {} is missing", exp.name),
-                format!(
-                    "ALTER TABLE {} ADD COLUMN {} {};",
-                    table.quoted, exp.name, exp.sql_type
-                ),
-            ),
-            Some(t) => (
-                format!(
-                    "column {} is {}, expected {}",
-                    exp.name,
-                    crate::output::sanitize(&t),
-                    exp.sql_type
-                ),
-                format!(
-                    "ALTER TABLE {} ALTER COLUMN {} TYPE {};",
-                    table.quoted, exp.name, exp.sql_type
-                ),
+    // The table belongs to the application: a mismatch is fixed by choosing or mapping the
+    // profile, never by changing the table.
+    for (name, found, types) in problems {
+        let name = crate::output::sanitize(&name);
+        let detail = match found {
+            None => format!("column {name} (profile {}) is missing", p.name),
+            Some(t) => format!(
+                "column {name} is {}, profile {} expects {}",
+                crate::output::sanitize(&t),
+                p.name,
+                types.join(" or ")
             ),
         };
-        out.push(finding("columns", Status::Fail, detail, Some(fix)));
+        out.push(finding(
+            "columns",
+            Status::Fail,
+            detail,
+            Some("choose the profile that fits with --profile, or map the table's columns in a config file (--config)".into()),
+        ));
+    }
+    if p.lacks_ttl() {
+        out.push(finding(
+            "expiry",
+            Status::Fail,
+            format!(
+                "the table has no expiry column: keys expire a TTL after {}, which evict and stats need to know",
+                crate::output::sanitize(&p.created_at)
+            ),
+            Some("pass --ttl DUR (or set IDEMCTL_TTL, or ttl in the config file)".into()),
+        ));
     }
     out.push(match table.expiry_index() {
         Some(i) => finding(
             "expiry index",
             Status::Ok,
-            format!("{} orders keys by expires_at", i.name),
+            format!(
+                "{} orders keys by {}",
+                i.name,
+                crate::output::sanitize(table.profile.expiry_column())
+            ),
             None,
         ),
         None => finding(
             "expiry index",
             Status::Fail,
-            "no valid index on expires_at: eviction, lag and backlog cannot be index-backed".into(),
+            format!(
+                "no valid index on {}: eviction, lag and backlog cannot be index-backed",
+                crate::output::sanitize(table.profile.expiry_column())
+            ),
             Some(table.expiry_index_fix()),
         ),
     });
@@ -173,9 +202,10 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
             "identity index",
             Status::Note,
             format!(
-                "{} identifies a row by ({}); it includes the partition key, as PostgreSQL requires of a unique index on a partitioned table, so the database enforces it only within one partition: keeping (api_key_id, key) unique across partitions is the API's business (an insert of an existing key with another {} is not refused)",
+                "{} identifies a row by ({}); it includes the partition key, as PostgreSQL requires of a unique index on a partitioned table, so the database enforces it only within one partition: keeping {} unique across partitions is the API's business (an insert of an existing key with another {} is not refused)",
                 i.name,
                 i.columns.join(", "),
+                table.identity_label(),
                 table.partition_key().join(", ")
             ),
             None,
@@ -184,16 +214,20 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
             "identity index",
             Status::Ok,
             format!(
-                "{} is unique on ({}), so (api_key_id, key) identifies a row",
+                "{} is unique on ({}), so {} identifies a row",
                 i.name,
-                i.columns.join(", ")
+                i.columns.join(", "),
+                table.identity_label()
             ),
             None,
         ),
         None => finding(
             "identity index",
             Status::Fail,
-            "no valid unique index on (api_key_id, key): keys cannot be looked up or told apart per tenant".into(),
+            format!(
+                "no valid unique index on {}: keys cannot be looked up or told apart per tenant",
+                table.identity_label()
+            ),
             Some(table.identity_index_fix()),
         ),
     });
@@ -212,6 +246,56 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
         ),
     });
     out
+}
+
+/// The foreign keys that reference the key table: every evicted key runs their ON DELETE action
+/// inside evict's batch (its timing includes that work), and scans the referencing table when no
+/// index leads with the referencing columns.
+pub fn referencing(keys: &[crate::db::queries::ReferencingKey]) -> Vec<Finding> {
+    use crate::output::sanitize;
+    keys.iter()
+        .map(|k| {
+            let columns = sanitize(&k.columns.join(", "));
+            let what = format!(
+                "{} ({columns}) references the table ON DELETE {} ({})",
+                sanitize(&k.referencing_table),
+                k.on_delete,
+                sanitize(&k.name)
+            );
+            let blocks = matches!(k.on_delete.as_str(), "NO ACTION" | "RESTRICT");
+            let effect = if blocks {
+                "a key still referenced cannot be evicted (the DELETE fails)"
+            } else {
+                "evict's batches include that work"
+            };
+            if k.indexed {
+                finding(
+                    "referencing key",
+                    Status::Ok,
+                    format!("{what}; indexed, so {effect}"),
+                    None,
+                )
+            } else {
+                finding(
+                    "referencing key",
+                    Status::Fail,
+                    format!(
+                        "{what}; no index leads with ({columns}), so every evicted key scans {} ({effect})",
+                        sanitize(&k.referencing_table)
+                    ),
+                    Some(format!(
+                        "CREATE INDEX CONCURRENTLY ON {} ({});",
+                        k.referencing_table,
+                        k.columns
+                            .iter()
+                            .map(|c| crate::db::table::quote_ident(c))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
+                )
+            }
+        })
+        .collect()
 }
 
 /// How a partitioned table is laid out, and what that means for evict.
@@ -293,16 +377,15 @@ pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
             Some(grant("SELECT")),
         ));
     }
-    let mut evict_missing = Vec::new();
-    if !p.select {
-        evict_missing.push("SELECT");
-    }
-    if !p.delete {
-        evict_missing.push("DELETE");
-    }
-    if !p.lock_rows {
-        evict_missing.push("UPDATE (expires_at)");
-    }
+    let missing = |job: Job| -> Vec<String> {
+        table
+            .privilege_needs(p, job)
+            .into_iter()
+            .filter(|(_, has)| !has)
+            .map(|(g, _)| g)
+            .collect()
+    };
+    let evict_missing = missing(Job::Evict);
     out.push(if evict_missing.is_empty() {
         finding(
             "privileges: evict",
@@ -344,33 +427,54 @@ pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
             )
         });
     }
-    let delete_ok = p.select && p.delete && p.lock_rows;
-    let fail_ok = p.select && p.update_response;
-    let (status, detail, fix) = match (delete_ok, fail_ok) {
-        (true, true) => (
-            Status::Ok,
-            format!("{role} may reclaim with --action delete and --action fail"),
+    // Only the actions the table's profile allows are worth a grant.
+    let actions = &table.profile.actions;
+    let (able, unable): (Vec<_>, Vec<_>) = actions
+        .iter()
+        .map(|a| (*a, missing(Job::Reclaim(*a))))
+        .partition(|(_, m)| m.is_empty());
+    let names = |list: &[(ReclaimAction, Vec<String>)]| {
+        list.iter()
+            .map(|(a, _)| format!("--action {}", action_name(*a)))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    };
+    let (status, detail, fix) = if actions.is_empty() {
+        (
+            Status::Note,
+            format!("profile {} allows no reclaim action", table.profile.name),
             None,
-        ),
-        (true, false) => (
-            Status::Note,
+        )
+    } else if unable.is_empty() {
+        (
+            Status::Ok,
+            format!("{role} may reclaim with {}", names(&able)),
+            None,
+        )
+    } else {
+        let mut lacks: Vec<String> = Vec::new();
+        for (_, m) in &unable {
+            for g in m {
+                if !lacks.contains(g) {
+                    lacks.push(g.clone());
+                }
+            }
+        }
+        let detail = if able.is_empty() {
             format!(
-                "{role} may reclaim with --action delete; --action fail also needs UPDATE (state, response_status, response_body)"
-            ),
-            Some(grant("UPDATE (state, response_status, response_body)")),
-        ),
-        (false, true) => (
-            Status::Note,
-            format!("{role} may reclaim with --action fail; --action delete also needs DELETE"),
-            Some(grant("DELETE")),
-        ),
-        (false, false) => (
-            Status::Note,
-            format!("{role} may not reclaim (needed only to run reclaim)"),
-            Some(grant(
-                "SELECT, DELETE, UPDATE (state, response_status, response_body)",
-            )),
-        ),
+                "{role} may not reclaim (needed only to run reclaim): {} needs {}",
+                names(&unable),
+                lacks.join(", ")
+            )
+        } else {
+            format!(
+                "{role} may reclaim with {}; {} also needs {}",
+                names(&able),
+                names(&unable),
+                lacks.join(", ")
+            )
+        };
+        (Status::Note, detail, Some(grant(&lacks.join(", "))))
     };
     out.push(finding("privileges: reclaim", status, detail, fix));
     out
@@ -449,4 +553,12 @@ fn doc(findings: &[Finding]) -> Doc {
         .collect();
     d.rows(None, &["check", "status", "detail", "fix"], rows);
     d
+}
+
+fn action_name(a: ReclaimAction) -> &'static str {
+    match a {
+        ReclaimAction::Delete => "delete",
+        ReclaimAction::Fail => "fail",
+        ReclaimAction::Release => "release",
+    }
 }

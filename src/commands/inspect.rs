@@ -37,6 +37,27 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     privileges.require(&table, "inspect", &[("SELECT", privileges.select)])?;
     table.require_columns()?;
     let stuck_secs = args.stuck_after.as_secs_f64();
+    if args.api_key_id.is_some() && table.profile.tenant.is_none() {
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "table {} has no tenant column (profile {}), so --api-key-id does not apply; look the key up alone",
+                table.display(),
+                table.profile.name
+            ),
+        ));
+    }
+    let fingerprint_column = table.profile.fingerprint.as_ref().map(|(c, _)| c.clone());
+    if body.is_some() && fingerprint_column.is_none() {
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "table {} stores no request fingerprint (profile {}), so --body cannot be checked",
+                table.display(),
+                table.profile.name
+            ),
+        ));
+    }
     let mut records = match &args.api_key_id {
         Some(tenant) => by_tenant(&client, &table, tenant, &args.key, stuck_secs).await?,
         None => by_key(&client, &table, &args.key, stuck_secs).await?,
@@ -47,7 +68,13 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     match records.as_slice() {
         [] => Err(fail(Exit::NotFound, not_found_message(args))),
         [one] => match &body {
-            Some(body) => check_body(ctx, one, body, args),
+            Some(body) => check_body(
+                ctx,
+                one,
+                body,
+                fingerprint_column.as_deref().unwrap_or_default(),
+                args,
+            ),
             None => {
                 ctx.output.emit_with_raw(
                     &record_doc(one, args),
@@ -129,10 +156,26 @@ struct Compared {
 }
 
 /// Compare a request body (and optionally method and path) with the stored request.
-fn check_body(ctx: &Context, r: &KeyRecord, body: &[u8], args: &InspectArgs) -> Result<Exit> {
+fn check_body(
+    ctx: &Context,
+    r: &KeyRecord,
+    body: &[u8],
+    column: &str,
+    args: &InspectArgs,
+) -> Result<Exit> {
+    let Some(stored) = &r.request_fingerprint else {
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "key {} has no stored request fingerprint ({} is NULL), so --body cannot be checked",
+                sanitize(&r.key),
+                sanitize(column)
+            ),
+        ));
+    };
     let how = args
         .canonical
-        .unwrap_or_else(|| Canonical::default_for_column(r.request_fingerprint.sql_type()));
+        .unwrap_or_else(|| Canonical::default_for_column(stored.sql_type()));
     let digest = fingerprint::fingerprint(body, how).map_err(|e| {
         fail(
             Exit::Usage,
@@ -142,12 +185,12 @@ fn check_body(ctx: &Context, r: &KeyRecord, body: &[u8], args: &InspectArgs) -> 
             ),
         )
     })?;
-    let fingerprint_matches = r.request_fingerprint.matches(&digest);
-    let compare = |stored: &str, given: &Option<String>| {
+    let fingerprint_matches = stored.matches(&digest);
+    let compare = |stored: &Option<String>, given: &Option<String>| {
         given.as_ref().map(|g| Compared {
-            stored: stored.to_owned(),
+            stored: stored.clone().unwrap_or_default(),
             given: g.clone(),
-            matches: stored == g,
+            matches: stored.as_ref() == Some(g),
         })
     };
     let method = compare(&r.request_method, &args.method);
@@ -166,9 +209,10 @@ fn check_body(ctx: &Context, r: &KeyRecord, body: &[u8], args: &InspectArgs) -> 
         (
             "stored".to_owned(),
             format!(
-                "{} (request_fingerprint, {})",
-                sanitize(&r.request_fingerprint.shown()),
-                r.request_fingerprint.sql_type()
+                "{} ({}, {})",
+                sanitize(&stored.shown()),
+                sanitize(column),
+                stored.sql_type()
             ),
         ),
         (
@@ -237,7 +281,7 @@ async fn by_tenant(
         return Err(fail(
             Exit::Usage,
             format!(
-                "table {} has no index on (api_key_id, key), so a key cannot be looked up without a scan; create it with: {}",
+                "table {} has no index on (tenant, key), so a key cannot be looked up without a scan; create it with: {}",
                 table.display(),
                 table.identity_index_fix()
             ),
@@ -292,10 +336,10 @@ async fn by_key(
 
 /// A sentence describing the key's state by the database clock.
 pub fn describe_state(r: &KeyRecord, args: &InspectArgs) -> String {
-    let expiry = if r.expired() {
-        format!("expired {} ago", human_secs(r.secs_since(r.expires_at)))
-    } else {
-        format!("expires in {}", human_secs(-r.secs_since(r.expires_at)))
+    let expiry = match r.expires_at {
+        None => "expiry unknown (pass --ttl)".to_owned(),
+        Some(at) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
+        Some(at) => format!("expires in {}", human_secs(-r.secs_since(at))),
     };
     match r.state.as_str() {
         "completed" if r.expired() => format!("completed, {expiry}, waiting for eviction"),
@@ -337,13 +381,15 @@ fn record_doc(r: &KeyRecord, args: &InspectArgs) -> Doc {
             "request".to_owned(),
             format!(
                 "{} {}",
-                sanitize(&r.request_method),
-                sanitize(&r.request_path)
+                sanitize(r.request_method.as_deref().unwrap_or("-")),
+                sanitize(r.request_path.as_deref().unwrap_or("-"))
             ),
         ),
         (
             "fingerprint".to_owned(),
-            sanitize(&r.request_fingerprint.shown()),
+            r.request_fingerprint
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |f| sanitize(&f.shown())),
         ),
         ("created_at".to_owned(), at_with_age(r, r.created_at)),
         (
@@ -351,7 +397,11 @@ fn record_doc(r: &KeyRecord, args: &InspectArgs) -> Doc {
             r.locked_at
                 .map_or_else(|| "-".to_owned(), |t| at_with_age(r, t)),
         ),
-        ("expires_at".to_owned(), at_with_age(r, r.expires_at)),
+        (
+            "expires_at".to_owned(),
+            r.expires_at
+                .map_or_else(|| "- (pass --ttl)".to_owned(), |t| at_with_age(r, t)),
+        ),
         (
             "response_status".to_owned(),
             r.response_status
@@ -375,7 +425,7 @@ fn tenants_doc(records: &[KeyRecord]) -> Doc {
                 sanitize(&r.api_key_id),
                 r.state.clone(),
                 rfc3339(r.created_at),
-                rfc3339(r.expires_at),
+                r.expires_at.map_or_else(|| "-".to_owned(), rfc3339),
             ]
         })
         .collect();

@@ -24,6 +24,7 @@ use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::lock::{self, LockClass};
 use crate::db::queries::{self, Capped, DatabaseIdentity};
+use crate::db::table::Job;
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
@@ -39,9 +40,10 @@ pub const FAIL_SQL: &str = include_str!("../../sql/reclaim_fail.sql");
 pub const APPLY_DELETE_SQL: &str = include_str!("../../sql/reclaim_apply_delete.sql");
 /// One batch of a plan with `--action fail`.
 pub const APPLY_FAIL_SQL: &str = include_str!("../../sql/reclaim_apply_fail.sql");
-/// The column grants `--action fail` needs.
-const PRIVILEGES_SQL: &str = include_str!("../../sql/reclaim_privileges.sql");
-
+/// reclaim --action release, one batch.
+pub const RELEASE_SQL: &str = include_str!("../../sql/reclaim_release.sql");
+/// reclaim --apply with action release, one batch of plan rows.
+pub const APPLY_RELEASE_SQL: &str = include_str!("../../sql/reclaim_apply_release.sql");
 /// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
 /// only bounds waits on the table itself (DDL), which must not stall the API behind us.
 const ROW_LOCK_WAIT: Duration = Duration::from_millis(5);
@@ -89,14 +91,65 @@ struct Request {
 
 /// Run `reclaim`.
 pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
-    let req = validate(ctx, args)?;
+    let mut req = validate(ctx, args)?;
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     table.require_columns()?;
+    req.action = profile_action(&table, &req, args)?;
     match &req.mode {
         Mode::Preview(path) => preview(ctx, &client, &table, &req, args, path.as_deref()).await,
         Mode::Sweep => sweep(ctx, &client, &table, &req, args).await,
         Mode::Apply(path, plan) => apply(ctx, &client, &table, &req, args, path, plan).await,
+    }
+}
+
+/// The action the run takes on this table: --action (or the plan's) when the profile allows it,
+/// else the profile's default; a profile with no safe action refuses.
+fn profile_action(table: &KeyTable, req: &Request, args: &ReclaimArgs) -> Result<ReclaimAction> {
+    let p = &table.profile;
+    let allowed = &p.actions;
+    let Some(&default) = allowed.first() else {
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "profile {} has no safe reclaim action for table {}: its mapping lists none (set actions in the config file)",
+                p.name,
+                table.display()
+            ),
+        ));
+    };
+    let chosen = if args.action.is_none() && args.apply.is_none() {
+        default
+    } else {
+        req.action
+    };
+    if !allowed.contains(&chosen) {
+        let names: Vec<&str> = p.actions.iter().map(|a| action_name(*a)).collect();
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "--action {} does not fit table {} (profile {}): it allows {}",
+                action_name(chosen),
+                table.display(),
+                p.name,
+                names.join(", ")
+            ),
+        ));
+    }
+    if chosen == ReclaimAction::Fail && req.body.is_none() {
+        return Err(fail(
+            Exit::Usage,
+            "--action fail needs a response body; pass --action fail explicitly",
+        ));
+    }
+    Ok(chosen)
+}
+
+fn action_name(a: ReclaimAction) -> &'static str {
+    match a {
+        ReclaimAction::Delete => "delete",
+        ReclaimAction::Fail => "fail",
+        ReclaimAction::Release => "release",
     }
 }
 
@@ -150,15 +203,17 @@ fn check_floor(older_than: f64, force: bool) -> Result<()> {
 /// The response body `--action fail` stores: `--body-file`, or the default problem document.
 fn response_body(args: &ReclaimArgs) -> Result<Option<Value>> {
     match (args.action(), &args.body_file) {
-        (ReclaimAction::Delete, Some(_)) => Err(fail(
+        (ReclaimAction::Delete | ReclaimAction::Release, Some(_)) => Err(fail(
             Exit::Usage,
             "--body-file only applies to --action fail; drop it or pass --action fail",
         )),
-        (ReclaimAction::Delete, None) if args.status.is_some() => Err(fail(
-            Exit::Usage,
-            "--status only applies to --action fail; drop it or pass --action fail",
-        )),
-        (ReclaimAction::Delete, None) => Ok(None),
+        (ReclaimAction::Delete | ReclaimAction::Release, None) if args.status.is_some() => {
+            Err(fail(
+                Exit::Usage,
+                "--status only applies to --action fail; drop it or pass --action fail",
+            ))
+        }
+        (ReclaimAction::Delete | ReclaimAction::Release, None) => Ok(None),
         (ReclaimAction::Fail, Some(path)) => read_body(path).map(Some),
         (ReclaimAction::Fail, None) => Ok(Some(problem_document(args.status()))),
     }
@@ -322,7 +377,10 @@ fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
     match (plan.action, &plan.body) {
         (ReclaimAction::Fail, Some(Value::Object(_))) | (ReclaimAction::Delete, None) => {}
         (ReclaimAction::Fail, _) => return Err("action fail needs a JSON object as body".into()),
-        (ReclaimAction::Delete, Some(_)) => return Err("action delete takes no body".into()),
+        (ReclaimAction::Delete | ReclaimAction::Release, Some(_)) => {
+            return Err("actions delete and release take no body".into());
+        }
+        (ReclaimAction::Release, None) => {}
     }
     let mut seen = HashSet::new();
     for r in &plan.rows {
@@ -511,7 +569,7 @@ fn write_plan(
         body: req.body.clone(),
         keep_failed_for_seconds: match req.action {
             ReclaimAction::Fail => req.keep_failed,
-            ReclaimAction::Delete => 0.0,
+            ReclaimAction::Delete | ReclaimAction::Release => 0.0,
         },
         database: Some(database),
         created_at: Some(found.db_now),
@@ -632,6 +690,9 @@ fn candidate_cells(c: &Candidate) -> Vec<String> {
 fn action_text(req: &Request) -> String {
     match req.action {
         ReclaimAction::Delete => "delete (the retry runs afresh)".to_owned(),
+        ReclaimAction::Release => {
+            "release (lock cleared; the retry resumes from its recovery point)".to_owned()
+        }
         ReclaimAction::Fail => format!(
             "fail (completed with status {}; the retry gets it replayed)",
             req.status
@@ -676,35 +737,19 @@ async fn require_privileges(
     action: Option<ReclaimAction>,
 ) -> Result<()> {
     let privileges = table.privileges(client).await?;
-    let (command, needs) = match action {
-        None => ("reclaim --dry-run", vec![("SELECT", privileges.select)]),
+    let (command, job) = match action {
+        None => ("reclaim --dry-run", Job::Read),
         Some(ReclaimAction::Delete) => (
             "reclaim --action delete",
-            vec![
-                ("SELECT", privileges.select),
-                ("DELETE", privileges.delete),
-                ("UPDATE (state)", privileges.lock_rows),
-            ],
+            Job::Reclaim(ReclaimAction::Delete),
         ),
-        Some(ReclaimAction::Fail) => {
-            let row = client
-                .query_one(PRIVILEGES_SQL, &[p(&table.oid)])
-                .await
-                .context("failed to read the role's column privileges")?;
-            let column = |c: &str| row.try_get::<_, bool>(c).unwrap_or(false);
-            (
-                "reclaim --action fail",
-                vec![
-                    ("SELECT", privileges.select),
-                    ("UPDATE (state)", column("state")),
-                    ("UPDATE (response_status)", column("response_status")),
-                    ("UPDATE (response_body)", column("response_body")),
-                    ("UPDATE (expires_at)", column("expires_at")),
-                ],
-            )
-        }
+        Some(ReclaimAction::Fail) => ("reclaim --action fail", Job::Reclaim(ReclaimAction::Fail)),
+        Some(ReclaimAction::Release) => (
+            "reclaim --action release",
+            Job::Reclaim(ReclaimAction::Release),
+        ),
     };
-    privileges.require(table, command, &needs)
+    privileges.require_for(table, command, job)
 }
 
 // ---- writing runs: shared steps --------------------------------------------------------------
@@ -747,6 +792,7 @@ fn confirm(args: &ReclaimArgs, question: &str) -> Result<()> {
 fn question(table: &KeyTable, req: &Request, count: &str) -> String {
     let what = match req.action {
         ReclaimAction::Delete => "delete".to_owned(),
+        ReclaimAction::Release => "release".to_owned(),
         ReclaimAction::Fail => format!("mark completed with status {}", req.status),
     };
     format!(
@@ -947,7 +993,11 @@ impl ReclaimReport {
     /// The run's own metrics: keys reclaimed by action, keys left alone by reason.
     fn metrics(&self) -> Metrics {
         let mut m = Metrics::default();
-        for action in [ReclaimAction::Delete, ReclaimAction::Fail] {
+        for action in [
+            ReclaimAction::Delete,
+            ReclaimAction::Fail,
+            ReclaimAction::Release,
+        ] {
             let n = if action == self.action {
                 self.rows_reclaimed
             } else {
@@ -956,6 +1006,7 @@ impl ReclaimReport {
             let name = match action {
                 ReclaimAction::Delete => "delete",
                 ReclaimAction::Fail => "fail",
+                ReclaimAction::Release => "release",
             };
             m.add(
                 "idemctl_reclaim_keys_reclaimed",
@@ -1051,6 +1102,7 @@ async fn sweep_batches(
     let sql = table.sql(match req.action {
         ReclaimAction::Delete => DELETE_SQL,
         ReclaimAction::Fail => FAIL_SQL,
+        ReclaimAction::Release => RELEASE_SQL,
     });
     loop {
         if ctx.cancel.requested() {
@@ -1240,6 +1292,7 @@ async fn apply_batches(
     let sql = table.sql(match req.action {
         ReclaimAction::Delete => APPLY_DELETE_SQL,
         ReclaimAction::Fail => APPLY_FAIL_SQL,
+        ReclaimAction::Release => APPLY_RELEASE_SQL,
     });
     let size = usize::try_from(args.batch_size).unwrap_or(usize::MAX);
     for chunk in rows.chunks(size) {
@@ -1323,6 +1376,7 @@ fn report_doc(r: &ReclaimReport) -> Doc {
             ),
             _ => format!("fail (completed with status {s}, expires_at kept)"),
         },
+        (ReclaimAction::Release, _) => "release".to_owned(),
         _ => "delete".to_owned(),
     };
     let mut fields = vec![

@@ -56,6 +56,7 @@ pub async fn gather(
     allow_scan: bool,
 ) -> Result<StatsReport> {
     table.require_columns()?;
+    table.require_ttl("stats")?;
     table.require_expiry_index()?;
     let c: &Session = client;
     let sizes = queries::sizes(c, table).await?;

@@ -4,6 +4,7 @@
 pub mod activity;
 pub mod lock;
 pub mod partitions;
+pub mod profile;
 pub mod queries;
 pub mod record;
 pub mod replication;

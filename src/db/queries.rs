@@ -226,3 +226,37 @@ pub async fn database_identity(client: &Session) -> Result<DatabaseIdentity> {
         name: row.try_get("name")?,
     })
 }
+
+/// A foreign key that references the key table: deleting a key runs its ON DELETE action.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReferencingKey {
+    pub name: String,
+    pub referencing_table: String,
+    pub columns: Vec<String>,
+    /// `NO ACTION`, `RESTRICT`, `CASCADE`, `SET NULL` or `SET DEFAULT`.
+    pub on_delete: String,
+    /// An index on the referencing table leads with the referencing columns.
+    pub indexed: bool,
+}
+
+/// The foreign keys that reference the key table.
+pub async fn referencing_keys(client: &Session, table: &KeyTable) -> Result<Vec<ReferencingKey>> {
+    let rows = client
+        .query(
+            include_str!("../../sql/referencing_keys.sql"),
+            &[p(&table.oid)],
+        )
+        .await
+        .context("failed to read the foreign keys that reference the table")?;
+    rows.iter()
+        .map(|r| {
+            Ok(ReferencingKey {
+                name: r.try_get("name")?,
+                referencing_table: r.try_get("referencing_table")?,
+                columns: r.try_get("columns")?,
+                on_delete: r.try_get("on_delete")?,
+                indexed: r.try_get("indexed")?,
+            })
+        })
+        .collect()
+}

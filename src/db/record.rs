@@ -55,10 +55,11 @@ impl Serialize for StoredFingerprint {
 pub struct KeyRecord {
     pub api_key_id: String,
     pub key: String,
-    pub request_method: String,
-    pub request_path: String,
-    /// The request fingerprint (lowercase hex for a bytea column).
-    pub request_fingerprint: StoredFingerprint,
+    /// None on a table that does not store the request method.
+    pub request_method: Option<String>,
+    pub request_path: Option<String>,
+    /// The request fingerprint (lowercase hex for a bytea column; None when the table stores none).
+    pub request_fingerprint: Option<StoredFingerprint>,
     pub state: String,
     pub response_status: Option<i32>,
     /// The stored body as the server prints it (JSON text, kept exact: numbers are never parsed).
@@ -68,8 +69,9 @@ pub struct KeyRecord {
     pub locked_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339")]
     pub created_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339")]
-    pub expires_at: OffsetDateTime,
+    /// None on a table whose keys expire a TTL after creation when no TTL was given.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub expires_at: Option<OffsetDateTime>,
     /// The database clock when the record was read; every age is relative to it.
     #[serde(with = "time::serde::rfc3339")]
     pub db_now: OffsetDateTime,
@@ -95,8 +97,12 @@ impl KeyRecord {
             .find(|c| c.name() == "request_fingerprint")
             .map(|c| c.type_().clone())
         {
-            Some(Type::BYTEA) => StoredFingerprint::Bytes(row.try_get("request_fingerprint")?),
-            _ => StoredFingerprint::Text(row.try_get("request_fingerprint")?),
+            Some(Type::BYTEA) => row
+                .try_get::<_, Option<Vec<u8>>>("request_fingerprint")?
+                .map(StoredFingerprint::Bytes),
+            _ => row
+                .try_get::<_, Option<String>>("request_fingerprint")?
+                .map(StoredFingerprint::Text),
         };
         Ok(KeyRecord {
             api_key_id: row.try_get("api_key_id")?,
@@ -151,9 +157,9 @@ impl KeyRecord {
         (self.db_now - ts).as_seconds_f64()
     }
 
-    /// Whether the key has expired by the database clock.
+    /// Whether the key has expired by the database clock (false when its expiry is unknown).
     pub fn expired(&self) -> bool {
-        self.expires_at <= self.db_now
+        self.expires_at.is_some_and(|e| e <= self.db_now)
     }
 
     /// When the owner took the key: `locked_at`, or `created_at` where it was never set.

@@ -5,50 +5,8 @@ use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 
 use crate::cli::TableName;
+use crate::db::profile::{self, Action, Detected, Profile};
 use crate::exit::{Exit, fail};
-
-/// A column idemctl reads, with the type the reference table gives it.
-pub struct ExpectedColumn {
-    pub name: &'static str,
-    pub sql_type: &'static str,
-    /// Types that work as well (e.g. `json` for the body, `varchar` for text).
-    pub also: &'static [&'static str],
-}
-
-/// Every column idemctl touches. Only this module and the SQL files know column names.
-pub const EXPECTED_COLUMNS: &[ExpectedColumn] = &[
-    col("key", "text", &["character varying", "uuid"]),
-    col(
-        "api_key_id",
-        "text",
-        &["character varying", "uuid", "bigint", "integer"],
-    ),
-    col("request_method", "text", &["character varying"]),
-    col("request_path", "text", &["character varying"]),
-    col(
-        "request_fingerprint",
-        "bytea",
-        &["text", "character varying"],
-    ),
-    col("state", "text", &["character varying"]),
-    col("response_status", "integer", &["smallint"]),
-    col("response_body", "jsonb", &["json"]),
-    col("locked_at", "timestamp with time zone", &[]),
-    col("created_at", "timestamp with time zone", &[]),
-    col("expires_at", "timestamp with time zone", &[]),
-];
-
-const fn col(
-    name: &'static str,
-    sql_type: &'static str,
-    also: &'static [&'static str],
-) -> ExpectedColumn {
-    ExpectedColumn {
-        name,
-        sql_type,
-        also,
-    }
-}
 
 /// One column as the catalog describes it.
 #[derive(Clone, Debug)]
@@ -74,16 +32,16 @@ impl Index {
             && self.columns.first().is_some_and(|c| c == column)
     }
 
-    /// A unique index over exactly (api_key_id, key), in either order, or over `key` alone; on a
+    /// A unique index over exactly (tenant, key), in either order, or over the key alone; on a
     /// partitioned table also one that adds the partition key's columns, in any position (PostgreSQL
     /// requires a unique index of a partitioned table to include them).
-    fn identifies_rows(&self, partition_key: &[String]) -> bool {
+    fn identifies_rows(&self, partition_key: &[String], key: &str, tenant: &str) -> bool {
         if !(self.is_unique && self.is_valid && self.predicate.is_none()) {
             return false;
         }
         let mut rest: Vec<&str> = self.columns.iter().map(String::as_str).collect();
         for column in partition_key {
-            if !["api_key_id", "key"].contains(&column.as_str()) {
+            if ![tenant, key].contains(&column.as_str()) {
                 match rest.iter().position(|c| c == column) {
                     Some(at) => {
                         rest.remove(at);
@@ -92,23 +50,34 @@ impl Index {
                 }
             }
         }
-        matches!(
-            rest.as_slice(),
-            ["api_key_id", "key"] | ["key", "api_key_id"] | ["key"]
-        )
+        match rest.as_slice() {
+            [a, b] => (*a == tenant && *b == key) || (*a == key && *b == tenant),
+            [a] => *a == key,
+            _ => false,
+        }
     }
 
-    /// The optional partial index that makes stuck in_progress keys cheap to find.
-    fn serves_stuck_lookup(&self) -> bool {
+    /// The optional partial index that makes stuck in-flight keys cheap to find: on the time the
+    /// owner took the key, restricted to in-flight rows (compared as the catalog prints them).
+    fn serves_stuck_lookup(&self, held_since: &str, in_flight: &str) -> bool {
         let pred = self.predicate.as_deref().unwrap_or("");
         self.is_valid
-            && pred.contains("state")
-            && pred.contains("'in_progress'")
+            && normalise(pred) == normalise(in_flight)
             && self
                 .columns
                 .first()
-                .is_some_and(|c| c.replace(' ', "") == "COALESCE(locked_at,created_at)")
+                .is_some_and(|c| normalise(c) == normalise(held_since))
     }
+}
+
+/// An expression without what the catalog adds or drops when it prints one back: case, blanks,
+/// quotes, parentheses and `::text` casts.
+fn normalise(expr: &str) -> String {
+    expr.to_lowercase()
+        .replace("::text", "")
+        .chars()
+        .filter(|c| !c.is_whitespace() && !matches!(c, '"' | '(' | ')'))
+        .collect()
 }
 
 /// How `inspect` can find a key when no tenant is given.
@@ -122,6 +91,171 @@ pub enum KeyLookup {
     Unindexed,
 }
 
+/// What idemctl does with the table, for the privileges each job needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Job {
+    /// inspect, stats, check, and every dry run.
+    Read,
+    Evict,
+    Reclaim(Action),
+}
+
+/// An identifier as a person would write it: bare when it is a plain lowercase name that is no
+/// keyword PostgreSQL restricts, quoted otherwise (statements idemctl runs always quote).
+pub fn quote_ident_if_needed(c: &str) -> String {
+    const RESTRICTED: &[&str] = &[
+        "all",
+        "analyse",
+        "analyze",
+        "and",
+        "any",
+        "array",
+        "as",
+        "asc",
+        "asymmetric",
+        "authorization",
+        "between",
+        "bigint",
+        "binary",
+        "bit",
+        "boolean",
+        "both",
+        "case",
+        "cast",
+        "char",
+        "character",
+        "check",
+        "coalesce",
+        "collate",
+        "collation",
+        "column",
+        "concurrently",
+        "constraint",
+        "create",
+        "cross",
+        "current_catalog",
+        "current_date",
+        "current_role",
+        "current_schema",
+        "current_time",
+        "current_timestamp",
+        "current_user",
+        "dec",
+        "decimal",
+        "default",
+        "deferrable",
+        "desc",
+        "distinct",
+        "do",
+        "else",
+        "end",
+        "except",
+        "exists",
+        "extract",
+        "false",
+        "fetch",
+        "float",
+        "for",
+        "foreign",
+        "freeze",
+        "from",
+        "full",
+        "grant",
+        "greatest",
+        "group",
+        "grouping",
+        "having",
+        "ilike",
+        "in",
+        "initially",
+        "inner",
+        "inout",
+        "int",
+        "integer",
+        "intersect",
+        "interval",
+        "into",
+        "is",
+        "isnull",
+        "join",
+        "lateral",
+        "leading",
+        "least",
+        "left",
+        "like",
+        "limit",
+        "localtime",
+        "localtimestamp",
+        "national",
+        "natural",
+        "nchar",
+        "none",
+        "normalize",
+        "not",
+        "notnull",
+        "null",
+        "nullif",
+        "numeric",
+        "offset",
+        "on",
+        "only",
+        "or",
+        "order",
+        "out",
+        "outer",
+        "overlaps",
+        "overlay",
+        "placing",
+        "position",
+        "precision",
+        "primary",
+        "real",
+        "references",
+        "returning",
+        "right",
+        "row",
+        "select",
+        "session_user",
+        "setof",
+        "similar",
+        "smallint",
+        "some",
+        "substring",
+        "symmetric",
+        "system_user",
+        "table",
+        "tablesample",
+        "then",
+        "time",
+        "timestamp",
+        "to",
+        "trailing",
+        "treat",
+        "trim",
+        "true",
+        "union",
+        "unique",
+        "user",
+        "using",
+        "values",
+        "varchar",
+        "variadic",
+        "verbose",
+        "when",
+        "where",
+        "window",
+        "with",
+    ];
+    let plain = c
+        .chars()
+        .next()
+        .is_some_and(|ch| ch.is_ascii_lowercase() || ch == '_')
+        && c.chars()
+            .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
+        && !RESTRICTED.contains(&c);
+    if plain { c.to_owned() } else { quote_ident(c) }
+}
+
 /// What the current role may do with the table.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Privileges {
@@ -130,8 +264,8 @@ pub struct Privileges {
     pub delete: bool,
     pub update: bool,
     pub lock_rows: bool,
-    /// May UPDATE state, response_status and response_body (what reclaim --action fail writes).
-    pub update_response: bool,
+    /// UPDATE on each column reclaim writes (--action fail, then --action release), in order.
+    pub columns: Vec<(String, bool)>,
     /// Owns the table (or is a member of its owner): needed to detach partitions.
     pub owner: bool,
 }
@@ -176,6 +310,19 @@ pub struct KeyTable {
     pub partitioning: Option<Partitioning>,
     pub columns: Vec<Column>,
     pub indexes: Vec<Index>,
+    /// Which column plays which role.
+    pub profile: Profile,
+}
+
+/// How to pick the table's profile: forced by name or mapping, else detected; and the TTL for a
+/// table whose keys expire at created_at + TTL.
+#[derive(Clone, Debug, Default)]
+pub struct ProfileChoice {
+    /// `--profile NAME`.
+    pub forced: Option<String>,
+    /// A mapping from the config file, used when `--profile` names it or nothing else matches.
+    pub mapping: Option<Profile>,
+    pub ttl: Option<std::time::Duration>,
 }
 
 /// Quote an identifier the way PostgreSQL's `quote_ident` always would.
@@ -186,7 +333,11 @@ pub fn quote_ident(s: &str) -> String {
 impl KeyTable {
     /// Find the table `--table` names (following search_path when unqualified) and read its
     /// columns and indexes. A missing table is a one-line error with exit code "not found".
-    pub async fn resolve(client: &Session, name: &TableName) -> Result<KeyTable> {
+    pub async fn resolve(
+        client: &Session,
+        name: &TableName,
+        choice: &ProfileChoice,
+    ) -> Result<KeyTable> {
         let row = client
             .query_opt(
                 include_str!("../../sql/resolve_table.sql"),
@@ -214,7 +365,24 @@ impl KeyTable {
         } else {
             None
         };
+        let display = crate::output::sanitize(&format!("{schema}.{relname}"));
+        let mut profile = choose_profile(&display, &columns, choice)?.with_ttl(choice.ttl);
+        let type_of = |c: &Option<String>| {
+            c.as_ref()
+                .and_then(|c| columns.iter().find(|k| &k.name == c))
+                .map_or_else(|| "text".to_owned(), |k| k.sql_type.clone())
+        };
+        profile.tenant_type = type_of(&profile.tenant);
+        profile.key_type = type_of(&Some(profile.key.clone()));
+        if let Some((column, kind)) = &mut profile.fingerprint {
+            *kind = if type_of(&Some(column.clone())) == "bytea" {
+                profile::FingerprintKind::Bytea
+            } else {
+                profile::FingerprintKind::Hex
+            };
+        }
         Ok(KeyTable {
+            profile,
             oid,
             quoted: format!("{}.{}", quote_ident(&schema), quote_ident(&relname)),
             schema,
@@ -257,8 +425,9 @@ impl KeyTable {
     /// partitioned table whose key is another column, the unique index includes that column, so
     /// PostgreSQL enforces uniqueness only per partition-key value.
     pub fn identity_is_global(&self) -> bool {
+        let (key, tenant) = self.identity_columns();
         self.identity_index()
-            .is_some_and(|i| i.columns.iter().all(|c| c == "api_key_id" || c == "key"))
+            .is_some_and(|i| i.columns.iter().all(|c| c == tenant || c == key))
     }
 
     /// `CREATE INDEX CONCURRENTLY` is refused on a partitioned table: the fixes then use a plain
@@ -284,52 +453,59 @@ impl KeyTable {
         crate::output::sanitize(&format!("{}.{}", self.schema, self.name))
     }
 
-    /// Columns that are missing or of an unexpected type, as (expected, found type) pairs.
-    pub fn column_problems(&self) -> Vec<(&'static ExpectedColumn, Option<String>)> {
-        EXPECTED_COLUMNS
-            .iter()
-            .filter_map(
-                |exp| match self.columns.iter().find(|c| c.name == exp.name) {
-                    None => Some((exp, None)),
-                    Some(c)
-                        if c.sql_type == exp.sql_type
-                            || exp.also.contains(&c.sql_type.as_str()) =>
-                    {
-                        None
-                    }
-                    Some(c) => Some((exp, Some(c.sql_type.clone()))),
-                },
-            )
-            .collect()
+    /// Columns the profile names that are missing or of an unexpected type: (column, found type
+    /// or None, accepted types).
+    pub fn column_problems(&self) -> Vec<(String, Option<String>, &'static [&'static str])> {
+        self.profile.column_problems(&self.columns)
     }
 
-    /// Fail with a one-line, actionable error when a column idemctl needs is missing or mistyped.
+    /// Fail with a one-line, actionable error when a column the profile names is missing or
+    /// mistyped.
     pub fn require_columns(&self) -> Result<()> {
         let problems = self.column_problems();
-        let Some((exp, found)) = problems.first() else {
+        let Some((name, found, types)) = problems.first() else {
             return Ok(());
         };
         let what = match found {
-            None => format!("has no column {}", exp.name),
+            None => format!("has no column {}", crate::output::sanitize(name)),
             Some(t) => format!(
                 "column {} is {}, expected {}",
-                exp.name,
+                crate::output::sanitize(name),
                 crate::output::sanitize(t),
-                exp.sql_type
+                types.join(" or ")
             ),
         };
         Err(fail(
             Exit::Usage,
             format!(
-                "table {} {what}; it does not look like an idempotency-key table (run `idemctl check` for the full list)",
-                self.display()
+                "table {} {what}, which profile {} needs; pick another with --profile or map the columns in a config file (--config; see the README's \"Table profiles\")",
+                self.display(),
+                self.profile.name
             ),
         ))
     }
 
-    /// The index that orders rows by `expires_at`, if any.
+    /// Fail when keys expire at created_at + TTL and no TTL was given.
+    pub fn require_ttl(&self, command: &str) -> Result<()> {
+        if !self.profile.lacks_ttl() {
+            return Ok(());
+        }
+        Err(fail(
+            Exit::Usage,
+            format!(
+                "table {} has no expiry column (profile {}): keys expire a TTL after {}, so {command} needs --ttl DUR (or IDEMCTL_TTL, or ttl in the config file), e.g. --ttl 24h",
+                self.display(),
+                self.profile.name,
+                self.profile.created_at
+            ),
+        ))
+    }
+
+    /// The index that orders rows by the expiry column (`expires_at`, or `created_at` on a TTL
+    /// table), if any.
     pub fn expiry_index(&self) -> Option<&Index> {
-        self.indexes.iter().find(|i| i.leads_with("expires_at"))
+        let column = self.profile.expiry_column();
+        self.indexes.iter().find(|i| i.leads_with(column))
     }
 
     /// Fail unless the expiry index exists: without it nothing idemctl does with expiry is bounded.
@@ -338,8 +514,9 @@ impl KeyTable {
             fail(
                 Exit::Usage,
                 format!(
-                    "table {} has no valid index on expires_at, so expired keys cannot be found without reading the whole table; create it with: {}",
+                    "table {} has no valid index on {}, so expired keys cannot be found without reading the whole table; create it with: {}",
                     self.display(),
+                    crate::output::sanitize(self.profile.expiry_column()),
                     self.expiry_index_fix()
                 ),
             )
@@ -348,43 +525,73 @@ impl KeyTable {
 
     /// The statement that creates the expiry index.
     pub fn expiry_index_fix(&self) -> String {
-        self.create_index(false, "expiry", "(expires_at)")
+        let column = quote_ident_if_needed(self.profile.expiry_column());
+        self.create_index(false, "expiry", &format!("({column})"))
     }
 
     /// The unique index that identifies a row, if any.
     pub fn identity_index(&self) -> Option<&Index> {
-        let key = self.partition_key();
-        self.indexes.iter().find(|i| i.identifies_rows(key))
+        let part = self.partition_key();
+        let (key, tenant) = self.identity_columns();
+        self.indexes
+            .iter()
+            .find(|i| i.identifies_rows(part, key, tenant))
     }
 
     /// The statement that creates the identity index (with the partition key's columns added on a
     /// partitioned table, which PostgreSQL requires of a unique index there).
     pub fn identity_index_fix(&self) -> String {
-        let mut columns = vec!["api_key_id".to_owned(), "key".to_owned()];
+        let (key, tenant) = self.identity_columns();
+        let mut columns: Vec<String> = [tenant, key]
+            .iter()
+            .filter(|c| !c.is_empty())
+            .map(|c| quote_ident_if_needed(c))
+            .collect();
         for c in self.partition_key() {
-            if !columns.contains(c) {
+            if c != tenant && c != key {
                 columns.push(quote_ident(c));
             }
         }
         self.create_index(true, "scope", &format!("({})", columns.join(", ")))
     }
 
-    /// An index on (api_key_id, key) usable to look up one tenant's key.
+    /// The columns that identify a key, as `(tenant, key)` or `(key)`.
+    pub fn identity_label(&self) -> String {
+        let (key, tenant) = self.identity_columns();
+        let cols: Vec<&str> = [tenant, key]
+            .into_iter()
+            .filter(|c| !c.is_empty())
+            .collect();
+        crate::output::sanitize(&format!("({})", cols.join(", ")))
+    }
+
+    /// The key column and the tenant column ("" when the table has no tenant).
+    fn identity_columns(&self) -> (&str, &str) {
+        (
+            &self.profile.key,
+            self.profile.tenant.as_deref().unwrap_or(""),
+        )
+    }
+
+    /// An index on (tenant, key) usable to look up one tenant's key.
     pub fn has_tenant_key_index(&self) -> bool {
+        let (key, tenant) = self.identity_columns();
         self.indexes.iter().any(|i| {
             i.is_valid
                 && i.predicate.is_none()
                 && i.columns.len() >= 2
-                && i.columns[0] == "api_key_id"
-                && i.columns[1] == "key"
-        }) || self.indexes.iter().any(|i| i.leads_with("key"))
+                && i.columns[0] == tenant
+                && i.columns[1] == key
+        }) || self.indexes.iter().any(|i| i.leads_with(key))
     }
 
     /// How a key can be found without its tenant.
     pub fn key_lookup(&self) -> KeyLookup {
-        if self.indexes.iter().any(|i| i.leads_with("key")) {
+        let (key, tenant) = self.identity_columns();
+        if self.indexes.iter().any(|i| i.leads_with(key)) {
             KeyLookup::ByKey
-        } else if self.indexes.iter().any(|i| i.leads_with("api_key_id"))
+        } else if !tenant.is_empty()
+            && self.indexes.iter().any(|i| i.leads_with(tenant))
             && self.has_tenant_key_index()
         {
             KeyLookup::SkipScan
@@ -395,21 +602,24 @@ impl KeyTable {
 
     /// The optional partial index on in_progress rows, if present.
     pub fn stuck_index(&self) -> Option<&Index> {
-        self.indexes.iter().find(|i| i.serves_stuck_lookup())
+        let held = self.sql("{held_since}");
+        let in_flight = self.sql("{in_flight}");
+        self.indexes
+            .iter()
+            .find(|i| i.serves_stuck_lookup(&held, &in_flight))
     }
 
     /// The statement that creates the optional in_progress index.
     pub fn stuck_index_fix(&self) -> String {
-        self.create_index(
-            false,
-            "in_progress",
-            "((coalesce(locked_at, created_at))) WHERE state = 'in_progress'",
-        )
+        let rest = self
+            .profile
+            .render_readable("(({held_since})) WHERE {in_flight}", &self.quoted);
+        self.create_index(false, "in_progress", &rest)
     }
 
-    /// Substitute the quoted table name into a statement from `sql/`.
+    /// Fill a statement from `sql/` with the quoted table name and the profile's columns.
     pub fn sql(&self, template: &str) -> String {
-        template.replace("{table}", &self.quoted)
+        self.profile.render(template, &self.quoted)
     }
 
     /// What the current role may do with this table.
@@ -421,15 +631,151 @@ impl KeyTable {
             )
             .await
             .context("failed to read the role's privileges")?;
+        let mut names = self.fail_columns();
+        for c in self.release_columns() {
+            if !names.contains(&c) {
+                names.push(c);
+            }
+        }
+        let granted: Vec<bool> = client
+            .query_one(
+                include_str!("../../sql/reclaim_privileges.sql"),
+                &[p(&self.oid), p(&names)],
+            )
+            .await
+            .context("failed to read the role's column privileges")?
+            .try_get("granted")?;
         Ok(Privileges {
             role: row.get("role"),
             select: row.get("can_select"),
             delete: row.get("can_delete"),
             update: row.get("can_update"),
             lock_rows: row.get("can_lock_rows"),
-            update_response: row.get("can_update_response"),
+            columns: names.into_iter().zip(granted).collect(),
             owner: row.get("is_owner"),
         })
+    }
+
+    /// The grants `job` needs on this table, as written in a GRANT, with whether the role has
+    /// each: the one table of privilege needs that the commands enforce and `check` reports.
+    /// Row locks (FOR UPDATE) need UPDATE on any column: the grant named is the expiry column for
+    /// evict and the in-flight column for reclaim, as `sql/roles.sql` grants them.
+    pub fn privilege_needs(&self, p: &Privileges, job: Job) -> Vec<(String, bool)> {
+        let column = |c: &str| {
+            (
+                format!("UPDATE ({})", quote_ident_if_needed(c)),
+                p.columns.iter().any(|(n, g)| n == c && *g),
+            )
+        };
+        let mut needs = vec![("SELECT".to_owned(), p.select)];
+        match job {
+            Job::Read => {}
+            Job::Evict => {
+                needs.push(("DELETE".to_owned(), p.delete));
+                let lock = match &self.profile.expiry {
+                    profile::Expiry::Column { column } => column.as_str(),
+                    profile::Expiry::CreatedPlusTtl { .. } => self.lock_column(),
+                };
+                needs.push((
+                    format!("UPDATE ({})", quote_ident_if_needed(lock)),
+                    p.lock_rows,
+                ));
+            }
+            Job::Reclaim(Action::Delete) => {
+                needs.push(("DELETE".to_owned(), p.delete));
+                needs.push((
+                    format!("UPDATE ({})", quote_ident_if_needed(self.lock_column())),
+                    p.lock_rows,
+                ));
+            }
+            Job::Reclaim(Action::Fail) => {
+                needs.extend(self.fail_columns().iter().map(|c| column(c)));
+            }
+            Job::Reclaim(Action::Release) => {
+                needs.extend(self.release_columns().iter().map(|c| column(c)));
+            }
+        }
+        needs
+    }
+
+    /// The columns reclaim --action fail writes (the expiry column too: --keep-failed-for).
+    pub fn fail_columns(&self) -> Vec<String> {
+        let p = &self.profile;
+        let state = match &p.in_flight {
+            profile::InFlight::State { column, .. } => Some(column.clone()),
+            profile::InFlight::Predicate { .. } => None,
+        };
+        let expiry = match &p.expiry {
+            profile::Expiry::Column { column } => Some(column.clone()),
+            profile::Expiry::CreatedPlusTtl { .. } => None,
+        };
+        state
+            .into_iter()
+            .chain(p.response_status.clone())
+            .chain(p.response_body.clone())
+            .chain(expiry)
+            .collect()
+    }
+
+    /// A column on which UPDATE lets the role take row locks (what `FOR UPDATE` needs), named in
+    /// the grant idemctl suggests: the state column, else the lock time, else the key.
+    pub fn lock_column(&self) -> &str {
+        let p = &self.profile;
+        match &p.in_flight {
+            profile::InFlight::State { column, .. } => column,
+            profile::InFlight::Predicate { .. } => p.locked_at.as_deref().unwrap_or(&p.key),
+        }
+    }
+
+    /// The columns reclaim --action release writes.
+    pub fn release_columns(&self) -> Vec<String> {
+        self.profile.locked_at.clone().into_iter().collect()
+    }
+}
+
+/// The profile `--profile` forces, else the config file's mapping, else the built-in one the
+/// columns match; none is a usage error naming what each profile missed.
+fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> Result<Profile> {
+    if let Some(name) = &choice.forced {
+        if let Some(m) = choice.mapping.as_ref().filter(|m| &m.name == name) {
+            let mut m = m.clone();
+            m.matched_because = "the config file's mapping, chosen by --profile".into();
+            return Ok(m);
+        }
+        let mut p = Profile::builtin(name).ok_or_else(|| {
+            fail(
+                Exit::Usage,
+                format!(
+                    "unknown profile {}: expected one of {} or a mapping in the config file (--config)",
+                    crate::output::sanitize(name),
+                    profile::BUILTIN.join(", ")
+                ),
+            )
+        })?;
+        p.matched_because = "chosen by --profile".into();
+        return Ok(p);
+    }
+    if let Some(m) = &choice.mapping {
+        let mut m = m.clone();
+        m.matched_because = "the config file's mapping".into();
+        return Ok(m);
+    }
+    match profile::detect(columns) {
+        Detected::Found(p) => Ok(*p),
+        Detected::None(misses) => Err(fail(
+            Exit::Usage,
+            format!(
+                "table {display} matches no table profile ({}); map its columns in a config file (--config FILE or IDEMCTL_CONFIG, see the README's \"Table profiles\") or force one with --profile",
+                misses
+                    .iter()
+                    .map(|(name, missing)| format!(
+                        "{name} needs {}",
+                        crate::output::sanitize(&missing.join(", "))
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        )),
     }
 }
 
@@ -489,6 +835,13 @@ async fn read_indexes(client: &Session, oid: i64) -> Result<Vec<Index>> {
 }
 
 impl Privileges {
+    /// [`Privileges::require`] with the grants `job` needs on this table.
+    pub fn require_for(&self, table: &KeyTable, command: &str, job: Job) -> Result<()> {
+        let needs = table.privilege_needs(self, job);
+        let needs: Vec<(&str, bool)> = needs.iter().map(|(g, h)| (g.as_str(), *h)).collect();
+        self.require(table, command, &needs)
+    }
+
     /// Fail before any change, with the permission-denied exit code, when the role lacks a grant
     /// `command` needs; the message names the grant and the statement that gives it.
     /// `needs` lists (privilege as written in a GRANT, whether the role has it).
@@ -542,41 +895,72 @@ mod tests {
             false,
             Some("state = 'in_progress'::text"),
         );
-        assert!(i.serves_stuck_lookup());
-        assert!(!index(&["locked_at"], false, None).serves_stuck_lookup());
+        let p = Profile::storage();
+        let (held, fl) = (p.render("{held_since}", "t"), p.render("{in_flight}", "t"));
+        assert!(i.serves_stuck_lookup(&held, &fl));
+        assert!(!index(&["locked_at"], false, None).serves_stuck_lookup(&held, &fl));
     }
 
     #[test]
     fn identity_accepts_both_table_shapes() {
-        assert!(index(&["api_key_id", "key"], true, None).identifies_rows(&[]));
-        assert!(index(&["key"], true, None).identifies_rows(&[]));
-        assert!(!index(&["api_key_id", "key"], false, None).identifies_rows(&[]));
-        assert!(!index(&["api_key_id", "key", "expires_at"], true, None).identifies_rows(&[]));
+        assert!(index(&["api_key_id", "key"], true, None).identifies_rows(
+            &[],
+            "key",
+            "api_key_id"
+        ));
+        assert!(index(&["key"], true, None).identifies_rows(&[], "key", "api_key_id"));
+        assert!(!index(&["api_key_id", "key"], false, None).identifies_rows(
+            &[],
+            "key",
+            "api_key_id"
+        ));
+        assert!(
+            !index(&["api_key_id", "key", "expires_at"], true, None).identifies_rows(
+                &[],
+                "key",
+                "api_key_id"
+            )
+        );
     }
 
     #[test]
     fn identity_on_a_partitioned_table_includes_the_partition_key() {
         let by = |c: &str| vec![c.to_owned()];
         let pk = index(&["api_key_id", "key", "expires_at"], true, None);
-        assert!(pk.identifies_rows(&by("expires_at")));
-        assert!(!pk.identifies_rows(&by("created_at")));
+        assert!(pk.identifies_rows(&by("expires_at"), "key", "api_key_id"));
+        assert!(!pk.identifies_rows(&by("created_at"), "key", "api_key_id"));
         assert!(
-            index(&["api_key_id", "key", "created_at"], true, None)
-                .identifies_rows(&by("created_at"))
+            index(&["api_key_id", "key", "created_at"], true, None).identifies_rows(
+                &by("created_at"),
+                "key",
+                "api_key_id"
+            )
         );
-        assert!(index(&["key", "created_at"], true, None).identifies_rows(&by("created_at")));
+        assert!(index(&["key", "created_at"], true, None).identifies_rows(
+            &by("created_at"),
+            "key",
+            "api_key_id"
+        ));
         assert!(
-            !index(&["api_key_id", "created_at"], true, None).identifies_rows(&by("created_at"))
+            !index(&["api_key_id", "created_at"], true, None).identifies_rows(
+                &by("created_at"),
+                "key",
+                "api_key_id"
+            )
         );
         // Partitioned by the tenant (as a Citus-style layout would be): the plain identity suffices.
-        assert!(index(&["api_key_id", "key"], true, None).identifies_rows(&by("api_key_id")));
+        assert!(index(&["api_key_id", "key"], true, None).identifies_rows(
+            &by("api_key_id"),
+            "key",
+            "api_key_id"
+        ));
         assert!(
             !index(
                 &["api_key_id", "key", "expires_at", "created_at"],
                 true,
                 None
             )
-            .identifies_rows(&by("expires_at"))
+            .identifies_rows(&by("expires_at"), "key", "api_key_id")
         );
     }
 }

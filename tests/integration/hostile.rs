@@ -195,7 +195,7 @@ fn cases(dir: &std::path::Path) -> Vec<Case> {
             "a catalog table that is not a key table",
             &["--table", "pg_catalog.pg_class", "evict"],
             2,
-            "has no column",
+            "matches no table profile",
         ),
         case(
             "missing table",

@@ -15,6 +15,7 @@ mod inspect;
 mod metrics;
 mod pace;
 mod partitions;
+mod profiles;
 mod pushgateway;
 mod reclaim;
 mod replica;

@@ -139,6 +139,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     table.require_columns()?;
+    table.require_ttl("evict")?;
     table.require_expiry_index()?;
     let privileges = table.privileges(&client).await?;
     if args.max_replica_lag.is_some() {
@@ -153,15 +154,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     }
     // DELETE reads the rows it deletes (SELECT), and skipping rows a live request holds takes row
     // locks, which PostgreSQL grants only with UPDATE on at least one column.
-    privileges.require(
-        &table,
-        "evict",
-        &[
-            ("SELECT", privileges.select),
-            ("DELETE", privileges.delete),
-            ("UPDATE (expires_at)", privileges.lock_rows),
-        ],
-    )?;
+    privileges.require_for(&table, "evict", crate::db::table::Job::Evict)?;
     if args.drop_partitions {
         partitions::require_layout(&table, Some(&privileges))?;
     }
@@ -531,7 +524,7 @@ fn rfc3339_micros(t: OffsetDateTime) -> String {
 async fn estimate_backlog(client: &Session, table: &KeyTable) -> Result<u64> {
     let sql = format!(
         "EXPLAIN (FORMAT JSON) {}",
-        table.sql("SELECT 1 FROM {table} WHERE expires_at < now() AND state = 'completed'")
+        table.sql("SELECT 1 FROM {table} WHERE {expiry} < {cutoff} AND {done}")
     );
     let row = client.query_one(&sql, &[]).await?;
     let plan: serde_json::Value = row.get(0);

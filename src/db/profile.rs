@@ -1,0 +1,676 @@
+//! Table profiles: which column of the key table plays which role (key, tenant, expiry, in-flight
+//! marker, lock time, response, fingerprint), how a profile is recognised from the catalog, and the
+//! reclaim actions that are safe on it. Statements in `sql/` name roles (`{key}`, `{done}`, ...);
+//! [`Profile::render`] fills them in, quoting identifiers. Markers that a partial index must match
+//! (`state = 'in_progress'`) are spliced as escaped literals, because a bound parameter cannot prove
+//! a partial index's predicate in a generic plan; every value the operator passes stays bound.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::table::{Column, quote_ident, quote_ident_if_needed};
+
+/// The names `--profile` accepts besides a mapping from the config file.
+pub const BUILTIN: &[&str] = &["storage", "explainer", "rocket-rides"];
+
+/// How a key is told to be in flight (its owner has not finished) or done (evictable once expired).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum InFlight {
+    /// A column holding a state: values meaning in flight, values meaning done.
+    State {
+        column: String,
+        in_flight: Vec<String>,
+        done: Vec<String>,
+    },
+    /// SQL predicates over the table's columns (from the profile or the config file).
+    Predicate { in_flight: String, done: String },
+}
+
+/// When a key expires.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Expiry {
+    /// A column holding the expiry time.
+    Column { column: String },
+    /// `created_at` plus a TTL given by `--ttl`, `IDEMCTL_TTL` or the config file.
+    CreatedPlusTtl {
+        #[serde(skip)]
+        ttl: Option<Duration>,
+        ttl_seconds: Option<f64>,
+    },
+}
+
+/// What reclaim may do with a stuck key (`delete`, `fail`, `release`).
+pub use crate::cli::ReclaimAction as Action;
+
+/// How the request fingerprint is stored.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FingerprintKind {
+    Bytea,
+    Hex,
+}
+
+/// The roles of a key table's columns.
+#[derive(Clone, Debug, Serialize)]
+pub struct Profile {
+    /// `storage`, `explainer`, `rocket-rides` or the config file's mapping name.
+    pub name: String,
+    pub key: String,
+    pub tenant: Option<String>,
+    pub created_at: String,
+    pub expiry: Expiry,
+    pub in_flight: InFlight,
+    pub locked_at: Option<String>,
+    pub request_method: Option<String>,
+    pub request_path: Option<String>,
+    pub fingerprint: Option<(String, FingerprintKind)>,
+    pub response_status: Option<String>,
+    pub response_body: Option<String>,
+    /// The reclaim actions that are safe on this table, the default first.
+    pub actions: Vec<Action>,
+    /// The SQL types of the tenant and key columns (from the catalog), to cast bound text to.
+    #[serde(skip)]
+    pub tenant_type: String,
+    #[serde(skip)]
+    pub key_type: String,
+    /// Why this profile was chosen (`--profile`, or the columns that matched).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub matched_because: String,
+}
+
+fn s(v: &str) -> String {
+    v.to_owned()
+}
+
+/// A SQL string literal, quotes doubled.
+pub fn literal(v: &str) -> String {
+    format!("'{}'", v.replace('\'', "''"))
+}
+
+impl Profile {
+    /// The storage article's table (`sql/schema.sql`).
+    pub fn storage() -> Profile {
+        Profile {
+            name: s("storage"),
+            key: s("key"),
+            tenant: Some(s("api_key_id")),
+            created_at: s("created_at"),
+            expiry: Expiry::Column {
+                column: s("expires_at"),
+            },
+            in_flight: InFlight::State {
+                column: s("state"),
+                in_flight: vec![s("in_progress")],
+                done: vec![s("completed")],
+            },
+            locked_at: Some(s("locked_at")),
+            request_method: Some(s("request_method")),
+            request_path: Some(s("request_path")),
+            fingerprint: Some((s("request_fingerprint"), FingerprintKind::Bytea)),
+            response_status: Some(s("response_status")),
+            response_body: Some(s("response_body")),
+            actions: vec![Action::Delete, Action::Fail],
+            matched_because: String::new(),
+            tenant_type: s("text"),
+            key_type: s("text"),
+        }
+    }
+
+    /// The explainer article's table: a key is in flight while it holds the 202 placeholder.
+    pub fn explainer() -> Profile {
+        Profile {
+            name: s("explainer"),
+            key: s("key"),
+            tenant: None,
+            created_at: s("created_at"),
+            expiry: Expiry::CreatedPlusTtl {
+                ttl: None,
+                ttl_seconds: None,
+            },
+            in_flight: InFlight::Predicate {
+                in_flight: s(
+                    "(response_status = 202 AND response_body = '{\"status\": \"processing\"}'::jsonb)",
+                ),
+                done: s(
+                    "(response_status = 202 AND response_body = '{\"status\": \"processing\"}'::jsonb) IS NOT TRUE",
+                ),
+            },
+            locked_at: Some(s("locked_at")),
+            request_method: None,
+            request_path: None,
+            fingerprint: Some((s("request_hash"), FingerprintKind::Hex)),
+            response_status: Some(s("response_status")),
+            response_body: Some(s("response_body")),
+            actions: vec![Action::Delete, Action::Fail],
+            matched_because: String::new(),
+            tenant_type: s("text"),
+            key_type: s("text"),
+        }
+    }
+
+    /// rocket-rides-atomic's table: in flight while locked and not finished; a stuck key is
+    /// released (lock cleared) so the retry resumes from its recovery point.
+    pub fn rocket_rides() -> Profile {
+        Profile {
+            name: s("rocket-rides"),
+            key: s("idempotency_key"),
+            tenant: Some(s("user_id")),
+            created_at: s("created_at"),
+            expiry: Expiry::CreatedPlusTtl {
+                ttl: None,
+                ttl_seconds: None,
+            },
+            in_flight: InFlight::Predicate {
+                in_flight: s("(recovery_point <> 'finished' AND locked_at IS NOT NULL)"),
+                done: s("(recovery_point = 'finished' OR locked_at IS NULL)"),
+            },
+            locked_at: Some(s("locked_at")),
+            request_method: Some(s("request_method")),
+            request_path: Some(s("request_path")),
+            fingerprint: None,
+            response_status: Some(s("response_code")),
+            response_body: Some(s("response_body")),
+            actions: vec![Action::Release],
+            matched_because: String::new(),
+            tenant_type: s("text"),
+            key_type: s("text"),
+        }
+    }
+
+    /// A built-in profile by name.
+    pub fn builtin(name: &str) -> Option<Profile> {
+        match name {
+            "storage" => Some(Profile::storage()),
+            "explainer" => Some(Profile::explainer()),
+            "rocket-rides" => Some(Profile::rocket_rides()),
+            _ => None,
+        }
+    }
+
+    /// Give a `created_at + TTL` profile its TTL (a table with an expiry column ignores it).
+    pub fn with_ttl(mut self, ttl: Option<Duration>) -> Profile {
+        if let Expiry::CreatedPlusTtl { .. } = self.expiry {
+            self.expiry = Expiry::CreatedPlusTtl {
+                ttl,
+                ttl_seconds: ttl.map(|t| t.as_secs_f64()),
+            };
+        }
+        self
+    }
+
+    /// The columns the profile names, with the types each may have (empty = any type).
+    pub fn required_columns(&self) -> Vec<(String, &'static [&'static str])> {
+        const TEXT: &[&str] = &["text", "character varying", "uuid"];
+        const TENANT: &[&str] = &["text", "character varying", "uuid", "bigint", "integer"];
+        const TS: &[&str] = &["timestamp with time zone"];
+        const INT: &[&str] = &["integer", "smallint"];
+        const JSON: &[&str] = &["jsonb", "json"];
+        let mut out = vec![(self.key.clone(), TEXT), (self.created_at.clone(), TS)];
+        let mut opt = |c: &Option<String>, t: &'static [&'static str]| {
+            if let Some(c) = c {
+                out.push((c.clone(), t));
+            }
+        };
+        opt(&self.tenant, TENANT);
+        opt(&self.locked_at, TS);
+        opt(&self.request_method, &["text", "character varying"]);
+        opt(&self.request_path, &["text", "character varying"]);
+        opt(&self.response_status, INT);
+        opt(&self.response_body, JSON);
+        if let Expiry::Column { column } = &self.expiry {
+            out.push((column.clone(), TS));
+        }
+        if let InFlight::State { column, .. } = &self.in_flight {
+            out.push((column.clone(), &["text", "character varying"]));
+        }
+        if let Some((c, _)) = &self.fingerprint {
+            // A raw digest (bytea) or its hex text: which one is read from the catalog.
+            out.push((c.clone(), &["bytea", "text", "character varying"]));
+        }
+        out
+    }
+
+    /// Columns the profile needs that the table lacks or has with another type: (column, found
+    /// type or None, expected types).
+    pub fn column_problems(
+        &self,
+        columns: &[Column],
+    ) -> Vec<(String, Option<String>, &'static [&'static str])> {
+        self.required_columns()
+            .into_iter()
+            .filter_map(
+                |(name, types)| match columns.iter().find(|c| c.name == name) {
+                    None => Some((name, None, types)),
+                    Some(c) if types.contains(&c.sql_type.as_str()) => None,
+                    Some(c) => Some((name, Some(c.sql_type.clone()), types)),
+                },
+            )
+            .collect()
+    }
+
+    /// The column keys are ordered by for expiry (`expires_at`, or `created_at` for a TTL table).
+    pub fn expiry_column(&self) -> &str {
+        match &self.expiry {
+            Expiry::Column { column } => column,
+            Expiry::CreatedPlusTtl { .. } => &self.created_at,
+        }
+    }
+
+    /// Whether expiry needs a TTL that was not given.
+    pub fn lacks_ttl(&self) -> bool {
+        matches!(self.expiry, Expiry::CreatedPlusTtl { ttl: None, .. })
+    }
+
+    /// Whether keys expire at `created_at` + TTL.
+    pub fn expires_by_ttl(&self) -> bool {
+        matches!(self.expiry, Expiry::CreatedPlusTtl { .. })
+    }
+
+    /// The in-flight predicate, unqualified, as an index predicate would read.
+    fn in_flight_sql(&self, q: &dyn Fn(&str) -> String) -> String {
+        match &self.in_flight {
+            InFlight::State {
+                column, in_flight, ..
+            } => in_values(&q(column), in_flight),
+            InFlight::Predicate { in_flight, .. } => qualify(in_flight, q),
+        }
+    }
+
+    fn done_sql(&self, q: &dyn Fn(&str) -> String) -> String {
+        match &self.in_flight {
+            InFlight::State { column, done, .. } => in_values(&q(column), done),
+            InFlight::Predicate { done, .. } => qualify(done, q),
+        }
+    }
+
+    /// A `{role}` or `{alias.role}` placeholder's text, or None for a name that is not a role
+    /// (left as written) or a TTL that is missing (left as written, so the statement cannot run).
+    fn expand(
+        &self,
+        alias: Option<&str>,
+        role: &str,
+        table: &str,
+        quote: fn(&str) -> String,
+    ) -> Option<String> {
+        let q = |c: &str| match alias {
+            Some(a) => format!("{a}.{}", quote(c)),
+            None => quote(c),
+        };
+        let or_null = |c: &Option<String>, ty: &str| {
+            c.as_deref()
+                .map_or_else(|| format!("NULL::{ty}"), |c| format!("{}::{ty}", q(c)))
+        };
+        let cutoff = || match &self.expiry {
+            Expiry::Column { .. } => Some("now()".to_owned()),
+            Expiry::CreatedPlusTtl { ttl, .. } => {
+                ttl.map(|t| format!("(now() - make_interval(secs => {}))", t.as_secs_f64()))
+            }
+        };
+        let locked = self
+            .locked_at
+            .as_deref()
+            .map_or_else(|| "NULL::timestamptz".to_owned(), &q);
+        Some(match role {
+            "table" if alias.is_none() => table.to_owned(),
+            "key" => q(&self.key),
+            "tenant" => self
+                .tenant
+                .as_deref()
+                .map_or_else(|| "''::text".to_owned(), &q),
+            "created_at" => q(&self.created_at),
+            "locked_at" => locked,
+            "expiry" => q(self.expiry_column()),
+            "cutoff" => cutoff()?,
+            "expires_at" => match &self.expiry {
+                Expiry::Column { column } => q(column),
+                // Without a TTL a key's expiry is unknown: shown as NULL (inspect), while
+                // {cutoff} stays unfilled so nothing that acts on expiry can run.
+                Expiry::CreatedPlusTtl { ttl: None, .. } => "NULL::timestamptz".to_owned(),
+                Expiry::CreatedPlusTtl { ttl: Some(t), .. } => format!(
+                    "({} + make_interval(secs => {}))",
+                    q(&self.created_at),
+                    t.as_secs_f64()
+                ),
+            },
+            "in_flight" => self.in_flight_sql(&q),
+            "done" => self.done_sql(&q),
+            "held_since" => match &self.locked_at {
+                Some(l) => format!("coalesce({}, {})", q(l), q(&self.created_at)),
+                None => q(&self.created_at),
+            },
+            "state" => match &self.in_flight {
+                InFlight::State { column, .. } => format!("{}::text", q(column)),
+                InFlight::Predicate { .. } => format!(
+                    "(CASE WHEN {} THEN 'in_progress' WHEN {} THEN 'completed' ELSE 'other' END)",
+                    self.in_flight_sql(&q),
+                    self.done_sql(&q)
+                ),
+            },
+            "request_method" => or_null(&self.request_method, "text"),
+            "request_path" => or_null(&self.request_path, "text"),
+            "fingerprint" => match &self.fingerprint {
+                Some((c, FingerprintKind::Bytea)) => q(c),
+                Some((c, FingerprintKind::Hex)) => format!("{}::text", q(c)),
+                None => "NULL::text".to_owned(),
+            },
+            "response_status" => or_null(&self.response_status, "int"),
+            "response_body" => or_null(&self.response_body, "text"),
+            "fail_state" => match &self.in_flight {
+                InFlight::State { column, done, .. } => format!(
+                    "{} = {},",
+                    quote_ident(column),
+                    literal(done.first().map_or("completed", String::as_str))
+                ),
+                InFlight::Predicate { .. } => String::new(),
+            },
+            "response_status_col" => quote_ident(self.response_status.as_deref()?),
+            "response_body_col" => quote_ident(self.response_body.as_deref()?),
+            "locked_at_col" => quote_ident(self.locked_at.as_deref()?),
+            r if r.starts_with("keep_failed_p") => {
+                // reclaim --action fail keeps the stored error at least --keep-failed-for (the
+                // parameter numbered after `_p`) by moving the expiry column. A table without one
+                // keeps it until created_at + TTL; the parameter is still referenced (as a no-op
+                // on the body, a JSON object) so every profile binds the same parameters.
+                let n: u32 = r["keep_failed_p".len()..].parse().ok()?;
+                match &self.expiry {
+                    Expiry::Column { column } => {
+                        let c = quote_ident(column);
+                        format!(
+                            ",\n           {c} = CASE WHEN ${n}::float8 > 0\n                THEN greatest({c}, now() + make_interval(secs => ${n}::float8))\n                ELSE {c} END"
+                        )
+                    }
+                    Expiry::CreatedPlusTtl { .. } => {
+                        format!(
+                            " || (CASE WHEN ${n}::float8 > 0 THEN '{{}}' ELSE '{{}}' END)::jsonb"
+                        )
+                    }
+                }
+            }
+            "tenant_type" => self.tenant_type.clone(),
+            "key_type" => self.key_type.clone(),
+            _ => return None,
+        })
+    }
+
+    /// Fill a statement's placeholders: `{table}` with the quoted table name and every role with
+    /// its column or expression. Anything else in braces (`'{}'`) is kept.
+    pub fn render(&self, template: &str, quoted_table: &str) -> String {
+        self.render_quoted(template, quoted_table, quote_ident)
+    }
+
+    /// [`Profile::render`] for a statement shown to a person (a fix `check` proposes): names are
+    /// quoted only where PostgreSQL needs it.
+    pub fn render_readable(&self, template: &str, quoted_table: &str) -> String {
+        self.render_quoted(template, quoted_table, quote_ident_if_needed)
+    }
+
+    fn render_quoted(
+        &self,
+        template: &str,
+        quoted_table: &str,
+        quote: fn(&str) -> String,
+    ) -> String {
+        let mut out = String::with_capacity(template.len() + 64);
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let after = &rest[open + 1..];
+            let close = after.find('}');
+            let name = close.map(|c| &after[..c]).filter(|n| {
+                !n.is_empty()
+                    && n.chars().all(|ch| {
+                        ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_' || ch == '.'
+                    })
+            });
+            let expanded = name.and_then(|n| {
+                let (alias, role) = match n.split_once('.') {
+                    Some((a, r)) => (Some(a), r),
+                    None => (None, n),
+                };
+                self.expand(alias, role, quoted_table, quote)
+            });
+            match (expanded, close) {
+                (Some(text), Some(c)) => {
+                    out.push_str(&text);
+                    rest = &after[c + 1..];
+                }
+                _ => {
+                    out.push('{');
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The roles a profile recognises from column names, to explain a match or a miss.
+    fn signature(&self) -> Vec<String> {
+        let mut cols = vec![self.key.clone(), self.created_at.clone()];
+        cols.extend(self.tenant.clone());
+        if let Expiry::Column { column } = &self.expiry {
+            cols.push(column.clone());
+        }
+        match &self.in_flight {
+            InFlight::State { column, .. } => cols.push(column.clone()),
+            InFlight::Predicate { .. } => {
+                for c in [&self.response_status, &self.response_body, &self.locked_at]
+                    .into_iter()
+                    .flatten()
+                {
+                    cols.push(c.clone());
+                }
+            }
+        }
+        if let Some((c, _)) = &self.fingerprint {
+            cols.push(c.clone());
+        }
+        if self.name == "rocket-rides" {
+            cols.push(s("recovery_point"));
+        }
+        cols.sort();
+        cols.dedup();
+        cols
+    }
+}
+
+/// `col = 'v'` for one value, `col IN ('a', 'b')` for several.
+fn in_values(column: &str, values: &[String]) -> String {
+    match values {
+        [one] => format!("{column} = {}", literal(one)),
+        many => format!(
+            "{column} IN ({})",
+            many.iter()
+                .map(|v| literal(v))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// A predicate written over bare column names, qualified with an alias when one is asked for.
+/// Bare words of the predicate that the alias-aware quoting would change are left alone when there
+/// is no alias; with one, every identifier-looking word not in a string and not a keyword or a
+/// function call is qualified.
+fn qualify(pred: &str, q: &dyn Fn(&str) -> String) -> String {
+    let probe = q("x");
+    let Some(prefix) = probe.strip_suffix("\"x\"").filter(|p| !p.is_empty()) else {
+        return pred.to_owned();
+    };
+    const KEYWORDS: &[&str] = &[
+        "and",
+        "or",
+        "not",
+        "is",
+        "null",
+        "true",
+        "false",
+        "in",
+        "like",
+        "ilike",
+        "between",
+        "jsonb",
+        "json",
+        "text",
+        "int",
+        "integer",
+        "bigint",
+        "timestamptz",
+        "interval",
+        "case",
+        "when",
+        "then",
+        "else",
+        "end",
+        "distinct",
+        "from",
+        "any",
+        "all",
+    ];
+    let mut out = String::new();
+    let chars: Vec<char> = pred.chars().collect();
+    let mut i = 0;
+    let mut in_string = false;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '\'' {
+            in_string = !in_string;
+            out.push(c);
+            i += 1;
+            continue;
+        }
+        let starts_word = (c.is_ascii_alphabetic() || c == '_')
+            && (i == 0 || !(chars[i - 1].is_ascii_alphanumeric() || chars[i - 1] == '_'));
+        if in_string || !starts_word {
+            out.push(c);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+            i += 1;
+        }
+        let word: String = chars[start..i].iter().collect();
+        let after_cast = start >= 2 && chars[start - 1] == ':' && chars[start - 2] == ':';
+        let is_call = chars.get(i) == Some(&'(');
+        if after_cast || is_call || KEYWORDS.contains(&word.to_ascii_lowercase().as_str()) {
+            out.push_str(&word);
+        } else {
+            out.push_str(prefix);
+            out.push_str(&word);
+        }
+    }
+    out
+}
+
+/// The outcome of matching the built-in profiles against a table's columns.
+pub enum Detected {
+    Found(Box<Profile>),
+    /// No profile fits: for each, the columns it missed.
+    None(Vec<(String, Vec<String>)>),
+}
+
+/// Pick the built-in profile whose columns the table has (the most specific first).
+pub fn detect(columns: &[Column]) -> Detected {
+    let has = |c: &str| columns.iter().any(|k| k.name == c);
+    let mut misses = Vec::new();
+    for p in [
+        Profile::storage(),
+        Profile::rocket_rides(),
+        Profile::explainer(),
+    ] {
+        let sig = p.signature();
+        let missing: Vec<String> = sig.iter().filter(|c| !has(c)).cloned().collect();
+        // The explainer's table is a subset of storage's columns minus state and expiry: it must
+        // not be taken for a storage table missing those (the storage check comes first).
+        if missing.is_empty() && p.column_problems(columns).is_empty() {
+            let mut p = p;
+            p.matched_because = format!("the table has the columns {}", sig.join(", "));
+            return Detected::Found(Box::new(p));
+        }
+        misses.push((p.name.clone(), missing));
+    }
+    Detected::None(misses)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cols(names: &[(&str, &str)]) -> Vec<Column> {
+        names
+            .iter()
+            .map(|(n, t)| Column {
+                name: (*n).to_owned(),
+                sql_type: (*t).to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn storage_renders_the_statements_as_written_before_profiles() {
+        let p = Profile::storage();
+        assert_eq!(
+            p.render(
+                "DELETE FROM {table} WHERE {expiry} < {cutoff} AND {done}",
+                "\"t\""
+            ),
+            "DELETE FROM \"t\" WHERE \"expires_at\" < now() AND \"state\" = 'completed'"
+        );
+        assert_eq!(
+            p.render("{t.held_since} '{}' {nope}", "x"),
+            "coalesce(t.\"locked_at\", t.\"created_at\") '{}' {nope}"
+        );
+    }
+
+    #[test]
+    fn a_ttl_table_without_a_ttl_cannot_render_its_cutoff() {
+        let p = Profile::explainer();
+        assert!(p.render("{cutoff}", "t").contains("{cutoff}"));
+        let p = p.with_ttl(Some(Duration::from_secs(3600)));
+        assert_eq!(
+            p.render("{expiry} < {cutoff}", "t"),
+            "\"created_at\" < (now() - make_interval(secs => 3600))"
+        );
+    }
+
+    #[test]
+    fn predicates_are_qualified_with_an_alias() {
+        let p = Profile::rocket_rides();
+        assert_eq!(
+            p.render("{t.in_flight}", "t"),
+            "(t.recovery_point <> 'finished' AND t.locked_at IS NOT NULL)"
+        );
+        let e = Profile::explainer();
+        assert_eq!(
+            e.render("{r.in_flight}", "t"),
+            "(r.response_status = 202 AND r.response_body = '{\"status\": \"processing\"}'::jsonb)"
+        );
+    }
+
+    #[test]
+    fn detection_names_each_profile_and_what_it_missed() {
+        let explainer = cols(&[
+            ("key", "text"),
+            ("request_hash", "text"),
+            ("response_status", "integer"),
+            ("response_body", "jsonb"),
+            ("created_at", "timestamp with time zone"),
+            ("locked_at", "timestamp with time zone"),
+        ]);
+        match detect(&explainer) {
+            Detected::Found(p) => assert_eq!(p.name, "explainer"),
+            Detected::None(_) => panic!("explainer not detected"),
+        }
+        match detect(&cols(&[("key", "text"), ("created_at", "text")])) {
+            Detected::Found(p) => panic!("matched {}", p.name),
+            Detected::None(misses) => {
+                assert_eq!(misses.len(), 3);
+                assert!(misses[0].1.contains(&"expires_at".to_owned()));
+            }
+        }
+    }
+}

@@ -1,0 +1,372 @@
+//! Table profiles end to end: the explainer article's table and the rocket-rides table (with its
+//! referencing `rides` table) are detected, checked, inspected, evicted and reclaimed with the
+//! profile's own columns and actions; a table no profile fits is refused with what each profile
+//! missed, and check never proposes changing the application's table.
+
+use crate::fixtures::scalar_i64;
+use crate::support::TestDb;
+
+pub const EXPLAINER_DDL: &str = include_str!("../fixtures/explainer_schema.sql");
+pub const ROCKET_RIDES_DDL: &str = include_str!("../fixtures/rocket_rides_schema.sql");
+
+/// The indexes idemctl recommends on the explainer's table: created_at (expiry by TTL) and the
+/// optional in-flight index.
+pub const EXPLAINER_INDEXES: &str = "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at); \
+     CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at))) \
+     WHERE response_status = 202 AND response_body = '{\"status\": \"processing\"}'::jsonb;";
+
+/// The same for rocket-rides.
+pub const ROCKET_RIDES_INDEXES: &str = "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at); \
+     CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at))) \
+     WHERE recovery_point <> 'finished' AND locked_at IS NOT NULL;";
+
+/// Explainer rows, `n` of each kind, keys named by kind: `done-old-*` (completed 2 to 6 days ago),
+/// `done-new-*` (completed within 12 h), `stuck-*` (placeholder taken 1 h ago), `fresh-*`
+/// (placeholder taken 10 s ago), `stuck-old-*` (placeholder from 3 days ago: expired, in flight).
+pub fn explainer_rows(n: i64) -> String {
+    let row = |kind: &str, status: &str, body: &str, created: &str, locked: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at, locked_at) \
+             SELECT '{kind}-' || g, encode(sha256(g::text::bytea), 'hex'), {status}, {body}, {created}, {locked} \
+             FROM generate_series(1, {n}) AS g;"
+        )
+    };
+    let done = "jsonb_build_object('id', 'ch_' || g)";
+    let processing = "'{\"status\": \"processing\"}'::jsonb";
+    [
+        row(
+            "done-old",
+            "201",
+            done,
+            "now() - interval '2 days' - g * interval '1 minute'",
+            "NULL",
+        ),
+        row(
+            "done-new",
+            "200",
+            done,
+            "now() - interval '12 hours' + g * interval '1 minute'",
+            "NULL",
+        ),
+        row(
+            "stuck",
+            "202",
+            processing,
+            "now() - interval '1 hour'",
+            "now() - interval '1 hour'",
+        ),
+        row(
+            "fresh",
+            "202",
+            processing,
+            "now() - interval '10 seconds'",
+            "now() - interval '10 seconds'",
+        ),
+        row(
+            "stuck-old",
+            "202",
+            processing,
+            "now() - interval '3 days'",
+            "NULL",
+        ),
+    ]
+    .concat()
+}
+
+/// rocket-rides rows, `n` of each kind, user_id 1..7: `finished-old-*` (4 days old, a ride
+/// references each), `released-old-*` (4 days old, unfinished, lock cleared), `held-old-*` (4 days
+/// old, unfinished and locked: stuck), `finished-new-*` (1 h old).
+pub fn rocket_rides_rows(n: i64) -> String {
+    let row = |kind: &str, created: &str, locked: &str, point: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (created_at, idempotency_key, last_run_at, locked_at, request_method, \
+             request_params, request_path, response_code, response_body, recovery_point, user_id) \
+             SELECT {created}, '{kind}-' || g, {created}, {locked}, 'POST', '{{}}'::jsonb, '/rides', \
+             CASE WHEN '{point}' = 'finished' THEN 201 END, \
+             CASE WHEN '{point}' = 'finished' THEN jsonb_build_object('id', g) END, '{point}', 1 + g % 7 \
+             FROM generate_series(1, {n}) AS g;"
+        )
+    };
+    let old = "now() - interval '4 days' - g * interval '1 second'";
+    [
+        row("finished-old", old, "NULL", "finished"),
+        row("released-old", old, "NULL", "ride_created"),
+        row("held-old", old, old, "started"),
+        row("finished-new", "now() - interval '1 hour'", "NULL", "finished"),
+        "INSERT INTO rides (idempotency_key_id, origin_lat, origin_lon, target_lat, target_lon, user_id) \
+         SELECT id, 0, 0, 1, 1, user_id FROM idempotency_keys WHERE idempotency_key LIKE 'finished-old-%';"
+            .to_owned(),
+    ]
+    .concat()
+}
+
+async fn explainer_db(n: i64, indexes: bool) -> TestDb {
+    let db = TestDb::new().await;
+    db.exec(EXPLAINER_DDL).await;
+    db.exec(&explainer_rows(n)).await;
+    if indexes {
+        db.exec(EXPLAINER_INDEXES).await;
+    }
+    db.exec("ANALYZE idempotency_keys").await;
+    db
+}
+
+async fn rocket_rides_db(n: i64, indexes: bool) -> TestDb {
+    let db = TestDb::new().await;
+    db.exec(ROCKET_RIDES_DDL).await;
+    db.exec(&rocket_rides_rows(n)).await;
+    if indexes {
+        db.exec(ROCKET_RIDES_INDEXES).await;
+    }
+    db.exec("ANALYZE idempotency_keys").await;
+    db
+}
+
+async fn count_like(db: &TestDb, column: &str, prefix: &str) -> i64 {
+    scalar_i64(
+        db,
+        &format!("SELECT count(*) FROM idempotency_keys WHERE {column} LIKE '{prefix}-%'"),
+    )
+    .await
+}
+
+fn finding<'a>(json: &'a serde_json::Value, check: &str) -> &'a serde_json::Value {
+    json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == check)
+        .unwrap_or_else(|| panic!("no finding {check} in {json}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_the_explainer_profile_and_asks_for_a_ttl_not_new_columns() {
+    let db = explainer_db(3, false).await;
+    let run = db.idemctl().args(["-o", "json", "check"]).run();
+    run.assert_code(4);
+    let json = run.json();
+    assert!(
+        finding(&json, "profile")["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("explainer: the table has the columns"),
+        "{run}"
+    );
+    assert_eq!(finding(&json, "expiry")["status"], "fail", "{run}");
+    assert!(
+        finding(&json, "expiry")["fix"]
+            .as_str()
+            .unwrap()
+            .contains("--ttl"),
+        "{run}"
+    );
+    assert!(!run.stdout.contains("ALTER TABLE"), "{run}");
+    // With a TTL, the missing created_at index is what remains, with the statement that makes it.
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "24h", "check"])
+        .run();
+    let json = run.json();
+    assert_eq!(finding(&json, "expiry index")["status"], "fail", "{run}");
+    assert!(
+        finding(&json, "expiry index")["fix"]
+            .as_str()
+            .unwrap()
+            .contains("(created_at)"),
+        "{run}"
+    );
+    assert!(!run.stdout.contains("ALTER TABLE"), "{run}");
+    db.exec(EXPLAINER_INDEXES).await;
+    db.idemctl()
+        .args(["-q", "--ttl", "24h", "check"])
+        .run()
+        .assert_success();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_and_stats_on_a_table_without_expiry_need_a_ttl() {
+    let db = explainer_db(3, true).await;
+    for command in ["evict", "stats"] {
+        db.idemctl()
+            .arg(command)
+            .run()
+            .assert_code(2)
+            .assert_stderr_contains("needs --ttl DUR");
+    }
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        15
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_on_the_explainer_table_deletes_expired_answers_and_keeps_placeholders() {
+    let db = explainer_db(40, true).await;
+    db.idemctl()
+        .args(["-q", "evict"])
+        .env("IDEMCTL_TTL", "24h")
+        .run()
+        .assert_success();
+    assert_eq!(count_like(&db, "key", "done-old").await, 0);
+    assert_eq!(count_like(&db, "key", "done-new").await, 40);
+    assert_eq!(
+        count_like(&db, "key", "stuck").await,
+        80,
+        "stuck and stuck-old"
+    );
+    assert_eq!(count_like(&db, "key", "fresh").await, 40);
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "24h", "stats"])
+        .run();
+    run.assert_success();
+    let json = run.json();
+    assert_eq!(json["expired_backlog"]["count"], 0, "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_on_the_explainer_table_reads_the_placeholder_as_in_flight() {
+    let db = explainer_db(2, true).await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "24h", "inspect", "stuck-1"])
+        .run();
+    run.assert_success();
+    let json = run.json();
+    assert_eq!(json["state"], "in_progress", "{run}");
+    assert_eq!(json["stuck"], true, "{run}");
+    assert_eq!(json["request_fingerprint"].as_str().unwrap().len(), 64);
+    db.idemctl()
+        .args(["inspect", "done-old-1", "--api-key-id", "x"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("no tenant column");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_on_the_explainer_table_deletes_stuck_placeholders() {
+    let db = explainer_db(5, true).await;
+    db.idemctl()
+        .args(["-q", "reclaim", "--yes"])
+        .run()
+        .assert_success();
+    assert_eq!(count_like(&db, "key", "stuck").await, 0);
+    assert_eq!(count_like(&db, "key", "fresh").await, 5);
+    assert_eq!(count_like(&db, "key", "done-old").await, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_on_rocket_rides_deletes_settled_keys_and_detaches_their_rides() {
+    let db = rocket_rides_db(30, true).await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "72h", "check"])
+        .run();
+    let json = run.json();
+    let fk = finding(&json, "referencing key");
+    assert_eq!(fk["status"], "ok", "{run}");
+    assert!(
+        fk["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("rides (idempotency_key_id) references the table ON DELETE SET NULL"),
+        "{run}"
+    );
+    assert!(
+        finding(&json, "profile")["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("rocket-rides: "),
+        "{run}"
+    );
+    assert!(!run.stdout.contains("ALTER TABLE"), "{run}");
+    db.idemctl()
+        .args(["-q", "--ttl", "72h", "evict"])
+        .run()
+        .assert_success();
+    let column = "idempotency_key";
+    assert_eq!(count_like(&db, column, "finished-old").await, 0);
+    assert_eq!(count_like(&db, column, "released-old").await, 0);
+    assert_eq!(count_like(&db, column, "held-old").await, 30, "in flight");
+    assert_eq!(count_like(&db, column, "finished-new").await, 30);
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM rides WHERE idempotency_key_id IS NULL"
+        )
+        .await,
+        30,
+        "ON DELETE SET NULL ran for every evicted key"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_flags_a_referencing_column_without_an_index() {
+    let db = rocket_rides_db(2, true).await;
+    db.exec("CREATE TABLE receipts (id bigserial PRIMARY KEY, key_id bigint REFERENCES idempotency_keys ON DELETE CASCADE)")
+        .await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "72h", "check"])
+        .run();
+    run.assert_code(4);
+    let json = run.json();
+    let fk = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "referencing key" && f["status"] == "fail")
+        .unwrap_or_else(|| panic!("{run}"));
+    assert_eq!(
+        fk["fix"], "CREATE INDEX CONCURRENTLY ON receipts (\"key_id\");",
+        "{run}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_on_rocket_rides_releases_the_lock_and_refuses_delete() {
+    let db = rocket_rides_db(6, true).await;
+    db.idemctl()
+        .args(["reclaim", "--yes", "--action", "delete"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("it allows release");
+    db.idemctl()
+        .args(["-q", "reclaim", "--yes"])
+        .run()
+        .assert_success();
+    assert_eq!(count_like(&db, "idempotency_key", "held-old").await, 6);
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE locked_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
+    // inspect finds a user's key through the (user_id, idempotency_key) index.
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "inspect", "held-old-1", "--api-key-id", "2"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["request_path"], "/rides", "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_no_profile_fits_is_refused_naming_what_each_profile_missed() {
+    let db = TestDb::new().await;
+    db.exec("CREATE TABLE idempotency_keys (token text PRIMARY KEY, made timestamptz)")
+        .await;
+    let run = db.idemctl().args(["check"]).run();
+    run.assert_code(2)
+        .assert_stderr_contains("matches no table profile")
+        .assert_stderr_contains("rocket-rides needs")
+        .assert_stderr_contains("--config");
+    assert!(!run.stderr.contains("ALTER TABLE"), "{run}");
+    db.idemctl()
+        .args(["--profile", "nosuch", "stats"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("unknown profile nosuch");
+}
