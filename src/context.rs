@@ -17,6 +17,7 @@ pub struct Context {
     pub global: GlobalArgs,
     pub output: Output,
     pub target: Target,
+    settings: ConnectSettings,
     pool: conn::Pool,
     pub cancel: Cancel,
     /// Records the run's metrics (evict, reclaim, stats); no destination by default.
@@ -44,6 +45,7 @@ impl Context {
             global,
             output,
             target,
+            settings,
             pool,
             cancel: Cancel::default(),
             metrics: crate::metrics::Recorder::default(),
@@ -61,6 +63,14 @@ impl Context {
     /// How the sessions reach the server (known once one has connected).
     pub fn route(&self) -> Option<Route> {
         self.pool.route()
+    }
+
+    /// The same connection settings aimed at another node of a Citus cluster (a worker holding
+    /// shards), with a pool of `pool_size` sessions.
+    pub fn node(&self, host: &str, port: u16, pool_size: usize) -> Result<(Target, conn::Pool)> {
+        let target = conn::resolve_node(&self.settings, &conn::ProcessEnv, host, port)?;
+        let pool = target.pool_with(pool_size, self.global.pool_mode)?;
+        Ok((target, pool))
     }
 
     /// Resolve `--table` on the given session.

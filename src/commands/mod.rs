@@ -5,6 +5,7 @@ pub mod docs;
 pub mod evict;
 pub mod inspect;
 pub mod reclaim;
+pub mod shards;
 pub mod stats;
 
 use anyhow::Result;

@@ -79,6 +79,17 @@ pub fn resolve(settings: &ConnectSettings, env: &dyn Env) -> anyhow::Result<Targ
     Ok(target)
 }
 
+/// [`resolve()`] for another node of the same cluster: see [`resolve::resolve_node_quietly`].
+/// Warnings are dropped (the coordinator's resolution printed them already).
+pub fn resolve_node(
+    settings: &ConnectSettings,
+    env: &dyn Env,
+    host: &str,
+    port: u16,
+) -> anyhow::Result<Target> {
+    resolve::resolve_node_quietly(settings, env, host, port)
+}
+
 impl Target {
     /// `user "app" at host "db1" port 5432, database "app"`; never includes the password.
     pub fn describe(&self) -> String {

@@ -28,11 +28,41 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Resolve without printing; warnings stay in the returned target.
 pub(crate) fn resolve_quietly(settings: &ConnectSettings, env: &dyn Env) -> anyhow::Result<Target> {
-    let pairs = match &settings.database_url {
+    resolve_pairs(settings, env, url_pairs(settings)?)
+}
+
+/// The same settings aimed at another server of the same cluster (a Citus worker named by the
+/// coordinator's metadata): `host` and `port` replace those of the URL and the environment,
+/// `hostaddr` is dropped, and the password file is read again for that host. User, database,
+/// password given explicitly, TLS settings and timeouts stay as they are.
+pub(crate) fn resolve_node_quietly(
+    settings: &ConnectSettings,
+    env: &dyn Env,
+    host: &str,
+    port: u16,
+) -> anyhow::Result<Target> {
+    let mut pairs = url_pairs(settings)?;
+    pairs.retain(|(k, _)| !matches!(k.as_str(), "host" | "hostaddr" | "port"));
+    pairs.push(("host".to_owned(), host.to_owned()));
+    // An explicit empty value hides PGHOSTADDR, as in libpq.
+    pairs.push(("hostaddr".to_owned(), String::new()));
+    pairs.push(("port".to_owned(), port.to_string()));
+    resolve_pairs(settings, env, pairs)
+}
+
+fn url_pairs(settings: &ConnectSettings) -> anyhow::Result<conninfo::Pairs> {
+    Ok(match &settings.database_url {
         Some(url) => conninfo::tokenize(url)
             .map_err(|e| fail(Exit::Usage, format!("invalid --database-url: {e}")))?,
         None => Vec::new(),
-    };
+    })
+}
+
+fn resolve_pairs(
+    settings: &ConnectSettings,
+    env: &dyn Env,
+    pairs: conninfo::Pairs,
+) -> anyhow::Result<Target> {
     let params = Params::collect(pairs, env)?;
     reject_unsupported(&params)?;
     let endpoints = hosts::endpoints(&params)?;

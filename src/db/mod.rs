@@ -2,6 +2,7 @@
 //! embedded from `sql/` so a DBA can review exactly what executes.
 
 pub mod activity;
+pub mod citus;
 pub mod lock;
 pub mod partitions;
 pub mod profile;

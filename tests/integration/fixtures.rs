@@ -78,6 +78,11 @@ pub fn expired_rows_sql(n: i64) -> String {
 
 /// Load a mix of rows (random keys, 7 tenants).
 pub async fn load(db: &TestDb, mix: Mix) {
+    db.exec(&load_sql(mix)).await;
+}
+
+/// The statements that load a mix of rows (random keys, 7 tenants) and analyze the table.
+pub fn load_sql(mix: Mix) -> String {
     let mut sql = String::new();
     let secs = "make_interval(secs => ";
     sql.push_str(&rows_sql(
@@ -116,7 +121,7 @@ pub async fn load(db: &TestDb, mix: Mix) {
         "now() - interval '1 day'",
     ));
     sql.push_str("ANALYZE idempotency_keys;");
-    db.exec(&sql).await;
+    sql
 }
 
 /// One row as a snapshot sees it.
@@ -130,7 +135,11 @@ pub struct Seen {
 
 /// Every row keyed by (api_key_id, key).
 pub async fn snapshot(db: &TestDb) -> BTreeMap<(String, String), Seen> {
-    let client = db.client().await;
+    snapshot_of(&db.client().await).await
+}
+
+/// Every row keyed by (api_key_id, key), read on `client`.
+pub async fn snapshot_of(client: &tokio_postgres::Client) -> BTreeMap<(String, String), Seen> {
     let rows = client
         .query(
             "SELECT api_key_id, key, state, expires_at < now() AS expired, md5(t::text) AS digest \

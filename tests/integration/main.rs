@@ -3,6 +3,7 @@
 mod support;
 
 mod chaos;
+mod citus;
 mod cli;
 mod concurrency;
 mod evict;

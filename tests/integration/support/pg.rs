@@ -321,7 +321,7 @@ pub fn ident(name: &str) -> String {
 }
 
 /// Run an async job to completion on a fresh current-thread runtime in a new thread, and wait.
-fn on_own_runtime<F, Fut>(job: F) -> Result<(), String>
+pub fn on_own_runtime<F, Fut>(job: F) -> Result<(), String>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<(), String>>,
@@ -348,7 +348,7 @@ fn unix_now() -> u64 {
 }
 
 /// 64 random bits as hex: std's randomly keyed hasher over a process-wide counter, the pid and the clock.
-fn random_hex() -> String {
+pub fn random_hex() -> String {
     use std::hash::{BuildHasher as _, Hasher as _, RandomState};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = RandomState::new().build_hasher();

@@ -190,7 +190,11 @@ fn hba(tls: bool) -> String {
 
 /// `pg_ctl start` on a port that was free a moment ago; another process may take it in between,
 /// so a bind failure is retried on a new port.
-fn start_on_free_port(bindir: &Path, dir: &Path, owner: Option<(u32, u32)>) -> Result<u16, String> {
+pub fn start_on_free_port(
+    bindir: &Path,
+    dir: &Path,
+    owner: Option<(u32, u32)>,
+) -> Result<u16, String> {
     let log = dir.join("server.log");
     let mut last_error = String::new();
     for _ in 0..5 {
@@ -209,6 +213,9 @@ fn start_on_free_port(bindir: &Path, dir: &Path, owner: Option<(u32, u32)>) -> R
             .arg("-l")
             .arg(&log)
             .args(["-w", "-t", "60", "-o", &options, "start"])
+            // The server's own libpq connections (Citus between nodes) look for client
+            // certificates under $HOME, which must be the server user's, not the test runner's.
+            .env("HOME", dir)
             .current_dir(dir);
         match run_checked(as_owner(&mut pg_ctl, owner), "pg_ctl start") {
             Ok(()) => return Ok(port),
@@ -340,7 +347,7 @@ fn openssl(dir: &Path, head: &[&str], tail: &[&str]) -> Result<(), String> {
 }
 
 /// A fresh 0700 directory owned by the server's OS user, under `IDEMCTL_TEST_TMPDIR` or /tmp.
-fn private_dir(owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
+pub fn private_dir(owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
     let parent = std::env::var_os("IDEMCTL_TEST_TMPDIR")
         .filter(|v| !v.is_empty())
         .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
@@ -374,7 +381,7 @@ fn chown_tree(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), String> {
     Ok(())
 }
 
-fn append(path: &Path, text: &str) -> Result<(), String> {
+pub fn append(path: &Path, text: &str) -> Result<(), String> {
     std::fs::OpenOptions::new()
         .append(true)
         .open(path)

@@ -1,0 +1,118 @@
+//! Working on a Citus-distributed key table shard by shard: the coordinator's metadata says where
+//! each shard is; idemctl connects to each worker directly (same user, database, password source
+//! and TLS settings as for the coordinator, host and port from `pg_dist_node`) and runs its
+//! ordinary statements on the shard, an ordinary table there. Every statement then stays a
+//! one-node, index-backed statement under idemctl's own session limits, with no distributed plan
+//! and no distributed transaction. See docs/citus.md for why.
+
+use anyhow::{Context as _, Result};
+
+use crate::conn::Route;
+use crate::context::Context;
+use crate::db::citus::{self, Layout, Placement};
+use crate::db::{KeyTable, Session};
+use crate::output::sanitize;
+
+/// One shard, resolved on its worker.
+#[derive(Clone, Debug)]
+pub struct Shard {
+    pub id: i64,
+    /// The shard as a table on its worker (its own oid, columns and indexes).
+    pub table: KeyTable,
+}
+
+/// A worker and the shards of the key table it holds.
+pub struct Node {
+    pub host: String,
+    pub port: u16,
+    pub pool: crate::conn::Pool,
+    pub target: crate::conn::Target,
+    pub shards: Vec<Shard>,
+}
+
+impl Node {
+    /// `host:port`, for messages and reports.
+    pub fn name(&self) -> String {
+        format!("{}:{}", sanitize(&self.host), self.port)
+    }
+
+    /// A session on this worker, with idemctl's session limits.
+    pub async fn session(&self) -> Result<Session> {
+        let client = self
+            .target
+            .connect(&self.pool)
+            .await
+            .with_context(|| format!("failed to connect to Citus worker {}", self.name()))?;
+        let pooled = !self.pool.route().is_some_and(Route::owns_session);
+        Ok(Session::new(client, pooled, self.pool.session_settings()))
+    }
+}
+
+/// A hash-distributed key table: its layout and its workers.
+pub struct Cluster {
+    pub layout: Layout,
+    pub nodes: Vec<Node>,
+}
+
+impl Cluster {
+    pub fn shard_count(&self) -> usize {
+        self.nodes.iter().map(|n| n.shards.len()).sum()
+    }
+}
+
+/// The table's Citus layout, `None` when Citus does not manage it.
+pub async fn layout(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
+    citus::layout(client, table).await
+}
+
+/// Connect to every worker holding a shard of the hash-distributed `table` and resolve its shards
+/// there; `pool_size` sessions per worker at most.
+pub async fn connect(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    layout: Layout,
+    pool_size: usize,
+) -> Result<Cluster> {
+    let placements = citus::placements(client, table).await?;
+    let mut nodes: Vec<Node> = Vec::new();
+    for placement in placements {
+        let index = match nodes
+            .iter()
+            .position(|n| n.host == placement.node && n.port == placement.port)
+        {
+            Some(i) => i,
+            None => {
+                nodes.push(open_node(ctx, &placement, pool_size)?);
+                nodes.len() - 1
+            }
+        };
+        let node = &mut nodes[index];
+        let session = node.session().await?;
+        let shard = citus::resolve_shard(&session, table, &placement).await?;
+        node.shards.push(Shard {
+            id: placement.shard_id,
+            table: shard,
+        });
+    }
+    Ok(Cluster { layout, nodes })
+}
+
+fn open_node(ctx: &Context, placement: &Placement, pool_size: usize) -> Result<Node> {
+    let (target, pool) = ctx
+        .node(&placement.node, placement.port, pool_size)
+        .with_context(|| {
+            format!(
+                "failed to prepare connections to Citus worker {}:{}",
+                sanitize(&placement.node),
+                placement.port
+            )
+        })?;
+    Ok(Node {
+        host: placement.node.clone(),
+        port: placement.port,
+        pool,
+        target,
+        shards: Vec::new(),
+    })
+}

@@ -1,0 +1,171 @@
+//! The key table on a Citus cluster: how the coordinator's metadata says it is distributed, where
+//! its shards are, and each shard as a key table of its own on the worker that holds it.
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+
+use super::session::p;
+use super::table::ProfileChoice;
+use super::{KeyTable, Session};
+use crate::cli::TableName;
+use crate::exit::{Exit, fail};
+use crate::output::sanitize;
+
+/// How Citus manages the key table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum Layout {
+    /// Hash-distributed by `column` over `shards` shards.
+    Distributed { column: String, shards: i64 },
+    /// A reference table: one shard with a copy on every node.
+    Reference,
+    /// A table of a distributed schema (schema-based sharding): one shard on one node.
+    SingleShard,
+    /// A Citus local table: on the coordinator, known to Citus.
+    CitusLocal,
+}
+
+impl Layout {
+    /// How the layout reads in messages and reports.
+    pub fn describe(&self) -> String {
+        match self {
+            Layout::Distributed { column, shards } => {
+                format!("distributed by {} over {shards} shards", sanitize(column))
+            }
+            Layout::Reference => "a reference table".to_owned(),
+            Layout::SingleShard => "a table of a distributed schema (one shard)".to_owned(),
+            Layout::CitusLocal => "a Citus local table".to_owned(),
+        }
+    }
+}
+
+/// `None` when Citus is not installed in the database or does not manage the table.
+pub async fn layout(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
+    let installed: bool = client
+        .query_one(include_str!("../../sql/citus_installed.sql"), &[])
+        .await
+        .context("failed to check for the citus extension")?
+        .get("installed");
+    if !installed {
+        return Ok(None);
+    }
+    let Some(row) = client
+        .query_opt(
+            include_str!("../../sql/citus_distribution.sql"),
+            &[p(&table.oid)],
+        )
+        .await
+        .context("failed to read how Citus distributes the key table")?
+    else {
+        return Ok(None);
+    };
+    let method: String = row.get("method");
+    let replication: String = row.get("replication");
+    let colocation: i64 = row.get("colocation_id");
+    Ok(Some(match method.as_str() {
+        "h" => Layout::Distributed {
+            column: row.get::<_, Option<String>>("column").unwrap_or_default(),
+            shards: row.get("shards"),
+        },
+        _ if replication == "t" => Layout::Reference,
+        _ if colocation > 0 => Layout::SingleShard,
+        _ => Layout::CitusLocal,
+    }))
+}
+
+/// One shard and the node that holds it.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    pub shard_id: i64,
+    pub node: String,
+    pub port: u16,
+}
+
+/// Every shard of a distributed table with its node, ordered by node then shard.
+pub async fn placements(client: &Session, table: &KeyTable) -> Result<Vec<Placement>> {
+    let rows = client
+        .query(include_str!("../../sql/citus_shards.sql"), &[p(&table.oid)])
+        .await
+        .context("failed to list the key table's shards")?;
+    rows.iter()
+        .map(|r| {
+            let port: i32 = r.get("port");
+            Ok(Placement {
+                shard_id: r.get("shard_id"),
+                node: r.get("node"),
+                port: u16::try_from(port).map_err(|_| {
+                    fail(Exit::Internal, format!("Citus metadata names port {port}"))
+                })?,
+            })
+        })
+        .collect()
+}
+
+/// The shard's table name on its worker: Citus appends `_<shard id>` to the table's name.
+fn shard_name(table: &KeyTable, shard_id: i64) -> TableName {
+    TableName {
+        schema: Some(table.schema.clone()),
+        name: format!("{}_{shard_id}", table.name),
+    }
+}
+
+/// The shard as a key table of its own, read from the worker's catalog (its own oid, columns and
+/// indexes). Citus hides shards from client sessions' catalog queries, so the lookup runs in a
+/// read-only transaction that shows them (`SET LOCAL`: nothing outlives it).
+pub async fn resolve_shard(
+    client: &Session,
+    table: &KeyTable,
+    placement: &Placement,
+) -> Result<KeyTable> {
+    let name = shard_name(table, placement.shard_id);
+    begin_catalog_reads(client).await.with_context(|| {
+        format!(
+            "failed to read shard {} on node {}:{}",
+            placement.shard_id,
+            sanitize(&placement.node),
+            placement.port
+        )
+    })?;
+    // The shard has the table's columns: it plays the same profile.
+    let choice = ProfileChoice {
+        mapping: Some(table.profile.clone()),
+        ..ProfileChoice::default()
+    };
+    let resolved = KeyTable::resolve(client, &name, &choice).await;
+    end_catalog_reads(client).await?;
+    resolved.map_err(|e| {
+        fail(
+            Exit::NotFound,
+            format!(
+                "shard {} of {} (table {}) is not on node {}:{} where the coordinator's metadata places it ({}); a shard move may be under way, try again",
+                placement.shard_id,
+                table.display(),
+                sanitize(&name.to_string()),
+                sanitize(&placement.node),
+                placement.port,
+                crate::one_line(&e)
+            ),
+        )
+    })
+}
+
+/// Start a read-only transaction whose catalog queries see the shards; end it with
+/// [`end_catalog_reads`].
+pub async fn begin_catalog_reads(client: &Session) -> Result<()> {
+    client
+        .begin("BEGIN READ ONLY")
+        .await
+        .context("failed to start a read-only transaction on the worker")?;
+    client
+        .batch_execute(include_str!("../../sql/citus_show_shards.sql"))
+        .await
+        .context("failed to show the shards to the catalog reads on the worker")
+}
+
+/// Ends [`begin_catalog_reads`].
+pub async fn end_catalog_reads(client: &Session) -> Result<()> {
+    client
+        .commit()
+        .await
+        .context("failed to end the read-only transaction on the worker")
+}
