@@ -6,7 +6,7 @@
 //! and connects with retries.
 //!
 //! Layout: `conninfo` tokenises, `params` knows the keywords and `PG*` variables, `hosts` the
-//! host/port lists, `pgpass` the password file, `tls`, `tls_stream` and `verify` the sslmodes
+//! host/port lists, `service` the connection service files, `pgpass` the password file, `tls`, `tls_stream` and `verify` the sslmodes
 //! (on OpenSSL, as libpq), `resolve` puts
 //! them together, `pool` connects.
 
@@ -17,6 +17,7 @@ mod params;
 mod pgpass;
 mod pool;
 mod resolve;
+mod service;
 mod tls;
 mod tls_stream;
 mod verify;

@@ -1,11 +1,12 @@
 //! The libpq keyword table: which connection parameters exist, which `PG*` variable feeds each,
-//! and the merge "explicit parameter > environment" (defaults come later, in `resolve.rs`).
+//! and the merge "explicit parameter > service file > environment" (defaults come later, in
+//! `resolve.rs`).
 //!
 //! Every libpq keyword is *understood* here so that a psql-style conninfo never fails with
 //! tokio-postgres's bare "unknown option"; what each one does is decided by the code that reads it.
 
 use super::conninfo::Pairs;
-use super::env::Env;
+use super::env::{Env, non_empty};
 use crate::exit::{Exit, fail};
 use std::collections::HashMap;
 use std::fmt;
@@ -112,6 +113,8 @@ const ENV_VARS: &[(&str, &str)] = &[
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Origin {
     Url,
+    /// A connection service file's section.
+    Service,
     Env(&'static str),
 }
 
@@ -119,6 +122,7 @@ impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Origin::Url => f.write_str("--database-url"),
+            Origin::Service => f.write_str("the connection service file"),
             Origin::Env(var) => write!(f, "environment variable {var}"),
         }
     }
@@ -138,13 +142,29 @@ pub(crate) struct Params {
 }
 
 impl Params {
-    /// Validate the URL's keywords, then let `PG*` variables fill what the URL left unset.
+    /// Validate the URL's keywords, then let the service named by `service`/`PGSERVICE` fill what
+    /// the URL left unset, then the `PG*` variables (libpq's order).
     pub(crate) fn collect(url: Pairs, env: &dyn Env) -> anyhow::Result<Params> {
         let mut map = HashMap::new();
         for (key, value) in url {
             let keyword = known_keyword(&key)?;
             let origin = Origin::Url;
             map.insert(keyword, Param { value, origin });
+        }
+        let explicit = |key: &str, map: &HashMap<&'static str, Param>| {
+            map.get(key)
+                .map(|p: &Param| p.value.clone())
+                .filter(|v| !v.is_empty())
+        };
+        let service = explicit("service", &map).or_else(|| non_empty(env, "PGSERVICE"));
+        if let Some(name) = service {
+            let servicefile = explicit("servicefile", &map);
+            let found = super::service::lookup(&name, servicefile.as_deref(), env)?;
+            for (key, value) in found {
+                let keyword = known_keyword(&key)?;
+                let origin = Origin::Service;
+                map.entry(keyword).or_insert(Param { value, origin });
+            }
         }
         for &(var, keyword) in ENV_VARS {
             if let Some(value) = env.var(var) {
@@ -217,6 +237,11 @@ impl Params {
             }
         }
     }
+}
+
+/// Whether libpq knows `key` as a connection keyword.
+pub(crate) fn is_keyword(key: &str) -> bool {
+    KEYWORDS.contains(&key)
 }
 
 fn known_keyword(key: &str) -> anyhow::Result<&'static str> {

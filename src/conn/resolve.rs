@@ -5,7 +5,7 @@
 //! Keywords accepted without effect, because they cannot change what idemctl does:
 //! `client_encoding` (the driver always uses UTF8, which idemctl needs), `krbsrvname`, `gsslib`,
 //! `gssdelegation` (GSSAPI only; the driver has no GSSAPI, and a server demanding it fails with
-//! its own message), `servicefile` (only read together with `service`, which is refused),
+//! its own message),
 //! `max_protocol_version` (the driver speaks protocol 3.0, which every server accepts).
 
 use super::conninfo;
@@ -116,11 +116,7 @@ fn resolve_pairs(
 /// Keywords whose effect idemctl cannot provide; dropping them silently could weaken security or
 /// connect somewhere else than intended.
 fn reject_unsupported(params: &Params) -> anyhow::Result<()> {
-    let refusals: [(&str, &str); 6] = [
-        (
-            "service",
-            "service files are not supported; pass host, port and dbname (or PGHOST, PGPORT, PGDATABASE) instead",
-        ),
+    let refusals: [(&str, &str); 5] = [
         (
             "require_auth",
             "restricting authentication methods is not supported; remove it",

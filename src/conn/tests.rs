@@ -293,13 +293,13 @@ fn unknown_and_unsupported_keywords() {
         ),
         (
             "service=prod",
-            &[],
-            "service in --database-url: service files are not supported",
+            &[("PGSYSCONFDIR", "/nonexistent")],
+            "definition of service \"prod\" not found",
         ),
         (
             "host=h",
-            &[("PGSERVICE", "prod")],
-            "service in environment variable PGSERVICE: service files are not supported",
+            &[("PGSERVICE", "prod"), ("PGSYSCONFDIR", "/nonexistent")],
+            "definition of service \"prod\" not found",
         ),
         (
             "host=h target_session_attrs=prefer-standby",

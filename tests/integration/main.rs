@@ -21,6 +21,7 @@ mod pushgateway;
 mod reclaim;
 mod replica;
 mod roles;
+mod service_files;
 mod snapshots;
 mod stats;
 mod tls_matrix;
