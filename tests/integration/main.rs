@@ -17,6 +17,7 @@ mod metrics;
 mod pace;
 mod partitions;
 mod profiles;
+mod pooler;
 mod pushgateway;
 mod reclaim;
 mod replica;

@@ -33,6 +33,7 @@ pub mod cmd;
 pub mod conninfo;
 pub mod partman;
 pub mod pg;
+pub mod pgbouncer;
 pub mod pushgateway;
 pub mod replica;
 pub mod tcp;
