@@ -75,7 +75,9 @@ impl Exit {
             Exit::CannotConnect => {
                 "cannot connect: server unreachable, login refused, no such database"
             }
-            Exit::PermissionDenied => "permission denied: the role lacks a needed privilege",
+            Exit::PermissionDenied => {
+                "permission denied: the role lacks a needed privilege, or a writing command met a read-only session or a standby"
+            }
             Exit::LockBusy => "another idemctl run holds the maintenance lock for this table",
             Exit::Interrupted => {
                 "interrupted by SIGINT or SIGTERM after finishing the batch in flight"

@@ -11,6 +11,7 @@ use crate::commands::stats;
 use crate::conn::Route;
 use crate::context::Context;
 use crate::db::KeyTable;
+use crate::db::session::Writability;
 use crate::db::table::{Job, Privileges};
 use crate::exit::{Exit, fail};
 use crate::output::{Doc, human_secs};
@@ -57,6 +58,7 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
         &crate::db::queries::referencing_keys(&client, &table).await?,
     ));
     findings.extend(privileges(&table, &table.privileges(&client).await?));
+    findings.push(writes(client.writability().await?));
     let usable = !findings.iter().any(|f| f.status == Status::Fail);
     if usable {
         let report = stats::gather(
@@ -120,6 +122,19 @@ pub fn connection(route: Option<Route>) -> Finding {
         ),
     };
     finding("connection", status, detail, None)
+}
+
+/// Whether evict and reclaim can change anything on this session.
+pub fn writes(writability: Writability) -> Finding {
+    match writability.problem() {
+        None => finding("writes", Status::Ok, "the session can write".into(), None),
+        Some(why) => finding(
+            "writes",
+            Status::Note,
+            format!("evict and reclaim refuse to run here: {why}"),
+            None,
+        ),
+    }
 }
 
 /// Columns and indexes.

@@ -749,7 +749,11 @@ async fn require_privileges(
             Job::Reclaim(ReclaimAction::Release),
         ),
     };
-    privileges.require_for(table, command, job)
+    privileges.require_for(table, command, job)?;
+    if action.is_some() {
+        client.require_writable(command).await?;
+    }
+    Ok(())
 }
 
 // ---- writing runs: shared steps --------------------------------------------------------------

@@ -256,3 +256,59 @@ fn split<'a>(params: &'a [Param<'a>]) -> (Vec<Type>, Vec<&'a (dyn ToSql + Sync)>
 fn literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
+
+/// Whether a session can write at all: a hot standby, or a role or database whose transactions
+/// are read-only by default (`default_transaction_read_only = on`, a pooler's read-only endpoint),
+/// would let evict and reclaim fail only mid-run; they ask first, and `check` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writability {
+    Writable,
+    /// The server is in recovery (a hot standby): nothing can be written.
+    HotStandby,
+    /// Transactions are read-only by default.
+    ReadOnly,
+}
+
+impl Writability {
+    /// Why writing commands refuse, in words; `None` when the session can write.
+    pub fn problem(self) -> Option<&'static str> {
+        match self {
+            Writability::Writable => None,
+            Writability::HotStandby => Some(
+                "the server is a standby (in recovery); connect to the primary (for example with \
+                 target_session_attrs=read-write)",
+            ),
+            Writability::ReadOnly => Some(
+                "the session is read-only (default_transaction_read_only is on for this role, \
+                 database or server); connect as a role without it",
+            ),
+        }
+    }
+}
+
+impl Session {
+    /// Whether this session can write (one short statement, no table touched).
+    pub async fn writability(&self) -> anyhow::Result<Writability> {
+        use anyhow::Context as _;
+        let row = self
+            .query_one(include_str!("../../sql/session_read_only.sql"), &[])
+            .await
+            .context("failed to check whether the session can write")?;
+        Ok(match (row.get("in_recovery"), row.get("read_only")) {
+            (true, _) => Writability::HotStandby,
+            (false, true) => Writability::ReadOnly,
+            (false, false) => Writability::Writable,
+        })
+    }
+
+    /// Refuse `command` (exit 6, before any work) when this session cannot write.
+    pub async fn require_writable(&self, command: &str) -> anyhow::Result<()> {
+        match self.writability().await?.problem() {
+            None => Ok(()),
+            Some(why) => Err(crate::exit::fail(
+                crate::exit::Exit::PermissionDenied,
+                format!("{command} cannot run here, nothing was changed: {why}"),
+            )),
+        }
+    }
+}

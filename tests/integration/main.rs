@@ -19,6 +19,7 @@ mod partitions;
 mod profiles;
 mod pooler;
 mod pushgateway;
+mod read_only;
 mod reclaim;
 mod replica;
 mod roles;

@@ -155,6 +155,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     // DELETE reads the rows it deletes (SELECT), and skipping rows a live request holds takes row
     // locks, which PostgreSQL grants only with UPDATE on at least one column.
     privileges.require_for(&table, "evict", crate::db::table::Job::Evict)?;
+    client.require_writable("evict").await?;
     if args.drop_partitions {
         partitions::require_layout(&table, Some(&privileges))?;
     }
