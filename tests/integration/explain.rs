@@ -41,8 +41,16 @@ const STATEMENTS: &[(&str, &str)] = &[
         "now() - interval '3 days', now() - interval '71 hours', 3600",
     ),
     (
-        "evict_tail_in_progress.sql",
-        "now() - interval '10 minutes'",
+        "evict_range_in_progress.sql",
+        "now() - interval '3 days', now() - interval '71 hours'",
+    ),
+    (
+        "evict_range_in_progress.sql",
+        "now() - interval '10 minutes', NULL",
+    ),
+    (
+        "expired_in_progress_from.sql",
+        "100000, now() - interval '1 hour'",
     ),
     (
         "expired_backlog_from.sql",

@@ -13,6 +13,7 @@ mod fixtures;
 mod harness_selftest;
 mod hostile;
 mod inspect;
+mod leftovers;
 mod metrics;
 mod pace;
 mod partitions;

@@ -303,7 +303,7 @@ fn statements(table: &KeyTable) -> worker::Statements {
         claim: table.sql(CLAIM_SQL),
         delete: table.sql(BATCH_SQL),
         too_young: table.sql(TOO_YOUNG_SQL),
-        tail_in_progress: table.sql(include_str!("../../../sql/evict_tail_in_progress.sql")),
+        range_in_progress: table.sql(include_str!("../../../sql/evict_range_in_progress.sql")),
         skip_locked: table.sql(SKIP_LOCKED_SQL),
     }
 }
@@ -375,6 +375,54 @@ async fn backlog_from(
     Ok(Capped::from_raw(row.get("n"), COUNT_CAP))
 }
 
+/// Expired keys not completed from `cursor` on, examining at most the cap of expired rows.
+async fn in_progress_from(
+    client: &Session,
+    table: &KeyTable,
+    cursor: Option<OffsetDateTime>,
+) -> Result<Capped> {
+    let row = client
+        .query_one(
+            &table.sql(include_str!("../../../sql/expired_in_progress_from.sql")),
+            &[p(&COUNT_CAP), p(&cursor)],
+        )
+        .await
+        .context("failed to count the expired in_progress keys left")?;
+    let examined: i64 = row.get("examined");
+    Ok(Capped {
+        count: row.get("n"),
+        at_least: examined >= COUNT_CAP,
+    })
+}
+
+/// The leftover counts: what the batches left in the ranges behind the final cursor, plus a count
+/// from the cursor on (which sees the last, open range and whatever expired meanwhile), so every
+/// expired key left is counted once. None when the counts cannot be made.
+async fn leftovers(
+    client: &Session,
+    table: &KeyTable,
+    shared: &worker::Shared,
+    totals: &worker::Totals,
+) -> Option<(Capped, Capped)> {
+    let cursor = shared.cursor().await;
+    let (mut completed, mut in_progress) = (0u64, 0u64);
+    let sql = table.sql(include_str!("../../../sql/evict_range_in_progress.sql"));
+    for range in worker::merged_behind(&totals.left, cursor) {
+        let (c, n) = worker::count_left(client, &sql, shared.deadline(), range)
+            .await
+            .ok()?;
+        completed += c;
+        in_progress += n;
+    }
+    let backlog = backlog_from(client, table, cursor).await.ok()?;
+    let ahead = in_progress_from(client, table, cursor).await.ok()?;
+    let add = |c: Capped, n: u64| Capped {
+        count: c.count.saturating_add(i64::try_from(n).unwrap_or(i64::MAX)),
+        at_least: c.at_least,
+    };
+    Some((add(backlog, completed), add(ahead, in_progress)))
+}
+
 /// The summary: totals from the workers, leftovers counted on a fresh session.
 async fn report(
     table: &KeyTable,
@@ -386,22 +434,22 @@ async fn report(
 ) -> EvictReport {
     let end_reason = shared.end_reason(failed).await;
     let mut totals = shared.totals().await;
-    // The in_progress keys were counted as the batches passed over them (a run that stopped early
-    // did not see the rest: "at least"); the backlog is counted from where the run stopped, so
-    // neither walks the index entries the run has just made dead.
-    let in_progress_left = Some(Capped {
-        count: i64::try_from(totals.passed_over).unwrap_or(i64::MAX),
-        at_least: end_reason != EndReason::Drained,
-    });
-    let backlog_left = match client {
-        Some(c) if !failed => backlog_from(c, table, shared.cursor().await)
-            .await
-            .ok()
-            .map(|ahead| Capped {
-                count: ahead.count + i64::try_from(totals.skipped_locked).unwrap_or(0),
-                at_least: ahead.at_least,
-            }),
+    // Counted from where the run stopped (neither count walks the index entries the run has just
+    // made dead) plus what the batches left behind it. Without a count (a failed run), the
+    // in_progress keys the batches passed over are a lower bound.
+    let counted = match client {
+        Some(c) if !failed => leftovers(c, table, shared, &totals).await,
         _ => None,
+    };
+    let (backlog_left, in_progress_left) = match counted {
+        Some((backlog, in_progress)) => (Some(backlog), Some(in_progress)),
+        None => (
+            None,
+            Some(Capped {
+                count: i64::try_from(totals.passed_over).unwrap_or(i64::MAX),
+                at_least: true,
+            }),
+        ),
     };
     let elapsed = shared.elapsed().as_secs_f64();
     let (p50, p99, max) = percentiles(&mut totals.latencies_ms);

@@ -49,7 +49,7 @@ pub struct Statements {
     pub delete: String,
     pub too_young: String,
     pub skip_locked: String,
-    pub tail_in_progress: String,
+    pub range_in_progress: String,
 }
 
 /// Totals of a run.
@@ -62,9 +62,58 @@ pub struct Totals {
     pub lock_fallbacks: u64,
     /// Expired rows in the ranges walked that are not completed (in_progress: reclaim's job).
     pub passed_over: u64,
+    /// What each batch left behind in its range (only batches that left something).
+    pub left: Vec<Left>,
     pub latencies_ms: Vec<f64>,
     /// Rows asked of each batch (what --batch-size or --batch-time made of it).
     pub sizes: Vec<u32>,
+}
+
+/// A range in which a batch left rows. After the run, the ranges behind the final cursor are
+/// counted again (merged where they overlap: batches of ties at one instant, and a range claimed
+/// while they ran, share rows), and added to a count made from the cursor on, so no row is counted
+/// twice and none is missed, whatever the batches running side by side saw of each other's locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Left {
+    /// Inclusive start (None: the start of the index).
+    pub lower: Option<OffsetDateTime>,
+    /// Exclusive end (None: open, the last range of a run).
+    pub upper: Option<OffsetDateTime>,
+}
+
+impl Left {
+    /// Whether the range lies wholly behind `cursor` (the counts from the cursor do not see it).
+    pub fn behind(&self, cursor: Option<OffsetDateTime>) -> bool {
+        matches!((self.upper, cursor), (Some(u), Some(c)) if u <= c)
+    }
+}
+
+/// The ranges behind `cursor`, sorted, overlapping ones merged.
+pub fn merged_behind(left: &[Left], cursor: Option<OffsetDateTime>) -> Vec<Left> {
+    let mut ranges: Vec<Left> = left.iter().filter(|l| l.behind(cursor)).copied().collect();
+    ranges.sort_by_key(|l| (l.lower, l.upper));
+    let mut out: Vec<Left> = Vec::new();
+    for r in ranges {
+        match out.last_mut() {
+            // Both have an end (they are behind the cursor); None sorts first as a start.
+            Some(last) if r.lower < last.upper => last.upper = last.upper.max(r.upper),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// Count the expired rows of [lower, upper) left: (completed, not completed).
+pub async fn count_left(
+    client: &Session,
+    sql: &str,
+    deadline: Duration,
+    range: Left,
+) -> Result<(u64, u64)> {
+    let row = run_statement(client, deadline, sql, &[p(&range.lower), p(&range.upper)])
+        .await
+        .context("failed to count the expired keys left in a batch's range")?;
+    Ok((count(&row, "completed"), count(&row, "passed_over")))
 }
 
 /// The shared cursor and totals.
@@ -164,6 +213,11 @@ impl Shared {
 
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// The client-side limit on one statement.
+    pub fn deadline(&self) -> Duration {
+        self.plan.deadline
     }
 
     pub fn progress(&self) -> &Progress {
@@ -325,6 +379,12 @@ impl Shared {
         t.skipped_min_age += outcome.skipped_min_age;
         t.lock_fallbacks += u64::from(outcome.fell_back);
         t.passed_over += outcome.passed_over;
+        if outcome.skipped_locked + outcome.skipped_min_age + outcome.passed_over > 0 {
+            t.left.push(Left {
+                lower: outcome.lower,
+                upper: outcome.upper,
+            });
+        }
         t.latencies_ms.push(took.as_secs_f64() * 1000.0);
         let (rows, skipped) = (t.rows, t.skipped_locked);
         let unused = u64::try_from(limit)
@@ -351,6 +411,9 @@ struct Outcome {
     fell_back: bool,
     /// Expired rows of the range that are not completed.
     passed_over: u64,
+    /// The range the batch finished with: [lower, upper) (upper None: open, or ties not done).
+    lower: Option<OffsetDateTime>,
+    upper: Option<OffsetDateTime>,
     /// The run of ties at this instant has nothing deletable left.
     ties_exhausted: Option<OffsetDateTime>,
     /// How long the deleting statement ran (and held the rows it deleted), as seen from here.
@@ -380,6 +443,8 @@ pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<
                 let mut outcome = delete_range(&shared, &client, start, end, limit).await?;
                 outcome.passed_over =
                     passed_over(&shared, &client, start, end, limit, &outcome).await?;
+                outcome.lower = start;
+                outcome.upper = end;
                 outcome.examined = match end {
                     Some(_) => u64::try_from(limit).unwrap_or(0),
                     None => outcome.deleted + outcome.skipped_locked + outcome.passed_over,
@@ -389,6 +454,18 @@ pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<
             Claim::Ties { at, limit, size } => {
                 let mut outcome = delete_ties(&shared, &client, at, limit).await?;
                 outcome.examined = outcome.deleted + outcome.skipped_locked;
+                // Done with this instant: what it leaves is counted once, here.
+                if outcome.ties_exhausted.is_some() {
+                    let after = at + time::Duration::microseconds(1);
+                    outcome.passed_over =
+                        range_in_progress(&shared, &client, Some(at), Some(after)).await?;
+                    if shared.plan.min_age_secs.is_some() {
+                        outcome.skipped_min_age =
+                            too_young(&shared, &client, Some(at), Some(after)).await?;
+                    }
+                    outcome.lower = Some(at);
+                    outcome.upper = Some(after);
+                }
                 (limit, size, outcome)
             }
         };
@@ -412,10 +489,9 @@ async fn round_trip(shared: &Shared, client: &Session) -> Result<Duration> {
     Ok(best)
 }
 
-/// The expired rows of a range that are not completed. A range with an end held `limit` rows
-/// when it was claimed, so what the batch neither deleted nor skipped was passed over (a run of
-/// equal expiry times at the end can make this count a few too many); the last, open range is
-/// counted exactly.
+/// The expired rows of a range that are not completed. A range with an end held at most `limit`
+/// rows when it was claimed: when the batch handled them all, none was passed over; otherwise
+/// (rows not completed, or ties on the range's end, which the range excludes) they are counted.
 async fn passed_over(
     shared: &Shared,
     client: &Session,
@@ -424,18 +500,28 @@ async fn passed_over(
     limit: i64,
     o: &Outcome,
 ) -> Result<u64> {
-    if end.is_some() {
-        let handled = o.deleted + o.skipped_locked + o.skipped_min_age;
-        return Ok(u64::try_from(limit).unwrap_or(0).saturating_sub(handled));
+    let handled = o.deleted + o.skipped_locked + o.skipped_min_age;
+    if end.is_some() && handled >= u64::try_from(limit).unwrap_or(0) {
+        return Ok(0);
     }
+    range_in_progress(shared, client, start, end).await
+}
+
+/// The expired rows of [start, end) that are not completed (bounded: one batch's range).
+async fn range_in_progress(
+    shared: &Shared,
+    client: &Session,
+    start: Option<OffsetDateTime>,
+    end: Option<OffsetDateTime>,
+) -> Result<u64> {
     let row = run_statement(
         client,
         shared.plan.deadline,
-        &shared.sql.tail_in_progress,
-        &[p(&start)],
+        &shared.sql.range_in_progress,
+        &[p(&start), p(&end)],
     )
     .await
-    .context("failed to count the expired in_progress keys of the last range")?;
+    .context("failed to count the expired in_progress keys of a batch's range")?;
     Ok(count(&row, "passed_over"))
 }
 
@@ -506,11 +592,17 @@ async fn delete_range(
         let t0 = Instant::now();
         match skip_locked(shared, client, start, last, limit).await {
             Ok((deleted, present)) => {
+                let statement = t0.elapsed();
+                let skipped_min_age = match min_age {
+                    Some(_) => too_young(shared, client, start, end).await?,
+                    None => 0,
+                };
                 return Ok(Outcome {
                     deleted,
                     skipped_locked: present.saturating_sub(deleted),
+                    skipped_min_age,
                     fell_back: true,
-                    statement: t0.elapsed(),
+                    statement,
                     ..Outcome::default()
                 });
             }
@@ -649,4 +741,28 @@ pub fn is_lock_timeout(e: &anyhow::Error) -> bool {
             .and_then(tokio_postgres::Error::code)
             .is_some_and(|code| *code == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_behind_the_cursor_merge_where_they_overlap() {
+        let t = |s: i64| Some(OffsetDateTime::from_unix_timestamp(s).unwrap());
+        let r = |lower, upper| Left { lower, upper };
+        let left = [
+            r(t(10), t(20)),
+            r(t(10), t(11)), // ties at 10, done while [10, 20) ran
+            r(None, t(5)),
+            r(t(20), t(30)), // adjacent: kept apart
+            r(t(30), None),  // the open last range: counted from the cursor
+            r(t(40), t(50)), // ahead of the cursor
+        ];
+        assert_eq!(
+            merged_behind(&left, t(40)),
+            vec![r(None, t(5)), r(t(10), t(20)), r(t(20), t(30))]
+        );
+        assert!(merged_behind(&left, None).is_empty());
+    }
 }
