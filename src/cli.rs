@@ -97,8 +97,8 @@ pub struct GlobalArgs {
     )]
     pub table: TableName,
 
-    /// The table's profile: `storage`, `explainer`, `rocket-rides`, or a mapping's name from the
-    /// config file. Detected from the table's columns when absent (`idemctl check` says which and why).
+    /// The table's profile: `storage`, `explainer` or `rocket-rides`. Detected from the table's
+    /// columns when absent (`idemctl check` says which and why).
     #[arg(
         long,
         env = "IDEMCTL_PROFILE",

@@ -478,7 +478,7 @@ impl KeyTable {
         Err(fail(
             Exit::Usage,
             format!(
-                "table {} {what}, which profile {} needs; pick another with --profile or map the columns in a config file (--config; see the README's \"Table profiles\")",
+                "table {} {what}, which profile {} needs; pick another with --profile (see the README's \"Table profiles\")",
                 self.display(),
                 self.profile.name
             ),
@@ -493,7 +493,7 @@ impl KeyTable {
         Err(fail(
             Exit::Usage,
             format!(
-                "table {} has no expiry column (profile {}): keys expire a TTL after {}, so {command} needs --ttl DUR (or IDEMCTL_TTL, or ttl in the config file), e.g. --ttl 24h",
+                "table {} has no expiry column (profile {}): keys expire a TTL after {}, so {command} needs --ttl DUR (or IDEMCTL_TTL), e.g. --ttl 24h",
                 self.display(),
                 self.profile.name,
                 self.profile.created_at
@@ -746,7 +746,7 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
             fail(
                 Exit::Usage,
                 format!(
-                    "unknown profile {}: expected one of {} or a mapping in the config file (--config)",
+                    "unknown profile {}: expected one of {}",
                     crate::output::sanitize(name),
                     profile::BUILTIN.join(", ")
                 ),
@@ -765,7 +765,7 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
         Detected::None(misses) => Err(fail(
             Exit::Usage,
             format!(
-                "table {display} matches no table profile ({}); map its columns in a config file (--config FILE or IDEMCTL_CONFIG, see the README's \"Table profiles\") or force one with --profile",
+                "table {display} matches no table profile ({}); force one with --profile (the README's \"Table profiles\" lists the columns each needs)",
                 misses
                     .iter()
                     .map(|(name, missing)| format!(

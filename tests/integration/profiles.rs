@@ -362,7 +362,7 @@ async fn a_table_no_profile_fits_is_refused_naming_what_each_profile_missed() {
     run.assert_code(2)
         .assert_stderr_contains("matches no table profile")
         .assert_stderr_contains("rocket-rides needs")
-        .assert_stderr_contains("--config");
+        .assert_stderr_contains("force one with --profile");
     assert!(!run.stderr.contains("ALTER TABLE"), "{run}");
     db.idemctl()
         .args(["--profile", "nosuch", "stats"])
