@@ -20,7 +20,7 @@ use std::process::{ChildStdin, Command};
 use std::sync::OnceLock;
 
 use super::cluster::{
-    DIR_PREFIX, as_owner, cluster_owner, find_bindir, run_logged, spawn_watchdog,
+    DIR_PREFIX, as_owner, cluster_owner, find_bindir, initdb, run_logged, spawn_watchdog,
 };
 use super::cmd::Cmd;
 use super::conninfo::ConnInfo;
@@ -137,18 +137,7 @@ fn start_node(bindir: &Path, owner: Option<(u32, u32)>) -> Result<Node, String> 
     // First, so that even a failure below leaves nothing behind.
     let watchdog = spawn_watchdog(&dir)?;
     let data = dir.join("data");
-    run_logged(
-        as_owner(
-            Command::new(bindir.join("initdb"))
-                .arg("-D")
-                .arg(&data)
-                .args(["-U", "postgres", "--auth=trust", "-N", "-E", "UTF8"])
-                .arg("--locale=C")
-                .current_dir(&dir),
-            owner,
-        ),
-        "initdb",
-    )?;
+    run_logged(as_owner(&mut initdb(bindir, &data, &dir), owner), "initdb")?;
     let mut conf = format!(
         "\n# idemctl Citus tests\nunix_socket_directories = '{}'\n",
         dir.display()

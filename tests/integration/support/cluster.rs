@@ -99,18 +99,7 @@ impl LocalCluster {
         }
 
         let data = dir.join("data");
-        let initdb = run_logged(
-            as_owner(
-                Command::new(bindir.join("initdb"))
-                    .arg("-D")
-                    .arg(&data)
-                    .args(["-U", "postgres", "--auth=trust", "-N", "-E", "UTF8"])
-                    .arg("--locale=C")
-                    .current_dir(&dir),
-                owner,
-            ),
-            "initdb",
-        );
+        let initdb = run_logged(as_owner(&mut initdb(&bindir, &data, &dir), owner), "initdb");
         initdb?;
 
         let mut conf = std::fs::OpenOptions::new()
@@ -235,6 +224,18 @@ pub fn cluster_owner() -> Result<Option<(u32, u32)>, String> {
 
 /// Drop to the cluster owner (std clears supplementary groups when root changes uid), and keep the
 /// caller's libpq environment (PGDATA, PGPORT, ...) away from the server tools.
+/// `initdb` for a throwaway test cluster: trust authentication, superuser `postgres`, no fsync,
+/// UTF8 with the C locale, so every cluster the harness starts is the same.
+pub fn initdb(bindir: &Path, data: &Path, cwd: &Path) -> Command {
+    let mut cmd = Command::new(bindir.join("initdb"));
+    cmd.arg("-D")
+        .arg(data)
+        .args(["-U", "postgres", "--auth=trust", "-N", "-E", "UTF8"])
+        .arg("--locale=C")
+        .current_dir(cwd);
+    cmd
+}
+
 pub fn as_owner(cmd: &mut Command, owner: Option<(u32, u32)>) -> &mut Command {
     if let Some((uid, gid)) = owner {
         cmd.uid(uid).gid(gid);

@@ -25,7 +25,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::cluster::{DIR_PREFIX, find_bindir};
-use super::cluster::{as_owner, cluster_owner, run_logged as run_checked, spawn_watchdog};
+use super::cluster::{as_owner, cluster_owner, initdb, run_logged as run_checked, spawn_watchdog};
 use super::cmd::Cmd;
 use super::conninfo::ConnInfo;
 use super::pg::{connect, ident, pg_error_text};
@@ -124,18 +124,7 @@ impl TcpServer {
         // First, so that even a failure below leaves nothing behind.
         let watchdog = spawn_watchdog(&dir)?;
         let data = dir.join("data");
-        run_checked(
-            as_owner(
-                Command::new(bindir.join("initdb"))
-                    .arg("-D")
-                    .arg(&data)
-                    .args(["-U", "postgres", "--auth=trust", "-N", "-E", "UTF8"])
-                    .arg("--locale=C")
-                    .current_dir(&dir),
-                owner,
-            ),
-            "initdb",
-        )?;
+        run_checked(as_owner(&mut initdb(&bindir, &data, &dir), owner), "initdb")?;
         let mut settings: Vec<(&str, String)> = SETTINGS
             .iter()
             .map(|(k, v)| (*k, (*v).to_owned()))
