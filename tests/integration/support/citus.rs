@@ -200,6 +200,10 @@ impl CitusDb {
                 );
             }
             db.exec_on(node, "CREATE EXTENSION citus").await;
+            // The first CREATE EXTENSION on a node turns TLS on and asks for a configuration reload,
+            // which the postmaster applies a moment later; the coordinator's connections to the
+            // workers require TLS, so wait until a new session sees it.
+            db.wait_for_ssl(node).await;
         }
         let c = cluster.coordinator();
         let mut setup = format!(
@@ -266,11 +270,42 @@ impl CitusDb {
         self.exec_on(self.cluster.coordinator(), sql).await;
     }
 
+    async fn wait_for_ssl(&self, node: &Node) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let client = connect(&node.socket_conninfo(&self.name)).await;
+            let row = client.query_one("SHOW ssl", &[]).await;
+            if matches!(row.as_ref().map(|r| r.get::<_, String>(0)), Ok(ref v) if v == "on") {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "{}: ssl still off 30 s after CREATE EXTENSION citus",
+                    node.dir.display()
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     async fn exec_on(&self, node: &Node, sql: &str) {
         let client = connect(&node.socket_conninfo(&self.name)).await;
         if let Err(e) = client.batch_execute(sql).await {
+            let mut logs = String::new();
+            for n in &self.cluster.nodes {
+                let log = std::fs::read_to_string(n.dir.join("server.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                logs.push_str(&format!(
+                    "\n--- {}/server.log (last lines) ---\n",
+                    n.dir.display()
+                ));
+                for line in tail.iter().rev() {
+                    logs.push_str(line);
+                    logs.push('\n');
+                }
+            }
             panic!(
-                "SQL failed in {} on {}: {}\n--- SQL ---\n{sql}",
+                "SQL failed in {} on {}: {}\n--- SQL ---\n{sql}{logs}",
                 self.name,
                 node.dir.display(),
                 pg_error_text(&e)
