@@ -65,6 +65,15 @@ pub async fn layout(client: &Session, table: &KeyTable) -> Result<Option<Layout>
     citus::layout(client, table).await
 }
 
+/// The layout of a table Citus hash-distributes (the commands work on it shard by shard); `None`
+/// for any other table, Citus-managed or not (reference and local tables are one table on the node
+/// idemctl is connected to, where the ordinary statements work).
+pub async fn distributed(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
+    Ok(citus::layout(client, table)
+        .await?
+        .filter(|l| matches!(l, Layout::Distributed { .. })))
+}
+
 /// Connect to every worker holding a shard of the hash-distributed `table` and resolve its shards
 /// there; `pool_size` sessions per worker at most.
 pub async fn connect(

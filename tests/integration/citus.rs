@@ -81,12 +81,38 @@ async fn evicts_exactly_the_expired_completed_rows(layout: Layout) {
     assert_eq!(report["rows_evicted"], MIX.expired, "{report}");
     assert_eq!(report["end_reason"], "drained", "{report}");
     assert_eq!(report["backlog_left"]["count"], 0, "{report}");
+    if layout == Layout::ByTenant {
+        // Shard by shard on the workers: each worker reports its part, and the parts add up.
+        let nodes = report["citus"]["nodes"]
+            .as_array()
+            .expect("per-worker figures");
+        assert_eq!(nodes.len(), 2, "{report}");
+        let mut rows = 0;
+        for n in nodes {
+            assert!(n["rows_evicted"].as_i64().unwrap() > 0, "{report}");
+            assert_eq!(n["shards_drained"], n["shards"], "{report}");
+            assert_eq!(n["backlog_left"]["count"], 0, "{report}");
+            rows += n["rows_evicted"].as_i64().unwrap();
+        }
+        assert_eq!(rows, MIX.expired, "{report}");
+        assert_eq!(
+            report["citus"]["layout"]["column"], "api_key_id",
+            "{report}"
+        );
+    } else {
+        assert!(report.get("citus").is_none(), "{report}");
+    }
     // Counted as the batches pass over them; a range walked twice (a retried batch) counts its
     // in_progress keys again, so this is a lower bound here. The snapshot above proves they stay.
     let in_progress_left = report["expired_in_progress_left"]["count"]
         .as_i64()
         .unwrap();
     assert!(in_progress_left >= MIX.expired_in_progress, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_deletes_exactly_expired_completed_rows_of_a_distributed_table() {
+    evicts_exactly_the_expired_completed_rows(Layout::ByTenant).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,4 +123,124 @@ async fn citus_evict_deletes_exactly_expired_completed_rows_of_a_reference_table
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_evict_deletes_exactly_expired_completed_rows_of_a_local_table() {
     evicts_exactly_the_expired_completed_rows(Layout::Local).await;
+}
+
+/// A live request holds an expired completed key (its retry's `SELECT ... FOR UPDATE`, routed by the
+/// coordinator to the shard's worker): the run on that worker skips the row within its lock
+/// timeout instead of waiting, deletes the rest of every shard, and the next run takes the row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_skips_a_row_a_live_request_holds_on_a_worker() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict beside a held row").await else {
+        return;
+    };
+    let live = db.client().await;
+    let row = live
+        .query_one(
+            "SELECT api_key_id, key FROM idempotency_keys \
+             WHERE expires_at < now() AND state = 'completed' ORDER BY expires_at, key OFFSET 700 LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (tenant, key): (String, String) = (row.get(0), row.get(1));
+    live.batch_execute("BEGIN").await.unwrap();
+    live.execute(
+        "SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 FOR UPDATE",
+        &[&tenant, &key],
+    )
+    .await
+    .unwrap();
+
+    let started = std::time::Instant::now();
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--batch-size", "200"])
+        .run_async()
+        .await;
+    let took = started.elapsed();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], MIX.expired - 1, "{j}");
+    assert_eq!(j["skipped_locked"], 1, "{j}");
+    assert_eq!(j["backlog_left"]["count"], 1, "{j}");
+    assert!(j["lock_fallbacks"].as_u64().unwrap() >= 1, "{j}");
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "evict took {took:?} next to a held row"
+    );
+    live.batch_execute("COMMIT").await.unwrap();
+    let count = |sql: &'static str| {
+        let db = &db;
+        async move {
+            db.client()
+                .await
+                .query_one(sql, &[])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    let held: i64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM idempotency_keys WHERE api_key_id = $1 AND key = $2",
+            &[&tenant, &key],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 1, "the held row must survive this run");
+    db.idemctl().args(["evict"]).run().assert_code(0);
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM idempotency_keys WHERE expires_at < now() AND state = 'completed'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM idempotency_keys WHERE expires_at < now() AND state = 'in_progress'")
+            .await,
+        MIX.expired_in_progress
+    );
+}
+
+/// One run per table: the advisory lock is the coordinator's, so a second run through the
+/// coordinator is refused (exit 7) before it touches a shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_is_one_run_per_distributed_table() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict lock").await else {
+        return;
+    };
+    let before = snapshot(&db).await;
+    let other = db.client().await;
+    other
+        .batch_execute(
+            "SET application_name = 'other-evict'; \
+             SELECT pg_advisory_lock(31377153, 'idempotency_keys'::regclass::oid::int)",
+        )
+        .await
+        .unwrap();
+    let run = db.idemctl().args(["evict"]).run();
+    run.assert_code(7);
+    assert_eq!(
+        snapshot(&db).await,
+        before,
+        "a refused run must change nothing"
+    );
+    other
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .await
+        .unwrap();
+    // The summary names the layout and shows each worker's part.
+    let run = db.idemctl().args(["evict", "-o", "table"]).run();
+    run.assert_code(0);
+    eprintln!("{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("Citus workers (table distributed by api_key_id over 32 shards)"),
+        "{run}"
+    );
+    assert_eq!(run.stdout.matches("16 / 16").count(), 2, "{run}");
 }

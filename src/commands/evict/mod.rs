@@ -5,6 +5,7 @@
 //! when asked (see `partitions`), starts the workers (see `worker`), which pause while replicas lag
 //! when asked (see `replica`), and reports: a summary table or JSON, and Prometheus textfile metrics.
 
+mod citus;
 mod pace;
 mod partitions;
 mod replica;
@@ -130,8 +131,12 @@ pub struct EvictReport {
     pub replica_lag_wait_seconds: f64,
     /// The largest replica lag measured during the run (0 without --max-replica-lag).
     pub replica_lag_max_seconds: f64,
-    /// How the run was paced, and the adaptive pace's decisions.
+    /// How the run was paced, and the adaptive pace's decisions (on a Citus cluster: the workers'
+    /// paces added up).
     pub pace: pace::PaceReport,
+    /// On a table Citus distributes: its layout and what each worker did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub citus: Option<citus::CitusReport>,
 }
 
 /// Run `evict`.
@@ -144,6 +149,10 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let privileges = table.privileges(&client).await?;
     if args.max_replica_lag.is_some() {
         replica::require_visibility(&client).await?;
+    }
+    let distributed = crate::commands::shards::distributed(&client, &table).await?;
+    if let Some(layout) = &distributed {
+        citus::require_supported(args, &table, layout)?;
     }
     if args.dry_run {
         privileges.require(&table, "evict --dry-run", &[("SELECT", privileges.select)])?;
@@ -165,6 +174,9 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     }
     ctx.cancel.install()?;
     let started = Instant::now();
+    if let Some(layout) = distributed {
+        return citus::run(ctx, args, client, &table, layout, started).await;
+    }
     let gate = args
         .max_replica_lag
         .map(|max| Arc::new(replica::ReplicaGate::new(max, args.max_replica_wait)));
@@ -433,7 +445,7 @@ async fn report(
     waits: &replica::WaitTotals,
 ) -> EvictReport {
     let end_reason = shared.end_reason(failed).await;
-    let mut totals = shared.totals().await;
+    let totals = shared.totals().await;
     // Counted from where the run stopped (neither count walks the index entries the run has just
     // made dead) plus what the batches left behind it. Without a count (a failed run), the
     // in_progress keys the batches passed over are a lower bound.
@@ -451,7 +463,44 @@ async fn report(
             }),
         ),
     };
-    let elapsed = shared.elapsed().as_secs_f64();
+    assemble(Assembled {
+        table,
+        end_reason,
+        totals,
+        elapsed: shared.elapsed().as_secs_f64(),
+        backlog_left,
+        expired_in_progress_left: in_progress_left,
+        drops,
+        waits,
+        pace: shared.pacer().report().await,
+    })
+}
+
+/// The parts of a summary.
+struct Assembled<'a> {
+    table: &'a KeyTable,
+    end_reason: EndReason,
+    totals: worker::Totals,
+    elapsed: f64,
+    backlog_left: Option<Capped>,
+    expired_in_progress_left: Option<Capped>,
+    drops: partitions::DropReport,
+    waits: &'a replica::WaitTotals,
+    pace: pace::PaceReport,
+}
+
+fn assemble(a: Assembled<'_>) -> EvictReport {
+    let Assembled {
+        table,
+        end_reason,
+        mut totals,
+        elapsed,
+        backlog_left,
+        expired_in_progress_left: in_progress_left,
+        drops,
+        waits,
+        pace,
+    } = a;
     let (p50, p99, max) = percentiles(&mut totals.latencies_ms);
     totals.sizes.sort_unstable();
     // Batch sizes describe batches that deleted something: none for a run that evicted nothing.
@@ -492,7 +541,8 @@ async fn report(
         replica_lag_waits: waits.waits,
         replica_lag_wait_seconds: waits.waited.as_secs_f64(),
         replica_lag_max_seconds: waits.max_lag_seconds,
-        pace: shared.pacer().report().await,
+        pace,
+        citus: None,
     }
 }
 
@@ -932,6 +982,9 @@ fn doc(r: &EvictReport) -> Doc {
     }
     extra.push(("pace".into(), r.pace.describe()));
     d.fields(None, extra);
+    if let Some(c) = &r.citus {
+        citus::blocks(&mut d, c);
+    }
     partition_blocks(
         &mut d,
         &r.dropped_partitions,

@@ -74,6 +74,9 @@ pub struct CitusCluster {
 
 static CLUSTER: OnceLock<Result<CitusCluster, String>> = OnceLock::new();
 
+/// Held while a test database is set up on the cluster or its key table distributed.
+static SETUP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Whether the Citus tests were explicitly turned off (`IDEMCTL_TEST_CITUS=skip`); says so on stderr.
 pub fn skipped(test: &str) -> bool {
     let skip = std::env::var("IDEMCTL_TEST_CITUS").is_ok_and(|v| v == "skip");
@@ -183,6 +186,9 @@ impl CitusDb {
     /// A database with Citus set up and the key table created with `layout` (`None`: no table).
     pub async fn new(layout: Option<Layout>) -> CitusDb {
         let cluster = cluster();
+        // Adding the nodes copies the cluster-wide roles to the workers; two databases doing it at
+        // once collide there ("tuple concurrently updated"), so the setup runs one at a time.
+        let _setup = SETUP.lock().await;
         let name = format!("idemctl_t_{}", random_hex());
         let db = CitusDb { name, cluster };
         for node in &cluster.nodes {
@@ -216,7 +222,7 @@ impl CitusDb {
         db.exec(&setup).await;
         if let Some(layout) = layout {
             db.exec(include_str!("../../../sql/schema.sql")).await;
-            db.distribute(layout).await;
+            db.distribute_now(layout).await;
         }
         db
     }
@@ -224,6 +230,11 @@ impl CitusDb {
     /// Hand the key table (created and maybe loaded on the coordinator) to Citus as `layout`;
     /// rows already there move into the shards.
     pub async fn distribute(&self, layout: Layout) {
+        let _setup = SETUP.lock().await;
+        self.distribute_now(layout).await;
+    }
+
+    async fn distribute_now(&self, layout: Layout) {
         let sql = match layout {
             Layout::ByTenant => "SELECT create_distributed_table('idempotency_keys', 'api_key_id')",
             Layout::Reference => "SELECT create_reference_table('idempotency_keys')",

@@ -1,0 +1,517 @@
+//! `evict` on a hash-distributed Citus table: shard by shard, on the workers.
+//!
+//! The coordinator's metadata says where each shard is (`pg_dist_shard`, `pg_dist_placement`,
+//! `pg_dist_node`). idemctl connects to each worker that holds shards directly, with the settings it
+//! was given for the coordinator (user, database, password source, TLS) and the worker's host and
+//! port from the metadata, and runs its ordinary batch loop on each shard there: the shard is an
+//! ordinary table on its worker, so every batch is a one-node, index-backed statement in its own
+//! short transaction, under idemctl's session limits on that worker (lock_timeout of a millisecond
+//! or so, statement_timeout), with no distributed plan and no distributed transaction.
+//!
+//! - Workers proceed in parallel, one shard at a time each (`--jobs` sessions on that shard, as on a
+//!   single server). With `--max-rows` or `--max-batches` the shards are taken one at a time across
+//!   the cluster, so the budget holds exactly.
+//! - Each worker has its own pace, sampled from that worker's `pg_stat_activity` (where the live
+//!   requests the coordinator routes there run), so each worker's live traffic sees the pace it
+//!   would see on a single server.
+//! - One run per table: the advisory lock is taken on the coordinator (by the caller) and held for
+//!   the whole run.
+//! - The leftover counts are made per shard and added up.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use tokio::sync::{Mutex, Semaphore};
+
+use super::pace::{PaceReport, Pacer};
+use super::{EndReason, EvictReport, worker};
+use crate::cli::EvictArgs;
+use crate::commands::shards::{self, Node, Shard};
+use crate::context::Context;
+use crate::db::citus::Layout;
+use crate::db::queries::Capped;
+use crate::db::{KeyTable, Session};
+use crate::exit::{Exit, fail};
+use crate::progress::Progress;
+
+/// What one worker node did.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeReport {
+    /// `host:port` as the coordinator's metadata names it.
+    pub node: String,
+    /// Shards of the table on this node, and how many the run went through to the end.
+    pub shards: usize,
+    pub shards_drained: usize,
+    pub rows_evicted: u64,
+    pub batches: u64,
+    pub skipped_locked: u64,
+    /// Expired completed keys left on this node after the run.
+    pub backlog_left: Option<Capped>,
+    /// Expired in_progress keys left on this node.
+    pub expired_in_progress_left: Option<Capped>,
+    pub pace: PaceReport,
+}
+
+/// The Citus part of the summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct CitusReport {
+    pub layout: Layout,
+    pub nodes: Vec<NodeReport>,
+}
+
+/// Refuse what a distributed table does not support, before any change.
+pub fn require_supported(args: &EvictArgs, table: &KeyTable, layout: &Layout) -> Result<()> {
+    let refused = if args.drop_partitions {
+        Some("--drop-partitions")
+    } else if args.max_replica_lag.is_some() {
+        Some("--max-replica-lag")
+    } else {
+        None
+    };
+    match refused {
+        Some(flag) => Err(fail(
+            Exit::Usage,
+            format!(
+                "{flag} is not supported on table {}, which Citus manages ({}); evict it without {flag}",
+                table.display(),
+                layout.describe()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+const ZERO: Capped = Capped {
+    count: 0,
+    at_least: false,
+};
+
+/// Sum of counts; `None` when any is unknown.
+fn add(a: Option<Capped>, b: Option<Capped>) -> Option<Capped> {
+    let (a, b) = (a?, b?);
+    Some(Capped {
+        count: a.count.saturating_add(b.count),
+        at_least: a.at_least || b.at_least,
+    })
+}
+
+/// The run across the cluster: what every node and shard did.
+struct Outcome {
+    nodes: Vec<NodeReport>,
+    totals: worker::Totals,
+    end_reason: EndReason,
+    error: Option<anyhow::Error>,
+}
+
+/// Evict from every shard of the distributed `table`; `lock_holder` is the coordinator session
+/// that holds the table's advisory lock, kept until the end of the run.
+pub async fn run(
+    ctx: &Context,
+    args: &EvictArgs,
+    lock_holder: Session,
+    table: &KeyTable,
+    layout: Layout,
+    started: Instant,
+) -> Result<Exit> {
+    let jobs = usize::from(args.effective_jobs());
+    // Sessions per worker: the batch sessions, the adaptive pace's extra one, and one for the
+    // pace's samples and the counts.
+    let cluster = shards::connect(ctx, &lock_holder, table, layout.clone(), jobs + 2)
+        .await
+        .context("failed to reach the key table's shards on the Citus workers")?;
+    let outcome = evict_cluster(ctx, args, cluster.nodes, started).await;
+    let report = summary(
+        table,
+        layout,
+        outcome.nodes,
+        outcome.totals,
+        outcome.end_reason,
+        started,
+    )
+    .await;
+    drop(lock_holder);
+    ctx.metrics
+        .finish(super::run_end(&report), super::metrics(&report))
+        .await?;
+    super::print_report(ctx, &report)?;
+    match (report.end_reason, outcome.error) {
+        (_, Some(e)) => Err(e),
+        (EndReason::Interrupted, None) => Ok(Exit::Interrupted),
+        _ => Ok(Exit::Success),
+    }
+}
+
+/// What every node's run needs, owned (the nodes run as tasks of their own).
+#[derive(Clone)]
+struct RunPlan {
+    /// The batch plan of a shard before the budgets are split.
+    plan: worker::Plan,
+    pace: super::pace::Mode,
+    jobs: u8,
+    max_rows: Option<u64>,
+    max_batches: Option<u64>,
+    cancel: crate::context::Cancel,
+    started: Instant,
+}
+
+/// Every node in parallel (or one at a time under a row or batch budget), each shard in turn.
+async fn evict_cluster(
+    ctx: &Context,
+    args: &EvictArgs,
+    nodes: Vec<Node>,
+    started: Instant,
+) -> Outcome {
+    let run = RunPlan {
+        plan: super::plan(ctx, args),
+        pace: super::pace_mode(args),
+        jobs: args.effective_jobs(),
+        max_rows: args.max_rows,
+        max_batches: args.max_batches,
+        cancel: ctx.cancel.clone(),
+        started,
+    };
+    let budgeted = args.max_rows.is_some() || args.max_batches.is_some();
+    let gate = Arc::new(Semaphore::new(if budgeted {
+        1
+    } else {
+        nodes.len().max(1)
+    }));
+    let spent = Arc::new(Mutex::new(Spent::default()));
+    let mut set = tokio::task::JoinSet::new();
+    for (index, node) in nodes.into_iter().enumerate() {
+        let (gate, spent, run) = (gate.clone(), spent.clone(), run.clone());
+        set.spawn(async move {
+            let _turn = gate.acquire().await;
+            let (report, totals, result) = evict_node(&run, &node, &spent).await;
+            (index, report, totals, result)
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        match joined {
+            Ok(r) => results.push(r),
+            Err(e) => {
+                return Outcome {
+                    nodes: Vec::new(),
+                    totals: worker::Totals::default(),
+                    end_reason: EndReason::Error,
+                    error: Some(fail(
+                        Exit::Internal,
+                        format!("an evict worker stopped unexpectedly: {e}"),
+                    )),
+                };
+            }
+        }
+    }
+    results.sort_by_key(|r| r.0);
+    let mut totals = worker::Totals::default();
+    let mut reports = Vec::new();
+    let mut error = None;
+    for (_, report, node_totals, result) in results {
+        reports.push(report);
+        merge(&mut totals, node_totals);
+        if let Err(e) = result {
+            error.get_or_insert(e);
+        }
+    }
+    let stop = spent.lock().await.stop;
+    let end_reason = if ctx.cancel.requested() {
+        EndReason::Interrupted
+    } else if error.is_some() {
+        EndReason::Error
+    } else {
+        stop.unwrap_or(EndReason::Drained)
+    };
+    Outcome {
+        nodes: reports,
+        totals,
+        end_reason,
+        error,
+    }
+}
+
+/// What the shards done so far used of the run's budgets, and why the run stops (if it does).
+#[derive(Default)]
+struct Spent {
+    rows: u64,
+    batches: u64,
+    stop: Option<EndReason>,
+}
+
+fn merge(into: &mut worker::Totals, from: worker::Totals) {
+    into.rows += from.rows;
+    into.batches += from.batches;
+    into.skipped_locked += from.skipped_locked;
+    into.skipped_min_age += from.skipped_min_age;
+    into.lock_fallbacks += from.lock_fallbacks;
+    into.passed_over += from.passed_over;
+    into.latencies_ms.extend(from.latencies_ms);
+    into.sizes.extend(from.sizes);
+}
+
+/// One worker node: its pace, then its shards one after the other.
+async fn evict_node(
+    run: &RunPlan,
+    node: &Node,
+    spent: &Mutex<Spent>,
+) -> (NodeReport, worker::Totals, Result<()>) {
+    let mut report = NodeReport {
+        node: node.name(),
+        shards: node.shards.len(),
+        shards_drained: 0,
+        rows_evicted: 0,
+        batches: 0,
+        skipped_locked: 0,
+        backlog_left: Some(ZERO),
+        expired_in_progress_left: Some(ZERO),
+        pace: PaceReport::default(),
+    };
+    let mut totals = worker::Totals::default();
+    let result = async {
+        let control = node.session().await?;
+        let pacer = Pacer::start(&control, run.pace.clone())
+            .await
+            .with_context(|| format!("failed to set up evict's pace on worker {}", node.name()))?;
+        let pacer = Arc::new(pacer);
+        let outcome =
+            evict_shards(run, node, &control, &pacer, spent, &mut report, &mut totals).await;
+        report.pace = pacer.report().await;
+        outcome
+    }
+    .await;
+    if result.is_err() {
+        spent.lock().await.stop.get_or_insert(EndReason::Error);
+        report.backlog_left = None;
+        report.expired_in_progress_left = None;
+    }
+    report.rows_evicted = totals.rows;
+    report.batches = totals.batches;
+    report.skipped_locked = totals.skipped_locked;
+    (report, totals, result)
+}
+
+async fn evict_shards(
+    run: &RunPlan,
+    node: &Node,
+    control: &Session,
+    pacer: &Arc<Pacer>,
+    spent: &Mutex<Spent>,
+    report: &mut NodeReport,
+    totals: &mut worker::Totals,
+) -> Result<()> {
+    let sessions = if pacer.adaptive() {
+        run.jobs.max(2)
+    } else {
+        run.jobs
+    };
+    for shard in &node.shards {
+        let plan = {
+            let spent = spent.lock().await;
+            if spent.stop.is_some() || run.cancel.requested() {
+                None
+            } else {
+                let mut plan = run.plan.clone();
+                plan.max_rows = run.max_rows.map(|m| m.saturating_sub(spent.rows));
+                plan.max_batches = run.max_batches.map(|m| m.saturating_sub(spent.batches));
+                Some(plan)
+            }
+        };
+        let Some(plan) = plan else {
+            // Not reached: its backlog is all left.
+            count_untouched(control, shard, report).await;
+            continue;
+        };
+        let shared = worker::Shared::new(
+            plan,
+            super::statements(&shard.table),
+            run.cancel.clone(),
+            Progress::hidden(),
+            run.started,
+            None,
+            pacer.clone(),
+        );
+        let error = drive(node, &shared, sessions).await;
+        let shard_totals = shared.totals().await;
+        let reason = shared.end_reason(error.is_some()).await;
+        if let Some(e) = error {
+            merge(totals, shard_totals);
+            return Err(e.context(format!("shard {} on worker {}", shard.id, node.name())));
+        }
+        let left = super::leftovers(control, &shard.table, &shared, &shard_totals).await;
+        let (backlog, in_progress) = match left {
+            Some((b, i)) => (Some(b), Some(i)),
+            None => (None, None),
+        };
+        report.backlog_left = add(report.backlog_left, backlog);
+        report.expired_in_progress_left = add(report.expired_in_progress_left, in_progress);
+        {
+            let mut spent = spent.lock().await;
+            spent.rows += shard_totals.rows;
+            spent.batches += shard_totals.batches;
+            if reason != EndReason::Drained {
+                spent.stop.get_or_insert(reason);
+            }
+        }
+        if reason == EndReason::Drained {
+            report.shards_drained += 1;
+        }
+        merge(totals, shard_totals);
+    }
+    Ok(())
+}
+
+/// The leftovers of a shard the run did not reach.
+async fn count_untouched(control: &Session, shard: &Shard, report: &mut NodeReport) {
+    let backlog = super::backlog_from(control, &shard.table, None).await.ok();
+    let in_progress = super::in_progress_from(control, &shard.table, None)
+        .await
+        .ok();
+    report.backlog_left = add(report.backlog_left, backlog);
+    report.expired_in_progress_left = add(report.expired_in_progress_left, in_progress);
+}
+
+/// The batch sessions of one shard, on its worker, like `super::drive` on a single server.
+async fn drive(node: &Node, shared: &Arc<worker::Shared>, jobs: u8) -> Option<anyhow::Error> {
+    let mut set = tokio::task::JoinSet::new();
+    for index in 0..usize::from(jobs) {
+        let session = match node.session().await {
+            Ok(s) => s,
+            Err(e) => {
+                shared.abort().await;
+                return Some(e);
+            }
+        };
+        let shared = shared.clone();
+        set.spawn(async move {
+            super::session_setup(&session)
+                .await
+                .context("failed to set up the evict session")?;
+            let result = worker::work(shared.clone(), session, index).await;
+            if result.is_err() {
+                shared.abort().await;
+            }
+            result
+        });
+    }
+    let mut first_error = None;
+    while let Some(joined) = set.join_next().await {
+        let result = joined.unwrap_or_else(|e| {
+            Err(fail(
+                Exit::Internal,
+                format!("an evict worker stopped unexpectedly: {e}"),
+            ))
+        });
+        if let Err(e) = result {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error
+}
+
+/// The run's summary: the nodes' figures added up.
+async fn summary(
+    table: &KeyTable,
+    layout: Layout,
+    nodes: Vec<NodeReport>,
+    totals: worker::Totals,
+    end_reason: EndReason,
+    started: Instant,
+) -> EvictReport {
+    let failed = end_reason == EndReason::Error;
+    let (mut backlog, mut in_progress) = (Some(ZERO), Some(ZERO));
+    for n in &nodes {
+        backlog = add(backlog, n.backlog_left);
+        in_progress = add(in_progress, n.expired_in_progress_left);
+    }
+    if failed {
+        backlog = None;
+        in_progress = Some(Capped {
+            count: i64::try_from(totals.passed_over).unwrap_or(i64::MAX),
+            at_least: true,
+        });
+    }
+    let pace = merged_pace(&nodes);
+    let mut report = super::assemble(super::Assembled {
+        table,
+        end_reason,
+        totals,
+        elapsed: started.elapsed().as_secs_f64(),
+        backlog_left: backlog,
+        expired_in_progress_left: in_progress,
+        drops: super::partitions::DropReport::default(),
+        waits: &super::replica::WaitTotals::default(),
+        pace,
+    });
+    report.citus = Some(CitusReport { layout, nodes });
+    report
+}
+
+/// The workers' paces as one: times and counts added up over the workers (worker-seconds), the
+/// lowest duty cycle any went down to.
+fn merged_pace(nodes: &[NodeReport]) -> PaceReport {
+    let mut merged: Option<PaceReport> = None;
+    for n in nodes {
+        let p = &n.pace;
+        match &mut merged {
+            None => merged = Some(p.clone()),
+            Some(m) => {
+                m.samples += p.samples;
+                m.full_seconds += p.full_seconds;
+                m.paced_seconds += p.paced_seconds;
+                m.backoff_seconds += p.backoff_seconds;
+                for (r, s) in &p.backoff_seconds_by_reason {
+                    *m.backoff_seconds_by_reason.entry(*r).or_default() += s;
+                }
+                for (r, c) in &p.backoffs_by_reason {
+                    *m.backoffs_by_reason.entry(*r).or_default() += c;
+                }
+                m.min_duty_cycle = match (m.min_duty_cycle, p.min_duty_cycle) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                if m.fallback.is_none() {
+                    m.fallback.clone_from(&p.fallback);
+                }
+            }
+        }
+    }
+    merged.unwrap_or_default()
+}
+
+/// The per-worker table of the human summary.
+pub fn blocks(doc: &mut crate::output::Doc, c: &CitusReport) {
+    let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
+    let rows = c
+        .nodes
+        .iter()
+        .map(|n| {
+            vec![
+                n.node.clone(),
+                format!("{} / {}", n.shards_drained, n.shards),
+                n.rows_evicted.to_string(),
+                n.batches.to_string(),
+                n.skipped_locked.to_string(),
+                capped(&n.backlog_left),
+                capped(&n.expired_in_progress_left),
+                n.pace.describe(),
+            ]
+        })
+        .collect();
+    let title = format!("Citus workers (table {}):", c.layout.describe());
+    doc.rows(
+        Some(&title),
+        &[
+            "worker",
+            "shards drained",
+            "rows evicted",
+            "batches",
+            "skipped (locked)",
+            "backlog left",
+            "in_progress left",
+            "pace",
+        ],
+        rows,
+    );
+}
