@@ -64,6 +64,8 @@ pub struct Target {
     tls: Option<tls_stream::MakeTls>,
     connect_timeout: Duration,
     session: SessionTimeouts,
+    /// `target_session_attrs=prefer-standby`: look for a standby first, then take any server.
+    prefer_standby: bool,
     warnings: Vec<String>,
 }
 

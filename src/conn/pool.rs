@@ -19,6 +19,7 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::task::JoinHandle;
+use tokio_postgres::config::TargetSessionAttrs;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_postgres::types::Type;
 use tokio_postgres::{NoTls, Socket};
@@ -76,6 +77,8 @@ impl Route {
 /// tasks to wait for on close.
 struct Shared {
     mode: PoolMode,
+    /// Two passes per connection: a read-only server first, then any.
+    prefer_standby: bool,
     timeouts: SessionTimeouts,
     /// The least owning route any connection has shown (a pooler seen once is assumed throughout).
     route: Mutex<Option<Route>>,
@@ -159,6 +162,7 @@ impl Target {
         };
         let shared = Arc::new(Shared {
             mode,
+            prefer_standby: self.prefer_standby,
             timeouts: self.session,
             route: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
@@ -280,7 +284,18 @@ where
         let config = pg_config.clone();
         let shared = self.shared.clone();
         Box::pin(async move {
-            let (client, connection) = config.connect(tls).await?;
+            let (client, connection) = if shared.prefer_standby {
+                // libpq's prefer-standby: every host is tried for a read-only server first; when
+                // none is found (or none answers), every host again for any server.
+                let mut standby = config.clone();
+                standby.target_session_attrs(TargetSessionAttrs::ReadOnly);
+                match standby.connect(tls.clone()).await {
+                    Ok(found) => found,
+                    Err(_) => config.connect(tls).await?,
+                }
+            } else {
+                config.connect(tls).await?
+            };
             let task = tokio::spawn(async move {
                 let _ = connection.await;
             });

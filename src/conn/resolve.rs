@@ -97,7 +97,7 @@ fn resolve_pairs(
         config.options(options);
     }
     apply_tcp_options(&params, &mut config)?;
-    apply_session_options(&params, &tls_plan, &mut config)?;
+    let prefer_standby = apply_session_options(&params, &tls_plan, &mut config)?;
     Ok(Target {
         config,
         endpoints,
@@ -109,6 +109,7 @@ fn resolve_pairs(
             lock: settings.lock_timeout,
             idle_in_transaction: settings.idle_in_transaction_timeout,
         },
+        prefer_standby,
         warnings,
     })
 }
@@ -251,12 +252,13 @@ fn apply_tcp_options(params: &Params, config: &mut tokio_postgres::Config) -> an
 
 /// Options the driver has natively. `target_session_attrs=primary` maps to read-write (idemctl
 /// writes, so a writable server is what "primary" must deliver) and `standby` to read-only (a hot
-/// standby is always read-only); `prefer-standby` has no equivalent and is refused.
+/// standby is always read-only); `prefer-standby` is two passes, as in libpq: a read-only server
+/// first, then any (returned as `true`; the pool's connector makes the two passes).
 fn apply_session_options(
     params: &Params,
     tls_plan: &tls::TlsPlan,
     config: &mut tokio_postgres::Config,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<bool> {
     let attrs = [
         ("any", Some(TargetSessionAttrs::Any)),
         ("read-write", Some(TargetSessionAttrs::ReadWrite)),
@@ -265,18 +267,17 @@ fn apply_session_options(
         ("standby", Some(TargetSessionAttrs::ReadOnly)),
         ("prefer-standby", None),
     ];
-    match params.choice("target_session_attrs", &attrs)? {
+    let prefer_standby = match params.choice("target_session_attrs", &attrs)? {
         Some(Some(attrs)) => {
             config.target_session_attrs(attrs);
+            false
         }
         Some(None) => {
-            return Err(params.unsupported(
-                "target_session_attrs",
-                "\"prefer-standby\" is not supported; use standby or any",
-            ));
+            config.target_session_attrs(TargetSessionAttrs::Any);
+            true
         }
-        None => {}
-    }
+        None => false,
+    };
     let binding = [
         ("disable", ChannelBinding::Disable),
         ("prefer", ChannelBinding::Prefer),
@@ -292,7 +293,8 @@ fn apply_session_options(
     if let Some(balance) = params.choice("load_balance_hosts", &balance)? {
         config.load_balance_hosts(balance);
     }
-    apply_ssl_negotiation(params, tls_plan, config)
+    apply_ssl_negotiation(params, tls_plan, config)?;
+    Ok(prefer_standby)
 }
 
 /// `sslnegotiation=direct` skips the plaintext SSLRequest, so like libpq it needs a mode that never

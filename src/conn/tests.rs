@@ -302,11 +302,6 @@ fn unknown_and_unsupported_keywords() {
             "definition of service \"prod\" not found",
         ),
         (
-            "host=h target_session_attrs=prefer-standby",
-            &[],
-            "\"prefer-standby\" is not supported",
-        ),
-        (
             "host=h require_auth=scram-sha-256",
             &[],
             "require_auth in --database-url",

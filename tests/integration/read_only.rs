@@ -115,3 +115,81 @@ async fn writing_commands_refuse_a_standby_before_any_work() {
         "writes\tnote\tevict and reclaim refuse to run here: the server is a standby",
     );
 }
+
+/// `target_session_attrs` picks the server among several hosts as libpq does: `prefer-standby`
+/// takes the standby even when the primary is listed first, and the primary when no standby is
+/// listed; `standby` with no standby listed cannot connect; `primary` skips a standby listed first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_session_attrs_choose_among_hosts_like_libpq() {
+    let pair = ReplicaPair::start()
+        .await
+        .unwrap_or_else(|e| panic!("cannot start a primary and a standby: {e}"));
+    let primary = connect(&pair.primary_url()).await;
+    primary
+        .batch_execute(Schema::Corrected.ddl())
+        .await
+        .unwrap();
+    primary
+        .batch_execute(&fixtures::expired_rows_sql(20))
+        .await
+        .unwrap();
+    pair.wait_caught_up(&primary).await;
+    let check = |url: String| async move {
+        crate::support::Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", url)
+            .args(["check", "-o", "plain"])
+            .run_async()
+            .await
+    };
+    let on_standby = "writes\tnote\tevict and reclaim refuse to run here: the server is a standby";
+    let on_primary = "writes\tok\tthe session can write";
+
+    check(pair.both_url("target_session_attrs=prefer-standby"))
+        .await
+        .assert_stdout_contains(on_standby);
+    check(pair.both_url("target_session_attrs=any"))
+        .await
+        .assert_stdout_contains(on_primary);
+    check(format!(
+        "{} target_session_attrs=prefer-standby",
+        pair.primary_url()
+    ))
+    .await
+    .assert_stdout_contains(on_primary);
+
+    // Through PGTARGETSESSIONATTRS as well, and evict runs on the primary it falls back to.
+    let evict = crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", pair.primary_url())
+        .env("PGTARGETSESSIONATTRS", "prefer-standby")
+        .args(["evict", "-q"])
+        .run_async()
+        .await;
+    evict.assert_code(0);
+    assert_eq!(
+        primary
+            .query_one("SELECT count(*) FROM idempotency_keys", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        0,
+        "evict through prefer-standby on a lone primary deletes the expired rows"
+    );
+
+    let standby_only = crate::support::Cmd::new()
+        .env(
+            "IDEMCTL_DATABASE_URL",
+            format!("{} target_session_attrs=standby", pair.primary_url()),
+        )
+        .args(["stats"])
+        .run_async()
+        .await;
+    standby_only.assert_code(5);
+    check(format!(
+        "host={dir},{dir} port={s},{p} user=postgres dbname=postgres target_session_attrs=primary",
+        dir = pair.dir.display(),
+        s = 5433,
+        p = 5432
+    ))
+    .await
+    .assert_stdout_contains(on_primary);
+}

@@ -193,6 +193,14 @@ impl ReplicaPair {
         self.url(STANDBY_PORT)
     }
 
+    /// Both servers as one multi-host conninfo, the primary listed first, with `extra` appended.
+    pub fn both_url(&self, extra: &str) -> String {
+        format!(
+            "host={dir},{dir} port={PRIMARY_PORT},{STANDBY_PORT} user=postgres dbname=postgres {extra}",
+            dir = self.dir.display()
+        )
+    }
+
     /// Wait until the standby streams and has replayed everything the primary has flushed.
     pub async fn wait_caught_up(&self, primary: &tokio_postgres::Client) {
         let deadline = Instant::now() + Duration::from_secs(30);
