@@ -1,7 +1,8 @@
 -- evict's adaptive pace: what every other client session on the server is doing, sampled at most
 -- every 200 ms between batches (never inside a batch's transaction). One pass over
 -- pg_stat_activity, which holds one row per connection (at most max_connections); no table is read.
--- $1 is the server time of the previous sample (NULL for the first).
+-- $1 is the server time of the previous sample; for the first sample (NULL) the window reaches
+-- back $2 milliseconds instead, so that evict learns at once whether the foreground was idle.
 --
 -- evict's own sessions share this session's application_name and are left out (through a pooler a
 -- batch may run on any server connection, so backend pids would not identify them).
@@ -17,7 +18,10 @@
 SELECT pg_catalog.clock_timestamp() AS sampled_at,
        count(*) FILTER (WHERE a.state IS NULL)::int4 AS hidden,
        count(*) FILTER (WHERE a.state = 'active'
-                           OR a.state_change >= $1::timestamptz)::int4 AS recent,
+                           OR a.state_change >= coalesce($1::timestamptz,
+                                                  pg_catalog.clock_timestamp()
+                                                  - make_interval(secs => $2::float8 / 1000)))::int4
+             AS recent,
        count(*) FILTER (WHERE a.state = 'active')::int4 AS active,
        count(*) FILTER (WHERE a.state = 'active'
                           AND a.wait_event_type IN ('LWLock', 'IO', 'Lock'))::int4 AS waiting,

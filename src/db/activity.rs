@@ -31,10 +31,19 @@ pub struct Foreground {
     pub age_ms: f64,
 }
 
-/// Sample the other client sessions; `since` is the previous sample's `sampled_at`.
-pub async fn foreground(client: &Session, since: Option<OffsetDateTime>) -> Result<Foreground> {
+/// Sample the other client sessions; `since` is the previous sample's `sampled_at`, and without
+/// one the window reaches back `lookback`.
+pub async fn foreground(
+    client: &Session,
+    since: Option<OffsetDateTime>,
+    lookback: std::time::Duration,
+) -> Result<Foreground> {
+    let lookback_ms = lookback.as_secs_f64() * 1000.0;
     let row = client
-        .query_one(include_str!("../../sql/pace_foreground.sql"), &[p(&since)])
+        .query_one(
+            include_str!("../../sql/pace_foreground.sql"),
+            &[p(&since), p(&lookback_ms)],
+        )
         .await
         .context("failed to sample the other sessions' activity")?;
     let n = |c: &str| u32::try_from(row.get::<_, i32>(c)).unwrap_or(0);

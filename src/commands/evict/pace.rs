@@ -5,7 +5,9 @@
 //! Method. Between batches, at most every [`SAMPLE_EVERY`], one worker samples `pg_stat_activity`
 //! (sql/pace_foreground.sql, one pass over one row per connection) and the [`Controller`] decides:
 //! * no other session ran anything in the last [`QUIET_SAMPLES`] samples: the foreground is idle, so
-//!   evict runs unpaced, with its extra session and catch-up-sized batches ("full");
+//!   evict runs unpaced, with its extra session and catch-up-sized batches ("full"); the first
+//!   sample, taken before the first batch, looks back over that whole window, so a run that starts
+//!   on an idle database is unpaced from its first batch;
 //! * otherwise evict is paced at a duty cycle between [`MIN_DUTY`] and [`MAX_DUTY`] percent (the
 //!   latter is the fixed default's), raised by [`STEP`] points per sample while nothing says the
 //!   foreground suffers, and halved on the first sample that says it does:
@@ -124,6 +126,9 @@ impl Decision {
 pub struct Signals {
     /// Other sessions that ran anything since the last sample.
     pub recent: u32,
+    /// How many sampling periods the sample looked back over (the first one looks back
+    /// [`QUIET_SAMPLES`]; 0 counts as 1).
+    pub windows: u32,
     /// Other sessions running a statement.
     pub active: u32,
     /// Of those, sessions waiting on WAL, I/O or locks.
@@ -190,7 +195,11 @@ impl Controller {
 
     /// Take one sample and decide.
     pub fn observe(&mut self, s: &Signals) -> Decision {
-        self.quiet = if s.recent == 0 { self.quiet + 1 } else { 0 };
+        self.quiet = if s.recent == 0 {
+            self.quiet + s.windows.max(1)
+        } else {
+            0
+        };
         if self.quiet >= QUIET_SAMPLES {
             // Full-speed batches are larger, so their time per row says nothing about the next
             // paced ones; the foreground's figures start afresh when it returns.
@@ -413,13 +422,16 @@ impl Pacer {
         if !self.adaptive() || !(due || force) {
             return Ok(inner.controller.decision());
         }
-        let fg: Foreground = activity::foreground(client, inner.since).await?;
+        let first = inner.since.is_none();
+        let fg: Foreground =
+            activity::foreground(client, inner.since, SAMPLE_EVERY * QUIET_SAMPLES).await?;
         inner.last_sample = Some(Instant::now());
         inner.since = Some(fg.sampled_at);
         let mut rows = std::mem::take(&mut inner.batch_ms_per_row);
         rows.sort_by(f64::total_cmp);
         let signals = Signals {
             recent: fg.recent,
+            windows: if first { QUIET_SAMPLES } else { 1 },
             active: fg.active,
             waiting: fg.waiting,
             age_ms: fg.age_ms,
@@ -588,6 +600,7 @@ mod tests {
     fn busy(waiting: u32, age_ms: f64, batch: Option<f64>) -> Signals {
         Signals {
             recent: 2,
+            windows: 1,
             active: 2,
             waiting,
             age_ms,
@@ -611,6 +624,23 @@ mod tests {
         let d = c.observe(&quiet);
         assert_eq!(d.state, State::Full);
         assert_eq!(d.duty, 100.0);
+    }
+
+    #[test]
+    fn a_first_sample_looking_back_over_the_quiet_window_lifts_pacing_at_once() {
+        let mut c = Controller::default();
+        let first = Signals {
+            windows: QUIET_SAMPLES,
+            ..Signals::default()
+        };
+        assert_eq!(c.observe(&first).state, State::Full);
+        let mut c = Controller::default();
+        let busy_first = Signals {
+            windows: QUIET_SAMPLES,
+            recent: 1,
+            ..Signals::default()
+        };
+        assert_eq!(c.observe(&busy_first).state, State::Paced);
     }
 
     #[test]
