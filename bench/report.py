@@ -318,7 +318,21 @@ def goals(results):
             f"largest difference {worst[1]:+,} kB ({worst[0]})" if worst else "not measured",
             None if worst is None else abs(worst[1]) <= RSS_SAME_KB)
     _pace_goals(results, tp, dname, add)
+    _rate_goals(results, add)
     return out
+
+
+def _rate_goals(results, add):
+    """Issue 14's goal: evict's rate caps hold within 10 % over a run."""
+    trials = _ok((results.get("rate") or {}).get("trials", []))
+    for flag, unit in (("--max-rate", "rows/s"), ("--max-wal-rate", "B/s")):
+        ts = [t for t in trials if t["flag"] == flag and t.get("ratio") is not None]
+        if not ts:
+            continue
+        ratios = [t["ratio"] for t in ts]
+        shown = ", ".join(f"{t['achieved']:,.0f} {unit} ({t['ratio']:.3f}×)" for t in ts)
+        add(f"rate cap {flag} {ts[0]['cap']:,.0f} {unit}: achieved over the run",
+            "within 10 % of the cap", shown, all(0.9 <= r <= 1.1 for r in ratios))
 
 
 def _pace_goals(results, tp, dname, add):

@@ -315,6 +315,17 @@ pub struct EvictArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=100), allow_negative_numbers = true, value_name = "PCT")]
     pub duty_cycle: Option<u8>,
 
+    /// Delete at most this many rows per second, all sessions (--jobs) together: `5000` or
+    /// `5000/s`. Composes with the pace: whichever is stricter decides.
+    #[arg(long, value_parser = crate::commands::evict::rate::parse_rows_rate, allow_hyphen_values = true, value_name = "ROWS/s")]
+    pub max_rate: Option<f64>,
+
+    /// Write at most this much WAL per second: `8MB/s`, `512kB` (1 kB = 1024 B). Measured from the
+    /// server's WAL insert position before and after each batch (WAL other sessions write during a
+    /// batch counts too, so a busy server keeps evict below it); not on a standby.
+    #[arg(long, value_parser = crate::commands::evict::rate::parse_bytes_rate, allow_hyphen_values = true, value_name = "BYTES/s")]
+    pub max_wal_rate: Option<f64>,
+
     /// Sessions deleting disjoint ranges in parallel (for catching up; each paced as above).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=8), allow_negative_numbers = true, value_name = "N")]
     pub jobs: u8,
@@ -390,6 +401,14 @@ impl EvictArgs {
             start,
             min: 50,
             max: 10_000,
+        }
+    }
+
+    /// --max-rate and --max-wal-rate.
+    pub fn rate_caps(&self) -> crate::commands::evict::rate::Caps {
+        crate::commands::evict::rate::Caps {
+            rows: self.max_rate,
+            wal: self.max_wal_rate,
         }
     }
 

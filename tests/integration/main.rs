@@ -20,6 +20,7 @@ mod partitions;
 mod pooler;
 mod profiles;
 mod pushgateway;
+mod rate_limits;
 mod read_only;
 mod reclaim;
 mod replica;

@@ -67,6 +67,10 @@ pub fn require_supported(args: &EvictArgs, table: &KeyTable, layout: &Layout) ->
         Some("--drop-partitions")
     } else if args.max_replica_lag.is_some() {
         Some("--max-replica-lag")
+    } else if args.max_rate.is_some() {
+        Some("--max-rate")
+    } else if args.max_wal_rate.is_some() {
+        Some("--max-wal-rate")
     } else {
         None
     };
@@ -443,6 +447,7 @@ async fn summary(
         drops: super::partitions::DropReport::default(),
         waits: &super::replica::WaitTotals::default(),
         pace,
+        rate_limit: None,
     });
     report.citus = Some(CitusReport { layout, nodes });
     report

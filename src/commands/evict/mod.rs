@@ -8,6 +8,7 @@
 mod citus;
 mod pace;
 mod partitions;
+pub mod rate;
 mod replica;
 mod worker;
 
@@ -137,6 +138,8 @@ pub struct EvictReport {
     /// On a table Citus distributes: its layout and what each worker did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub citus: Option<citus::CitusReport>,
+    /// --max-rate and --max-wal-rate, and what they did (None without either).
+    pub rate_limit: Option<rate::RateReport>,
 }
 
 /// Run `evict`.
@@ -165,6 +168,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     // locks, which PostgreSQL grants only with UPDATE on at least one column.
     privileges.require_for(&table, "evict", crate::db::table::Job::Evict)?;
     client.require_writable("evict").await?;
+    rate::require_wal_position(&client, args.rate_caps()).await?;
     if args.drop_partitions {
         partitions::require_layout(&table, Some(&privileges))?;
     }
@@ -289,6 +293,7 @@ fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
         max_runtime: args.max_runtime,
         min_age_secs: args.min_age.map(|d| d.as_secs_f64()),
         deadline: ctx.global.statement_timeout + Duration::from_secs(10),
+        caps: args.rate_caps(),
     }
 }
 
@@ -473,6 +478,7 @@ async fn report(
         drops,
         waits,
         pace: shared.pacer().report().await,
+        rate_limit: shared.rate_report().await,
     })
 }
 
@@ -487,6 +493,7 @@ struct Assembled<'a> {
     drops: partitions::DropReport,
     waits: &'a replica::WaitTotals,
     pace: pace::PaceReport,
+    rate_limit: Option<rate::RateReport>,
 }
 
 fn assemble(a: Assembled<'_>) -> EvictReport {
@@ -500,6 +507,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
         drops,
         waits,
         pace,
+        rate_limit,
     } = a;
     let (p50, p99, max) = percentiles(&mut totals.latencies_ms);
     totals.sizes.sort_unstable();
@@ -543,6 +551,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
         replica_lag_max_seconds: waits.max_lag_seconds,
         pace,
         citus: None,
+        rate_limit,
     }
 }
 
@@ -981,6 +990,9 @@ fn doc(r: &EvictReport) -> Doc {
         ));
     }
     extra.push(("pace".into(), r.pace.describe()));
+    if let Some(rate) = &r.rate_limit {
+        extra.push(("rate limit".into(), rate.describe()));
+    }
     d.fields(None, extra);
     if let Some(c) = &r.citus {
         citus::blocks(&mut d, c);
@@ -1046,6 +1058,9 @@ fn metrics(r: &EvictReport) -> Metrics {
         );
     }
     r.pace.metrics(&mut m);
+    if let Some(rate) = &r.rate_limit {
+        rate.metrics(&mut m);
+    }
     m
 }
 

@@ -20,6 +20,7 @@ use tokio::sync::Mutex;
 
 use super::EndReason;
 use super::pace::Pacer;
+use super::rate::{self, Limiter, Ticket};
 use super::replica::ReplicaGate;
 use crate::cli::BatchSizing;
 use crate::context::Cancel;
@@ -40,6 +41,8 @@ pub struct Plan {
     pub min_age_secs: Option<f64>,
     /// Client-side limit on one statement (statement_timeout plus a margin).
     pub deadline: Duration,
+    /// --max-rate and --max-wal-rate.
+    pub caps: rate::Caps,
 }
 
 /// The statements, with the table already substituted.
@@ -162,6 +165,8 @@ pub struct Shared {
     progress: Progress,
     gate: Option<Arc<ReplicaGate>>,
     pacer: Arc<Pacer>,
+    /// The rate caps' schedule (with --max-rate or --max-wal-rate).
+    limiter: Option<Limiter>,
     state: Mutex<State>,
 }
 
@@ -177,7 +182,9 @@ impl Shared {
         gate: Option<Arc<ReplicaGate>>,
         pacer: Arc<Pacer>,
     ) -> Arc<Shared> {
+        let limiter = plan.caps.any().then(|| Limiter::new(plan.caps));
         Arc::new(Shared {
+            limiter,
             plan,
             sql,
             cancel,
@@ -263,11 +270,12 @@ impl Shared {
         true
     }
 
-    /// Claim the next range, probing its end on this worker's session.
-    async fn claim(&self, client: &Session) -> Result<Claim> {
+    /// Claim the next range, probing its end on this worker's session; with a rate cap, the
+    /// batch's reservation too.
+    async fn claim(&self, client: &Session) -> Result<(Claim, Option<Ticket>)> {
         let mut state = self.state.lock().await;
         if self.should_stop(&mut state) {
-            return Ok(Claim::Stop);
+            return Ok((Claim::Stop, None));
         }
         if let Some(gate) = &self.gate {
             let deadline = self.plan.max_runtime.map(|m| self.started + m);
@@ -276,10 +284,10 @@ impl Shared {
                 .await?
             {
                 state.stop.get_or_insert(reason);
-                return Ok(Claim::Stop);
+                return Ok((Claim::Stop, None));
             }
             if self.should_stop(&mut state) {
-                return Ok(Claim::Stop);
+                return Ok((Claim::Stop, None));
             }
         }
         if state.ties_done.is_some() && state.ties_done == state.next {
@@ -289,12 +297,41 @@ impl Shared {
             state.batch_rows = self.plan.sizing.first();
         }
         let batch_rows = state.batch_rows;
-        let size = u64::from(batch_rows);
+        let size = match &self.limiter {
+            Some(l) => l.batch_cap(u64::from(batch_rows)).await,
+            None => u64::from(batch_rows),
+        };
         let left = self
             .plan
             .max_rows
             .map_or(size, |m| m.saturating_sub(state.reserved).min(size));
         let limit = i64::try_from(left.max(1)).unwrap_or(i64::MAX);
+        // The rate caps: wait for this batch's slot (every worker waits behind this claim).
+        let ticket = match &self.limiter {
+            Some(l) => {
+                let deadline = self.plan.max_runtime.map(|m| self.started + m);
+                let ticket = l
+                    .acquire(u64::try_from(limit).unwrap_or(0), &self.cancel, deadline)
+                    .await;
+                match ticket {
+                    Some(mut t) if !self.should_stop(&mut state) => {
+                        // From here on the server's WAL is this batch's, the claim's probe
+                        // included (reading a range prunes the dead rows of earlier batches).
+                        l.before_batch(client, &mut t).await?;
+                        Some(t)
+                    }
+                    Some(t) => {
+                        l.cancel(t).await;
+                        return Ok((Claim::Stop, None));
+                    }
+                    None => {
+                        self.should_stop(&mut state);
+                        return Ok((Claim::Stop, None));
+                    }
+                }
+            }
+            None => None,
+        };
         let start = state.next;
         let row = run_statement(
             client,
@@ -308,7 +345,7 @@ impl Shared {
         let end: Option<OffsetDateTime> = row.get("range_end");
         state.claims += 1;
         state.reserved += u64::try_from(limit).unwrap_or(0);
-        Ok(match (first, end) {
+        let claim = match (first, end) {
             (None, _) => {
                 state.drained = true;
                 Claim::Range {
@@ -344,7 +381,8 @@ impl Shared {
                     size: batch_rows,
                 }
             }
-        })
+        };
+        Ok((claim, ticket))
     }
 
     /// Record a finished batch, and size the next one from how long its statement held rows:
@@ -395,8 +433,12 @@ impl Shared {
             state.ties_done = Some(at);
         }
         drop(state);
-        if let Some(pace) = self.pacer.status().await {
-            self.progress.set_pace(pace);
+        let mut status: Vec<String> = self.pacer.status().await.into_iter().collect();
+        if let Some(l) = &self.limiter {
+            status.push(l.status(self.started.elapsed().as_secs_f64()).await);
+        }
+        if !status.is_empty() {
+            self.progress.set_pace(status.join("; "));
         }
         self.progress.set(rows, skipped);
     }
@@ -430,7 +472,7 @@ pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<
         if !shared.wait_turn(&client, index).await? {
             return Ok(());
         }
-        let claim = shared.claim(&client).await?;
+        let (claim, ticket) = shared.claim(&client).await?;
         let t0 = Instant::now();
         let (limit, size, outcome) = match claim {
             Claim::Stop => return Ok(()),
@@ -470,6 +512,9 @@ pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<
             }
         };
         let took = t0.elapsed();
+        if let (Some(l), Some(t)) = (&shared.limiter, ticket) {
+            l.settle(&client, t, outcome.deleted).await?;
+        }
         shared.record(limit, size, &outcome, took, rtt).await;
         shared.pacer.rest(&client, took, &shared.cancel).await?;
     }
@@ -551,6 +596,14 @@ impl Shared {
 
     pub fn pacer(&self) -> &Pacer {
         &self.pacer
+    }
+
+    /// What the rate caps did (None without a cap).
+    pub async fn rate_report(&self) -> Option<rate::RateReport> {
+        match &self.limiter {
+            Some(l) => Some(l.report().await),
+            None => None,
+        }
     }
 }
 

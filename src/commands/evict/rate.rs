@@ -1,0 +1,489 @@
+//! evict's rate caps: `--max-rate ROWS/s` (rows deleted per second, by every session of the run
+//! together) and `--max-wal-rate BYTES/s` (WAL written by the batches per second).
+//!
+//! Method: one schedule shared by the workers. Each claim, made under the claim lock, first waits
+//! until the schedule's next slot, then reserves its batch: the slot moves on by the batch's rows
+//! divided by the row cap, and by its expected WAL (bytes per row seen so far, times the rows)
+//! divided by the WAL cap. When the batch is done the reservation is corrected: rows not deleted are
+//! given back, and the WAL actually written (the server's WAL insert position read before and after
+//! the batch on the batch's session; when batches overlap, bytes already counted are not counted
+//! again) replaces the estimate. A schedule that fell behind (slow batches, pauses) may catch up by
+//! at most [`CATCH_UP`], so the cap also holds over any stretch of the run, not only on average.
+//! Batches are cut to [`GRAIN`] of the cap, so the first batches do not overshoot it.
+//!
+//! The WAL insert position advances with every write on the server: WAL that other sessions write
+//! while a batch runs counts as the batch's, so on a busy server evict stays below the WAL cap.
+//! The cap composes with the pace (`pace`): a worker rests as the pace says, then waits for its
+//! slot, so whichever is stricter decides.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use crate::context::Cancel;
+use crate::db::Session;
+use crate::exit::{Exit, fail};
+use crate::output::human_bytes;
+use crate::output::prometheus::Metrics;
+
+/// The WAL insert position statement.
+pub const WAL_POSITION_SQL: &str = include_str!("../../../sql/wal_insert_position.sql");
+/// A batch holds at most this much of a second's budget.
+pub const GRAIN: Duration = Duration::from_millis(50);
+/// How much a schedule that fell behind may catch up.
+pub const CATCH_UP: Duration = Duration::from_millis(100);
+/// How often a waiting claim looks at the schedule again (a finished batch may give time back).
+const RECHECK: Duration = Duration::from_millis(10);
+
+/// The caps of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Caps {
+    /// Rows per second.
+    pub rows: Option<f64>,
+    /// WAL bytes per second.
+    pub wal: Option<f64>,
+}
+
+impl Caps {
+    pub fn any(&self) -> bool {
+        self.rows.is_some() || self.wal.is_some()
+    }
+}
+
+/// A claim's reservation, settled when its batch is done.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ticket {
+    rows: u64,
+    wal: f64,
+    /// The WAL insert position before the batch (with --max-wal-rate).
+    pub wal_before: Option<i64>,
+}
+
+struct Inner {
+    /// The next slot of the row schedule and of the WAL schedule.
+    rows_next: Instant,
+    wal_next: Instant,
+    /// WAL per deleted row so far (None until a batch deleted something).
+    bytes_per_row: Option<f64>,
+    /// The highest WAL position counted (bytes below it are not counted twice).
+    counted_to: i64,
+    wal_bytes: u64,
+    waited: Duration,
+    waits: u64,
+    /// When the schedule started, rows deleted under it, and when its last batch ended.
+    started: Instant,
+    rows: u64,
+    last: Option<Instant>,
+}
+
+/// The shared schedule.
+pub struct Limiter {
+    caps: Caps,
+    inner: Mutex<Inner>,
+}
+
+/// What the caps did, for the summary, JSON and metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RateReport {
+    /// --max-rate, rows per second.
+    pub max_rows_per_second: Option<f64>,
+    /// --max-wal-rate, bytes per second.
+    pub max_wal_bytes_per_second: Option<f64>,
+    /// From the first claim to the end of the last batch: the stretch the caps held.
+    pub seconds: f64,
+    /// Rows deleted per second over it.
+    pub rows_per_second: f64,
+    /// WAL the batches wrote (measured with --max-wal-rate only).
+    pub wal_bytes: Option<u64>,
+    /// wal_bytes per second over the same stretch.
+    pub wal_bytes_per_second: Option<f64>,
+    /// Claims that waited for the caps, and how long in all.
+    pub waits: u64,
+    pub wait_seconds: f64,
+}
+
+impl Limiter {
+    pub fn new(caps: Caps) -> Limiter {
+        let now = Instant::now();
+        Limiter {
+            caps,
+            inner: Mutex::new(Inner {
+                rows_next: now,
+                wal_next: now,
+                bytes_per_row: None,
+                counted_to: 0,
+                wal_bytes: 0,
+                waited: Duration::ZERO,
+                waits: 0,
+                started: now,
+                rows: 0,
+                last: None,
+            }),
+        }
+    }
+
+    pub fn caps(&self) -> Caps {
+        self.caps
+    }
+
+    /// The largest batch the caps allow now (`rows` when they allow it whole).
+    pub async fn batch_cap(&self, rows: u64) -> u64 {
+        let mut cap = rows;
+        if let Some(r) = self.caps.rows {
+            cap = cap.min((r * GRAIN.as_secs_f64()).ceil() as u64);
+        }
+        if let (Some(w), Some(per_row)) = (self.caps.wal, self.inner.lock().await.bytes_per_row)
+            && per_row > 0.0
+        {
+            cap = cap.min((w * GRAIN.as_secs_f64() / per_row).ceil() as u64);
+        }
+        cap.max(1)
+    }
+
+    /// Wait for the next slot (or until `deadline` or a cancel), then reserve a batch of `rows`.
+    /// None when the wait ended without a slot.
+    pub async fn acquire(
+        &self,
+        rows: u64,
+        cancel: &Cancel,
+        deadline: Option<Instant>,
+    ) -> Option<Ticket> {
+        let started = Instant::now();
+        let mut waited = false;
+        loop {
+            let mut inner = self.inner.lock().await;
+            let now = Instant::now();
+            let ready = inner.rows_next.max(inner.wal_next);
+            if ready <= now {
+                if waited {
+                    inner.waits += 1;
+                    inner.waited += started.elapsed();
+                }
+                let floor = now.checked_sub(CATCH_UP).unwrap_or(now);
+                let wal = inner.bytes_per_row.unwrap_or(0.0) * rows as f64;
+                if let Some(r) = self.caps.rows {
+                    inner.rows_next =
+                        inner.rows_next.max(floor) + Duration::from_secs_f64(rows as f64 / r);
+                }
+                if let Some(w) = self.caps.wal {
+                    inner.wal_next = inner.wal_next.max(floor) + Duration::from_secs_f64(wal / w);
+                }
+                return Some(Ticket {
+                    rows,
+                    wal,
+                    wal_before: None,
+                });
+            }
+            drop(inner);
+            if cancel.requested() || deadline.is_some_and(|d| now >= d) {
+                let mut inner = self.inner.lock().await;
+                if waited {
+                    inner.waits += 1;
+                    inner.waited += started.elapsed();
+                }
+                return None;
+            }
+            waited = true;
+            let mut nap = (ready - now).min(RECHECK);
+            if let Some(d) = deadline {
+                nap = nap.min(d.saturating_duration_since(now));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(nap) => {},
+                _ = cancel.wait() => {},
+            }
+        }
+    }
+
+    /// Read the WAL position before a batch, its claim included (with --max-wal-rate).
+    pub async fn before_batch(&self, client: &Session, ticket: &mut Ticket) -> Result<()> {
+        if self.caps.wal.is_some() {
+            ticket.wal_before = Some(wal_position(client).await?);
+        }
+        Ok(())
+    }
+
+    /// Settle a batch that deleted `deleted` rows: give back the rows it did not use, and replace
+    /// its expected WAL with the WAL written while it ran.
+    pub async fn settle(&self, client: &Session, ticket: Ticket, deleted: u64) -> Result<()> {
+        let after = match ticket.wal_before {
+            Some(_) => Some(wal_position(client).await?),
+            None => None,
+        };
+        let mut inner = self.inner.lock().await;
+        inner.rows += deleted;
+        inner.last = Some(Instant::now());
+        if let Some(r) = self.caps.rows {
+            let unused = ticket.rows.saturating_sub(deleted) as f64;
+            inner.rows_next = inner
+                .rows_next
+                .checked_sub(Duration::from_secs_f64(unused / r))
+                .unwrap_or(inner.rows_next);
+        }
+        if let (Some(w), Some(before), Some(after)) = (self.caps.wal, ticket.wal_before, after) {
+            let from = before.max(inner.counted_to);
+            let written = u64::try_from(after - from).unwrap_or(0);
+            inner.counted_to = inner.counted_to.max(after);
+            inner.wal_bytes += written;
+            let correction = written as f64 - ticket.wal;
+            inner.wal_next = if correction >= 0.0 {
+                inner.wal_next + Duration::from_secs_f64(correction / w)
+            } else {
+                inner
+                    .wal_next
+                    .checked_sub(Duration::from_secs_f64(-correction / w))
+                    .unwrap_or(inner.wal_next)
+            };
+            if deleted > 0 {
+                // All the WAL the batch's statement wrote, overlap or not, is what a row costs.
+                let per_row = u64::try_from(after - before).unwrap_or(0) as f64 / deleted as f64;
+                inner.bytes_per_row = Some(match inner.bytes_per_row {
+                    Some(b) => b + 0.3 * (per_row - b),
+                    None => per_row,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Give back a reservation that no batch used.
+    pub async fn cancel(&self, ticket: Ticket) {
+        let mut inner = self.inner.lock().await;
+        if let Some(r) = self.caps.rows {
+            inner.rows_next = inner
+                .rows_next
+                .checked_sub(Duration::from_secs_f64(ticket.rows as f64 / r))
+                .unwrap_or(inner.rows_next);
+        }
+        if let Some(w) = self.caps.wal {
+            inner.wal_next = inner
+                .wal_next
+                .checked_sub(Duration::from_secs_f64(ticket.wal / w))
+                .unwrap_or(inner.wal_next);
+        }
+    }
+
+    /// The caps and what they did.
+    pub async fn report(&self) -> RateReport {
+        let inner = self.inner.lock().await;
+        let seconds = inner
+            .last
+            .map_or(0.0, |l| l.duration_since(inner.started).as_secs_f64());
+        let per_second = |n: u64| {
+            if seconds > 0.0 {
+                n as f64 / seconds
+            } else {
+                0.0
+            }
+        };
+        let wal_bytes = self.caps.wal.map(|_| inner.wal_bytes);
+        RateReport {
+            max_rows_per_second: self.caps.rows,
+            max_wal_bytes_per_second: self.caps.wal,
+            seconds,
+            rows_per_second: per_second(inner.rows),
+            wal_bytes,
+            wal_bytes_per_second: wal_bytes.map(per_second),
+            waits: inner.waits,
+            wait_seconds: inner.waited.as_secs_f64(),
+        }
+    }
+
+    /// One line for the progress bar: the caps and the WAL rate so far.
+    pub async fn status(&self, elapsed: f64) -> String {
+        let mut parts = Vec::new();
+        if let Some(r) = self.caps.rows {
+            parts.push(format!("max {}", rows_rate_text(r)));
+        }
+        if let Some(w) = self.caps.wal {
+            let so_far = if elapsed > 0.0 {
+                self.inner.lock().await.wal_bytes as f64 / elapsed
+            } else {
+                0.0
+            };
+            parts.push(format!(
+                "WAL {} of max {}",
+                bytes_rate_text(so_far),
+                bytes_rate_text(w)
+            ));
+        }
+        parts.join(", ")
+    }
+}
+
+/// With --max-wal-rate, check before any change that the server gives its WAL position.
+pub async fn require_wal_position(client: &Session, caps: Caps) -> Result<()> {
+    if caps.wal.is_none() {
+        return Ok(());
+    }
+    match wal_position(client).await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(fail(
+            Exit::Failure,
+            format!(
+                "--max-wal-rate needs the server's WAL position (pg_current_wal_insert_lsn()), which \
+                 this server does not give ({:#}); run without --max-wal-rate, or cap rows with --max-rate",
+                e
+            ),
+        )),
+    }
+}
+
+async fn wal_position(client: &Session) -> Result<i64> {
+    let row = client
+        .query_one(WAL_POSITION_SQL, &[])
+        .await
+        .context("failed to read the server's WAL position")?;
+    Ok(row.get("position"))
+}
+
+/// "5,000 rows/s"-style text.
+pub fn rows_rate_text(r: f64) -> String {
+    if r >= 10.0 {
+        format!("{r:.0} rows/s")
+    } else {
+        format!("{r} rows/s")
+    }
+}
+
+/// "1.0 MiB/s"-style text.
+pub fn bytes_rate_text(b: f64) -> String {
+    format!("{}/s", human_bytes(b.round() as i64))
+}
+
+impl RateReport {
+    /// Whether a cap was set.
+    pub fn capped(&self) -> bool {
+        self.max_rows_per_second.is_some() || self.max_wal_bytes_per_second.is_some()
+    }
+
+    /// One line for the summary.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(r) = self.max_rows_per_second {
+            parts.push(format!(
+                "max {} (achieved {})",
+                rows_rate_text(r),
+                rows_rate_text(self.rows_per_second)
+            ));
+        }
+        if let (Some(w), Some(bytes), Some(rate)) = (
+            self.max_wal_bytes_per_second,
+            self.wal_bytes,
+            self.wal_bytes_per_second,
+        ) {
+            parts.push(format!(
+                "max {} WAL (wrote {}, {})",
+                bytes_rate_text(w),
+                human_bytes(i64::try_from(bytes).unwrap_or(i64::MAX)),
+                bytes_rate_text(rate)
+            ));
+        }
+        parts.push(format!(
+            "over {} of batches; waited {} times, {} in all",
+            crate::output::human_secs(self.seconds),
+            self.waits,
+            crate::output::human_secs(self.wait_seconds)
+        ));
+        parts.join("; ")
+    }
+
+    /// Add the caps' gauges to `m` (only for a run with a cap).
+    pub fn metrics(&self, m: &mut Metrics) {
+        if let Some(r) = self.max_rows_per_second {
+            m.gauge(
+                "idemctl_evict_max_rows_per_second",
+                "The last evict run's --max-rate (rows deleted per second, all sessions together).",
+                r,
+            );
+        }
+        if let Some(w) = self.max_wal_bytes_per_second {
+            m.gauge(
+                "idemctl_evict_max_wal_bytes_per_second",
+                "The last evict run's --max-wal-rate (WAL bytes per second).",
+                w,
+            );
+        }
+        if let Some(b) = self.wal_bytes {
+            m.gauge(
+                "idemctl_evict_wal_bytes",
+                "WAL the last evict run's batches wrote (measured with --max-wal-rate).",
+                b as f64,
+            );
+        }
+        if self.capped() {
+            m.gauge(
+                "idemctl_evict_rate_limit_wait_seconds",
+                "Seconds the last evict run's claims waited for --max-rate or --max-wal-rate.",
+                self.wait_seconds,
+            );
+        }
+    }
+}
+
+/// Parse `--max-rate`: rows per second, `5000` or `5000/s`.
+pub fn parse_rows_rate(s: &str) -> Result<f64, String> {
+    let n = s.trim().strip_suffix("/s").unwrap_or(s.trim());
+    match n.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!(
+            "expected rows per second, a positive number such as 5000 or 5000/s, not {s:?}"
+        )),
+    }
+}
+
+/// Parse `--max-wal-rate`: bytes per second, with an optional unit (B, kB, MB, GB; 1 kB = 1024 B,
+/// as in PostgreSQL's settings; KiB, MiB, GiB too) and an optional `/s`: `8MB/s`, `512kB`.
+pub fn parse_bytes_rate(s: &str) -> Result<f64, String> {
+    let bad = || {
+        format!(
+            "expected bytes per second, a positive size such as 8MB/s, 512kB or 1048576, not {s:?}"
+        )
+    };
+    let t = s.trim();
+    let t = t.strip_suffix("/s").unwrap_or(t).trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let number: f64 = number.parse().map_err(|_| bad())?;
+    let factor: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "kB" | "KB" | "KiB" | "k" => 1024.0,
+        "MB" | "MiB" | "M" => 1024.0 * 1024.0,
+        "GB" | "GiB" | "G" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(bad()),
+    };
+    let v = number * factor;
+    if v.is_finite() && v >= 1.0 {
+        Ok(v)
+    } else {
+        Err(bad())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_with_and_without_units() {
+        assert_eq!(parse_rows_rate("5000"), Ok(5000.0));
+        assert_eq!(parse_rows_rate("2.5/s"), Ok(2.5));
+        assert!(parse_rows_rate("0").is_err());
+        assert!(parse_rows_rate("-3").is_err());
+        assert!(parse_rows_rate("fast").is_err());
+        assert_eq!(parse_bytes_rate("1048576"), Ok(1_048_576.0));
+        assert_eq!(parse_bytes_rate("8MB/s"), Ok(8.0 * 1024.0 * 1024.0));
+        assert_eq!(parse_bytes_rate("512kB"), Ok(512.0 * 1024.0));
+        assert_eq!(
+            parse_bytes_rate("1.5 GiB/s"),
+            Ok(1.5 * 1024.0 * 1024.0 * 1024.0)
+        );
+        assert!(parse_bytes_rate("8 parsecs").is_err());
+        assert!(parse_bytes_rate("0MB").is_err());
+        assert!(parse_bytes_rate("").is_err());
+    }
+}
