@@ -97,8 +97,24 @@ pub struct GlobalArgs {
     )]
     pub table: TableName,
 
-    /// The table's profile: `storage`, `explainer` or `rocket-rides`. Detected from the table's
-    /// columns when absent (`idemctl check` says which and why).
+    /// A TOML file with connection and table defaults (database_url or service, table, profile,
+    /// ttl) and `[profiles.NAME]` mappings of other key tables' columns. Flags win over environment
+    /// variables, which win over the file (see the README's "Configuration file").
+    #[arg(
+        long,
+        env = "IDEMCTL_CONFIG",
+        global = true,
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Whether --table (or IDEMCTL_TABLE) was given; when not, the config file's table applies.
+    #[arg(skip)]
+    pub table_given: bool,
+
+    /// The table's profile: `storage`, `explainer`, `rocket-rides` or a mapping of the config
+    /// file. Detected from the table's columns when absent (`idemctl check` says which and why).
     #[arg(
         long,
         env = "IDEMCTL_PROFILE",
@@ -568,7 +584,8 @@ pub struct ReclaimArgs {
     /// With --action fail: keep each failed key at least this long from now (its expires_at is
     /// moved later when it would come sooner), so the stored error outlives the client's retries
     /// and the next evict does not remove it at once (which would let a retry run the request
-    /// again); 0s keeps expires_at as it is. [default: 24h]
+    /// again); 0s keeps expires_at as it is. No effect on a table without an expiry column, where a
+    /// key expires a TTL after created_at whatever reclaim does. [default: 24h]
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DUR")]
     pub keep_failed_for: Option<Duration>,
 
@@ -762,6 +779,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("is longer than 10 years; use a duration such as 5m, 24h or 7d".into());
     }
     Ok(d)
+}
+
+/// Whether an option was given on the command line or in its environment variable (not left to its
+/// default), at the top level or after the subcommand (global options are accepted at both).
+pub fn given(matches: &clap::ArgMatches, id: &str) -> bool {
+    use clap::parser::ValueSource;
+    let explicit = |m: &clap::ArgMatches| {
+        matches!(
+            m.value_source(id),
+            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+        )
+    };
+    explicit(matches) || matches.subcommand().is_some_and(|(_, sub)| explicit(sub))
 }
 
 #[cfg(test)]

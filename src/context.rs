@@ -22,6 +22,8 @@ pub struct Context {
     pub cancel: Cancel,
     /// Records the run's metrics (evict, reclaim, stats); no destination by default.
     pub metrics: crate::metrics::Recorder,
+    /// The config file's mapping that applies to the table, if any.
+    pub mapping: Option<crate::db::profile::Profile>,
 }
 
 impl Context {
@@ -49,6 +51,7 @@ impl Context {
             pool,
             cancel: Cancel::default(),
             metrics: crate::metrics::Recorder::default(),
+            mapping: None,
         })
     }
 
@@ -75,9 +78,13 @@ impl Context {
 
     /// Resolve `--table` on the given session.
     pub async fn table(&self, session: &Session) -> Result<KeyTable> {
+        // A mapping chosen by name takes the name's place: it is no built-in to look up.
         let choice = crate::db::table::ProfileChoice {
-            forced: self.global.profile.clone(),
-            mapping: None,
+            forced: match &self.mapping {
+                Some(_) => None,
+                None => self.global.profile.clone(),
+            },
+            mapping: self.mapping.clone(),
             ttl: self.global.ttl,
         };
         let table = KeyTable::resolve(session, &self.global.table, &choice).await?;

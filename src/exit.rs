@@ -66,7 +66,7 @@ impl Exit {
             Exit::Success => "success, including nothing to do",
             Exit::Failure => "runtime failure (query failed, connection lost mid-run, timeout)",
             Exit::Usage => {
-                "usage error: bad flag, value, conninfo or table name; unsafe request refused"
+                "usage error: bad flag, value, conninfo, table name or config file; unsafe request refused"
             }
             Exit::NotFound => "key not found (inspect) or table not found",
             Exit::ThresholdBreached => {

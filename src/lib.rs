@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod conn;
 pub mod context;
 pub mod db;
@@ -18,9 +19,15 @@ pub mod sample;
 /// Entry point used by the binary: parse, run on a small runtime, print the error chain once on
 /// stderr as one line, and turn the outcome into a documented exit code.
 pub fn main_entry() -> std::process::ExitCode {
-    use clap::Parser;
     install_panic_hook();
-    let cli = match cli::Cli::try_parse() {
+    let parsed = <cli::Cli as clap::CommandFactory>::command()
+        .try_get_matches()
+        .and_then(|m| {
+            let mut cli = <cli::Cli as clap::FromArgMatches>::from_arg_matches(&m)?;
+            cli.global.table_given = cli::given(&m, "table");
+            Ok(cli)
+        });
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
             // --help and --version: clap prints them to stdout.

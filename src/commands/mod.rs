@@ -32,7 +32,10 @@ pub async fn run(cli: Cli) -> Result<Exit> {
         Command::Evict(a) => usize::from(a.effective_jobs()) + 1,
         _ => 2,
     };
-    let mut ctx = Context::new(cli.global, pool_size)?;
+    let mut global = cli.global;
+    let mapping = crate::config::apply(&mut global)?;
+    let mut ctx = Context::new(global, pool_size)?;
+    ctx.mapping = mapping;
     // A dry run or a reclaim preview changes nothing: it is not a run to record.
     let metrics = match &cli.command {
         Command::Stats(a) => Some(("stats", &a.metrics)),

@@ -5,6 +5,7 @@ pub mod activity;
 pub mod citus;
 pub mod lock;
 pub mod partitions;
+pub mod predicate;
 pub mod profile;
 pub mod queries;
 pub mod record;

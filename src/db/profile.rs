@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::predicate::Pred;
 use super::table::{Column, quote_ident, quote_ident_if_needed};
 
 /// The names `--profile` accepts besides a mapping from the config file.
@@ -24,8 +25,16 @@ pub enum InFlight {
         in_flight: Vec<String>,
         done: Vec<String>,
     },
-    /// SQL predicates over the table's columns (from the profile or the config file).
+    /// SQL predicates over the table's columns, written for a built-in profile.
     Predicate { in_flight: String, done: String },
+    /// A config file's predicate, parsed by [`Pred::parse`] and rendered with every column quoted;
+    /// a key is done when the predicate is not true.
+    Mapped {
+        /// The predicate as written in the file (for `check` and JSON output).
+        predicate: String,
+        #[serde(skip)]
+        parsed: Pred,
+    },
 }
 
 /// When a key expires.
@@ -79,6 +88,9 @@ pub struct Profile {
     /// Why this profile was chosen (`--profile`, or the columns that matched).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub matched_because: String,
+    /// Where a config file's mapping was written (`config file F, [profiles.NAME]`), for messages.
+    #[serde(skip)]
+    pub origin: Option<String>,
 }
 
 fn s(v: &str) -> String {
@@ -114,6 +126,7 @@ impl Profile {
             response_body: Some(s("response_body")),
             actions: vec![Action::Delete, Action::Fail],
             matched_because: String::new(),
+            origin: None,
             tenant_type: s("text"),
             key_type: s("text"),
         }
@@ -146,6 +159,7 @@ impl Profile {
             response_body: Some(s("response_body")),
             actions: vec![Action::Delete, Action::Fail],
             matched_because: String::new(),
+            origin: None,
             tenant_type: s("text"),
             key_type: s("text"),
         }
@@ -175,6 +189,7 @@ impl Profile {
             response_body: Some(s("response_body")),
             actions: vec![Action::Release],
             matched_because: String::new(),
+            origin: None,
             tenant_type: s("text"),
             key_type: s("text"),
         }
@@ -208,6 +223,7 @@ impl Profile {
         const TS: &[&str] = &["timestamp with time zone"];
         const INT: &[&str] = &["integer", "smallint"];
         const JSON: &[&str] = &["jsonb", "json"];
+        const ANY: &[&str] = &[];
         let mut out = vec![(self.key.clone(), TEXT), (self.created_at.clone(), TS)];
         let mut opt = |c: &Option<String>, t: &'static [&'static str]| {
             if let Some(c) = c {
@@ -223,8 +239,15 @@ impl Profile {
         if let Expiry::Column { column } = &self.expiry {
             out.push((column.clone(), TS));
         }
-        if let InFlight::State { column, .. } = &self.in_flight {
-            out.push((column.clone(), &["text", "character varying"]));
+        match &self.in_flight {
+            InFlight::State { column, .. } => {
+                out.push((column.clone(), &["text", "character varying"]))
+            }
+            // A predicate compares its columns with literals: any type PostgreSQL can compare.
+            InFlight::Mapped { parsed, .. } => {
+                out.extend(parsed.columns().into_iter().map(|c| (c, ANY)));
+            }
+            InFlight::Predicate { .. } => {}
         }
         if let Some((c, _)) = &self.fingerprint {
             // A raw digest (bytea) or its hex text: which one is read from the catalog.
@@ -244,7 +267,7 @@ impl Profile {
             .filter_map(
                 |(name, types)| match columns.iter().find(|c| c.name == name) {
                     None => Some((name, None, types)),
-                    Some(c) if types.contains(&c.sql_type.as_str()) => None,
+                    Some(c) if types.is_empty() || types.contains(&c.sql_type.as_str()) => None,
                     Some(c) => Some((name, Some(c.sql_type.clone()), types)),
                 },
             )
@@ -276,6 +299,7 @@ impl Profile {
                 column, in_flight, ..
             } => in_values(&q(column), in_flight),
             InFlight::Predicate { in_flight, .. } => qualify(in_flight, q),
+            InFlight::Mapped { parsed, .. } => parsed.render(q),
         }
     }
 
@@ -283,6 +307,7 @@ impl Profile {
         match &self.in_flight {
             InFlight::State { column, done, .. } => in_values(&q(column), done),
             InFlight::Predicate { done, .. } => qualify(done, q),
+            InFlight::Mapped { parsed, .. } => format!("{} IS NOT TRUE", parsed.render(q)),
         }
     }
 
@@ -343,7 +368,7 @@ impl Profile {
             },
             "state" => match &self.in_flight {
                 InFlight::State { column, .. } => format!("{}::text", q(column)),
-                InFlight::Predicate { .. } => format!(
+                InFlight::Predicate { .. } | InFlight::Mapped { .. } => format!(
                     "(CASE WHEN {} THEN 'in_progress' WHEN {} THEN 'completed' ELSE 'other' END)",
                     self.in_flight_sql(&q),
                     self.done_sql(&q)
@@ -364,7 +389,7 @@ impl Profile {
                     quote_ident(column),
                     literal(done.first().map_or("completed", String::as_str))
                 ),
-                InFlight::Predicate { .. } => String::new(),
+                InFlight::Predicate { .. } | InFlight::Mapped { .. } => String::new(),
             },
             "response_status_col" => quote_ident(self.response_status.as_deref()?),
             "response_body_col" => quote_ident(self.response_body.as_deref()?),
@@ -447,32 +472,33 @@ impl Profile {
         out
     }
 
-    /// The roles a profile recognises from column names, to explain a match or a miss.
-    fn signature(&self) -> Vec<String> {
-        let mut cols = vec![self.key.clone(), self.created_at.clone()];
-        cols.extend(self.tenant.clone());
+    /// The columns a built-in profile recognises a table by, each with the role it plays, to
+    /// explain a match or a miss.
+    fn signature(&self) -> Vec<(String, &'static str)> {
+        let mut cols = vec![
+            (self.key.clone(), "key"),
+            (self.created_at.clone(), "creation time"),
+        ];
+        cols.extend(self.tenant.clone().map(|t| (t, "tenant")));
         if let Expiry::Column { column } = &self.expiry {
-            cols.push(column.clone());
+            cols.push((column.clone(), "expiry"));
         }
         match &self.in_flight {
-            InFlight::State { column, .. } => cols.push(column.clone()),
-            InFlight::Predicate { .. } => {
-                for c in [&self.response_status, &self.response_body, &self.locked_at]
-                    .into_iter()
-                    .flatten()
-                {
-                    cols.push(c.clone());
-                }
+            InFlight::State { column, .. } => cols.push((column.clone(), "in-flight state")),
+            InFlight::Predicate { .. } | InFlight::Mapped { .. } => {
+                cols.extend(self.response_status.clone().map(|c| (c, "response status")));
+                cols.extend(self.response_body.clone().map(|c| (c, "response body")));
+                cols.extend(self.locked_at.clone().map(|c| (c, "lock time")));
             }
         }
         if let Some((c, _)) = &self.fingerprint {
-            cols.push(c.clone());
+            cols.push((c.clone(), "fingerprint"));
         }
         if self.name == "rocket-rides" {
-            cols.push(s("recovery_point"));
+            cols.push((s("recovery_point"), "recovery point"));
         }
         cols.sort();
-        cols.dedup();
+        cols.dedup_by(|a, b| a.0 == b.0);
         cols
     }
 }
@@ -569,7 +595,7 @@ fn qualify(pred: &str, q: &dyn Fn(&str) -> String) -> String {
 /// The outcome of matching the built-in profiles against a table's columns.
 pub enum Detected {
     Found(Box<Profile>),
-    /// No profile fits: for each, the columns it missed.
+    /// No profile fits: for each, the roles whose column it could not find, as `role column NAME`.
     None(Vec<(String, Vec<String>)>),
 }
 
@@ -583,12 +609,17 @@ pub fn detect(columns: &[Column]) -> Detected {
         Profile::explainer(),
     ] {
         let sig = p.signature();
-        let missing: Vec<String> = sig.iter().filter(|c| !has(c)).cloned().collect();
+        let missing: Vec<String> = sig
+            .iter()
+            .filter(|(c, _)| !has(c))
+            .map(|(c, role)| format!("{role} column {c}"))
+            .collect();
         // The explainer's table is a subset of storage's columns minus state and expiry: it must
         // not be taken for a storage table missing those (the storage check comes first).
         if missing.is_empty() && p.column_problems(columns).is_empty() {
             let mut p = p;
-            p.matched_because = format!("the table has the columns {}", sig.join(", "));
+            let names: Vec<&str> = sig.iter().map(|(c, _)| c.as_str()).collect();
+            p.matched_because = format!("the table has the columns {}", names.join(", "));
             return Detected::Found(Box::new(p));
         }
         misses.push((p.name.clone(), missing));
@@ -669,7 +700,7 @@ mod tests {
             Detected::Found(p) => panic!("matched {}", p.name),
             Detected::None(misses) => {
                 assert_eq!(misses.len(), 3);
-                assert!(misses[0].1.contains(&"expires_at".to_owned()));
+                assert!(misses[0].1.contains(&"expiry column expires_at".to_owned()));
             }
         }
     }

@@ -475,10 +475,14 @@ impl KeyTable {
                 types.join(" or ")
             ),
         };
+        let advice = match &self.profile.origin {
+            Some(origin) => format!("the mapping in {origin} names it; correct the mapping"),
+            None => "pick another with --profile, or map the table's columns in a config file with --config (see the README's \"Table profiles\")".to_owned(),
+        };
         Err(fail(
             Exit::Usage,
             format!(
-                "table {} {what}, which profile {} needs; pick another with --profile (see the README's \"Table profiles\")",
+                "table {} {what}, which profile {} needs; {advice}",
                 self.display(),
                 self.profile.name
             ),
@@ -703,7 +707,7 @@ impl KeyTable {
         let p = &self.profile;
         let state = match &p.in_flight {
             profile::InFlight::State { column, .. } => Some(column.clone()),
-            profile::InFlight::Predicate { .. } => None,
+            profile::InFlight::Predicate { .. } | profile::InFlight::Mapped { .. } => None,
         };
         let expiry = match &p.expiry {
             profile::Expiry::Column { column } => Some(column.clone()),
@@ -723,7 +727,9 @@ impl KeyTable {
         let p = &self.profile;
         match &p.in_flight {
             profile::InFlight::State { column, .. } => column,
-            profile::InFlight::Predicate { .. } => p.locked_at.as_deref().unwrap_or(&p.key),
+            profile::InFlight::Predicate { .. } | profile::InFlight::Mapped { .. } => {
+                p.locked_at.as_deref().unwrap_or(&p.key)
+            }
         }
     }
 
@@ -746,7 +752,7 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
             fail(
                 Exit::Usage,
                 format!(
-                    "unknown profile {}: expected one of {}",
+                    "unknown profile {}: expected one of {}, or a [profiles.NAME] mapping in a config file (--config)",
                     crate::output::sanitize(name),
                     profile::BUILTIN.join(", ")
                 ),
@@ -757,7 +763,9 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
     }
     if let Some(m) = &choice.mapping {
         let mut m = m.clone();
-        m.matched_because = "the config file's mapping".into();
+        if m.matched_because.is_empty() {
+            m.matched_because = "the config file's mapping".into();
+        }
         return Ok(m);
     }
     match profile::detect(columns) {
@@ -765,7 +773,7 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
         Detected::None(misses) => Err(fail(
             Exit::Usage,
             format!(
-                "table {display} matches no table profile ({}); force one with --profile (the README's \"Table profiles\" lists the columns each needs)",
+                "table {display} matches no table profile ({}); force one with --profile, or map the table's columns in a config file with --config (the README's \"Configuration file\")",
                 misses
                     .iter()
                     .map(|(name, missing)| format!(

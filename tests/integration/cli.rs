@@ -160,7 +160,7 @@ async fn a_table_without_the_expected_columns_is_refused_before_any_change() {
     .await;
     let run = db.idemctl().args(["evict"]).run();
     run.assert_code(2)
-        .assert_stderr_contains("matches no table profile (storage needs api_key_id");
+        .assert_stderr_contains("matches no table profile (storage needs tenant column api_key_id");
     assert_eq!(
         scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
         1

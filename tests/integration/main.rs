@@ -6,6 +6,7 @@ mod chaos;
 mod citus;
 mod cli;
 mod concurrency;
+mod config_file;
 mod evict;
 mod explain;
 mod faults;

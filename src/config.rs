@@ -1,0 +1,474 @@
+//! The configuration file (`--config FILE`, `IDEMCTL_CONFIG`), in TOML: connection and table
+//! defaults (`database_url` or `service`, `table`, `profile`, `ttl`) and `[profiles.NAME]`
+//! mappings that say which column of any other key table plays which role. Flags win over
+//! environment variables, which win over the file, which wins over the built-in defaults.
+//!
+//! Everything is checked before connecting; a mistake is one line naming the file, the key and
+//! what to write instead (exit 2). Column names are checked against the catalog once the table is
+//! read, and always quoted; an in-flight predicate is parsed by [`Pred::parse`], never spliced.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde::Deserialize;
+
+use crate::cli::{ReclaimAction, TableName};
+use crate::db::predicate::Pred;
+use crate::db::profile::{self, Expiry, FingerprintKind, InFlight, Profile};
+use crate::exit::{Exit, fail};
+
+/// What a config file sets.
+#[derive(Clone, Debug, Default)]
+pub struct Config {
+    /// The file as named, for messages.
+    pub path: String,
+    /// `database_url`, or `service = "NAME"` as the conninfo `service=NAME`.
+    pub database_url: Option<String>,
+    pub table: Option<TableName>,
+    pub profile: Option<String>,
+    pub ttl: Option<Duration>,
+    /// The `[profiles.NAME]` mappings, by name.
+    pub mappings: Vec<Profile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    database_url: Option<String>,
+    service: Option<String>,
+    table: Option<String>,
+    profile: Option<String>,
+    ttl: Option<String>,
+    #[serde(default)]
+    profiles: BTreeMap<String, RawMapping>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMapping {
+    key: String,
+    tenant: Option<String>,
+    created_at: Option<String>,
+    expires_at: Option<String>,
+    in_flight: RawInFlight,
+    locked_at: Option<String>,
+    request_method: Option<String>,
+    request_path: Option<String>,
+    fingerprint: Option<String>,
+    response_status: Option<String>,
+    response_body: Option<String>,
+    #[serde(default)]
+    actions: Vec<ReclaimAction>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInFlight {
+    column: Option<String>,
+    values: Option<Vec<String>>,
+    done: Option<Vec<String>>,
+    predicate: Option<String>,
+}
+
+/// A refusal naming the file and the key.
+fn bad(path: &str, key: &str, what: impl std::fmt::Display) -> anyhow::Error {
+    fail(
+        Exit::Usage,
+        format!(
+            "config file {}: {key}: {what}",
+            crate::output::sanitize(path)
+        ),
+    )
+}
+
+/// Read and check the file at `path`.
+pub fn load(path: &Path) -> Result<Config> {
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        fail(
+            Exit::Usage,
+            format!(
+                "cannot read config file {}: {e}; check --config (or IDEMCTL_CONFIG)",
+                crate::output::sanitize(&shown)
+            ),
+        )
+    })?;
+    parse(&shown, &text)
+}
+
+/// Check a config file's text; `path` names it in messages.
+pub fn parse(path: &str, text: &str) -> Result<Config> {
+    let raw: RawFile = toml::from_str(text).map_err(|e| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let message = e.message().replace('\n', " ");
+        let message = message.trim_end_matches('.');
+        let at = line.map_or_else(|| "".to_owned(), |l| format!("line {l}"));
+        fail(
+            Exit::Usage,
+            format!(
+                "config file {}: {at}: {}; the README's \"Configuration file\" lists the keys",
+                crate::output::sanitize(path),
+                crate::output::sanitize(message)
+            ),
+        )
+    })?;
+    let database_url = match (raw.database_url, raw.service) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                path,
+                "service",
+                "database_url and service are both set; keep one",
+            ));
+        }
+        (Some(url), None) => Some(url),
+        (None, Some(service)) => {
+            if service.is_empty() || service.chars().any(|c| c.is_whitespace() || c == '\'') {
+                return Err(bad(
+                    path,
+                    "service",
+                    "expected the name of a section of the service file, without blanks or quotes",
+                ));
+            }
+            Some(format!("service={service}"))
+        }
+        (None, None) => None,
+    };
+    let table = raw
+        .table
+        .map(|t| crate::cli::parse_table_name(&t).map_err(|e| bad(path, "table", e)))
+        .transpose()?;
+    let ttl = raw
+        .ttl
+        .map(|t| {
+            crate::cli::parse_positive_duration(&t)
+                .map_err(|e| bad(path, "ttl", format!("{t:?} {e}")))
+        })
+        .transpose()?;
+    let mut mappings = Vec::new();
+    for (name, m) in raw.profiles {
+        mappings.push(mapping(path, &name, m)?);
+    }
+    if let Some(p) = &raw.profile
+        && Profile::builtin(p).is_none()
+        && !mappings.iter().any(|m| &m.name == p)
+    {
+        return Err(bad(
+            path,
+            "profile",
+            format!(
+                "no profile {}: expected {} or a [profiles.NAME] section of the file",
+                crate::output::sanitize(p),
+                profile::BUILTIN.join(", ")
+            ),
+        ));
+    }
+    Ok(Config {
+        path: path.to_owned(),
+        database_url,
+        table,
+        profile: raw.profile,
+        ttl,
+        mappings,
+    })
+}
+
+fn column(path: &str, key: &str, name: String) -> Result<String> {
+    if name.is_empty() || name.len() > 63 || name.chars().any(char::is_control) {
+        return Err(bad(
+            path,
+            key,
+            "expected a column name (1 to 63 bytes, no control characters), as the catalog spells it",
+        ));
+    }
+    Ok(name)
+}
+
+fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
+    let at = |k: &str| format!("profiles.{name}.{k}");
+    let valid_name = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid_name || Profile::builtin(name).is_some() {
+        return Err(bad(
+            path,
+            &format!("profiles.{}", crate::output::sanitize(name)),
+            format!(
+                "a mapping's name is letters, digits, - and _, and not a built-in profile ({})",
+                profile::BUILTIN.join(", ")
+            ),
+        ));
+    }
+    let opt = |k: &str, v: Option<String>| v.map(|v| column(path, &at(k), v)).transpose();
+    let in_flight = match m.in_flight {
+        RawInFlight {
+            predicate: Some(text),
+            column: None,
+            values: None,
+            done: None,
+        } => {
+            let parsed = Pred::parse(&text).map_err(|e| {
+                bad(
+                    path,
+                    &at("in_flight.predicate"),
+                    format!(
+                        "{e}; write column IS [NOT] NULL, column = 'text' or 42, column [NOT] IN ('a', 'b'), joined by AND, OR, NOT and parentheses"
+                    ),
+                )
+            })?;
+            InFlight::Mapped {
+                predicate: text,
+                parsed,
+            }
+        }
+        RawInFlight {
+            predicate: None,
+            column: Some(c),
+            values: Some(values),
+            done: Some(done),
+        } if !values.is_empty() && !done.is_empty() => InFlight::State {
+            column: column(path, &at("in_flight.column"), c)?,
+            in_flight: values,
+            done,
+        },
+        _ => {
+            return Err(bad(
+                path,
+                &at("in_flight"),
+                "give either predicate = \"...\" or column = \"...\" with values = [...] (in flight) and done = [...] (finished), not both",
+            ));
+        }
+    };
+    let mut p = Profile {
+        name: name.to_owned(),
+        key: column(path, &at("key"), m.key)?,
+        tenant: opt("tenant", m.tenant)?,
+        created_at: column(
+            path,
+            &at("created_at"),
+            m.created_at.unwrap_or_else(|| "created_at".to_owned()),
+        )?,
+        expiry: match opt("expires_at", m.expires_at)? {
+            Some(column) => Expiry::Column { column },
+            None => Expiry::CreatedPlusTtl {
+                ttl: None,
+                ttl_seconds: None,
+            },
+        },
+        in_flight,
+        locked_at: opt("locked_at", m.locked_at)?,
+        request_method: opt("request_method", m.request_method)?,
+        request_path: opt("request_path", m.request_path)?,
+        // bytea or hex text: which one is read from the catalog.
+        fingerprint: opt("fingerprint", m.fingerprint)?.map(|c| (c, FingerprintKind::Hex)),
+        response_status: opt("response_status", m.response_status)?,
+        response_body: opt("response_body", m.response_body)?,
+        actions: Vec::new(),
+        tenant_type: "text".to_owned(),
+        key_type: "text".to_owned(),
+        matched_because: String::new(),
+        origin: Some(format!(
+            "config file {}, [profiles.{name}]",
+            crate::output::sanitize(path)
+        )),
+    };
+    for action in m.actions {
+        if p.actions.contains(&action) {
+            return Err(bad(path, &at("actions"), "an action is listed twice"));
+        }
+        if let Some(why) = action_problem(&p, action) {
+            return Err(bad(path, &at("actions"), why));
+        }
+        p.actions.push(action);
+    }
+    Ok(p)
+}
+
+/// Why `action` cannot be allowed on a mapping: it needs columns to write, and what it writes must
+/// end the key's in-flight state (or the same key would be reclaimed again at every run).
+fn action_problem(p: &Profile, action: ReclaimAction) -> Option<&'static str> {
+    let reads = |c: &Option<String>| {
+        c.as_ref().is_some_and(|c| match &p.in_flight {
+            InFlight::Mapped { parsed, .. } => parsed.columns().contains(c),
+            _ => false,
+        })
+    };
+    match action {
+        ReclaimAction::Delete => None,
+        ReclaimAction::Fail if p.response_status.is_none() || p.response_body.is_none() => Some(
+            "fail stores an error response: map response_status and response_body, or drop fail",
+        ),
+        ReclaimAction::Fail => match &p.in_flight {
+            InFlight::State { .. } => None,
+            _ if reads(&p.response_status) || reads(&p.response_body) => None,
+            _ => Some(
+                "fail writes the response columns, which the in-flight predicate does not read, so a failed key would stay in flight; make the predicate read response_status or response_body, or drop fail",
+            ),
+        },
+        ReclaimAction::Release if p.locked_at.is_none() => {
+            Some("release clears the lock time: map locked_at, or drop release")
+        }
+        ReclaimAction::Release if reads(&p.locked_at) => None,
+        ReclaimAction::Release => Some(
+            "release clears locked_at, which must end the key's in-flight state: use an in-flight predicate that reads locked_at (e.g. ... AND locked_at IS NOT NULL), or drop release",
+        ),
+    }
+}
+
+/// Load the file `--config` (or IDEMCTL_CONFIG) names, if any, and fill in what the flags and the
+/// environment left unset: the connection (when neither --database-url, IDEMCTL_DATABASE_URL nor
+/// DATABASE_URL is set), the table (when --table and IDEMCTL_TABLE are not), the profile and the
+/// TTL. Returns the mapping that applies, if any.
+pub fn apply(global: &mut crate::cli::GlobalArgs) -> Result<Option<Profile>> {
+    let Some(path) = &global.config else {
+        return Ok(None);
+    };
+    let c = load(path)?;
+    let env_url = std::env::var("DATABASE_URL").is_ok_and(|v| !v.is_empty());
+    if global.database_url.is_none() && !env_url {
+        global.database_url.clone_from(&c.database_url);
+    }
+    if !global.table_given
+        && let Some(t) = &c.table
+    {
+        global.table = t.clone();
+    }
+    if global.profile.is_none() {
+        global.profile.clone_from(&c.profile);
+    }
+    if global.ttl.is_none() {
+        global.ttl = c.ttl;
+    }
+    c.mapping(global.profile.as_deref())
+}
+
+impl Config {
+    /// The mapping to use, given the profile the flags, the environment or the file ask for: the
+    /// named mapping, else the file's only mapping when nothing is named; None leaves the choice to
+    /// the built-in profiles (forced by name, or detected).
+    pub fn mapping(&self, profile: Option<&str>) -> Result<Option<Profile>> {
+        let mut chosen = match profile {
+            Some(name) => match self.mappings.iter().find(|m| m.name == name) {
+                Some(m) => m.clone(),
+                None => return Ok(None),
+            },
+            None => match self.mappings.as_slice() {
+                [] => return Ok(None),
+                [only] => only.clone(),
+                several => {
+                    return Err(fail(
+                        Exit::Usage,
+                        format!(
+                            "config file {} maps several profiles ({}); choose one with --profile, IDEMCTL_PROFILE or profile = \"NAME\" in the file",
+                            crate::output::sanitize(&self.path),
+                            several
+                                .iter()
+                                .map(|m| m.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            },
+        };
+        chosen.matched_because = format!(
+            "the mapping in {}{}",
+            chosen.origin.as_deref().unwrap_or("the config file"),
+            if profile.is_some() {
+                ", chosen by name"
+            } else {
+                ""
+            }
+        );
+        Ok(Some(chosen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(text: &str) -> String {
+        let e = parse("idemctl.toml", text).unwrap_err();
+        assert_eq!(crate::exit::classify(&e), Exit::Usage);
+        format!("{e:#}")
+    }
+
+    const MAPPING: &str = r#"
+table = "billing.request_keys"
+ttl = "48h"
+[profiles.billing]
+key = "request_id"
+tenant = "account"
+created_at = "inserted_at"
+locked_at = "claimed_at"
+response_status = "http_status"
+response_body = "reply"
+in_flight.predicate = "finished_at IS NULL AND claimed_at IS NOT NULL"
+actions = ["release", "delete"]
+"#;
+
+    #[test]
+    fn reads_defaults_and_a_mapping() {
+        let c = parse("f.toml", MAPPING).unwrap();
+        assert_eq!(c.ttl, Some(Duration::from_secs(48 * 3600)));
+        assert_eq!(c.table.unwrap().to_string(), "billing.request_keys");
+        let p = c.mappings[0].clone();
+        assert_eq!(p.actions, [ReclaimAction::Release, ReclaimAction::Delete]);
+        assert_eq!(
+            p.render("{in_flight}", "t"),
+            "((\"finished_at\" IS NULL) AND (\"claimed_at\" IS NOT NULL))"
+        );
+        assert!(p.expires_by_ttl());
+    }
+
+    #[test]
+    fn every_mistake_names_the_file_and_the_key() {
+        assert_eq!(
+            message("tll = \"1h\"\n"),
+            "config file idemctl.toml: line 1: unknown field `tll`, expected one of `database_url`, `service`, `table`, `profile`, `ttl`, `profiles`; the README's \"Configuration file\" lists the keys"
+        );
+        assert!(message("ttl = \"soon\"").starts_with("config file idemctl.toml: ttl: \"soon\""));
+        let m = message(&MAPPING.replace(
+            "finished_at IS NULL AND",
+            "finished_at IS NULL; DROP TABLE x; AND",
+        ));
+        assert!(
+            m.starts_with(
+                "config file idemctl.toml: profiles.billing.in_flight.predicate: unexpected `;`"
+            ),
+            "{m}"
+        );
+        let m = message(&MAPPING.replace("\"release\", ", "\"fail\", "));
+        assert!(m.contains("profiles.billing.actions: fail writes"), "{m}");
+        let m = message(&MAPPING.replace("claimed_at IS NOT NULL", "http_status = 202"));
+        assert!(
+            m.contains("profiles.billing.actions: release clears"),
+            "{m}"
+        );
+        let m = message(&MAPPING.replace("[profiles.billing]", "[profiles.storage]"));
+        assert!(m.contains("profiles.storage: a mapping's name"), "{m}");
+        let m = message("profile = \"nope\"");
+        assert!(m.contains("profile: no profile nope"), "{m}");
+        let m = message("[profiles.x]\nkey = \"k\"\nin_flight.column = \"s\"\n");
+        assert!(m.contains("profiles.x.in_flight: give either"), "{m}");
+    }
+
+    #[test]
+    fn several_mappings_need_a_name() {
+        let two = format!(
+            "{MAPPING}\n{}",
+            MAPPING
+                .replace("billing", "other")
+                .replace("table = \"other.request_keys\"\nttl = \"48h\"\n", "")
+        );
+        let c = parse("f.toml", &two).unwrap();
+        assert!(c.mapping(None).is_err());
+        assert_eq!(c.mapping(Some("other")).unwrap().unwrap().name, "other");
+        assert!(c.mapping(Some("storage")).unwrap().is_none());
+    }
+}

@@ -1,0 +1,451 @@
+//! The configuration file end to end: a key table no built-in profile knows (its own DDL, every
+//! column named differently, a bigint tenant, a hex text fingerprint, an in-flight predicate) is
+//! mapped in a TOML file and checked, inspected, counted, evicted and reclaimed through the
+//! mapping; the file's defaults yield to the environment and the flags; a bad file is one line
+//! naming the file and the key, exit 2.
+
+use crate::fixtures::scalar_i64;
+use crate::support::TestDb;
+
+pub const GENERIC_DDL: &str = include_str!("../fixtures/generic_schema.sql");
+
+/// The indexes `check` recommends for the mapping: expiry, and the optional in-flight index.
+pub const GENERIC_INDEXES: &str = "CREATE INDEX request_log_valid_until ON request_log (valid_until); \
+     CREATE INDEX request_log_in_flight ON request_log ((coalesce(claimed_at, inserted_at))) \
+     WHERE http_status IS NULL AND claimed_at IS NOT NULL;";
+
+/// The mapping of `request_log`: the example of README's "Configuration file" section, as printed,
+/// so the documented example is the one the tests run.
+pub fn generic_config() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme
+        .split("\n## Configuration file\n")
+        .nth(1)
+        .expect("README has a Configuration file section");
+    let block = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("the section has a toml example");
+    format!("{block}\n")
+}
+
+/// Rows of `request_log`, `n` of each kind, accounts 1..5: `done-old-*` (answered, expired a day
+/// ago), `done-new-*` (answered, valid for a day), `stuck-*` (claimed an hour ago, no answer),
+/// `fresh-*` (claimed 10 s ago), `stuck-old-*` (claimed 3 days ago and expired: still in flight).
+pub fn generic_rows(n: i64) -> String {
+    let row = |kind: &str,
+               status: &str,
+               reply: &str,
+               inserted: &str,
+               claimed: &str,
+               until: &str| {
+        format!(
+            "INSERT INTO request_log (account, request_id, body_sha256, verb, route, http_status, reply, inserted_at, claimed_at, valid_until) \
+             SELECT 1 + g % 5, '{kind}-' || g, encode(sha256(g::text::bytea), 'hex'), 'POST', '/v1/transfers', \
+             {status}, {reply}, {inserted}, {claimed}, {until} \
+             FROM generate_series(1, {n}) AS g;"
+        )
+    };
+    let reply = "jsonb_build_object('id', 'tr_' || g)";
+    let old = "now() - interval '2 days' - g * interval '1 second'";
+    [
+        row(
+            "done-old",
+            "201",
+            reply,
+            old,
+            "NULL",
+            "now() - interval '1 day' - g * interval '1 second'",
+        ),
+        row(
+            "done-new",
+            "200",
+            reply,
+            "now() - interval '1 hour'",
+            "NULL",
+            "now() + interval '1 day'",
+        ),
+        row(
+            "stuck",
+            "NULL",
+            "NULL",
+            "now() - interval '1 hour'",
+            "now() - interval '1 hour'",
+            "now() + interval '23 hours'",
+        ),
+        row(
+            "fresh",
+            "NULL",
+            "NULL",
+            "now() - interval '10 seconds'",
+            "now() - interval '10 seconds'",
+            "now() + interval '1 day'",
+        ),
+        row(
+            "stuck-old",
+            "NULL",
+            "NULL",
+            "now() - interval '3 days'",
+            "now() - interval '3 days'",
+            "now() - interval '2 days'",
+        ),
+    ]
+    .concat()
+}
+
+struct Mapped {
+    db: TestDb,
+    dir: tempfile::TempDir,
+}
+
+impl Mapped {
+    async fn new(n: i64, config: &str) -> Mapped {
+        let db = TestDb::new().await;
+        db.exec(GENERIC_DDL).await;
+        db.exec(&generic_rows(n)).await;
+        db.exec(GENERIC_INDEXES).await;
+        db.exec("ANALYZE request_log").await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("idemctl.toml"), config).unwrap();
+        Mapped { db, dir }
+    }
+
+    fn config(&self) -> String {
+        self.dir
+            .path()
+            .join("idemctl.toml")
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    /// idemctl with `--config` naming the file.
+    fn idemctl(&self) -> crate::support::cmd::Cmd {
+        self.db.idemctl().args(["--config", &self.config()])
+    }
+
+    async fn count(&self, prefix: &str) -> i64 {
+        scalar_i64(
+            &self.db,
+            &format!("SELECT count(*) FROM request_log WHERE request_id LIKE '{prefix}-%'"),
+        )
+        .await
+    }
+}
+
+fn finding<'a>(json: &'a serde_json::Value, check: &str) -> &'a serde_json::Value {
+    json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == check)
+        .unwrap_or_else(|| panic!("no finding {check} in {json}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_the_mapping_it_used_and_finds_the_tables_indexes() {
+    let m = Mapped::new(3, &generic_config()).await;
+    let run = m.idemctl().args(["-o", "json", "check"]).run();
+    run.assert_success();
+    let json = run.json();
+    let profile = finding(&json, "profile")["detail"].as_str().unwrap();
+    assert!(
+        profile.starts_with("ledger: the mapping in config file ")
+            && profile.ends_with("idemctl.toml, [profiles.ledger]"),
+        "{run}"
+    );
+    assert_eq!(finding(&json, "columns")["status"], "ok", "{run}");
+    assert!(
+        finding(&json, "expiry index")["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("request_log_valid_until orders keys by valid_until"),
+        "{run}"
+    );
+    // Without the file, nothing fits: the error names the roles each profile could not find and
+    // points to the config file.
+    let run = m.db.idemctl().args(["-t", "request_log", "check"]).run();
+    run.assert_code(2)
+        .assert_stderr_contains("matches no table profile (storage needs")
+        .assert_stderr_contains("expiry column expires_at")
+        .assert_stderr_contains("map the table's columns in a config file with --config");
+    // A mapping naming a column the table lacks is refused with the mapping's place.
+    std::fs::write(
+        m.config(),
+        generic_config().replace("\"reply\"", "\"answer\""),
+    )
+    .unwrap();
+    m.idemctl()
+        .arg("stats")
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains(
+            "has no column answer, which profile ledger needs; the mapping in config file",
+        )
+        .assert_stderr_contains("[profiles.ledger] names it; correct the mapping");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reads_a_mapped_key_with_its_tenant_and_hex_fingerprint() {
+    let m = Mapped::new(5, &generic_config()).await;
+    let run = m
+        .idemctl()
+        .args(["-o", "json", "inspect", "stuck-2", "--api-key-id", "3"])
+        .run();
+    run.assert_success();
+    let json = run.json();
+    assert_eq!(json["state"], "in_progress", "{run}");
+    assert_eq!(json["stuck"], true, "{run}");
+    assert_eq!(json["request_path"], "/v1/transfers", "{run}");
+    assert_eq!(json["request_method"], "POST", "{run}");
+    assert_eq!(
+        json["request_fingerprint"].as_str().unwrap().len(),
+        64,
+        "{run}"
+    );
+    let run = m
+        .idemctl()
+        .args(["-o", "json", "inspect", "done-new-4"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["state"], "completed", "{run}");
+    assert_eq!(run.json()["response_status"], 200, "{run}");
+    m.idemctl()
+        .args(["inspect", "stuck-2", "--api-key-id", "4"])
+        .run()
+        .assert_code(3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_evict_go_by_the_mapped_expiry_and_keep_keys_in_flight() {
+    let m = Mapped::new(40, &generic_config()).await;
+    let run = m.idemctl().args(["-o", "json", "stats"]).run();
+    run.assert_success();
+    let json = run.json();
+    assert_eq!(json["expired_backlog"]["count"], 40, "{run}");
+    m.idemctl().args(["-q", "evict"]).run().assert_success();
+    assert_eq!(m.count("done-old").await, 0);
+    assert_eq!(m.count("done-new").await, 40);
+    assert_eq!(
+        m.count("stuck").await,
+        80,
+        "stuck and stuck-old are in flight"
+    );
+    assert_eq!(m.count("fresh").await, 40);
+    let run = m.idemctl().args(["-o", "json", "stats"]).run();
+    run.assert_success();
+    assert_eq!(run.json()["expired_backlog"]["count"], 0, "{run}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_fails_releases_or_deletes_as_the_mapping_allows() {
+    let m = Mapped::new(4, &generic_config()).await;
+    // fail stores the error response (named explicitly, as reclaim asks for fail).
+    m.idemctl()
+        .args(["-q", "reclaim", "--yes", "--action", "fail"])
+        .run()
+        .assert_success();
+    assert_eq!(
+        scalar_i64(
+            &m.db,
+            "SELECT count(*) FROM request_log WHERE request_id LIKE 'stuck%' AND http_status = 500 AND reply ? 'type'"
+        )
+        .await,
+        8
+    );
+    assert_eq!(
+        scalar_i64(
+            &m.db,
+            "SELECT count(*) FROM request_log WHERE request_id LIKE 'fresh-%' AND http_status IS NULL"
+        )
+        .await,
+        4,
+        "keys held for less than --older-than are left alone"
+    );
+    // Failed keys are no longer in flight: the expired ones are evicted.
+    m.idemctl().args(["-q", "evict"]).run().assert_success();
+    assert_eq!(m.count("done-old").await, 0);
+
+    let m = Mapped::new(4, &generic_config()).await;
+    m.idemctl()
+        .args(["-q", "reclaim", "--yes", "--action", "release"])
+        .run()
+        .assert_success();
+    assert_eq!(
+        scalar_i64(
+            &m.db,
+            "SELECT count(*) FROM request_log WHERE request_id LIKE 'stuck%' AND claimed_at IS NULL AND http_status IS NULL"
+        )
+        .await,
+        8
+    );
+    m.idemctl()
+        .args([
+            "-q",
+            "reclaim",
+            "--yes",
+            "--action",
+            "delete",
+            "--older-than",
+            "5s",
+            "--force",
+        ])
+        .run()
+        .assert_success();
+    assert_eq!(m.count("fresh").await, 0);
+    assert_eq!(m.count("done-new").await, 4);
+
+    // A mapping that allows only delete refuses the others, naming what it allows.
+    let only_delete =
+        generic_config().replace("[\"fail\", \"release\", \"delete\"]", "[\"delete\"]");
+    let m = Mapped::new(2, &only_delete).await;
+    m.idemctl()
+        .args(["reclaim", "--yes", "--action", "fail"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("it allows delete");
+    // No action listed: reclaim refuses, pointing at the file.
+    let none = generic_config().replace("actions = [\"fail\", \"release\", \"delete\"]\n", "");
+    let m = Mapped::new(2, &none).await;
+    m.idemctl()
+        .args(["reclaim", "--yes"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("has no safe reclaim action");
+    assert_eq!(m.count("stuck").await, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_column_mapping_with_a_ttl_from_the_file() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE jobs_keys (tok uuid PRIMARY KEY, born timestamptz NOT NULL, phase text NOT NULL, \
+         code smallint, answer json); \
+         CREATE INDEX ON jobs_keys (born); \
+         INSERT INTO jobs_keys SELECT gen_random_uuid(), now() - g * interval '1 hour', \
+         CASE WHEN g % 4 = 0 THEN 'running' ELSE 'ok' END, 200, '{}' FROM generate_series(1, 48) g; \
+         ANALYZE jobs_keys;",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        "table = \"jobs_keys\"\nttl = \"12h\"\n[profiles.jobs]\nkey = \"tok\"\ncreated_at = \"born\"\n\
+         response_status = \"code\"\nresponse_body = \"answer\"\n\
+         in_flight = { column = \"phase\", values = [\"running\"], done = [\"error\", \"ok\"] }\n\
+         actions = [\"fail\"]\n",
+    )
+    .unwrap();
+    let path = path.to_string_lossy().into_owned();
+    // Rows born more than 12 h ago (hours 13..48) that are done: 36 minus the 9 running ones.
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_CONFIG", &path)
+        .args(["-o", "json", "stats"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["expired_backlog"]["count"], 27, "{run}");
+    // --ttl on the command line wins over the file's.
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_CONFIG", &path)
+        .args(["-o", "json", "--ttl", "36h", "stats"])
+        .run();
+    assert_eq!(run.json()["expired_backlog"]["count"], 9, "{run}");
+    db.idemctl()
+        .env("IDEMCTL_CONFIG", &path)
+        .args(["-q", "evict"])
+        .run()
+        .assert_success();
+    assert_eq!(scalar_i64(&db, "SELECT count(*) FROM jobs_keys").await, 21);
+    db.idemctl()
+        .env("IDEMCTL_CONFIG", &path)
+        .args(["-q", "reclaim", "--yes", "--allow-scan", "--action", "fail"])
+        .run()
+        .assert_success();
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM jobs_keys WHERE phase = 'error' AND code = 500"
+        )
+        .await,
+        12,
+        "every running key older than 5 minutes was failed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flags_and_environment_win_over_the_file() {
+    let m = Mapped::new(1, &generic_config()).await;
+    // The file names request_log; --table names another table, which has no mapping columns.
+    m.db.exec("CREATE TABLE other_keys (x int)").await;
+    for args in [["-t", "other_keys", "stats"], ["stats", "-t", "other_keys"]] {
+        m.idemctl()
+            .args(args)
+            .run()
+            .assert_code(2)
+            .assert_stderr_contains("table public.other_keys has no column request_id");
+    }
+    m.idemctl()
+        .env("IDEMCTL_TABLE", "other_keys")
+        .arg("stats")
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("table public.other_keys has no column request_id");
+    // --profile names a built-in: the mapping is not used.
+    m.idemctl()
+        .args(["--profile", "storage", "stats"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("which profile storage needs");
+    // The file's database_url is used only when no flag or variable gives one.
+    let with_url = format!("database_url = \"{}\"\n{}", m.db.url(), generic_config());
+    std::fs::write(m.config(), &with_url).unwrap();
+    crate::support::cmd::Cmd::new()
+        .args(["--config", &m.config(), "-q", "check"])
+        .run()
+        .assert_success();
+    let broken = format!(
+        "database_url = \"host=/nonexistent-dir\"\n{}",
+        generic_config()
+    );
+    std::fs::write(m.config(), &broken).unwrap();
+    m.idemctl().args(["-q", "check"]).run().assert_success();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_file_is_one_line_naming_the_file_and_the_key() {
+    let m = Mapped::new(1, "ttl = \"3 fortnights\"\n").await;
+    let run = m.idemctl().arg("stats").run();
+    run.assert_code(2);
+    let config = m.config();
+    assert!(
+        run.stderr.starts_with(&format!(
+            "idemctl: config file {config}: ttl: \"3 fortnights\" "
+        )),
+        "{run}"
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    for (text, says) in [
+        ("[profiles.x]\nkey = 1\n", "line 2: invalid type"),
+        (
+            "[profiles.x]\nkey = \"k\"\nin_flight.predicate = \"k = 1 OR pg_sleep(10) IS NULL\"\n",
+            "profiles.x.in_flight.predicate: expected IS, IN or a comparison",
+        ),
+        ("verbose = true\n", "line 1: unknown field `verbose`"),
+        ("table = \"a.b.c\"\n", "table: expected [SCHEMA.]NAME"),
+    ] {
+        std::fs::write(&config, text).unwrap();
+        let run = m.idemctl().arg("stats").run();
+        run.assert_code(2)
+            .assert_stderr_contains(&format!("config file {config}: {says}"));
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    }
+    m.db.idemctl()
+        .args(["--config", "/nonexistent/idemctl.toml", "stats"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("cannot read config file /nonexistent/idemctl.toml: ");
+}
