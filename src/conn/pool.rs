@@ -21,10 +21,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream
 use tokio::task::JoinHandle;
 use tokio_postgres::config::TargetSessionAttrs;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
-use tokio_postgres::types::Type;
+use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{NoTls, Socket};
 
 const SESSION_SQL: &str = include_str!("../../sql/session_settings.sql");
+const DETECT_SQL: &str = include_str!("../../sql/session_detect.sql");
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 /// How long [`Pool::close`] waits for the connections to finish saying goodbye.
@@ -316,23 +317,33 @@ fn session_hook(shared: Arc<Shared>) -> Hook {
     Hook::async_fn(move |client, _metrics| {
         let shared = shared.clone();
         Box::pin(async move {
+            let t = shared.timeouts;
+            let values = [t.statement, t.lock, t.idle_in_transaction].map(setting_millis);
+            let limits = [
+                (&values[0] as &(dyn ToSql + Sync), Type::TEXT),
+                (&values[1], Type::TEXT),
+                (&values[2], Type::TEXT),
+            ];
             let route = match shared.mode {
                 PoolMode::Session => Route::DeclaredSession,
                 PoolMode::Transaction => Route::DeclaredTransaction,
-                PoolMode::Auto => detect(client).await.map_err(HookError::Backend)?,
+                PoolMode::Auto => {
+                    // Detection and, on a session idemctl owns, the limits: one round trip.
+                    let announced = announced_pid(client).await;
+                    let mut params = limits.to_vec();
+                    params.push((&announced, Type::INT4));
+                    let rows = client
+                        .query_typed(DETECT_SQL, &params)
+                        .await
+                        .map_err(HookError::Backend)?;
+                    let server_pid: Option<i32> = rows.first().map(|r| r.get("pid"));
+                    shared.record(route_of(announced, server_pid));
+                    return Ok(());
+                }
             };
             if route.owns_session() {
-                let t = shared.timeouts;
-                let values = [t.statement, t.lock, t.idle_in_transaction].map(setting_millis);
                 client
-                    .query_typed(
-                        SESSION_SQL,
-                        &[
-                            (&values[0], Type::TEXT),
-                            (&values[1], Type::TEXT),
-                            (&values[2], Type::TEXT),
-                        ],
-                    )
+                    .query_typed(SESSION_SQL, &limits)
                     .await
                     .map_err(HookError::Backend)?;
             }
@@ -344,16 +355,11 @@ fn session_hook(shared: Arc<Shared>) -> Hook {
 
 /// A pooler answers the login itself, with a cancel key of its own making (PgBouncer's is random),
 /// while a server announces its own process id: compare that with `pg_backend_pid()`.
-async fn detect(client: &tokio_postgres::Client) -> Result<Route, tokio_postgres::Error> {
-    let rows = client
-        .query_typed("SELECT pg_catalog.pg_backend_pid()", &[])
-        .await?;
-    let server_pid: Option<i32> = rows.first().map(|r| r.get(0));
-    let announced = announced_pid(client).await;
-    Ok(match (announced, server_pid) {
+fn route_of(announced: Option<i32>, server_pid: Option<i32>) -> Route {
+    match (announced, server_pid) {
         (Some(a), Some(s)) if a == s => Route::Direct,
         _ => Route::DetectedPooler,
-    })
+    }
 }
 
 /// The process id of the login's BackendKeyData. The driver keeps it private to its cancel token,

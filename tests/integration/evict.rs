@@ -720,6 +720,49 @@ async fn evict_batches_commit_asynchronously_and_wait_at_most_a_millisecond_for_
     );
 }
 
+/// On a direct connection (idemctl owns its sessions) the session limits are set once per
+/// connection, in the same round trip that tells a server from a pooler.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_direct_session_runs_under_the_limits_given_on_the_command_line() {
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, Schema::Corrected, MIX).await;
+    db.exec(
+        "CREATE TABLE seen (st text, idle text, app text); \
+         CREATE FUNCTION note_limits() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           INSERT INTO seen VALUES (current_setting('statement_timeout'), \
+                                    current_setting('idle_in_transaction_session_timeout'), \
+                                    current_setting('application_name')); \
+           RETURN NULL; END $$; \
+         CREATE TRIGGER note_limits AFTER DELETE ON idempotency_keys \
+           FOR EACH STATEMENT EXECUTE FUNCTION note_limits()",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["evict", "--batch-size", "500", "--jobs", "2", "-q"])
+        .args([
+            "--statement-timeout",
+            "7s",
+            "--idle-in-transaction-timeout",
+            "9s",
+        ])
+        .run();
+    run.assert_code(0);
+    let client = db.client().await;
+    let rows = client
+        .query("SELECT DISTINCT st, idle, app FROM seen", &[])
+        .await
+        .unwrap();
+    let seen: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![("7s".to_owned(), "9s".to_owned(), "idemctl".to_owned())]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evict_dry_run_samples_the_keys_it_would_evict_and_those_min_age_holds_back() {
     let db = TestDb::new().await;
