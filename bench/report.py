@@ -729,6 +729,26 @@ def render(results, json_rel, chosen_defaults=None):
             w("")
         del tpl
 
+    # ---- rate caps
+    rate_trials = _ok((results.get("rate") or {}).get("trials", []))
+    if rate_trials:
+        w("## 4. Rate caps: evict --max-rate and --max-wal-rate")
+        w("")
+        w("Each trial: a fresh copy, an otherwise idle server, `idemctl evict --max-runtime` with one cap. "
+          "Achieved = what evict reports over its batches (`rate_limit` in its JSON: rows or WAL bytes "
+          "from the first claim to the end of the last batch); the server's WAL is its own WAL insert "
+          "position before and after the command.")
+        w("")
+        w("| round | cap | achieved | ÷ cap | rows | end | WAL (evict's count) | WAL (server, whole command) |")
+        w("|---|---|---|---|---|---|---|---|")
+        for t in rate_trials:
+            unit = "rows/s" if t["flag"] == "--max-rate" else "B/s"
+            wal = f"{t['wal_bytes']:,} B" if t.get("wal_bytes") is not None else "–"
+            w(f"| {t['round']} | `{t['flag']} {t['cap']:g}` | {t['achieved'] or 0:,.0f} {unit} | "
+              f"{(t.get('ratio') or 0):.3f}× | {t['rows']:,} | {t['end_reason']} | {wal} | "
+              f"{t['server_wal_bytes']:,} B |")
+        w("")
+
     # ---- failures
     if results.get("failures"):
         w("## Failures in this run")
