@@ -283,6 +283,17 @@ pub struct CheckArgs {
     /// Count stuck keys with a table scan when the optional in_progress index is missing.
     #[arg(long)]
     pub allow_scan: bool,
+
+    /// Fail (exit 4) when recent keys live (expires_at - created_at) shorter than this: set it to
+    /// the clients' retry window, since a key evicted before a client stops retrying makes the
+    /// retry run the request again.
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]
+    pub min_ttl: Option<Duration>,
+
+    /// How often evict runs: check warns, with the ALTER TABLE that fixes it, when autovacuum
+    /// would leave eviction's dead rows (more than 1,000 of them) waiting more than 12 times this long.
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
+    pub evict_interval: Duration,
 }
 
 /// `idemctl evict`.

@@ -27,6 +27,8 @@ pub enum Status {
     Fail,
     /// An alert threshold is breached.
     Breached,
+    /// Works, but a setting makes it worse than it should be (with the statement that fixes it).
+    Warn,
 }
 
 /// One line of the check report.
@@ -67,6 +69,7 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
             args.stuck_after.as_secs_f64(),
             100_000,
             args.allow_scan,
+            args.min_ttl.map(|d| d.as_secs_f64()),
         )
         .await?;
         findings.extend(partitioning(&table, &report));
@@ -544,6 +547,53 @@ fn thresholds(r: &stats::StatsReport, args: &CheckArgs) -> Vec<Finding> {
         (Some(st), None) => out.push(finding(&stuck_label, Status::Note, format!("{} (no threshold set)", st.count), None)),
         (None, None) => {}
     }
+    out.extend(maintenance(r, args));
+    out
+}
+
+/// Autovacuum against the eviction interval, and --min-ttl against recent keys.
+fn maintenance(r: &stats::StatsReport, args: &CheckArgs) -> Vec<Finding> {
+    use crate::commands::maintenance as m;
+    let mut out = Vec::new();
+    match m::autovacuum_advice(&r.maintenance, args.evict_interval) {
+        Some((detail, fix)) => out.push(finding("autovacuum", Status::Warn, detail, Some(fix))),
+        None => out.push(finding(
+            "autovacuum",
+            Status::Ok,
+            match r.maintenance.cycle_seconds {
+                Some(c) => format!(
+                    "eviction's dead rows wait up to about {} for autovacuum (eviction every {})",
+                    human_secs(c),
+                    human_secs(args.evict_interval.as_secs_f64())
+                ),
+                None => "no recent keys to estimate the eviction rate from".into(),
+            },
+            None,
+        )),
+    }
+    if let Some(min) = args.min_ttl {
+        match &r.recent_ttl {
+            None => out.push(finding(
+                "recent TTL",
+                Status::Note,
+                "no keys to sample".into(),
+                None,
+            )),
+            Some(t) => match m::short_ttl(t, min) {
+                Some(detail) => out.push(finding("recent TTL", Status::Breached, detail, None)),
+                None => out.push(finding(
+                    "recent TTL",
+                    Status::Ok,
+                    format!(
+                        "recent keys live at least {} (--min-ttl {})",
+                        human_secs(t.min_seconds),
+                        human_secs(min.as_secs_f64())
+                    ),
+                    None,
+                )),
+            },
+        }
+    }
     out
 }
 
@@ -557,6 +607,7 @@ fn doc(findings: &[Finding]) -> Doc {
                 Status::Note => "note",
                 Status::Fail => "FAIL",
                 Status::Breached => "BREACHED",
+                Status::Warn => "WARN",
             };
             vec![
                 f.check.clone(),

@@ -4,6 +4,7 @@ pub mod check;
 pub mod docs;
 pub mod evict;
 pub mod inspect;
+pub mod maintenance;
 pub mod reclaim;
 pub mod shards;
 pub mod stats;

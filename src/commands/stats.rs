@@ -36,6 +36,10 @@ pub struct StatsReport {
     /// Every leaf partition, from the catalog (null for a plain table). Bounds are filled in for a
     /// table range-partitioned on one timestamp column.
     pub partitions: Option<Vec<Partition>>,
+    /// Dead tuples, autovacuum's thresholds and when it next vacuums the table (estimated).
+    pub maintenance: crate::commands::maintenance::Outlook,
+    /// How long recent keys live (expires_at − created_at); None for an empty table.
+    pub recent_ttl: Option<crate::db::maintenance::RecentTtl>,
     /// Why a figure was not computed.
     pub notes: Vec<String>,
 }
@@ -54,6 +58,7 @@ pub async fn gather(
     stuck_after_secs: f64,
     cap: i64,
     allow_scan: bool,
+    below_ttl: Option<f64>,
 ) -> Result<StatsReport> {
     table.require_columns()?;
     table.require_ttl("stats")?;
@@ -64,6 +69,11 @@ pub async fn gather(
     let oldest_live = queries::oldest_live(c, table).await?;
     let oldest_expired = queries::oldest_expired(c, table).await?;
     let expired_backlog = queries::expired_backlog(c, table, cap).await?;
+    let recent_ttl = crate::db::maintenance::recent_ttl(c, table, below_ttl).await?;
+    let maintenance = crate::commands::maintenance::outlook(
+        crate::db::maintenance::autovacuum(c, table).await?,
+        recent_ttl.as_ref(),
+    );
     let mut notes = Vec::new();
     let stuck = if table.stuck_index().is_some() || allow_scan {
         Some(queries::stuck(c, table, stuck_after_secs, cap).await?)
@@ -97,6 +107,8 @@ pub async fn gather(
         stuck,
         partitioning: table.partitioning.clone(),
         partitions,
+        maintenance,
+        recent_ttl,
         notes,
     })
 }
@@ -120,6 +132,7 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
         args.stuck_after.as_secs_f64(),
         args.backlog_cap,
         args.allow_scan,
+        None,
     )
     .await?;
     ctx.metrics.finish(STATS_END, metrics(&report)).await?;
@@ -133,6 +146,26 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
         ctx.output.emit(&d, &serde_json::to_value(&report)?)?;
     }
     Ok(Exit::Success)
+}
+
+/// The recent TTL, one line.
+fn ttl_text(t: Option<&crate::db::maintenance::RecentTtl>) -> String {
+    match t {
+        None => "no keys to sample".into(),
+        Some(t) if t.source == "ttl" => format!(
+            "{} for every key (--ttl; the table has no expiry column)",
+            human_secs(t.min_seconds)
+        ),
+        Some(t) => format!(
+            "min {} / p10 {} / median {} / p90 {} / max {} ({} keys: the next and the last to expire)",
+            human_secs(t.min_seconds),
+            human_secs(t.p10_seconds),
+            human_secs(t.p50_seconds),
+            human_secs(t.p90_seconds),
+            human_secs(t.max_seconds),
+            t.keys
+        ),
+    }
 }
 
 fn key_label(k: &KeyRef) -> String {
@@ -191,6 +224,16 @@ pub fn doc(r: &StatsReport) -> Doc {
             stuck,
         ),
         ("dead tuples".into(), r.vacuum.dead_tuples.to_string()),
+        (
+            "dead tuple ratio".into(),
+            format!("{:.1}%", r.maintenance.dead_tuple_ratio * 100.0),
+        ),
+        (
+            "autovacuum threshold".into(),
+            r.maintenance.threshold_text(),
+        ),
+        ("next autovacuum".into(), r.maintenance.next_text()),
+        ("recent TTL".into(), ttl_text(r.recent_ttl.as_ref())),
         ("last vacuum".into(), when(r.vacuum.last_vacuum)),
         ("last analyze".into(), when(r.vacuum.last_analyze)),
     ];
@@ -362,6 +405,64 @@ pub fn metrics(r: &StatsReport) -> Metrics {
         l,
         r.vacuum.dead_tuples as f64,
     );
+    let o = &r.maintenance;
+    m.add(
+        "idemctl_table_dead_tuple_ratio",
+        "Dead tuples as a share of live and dead tuples in the key table (0 to 1).",
+        g,
+        l,
+        o.dead_tuple_ratio,
+    );
+    m.add(
+        "idemctl_autovacuum_enabled",
+        "1 if autovacuum is on for the key table (and every partition) and the server.",
+        g,
+        l,
+        if o.autovacuum_enabled { 1.0 } else { 0.0 },
+    );
+    if let [one] = o.relations.as_slice() {
+        m.add(
+            "idemctl_autovacuum_threshold_dead_tuples",
+            "Dead tuples above which autovacuum vacuums the key table (threshold + scale factor x reltuples).",
+            g,
+            l,
+            one.threshold,
+        );
+    }
+    if let Some(s) = o.next_autovacuum_seconds {
+        m.add(
+            "idemctl_autovacuum_next_seconds",
+            "Estimated seconds until autovacuum's threshold is crossed on the key table (0: crossed), at the eviction rate of reltuples / median TTL.",
+            g,
+            l,
+            s,
+        );
+    }
+    if let Some(t) = &r.recent_ttl {
+        for (name, what, v) in [
+            ("idemctl_recent_ttl_min_seconds", "shortest", t.min_seconds),
+            (
+                "idemctl_recent_ttl_p10_seconds",
+                "10th percentile",
+                t.p10_seconds,
+            ),
+            ("idemctl_recent_ttl_median_seconds", "median", t.p50_seconds),
+            (
+                "idemctl_recent_ttl_p90_seconds",
+                "90th percentile",
+                t.p90_seconds,
+            ),
+            ("idemctl_recent_ttl_max_seconds", "longest", t.max_seconds),
+        ] {
+            m.add(
+                name,
+                &format!("TTL (expires_at - created_at) of recent keys, {what}: the keys that expire next and last."),
+                g,
+                l,
+                v,
+            );
+        }
+    }
     m.add(
         "idemctl_table_last_vacuum_timestamp_seconds",
         "Unix time of the last vacuum or autovacuum (0 if never).",

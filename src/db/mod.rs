@@ -4,6 +4,7 @@
 pub mod activity;
 pub mod citus;
 pub mod lock;
+pub mod maintenance;
 pub mod partitions;
 pub mod predicate;
 pub mod profile;

@@ -60,6 +60,7 @@ const STATEMENTS: &[(&str, &str)] = &[
     ("evict_range_end.sql", "now() - interval '3 days', 5000"),
     ("evict_preview.sql", "100000, NULL"),
     ("evict_preview_sample.sql", "100000, 3600, 10"),
+    ("stats_recent_ttl.sql", "500, 60"),
     (
         "reclaim_apply_release.sql",
         "ARRAY['tenant_0001', 'tenant_0002'], ARRAY['k1', 'k2'], \

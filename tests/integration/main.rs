@@ -15,6 +15,7 @@ mod harness_selftest;
 mod hostile;
 mod inspect;
 mod leftovers;
+mod maintenance;
 mod metrics;
 mod pace;
 mod partitions;

@@ -1,0 +1,34 @@
+-- stats: the TTL (expires_at - created_at) of recent keys, bounded and index-backed: the $1 keys
+-- that expire next (the expiry index from now on) and the $1 that expire last (the index from its
+-- end), each row once. The last to expire are the newest keys of the longest TTL; the next to
+-- expire hold, beside older long-lived keys, the newest keys of any shorter TTL (a key created now
+-- with a short TTL expires before the others): in a steady state each TTL is represented by its
+-- rate of new keys, whatever its length.
+WITH next AS (
+    SELECT ctid AS row_id, {created_at} AS created_at, {expires_at} AS expires_at
+      FROM {table}
+     WHERE {expiry} >= now()
+     ORDER BY {expiry}
+     LIMIT $1
+), last AS (
+    SELECT ctid AS row_id, {created_at} AS created_at, {expires_at} AS expires_at
+      FROM {table}
+     WHERE {expiry} IS NOT NULL
+     ORDER BY {expiry} DESC
+     LIMIT $1
+), sample AS (
+    SELECT row_id, created_at, expires_at FROM next
+    UNION
+    SELECT row_id, created_at, expires_at FROM last
+), ttl AS (
+    SELECT extract(epoch FROM expires_at - created_at)::float8 AS seconds, created_at FROM sample
+)
+SELECT count(*)::bigint AS keys,
+       min(seconds) AS min_seconds,
+       percentile_cont(0.1) WITHIN GROUP (ORDER BY seconds) AS p10_seconds,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds) AS p50_seconds,
+       percentile_cont(0.9) WITHIN GROUP (ORDER BY seconds) AS p90_seconds,
+       max(seconds) AS max_seconds,
+       max(created_at) AS newest_created_at,
+       count(*) FILTER (WHERE seconds < $2::float8)::bigint AS keys_below
+  FROM ttl

@@ -1,0 +1,135 @@
+//! What follows eviction: autovacuum's settings and counts for the key table (each leaf partition),
+//! and the TTL of recent keys. Catalog reads and one bounded, index-backed statement.
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::db::{KeyTable, Session, p};
+
+/// The autovacuum statement (catalog only).
+pub const AUTOVACUUM_SQL: &str = include_str!("../../sql/stats_autovacuum.sql");
+/// The recent-TTL statement (the key table, index-backed).
+pub const RECENT_TTL_SQL: &str = include_str!("../../sql/stats_recent_ttl.sql");
+
+/// Autovacuum's view of one relation (the table, or one leaf partition).
+#[derive(Debug, Clone, Serialize)]
+pub struct AutovacuumRel {
+    /// Schema-qualified, quoted as in SQL.
+    pub relation: String,
+    pub reltuples: f64,
+    pub live_tuples: i64,
+    pub dead_tuples: i64,
+    /// autovacuum_vacuum_threshold and autovacuum_vacuum_scale_factor in effect.
+    pub base_threshold: i64,
+    pub scale_factor: f64,
+    /// Whether the table sets either itself (storage parameters).
+    pub own_settings: bool,
+    /// autovacuum is on for the server and not off for the table.
+    pub enabled: bool,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_vacuum: Option<OffsetDateTime>,
+}
+
+impl AutovacuumRel {
+    /// Dead tuples above which autovacuum vacuums the relation.
+    pub fn threshold(&self) -> f64 {
+        self.base_threshold as f64 + self.scale_factor * self.reltuples
+    }
+}
+
+/// Autovacuum's settings and counts for the table, or each of its leaf partitions.
+pub async fn autovacuum(client: &Session, table: &KeyTable) -> Result<Vec<AutovacuumRel>> {
+    let rows = client
+        .query(AUTOVACUUM_SQL, &[p(&table.oid)])
+        .await
+        .context("failed to read the autovacuum settings")?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let schema: String = r.get("schema_name");
+            let name: String = r.get("relation");
+            AutovacuumRel {
+                relation: format!(
+                    "{}.{}",
+                    crate::db::table::quote_ident_if_needed(&schema),
+                    crate::db::table::quote_ident_if_needed(&name)
+                ),
+                reltuples: r.get("reltuples"),
+                live_tuples: r.get("live_tuples"),
+                dead_tuples: r.get("dead_tuples"),
+                base_threshold: r.get("base_threshold"),
+                scale_factor: r.get("scale_factor"),
+                own_settings: r.get("own_settings"),
+                enabled: r.get::<_, bool>("server_enabled") && r.get::<_, bool>("table_enabled"),
+                last_vacuum: r.get("last_vacuum"),
+            }
+        })
+        .collect())
+}
+
+/// How long recent keys live (expires_at − created_at).
+#[derive(Debug, Clone, Serialize)]
+pub struct RecentTtl {
+    /// "sample": measured on the keys sampled; "ttl": every key lives --ttl (a table without an
+    /// expiry column).
+    pub source: &'static str,
+    /// Keys sampled (0 for "ttl").
+    pub keys: i64,
+    pub min_seconds: f64,
+    pub p10_seconds: f64,
+    pub p50_seconds: f64,
+    pub p90_seconds: f64,
+    pub max_seconds: f64,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub newest_created_at: Option<OffsetDateTime>,
+    /// Keys that live less than the limit asked about (check --min-ttl; 0 without it).
+    pub keys_below: i64,
+}
+
+/// Keys sampled from each end of the expiry index.
+pub const TTL_SAMPLE: i64 = 500;
+
+/// The TTL of recent keys: with an expiry column, the `TTL_SAMPLE` keys that expire next and the
+/// `TTL_SAMPLE` that expire last (None for an empty table); without one, the TTL every key has.
+pub async fn recent_ttl(
+    client: &Session,
+    table: &KeyTable,
+    below_seconds: Option<f64>,
+) -> Result<Option<RecentTtl>> {
+    if let crate::db::profile::Expiry::CreatedPlusTtl { ttl_seconds, .. } = &table.profile.expiry {
+        return Ok(ttl_seconds.map(|t| RecentTtl {
+            source: "ttl",
+            keys: 0,
+            min_seconds: t,
+            p10_seconds: t,
+            p50_seconds: t,
+            p90_seconds: t,
+            max_seconds: t,
+            newest_created_at: None,
+            keys_below: 0,
+        }));
+    }
+    let r = client
+        .query_one(
+            &table.sql(RECENT_TTL_SQL),
+            &[p(&TTL_SAMPLE), p(&below_seconds)],
+        )
+        .await
+        .context("failed to sample the TTL of recent keys")?;
+    let keys: i64 = r.get("keys");
+    if keys == 0 {
+        return Ok(None);
+    }
+    Ok(Some(RecentTtl {
+        source: "sample",
+        keys,
+        min_seconds: r.get("min_seconds"),
+        p10_seconds: r.get("p10_seconds"),
+        p50_seconds: r.get("p50_seconds"),
+        p90_seconds: r.get("p90_seconds"),
+        max_seconds: r.get("max_seconds"),
+        newest_created_at: r.get("newest_created_at"),
+        keys_below: r.get("keys_below"),
+    }))
+}
