@@ -8,7 +8,8 @@
 //! row it changes, so a completed key is never touched. Flags, body and plan file are checked
 //! before connecting.
 
-use crate::db::{Param, Session, p};
+use crate::db::Session;
+use crate::db::reclaim as reclaim_db;
 use std::collections::HashSet;
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
@@ -30,20 +31,6 @@ use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
 
-/// The preview: stuck keys, oldest first, up to a cap.
-pub const PREVIEW_SQL: &str = include_str!("../../sql/reclaim_preview.sql");
-/// One batch of `--action delete`.
-pub const DELETE_SQL: &str = include_str!("../../sql/reclaim_delete.sql");
-/// One batch of `--action fail`.
-pub const FAIL_SQL: &str = include_str!("../../sql/reclaim_fail.sql");
-/// One batch of a plan with `--action delete`.
-pub const APPLY_DELETE_SQL: &str = include_str!("../../sql/reclaim_apply_delete.sql");
-/// One batch of a plan with `--action fail`.
-pub const APPLY_FAIL_SQL: &str = include_str!("../../sql/reclaim_apply_fail.sql");
-/// reclaim --action release, one batch.
-pub const RELEASE_SQL: &str = include_str!("../../sql/reclaim_release.sql");
-/// reclaim --apply with action release, one batch of plan rows.
-pub const APPLY_RELEASE_SQL: &str = include_str!("../../sql/reclaim_apply_release.sql");
 /// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
 /// only bounds waits on the table itself (DDL), which must not stall the API behind us.
 const ROW_LOCK_WAIT: Duration = Duration::from_millis(5);
@@ -451,24 +438,22 @@ struct Candidate {
 }
 
 impl Candidate {
-    fn from_row(r: &tokio_postgres::Row) -> Result<Candidate> {
-        let locked_at: Option<OffsetDateTime> = r.try_get("locked_at")?;
-        let created_at: OffsetDateTime = r.try_get("created_at")?;
-        Ok(Candidate {
-            api_key_id: r.try_get("api_key_id")?,
-            key: r.try_get("key")?,
-            request_method: r.try_get("request_method")?,
-            request_path: r.try_get("request_path")?,
-            held_since: locked_at.unwrap_or(created_at),
-            held_since_column: if locked_at.is_some() {
+    fn from_stuck(r: reclaim_db::StuckKey) -> Candidate {
+        Candidate {
+            held_since: r.locked_at.unwrap_or(r.created_at),
+            held_since_column: if r.locked_at.is_some() {
                 "locked_at"
             } else {
                 "created_at"
             },
-            locked_at,
-            created_at,
-            age_seconds: r.try_get("age_seconds")?,
-        })
+            api_key_id: r.api_key_id,
+            key: r.key,
+            request_method: r.request_method,
+            request_path: r.request_path,
+            locked_at: r.locked_at,
+            created_at: r.created_at,
+            age_seconds: r.age_seconds,
+        }
     }
 
     fn plan_row(&self) -> PlanRow {
@@ -517,39 +502,14 @@ async fn preview(
 }
 
 /// List up to `cap` stuck keys and count them (up to COUNT_CAP) in one read-only snapshot, so the
-/// count and the list agree. (An error leaves the session in the transaction; the process ends.)
+/// count and the list agree.
 async fn find(client: &Session, table: &KeyTable, older_than: f64, cap: i64) -> Result<Found> {
-    client
-        .begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        .await
-        .context("failed to start the preview's read-only transaction")?;
-    let db_now: OffsetDateTime = client
-        .query_one("SELECT now()", &[])
-        .await
-        .context("failed to read the database clock")?
-        .get(0);
-    let rows = client
-        .query(&table.sql(PREVIEW_SQL), &[p(&older_than), p(&(cap + 1))])
-        .await
-        .context("failed to list stuck in_progress keys")?;
-    let stuck = queries::stuck(client, table, older_than, COUNT_CAP).await?;
-    client
-        .commit()
-        .await
-        .context("failed to end the preview's transaction")?;
-    let cap = usize::try_from(cap).unwrap_or(usize::MAX);
-    let truncated = rows.len() > cap;
-    let rows = rows
-        .iter()
-        .take(cap)
-        .map(Candidate::from_row)
-        .collect::<Result<Vec<_>>>()
-        .context("failed to read a listed key")?;
+    let listing = reclaim_db::list_stuck(client, table, older_than, cap, COUNT_CAP).await?;
     Ok(Found {
-        rows,
-        truncated,
-        count: stuck.count,
-        db_now,
+        rows: listing.rows.into_iter().map(Candidate::from_stuck).collect(),
+        truncated: listing.truncated,
+        count: listing.count,
+        db_now: listing.db_now,
     })
 }
 
@@ -806,59 +766,6 @@ fn question(table: &KeyTable, req: &Request, count: &str) -> String {
     )
 }
 
-/// Attempts of one batch that runs into a lock held longer than the session's few-millisecond
-/// lock_timeout (DDL, or a relation-extension lock under heavy inserts) before the run gives up.
-const LOCK_TRIES: u32 = 5;
-
-/// Run one batch statement with a client-side deadline (statement_timeout plus a margin), which
-/// guards against a dead network path the server-side timeout cannot see. A batch that could not
-/// get a lock within the lock_timeout was rolled back whole; it is tried again a little later.
-async fn query_batch(
-    ctx: &Context,
-    client: &Session,
-    sql: &str,
-    params: &[Param<'_>],
-) -> Result<Vec<tokio_postgres::Row>> {
-    let mut tries = 1;
-    loop {
-        match query_once(ctx, client, sql, params).await {
-            Err(e) if is_lock_timeout(&e) && tries < LOCK_TRIES => {
-                tries += 1;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            other => return other,
-        }
-    }
-}
-
-async fn query_once(
-    ctx: &Context,
-    client: &Session,
-    sql: &str,
-    params: &[Param<'_>],
-) -> Result<Vec<tokio_postgres::Row>> {
-    let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
-    let work = client.query_reused(sql, params);
-    match tokio::time::timeout(deadline, work).await {
-        Ok(r) => Ok(r?),
-        Err(_) => Err(fail(
-            Exit::Failure,
-            format!(
-                "no answer from the server within {}; giving up on this connection",
-                human_secs(deadline.as_secs_f64())
-            ),
-        )),
-    }
-}
-
-fn is_lock_timeout(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<tokio_postgres::Error>()
-            .and_then(tokio_postgres::Error::code)
-            .is_some_and(|code| *code == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
-    })
-}
-
 /// Why apply leaves a plan row alone (held: a live owner holds it).
 const LEFT_ALONE_REASONS: [&str; 6] = [
     "gone",
@@ -956,7 +863,7 @@ impl ReclaimReport {
 
     /// Wrap a batch failure with what had already been done (those batches are committed).
     fn batch_error(&self, e: anyhow::Error) -> anyhow::Error {
-        let why = if is_lock_timeout(&e) {
+        let why = if crate::db::is_lock_timeout(&e) {
             "could not get a lock another session holds in 5 tries (DDL on the table, or a lock it waits behind)"
         } else {
             "failed"
@@ -1103,11 +1010,7 @@ async fn sweep_batches(
     args: &ReclaimArgs,
     report: &mut ReclaimReport,
 ) -> Result<EndReason> {
-    let sql = table.sql(match req.action {
-        ReclaimAction::Delete => DELETE_SQL,
-        ReclaimAction::Fail => FAIL_SQL,
-        ReclaimAction::Release => RELEASE_SQL,
-    });
+    let statements = statements(ctx, table, req);
     loop {
         if ctx.cancel.requested() {
             return Ok(EndReason::Interrupted);
@@ -1118,7 +1021,7 @@ async fn sweep_batches(
             Some(l) => size.min(l - report.rows_reclaimed),
             None => size,
         };
-        let got = sweep_batch(ctx, client, &sql, req, want)
+        let got = sweep_batch(&statements, client, req, want)
             .await
             .map_err(|e| report.batch_error(e))?;
         report.batches += 1;
@@ -1130,41 +1033,37 @@ async fn sweep_batches(
     }
 }
 
+/// The action's statements for this table, and the client-side deadline of each answer.
+fn statements(ctx: &Context, table: &KeyTable, req: &Request) -> reclaim_db::Statements {
+    let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
+    reclaim_db::Statements::new(table, req.action, deadline)
+}
+
+/// What `--action fail` stores, for the batch statements (None for the other actions).
+fn fail_with(req: &Request) -> Option<reclaim_db::FailWith<'_>> {
+    match &req.body {
+        Some(body) if req.action == ReclaimAction::Fail => Some(reclaim_db::FailWith {
+            status: req.status,
+            body,
+            keep_failed: req.keep_failed,
+        }),
+        _ => None,
+    }
+}
+
 /// One batch of the sweep: returns the keys it reclaimed.
 async fn sweep_batch(
-    ctx: &Context,
+    statements: &reclaim_db::Statements,
     client: &Session,
-    sql: &str,
     req: &Request,
     want: u64,
 ) -> Result<Vec<KeyId>> {
     let limit = i64::try_from(want).unwrap_or(i64::MAX);
-    let rows = match &req.body {
-        Some(body) if req.action == ReclaimAction::Fail => {
-            query_batch(
-                ctx,
-                client,
-                sql,
-                &[
-                    p(&req.older_than),
-                    p(&limit),
-                    p(&req.status),
-                    p(body),
-                    p(&req.keep_failed),
-                ],
-            )
-            .await?
-        }
-        _ => query_batch(ctx, client, sql, &[p(&req.older_than), p(&limit)]).await?,
-    };
-    let row = rows
-        .first()
-        .ok_or_else(|| fail(Exit::Internal, "the batch statement returned no row"))?;
-    let tenants: Vec<String> = row.try_get("api_key_ids")?;
-    let keys: Vec<String> = row.try_get("keys")?;
-    Ok(tenants
+    let got = statements
+        .sweep_batch(client, req.older_than, limit, fail_with(req).as_ref())
+        .await?;
+    Ok(got
         .into_iter()
-        .zip(keys)
         .map(|(api_key_id, key)| KeyId { api_key_id, key })
         .collect())
 }
@@ -1293,17 +1192,13 @@ async fn apply_batches(
     rows: &[PlanRow],
     report: &mut ReclaimReport,
 ) -> Result<EndReason> {
-    let sql = table.sql(match req.action {
-        ReclaimAction::Delete => APPLY_DELETE_SQL,
-        ReclaimAction::Fail => APPLY_FAIL_SQL,
-        ReclaimAction::Release => APPLY_RELEASE_SQL,
-    });
+    let statements = statements(ctx, table, req);
     let size = usize::try_from(args.batch_size).unwrap_or(usize::MAX);
     for chunk in rows.chunks(size) {
         if ctx.cancel.requested() {
             return Ok(EndReason::Interrupted);
         }
-        let outcomes = apply_batch(ctx, client, &sql, req, chunk)
+        let outcomes = apply_batch(&statements, client, req, chunk)
             .await
             .map_err(|e| report.batch_error(e))?;
         report.batches += 1;
@@ -1314,44 +1209,18 @@ async fn apply_batches(
 
 /// One batch of plan rows: each row's outcome and current state, in the chunk's order.
 async fn apply_batch(
-    ctx: &Context,
+    statements: &reclaim_db::Statements,
     client: &Session,
-    sql: &str,
     req: &Request,
     chunk: &[PlanRow],
 ) -> Result<Vec<(String, Option<String>)>> {
-    let tenants: Vec<&str> = chunk.iter().map(|r| r.api_key_id.as_str()).collect();
-    let keys: Vec<&str> = chunk.iter().map(|r| r.key.as_str()).collect();
-    let locked: Vec<Option<OffsetDateTime>> = chunk.iter().map(|r| r.locked_at).collect();
-    let created: Vec<OffsetDateTime> = chunk.iter().map(|r| r.created_at).collect();
-    let base = [
-        p(&tenants),
-        p(&keys),
-        p(&locked),
-        p(&created),
-        p(&req.older_than),
-    ];
-    let rows = match &req.body {
-        Some(body) if req.action == ReclaimAction::Fail => {
-            let mut params = base.to_vec();
-            params.extend([p(&req.status), p(body), p(&req.keep_failed)]);
-            query_batch(ctx, client, sql, &params).await?
-        }
-        _ => query_batch(ctx, client, sql, &base).await?,
-    };
-    if rows.len() != chunk.len() {
-        return Err(fail(
-            Exit::Internal,
-            format!(
-                "the apply statement answered for {} of {} plan rows",
-                rows.len(),
-                chunk.len()
-            ),
-        ));
-    }
-    rows.iter()
-        .map(|r| Ok((r.try_get("outcome")?, r.try_get("state")?)))
-        .collect()
+    let rows: Vec<_> = chunk
+        .iter()
+        .map(|r| (r.api_key_id.as_str(), r.key.as_str(), r.locked_at, r.created_at))
+        .collect();
+    statements
+        .apply_batch(client, &rows, req.older_than, fail_with(req).as_ref())
+        .await
 }
 
 // ---- the summary -----------------------------------------------------------------------------
