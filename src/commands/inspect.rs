@@ -4,13 +4,13 @@
 
 use std::io::Read as _;
 
-use crate::db::{Session, p};
-use anyhow::{Context as _, Result};
+use crate::db::Session;
+use anyhow::Result;
 use serde_json::json;
 
 use crate::cli::InspectArgs;
 use crate::context::Context;
-use crate::db::record::KeyRecord;
+use crate::db::record::{self, KeyRecord};
 use crate::db::{KeyLookup, KeyTable};
 use crate::exit::{Exit, fail};
 use crate::fingerprint::{self, Canonical};
@@ -287,12 +287,7 @@ async fn by_tenant(
             ),
         ));
     }
-    let sql = table.sql(include_str!("../../sql/inspect_by_tenant.sql"));
-    let rows = client
-        .query(&sql, &[p(&tenant), p(&key), p(&stuck_secs)])
-        .await
-        .context("failed to read the key")?;
-    rows.iter().map(KeyRecord::from_row).collect()
+    record::by_tenant(client, table, tenant, key, stuck_secs).await
 }
 
 async fn by_key(
@@ -301,14 +296,12 @@ async fn by_key(
     key: &str,
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
-    let rows = match table.key_lookup() {
+    let found = match table.key_lookup() {
         KeyLookup::ByKey => {
-            let sql = table.sql(include_str!("../../sql/inspect_by_key.sql"));
-            client.query(&sql, &[p(&key), p(&stuck_secs), p(&MAX_TENANTS_LISTED)]).await
+            record::by_key(client, table, key, stuck_secs, MAX_TENANTS_LISTED).await
         }
         KeyLookup::SkipScan => {
-            let sql = table.sql(include_str!("../../sql/inspect_skip_scan.sql"));
-            client.query(&sql, &[p(&key), p(&stuck_secs), p(&MAX_TENANTS_PROBED)]).await
+            record::by_key_through_tenants(client, table, key, stuck_secs, MAX_TENANTS_PROBED).await
         }
         KeyLookup::Unindexed => {
             return Err(fail(
@@ -320,18 +313,13 @@ async fn by_key(
                 ),
             ));
         }
-    }
-    .context("failed to read the key")?;
-    if rows
-        .first()
-        .and_then(|r| r.try_get::<_, bool>("truncated").ok())
-        .unwrap_or(false)
-    {
+    }?;
+    if found.truncated {
         crate::output::warn(&format!(
             "searched only the first {MAX_TENANTS_PROBED} tenants; pass --api-key-id for an exact lookup"
         ));
     }
-    rows.iter().map(KeyRecord::from_row).collect()
+    Ok(found.records)
 }
 
 /// A sentence describing the key's state by the database clock.

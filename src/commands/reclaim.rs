@@ -506,7 +506,11 @@ async fn preview(
 async fn find(client: &Session, table: &KeyTable, older_than: f64, cap: i64) -> Result<Found> {
     let listing = reclaim_db::list_stuck(client, table, older_than, cap, COUNT_CAP).await?;
     Ok(Found {
-        rows: listing.rows.into_iter().map(Candidate::from_stuck).collect(),
+        rows: listing
+            .rows
+            .into_iter()
+            .map(Candidate::from_stuck)
+            .collect(),
         truncated: listing.truncated,
         count: listing.count,
         db_now: listing.db_now,
@@ -1216,7 +1220,14 @@ async fn apply_batch(
 ) -> Result<Vec<(String, Option<String>)>> {
     let rows: Vec<_> = chunk
         .iter()
-        .map(|r| (r.api_key_id.as_str(), r.key.as_str(), r.locked_at, r.created_at))
+        .map(|r| {
+            (
+                r.api_key_id.as_str(),
+                r.key.as_str(),
+                r.locked_at,
+                r.created_at,
+            )
+        })
         .collect();
     statements
         .apply_batch(client, &rows, req.older_than, fail_with(req).as_ref())

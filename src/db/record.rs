@@ -1,6 +1,6 @@
 //! One stored key as `inspect` reads it, with its state judged by the database clock.
 
-use crate::db::{Session, p};
+use crate::db::{KeyTable, Session, p};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use time::OffsetDateTime;
@@ -199,6 +199,75 @@ pub fn locker(xmax: i64, snapshot_xmax: i64) -> Locker {
             Locker::Past(full)
         }
     }
+}
+
+/// One tenant's key (through the (tenant, key) index).
+pub async fn by_tenant(
+    client: &Session,
+    table: &KeyTable,
+    tenant: &str,
+    key: &str,
+    stuck_secs: f64,
+) -> Result<Vec<KeyRecord>> {
+    let sql = table.sql(include_str!("../../sql/inspect_by_tenant.sql"));
+    let rows = client
+        .query(&sql, &[p(&tenant), p(&key), p(&stuck_secs)])
+        .await
+        .context("failed to read the key")?;
+    rows.iter().map(KeyRecord::from_row).collect()
+}
+
+/// The records a lookup without a tenant found; `truncated` when it stopped at its tenant cap.
+pub struct Found {
+    pub records: Vec<KeyRecord>,
+    pub truncated: bool,
+}
+
+/// A key under every tenant (through an index led by the key), up to `listed` tenants.
+pub async fn by_key(
+    client: &Session,
+    table: &KeyTable,
+    key: &str,
+    stuck_secs: f64,
+    listed: i64,
+) -> Result<Found> {
+    let sql = table.sql(include_str!("../../sql/inspect_by_key.sql"));
+    let rows = client
+        .query(&sql, &[p(&key), p(&stuck_secs), p(&listed)])
+        .await
+        .context("failed to read the key")?;
+    found(&rows)
+}
+
+/// A key under every tenant when only a (tenant, key) index exists: the tenants are walked
+/// through it (a skip scan), up to `probed` tenants.
+pub async fn by_key_through_tenants(
+    client: &Session,
+    table: &KeyTable,
+    key: &str,
+    stuck_secs: f64,
+    probed: i32,
+) -> Result<Found> {
+    let sql = table.sql(include_str!("../../sql/inspect_skip_scan.sql"));
+    let rows = client
+        .query(&sql, &[p(&key), p(&stuck_secs), p(&probed)])
+        .await
+        .context("failed to read the key")?;
+    found(&rows)
+}
+
+fn found(rows: &[Row]) -> Result<Found> {
+    let truncated = rows
+        .first()
+        .and_then(|r| r.try_get::<_, bool>("truncated").ok())
+        .unwrap_or(false);
+    Ok(Found {
+        records: rows
+            .iter()
+            .map(KeyRecord::from_row)
+            .collect::<Result<_>>()?,
+        truncated,
+    })
 }
 
 #[cfg(test)]
