@@ -10,6 +10,7 @@
 //! (on OpenSSL, as libpq), `resolve` puts
 //! them together, `pool` connects.
 
+mod auth;
 mod conninfo;
 mod env;
 mod hosts;
@@ -66,6 +67,8 @@ pub struct Target {
     session: SessionTimeouts,
     /// `target_session_attrs=prefer-standby`: look for a standby first, then take any server.
     prefer_standby: bool,
+    /// `require_auth`: the authentication methods the server may ask for.
+    require_auth: Option<std::sync::Arc<auth::AuthRule>>,
     warnings: Vec<String>,
 }
 

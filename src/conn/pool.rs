@@ -4,6 +4,8 @@
 //! timeout, then fails with one line saying where, as whom, and why, and the clean close that lets
 //! every connection say goodbye (Terminate) before the process exits.
 
+use super::auth;
+use super::tls_stream::MakeTls;
 use super::{SessionTimeouts, Target};
 use crate::cli::PoolMode;
 use crate::exit::{Exit, fail};
@@ -169,23 +171,34 @@ impl Target {
             tasks: Mutex::new(Vec::new()),
         });
         let config = self.config.clone();
-        let manager = match &self.tls {
-            Some(tls) => Manager::from_connect(
+        let manager = match (&self.require_auth, &self.tls) {
+            (Some(rule), tls) => Manager::from_connect(
                 config,
-                Tracked {
+                Watched {
                     tls: tls.clone(),
+                    rule: rule.clone(),
                     shared: shared.clone(),
                 },
                 manager_config,
             ),
-            None => Manager::from_connect(
-                config,
-                Tracked {
-                    tls: NoTls,
-                    shared: shared.clone(),
-                },
-                manager_config,
-            ),
+            (None, tls) => match tls {
+                Some(tls) => Manager::from_connect(
+                    config,
+                    Tracked {
+                        tls: tls.clone(),
+                        shared: shared.clone(),
+                    },
+                    manager_config,
+                ),
+                None => Manager::from_connect(
+                    config,
+                    Tracked {
+                        tls: NoTls,
+                        shared: shared.clone(),
+                    },
+                    manager_config,
+                ),
+            },
         };
         let inner = deadpool_postgres::Pool::builder(manager)
             .max_size(max_size.max(1))
@@ -301,6 +314,71 @@ where
                 let _ = connection.await;
             });
             shared
+                .tasks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(task);
+            Ok((client, tokio::spawn(async {})))
+        })
+    }
+}
+
+/// [`Tracked`] for connections with a `require_auth` rule: the driver's host loop with the
+/// authentication exchange watched ([`auth::connect`]).
+struct Watched {
+    tls: Option<MakeTls>,
+    rule: Arc<auth::AuthRule>,
+    shared: Arc<Shared>,
+}
+
+impl Watched {
+    async fn connect_once(
+        &self,
+        config: &tokio_postgres::Config,
+    ) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error> {
+        let rule = self.rule.clone();
+        Ok(match &self.tls {
+            Some(tls) => {
+                let (client, connection) = auth::connect(config, tls.clone(), rule).await?;
+                (
+                    client,
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    }),
+                )
+            }
+            None => {
+                let (client, connection) = auth::connect(config, NoTls, rule).await?;
+                (
+                    client,
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    }),
+                )
+            }
+        })
+    }
+}
+
+impl Connect for Watched {
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> Pin<Box<dyn Future<Output = Connected> + Send + '_>> {
+        let config = pg_config.clone();
+        Box::pin(async move {
+            let (client, task) = if self.shared.prefer_standby {
+                let mut standby = config.clone();
+                standby.target_session_attrs(TargetSessionAttrs::ReadOnly);
+                match self.connect_once(&standby).await {
+                    Ok(found) => found,
+                    Err(e) if e.to_string().contains(auth::REFUSAL) => return Err(e),
+                    Err(_) => self.connect_once(&config).await?,
+                }
+            } else {
+                self.connect_once(&config).await?
+            };
+            self.shared
                 .tasks
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -510,10 +588,16 @@ impl Failure {
                 transient: false,
             };
         }
+        let chain = chain_text(e);
+        if let Some(at) = chain.find(auth::REFUSAL) {
+            return Failure {
+                reason: chain[at..].to_string(),
+                transient: false,
+            };
+        }
         if let Some(failure) = io_failure(e) {
             return failure;
         }
-        let chain = chain_text(e);
         if chain.ends_with("password missing") {
             let reason = "the server asks for a password and none was given (set PGPASSWORD, \
                           add a ~/.pgpass line, or put it in the URL)";

@@ -98,6 +98,13 @@ fn resolve_pairs(
     }
     apply_tcp_options(&params, &mut config)?;
     let prefer_standby = apply_session_options(&params, &tls_plan, &mut config)?;
+    let require_auth = match params.get("require_auth") {
+        Some(value) => Some(std::sync::Arc::new(
+            super::auth::AuthRule::parse(value)
+                .map_err(|why| params.unsupported("require_auth", &why))?,
+        )),
+        None => None,
+    };
     Ok(Target {
         config,
         endpoints,
@@ -110,6 +117,7 @@ fn resolve_pairs(
             idle_in_transaction: settings.idle_in_transaction_timeout,
         },
         prefer_standby,
+        require_auth,
         warnings,
     })
 }
@@ -117,11 +125,7 @@ fn resolve_pairs(
 /// Keywords whose effect idemctl cannot provide; dropping them silently could weaken security or
 /// connect somewhere else than intended.
 fn reject_unsupported(params: &Params) -> anyhow::Result<()> {
-    let refusals: [(&str, &str); 5] = [
-        (
-            "require_auth",
-            "restricting authentication methods is not supported; remove it",
-        ),
+    let refusals: [(&str, &str); 4] = [
         (
             "requirepeer",
             "checking the socket peer's user name is not supported; remove it",

@@ -302,9 +302,9 @@ fn unknown_and_unsupported_keywords() {
             "definition of service \"prod\" not found",
         ),
         (
-            "host=h require_auth=scram-sha-256",
+            "host=h require_auth=scram-sha-256,kerberos",
             &[],
-            "require_auth in --database-url",
+            "require_auth in --database-url: invalid require_auth value: \"kerberos\"",
         ),
         (
             "host=h gssencmode=require",

@@ -26,6 +26,7 @@ mod rate_limits;
 mod read_only;
 mod reclaim;
 mod replica;
+mod require_auth;
 mod roles;
 mod service_files;
 mod snapshots;

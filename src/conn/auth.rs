@@ -1,0 +1,792 @@
+//! `require_auth` (libpq 16): which authentication methods the server may ask for. The driver has
+//! no hook into its authentication exchange, so connections with a requirement read the server's
+//! messages on their way in ([`Watching`]): a request for a method not allowed ends the connection
+//! before the driver answers it (no password is sent), and an AuthenticationOk the client did not
+//! earn is refused unless `none` is allowed. The words are libpq's.
+//!
+//! The watcher sits on the socket and, once TLS is up, on the TLS session (the socket then carries
+//! ciphertext); [`connect`] is the driver's own host loop with the watched socket, used only for
+//! connections with a requirement.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use socket2::{SockRef, TcpKeepalive};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
+use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
+use tokio_postgres::{Client, Config, Connection, SimpleQueryMessage};
+
+/// An authentication method `require_auth` names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Method {
+    Password,
+    Md5,
+    Gss,
+    Sspi,
+    Scram,
+    None,
+}
+
+const METHODS: [(&str, Method); 6] = [
+    ("password", Method::Password),
+    ("md5", Method::Md5),
+    ("gss", Method::Gss),
+    ("sspi", Method::Sspi),
+    ("scram-sha-256", Method::Scram),
+    ("none", Method::None),
+];
+
+/// A parsed `require_auth`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct AuthRule {
+    /// The value as given, for messages (libpq quotes it).
+    text: String,
+    allowed: Vec<Method>,
+}
+
+impl AuthRule {
+    /// libpq's parsing: a comma-separated list of methods, all plain (the only ones allowed) or all
+    /// negated with `!` (every other one allowed). The error is libpq's message.
+    pub(crate) fn parse(value: &str) -> Result<AuthRule, String> {
+        let mut listed: Vec<Method> = Vec::new();
+        let mut negated: Option<bool> = None;
+        for item in value.split(',') {
+            let (neg, name) = match item.strip_prefix('!') {
+                Some(rest) => (true, rest),
+                None => (false, item),
+            };
+            let Some(&(_, method)) = METHODS.iter().find(|(n, _)| *n == name) else {
+                return Err(format!("invalid require_auth value: \"{name}\""));
+            };
+            match negated {
+                Some(false) if neg => {
+                    return Err(format!(
+                        "negative require_auth method \"{item}\" cannot be mixed with non-negative methods"
+                    ));
+                }
+                Some(true) if !neg => {
+                    return Err(format!(
+                        "require_auth method \"{item}\" cannot be mixed with negative methods"
+                    ));
+                }
+                _ => negated = Some(neg),
+            }
+            if listed.contains(&method) {
+                return Err(format!(
+                    "require_auth method \"{name}\" is specified more than once"
+                ));
+            }
+            listed.push(method);
+        }
+        let allowed = if negated == Some(true) {
+            METHODS
+                .iter()
+                .map(|(_, m)| *m)
+                .filter(|m| !listed.contains(m))
+                .collect()
+        } else {
+            listed
+        };
+        Ok(AuthRule {
+            text: value.to_string(),
+            allowed,
+        })
+    }
+
+    fn allows(&self, m: Method) -> bool {
+        self.allowed.contains(&m)
+    }
+
+    fn refuse(&self, reason: &str) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "authentication method requirement \"{}\" failed: {reason}",
+                self.text
+            ),
+        )
+    }
+}
+
+/// The start of the error text [`AuthRule`] refusals carry (for the connect error's wording).
+pub(crate) const REFUSAL: &str = "authentication method requirement";
+
+const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Nothing sent yet: the client's first bytes say whether TLS is requested.
+    Start,
+    /// The client asked for TLS; the server's next byte answers.
+    SslAnswer,
+    /// Reading the server's messages until authentication ends.
+    Messages,
+    /// Authentication is over, or TLS carries it: nothing more to watch here.
+    Off,
+}
+
+/// The server's side of the authentication exchange, parsed incrementally.
+struct Parser {
+    rule: Arc<AuthRule>,
+    stage: Stage,
+    /// The current message's first bytes: type, length, and for 'R' the request code.
+    head: Vec<u8>,
+    /// Bytes of the current message still to skip.
+    skip: usize,
+    /// Whether the client completed an exchange the server asked for.
+    finished: bool,
+    refused: Option<String>,
+}
+
+impl Parser {
+    fn new(rule: Arc<AuthRule>, stage: Stage) -> Parser {
+        Parser {
+            rule,
+            stage,
+            head: Vec::with_capacity(9),
+            skip: 0,
+            finished: false,
+            refused: None,
+        }
+    }
+
+    fn client_wrote(&mut self, bytes: &[u8]) {
+        if self.stage != Stage::Start || bytes.is_empty() {
+            return;
+        }
+        self.stage = if bytes.starts_with(&SSL_REQUEST) {
+            Stage::SslAnswer
+        } else if bytes[0] == 0x16 {
+            // A TLS ClientHello first (sslnegotiation=direct): the TLS layer watches.
+            Stage::Off
+        } else {
+            Stage::Messages
+        };
+    }
+
+    /// Feed bytes from the server; `Err` when the exchange breaks the rule.
+    fn server_sent(&mut self, mut bytes: &[u8]) -> io::Result<()> {
+        while !bytes.is_empty() {
+            match self.stage {
+                Stage::Off => return Ok(()),
+                Stage::Start | Stage::Messages => self.stage = Stage::Messages,
+                Stage::SslAnswer => {
+                    self.stage = if bytes[0] == b'N' {
+                        Stage::Messages
+                    } else {
+                        Stage::Off
+                    };
+                    bytes = &bytes[1..];
+                    continue;
+                }
+            }
+            if self.skip > 0 {
+                let n = self.skip.min(bytes.len());
+                self.skip -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let want = if self.head.first() == Some(&b'R') {
+                9
+            } else {
+                5
+            };
+            let n = (want - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if self.head.len() < want {
+                continue;
+            }
+            if want == 5 && self.head[0] == b'R' {
+                continue; // read the request code too
+            }
+            let len = u32::from_be_bytes([self.head[1], self.head[2], self.head[3], self.head[4]])
+                as usize;
+            let read_body = self.head.len() - 1;
+            let kind = self.head[0];
+            let code = (kind == b'R').then(|| {
+                i32::from_be_bytes([self.head[5], self.head[6], self.head[7], self.head[8]])
+            });
+            self.head.clear();
+            self.skip = (len + 1).saturating_sub(read_body + 1);
+            match (kind, code) {
+                (b'R', Some(code)) => self.request(code)?,
+                // NegotiateProtocolVersion: skip; anything else (an error) ends the exchange.
+                (b'v', _) => {}
+                _ => self.stage = Stage::Off,
+            }
+        }
+        Ok(())
+    }
+
+    fn request(&mut self, code: i32) -> io::Result<()> {
+        let rule = &self.rule;
+        let refusal = match code {
+            0 => {
+                if rule.allows(Method::None) || self.finished {
+                    self.stage = Stage::Off;
+                    None
+                } else {
+                    Some("server did not complete authentication")
+                }
+            }
+            3 if !rule.allows(Method::Password) => Some("server requested a cleartext password"),
+            5 if !rule.allows(Method::Md5) => Some("server requested a hashed password"),
+            3 | 5 => {
+                self.finished = true;
+                None
+            }
+            7 | 8 if !rule.allows(Method::Gss) => Some("server requested GSSAPI authentication"),
+            9 if !rule.allows(Method::Sspi) => Some("server requested SSPI authentication"),
+            10 | 11 if !rule.allows(Method::Scram) => Some("server requested SASL authentication"),
+            12 => {
+                self.finished = true;
+                None
+            }
+            7..=11 => None,
+            _ => Some("server requested an unknown authentication type"),
+        };
+        match refusal {
+            Some(reason) => {
+                let e = rule.refuse(reason);
+                self.refused = Some(e.to_string());
+                self.stage = Stage::Off;
+                Err(e)
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+/// A stream whose incoming authentication messages are checked against the rule.
+pub(crate) struct Watching<S> {
+    inner: S,
+    parser: Parser,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watching<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        if let Some(refused) = &self.parser.refused {
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                refused.clone(),
+            )));
+        }
+        let before = buf.filled().len();
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                // On a refusal the bytes read are dropped with the error: the driver never sees
+                // the request it must not answer.
+                this.parser.server_sent(&buf.filled()[before..])?;
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watching<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = written {
+            this.parser.client_wrote(&buf[..n]);
+        }
+        written
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl<S: TlsStream + Unpin> TlsStream for Watching<S> {
+    fn channel_binding(&self) -> ChannelBinding {
+        self.inner.channel_binding()
+    }
+}
+
+/// A TCP or Unix-domain socket.
+pub(crate) enum Raw {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl AsyncRead for Raw {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Raw::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Raw::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Raw {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Raw::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Raw::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Raw::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Raw::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Raw::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Raw::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// The driver's TLS hook, with the TLS session's plaintext watched.
+pub(crate) struct WatchTls<C> {
+    inner: C,
+    rule: Arc<AuthRule>,
+}
+
+impl<S, C> TlsConnect<S> for WatchTls<C>
+where
+    C: TlsConnect<S>,
+    C::Future: Send + 'static,
+    C::Stream: Unpin,
+{
+    type Stream = Watching<C::Stream>;
+    type Error = C::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Stream, C::Error>> + Send>>;
+
+    fn connect(self, stream: S) -> Self::Future {
+        let rule = self.rule;
+        let handshake = self.inner.connect(stream);
+        Box::pin(async move {
+            let inner = handshake.await?;
+            Ok(Watching {
+                inner,
+                parser: Parser::new(rule, Stage::Messages),
+            })
+        })
+    }
+}
+
+/// The socket and TLS types of a watched connection.
+pub(crate) type WatchedConnection<T> = Connection<
+    Watching<Raw>,
+    Watching<
+        <<T as MakeTlsConnect<Watching<Raw>>>::TlsConnect as TlsConnect<Watching<Raw>>>::Stream,
+    >,
+>;
+
+/// Connect as the driver does (every host in order, or shuffled with `load_balance_hosts=random`;
+/// `target_session_attrs` checked after login), with the authentication exchange watched. The
+/// socket errors come back as the driver's own (it reads them from a stream that fails at once).
+pub(crate) async fn connect<T>(
+    config: &Config,
+    mut tls: T,
+    rule: Arc<AuthRule>,
+) -> Result<(Client, WatchedConnection<T>), tokio_postgres::Error>
+where
+    T: MakeTlsConnect<Watching<Raw>>,
+    <T::TlsConnect as TlsConnect<Watching<Raw>>>::Future: Send + 'static,
+    <T::TlsConnect as TlsConnect<Watching<Raw>>>::Stream: Unpin,
+{
+    let hosts = config.get_hosts();
+    let addrs = config.get_hostaddrs();
+    let ports = config.get_ports();
+    let count = hosts.len().max(addrs.len());
+    let mut order: Vec<usize> = (0..count).collect();
+    if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+        shuffle(&mut order);
+    }
+    let mut last = None;
+    for i in order {
+        let port = ports
+            .get(i)
+            .or_else(|| ports.first())
+            .copied()
+            .unwrap_or(5432);
+        let hostname = match hosts.get(i) {
+            Some(Host::Tcp(h)) => Some(h.clone()),
+            _ => None,
+        };
+        let targets: Vec<Target> = match (addrs.get(i), hosts.get(i)) {
+            (Some(ip), _) => vec![Target::Tcp(std::net::SocketAddr::new(*ip, port))],
+            (None, Some(Host::Tcp(h))) => match tokio::net::lookup_host((h.as_str(), port)).await {
+                Ok(found) => {
+                    let mut found: Vec<_> = found.map(Target::Tcp).collect();
+                    if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+                        shuffle(&mut found);
+                    }
+                    found
+                }
+                Err(e) => {
+                    last = Some(failed(e).await);
+                    continue;
+                }
+            },
+            (None, Some(Host::Unix(dir))) => {
+                vec![Target::Unix(dir.join(format!(".s.PGSQL.{port}")))]
+            }
+            (None, None) => continue,
+        };
+        for target in targets {
+            let raw = match open(&target, config).await {
+                Ok(raw) => raw,
+                Err(e) => {
+                    last = Some(failed(e).await);
+                    continue;
+                }
+            };
+            let stream = Watching {
+                inner: raw,
+                parser: Parser::new(rule.clone(), Stage::Start),
+            };
+            let tls_connect = match tls.make_tls_connect(hostname.as_deref().unwrap_or("")) {
+                Ok(c) => c,
+                Err(e) => {
+                    last = Some(failed(io::Error::other(e.into().to_string())).await);
+                    continue;
+                }
+            };
+            let watched = WatchTls {
+                inner: tls_connect,
+                rule: rule.clone(),
+            };
+            match config.connect_raw(stream, watched).await {
+                Ok((client, mut connection)) => {
+                    match session_fits(&client, &mut connection, config).await {
+                        Ok(true) => return Ok((client, connection)),
+                        Ok(false) => {
+                            last = Some(
+                                failed(io::Error::new(
+                                    io::ErrorKind::PermissionDenied,
+                                    "the server's session does not fit target_session_attrs",
+                                ))
+                                .await,
+                            );
+                        }
+                        Err(e) => last = Some(e),
+                    }
+                }
+                // A refusal of the rule is final, as in libpq.
+                Err(e) if e.to_string().contains(REFUSAL) || chain(&e).contains(REFUSAL) => {
+                    return Err(e);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+    }
+    match last {
+        Some(e) => Err(e),
+        None => Err(failed(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no host to connect to",
+        ))
+        .await),
+    }
+}
+
+enum Target {
+    Tcp(std::net::SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+/// The socket, with the connect timeout, TCP_NODELAY, keepalives and TCP_USER_TIMEOUT the
+/// driver would set.
+async fn open(target: &Target, config: &Config) -> io::Result<Raw> {
+    let timeout = config.get_connect_timeout().copied();
+    match target {
+        Target::Tcp(addr) => {
+            let stream = within(timeout, TcpStream::connect(*addr)).await?;
+            stream.set_nodelay(true)?;
+            let sock = SockRef::from(&stream);
+            if let Some(t) = config.get_tcp_user_timeout() {
+                sock.set_tcp_user_timeout(Some(*t))?;
+            }
+            if config.get_keepalives() {
+                let mut ka = TcpKeepalive::new().with_time(config.get_keepalives_idle());
+                if let Some(i) = config.get_keepalives_interval() {
+                    ka = ka.with_interval(i);
+                }
+                if let Some(r) = config.get_keepalives_retries() {
+                    ka = ka.with_retries(r);
+                }
+                sock.set_tcp_keepalive(&ka)?;
+            }
+            Ok(Raw::Tcp(stream))
+        }
+        Target::Unix(path) => Ok(Raw::Unix(within(timeout, UnixStream::connect(path)).await?)),
+    }
+}
+
+async fn within<T>(
+    timeout: Option<std::time::Duration>,
+    fut: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match timeout {
+        Some(t) => tokio::time::timeout(t, fut).await.unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection timed out",
+            ))
+        }),
+        None => fut.await,
+    }
+}
+
+/// `target_session_attrs` as the driver checks it (`transaction_read_only` after login), with
+/// the connection driven meanwhile.
+async fn session_fits<S, T>(
+    client: &Client,
+    connection: &mut Connection<S, T>,
+    config: &Config,
+) -> Result<bool, tokio_postgres::Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    let want = config.get_target_session_attrs();
+    if want == TargetSessionAttrs::Any {
+        return Ok(true);
+    }
+    let query = client.simple_query("SHOW transaction_read_only");
+    tokio::pin!(query);
+    let messages = tokio::select! {
+        done = &mut query => done?,
+        ended = &mut *connection => {
+            ended?;
+            return Err(failed(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the server closed the connection",
+            ))
+            .await);
+        }
+    };
+    let read_only = messages.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(r) => r.get(0).map(|v| v == "on"),
+        _ => None,
+    });
+    Ok(match want {
+        TargetSessionAttrs::ReadWrite => read_only == Some(false),
+        TargetSessionAttrs::ReadOnly => read_only == Some(true),
+        _ => true,
+    })
+}
+
+/// The driver's error for an I/O failure outside it: a connection attempt over a stream that
+/// fails with `e` at once.
+async fn failed(e: io::Error) -> tokio_postgres::Error {
+    let stream = Failing(Some(e));
+    match Config::new()
+        .user("idemctl")
+        .connect_raw(stream, tokio_postgres::NoTls)
+        .await
+    {
+        Err(err) => err,
+        Ok(_) => unreachable!("a stream that fails cannot log in"),
+    }
+}
+
+struct Failing(Option<io::Error>);
+
+impl Failing {
+    fn error(&mut self) -> io::Error {
+        self.0
+            .take()
+            .unwrap_or_else(|| io::Error::new(io::ErrorKind::BrokenPipe, "closed"))
+    }
+}
+
+impl AsyncRead for Failing {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        _: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Poll::Ready(Err(self.error()))
+    }
+}
+
+impl AsyncWrite for Failing {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        _: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Poll::Ready(Err(self.error()))
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Err(self.error()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+fn chain(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// Fisher-Yates with a clock-seeded xorshift (the order only spreads load; nothing depends on it).
+fn shuffle<T>(items: &mut [T]) {
+    let mut x = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
+        | 1;
+    for i in (1..items.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        items.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(v: &str) -> Arc<AuthRule> {
+        Arc::new(AuthRule::parse(v).unwrap())
+    }
+
+    fn auth(code: i32) -> Vec<u8> {
+        let mut m = vec![b'R', 0, 0, 0, 8];
+        m.extend_from_slice(&code.to_be_bytes());
+        m
+    }
+
+    fn run(rule_text: &str, codes: &[i32]) -> Result<(), String> {
+        let mut p = Parser::new(rule(rule_text), Stage::Start);
+        p.client_wrote(&[0, 0, 0, 40, 0, 3, 0, 0]);
+        for c in codes {
+            let mut m = auth(*c);
+            if *c == 10 {
+                // SASL: the mechanism list follows, and the length says so.
+                m[4] = 8 + 14;
+                m.extend_from_slice(b"SCRAM-SHA-256\0");
+            }
+            // Fed one byte at a time: the parser must not care how reads split messages.
+            for b in m {
+                p.server_sent(&[b]).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn parsing_follows_libpq() {
+        assert!(AuthRule::parse("scram-sha-256").is_ok());
+        assert!(AuthRule::parse("!password,!md5").is_ok());
+        assert_eq!(
+            AuthRule::parse("kerberos").unwrap_err(),
+            "invalid require_auth value: \"kerberos\""
+        );
+        assert_eq!(
+            AuthRule::parse("md5,!password").unwrap_err(),
+            "negative require_auth method \"!password\" cannot be mixed with non-negative methods"
+        );
+        assert_eq!(
+            AuthRule::parse("!md5,password").unwrap_err(),
+            "require_auth method \"password\" cannot be mixed with negative methods"
+        );
+        assert_eq!(
+            AuthRule::parse("md5,md5").unwrap_err(),
+            "require_auth method \"md5\" is specified more than once"
+        );
+    }
+
+    #[test]
+    fn requests_are_judged_as_libpq_does() {
+        let refused = |r: &str, codes: &[i32], why: &str| {
+            let e = run(r, codes).unwrap_err();
+            assert_eq!(
+                e,
+                format!("authentication method requirement \"{r}\" failed: {why}")
+            );
+        };
+        assert_eq!(run("scram-sha-256", &[10, 11, 12, 0]), Ok(()));
+        refused(
+            "scram-sha-256",
+            &[3],
+            "server requested a cleartext password",
+        );
+        refused("scram-sha-256", &[5], "server requested a hashed password");
+        refused(
+            "scram-sha-256",
+            &[0],
+            "server did not complete authentication",
+        );
+        refused(
+            "scram-sha-256",
+            &[10, 11, 0],
+            "server did not complete authentication",
+        );
+        refused("password", &[10], "server requested SASL authentication");
+        assert_eq!(run("password", &[3, 0]), Ok(()));
+        assert_eq!(run("md5,none", &[0]), Ok(()));
+        refused("none", &[5], "server requested a hashed password");
+        assert_eq!(run("!password", &[5, 0]), Ok(()));
+        assert_eq!(run("!password", &[0]), Ok(()));
+        refused("!none", &[0], "server did not complete authentication");
+        refused("!password", &[3], "server requested a cleartext password");
+        refused(
+            "scram-sha-256",
+            &[7],
+            "server requested GSSAPI authentication",
+        );
+    }
+
+    #[test]
+    fn tls_hands_the_watch_to_the_session() {
+        let mut p = Parser::new(rule("scram-sha-256"), Stage::Start);
+        p.client_wrote(&SSL_REQUEST);
+        // 'S', then TLS records that must not be parsed as messages.
+        assert!(
+            p.server_sent(b"S\x16\x03\x03\x00\x05R\x00\x00\x00\x08")
+                .is_ok()
+        );
+        assert_eq!(p.stage, Stage::Off);
+        let mut p = Parser::new(rule("scram-sha-256"), Stage::Start);
+        p.client_wrote(&SSL_REQUEST);
+        let mut bytes = vec![b'N'];
+        bytes.extend(auth(3));
+        assert!(p.server_sent(&bytes).is_err());
+    }
+}
