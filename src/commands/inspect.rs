@@ -5,7 +5,7 @@
 use std::io::Read as _;
 
 use crate::db::Session;
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use serde_json::json;
 
 use crate::cli::InspectArgs;
@@ -58,13 +58,19 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
             ),
         ));
     }
-    let mut records = match &args.api_key_id {
-        Some(tenant) => by_tenant(&client, &table, tenant, &args.key, stuck_secs).await?,
-        None => by_key(&client, &table, &args.key, stuck_secs).await?,
+    let records = match crate::commands::shards::distributed(&client, &table).await? {
+        Some(layout) => on_shards(ctx, &client, &table, layout, args, stuck_secs).await?,
+        None => {
+            let mut records = match &args.api_key_id {
+                Some(tenant) => by_tenant(&client, &table, tenant, &args.key, stuck_secs).await?,
+                None => by_key(&client, &table, &args.key, stuck_secs).await?,
+            };
+            for r in &mut records {
+                r.check_holder(&client).await?;
+            }
+            records
+        }
     };
-    for r in &mut records {
-        r.check_holder(&client).await?;
-    }
     match records.as_slice() {
         [] => Err(fail(Exit::NotFound, not_found_message(args))),
         [one] => match &body {
@@ -106,6 +112,45 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
             ))
         }
     }
+}
+
+/// On a table Citus distributes: the same lookups on the shards, on their workers (each read and
+/// its row-holder check on the worker that holds the row). With --api-key-id only the tenant's
+/// shard is read; without, every shard (a key found under several tenants is listed, whichever
+/// shards hold them).
+async fn on_shards(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    layout: crate::db::citus::Layout,
+    args: &InspectArgs,
+    stuck_secs: f64,
+) -> Result<Vec<KeyRecord>> {
+    use crate::commands::shards;
+    let only = match &args.api_key_id {
+        Some(tenant) => Some(crate::db::citus::shard_for(client, table, tenant).await?),
+        None => None,
+    };
+    let cluster = shards::connect_to(ctx, client, table, layout, 1, only).await?;
+    let mut records = Vec::new();
+    for node in &cluster.nodes {
+        let session = node.session().await?;
+        for shard in &node.shards {
+            let found = match &args.api_key_id {
+                Some(tenant) => {
+                    by_tenant(&session, &shard.table, tenant, &args.key, stuck_secs).await
+                }
+                None => by_key(&session, &shard.table, &args.key, stuck_secs).await,
+            }
+            .with_context(|| format!("shard {} on worker {}", shard.id, node.name()))?;
+            for mut r in found {
+                r.check_holder(&session).await?;
+                records.push(r);
+            }
+        }
+    }
+    records.sort_by(|a, b| a.api_key_id.cmp(&b.api_key_id));
+    Ok(records)
 }
 
 /// The record for `-o json`, its stored body to be spliced in exactly as raw JSON text `n`.

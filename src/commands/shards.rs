@@ -83,9 +83,24 @@ pub async fn connect(
     layout: Layout,
     pool_size: usize,
 ) -> Result<Cluster> {
+    connect_to(ctx, client, table, layout, pool_size, None).await
+}
+
+/// Like [`connect`], with only the shard `only` when given.
+pub async fn connect_to(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    layout: Layout,
+    pool_size: usize,
+    only: Option<i64>,
+) -> Result<Cluster> {
     let placements = citus::placements(client, table).await?;
     let mut nodes: Vec<Node> = Vec::new();
     for placement in placements {
+        if only.is_some_and(|id| id != placement.shard_id) {
+            continue;
+        }
         let index = match nodes
             .iter()
             .position(|n| n.host == placement.node && n.port == placement.port)

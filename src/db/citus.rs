@@ -101,6 +101,19 @@ pub async fn placements(client: &Session, table: &KeyTable) -> Result<Vec<Placem
         .collect()
 }
 
+/// The shard of the hash-distributed `table` that holds the rows whose distribution column is
+/// `value`.
+pub async fn shard_for(client: &Session, table: &KeyTable, value: &str) -> Result<i64> {
+    Ok(client
+        .query_one(
+            include_str!("../../sql/citus_shard_for_tenant.sql"),
+            &[p(&table.oid), p(&value)],
+        )
+        .await
+        .context("failed to find the shard that holds the tenant")?
+        .get("shard_id"))
+}
+
 /// The shard's table name on its worker: Citus appends `_<shard id>` to the table's name.
 fn shard_name(table: &KeyTable, shard_id: i64) -> TableName {
     TableName {
