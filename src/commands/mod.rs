@@ -1,6 +1,7 @@
 //! One module per subcommand; `run` dispatches a parsed command line to it.
 
 pub mod check;
+pub mod citus_stats;
 pub mod docs;
 pub mod evict;
 pub mod inspect;

@@ -42,6 +42,10 @@ pub struct StatsReport {
     pub recent_ttl: Option<crate::db::maintenance::RecentTtl>,
     /// Why a figure was not computed.
     pub notes: Vec<String>,
+    /// On a table Citus distributes: its layout and each worker's part (the figures above are the
+    /// shards' added up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub citus: Option<super::citus_stats::CitusStats>,
 }
 
 impl StatsReport {
@@ -110,6 +114,7 @@ pub async fn gather(
         maintenance,
         recent_ttl,
         notes,
+        citus: None,
     })
 }
 
@@ -126,15 +131,33 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let table = ctx.table(&client).await?;
     let privileges = table.privileges(&client).await?;
     privileges.require(&table, "stats", &[("SELECT", privileges.select)])?;
-    let report = gather(
-        &client,
-        &table,
-        args.stuck_after.as_secs_f64(),
-        args.backlog_cap,
-        args.allow_scan,
-        None,
-    )
-    .await?;
+    let stuck_after = args.stuck_after.as_secs_f64();
+    let report = match super::shards::distributed(&client, &table).await? {
+        Some(layout) => {
+            super::citus_stats::gather(
+                ctx,
+                &client,
+                &table,
+                layout,
+                stuck_after,
+                args.backlog_cap,
+                args.allow_scan,
+                None,
+            )
+            .await?
+        }
+        None => {
+            gather(
+                &client,
+                &table,
+                stuck_after,
+                args.backlog_cap,
+                args.allow_scan,
+                None,
+            )
+            .await?
+        }
+    };
     ctx.metrics.finish(STATS_END, metrics(&report)).await?;
     if ctx.output.format == OutputFormat::Prometheus {
         crate::output::write_stdout(&ctx.metrics.render(&metrics(&report)))?;
@@ -257,6 +280,9 @@ pub fn doc(r: &StatsReport) -> Doc {
         ));
     }
     d.fields(None, rows);
+    if let Some(c) = &r.citus {
+        super::citus_stats::blocks(&mut d, c);
+    }
     for n in &r.notes {
         d.text(format!("note: {n}"));
     }

@@ -379,3 +379,109 @@ async fn citus_inspect_finds_keys_across_tenants_and_lists_ambiguity() {
     run.assert_code(0);
     assert_eq!(run.json()["held"], false);
 }
+
+/// stats on a distributed table adds up the shards (the coordinator's table is an empty shell):
+/// row estimates, sizes (checked against Citus's own citus_total_relation_size), the backlog, the
+/// eviction lag, stuck keys and dead tuples, with each worker's part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_stats_adds_up_the_shards_with_each_workers_part() {
+    let Some(db) = loaded(Layout::ByTenant, "citus stats").await else {
+        return;
+    };
+    let total = MIX.expired + MIX.live + MIX.fresh + MIX.stuck + MIX.expired_in_progress;
+    let client = db.client().await;
+    let truth = client
+        .query_one(
+            "SELECT citus_total_relation_size('idempotency_keys')::bigint, \
+             (SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress' \
+                AND coalesce(locked_at, created_at) < now() - interval '30 minutes')::bigint, \
+             (SELECT extract(epoch FROM now() - min(expires_at))::float8 FROM idempotency_keys \
+               WHERE expires_at < now() AND state = 'completed')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (size, stuck, lag): (i64, i64, f64) = (truth.get(0), truth.get(1), truth.get(2));
+    let run = db
+        .idemctl()
+        .args([
+            "stats",
+            "-o",
+            "json",
+            "--allow-scan",
+            "--stuck-after",
+            "30m",
+        ])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["sizes"]["estimated_rows"], total, "{j}");
+    assert_eq!(j["sizes"]["total_bytes"], size, "{j}");
+    assert_eq!(j["expired_backlog"]["count"], MIX.expired, "{j}");
+    assert_eq!(j["expired_backlog"]["at_least"], false, "{j}");
+    assert_eq!(j["stuck"]["count"]["count"], stuck, "{j}");
+    assert!(stuck >= MIX.stuck, "{j}");
+    let seen = j["eviction_lag_seconds"].as_f64().unwrap();
+    assert!((seen - lag).abs() < 30.0, "lag {seen} vs {lag}: {j}");
+    let nodes = j["citus"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{j}");
+    let sum = |field: &str| {
+        nodes
+            .iter()
+            .map(|n| n[field].as_i64().unwrap())
+            .sum::<i64>()
+    };
+    assert_eq!(sum("estimated_rows"), total, "{j}");
+    assert_eq!(sum("total_bytes"), size, "{j}");
+    assert_eq!(sum("shards"), 32, "{j}");
+    let backlog: i64 = nodes
+        .iter()
+        .map(|n| n["expired_backlog"]["count"].as_i64().unwrap())
+        .sum();
+    assert_eq!(backlog, MIX.expired, "{j}");
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n["estimated_rows"].as_i64().unwrap() > 0),
+        "{j}"
+    );
+
+    // The cap is shared out over the shards: the whole run counts at most the cap.
+    let run = db
+        .idemctl()
+        .args(["stats", "-o", "json", "--backlog-cap", "1000"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["expired_backlog"]["count"], 1000, "{j}");
+    assert_eq!(j["expired_backlog"]["at_least"], true, "{j}");
+
+    // After an evict the shards' dead tuples show up (the statistics arrive within a second or so).
+    db.idemctl().args(["evict"]).run().assert_code(0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let run = db.idemctl().args(["stats", "-o", "json"]).run();
+        run.assert_code(0);
+        let j = run.json();
+        let dead = j["vacuum"]["dead_tuples"].as_i64().unwrap();
+        let per_node: i64 = j["citus"]["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["dead_tuples"].as_i64().unwrap())
+            .sum();
+        assert_eq!(dead, per_node, "{j}");
+        assert_eq!(j["expired_backlog"]["count"], 0, "{j}");
+        if dead >= MIX.expired / 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no dead tuples after evict: {j}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let run = db.idemctl().args(["stats", "-o", "table"]).run();
+    run.assert_code(0)
+        .assert_stdout_contains("Citus workers (table distributed by api_key_id over 32 shards)");
+}

@@ -1,0 +1,321 @@
+//! `stats` on a table Citus hash-distributes: the coordinator holds an empty shell, the rows are in
+//! the shards. Each shard's figures are read on its worker with the single-server statements (the
+//! shard is an ordinary table there; catalog figures inside a read-only transaction that shows the
+//! shards to the catalog), then added up: sizes, row estimates and tuple counts summed, the oldest
+//! keys and the least recent (auto)vacuum/analyze over every shard, and the capped counts shared
+//! out so the whole run examines at most the cap of rows (plus one per shard), like on one server.
+//! Each worker's part is reported too.
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+
+use super::shards::{self, Node, Shard};
+use super::stats::StatsReport;
+use crate::context::Context;
+use crate::db::citus::{self, Layout};
+use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
+use crate::db::{KeyTable, Session};
+use crate::output::{Doc, human_bytes, human_secs};
+
+/// One worker's part.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeStats {
+    /// `host:port` as the coordinator's metadata names it.
+    pub node: String,
+    pub shards: usize,
+    pub estimated_rows: i64,
+    pub total_bytes: i64,
+    pub live_tuples: i64,
+    pub dead_tuples: i64,
+    pub expired_backlog: Capped,
+    pub eviction_lag_seconds: f64,
+    /// None when stuck keys are not counted (no in_progress index and no --allow-scan).
+    pub stuck: Option<Capped>,
+}
+
+/// The Citus part of the stats report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CitusStats {
+    pub layout: Layout,
+    pub nodes: Vec<NodeStats>,
+}
+
+/// What one shard says.
+struct ShardStats {
+    sizes: Sizes,
+    vacuum: Vacuum,
+    oldest_live: Option<KeyRef>,
+    oldest_expired: Option<KeyRef>,
+    backlog: Capped,
+    stuck: Option<Stuck>,
+    autovacuum: Vec<crate::db::maintenance::AutovacuumRel>,
+}
+
+/// The shared-out caps: what the shards counted so far and how much of the cap is left.
+struct Budget {
+    backlog_left: i64,
+    stuck_left: i64,
+}
+
+fn add(a: Capped, b: Capped) -> Capped {
+    Capped {
+        count: a.count.saturating_add(b.count),
+        at_least: a.at_least || b.at_least,
+    }
+}
+
+const ZERO: Capped = Capped {
+    count: 0,
+    at_least: false,
+};
+
+/// The stats of the distributed `table`, read shard by shard on the workers.
+pub async fn gather(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    layout: Layout,
+    stuck_after_secs: f64,
+    cap: i64,
+    allow_scan: bool,
+    below_ttl: Option<f64>,
+) -> Result<StatsReport> {
+    table.require_columns()?;
+    table.require_ttl("stats")?;
+    table.require_expiry_index()?;
+    let cluster = shards::connect(ctx, client, table, layout.clone(), 1)
+        .await
+        .context("failed to reach the key table's shards on the Citus workers")?;
+    let count_stuck = allow_scan || table.stuck_index().is_some();
+    let mut budget = Budget {
+        backlog_left: cap,
+        stuck_left: cap,
+    };
+    // The TTL sample reads the first and last keys of the expiry index: through the coordinator,
+    // which merges the shards' ends.
+    let recent_ttl = crate::db::maintenance::recent_ttl(client, table, below_ttl).await?;
+    let mut relations = Vec::new();
+    let mut report = empty(table, stuck_after_secs, count_stuck);
+    let mut nodes = Vec::new();
+    let mut vacuumed = Some(None);
+    let mut analyzed = Some(None);
+    for node in &cluster.nodes {
+        let session = node.session().await?;
+        let mut part = NodeStats {
+            node: node.name(),
+            shards: node.shards.len(),
+            estimated_rows: 0,
+            total_bytes: 0,
+            live_tuples: 0,
+            dead_tuples: 0,
+            expired_backlog: ZERO,
+            eviction_lag_seconds: 0.0,
+            stuck: count_stuck.then_some(ZERO),
+        };
+        for shard in &node.shards {
+            let s = shard_stats(
+                &session,
+                node,
+                shard,
+                stuck_after_secs,
+                count_stuck,
+                &mut budget,
+            )
+            .await?;
+            relations.extend(s.autovacuum.iter().cloned());
+            let sz = &mut report.sizes;
+            sz.estimated_rows += s.sizes.estimated_rows.max(0);
+            sz.heap_bytes += s.sizes.heap_bytes;
+            sz.toast_bytes += s.sizes.toast_bytes;
+            sz.index_bytes += s.sizes.index_bytes;
+            sz.total_bytes += s.sizes.total_bytes;
+            sz.never_analyzed |= s.sizes.never_analyzed;
+            report.vacuum.live_tuples += s.vacuum.live_tuples;
+            report.vacuum.dead_tuples += s.vacuum.dead_tuples;
+            // The least recent over the shards; never, when a shard never had one.
+            vacuumed = least_recent(vacuumed, s.vacuum.last_vacuum);
+            analyzed = least_recent(analyzed, s.vacuum.last_analyze);
+            part.estimated_rows += s.sizes.estimated_rows.max(0);
+            part.total_bytes += s.sizes.total_bytes;
+            part.live_tuples += s.vacuum.live_tuples;
+            part.dead_tuples += s.vacuum.dead_tuples;
+            part.expired_backlog = add(part.expired_backlog, s.backlog);
+            report.expired_backlog = add(report.expired_backlog, s.backlog);
+            if let Some(k) = &s.oldest_expired {
+                part.eviction_lag_seconds = part.eviction_lag_seconds.max(k.seconds);
+            }
+            report.oldest_live = earliest(report.oldest_live.take(), s.oldest_live);
+            report.oldest_expired = earliest(report.oldest_expired.take(), s.oldest_expired);
+            if let (Some(total), Some(st)) = (&mut report.stuck, &s.stuck) {
+                total.count = add(total.count, st.count);
+                total.oldest_since = match (total.oldest_since, st.oldest_since) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            if let (Some(n), Some(st)) = (&mut part.stuck, &s.stuck) {
+                *n = add(*n, st.count);
+            }
+        }
+        nodes.push(part);
+    }
+    // Each shard is vacuumed on its own, like a partition: one relation each in the outlook.
+    report.maintenance = crate::commands::maintenance::outlook(relations, recent_ttl.as_ref());
+    report.recent_ttl = recent_ttl;
+    report.vacuum.last_vacuum = vacuumed.flatten();
+    report.vacuum.last_analyze = analyzed.flatten();
+    report.eviction_lag_seconds = report.oldest_expired.as_ref().map_or(0.0, |k| k.seconds);
+    if report.sizes.never_analyzed {
+        report.notes.push(
+            "a shard has never been analyzed; the row estimate counts it as empty until ANALYZE runs"
+                .into(),
+        );
+    }
+    report.citus = Some(CitusStats { layout, nodes });
+    Ok(report)
+}
+
+/// `None` once a shard had no such time; otherwise the earliest.
+fn least_recent(
+    acc: Option<Option<time::OffsetDateTime>>,
+    t: Option<time::OffsetDateTime>,
+) -> Option<Option<time::OffsetDateTime>> {
+    let acc = acc?;
+    let t = t?;
+    Some(Some(acc.map_or(t, |a| a.min(t))))
+}
+
+fn earliest(a: Option<KeyRef>, b: Option<KeyRef>) -> Option<KeyRef> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(if b.expires_at < a.expires_at { b } else { a }),
+        (a, b) => a.or(b),
+    }
+}
+
+fn empty(table: &KeyTable, stuck_after_secs: f64, count_stuck: bool) -> StatsReport {
+    let mut notes = Vec::new();
+    if !count_stuck {
+        notes.push(format!(
+            "stuck in_progress keys not counted: that needs the optional index ({}) or --allow-scan, which reads every shard whole",
+            table.stuck_index_fix()
+        ));
+    }
+    StatsReport {
+        table: table.display(),
+        sizes: Sizes {
+            estimated_rows: 0,
+            heap_bytes: 0,
+            toast_bytes: 0,
+            index_bytes: 0,
+            total_bytes: 0,
+            never_analyzed: false,
+        },
+        vacuum: Vacuum {
+            live_tuples: 0,
+            dead_tuples: 0,
+            last_vacuum: None,
+            last_analyze: None,
+        },
+        oldest_live: None,
+        oldest_expired: None,
+        eviction_lag_seconds: 0.0,
+        expired_backlog: ZERO,
+        stuck_after_seconds: stuck_after_secs,
+        stuck: count_stuck.then_some(Stuck {
+            count: ZERO,
+            oldest_since: None,
+        }),
+        partitioning: None,
+        partitions: None,
+        maintenance: crate::commands::maintenance::outlook(Vec::new(), None),
+        recent_ttl: None,
+        notes,
+        citus: None,
+    }
+}
+
+/// One shard's figures, in one read-only transaction on its worker.
+async fn shard_stats(
+    session: &Session,
+    node: &Node,
+    shard: &Shard,
+    stuck_after_secs: f64,
+    count_stuck: bool,
+    budget: &mut Budget,
+) -> Result<ShardStats> {
+    citus::begin_catalog_reads(session).await?;
+    let result = async {
+        let t = &shard.table;
+        let sizes = queries::sizes(session, t).await?;
+        let vacuum = queries::vacuum(session, t).await?;
+        let autovacuum = crate::db::maintenance::autovacuum(session, t).await?;
+        let oldest_live = queries::oldest_live(session, t).await?;
+        let oldest_expired = queries::oldest_expired(session, t).await?;
+        let backlog = queries::expired_backlog(session, t, budget.backlog_left).await?;
+        budget.backlog_left = (budget.backlog_left - backlog.count).max(0);
+        let stuck = if count_stuck {
+            let s = queries::stuck(session, t, stuck_after_secs, budget.stuck_left).await?;
+            budget.stuck_left = (budget.stuck_left - s.count.count).max(0);
+            Some(s)
+        } else {
+            None
+        };
+        Ok::<_, anyhow::Error>(ShardStats {
+            sizes,
+            vacuum,
+            oldest_live,
+            oldest_expired,
+            backlog,
+            stuck,
+            autovacuum,
+        })
+    }
+    .await
+    .with_context(|| format!("shard {} on worker {}", shard.id, node.name()));
+    match result {
+        Ok(s) => {
+            citus::end_catalog_reads(session).await?;
+            Ok(s)
+        }
+        Err(e) => {
+            let _ = session.rollback().await;
+            Err(e)
+        }
+    }
+}
+
+/// The per-worker table of the human report.
+pub fn blocks(d: &mut Doc, c: &CitusStats) {
+    let rows = c
+        .nodes
+        .iter()
+        .map(|n| {
+            vec![
+                n.node.clone(),
+                n.shards.to_string(),
+                n.estimated_rows.to_string(),
+                human_bytes(n.total_bytes),
+                n.dead_tuples.to_string(),
+                n.expired_backlog.to_string(),
+                human_secs(n.eviction_lag_seconds),
+                n.stuck
+                    .map_or_else(|| "not counted".to_owned(), |s| s.to_string()),
+            ]
+        })
+        .collect();
+    let title = format!("Citus workers (table {}):", c.layout.describe());
+    d.rows(
+        Some(&title),
+        &[
+            "worker",
+            "shards",
+            "estimated rows",
+            "total size",
+            "dead tuples",
+            "expired backlog",
+            "eviction lag",
+            "stuck in_progress",
+        ],
+        rows,
+    );
+}
