@@ -76,6 +76,8 @@ struct Request {
     keep_failed: f64,
 }
 
+mod citus;
+
 /// Run `reclaim`.
 pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
     let mut req = validate(ctx, args)?;
@@ -990,7 +992,10 @@ async fn sweep(
     ctx.cancel.install()?;
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
-    report.end_reason = sweep_batches(ctx, client, table, req, args, &mut report).await?;
+    report.end_reason = match crate::commands::shards::distributed(client, table).await? {
+        Some(layout) => citus::sweep(ctx, client, table, layout, req, args, &mut report).await?,
+        None => sweep_batches(ctx, client, table, req, args, &mut report).await?,
+    };
     let left = queries::stuck(client, table, req.older_than, COUNT_CAP).await?;
     if report.end_reason == EndReason::Drained {
         // The last batch found fewer unlocked stuck keys than it asked for, so every stuck key
@@ -1098,7 +1103,12 @@ async fn apply(
     ctx.cancel.install()?;
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
-    report.end_reason = apply_batches(ctx, client, table, req, args, rows, &mut report).await?;
+    report.end_reason = match crate::commands::shards::distributed(client, table).await? {
+        Some(layout) => {
+            citus::apply(ctx, client, table, layout, req, args, rows, &mut report).await?
+        }
+        None => apply_batches(ctx, client, table, req, args, rows, &mut report).await?,
+    };
     if report.end_reason == EndReason::Drained && rows.len() < plan.rows.len() {
         report.end_reason = EndReason::Limit;
     }

@@ -114,6 +114,22 @@ pub async fn shard_for(client: &Session, table: &KeyTable, value: &str) -> Resul
         .get("shard_id"))
 }
 
+/// The shard holding each of `values` (distribution-column values), in their order.
+pub async fn shards_for(
+    client: &Session,
+    table: &KeyTable,
+    values: &Vec<&str>,
+) -> Result<Vec<i64>> {
+    let rows = client
+        .query(
+            include_str!("../../sql/citus_shards_for_tenants.sql"),
+            &[p(&table.oid), p(values)],
+        )
+        .await
+        .context("failed to find the shards that hold the plan's tenants")?;
+    Ok(rows.iter().map(|r| r.get("shard_id")).collect())
+}
+
 /// The shard's table name on its worker: Citus appends `_<shard id>` to the table's name.
 fn shard_name(table: &KeyTable, shard_id: i64) -> TableName {
     TableName {

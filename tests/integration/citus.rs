@@ -485,3 +485,141 @@ async fn citus_stats_adds_up_the_shards_with_each_workers_part() {
     run.assert_code(0)
         .assert_stdout_contains("Citus workers (table distributed by api_key_id over 32 shards)");
 }
+
+/// The optional in_progress index, created on the coordinator (Citus creates it on every shard).
+const IN_PROGRESS_INDEX: &str = "CREATE INDEX idempotency_keys_in_progress ON idempotency_keys \
+     ((coalesce(locked_at, created_at))) WHERE state = 'in_progress'";
+
+/// reclaim on a distributed table: the preview and the plan through the coordinator, --apply and
+/// the sweep shard by shard on the workers. Apply reclaims exactly the plan's unchanged keys across
+/// both workers and leaves a key a live request holds ("held") and one its owner took again since
+/// the plan ("changed"); the sweep then takes the held one once it is free. Completed keys and
+/// every other row stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_reclaim_preview_plan_apply_and_sweep_on_the_workers() {
+    let Some(db) = loaded(Layout::ByTenant, "citus reclaim").await else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    let stuck_sql = "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress' \
+                     AND coalesce(locked_at, created_at) < now() - interval '30 minutes'";
+    let client = db.client().await;
+    let stuck: i64 = client.query_one(stuck_sql, &[]).await.unwrap().get(0);
+    assert!(stuck >= MIX.stuck, "fixture: {stuck}");
+
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--dry-run", "--older-than", "30m", "-o", "json"])
+        .run();
+    run.assert_code(0);
+    assert_eq!(run.json()["would_reclaim"]["count"], stuck, "{run}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_arg = plan.to_str().unwrap();
+    db.idemctl()
+        .args([
+            "reclaim",
+            "--plan",
+            plan_arg,
+            "--older-than",
+            "30m",
+            "-o",
+            "json",
+        ])
+        .run()
+        .assert_code(0);
+    let planned: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let rows = planned["rows"].as_array().unwrap();
+    assert_eq!(rows.len() as i64, stuck);
+    let pick = |n: usize| {
+        (
+            rows[n]["api_key_id"].as_str().unwrap().to_owned(),
+            rows[n]["key"].as_str().unwrap().to_owned(),
+        )
+    };
+    let (held, changed) = (pick(3), pick(11));
+    let before = snapshot(&db).await;
+    // The changed key's owner took it again after the plan was made.
+    client
+        .execute(
+            "UPDATE idempotency_keys SET locked_at = now() WHERE api_key_id = $1 AND key = $2",
+            &[&changed.0, &changed.1],
+        )
+        .await
+        .unwrap();
+    let live = db.client().await;
+    live.batch_execute("BEGIN").await.unwrap();
+    live.execute(
+        "SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 FOR UPDATE",
+        &[&held.0, &held.1],
+    )
+    .await
+    .unwrap();
+
+    let run = db
+        .idemctl()
+        .args([
+            "reclaim",
+            "--yes",
+            "-o",
+            "json",
+            "--batch-size",
+            "7",
+            "--apply",
+            plan_arg,
+        ])
+        .run_async()
+        .await;
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_reclaimed"], stuck - 2, "{j}");
+    let mut left: Vec<(String, String, String)> = j["left_alone"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["api_key_id"].as_str().unwrap().to_owned(),
+                l["key"].as_str().unwrap().to_owned(),
+                l["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    left.sort();
+    let mut want = vec![
+        (held.0.clone(), held.1.clone(), "held".to_owned()),
+        (changed.0.clone(), changed.1.clone(), "changed".to_owned()),
+    ];
+    want.sort();
+    assert_eq!(left, want, "{j}");
+    live.batch_execute("COMMIT").await.unwrap();
+
+    // The sweep takes the key that was held; the changed one is not stuck any more.
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--older-than", "30m"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_reclaimed"], 1, "{j}");
+    assert_eq!(j["reclaimed"][0]["key"], held.1.as_str(), "{j}");
+    assert_eq!(j["stuck_left"]["count"], 0, "{j}");
+    let stuck_now: i64 = client.query_one(stuck_sql, &[]).await.unwrap().get(0);
+    assert_eq!(stuck_now, 0);
+
+    // Every row but the reclaimed (deleted) ones is as it was, apart from the changed key.
+    let after = snapshot(&db).await;
+    let planned_keys: std::collections::BTreeSet<(String, String)> =
+        (0..rows.len()).map(pick).collect();
+    for (k, seen) in &before {
+        if *k == changed {
+            assert!(after.contains_key(k), "the changed key must stay");
+        } else if planned_keys.contains(k) {
+            assert!(!after.contains_key(k), "{k:?} should have been reclaimed");
+        } else {
+            assert_eq!(after.get(k), Some(seen), "row {k:?} was deleted or changed");
+        }
+    }
+}
