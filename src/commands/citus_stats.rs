@@ -70,6 +70,7 @@ const ZERO: Capped = Capped {
 };
 
 /// The stats of the distributed `table`, read shard by shard on the workers.
+#[allow(clippy::too_many_arguments)]
 pub async fn gather(
     ctx: &Context,
     client: &Session,

@@ -434,6 +434,13 @@ async fn citus_stats_adds_up_the_shards_with_each_workers_part() {
     assert_eq!(sum("estimated_rows"), total, "{j}");
     assert_eq!(sum("total_bytes"), size, "{j}");
     assert_eq!(sum("shards"), 32, "{j}");
+    // Autovacuum's outlook: each shard is vacuumed on its own; the TTL sample spans the shards.
+    assert_eq!(
+        j["maintenance"]["relations"].as_array().unwrap().len(),
+        32,
+        "{j}"
+    );
+    assert!(j["recent_ttl"]["keys"].as_i64().unwrap() > 0, "{j}");
     let backlog: i64 = nodes
         .iter()
         .map(|n| n["expired_backlog"]["count"].as_i64().unwrap())
