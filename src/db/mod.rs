@@ -3,6 +3,7 @@
 
 pub mod activity;
 pub mod citus;
+pub mod evict;
 pub mod lock;
 pub mod maintenance;
 pub mod partitions;
@@ -22,14 +23,15 @@ use std::time::Duration;
 
 use crate::exit::{Exit, fail};
 
-/// Await a statement with a client-side deadline, which guards against a dead network path that
-/// the server-side statement_timeout cannot see.
+/// Await a statement with a client-side deadline. Each batch statement runs in autocommit, so it
+/// is its own short transaction: committed, or rolled back by the server on any error. The deadline
+/// guards against a dead network path, which the server-side statement_timeout cannot see.
 pub async fn with_deadline<T>(
     deadline: Duration,
     work: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
 ) -> anyhow::Result<T> {
     match tokio::time::timeout(deadline, work).await {
-        Ok(r) => Ok(r?),
+        Ok(r) => r.map_err(|e| connection_context(e.into())),
         Err(_) => Err(fail(
             Exit::Failure,
             format!(
@@ -47,4 +49,16 @@ pub fn is_lock_timeout(e: &anyhow::Error) -> bool {
             .and_then(tokio_postgres::Error::code)
             .is_some_and(|code| *code == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
     })
+}
+
+fn connection_context(e: anyhow::Error) -> anyhow::Error {
+    let closed = e.chain().any(|c| {
+        c.downcast_ref::<tokio_postgres::Error>()
+            .is_some_and(tokio_postgres::Error::is_closed)
+    });
+    if closed {
+        e.context("lost the connection to the server; the batch in flight was rolled back and the next run continues")
+    } else {
+        e
+    }
 }

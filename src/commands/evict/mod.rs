@@ -12,7 +12,7 @@ pub mod rate;
 mod replica;
 mod worker;
 
-use crate::db::{Session, p};
+use crate::db::Session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,7 @@ use time::OffsetDateTime;
 use crate::cli::{EvictArgs, OutputFormat};
 use crate::context::Context;
 use crate::db::KeyTable;
+use crate::db::evict as evict_db;
 use crate::db::lock::{self, LockClass};
 use crate::db::queries::Capped;
 use crate::exit::{Exit, fail};
@@ -31,18 +32,6 @@ use crate::output::prometheus::Metrics;
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
 use crate::progress::Progress;
 
-/// Claims the next batch's range.
-pub const CLAIM_SQL: &str = include_str!("../../../sql/evict_range_end.sql");
-/// Deletes one claimed range.
-pub const BATCH_SQL: &str = include_str!("../../../sql/evict_batch.sql");
-/// Counts what --min-age kept back in a range.
-pub const TOO_YOUNG_SQL: &str = include_str!("../../../sql/evict_batch_too_young.sql");
-/// The skip-locked statement for contended ranges and runs of equal expiry times.
-pub const SKIP_LOCKED_SQL: &str = include_str!("../../../sql/evict_batch_skip_locked.sql");
-/// The dry-run preview.
-pub const PREVIEW_SQL: &str = include_str!("../../../sql/evict_preview.sql");
-/// The dry run's sample of keys it would evict and of keys --min-age holds back.
-pub const PREVIEW_SAMPLE_SQL: &str = include_str!("../../../sql/evict_preview_sample.sql");
 /// How many keys of each kind the dry run lists.
 const SAMPLE_SIZE: i64 = 10;
 
@@ -187,7 +176,11 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let (drops, drop_result) =
         drop_phase(ctx, args, &table, &client, started, gate.as_deref()).await;
     let progress = if ctx.output.progress_allowed() {
-        Progress::rows(estimate_backlog(&client, &table).await.unwrap_or(0))
+        Progress::rows(
+            evict_db::estimate_backlog(&client, &table)
+                .await
+                .unwrap_or(0),
+        )
     } else {
         Progress::hidden()
     };
@@ -316,13 +309,7 @@ fn pace_mode(args: &EvictArgs) -> pace::Mode {
 }
 
 fn statements(table: &KeyTable) -> worker::Statements {
-    worker::Statements {
-        claim: table.sql(CLAIM_SQL),
-        delete: table.sql(BATCH_SQL),
-        too_young: table.sql(TOO_YOUNG_SQL),
-        range_in_progress: table.sql(include_str!("../../../sql/evict_range_in_progress.sql")),
-        skip_locked: table.sql(SKIP_LOCKED_SQL),
-    }
+    worker::Statements::new(table)
 }
 
 /// Run the workers: the first on the session that holds the advisory lock, the others on sessions
@@ -377,19 +364,7 @@ async fn backlog_from(
     table: &KeyTable,
     cursor: Option<OffsetDateTime>,
 ) -> Result<Capped> {
-    // Like the batches, a generic plan: the index range, whatever the statistics say.
-    client
-        .set("plan_cache_mode", "force_generic_plan")
-        .await
-        .context("failed to set up the session for the final count")?;
-    let row = client
-        .query_one(
-            &table.sql(include_str!("../../../sql/expired_backlog_from.sql")),
-            &[p(&COUNT_CAP), p(&cursor)],
-        )
-        .await
-        .context("failed to count the backlog left")?;
-    Ok(Capped::from_raw(row.get("n"), COUNT_CAP))
+    evict_db::backlog_from(client, table, cursor, COUNT_CAP).await
 }
 
 /// Expired keys not completed from `cursor` on, examining at most the cap of expired rows.
@@ -398,18 +373,7 @@ async fn in_progress_from(
     table: &KeyTable,
     cursor: Option<OffsetDateTime>,
 ) -> Result<Capped> {
-    let row = client
-        .query_one(
-            &table.sql(include_str!("../../../sql/expired_in_progress_from.sql")),
-            &[p(&COUNT_CAP), p(&cursor)],
-        )
-        .await
-        .context("failed to count the expired in_progress keys left")?;
-    let examined: i64 = row.get("examined");
-    Ok(Capped {
-        count: row.get("n"),
-        at_least: examined >= COUNT_CAP,
-    })
+    evict_db::in_progress_from(client, table, cursor, COUNT_CAP).await
 }
 
 /// The leftover counts: what the batches left in the ranges behind the final cursor, plus a count
@@ -423,7 +387,7 @@ async fn leftovers(
 ) -> Option<(Capped, Capped)> {
     let cursor = shared.cursor().await;
     let (mut completed, mut in_progress) = (0u64, 0u64);
-    let sql = table.sql(include_str!("../../../sql/evict_range_in_progress.sql"));
+    let sql = statements(table);
     for range in worker::merged_behind(&totals.left, cursor) {
         let (c, n) = worker::count_left(client, &sql, shared.deadline(), range)
             .await
@@ -555,90 +519,6 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
     }
 }
 
-/// The generic plan of the first batch, as an evict session would run it.
-async fn explain_first_batch(
-    client: &Session,
-    table: &KeyTable,
-    args: &EvictArgs,
-) -> Result<Vec<String>> {
-    let (start, rows) = (
-        None::<OffsetDateTime>,
-        i64::from(args.batch_sizing().first()),
-    );
-    let end: Option<OffsetDateTime> = client
-        .query_one(&table.sql(CLAIM_SQL), &[p(&start), p(&rows)])
-        .await
-        .context("failed to size the first batch")?
-        .get("range_end");
-    // EXPLAIN of a parameterised statement shows a custom plan; PREPARE + EXPLAIN EXECUTE under
-    // force_generic_plan shows the one evict uses. The arguments are typed values, not user text.
-    let end = end.map_or_else(
-        || "NULL".to_owned(),
-        |e| format!("'{}'::timestamptz", rfc3339_micros(e)),
-    );
-    let min_age = args
-        .min_age
-        .map_or_else(|| "NULL".to_owned(), |d| format!("{}", d.as_secs_f64()));
-    // One transaction, one message: the prepared statement is gone before the server session is
-    // anyone else's (behind a transaction pooler, a failed transaction keeps the server session
-    // until it is rolled back, in the same message as the DEALLOCATE).
-    let script = format!(
-        "SET LOCAL plan_cache_mode = force_generic_plan; PREPARE idemctl_evict_batch AS {}; \
-         EXPLAIN EXECUTE idemctl_evict_batch(NULL, {end}, {min_age}); \
-         DEALLOCATE idemctl_evict_batch",
-        table.sql(BATCH_SQL)
-    );
-    client
-        .begin("BEGIN")
-        .await
-        .context("failed to explain the batch statement")?;
-    let messages = match client.simple_query(&script).await {
-        Ok(messages) => {
-            client
-                .commit()
-                .await
-                .context("failed to explain the batch statement")?;
-            messages
-        }
-        Err(e) => {
-            client.rollback_then("DEALLOCATE idemctl_evict_batch").await;
-            return Err(anyhow::Error::new(e).context("failed to explain the batch statement"));
-        }
-    };
-    Ok(messages
-        .iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-            _ => None,
-        })
-        .collect())
-}
-
-fn rfc3339_micros(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}+00",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.microsecond()
-    )
-}
-
-/// The planner's estimate of the expired completed rows, for the progress bar only.
-async fn estimate_backlog(client: &Session, table: &KeyTable) -> Result<u64> {
-    let sql = format!(
-        "EXPLAIN (FORMAT JSON) {}",
-        table.sql("SELECT 1 FROM {table} WHERE {expiry} < {cutoff} AND {done}")
-    );
-    let row = client.query_one(&sql, &[]).await?;
-    let plan: serde_json::Value = row.get(0);
-    Ok(plan[0]["Plan"]["Plan Rows"].as_f64().unwrap_or(0.0) as u64)
-}
-
 fn percentiles(v: &mut [f64]) -> (f64, f64, f64) {
     if v.is_empty() {
         return (0.0, 0.0, 0.0);
@@ -656,17 +536,16 @@ async fn dry_run(
     can_delete: bool,
 ) -> Result<Exit> {
     let min_age = args.min_age.map(|d| d.as_secs_f64());
-    let row = client
-        .query_one(&table.sql(PREVIEW_SQL), &[p(&COUNT_CAP), p(&min_age)])
-        .await
-        .context("failed to preview the eviction")?;
-    let count = Capped::from_raw(row.get("n"), COUNT_CAP);
-    let oldest: Option<OffsetDateTime> = row.get("oldest");
-    let newest: Option<OffsetDateTime> = row.get("newest");
-    let statement = table.sql(BATCH_SQL);
+    let evict_db::Preview {
+        count,
+        oldest,
+        newest,
+    } = evict_db::preview(client, table, COUNT_CAP, min_age).await?;
+    let statement = statements(table).delete_sql().to_owned();
     // EXPLAIN of a DELETE needs the DELETE privilege; a read-only role still gets the preview.
     let plan = if can_delete {
-        explain_first_batch(client, table, args).await?
+        let rows = i64::from(args.batch_sizing().first());
+        evict_db::explain_first_batch(client, table, rows, min_age).await?
     } else {
         vec![
             "(not shown: explaining the DELETE needs the DELETE privilege, which this role lacks)"
@@ -698,7 +577,7 @@ async fn dry_run(
         ("batch size".into(), args.batch_sizing().describe()),
     ];
     let mut doc = Doc::default();
-    let sample = preview_sample(client, table, args).await?;
+    let sample = evict_db::preview_sample(client, table, COUNT_CAP, min_age, SAMPLE_SIZE).await?;
     if args.min_age.is_some() {
         fields.push((
             "held back by --min-age".into(),
@@ -732,61 +611,9 @@ async fn dry_run(
     Ok(Exit::Success)
 }
 
-/// A key the dry run lists.
-#[derive(Debug, Serialize)]
-struct SampleKey {
-    api_key_id: String,
-    key: String,
-    #[serde(with = "time::serde::rfc3339")]
-    expires_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339")]
-    created_at: OffsetDateTime,
-}
-
-/// The dry run's samples: keys that would go, keys --min-age holds back and how many.
-struct Sample {
-    evict: Vec<SampleKey>,
-    kept: Vec<SampleKey>,
-    held_back: i64,
-    walked: i64,
-}
-
-async fn preview_sample(client: &Session, table: &KeyTable, args: &EvictArgs) -> Result<Sample> {
-    let min_age = args.min_age.map(|d| d.as_secs_f64());
-    let rows = client
-        .query(
-            &table.sql(PREVIEW_SAMPLE_SQL),
-            &[p(&COUNT_CAP), p(&min_age), p(&SAMPLE_SIZE)],
-        )
-        .await
-        .context("failed to sample the keys the run would evict")?;
-    let mut sample = Sample {
-        evict: Vec::new(),
-        kept: Vec::new(),
-        held_back: 0,
-        walked: 0,
-    };
-    for r in &rows {
-        sample.held_back = r.try_get("held_back_count")?;
-        sample.walked = r.try_get("walked")?;
-        let key = SampleKey {
-            api_key_id: r.try_get("api_key_id")?,
-            key: r.try_get("key")?,
-            expires_at: r.try_get("expires_at")?,
-            created_at: r.try_get("created_at")?,
-        };
-        if r.try_get("held_back")? {
-            sample.kept.push(key);
-        } else {
-            sample.evict.push(key);
-        }
-    }
-    Ok(sample)
-}
-
 /// Tables of the sampled keys.
-fn sample_blocks(doc: &mut Doc, sample: &Sample) {
-    let cells = |k: &SampleKey| {
+fn sample_blocks(doc: &mut Doc, sample: &evict_db::Sample) {
+    let cells = |k: &evict_db::SampleKey| {
         vec![
             sanitize(&k.api_key_id),
             sanitize(&k.key),

@@ -10,7 +10,7 @@
 //! With --max-replica-lag the claim first waits, holding the claim lock (so every worker pauses) but
 //! no transaction, until the replicas are within the limit (see `replica`).
 
-use crate::db::{Param, Session, p};
+use crate::db::Session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,8 +24,6 @@ use super::rate::{self, Limiter, Ticket};
 use super::replica::ReplicaGate;
 use crate::cli::BatchSizing;
 use crate::context::Cancel;
-use crate::exit::{Exit, fail};
-use crate::output::human_secs;
 use crate::progress::Progress;
 
 /// Consecutive attempts that could not lock the table (DDL holds it) before the run gives up.
@@ -45,15 +43,7 @@ pub struct Plan {
     pub caps: rate::Caps,
 }
 
-/// The statements, with the table already substituted.
-#[derive(Debug, Clone)]
-pub struct Statements {
-    pub claim: String,
-    pub delete: String,
-    pub too_young: String,
-    pub skip_locked: String,
-    pub range_in_progress: String,
-}
+pub use crate::db::evict::Statements;
 
 /// Totals of a run.
 #[derive(Debug, Default, Clone)]
@@ -109,14 +99,13 @@ pub fn merged_behind(left: &[Left], cursor: Option<OffsetDateTime>) -> Vec<Left>
 /// Count the expired rows of [lower, upper) left: (completed, not completed).
 pub async fn count_left(
     client: &Session,
-    sql: &str,
+    sql: &Statements,
     deadline: Duration,
     range: Left,
 ) -> Result<(u64, u64)> {
-    let row = run_statement(client, deadline, sql, &[p(&range.lower), p(&range.upper)])
+    sql.range_left(client, deadline, range.lower, range.upper)
         .await
-        .context("failed to count the expired keys left in a batch's range")?;
-    Ok((count(&row, "completed"), count(&row, "passed_over")))
+        .context("failed to count the expired keys left in a batch's range")
 }
 
 /// The shared cursor and totals.
@@ -333,16 +322,11 @@ impl Shared {
             None => None,
         };
         let start = state.next;
-        let row = run_statement(
-            client,
-            self.plan.deadline,
-            &self.sql.claim,
-            &[p(&start), p(&limit)],
-        )
-        .await
-        .context("failed to find the next batch's range")?;
-        let first: Option<OffsetDateTime> = row.get("first");
-        let end: Option<OffsetDateTime> = row.get("range_end");
+        let crate::db::evict::Claim { first, end } = self
+            .sql
+            .claim(client, self.plan.deadline, start, limit)
+            .await
+            .context("failed to find the next batch's range")?;
         state.claims += 1;
         state.reserved += u64::try_from(limit).unwrap_or(0);
         let claim = match (first, end) {
@@ -526,7 +510,7 @@ async fn round_trip(shared: &Shared, client: &Session) -> Result<Duration> {
     let mut best = Duration::MAX;
     for _ in 0..3 {
         let t0 = Instant::now();
-        run_statement(client, shared.plan.deadline, "SELECT 1", &[])
+        crate::db::evict::ping(client, shared.plan.deadline)
             .await
             .context("failed to measure the round trip to the server")?;
         best = best.min(t0.elapsed());
@@ -559,15 +543,12 @@ async fn range_in_progress(
     start: Option<OffsetDateTime>,
     end: Option<OffsetDateTime>,
 ) -> Result<u64> {
-    let row = run_statement(
-        client,
-        shared.plan.deadline,
-        &shared.sql.range_in_progress,
-        &[p(&start), p(&end)],
-    )
-    .await
-    .context("failed to count the expired in_progress keys of a batch's range")?;
-    Ok(count(&row, "passed_over"))
+    let (_, passed_over) = shared
+        .sql
+        .range_left(client, shared.plan.deadline, start, end)
+        .await
+        .context("failed to count the expired in_progress keys of a batch's range")?;
+    Ok(passed_over)
 }
 
 impl Shared {
@@ -618,11 +599,10 @@ async fn delete_range(
     let mut retries = 0;
     loop {
         let t0 = Instant::now();
-        match with_deadline(
-            shared.plan.deadline,
-            client.execute_reused(&shared.sql.delete, &[p(&start), p(&end), p(&min_age)]),
-        )
-        .await
+        match shared
+            .sql
+            .delete(client, shared.plan.deadline, start, end, min_age)
+            .await
         {
             Ok(deleted) => {
                 let statement = t0.elapsed();
@@ -707,35 +687,10 @@ async fn skip_locked(
     limit: i64,
 ) -> Result<(u64, u64)> {
     let min_age = shared.plan.min_age_secs;
-    let row = run_statement(
-        client,
-        shared.plan.deadline,
-        &shared.sql.skip_locked,
-        &[p(&first), p(&last), p(&limit), p(&min_age)],
-    )
-    .await?;
-    Ok((count(&row, "deleted"), count(&row, "present")))
-}
-
-fn count(row: &tokio_postgres::Row, column: &str) -> u64 {
-    u64::try_from(row.get::<_, i64>(column)).unwrap_or(0)
-}
-
-/// Run one statement that returns one row (prepared once per owned session), with the deadline.
-async fn run_statement(
-    client: &Session,
-    deadline: Duration,
-    sql: &str,
-    params: &[Param<'_>],
-) -> Result<tokio_postgres::Row> {
-    let mut rows = with_deadline(deadline, client.query_reused(sql, params)).await?;
-    match rows.len() {
-        1 => Ok(rows.remove(0)),
-        n => Err(fail(
-            Exit::Internal,
-            format!("a statement that returns one row returned {n}"),
-        )),
-    }
+    shared
+        .sql
+        .skip_locked(client, shared.plan.deadline, first, last, limit, min_age)
+        .await
 }
 
 /// Expired completed rows of [start, end) kept back by --min-age.
@@ -745,56 +700,21 @@ async fn too_young(
     start: Option<OffsetDateTime>,
     end: Option<OffsetDateTime>,
 ) -> Result<u64> {
-    let row = run_statement(
-        client,
-        shared.plan.deadline,
-        &shared.sql.too_young,
-        &[p(&start), p(&end), p(&shared.plan.min_age_secs)],
-    )
-    .await
-    .context("failed to count rows kept back by --min-age")?;
-    Ok(count(&row, "too_young"))
-}
-
-/// Await a statement with a client-side deadline. Each statement runs in autocommit, so it is its
-/// own short transaction: committed, or rolled back by the server on any error. The deadline
-/// guards against a dead network path, which the server-side statement_timeout cannot see.
-async fn with_deadline<T>(
-    deadline: Duration,
-    work: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
-) -> Result<T> {
-    match tokio::time::timeout(deadline, work).await {
-        Ok(r) => r.map_err(|e| connection_context(e.into())),
-        Err(_) => Err(fail(
-            Exit::Failure,
-            format!(
-                "no answer from the server within {}; giving up on this connection",
-                human_secs(deadline.as_secs_f64())
-            ),
-        )),
-    }
-}
-
-fn connection_context(e: anyhow::Error) -> anyhow::Error {
-    let closed = e.chain().any(|c| {
-        c.downcast_ref::<tokio_postgres::Error>()
-            .is_some_and(tokio_postgres::Error::is_closed)
-    });
-    if closed {
-        e.context("lost the connection to the server; the batch in flight was rolled back and the next run continues")
-    } else {
-        e
-    }
+    shared
+        .sql
+        .too_young(
+            client,
+            shared.plan.deadline,
+            start,
+            end,
+            shared.plan.min_age_secs,
+        )
+        .await
+        .context("failed to count rows kept back by --min-age")
 }
 
 /// Whether a statement failed because it could not get a lock within lock_timeout.
-pub fn is_lock_timeout(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<tokio_postgres::Error>()
-            .and_then(tokio_postgres::Error::code)
-            .is_some_and(|code| *code == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
-    })
-}
+pub use crate::db::is_lock_timeout;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,371 @@
+//! evict's statements and their typed rows: claiming a range of the expiry index, deleting it (and
+//! its SKIP LOCKED fallback), the counts of what a range left, the leftover counts after a run, the
+//! dry run's preview, sample and plan, and the planner's estimate for the progress bar. Each batch
+//! statement runs with a client-side deadline (see [`super::with_deadline`]).
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use super::queries::Capped;
+use super::{KeyTable, Param, Session, p, with_deadline};
+use crate::exit::{Exit, fail};
+
+const CLAIM_SQL: &str = include_str!("../../sql/evict_range_end.sql");
+const BATCH_SQL: &str = include_str!("../../sql/evict_batch.sql");
+const TOO_YOUNG_SQL: &str = include_str!("../../sql/evict_batch_too_young.sql");
+const SKIP_LOCKED_SQL: &str = include_str!("../../sql/evict_batch_skip_locked.sql");
+const RANGE_IN_PROGRESS_SQL: &str = include_str!("../../sql/evict_range_in_progress.sql");
+const PREVIEW_SQL: &str = include_str!("../../sql/evict_preview.sql");
+const PREVIEW_SAMPLE_SQL: &str = include_str!("../../sql/evict_preview_sample.sql");
+const BACKLOG_FROM_SQL: &str = include_str!("../../sql/expired_backlog_from.sql");
+const IN_PROGRESS_FROM_SQL: &str = include_str!("../../sql/expired_in_progress_from.sql");
+
+/// The batch statements of one table, filled from its profile once per run (per shard on Citus).
+#[derive(Debug, Clone)]
+pub struct Statements {
+    claim: String,
+    delete: String,
+    too_young: String,
+    skip_locked: String,
+    range_in_progress: String,
+}
+
+/// A claimed range: its first row's expiry (None: nothing left) and where it ends (None: open).
+pub struct Claim {
+    pub first: Option<OffsetDateTime>,
+    pub end: Option<OffsetDateTime>,
+}
+
+fn count(row: &tokio_postgres::Row, column: &str) -> Result<u64> {
+    Ok(u64::try_from(row.try_get::<_, i64>(column)?).unwrap_or(0))
+}
+
+/// Run one statement that returns one row (prepared once per owned session), with the deadline.
+async fn one_row(
+    client: &Session,
+    deadline: Duration,
+    sql: &str,
+    params: &[Param<'_>],
+) -> Result<tokio_postgres::Row> {
+    let mut rows = with_deadline(deadline, client.query_reused(sql, params)).await?;
+    match rows.len() {
+        1 => Ok(rows.remove(0)),
+        n => Err(fail(
+            Exit::Internal,
+            format!("a statement that returns one row returned {n}"),
+        )),
+    }
+}
+
+impl Statements {
+    pub fn new(table: &KeyTable) -> Statements {
+        Statements {
+            claim: table.sql(CLAIM_SQL),
+            delete: table.sql(BATCH_SQL),
+            too_young: table.sql(TOO_YOUNG_SQL),
+            skip_locked: table.sql(SKIP_LOCKED_SQL),
+            range_in_progress: table.sql(RANGE_IN_PROGRESS_SQL),
+        }
+    }
+
+    /// The batch statement as it runs (for `--dry-run`).
+    pub fn delete_sql(&self) -> &str {
+        &self.delete
+    }
+
+    /// The range from `start` that holds at most `limit` deletable rows.
+    pub async fn claim(
+        &self,
+        client: &Session,
+        deadline: Duration,
+        start: Option<OffsetDateTime>,
+        limit: i64,
+    ) -> Result<Claim> {
+        let row = one_row(client, deadline, &self.claim, &[p(&start), p(&limit)]).await?;
+        Ok(Claim {
+            first: row.try_get("first")?,
+            end: row.try_get("range_end")?,
+        })
+    }
+
+    /// Delete the expired completed rows of [start, end); the count deleted.
+    pub async fn delete(
+        &self,
+        client: &Session,
+        deadline: Duration,
+        start: Option<OffsetDateTime>,
+        end: Option<OffsetDateTime>,
+        min_age: Option<f64>,
+    ) -> Result<u64> {
+        with_deadline(
+            deadline,
+            client.execute_reused(&self.delete, &[p(&start), p(&end), p(&min_age)]),
+        )
+        .await
+    }
+
+    /// The SKIP LOCKED delete over [first, last] (inclusive; None = open): (deleted, present).
+    pub async fn skip_locked(
+        &self,
+        client: &Session,
+        deadline: Duration,
+        first: Option<OffsetDateTime>,
+        last: Option<OffsetDateTime>,
+        limit: i64,
+        min_age: Option<f64>,
+    ) -> Result<(u64, u64)> {
+        let row = one_row(
+            client,
+            deadline,
+            &self.skip_locked,
+            &[p(&first), p(&last), p(&limit), p(&min_age)],
+        )
+        .await?;
+        Ok((count(&row, "deleted")?, count(&row, "present")?))
+    }
+
+    /// Expired completed rows of [start, end) kept back by --min-age.
+    pub async fn too_young(
+        &self,
+        client: &Session,
+        deadline: Duration,
+        start: Option<OffsetDateTime>,
+        end: Option<OffsetDateTime>,
+        min_age: Option<f64>,
+    ) -> Result<u64> {
+        let row = one_row(
+            client,
+            deadline,
+            &self.too_young,
+            &[p(&start), p(&end), p(&min_age)],
+        )
+        .await?;
+        count(&row, "too_young")
+    }
+
+    /// The expired rows of [start, end) left: (completed, not completed).
+    pub async fn range_left(
+        &self,
+        client: &Session,
+        deadline: Duration,
+        start: Option<OffsetDateTime>,
+        end: Option<OffsetDateTime>,
+    ) -> Result<(u64, u64)> {
+        let row = one_row(
+            client,
+            deadline,
+            &self.range_in_progress,
+            &[p(&start), p(&end)],
+        )
+        .await?;
+        Ok((count(&row, "completed")?, count(&row, "passed_over")?))
+    }
+}
+
+/// One empty statement, to time the round trip to the server.
+pub async fn ping(client: &Session, deadline: Duration) -> Result<()> {
+    one_row(client, deadline, "SELECT 1", &[]).await.map(drop)
+}
+
+/// Expired completed keys from `cursor` on, up to `cap`, with a generic plan (the index range,
+/// whatever the statistics say), as the batches run.
+pub async fn backlog_from(
+    client: &Session,
+    table: &KeyTable,
+    cursor: Option<OffsetDateTime>,
+    cap: i64,
+) -> Result<Capped> {
+    client
+        .set("plan_cache_mode", "force_generic_plan")
+        .await
+        .context("failed to set up the session for the final count")?;
+    let row = client
+        .query_one(&table.sql(BACKLOG_FROM_SQL), &[p(&cap), p(&cursor)])
+        .await
+        .context("failed to count the backlog left")?;
+    Ok(Capped::from_raw(row.try_get("n")?, cap))
+}
+
+/// Expired keys not completed from `cursor` on, examining at most `cap` expired rows.
+pub async fn in_progress_from(
+    client: &Session,
+    table: &KeyTable,
+    cursor: Option<OffsetDateTime>,
+    cap: i64,
+) -> Result<Capped> {
+    let row = client
+        .query_one(&table.sql(IN_PROGRESS_FROM_SQL), &[p(&cap), p(&cursor)])
+        .await
+        .context("failed to count the expired in_progress keys left")?;
+    let examined: i64 = row.try_get("examined")?;
+    Ok(Capped {
+        count: row.try_get("n")?,
+        at_least: examined >= cap,
+    })
+}
+
+/// What a dry run would evict: the count (up to `cap`) and the expiry range of the candidates.
+pub struct Preview {
+    pub count: Capped,
+    pub oldest: Option<OffsetDateTime>,
+    pub newest: Option<OffsetDateTime>,
+}
+
+pub async fn preview(
+    client: &Session,
+    table: &KeyTable,
+    cap: i64,
+    min_age: Option<f64>,
+) -> Result<Preview> {
+    let row = client
+        .query_one(&table.sql(PREVIEW_SQL), &[p(&cap), p(&min_age)])
+        .await
+        .context("failed to preview the eviction")?;
+    Ok(Preview {
+        count: Capped::from_raw(row.try_get("n")?, cap),
+        oldest: row.try_get("oldest")?,
+        newest: row.try_get("newest")?,
+    })
+}
+
+/// A key the dry run lists.
+#[derive(Debug, Serialize)]
+pub struct SampleKey {
+    pub api_key_id: String,
+    pub key: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// The dry run's samples: keys that would go, keys --min-age holds back and how many among the
+/// expired keys walked.
+pub struct Sample {
+    pub evict: Vec<SampleKey>,
+    pub kept: Vec<SampleKey>,
+    pub held_back: i64,
+    pub walked: i64,
+}
+
+pub async fn preview_sample(
+    client: &Session,
+    table: &KeyTable,
+    cap: i64,
+    min_age: Option<f64>,
+    size: i64,
+) -> Result<Sample> {
+    let rows = client
+        .query(
+            &table.sql(PREVIEW_SAMPLE_SQL),
+            &[p(&cap), p(&min_age), p(&size)],
+        )
+        .await
+        .context("failed to sample the keys the run would evict")?;
+    let mut sample = Sample {
+        evict: Vec::new(),
+        kept: Vec::new(),
+        held_back: 0,
+        walked: 0,
+    };
+    for r in &rows {
+        sample.held_back = r.try_get("held_back_count")?;
+        sample.walked = r.try_get("walked")?;
+        let key = SampleKey {
+            api_key_id: r.try_get("api_key_id")?,
+            key: r.try_get("key")?,
+            expires_at: r.try_get("expires_at")?,
+            created_at: r.try_get("created_at")?,
+        };
+        if r.try_get("held_back")? {
+            sample.kept.push(key);
+        } else {
+            sample.evict.push(key);
+        }
+    }
+    Ok(sample)
+}
+
+/// The generic plan of the first batch (the one evict runs), sized to `rows`, as EXPLAIN prints it.
+/// Needs the DELETE privilege.
+pub async fn explain_first_batch(
+    client: &Session,
+    table: &KeyTable,
+    rows: i64,
+    min_age: Option<f64>,
+) -> Result<Vec<String>> {
+    let start = None::<OffsetDateTime>;
+    let end: Option<OffsetDateTime> = client
+        .query_one(&table.sql(CLAIM_SQL), &[p(&start), p(&rows)])
+        .await
+        .context("failed to size the first batch")?
+        .try_get("range_end")?;
+    // EXPLAIN of a parameterised statement shows a custom plan; PREPARE + EXPLAIN EXECUTE under
+    // force_generic_plan shows the one evict uses. The arguments are typed values, not user text.
+    let end = end.map_or_else(
+        || "NULL".to_owned(),
+        |e| format!("'{}'::timestamptz", rfc3339_micros(e)),
+    );
+    let min_age = min_age.map_or_else(|| "NULL".to_owned(), |d| format!("{d}"));
+    // One transaction, one message: the prepared statement is gone before the server session is
+    // anyone else's (behind a transaction pooler, a failed transaction keeps the server session
+    // until it is rolled back, in the same message as the DEALLOCATE).
+    let script = format!(
+        "SET LOCAL plan_cache_mode = force_generic_plan; PREPARE idemctl_evict_batch AS {}; \
+         EXPLAIN EXECUTE idemctl_evict_batch(NULL, {end}, {min_age}); \
+         DEALLOCATE idemctl_evict_batch",
+        table.sql(BATCH_SQL)
+    );
+    client
+        .begin("BEGIN")
+        .await
+        .context("failed to explain the batch statement")?;
+    let messages = match client.simple_query(&script).await {
+        Ok(messages) => {
+            client
+                .commit()
+                .await
+                .context("failed to explain the batch statement")?;
+            messages
+        }
+        Err(e) => {
+            client.rollback_then("DEALLOCATE idemctl_evict_batch").await;
+            return Err(anyhow::Error::new(e).context("failed to explain the batch statement"));
+        }
+    };
+    Ok(messages
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect())
+}
+
+fn rfc3339_micros(t: OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}+00",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.microsecond()
+    )
+}
+
+/// The planner's estimate of the expired completed rows, for the progress bar only.
+pub async fn estimate_backlog(client: &Session, table: &KeyTable) -> Result<u64> {
+    let sql = format!(
+        "EXPLAIN (FORMAT JSON) {}",
+        table.sql("SELECT 1 FROM {table} WHERE {expiry} < {cutoff} AND {done}")
+    );
+    let row = client.query_one(&sql, &[]).await?;
+    let plan: serde_json::Value = row.try_get(0)?;
+    Ok(plan[0]["Plan"]["Plan Rows"].as_f64().unwrap_or(0.0) as u64)
+}
