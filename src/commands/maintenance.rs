@@ -165,12 +165,7 @@ pub fn autovacuum_advice(o: &Outlook, interval: Duration) -> Option<(String, Str
     if !off.is_empty() {
         let fix = off
             .iter()
-            .map(|r| {
-                format!(
-                    "ALTER TABLE {} SET (autovacuum_enabled = on);",
-                    r.rel.relation
-                )
-            })
+            .map(|r| crate::db::table::autovacuum_on_fix(&r.rel.relation))
             .collect::<Vec<_>>()
             .join("\n");
         return Some((
@@ -205,10 +200,7 @@ pub fn autovacuum_advice(o: &Outlook, interval: Duration) -> Option<(String, Str
             if rate > 0.0 {
                 after = after.max((SUGGESTED_THRESHOLD + scale * r.rel.reltuples) / rate);
             }
-            format!(
-                "ALTER TABLE {} SET (autovacuum_vacuum_scale_factor = {scale}, autovacuum_vacuum_threshold = {});",
-                r.rel.relation, SUGGESTED_THRESHOLD
-            )
+            crate::db::table::autovacuum_scale_fix(&r.rel.relation, scale, SUGGESTED_THRESHOLD)
         })
         .collect::<Vec<_>>()
         .join("\n");

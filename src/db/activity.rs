@@ -56,3 +56,13 @@ pub async fn foreground(
         age_ms: row.get("age_ms"),
     })
 }
+
+/// The server's WAL insert position, in bytes from 0/0 (evict --max-wal-rate reads it around each
+/// batch).
+pub async fn wal_insert_position(client: &Session) -> Result<i64> {
+    let row = client
+        .query_one(include_str!("../../sql/wal_insert_position.sql"), &[])
+        .await
+        .context("failed to read the server's WAL position")?;
+    Ok(row.try_get("position")?)
+}

@@ -121,3 +121,42 @@ pub async fn probe(client: &Session, table: &KeyTable, partition: &Partition) ->
         db_now: row.get("db_now"),
     })
 }
+
+/// The transaction's lock_timeout (the DDL below must not queue behind the API's statements). An
+/// interval literal from an integer: nothing from the command line is spliced as text.
+pub async fn set_local_lock_timeout(
+    client: &Session,
+    timeout: std::time::Duration,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{}ms'",
+            timeout.as_millis().max(1)
+        ))
+        .await
+}
+
+/// Detach `partition` from the key table (inside the caller's transaction).
+pub async fn detach(
+    client: &Session,
+    table: &KeyTable,
+    partition: &Partition,
+) -> Result<(), tokio_postgres::Error> {
+    client
+        .batch_execute(&partition.sql(table, DETACH_SQL))
+        .await
+}
+
+/// Drop a partition detached in the same transaction.
+pub async fn drop_detached(
+    client: &Session,
+    table: &KeyTable,
+    partition: &Partition,
+) -> Result<(), tokio_postgres::Error> {
+    client.batch_execute(&partition.sql(table, DROP_SQL)).await
+}
+
+/// Start the transaction that detaches, proves and drops one partition.
+pub async fn begin(client: &Session) -> Result<(), tokio_postgres::Error> {
+    client.begin("BEGIN").await
+}

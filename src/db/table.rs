@@ -256,6 +256,20 @@ pub fn quote_ident_if_needed(c: &str) -> String {
     if plain { c.to_owned() } else { quote_ident(c) }
 }
 
+/// The statement that turns autovacuum back on for `relation` (as the catalog names it), for
+/// `check` to show.
+pub fn autovacuum_on_fix(relation: &str) -> String {
+    format!("ALTER TABLE {relation} SET (autovacuum_enabled = on);")
+}
+
+/// The statement that makes autovacuum take `relation` on after `threshold` dead rows plus
+/// `scale` of its rows, for `check` to show.
+pub fn autovacuum_scale_fix(relation: &str, scale: f64, threshold: f64) -> String {
+    format!(
+        "ALTER TABLE {relation} SET (autovacuum_vacuum_scale_factor = {scale}, autovacuum_vacuum_threshold = {threshold});"
+    )
+}
+
 /// What the current role may do with the table.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Privileges {

@@ -14,6 +14,7 @@ mod fixtures;
 mod harness_selftest;
 mod hostile;
 mod inspect;
+mod layers;
 mod leftovers;
 mod maintenance;
 mod metrics;

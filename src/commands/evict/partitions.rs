@@ -43,7 +43,7 @@ use super::EndReason;
 use super::replica::ReplicaGate;
 use crate::context::Cancel;
 use crate::db::KeyTable;
-use crate::db::partitions::{self, DETACH_SQL, DROP_SQL, Partition, Probe};
+use crate::db::partitions::{self, Partition, Probe};
 use crate::db::table::{Privileges, RangeKey};
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
@@ -273,16 +273,11 @@ enum Refused {
 /// Detach, prove and drop one partition in one transaction; None when it went.
 async fn try_drop(client: &Session, run: &DropRun<'_>, p: &Partition) -> Result<Option<Refused>> {
     let context = || format!("failed to drop partition {}", p.name);
-    client.begin("BEGIN").await.with_context(context)?;
-    // An interval literal from an integer: nothing from the command line is spliced as text.
-    client
-        .batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{}ms'",
-            run.lock_timeout.as_millis().max(1)
-        ))
+    partitions::begin(client).await.with_context(context)?;
+    partitions::set_local_lock_timeout(client, run.lock_timeout)
         .await
         .with_context(context)?;
-    if let Err(e) = client.batch_execute(&p.sql(run.table, DETACH_SQL)).await {
+    if let Err(e) = partitions::detach(client, run.table, p).await {
         return refuse_or_fail(client, e, context()).await;
     }
     let probe = match partitions::probe(client, run.table, p).await {
@@ -296,7 +291,7 @@ async fn try_drop(client: &Session, run: &DropRun<'_>, p: &Partition) -> Result<
         client.rollback().await.with_context(context)?;
         return Ok(Some(Refused::Probe(refusal(&probe))));
     }
-    if let Err(e) = client.batch_execute(&p.sql(run.table, DROP_SQL)).await {
+    if let Err(e) = partitions::drop_detached(client, run.table, p).await {
         return refuse_or_fail(client, e, context()).await;
     }
     client.commit().await.with_context(context)?;

@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
@@ -28,8 +28,6 @@ use crate::exit::{Exit, fail};
 use crate::output::human_bytes;
 use crate::output::prometheus::Metrics;
 
-/// The WAL insert position statement.
-pub const WAL_POSITION_SQL: &str = include_str!("../../../sql/wal_insert_position.sql");
 /// A batch holds at most this much of a second's budget.
 pub const GRAIN: Duration = Duration::from_millis(50);
 /// How much a schedule that fell behind may catch up.
@@ -332,11 +330,7 @@ pub async fn require_wal_position(client: &Session, caps: Caps) -> Result<()> {
 }
 
 async fn wal_position(client: &Session) -> Result<i64> {
-    let row = client
-        .query_one(WAL_POSITION_SQL, &[])
-        .await
-        .context("failed to read the server's WAL position")?;
-    Ok(row.get("position"))
+    crate::db::activity::wal_insert_position(client).await
 }
 
 /// "5,000 rows/s"-style text.
