@@ -389,6 +389,17 @@ pub struct EvictArgs {
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5ms", requires = "drop_partitions", value_name = "DUR")]
     pub drop_lock_timeout: Duration,
 
+    /// After a run that evicted more than --vacuum-min-rows keys, VACUUM (ANALYZE) the table (each
+    /// leaf partition of a partitioned table, one after another), outside any transaction, so the
+    /// dead rows are reclaimed now rather than when autovacuum comes. Needs the table's owner, a
+    /// superuser or the database's owner (checked before any change).
+    #[arg(long)]
+    pub vacuum: bool,
+
+    /// The fewest evicted keys that make --vacuum run VACUUM.
+    #[arg(long, default_value_t = 10_000, requires = "vacuum", value_name = "N")]
+    pub vacuum_min_rows: u64,
+
     /// Before each batch, pause while a streaming replica's replay is further behind than this
     /// (from pg_stat_replication; the role needs pg_monitor or pg_read_all_stats).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]

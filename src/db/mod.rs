@@ -15,6 +15,7 @@ pub mod record;
 pub mod replication;
 pub mod session;
 pub mod table;
+pub mod vacuum;
 
 pub use session::{Param, Session, p};
 pub use table::{KeyLookup, KeyTable};

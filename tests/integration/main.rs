@@ -34,4 +34,5 @@ mod snapshots;
 mod stats;
 mod tls_matrix;
 mod transport;
+mod vacuum;
 mod workload;

@@ -71,6 +71,8 @@ pub fn require_supported(args: &EvictArgs, table: &KeyTable, layout: &Layout) ->
         Some("--max-rate")
     } else if args.max_wal_rate.is_some() {
         Some("--max-wal-rate")
+    } else if args.vacuum {
+        Some("--vacuum")
     } else {
         None
     };

@@ -10,6 +10,7 @@ mod pace;
 mod partitions;
 pub mod rate;
 mod replica;
+mod vacuum;
 mod worker;
 
 use crate::db::Session;
@@ -129,6 +130,8 @@ pub struct EvictReport {
     pub citus: Option<citus::CitusReport>,
     /// --max-rate and --max-wal-rate, and what they did (None without either).
     pub rate_limit: Option<rate::RateReport>,
+    /// --vacuum: what it did (None without it).
+    pub vacuum: Option<vacuum::VacuumReport>,
 }
 
 /// Run `evict`.
@@ -158,6 +161,10 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     privileges.require_for(&table, "evict", crate::db::table::Job::Evict)?;
     client.require_writable("evict").await?;
     rate::require_wal_position(&client, args.rate_caps()).await?;
+    let vacuum_targets = match args.vacuum {
+        true => Some(vacuum::require_privilege(&client, &table).await?),
+        false => None,
+    };
     if args.drop_partitions {
         partitions::require_layout(&table, Some(&privileges))?;
     }
@@ -222,11 +229,19 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         None => replica::WaitTotals::default(),
     };
     let failed = error.is_some();
-    let report = report(&table, &shared, client.as_ref(), failed, drops, &waits).await;
+    let mut report = report(&table, &shared, client.as_ref(), failed, drops, &waits).await;
+    if let Some(targets) = &vacuum_targets {
+        let lock_timeout = ctx.global.lock_timeout;
+        report.vacuum =
+            Some(vacuum_after(args, &report, client.as_ref(), targets, lock_timeout).await);
+    }
     ctx.metrics
         .finish(run_end(&report), metrics(&report))
         .await?;
     print_report(ctx, &report)?;
+    if let Some(v) = report.vacuum.as_ref().filter(|v| v.failed() > 0) {
+        crate::output::warn(&format!("evict --vacuum: {}", v.describe()));
+    }
     if let (EndReason::ReplicaLag, Some(why)) = (report.end_reason, &waits.gave_up_on) {
         crate::output::warn(&format!(
             "stopped before the backlog was drained: {why}; the next run continues"
@@ -236,6 +251,32 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         (_, Some(e)) => Err(e),
         (EndReason::Interrupted, None) => Ok(Exit::Interrupted),
         _ => Ok(Exit::Success),
+    }
+}
+
+/// --vacuum after the run: VACUUM (ANALYZE) when the run ended well and evicted more than
+/// --vacuum-min-rows keys.
+async fn vacuum_after(
+    args: &EvictArgs,
+    report: &EvictReport,
+    client: Option<&Session>,
+    targets: &[vacuum::Target],
+    lock_timeout: Duration,
+) -> vacuum::VacuumReport {
+    let min = args.vacuum_min_rows;
+    let skip = |why: String| vacuum::VacuumReport::skipped(min, why);
+    if matches!(report.end_reason, EndReason::Error | EndReason::Interrupted) {
+        return skip(format!("the run ended with {}", report.end_reason.as_str()));
+    }
+    if report.rows_evicted <= min {
+        return skip(format!(
+            "{} keys evicted, not more than --vacuum-min-rows {min}",
+            report.rows_evicted
+        ));
+    }
+    match client {
+        Some(c) => vacuum::run(c, targets, min, lock_timeout).await,
+        None => skip("no session to run it on".into()),
     }
 }
 
@@ -516,6 +557,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
         pace,
         citus: None,
         rate_limit,
+        vacuum: None,
     }
 }
 
@@ -820,6 +862,9 @@ fn doc(r: &EvictReport) -> Doc {
     if let Some(rate) = &r.rate_limit {
         extra.push(("rate limit".into(), rate.describe()));
     }
+    if let Some(v) = &r.vacuum {
+        extra.push(("vacuum".into(), v.describe()));
+    }
     d.fields(None, extra);
     if let Some(c) = &r.citus {
         citus::blocks(&mut d, c);
@@ -887,6 +932,9 @@ fn metrics(r: &EvictReport) -> Metrics {
     r.pace.metrics(&mut m);
     if let Some(rate) = &r.rate_limit {
         rate.metrics(&mut m);
+    }
+    if let Some(v) = &r.vacuum {
+        v.metrics(&mut m);
     }
     m
 }

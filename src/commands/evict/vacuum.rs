@@ -1,0 +1,154 @@
+//! `evict --vacuum`: after a run that evicted more than `--vacuum-min-rows` keys, `VACUUM (ANALYZE)`
+//! the table, or each leaf partition of a partitioned table in turn, so the dead rows the run left
+//! are reclaimed now rather than when autovacuum gets round to it.
+//!
+//! VACUUM cannot run inside a transaction block: each one is sent alone, in autocommit, on the raw
+//! connection (behind a transaction pooler too, where it is its own transaction on whichever server
+//! session the pooler lends; idemctl's SET LOCAL settings do not apply to it there). On a session
+//! idemctl owns, statement_timeout is lifted for it (a large table takes longer than a batch) and
+//! lock_timeout stays: a VACUUM that cannot lock its relation within it (DDL, another VACUUM) is
+//! reported and the next relation is tried. The privilege VACUUM needs (owner, superuser, database
+//! owner; MAINTAIN from PostgreSQL 17) is checked for every relation before the run changes anything.
+
+use std::time::Instant;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::db::{KeyTable, Session};
+use crate::exit::{Exit, fail};
+use crate::output::human_secs;
+use crate::output::prometheus::Metrics;
+
+pub use crate::db::vacuum::Target;
+
+/// The relations of `table` to vacuum; refuses (exit 6) when the role may not vacuum any of them.
+pub async fn require_privilege(client: &Session, table: &KeyTable) -> Result<Vec<Target>> {
+    let targets = crate::db::vacuum::targets(client, table).await?;
+    let denied: Vec<&Target> = targets.iter().filter(|t| !t.may_vacuum).collect();
+    if let Some(first) = denied.first() {
+        let names: Vec<&str> = denied.iter().map(|t| t.relation.as_str()).collect();
+        return Err(fail(
+            Exit::PermissionDenied,
+            format!(
+                "evict --vacuum: this role may not VACUUM {} (only the owner, a superuser or the \
+                 database's owner may), nothing was changed; run without --vacuum, or as the \
+                 owner: GRANT {} TO <this role>",
+                names.join(", "),
+                crate::db::table::quote_ident_if_needed(&first.owner)
+            ),
+        ));
+    }
+    Ok(targets)
+}
+
+/// One relation's VACUUM.
+#[derive(Debug, Clone, Serialize)]
+pub struct Vacuumed {
+    pub relation: String,
+    pub seconds: f64,
+    /// Why it failed (it was rolled back; the next relation was still tried).
+    pub error: Option<String>,
+}
+
+/// What --vacuum did.
+#[derive(Debug, Clone, Serialize)]
+pub struct VacuumReport {
+    /// --vacuum-min-rows.
+    pub min_rows: u64,
+    /// Whether VACUUM ran (the run evicted more than min_rows and ended well).
+    pub ran: bool,
+    /// Why it did not run.
+    pub skipped: Option<String>,
+    pub relations: Vec<Vacuumed>,
+    pub seconds: f64,
+}
+
+impl VacuumReport {
+    pub fn skipped(min_rows: u64, why: String) -> VacuumReport {
+        VacuumReport {
+            min_rows,
+            ran: false,
+            skipped: Some(why),
+            relations: Vec::new(),
+            seconds: 0.0,
+        }
+    }
+
+    pub fn failed(&self) -> usize {
+        self.relations.iter().filter(|r| r.error.is_some()).count()
+    }
+
+    /// One line for the summary.
+    pub fn describe(&self) -> String {
+        if let Some(why) = &self.skipped {
+            return format!("not run: {why}");
+        }
+        let ok = self.relations.len() - self.failed();
+        let mut text = format!(
+            "VACUUM (ANALYZE) of {ok} of {} relation{} in {}",
+            self.relations.len(),
+            if self.relations.len() == 1 { "" } else { "s" },
+            human_secs(self.seconds)
+        );
+        for r in self.relations.iter().filter(|r| r.error.is_some()) {
+            text.push_str(&format!(
+                "; {} failed: {}",
+                r.relation,
+                r.error.as_deref().unwrap_or("")
+            ));
+        }
+        text
+    }
+
+    pub fn metrics(&self, m: &mut Metrics) {
+        m.gauge(
+            "idemctl_evict_vacuum_ran",
+            "1 if the last evict run ran VACUUM (ANALYZE) after evicting (--vacuum), else 0.",
+            if self.ran { 1.0 } else { 0.0 },
+        );
+        m.gauge(
+            "idemctl_evict_vacuum_seconds",
+            "Seconds the last evict run spent in VACUUM (ANALYZE) (--vacuum).",
+            self.seconds,
+        );
+        m.gauge(
+            "idemctl_evict_vacuum_relations",
+            "Relations (the table or its leaf partitions) the last evict run vacuumed.",
+            (self.relations.len() - self.failed()) as f64,
+        );
+        m.gauge(
+            "idemctl_evict_vacuum_failed_relations",
+            "Relations whose VACUUM failed in the last evict run.",
+            self.failed() as f64,
+        );
+    }
+}
+
+/// VACUUM (ANALYZE) each target in turn on `session`, outside any transaction.
+pub async fn run(
+    session: &Session,
+    targets: &[Target],
+    min_rows: u64,
+    lock_timeout: std::time::Duration,
+) -> VacuumReport {
+    let started = Instant::now();
+    crate::db::vacuum::prepare(session, lock_timeout).await;
+    let mut relations = Vec::new();
+    for t in targets {
+        let t0 = Instant::now();
+        let result = crate::db::vacuum::vacuum_analyze(session, &t.relation).await;
+        relations.push(Vacuumed {
+            relation: t.relation.clone(),
+            seconds: t0.elapsed().as_secs_f64(),
+            error: result.err(),
+        });
+    }
+    VacuumReport {
+        min_rows,
+        ran: true,
+        skipped: None,
+        relations,
+        seconds: started.elapsed().as_secs_f64(),
+    }
+}
