@@ -3,17 +3,17 @@
 //! The binary in `main.rs` only parses arguments and reports errors; everything else lives here so
 //! that integration tests can reach it.
 
-pub mod cli;
+pub(crate) mod cli;
 pub mod commands;
 pub mod config;
-pub mod conn;
-pub mod context;
+pub(crate) mod conn;
+pub(crate) mod context;
 pub mod db;
-pub mod exit;
-pub mod fingerprint;
-pub mod metrics;
-pub mod output;
-pub mod progress;
+pub(crate) mod exit;
+pub(crate) mod fingerprint;
+pub(crate) mod metrics;
+pub(crate) mod output;
+pub(crate) mod progress;
 pub mod sample;
 
 /// Entry point used by the binary: parse, run on a small runtime, print the error chain once on

@@ -1,14 +1,14 @@
 //! One module per subcommand; `run` dispatches a parsed command line to it.
 
-pub mod check;
-pub mod citus_stats;
+pub(crate) mod check;
+pub(crate) mod citus_stats;
 pub mod docs;
-pub mod evict;
-pub mod inspect;
-pub mod maintenance;
-pub mod reclaim;
-pub mod shards;
-pub mod stats;
+pub(crate) mod evict;
+pub(crate) mod inspect;
+pub(crate) mod maintenance;
+pub(crate) mod reclaim;
+pub(crate) mod shards;
+pub(crate) mod stats;
 
 use anyhow::Result;
 

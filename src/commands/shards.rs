@@ -50,17 +50,29 @@ impl Node {
 
 /// A hash-distributed key table: its layout and its workers.
 pub struct Cluster {
+    #[expect(
+        dead_code,
+        reason = "kept for the commands that will report the distribution"
+    )]
     pub layout: Layout,
     pub nodes: Vec<Node>,
 }
 
 impl Cluster {
+    #[expect(
+        dead_code,
+        reason = "kept for the commands that will report the distribution"
+    )]
     pub fn shard_count(&self) -> usize {
         self.nodes.iter().map(|n| n.shards.len()).sum()
     }
 }
 
 /// The table's Citus layout, `None` when Citus does not manage it.
+#[expect(
+    dead_code,
+    reason = "kept for the commands that will report the distribution"
+)]
 pub async fn layout(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
     citus::layout(client, table).await
 }

@@ -118,19 +118,15 @@ impl Target {
     }
 
     /// The overall budget for [`Target::connect`], retries included.
+    #[cfg(test)]
     pub fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }
 
     /// Problems that did not stop resolution (already printed by [`resolve()`]).
+    #[cfg(test)]
     pub fn warnings(&self) -> &[String] {
         &self.warnings
-    }
-
-    /// The driver configuration (its `Debug` output redacts the password), e.g. for `-vv` or a
-    /// cancel token.
-    pub fn pg_config(&self) -> &tokio_postgres::Config {
-        &self.config
     }
 }
 

@@ -151,6 +151,7 @@ impl Pool {
 impl Target {
     /// A pool of at most `max_size` connections (at least 1), detecting a pooler (`--pool-mode
     /// auto`). See [`Target::pool_with`].
+    #[cfg(test)]
     pub fn pool(&self, max_size: usize) -> anyhow::Result<Pool> {
         self.pool_with(max_size, PoolMode::Auto)
     }

@@ -20,6 +20,10 @@ pub struct Foreground {
     /// Server time of the sample, passed back as `since` to the next one.
     pub sampled_at: OffsetDateTime,
     /// Sessions whose state this role may not see.
+    #[expect(
+        dead_code,
+        reason = "sampled for the pace's reports; nothing reads it yet"
+    )]
     pub hidden: u32,
     /// Sessions that ran anything since the previous sample.
     pub recent: u32,

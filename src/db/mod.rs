@@ -1,19 +1,19 @@
 //! Database access: the key table's catalog description and the statements idemctl runs, each
 //! embedded from `sql/` so a DBA can review exactly what executes.
 
-pub mod activity;
-pub mod citus;
-pub mod evict;
-pub mod lock;
-pub mod maintenance;
-pub mod partitions;
+pub(crate) mod activity;
+pub(crate) mod citus;
+pub(crate) mod evict;
+pub(crate) mod lock;
+pub(crate) mod maintenance;
+pub(crate) mod partitions;
 pub mod predicate;
 pub mod profile;
-pub mod queries;
-pub mod reclaim;
-pub mod record;
-pub mod replication;
-pub mod session;
+pub(crate) mod queries;
+pub(crate) mod reclaim;
+pub(crate) mod record;
+pub(crate) mod replication;
+pub(crate) mod session;
 pub mod table;
 pub mod vacuum;
 

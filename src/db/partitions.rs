@@ -22,6 +22,10 @@ pub const DROP_SQL: &str = include_str!("../../sql/evict_partition_drop.sql");
 #[derive(Debug, Clone, Serialize)]
 pub struct Partition {
     #[serde(skip)]
+    #[expect(
+        dead_code,
+        reason = "read from the catalog with the partition; nothing needs it yet"
+    )]
     pub oid: i64,
     /// `schema.name`, control characters escaped (for output).
     pub name: String,

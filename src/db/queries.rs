@@ -7,24 +7,6 @@ use time::OffsetDateTime;
 
 use super::KeyTable;
 
-/// Every statement of this module, with its file name, for the EXPLAIN test and for `--dry-run`.
-pub const STATEMENTS: &[(&str, &str)] = &[
-    ("oldest_live.sql", include_str!("../../sql/oldest_live.sql")),
-    (
-        "oldest_expired.sql",
-        include_str!("../../sql/oldest_expired.sql"),
-    ),
-    (
-        "expired_backlog.sql",
-        include_str!("../../sql/expired_backlog.sql"),
-    ),
-    (
-        "expired_in_progress.sql",
-        include_str!("../../sql/expired_in_progress.sql"),
-    ),
-    ("stuck_count.sql", include_str!("../../sql/stuck_count.sql")),
-];
-
 /// Catalog sizes and estimates.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sizes {
@@ -167,21 +149,6 @@ async fn capped(client: &Session, sql: &str, cap: i64, what: &str) -> Result<Cap
 pub async fn expired_backlog(client: &Session, table: &KeyTable, cap: i64) -> Result<Capped> {
     let sql = table.sql(include_str!("../../sql/expired_backlog.sql"));
     capped(client, &sql, cap, "the expired backlog").await
-}
-
-/// Expired keys still in_progress among the oldest `cap` expired rows (a lower bound when `cap`
-/// rows were examined).
-pub async fn expired_in_progress(client: &Session, table: &KeyTable, cap: i64) -> Result<Capped> {
-    let sql = table.sql(include_str!("../../sql/expired_in_progress.sql"));
-    let r = client
-        .query_one(&sql, &[p(&cap)])
-        .await
-        .context("failed to count expired in_progress keys")?;
-    let examined: i64 = r.get("examined");
-    Ok(Capped {
-        count: r.get("n"),
-        at_least: examined >= cap,
-    })
 }
 
 /// in_progress keys held longer than the cutoff.

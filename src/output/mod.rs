@@ -13,7 +13,7 @@ use comfy_table::{Cell, ContentArrangement, Table};
 
 use crate::cli::{ColorChoice, OutputFormat};
 
-pub use sanitize::{sanitize, sanitize_multiline};
+pub use sanitize::sanitize;
 
 /// One block of human-readable output.
 #[derive(Debug, Clone)]

@@ -71,15 +71,6 @@ impl Metrics {
         self.families.retain(|f| f.name != name);
     }
 
-    /// The first sample's value of a metric, if present.
-    pub fn value(&self, name: &str) -> Option<f64> {
-        self.families
-            .iter()
-            .find(|f| f.name == name)
-            .and_then(|f| f.samples.first())
-            .map(|s| s.1)
-    }
-
     /// The exposition text, every sample carrying `common` labels first (ends with a newline, as
     /// the format requires).
     pub fn render(&self, common: &[(String, String)]) -> String {

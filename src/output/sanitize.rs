@@ -23,11 +23,6 @@ pub fn sanitize(s: &str) -> String {
     out
 }
 
-/// Sanitise text that may span lines (a pretty-printed body): keep newlines, escape the rest.
-pub fn sanitize_multiline(s: &str) -> String {
-    s.split('\n').map(sanitize).collect::<Vec<_>>().join("\n")
-}
-
 fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }

@@ -122,10 +122,6 @@ impl Limiter {
         }
     }
 
-    pub fn caps(&self) -> Caps {
-        self.caps
-    }
-
     /// The largest batch the caps allow now (`rows` when they allow it whole).
     pub async fn batch_cap(&self, rows: u64) -> u64 {
         let mut cap = rows;
