@@ -59,19 +59,45 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
     findings.extend(referencing(
         &crate::db::queries::referencing_keys(&client, &table).await?,
     ));
-    findings.extend(privileges(&table, &table.privileges(&client).await?));
+    let role_privileges = table.privileges(&client).await?;
+    findings.extend(privileges(&table, &role_privileges));
     findings.push(writes(client.writability().await?));
+    let distributed = crate::commands::shards::distributed(&client, &table).await?;
+    if let Some(layout) = &distributed {
+        findings.extend(
+            super::citus_check::findings(ctx, &client, &table, layout, &role_privileges).await,
+        );
+    }
     let usable = !findings.iter().any(|f| f.status == Status::Fail);
     if usable {
-        let report = stats::gather(
-            &client,
-            &table,
-            args.stuck_after.as_secs_f64(),
-            100_000,
-            args.allow_scan,
-            args.min_ttl.map(|d| d.as_secs_f64()),
-        )
-        .await?;
+        let stuck_after = args.stuck_after.as_secs_f64();
+        let min_ttl = args.min_ttl.map(|d| d.as_secs_f64());
+        let report = match distributed {
+            Some(layout) => {
+                super::citus_stats::gather(
+                    ctx,
+                    &client,
+                    &table,
+                    layout,
+                    stuck_after,
+                    100_000,
+                    args.allow_scan,
+                    min_ttl,
+                )
+                .await?
+            }
+            None => {
+                stats::gather(
+                    &client,
+                    &table,
+                    stuck_after,
+                    100_000,
+                    args.allow_scan,
+                    min_ttl,
+                )
+                .await?
+            }
+        };
         findings.extend(partitioning(&table, &report));
         findings.extend(thresholds(&report, args));
     }

@@ -127,9 +127,15 @@ async fn on_shards(
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     use crate::commands::shards;
+    // The tenant's shard, when the table is distributed by the tenant column; otherwise its keys
+    // may be on any shard.
+    let routed_by_tenant = matches!(&layout, crate::db::citus::Layout::Distributed { column, .. }
+        if table.profile.tenant.as_deref() == Some(column.as_str()));
     let only = match &args.api_key_id {
-        Some(tenant) => Some(crate::db::citus::shard_for(client, table, tenant).await?),
-        None => None,
+        Some(tenant) if routed_by_tenant => {
+            Some(crate::db::citus::shard_for(client, table, tenant).await?)
+        }
+        _ => None,
     };
     let cluster = shards::connect_to(ctx, client, table, layout, 1, only).await?;
     let mut records = Vec::new();

@@ -1,6 +1,7 @@
 //! One module per subcommand; `run` dispatches a parsed command line to it.
 
 pub(crate) mod check;
+pub(crate) mod citus_check;
 pub(crate) mod citus_stats;
 pub mod docs;
 pub(crate) mod evict;

@@ -57,13 +57,20 @@ async fn evicts_exactly_the_expired_completed_rows(layout: Layout) {
     let Some(db) = loaded(layout, &format!("citus evict ({layout:?})")).await else {
         return;
     };
-    if layout == Layout::ByTenant {
+    if matches!(layout, Layout::ByTenant | Layout::ByKey) {
         let per_node = rows_per_node(&db).await;
         assert!(
             per_node.len() == 2 && per_node.iter().all(|n| *n > 0),
             "both workers must hold keys: {per_node:?}"
         );
     }
+    // The dry run runs through the coordinator (read-only; Citus merges the shards' answers).
+    let dry = db
+        .idemctl()
+        .args(["evict", "--dry-run", "-o", "json"])
+        .run();
+    dry.assert_code(0);
+    assert_eq!(dry.json()["would_evict"]["count"], MIX.expired, "{dry}");
     let before = snapshot(&db).await;
     let run = db.idemctl().args(["evict", "-o", "json"]).run();
     run.assert_code(0);
@@ -81,7 +88,7 @@ async fn evicts_exactly_the_expired_completed_rows(layout: Layout) {
     assert_eq!(report["rows_evicted"], MIX.expired, "{report}");
     assert_eq!(report["end_reason"], "drained", "{report}");
     assert_eq!(report["backlog_left"]["count"], 0, "{report}");
-    if layout == Layout::ByTenant {
+    if matches!(layout, Layout::ByTenant | Layout::ByKey) {
         // Shard by shard on the workers: each worker reports its part, and the parts add up.
         let nodes = report["citus"]["nodes"]
             .as_array()
@@ -95,10 +102,12 @@ async fn evicts_exactly_the_expired_completed_rows(layout: Layout) {
             rows += n["rows_evicted"].as_i64().unwrap();
         }
         assert_eq!(rows, MIX.expired, "{report}");
-        assert_eq!(
-            report["citus"]["layout"]["column"], "api_key_id",
-            "{report}"
-        );
+        let column = if layout == Layout::ByKey {
+            "key"
+        } else {
+            "api_key_id"
+        };
+        assert_eq!(report["citus"]["layout"]["column"], column, "{report}");
     } else {
         assert!(report.get("citus").is_none(), "{report}");
     }
@@ -629,4 +638,230 @@ async fn citus_reclaim_preview_plan_apply_and_sweep_on_the_workers() {
             assert_eq!(after.get(k), Some(seen), "row {k:?} was deleted or changed");
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_deletes_exactly_expired_completed_rows_of_a_table_distributed_by_key() {
+    evicts_exactly_the_expired_completed_rows(Layout::ByKey).await;
+}
+
+/// A table distributed by `key` rather than the tenant: inspect --api-key-id reads every shard (the
+/// tenant's keys are spread over them), reclaim --apply is refused before any change (it routes plan
+/// rows by tenant), the sweep works, and check says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_table_distributed_by_another_column() {
+    let Some(db) = loaded(Layout::ByKey, "citus distributed by key").await else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    let client = db.client().await;
+    let row = client
+        .query_one(
+            "SELECT api_key_id, key FROM idempotency_keys WHERE state = 'completed' ORDER BY key LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (tenant, key): (String, String) = (row.get(0), row.get(1));
+    let run = db
+        .idemctl()
+        .args(["inspect", &key, "--api-key-id", &tenant, "-o", "json"])
+        .run();
+    run.assert_code(0);
+    assert_eq!(run.json()["key"], key.as_str());
+    let run = db.idemctl().args(["inspect", &key, "-o", "json"]).run();
+    run.assert_code(0);
+    assert_eq!(run.json()["api_key_id"], tenant.as_str());
+
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_arg = plan.to_str().unwrap();
+    db.idemctl()
+        .args(["reclaim", "--plan", plan_arg, "--older-than", "30m"])
+        .run()
+        .assert_code(0);
+    let before = snapshot(&db).await;
+    db.idemctl()
+        .args(["reclaim", "--yes", "--apply", plan_arg])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("not by its tenant column; nothing was changed");
+    assert_eq!(snapshot(&db).await, before);
+    let stuck: i64 = client
+        .query_one(
+            "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress' \
+             AND coalesce(locked_at, created_at) < now() - interval '30 minutes'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--older-than", "30m"])
+        .run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_reclaimed"], stuck, "{run}");
+
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    let layout = finding(&j, "citus layout");
+    assert_eq!(layout["status"], "note", "{j}");
+    assert!(
+        layout["detail"]
+            .as_str()
+            .unwrap()
+            .contains("distributed by key over 32 shards, not by the tenant column"),
+        "{j}"
+    );
+}
+
+/// The finding of `check -o json` named `name`.
+fn finding<'a>(j: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == name)
+        .unwrap_or_else(|| panic!("no finding {name}: {j}"))
+}
+
+/// check on a distributed table: the workers are reached, every shard carries the indexes and the
+/// grants, and the thresholds are judged on the shards' figures (the coordinator's empty table
+/// would show no lag). A shard that lost an index fails the check, naming the shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_check_verifies_the_shards() {
+    let Some(db) = loaded(Layout::ByTenant, "citus check").await else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    for name in [
+        "citus layout",
+        "citus workers",
+        "citus shard indexes",
+        "citus shard privileges",
+    ] {
+        assert_eq!(finding(&j, name)["status"], "ok", "{name}: {j}");
+    }
+    assert!(
+        finding(&j, "citus shard indexes")["detail"]
+            .as_str()
+            .unwrap()
+            .contains(
+                "all 32 shards carry the expiry and identity indexes and the in_progress index"
+            ),
+        "{j}"
+    );
+    // The lag is the shards' (days), so a one-hour threshold is breached.
+    db.idemctl()
+        .args(["check", "--max-eviction-lag", "1h"])
+        .run()
+        .assert_code(4);
+
+    // Drop the expiry index of one shard on its worker.
+    let worker = db.node_client(1).await;
+    worker
+        .batch_execute("SET citus.override_table_visibility = off")
+        .await
+        .unwrap();
+    let index: String = worker
+        .query_one(
+            "SELECT c.oid::regclass::text FROM pg_class c \
+             WHERE c.relkind = 'i' AND c.relname LIKE 'idempotency_keys_expiry_%' ORDER BY c.relname LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    worker
+        .batch_execute(&format!(
+            "SET citus.enable_manual_changes_to_shards = on; DROP INDEX {index}"
+        ))
+        .await
+        .unwrap();
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    run.assert_code(4);
+    let j = run.json();
+    let f = finding(&j, "citus shard indexes");
+    assert_eq!(f["status"], "fail", "{j}");
+    assert!(
+        f["detail"]
+            .as_str()
+            .unwrap()
+            .contains("lacks the expiry index"),
+        "{j}"
+    );
+}
+
+/// check with a role of its own: on a distributed table it reaches the workers as that role and
+/// verifies that the role's grants reached every shard; a grant missing on one shard (revoked there)
+/// fails the check, naming the shard, with the GRANT to run on the coordinator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_check_verifies_the_grants_reached_every_shard() {
+    let Some(db) = loaded(Layout::ByTenant, "citus check privileges").await else {
+        return;
+    };
+    let role = format!("maint_{}", &db.name[db.name.len() - 8..]);
+    db.exec_alone(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}"
+    ))
+    .await;
+    let check = || {
+        crate::support::cmd::Cmd::new()
+            .env(
+                "IDEMCTL_DATABASE_URL",
+                db.url_with(&[("user", role.as_str())]),
+            )
+            .args(["check", "-o", "json"])
+            .run()
+    };
+    let run = check();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(finding(&j, "citus workers")["status"], "ok", "{j}");
+    let f = finding(&j, "citus shard privileges");
+    assert_eq!(f["status"], "ok", "{j}");
+    assert!(
+        f["detail"].as_str().unwrap().contains("on all 32 shards"),
+        "{j}"
+    );
+
+    // One shard loses DELETE on its worker.
+    let worker = db.node_client(1).await;
+    worker
+        .batch_execute("SET citus.override_table_visibility = off")
+        .await
+        .unwrap();
+    let shard: String = worker
+        .query_one(
+            "SELECT c.relname::text FROM pg_class c WHERE c.relkind = 'r' \
+             AND c.relname ~ '^idempotency_keys_[0-9]+$' ORDER BY c.relname LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    worker
+        .batch_execute(&format!(
+            "SET citus.enable_manual_changes_to_shards = on; REVOKE DELETE ON {shard} FROM {role}"
+        ))
+        .await
+        .unwrap();
+    let run = check();
+    run.assert_code(4);
+    let j = run.json();
+    let f = finding(&j, "citus shard privileges");
+    assert_eq!(f["status"], "fail", "{j}");
+    let id = shard.trim_start_matches("idempotency_keys_");
+    let detail = f["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("on 1 of 32 shards") && detail.contains(&format!("shard {id} on ")),
+        "{j}"
+    );
+    assert!(detail.ends_with(": DELETE"), "{j}");
+    assert!(f["fix"].as_str().unwrap().starts_with("GRANT "), "{j}");
 }

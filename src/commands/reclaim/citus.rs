@@ -76,6 +76,18 @@ pub async fn apply(
     rows: &[PlanRow],
     report: &mut ReclaimReport,
 ) -> Result<EndReason> {
+    let by_tenant = matches!(&layout, Layout::Distributed { column, .. }
+        if table.profile.tenant.as_deref() == Some(column.as_str()));
+    if !by_tenant {
+        return Err(crate::exit::fail(
+            crate::exit::Exit::Usage,
+            format!(
+                "reclaim --apply sends each plan row to the shard that holds its tenant, but {} is {}, not by its tenant column; nothing was changed: run the sweep (reclaim without --apply), which works shard by shard whatever the column",
+                table.display(),
+                layout.describe()
+            ),
+        ));
+    }
     let tenants: Vec<&str> = rows.iter().map(|r| r.api_key_id.as_str()).collect();
     let shard_of = citus::shards_for(client, table, &tenants).await?;
     let cluster = cluster(ctx, client, table, layout).await?;

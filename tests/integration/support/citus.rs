@@ -168,6 +168,9 @@ fn start_node(bindir: &Path, owner: Option<(u32, u32)>) -> Result<Node, String> 
 pub enum Layout {
     /// `create_distributed_table('idempotency_keys', 'api_key_id')`.
     ByTenant,
+    /// `create_distributed_table('idempotency_keys', 'key')`: distributed by another column of
+    /// the primary key than the tenant.
+    ByKey,
     /// A reference table: one shard, a copy on every node.
     Reference,
     /// A plain table on the coordinator (Citus installed, the table not distributed).
@@ -237,6 +240,7 @@ impl CitusDb {
     async fn distribute_now(&self, layout: Layout) {
         let sql = match layout {
             Layout::ByTenant => "SELECT create_distributed_table('idempotency_keys', 'api_key_id')",
+            Layout::ByKey => "SELECT create_distributed_table('idempotency_keys', 'key')",
             Layout::Reference => "SELECT create_reference_table('idempotency_keys')",
             Layout::Local => return,
         };
@@ -274,6 +278,13 @@ impl CitusDb {
     /// A connection to a node (0 = coordinator) over its Unix socket.
     pub async fn node_client(&self, node: usize) -> tokio_postgres::Client {
         connect(&self.cluster.nodes[node].socket_conninfo(&self.name)).await
+    }
+
+    /// Run SQL on the coordinator while no other test database is being set up (for statements
+    /// Citus passes to every node as cluster-wide objects, such as roles).
+    pub async fn exec_alone(&self, sql: &str) {
+        let _setup = SETUP.lock().await;
+        self.exec(sql).await;
     }
 
     /// Run SQL on the coordinator; panics with the server's error.
