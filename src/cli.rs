@@ -594,6 +594,13 @@ pub struct ReclaimArgs {
     #[arg(long)]
     pub force: bool,
 
+    /// Append every key reclaimed to FILE as a JSON line (its whole record before the change, the
+    /// action, the reason, the time), written and fsynced before its batch commits; a commit line
+    /// follows each batch. A key line without its batch's commit line may describe a key whose
+    /// batch rolled back. The file is opened before anything changes.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dry_run", "plan", "apply"])]
+    pub archive: Option<PathBuf>,
+
     /// What to do with each stuck key. [default: the profile's first action: delete for storage and
     /// explainer, release for rocket-rides]
     #[arg(long, value_enum)]

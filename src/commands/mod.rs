@@ -1,5 +1,6 @@
 //! One module per subcommand; `run` dispatches a parsed command line to it.
 
+pub(crate) mod archive;
 pub(crate) mod check;
 pub(crate) mod citus_check;
 pub(crate) mod citus_stats;

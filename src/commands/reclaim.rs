@@ -980,6 +980,20 @@ async fn sweep(
 ) -> Result<Exit> {
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, Some(req.action)).await?;
+    let distributed = crate::commands::shards::distributed(client, table).await?;
+    let mut archive = match &args.archive {
+        Some(_) if distributed.is_some() => {
+            return Err(fail(
+                Exit::Usage,
+                format!(
+                    "--archive is not supported on table {}, which Citus distributes; nothing was changed",
+                    table.display()
+                ),
+            ));
+        }
+        Some(path) => Some(crate::commands::archive::Archive::open(path)?),
+        None => None,
+    };
     begin_writes(ctx, client, table).await?;
     let before = queries::stuck(client, table, req.older_than, COUNT_CAP).await?;
     if before.count.count > 0 {
@@ -992,9 +1006,9 @@ async fn sweep(
     ctx.cancel.install()?;
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
-    report.end_reason = match crate::commands::shards::distributed(client, table).await? {
+    report.end_reason = match distributed {
         Some(layout) => citus::sweep(ctx, client, table, layout, req, args, &mut report).await?,
-        None => sweep_batches(ctx, client, table, req, args, &mut report).await?,
+        None => sweep_batches(ctx, client, table, req, args, &mut report, archive.as_mut()).await?,
     };
     let left = queries::stuck(client, table, req.older_than, COUNT_CAP).await?;
     if report.end_reason == EndReason::Drained {
@@ -1018,6 +1032,7 @@ async fn sweep_batches(
     req: &Request,
     args: &ReclaimArgs,
     report: &mut ReclaimReport,
+    mut archive: Option<&mut crate::commands::archive::Archive>,
 ) -> Result<EndReason> {
     let statements = statements(ctx, table, req);
     loop {
@@ -1030,9 +1045,11 @@ async fn sweep_batches(
             Some(l) => size.min(l - report.rows_reclaimed),
             None => size,
         };
-        let got = sweep_batch(&statements, client, req, want)
-            .await
-            .map_err(|e| report.batch_error(e))?;
+        let got = match archive.as_deref_mut() {
+            Some(a) => archived_batch(&statements, client, req, want, a).await,
+            None => sweep_batch(&statements, client, req, want).await,
+        }
+        .map_err(|e| report.batch_error(e))?;
         report.batches += 1;
         let n = u64::try_from(got.len()).unwrap_or(u64::MAX);
         got.into_iter().for_each(|k| report.add_reclaimed(k));
@@ -1071,6 +1088,40 @@ async fn sweep_batch(
     let got = statements
         .sweep_batch(client, req.older_than, limit, fail_with(req).as_ref())
         .await?;
+    Ok(got
+        .into_iter()
+        .map(|(api_key_id, key)| KeyId { api_key_id, key })
+        .collect())
+}
+
+/// One batch of the sweep with --archive: its keys are in the archive, durable, before it commits.
+async fn archived_batch(
+    statements: &reclaim_db::Statements,
+    client: &Session,
+    req: &Request,
+    want: u64,
+    archive: &mut crate::commands::archive::Archive,
+) -> Result<Vec<KeyId>> {
+    let limit = i64::try_from(want).unwrap_or(i64::MAX);
+    let action = action_name(req.action);
+    let mut batch = None;
+    let got = statements
+        .sweep_batch_archived(
+            client,
+            req.older_than,
+            limit,
+            fail_with(req).as_ref(),
+            &mut |keys| {
+                if !keys.is_empty() {
+                    batch = Some(archive.write_keys(action, req.older_than, keys)?);
+                }
+                Ok(())
+            },
+        )
+        .await?;
+    if let Some(b) = batch {
+        archive.write_commit(&b, got.len())?;
+    }
     Ok(got
         .into_iter()
         .map(|(api_key_id, key)| KeyId { api_key_id, key })

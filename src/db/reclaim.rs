@@ -21,6 +21,7 @@ const RELEASE_SQL: &str = include_str!("../../sql/reclaim_release.sql");
 const APPLY_DELETE_SQL: &str = include_str!("../../sql/reclaim_apply_delete.sql");
 const APPLY_FAIL_SQL: &str = include_str!("../../sql/reclaim_apply_fail.sql");
 const APPLY_RELEASE_SQL: &str = include_str!("../../sql/reclaim_apply_release.sql");
+const ARCHIVE_LOCK_SQL: &str = include_str!("../../sql/reclaim_archive_lock.sql");
 
 /// Attempts of one batch that runs into a lock held longer than the session's few-millisecond
 /// lock_timeout (DDL, or a relation-extension lock under heavy inserts) before the run gives up.
@@ -99,6 +100,15 @@ pub async fn list_stuck(
     })
 }
 
+/// A key an archived batch took, with its whole record before the change.
+pub struct ArchivedKey {
+    pub api_key_id: String,
+    pub key: String,
+    pub record: serde_json::Value,
+    /// The database clock at the batch (its transaction's start).
+    pub at: OffsetDateTime,
+}
+
 /// What `--action fail` stores.
 pub struct FailWith<'a> {
     pub status: i32,
@@ -111,6 +121,7 @@ pub struct FailWith<'a> {
 /// The statements of one action on one table, filled from its profile once per run.
 pub struct Statements {
     sweep: String,
+    archive_lock: String,
     apply: String,
     /// How long the client waits for any one answer (statement_timeout plus a margin).
     deadline: Duration,
@@ -125,6 +136,7 @@ impl Statements {
         };
         Statements {
             sweep: table.sql(sweep),
+            archive_lock: table.sql(ARCHIVE_LOCK_SQL),
             apply: table.sql(apply),
             deadline,
         }
@@ -150,6 +162,112 @@ impl Statements {
         let tenants: Vec<String> = row.try_get("api_key_ids")?;
         let keys: Vec<String> = row.try_get("keys")?;
         Ok(tenants.into_iter().zip(keys).collect())
+    }
+
+    /// One sweep batch for `--archive`, in a transaction of its own: lock the keys it will take
+    /// and read each whole record before the change, run the batch, hand the records of the keys
+    /// it took to `archive` (which must make them durable) and only then commit. A batch that took
+    /// a key whose record was not read is rolled back and tried again, as is one that met a lock
+    /// held past the session's lock_timeout; an error from `archive` rolls the batch back.
+    pub async fn sweep_batch_archived(
+        &self,
+        client: &Session,
+        older_than: f64,
+        limit: i64,
+        fail_with: Option<&FailWith<'_>>,
+        archive: &mut dyn FnMut(&[ArchivedKey]) -> Result<()>,
+    ) -> Result<Vec<(String, String)>> {
+        let mut tries = 1;
+        loop {
+            client
+                .begin("BEGIN")
+                .await
+                .context("failed to start an archived batch's transaction")?;
+            let outcome = self
+                .archived_once(client, older_than, limit, fail_with, archive)
+                .await;
+            match outcome {
+                Ok(Some(got)) => {
+                    client
+                        .commit()
+                        .await
+                        .context("failed to commit a batch (its keys are in the archive)")?;
+                    return Ok(got);
+                }
+                Ok(None) if tries < LOCK_TRIES => {}
+                Err(e) if super::is_lock_timeout(&e) && tries < LOCK_TRIES => {
+                    let _ = client.rollback().await;
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+                Ok(None) => {
+                    let _ = client.rollback().await;
+                    return Err(fail(
+                        Exit::Failure,
+                        "an archived batch kept taking keys other than those it locked; it was rolled back",
+                    ));
+                }
+                Err(e) => {
+                    let _ = client.rollback().await;
+                    return Err(e);
+                }
+            }
+            let _ = client.rollback().await;
+            tries += 1;
+        }
+    }
+
+    /// One try of an archived batch inside its transaction: None when the batch took a key whose
+    /// record was not read first (the caller rolls back).
+    async fn archived_once(
+        &self,
+        client: &Session,
+        older_than: f64,
+        limit: i64,
+        fail_with: Option<&FailWith<'_>>,
+        archive: &mut dyn FnMut(&[ArchivedKey]) -> Result<()>,
+    ) -> Result<Option<Vec<(String, String)>>> {
+        let locked = super::with_deadline(
+            self.deadline,
+            client.query_reused(&self.archive_lock, &[p(&older_than), p(&limit)]),
+        )
+        .await
+        .context("failed to read the records of a batch's keys for the archive")?;
+        let mut records = std::collections::HashMap::new();
+        for r in &locked {
+            let tenant: String = r.try_get("api_key_id")?;
+            let key: String = r.try_get("key")?;
+            let record: serde_json::Value = r.try_get("record")?;
+            let at: OffsetDateTime = r.try_get("at")?;
+            records.insert((tenant, key), (record, at));
+        }
+        let mut params = vec![p(&older_than), p(&limit)];
+        if let Some(f) = fail_with {
+            params.extend([p(&f.status), p(f.body), p(&f.keep_failed)]);
+        }
+        let rows =
+            super::with_deadline(self.deadline, client.query_reused(&self.sweep, &params)).await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| fail(Exit::Internal, "the batch statement returned no row"))?;
+        let tenants: Vec<String> = row.try_get("api_key_ids")?;
+        let keys: Vec<String> = row.try_get("keys")?;
+        let got: Vec<(String, String)> = tenants.into_iter().zip(keys).collect();
+        let mut archived = Vec::with_capacity(got.len());
+        for k in &got {
+            match records.remove(k) {
+                Some((record, at)) => archived.push(ArchivedKey {
+                    api_key_id: k.0.clone(),
+                    key: k.1.clone(),
+                    record,
+                    at,
+                }),
+                None => return Ok(None),
+            }
+        }
+        archive(&archived)?;
+        Ok(Some(got))
     }
 
     /// One batch of plan rows, each as (tenant, key, locked_at, created_at): each row's outcome

@@ -92,6 +92,7 @@ const NEEDS_STUCK_INDEX: &[(&str, &str)] = &[
         "300, 500, 500, '{\"type\": \"about:blank\"}', 86400",
     ),
     ("reclaim_release.sql", "300, 500"),
+    ("reclaim_archive_lock.sql", "300, 500"),
 ];
 
 /// Key lookups without a tenant: which one runs depends on the table's indexes.

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod archive;
 mod chaos;
 mod citus;
 mod cli;

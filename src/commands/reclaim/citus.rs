@@ -55,7 +55,8 @@ pub async fn sweep(
     for node in &cluster.nodes {
         let session = worker_session(node).await?;
         for shard in &node.shards {
-            let end = super::sweep_batches(ctx, &session, &shard.table, req, args, report).await?;
+            let end =
+                super::sweep_batches(ctx, &session, &shard.table, req, args, report, None).await?;
             if end != EndReason::Drained {
                 return Ok(end);
             }

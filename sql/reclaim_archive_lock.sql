@@ -1,0 +1,13 @@
+-- reclaim --archive: the first statement of an archived sweep batch's transaction. Locks the keys
+-- the batch statement that follows (in the same transaction, with the same now()) will take: up to
+-- $2 of the oldest stuck in_progress keys held longer than $1 seconds, FOR UPDATE SKIP LOCKED as
+-- the batch does, and returns each whole record as JSON before the change, for the archive. idemctl
+-- writes and fsyncs the archive lines before it commits, and rolls the batch back if it took a key
+-- this statement did not return.
+SELECT {t.tenant}::text AS api_key_id, {t.key}::text AS key, to_jsonb(t) AS record, now() AS at
+  FROM {table} t
+ WHERE {t.in_flight}
+   AND {t.held_since} < now() - make_interval(secs => $1::float8)
+ ORDER BY {t.held_since}
+ LIMIT $2::bigint
+   FOR UPDATE OF t SKIP LOCKED

@@ -1,0 +1,260 @@
+//! `reclaim --archive FILE`: every key reclaim takes is in the archive as a JSON line with its whole
+//! record before the change, the action, the reason and the time, fsynced before its batch commits,
+//! with a commit line after each batch; the path is checked before anything changes; a reclaim
+//! killed with SIGKILL mid-run leaves no reclaimed key out of the archive.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::fixtures::{self, Mix, Schema, scalar_i64};
+use crate::support::TestDb;
+
+type Key = (String, String);
+
+async fn db_with_stuck(stuck: i64) -> TestDb {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 20,
+            live: 20,
+            fresh: 10,
+            stuck,
+            expired_in_progress: 0,
+        },
+    )
+    .await;
+    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
+        .await;
+    db
+}
+
+/// Every in_progress key older than a minute, as the fixtures build them.
+async fn stuck_keys(db: &TestDb) -> BTreeSet<Key> {
+    db.client()
+        .await
+        .query(
+            "SELECT api_key_id, key FROM idempotency_keys \
+              WHERE state = 'in_progress' AND created_at < now() - interval '1 minute'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// The archive's lines; a last line cut short by a kill is left out (its batch never committed).
+fn read_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let all: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, l) in all.iter().enumerate() {
+        match serde_json::from_str(l) {
+            Ok(v) => out.push(v),
+            Err(e) if i + 1 == all.len() && !text.ends_with('\n') => {
+                eprintln!("a torn last line (killed while writing): {e}");
+            }
+            Err(e) => panic!("line {} is not JSON ({e}): {l}", i + 1),
+        }
+    }
+    out
+}
+
+fn archived_keys(lines: &[serde_json::Value]) -> BTreeSet<Key> {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "key")
+        .map(|l| {
+            (
+                l["api_key_id"].as_str().unwrap().to_owned(),
+                l["key"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_archive_holds_every_reclaimed_key_with_its_record_before_the_change() {
+    let db = db_with_stuck(60).await;
+    let stuck = stuck_keys(&db).await;
+    assert_eq!(stuck.len(), 60);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reclaimed.jsonl");
+    let run = db
+        .idemctl()
+        .args([
+            "reclaim",
+            "--yes",
+            "-o",
+            "json",
+            "--batch-size",
+            "25",
+            "--archive",
+        ])
+        .arg(&path)
+        .run_async()
+        .await;
+    run.assert_success();
+    assert_eq!(run.json()["rows_reclaimed"], 60, "{run}");
+    assert!(stuck_keys(&db).await.is_empty());
+    let lines = read_lines(&path);
+    assert_eq!(archived_keys(&lines), stuck);
+    let keys: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "key").collect();
+    assert_eq!(keys.len(), 60, "each key once");
+    for l in &keys {
+        assert_eq!(l["action"], "delete");
+        assert_eq!(l["committed"], "unknown");
+        assert_eq!(l["older_than_seconds"], 300.0);
+        assert!(
+            l["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("in_progress, held longer than --older-than"),
+            "{l}"
+        );
+        assert!(l["at"].as_str().unwrap().ends_with('Z'), "{l}");
+        // The whole record as it was: every column, the key still in_progress.
+        let r = &l["record"];
+        assert_eq!(r["state"], "in_progress", "{l}");
+        assert_eq!(r["key"], l["key"]);
+        assert_eq!(r["api_key_id"], l["api_key_id"]);
+        for column in [
+            "request_method",
+            "request_path",
+            "request_fingerprint",
+            "response_status",
+            "response_body",
+            "locked_at",
+            "created_at",
+            "expires_at",
+        ] {
+            assert!(r.get(column).is_some(), "{column} missing: {l}");
+        }
+    }
+    // Three batches (25, 25, 10), each with its commit line after its keys.
+    let commits: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "commit").collect();
+    assert_eq!(
+        commits
+            .iter()
+            .map(|c| c["keys"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![25, 25, 10]
+    );
+    for c in &commits {
+        let batch = &c["batch"];
+        let n = keys.iter().filter(|k| &k["batch"] == batch).count() as u64;
+        assert_eq!(n, c["keys"].as_u64().unwrap());
+    }
+
+    // --action fail: the record is the one before the change (still in_progress, no response).
+    let db = db_with_stuck(10).await;
+    let path = dir.path().join("failed.jsonl");
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "--action", "fail", "--archive"])
+        .arg(&path)
+        .run_async()
+        .await;
+    run.assert_success();
+    let lines = read_lines(&path);
+    let keys: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "key").collect();
+    assert_eq!(keys.len(), 10);
+    for l in keys {
+        assert_eq!(l["action"], "fail");
+        assert_eq!(l["record"]["state"], "in_progress", "{l}");
+        assert_eq!(
+            l["record"]["response_status"],
+            serde_json::Value::Null,
+            "{l}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_that_cannot_be_opened_stops_reclaim_before_any_change() {
+    let db = db_with_stuck(20).await;
+    let run = db
+        .idemctl()
+        .args([
+            "reclaim",
+            "--yes",
+            "--archive",
+            "/nonexistent/dir/reclaimed.jsonl",
+        ])
+        .run_async()
+        .await;
+    run.assert_code(2).assert_stderr_contains(
+        "--archive /nonexistent/dir/reclaimed.jsonl: cannot open it for appending",
+    );
+    assert_eq!(stuck_keys(&db).await.len(), 20);
+    // A dry run takes no --archive.
+    db.idemctl()
+        .args(["reclaim", "--dry-run", "--archive", "x.jsonl"])
+        .run_async()
+        .await
+        .assert_code(2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_killed_mid_run_leaves_no_reclaimed_key_out_of_the_archive() {
+    let db = db_with_stuck(20_000).await;
+    let stuck = stuck_keys(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reclaimed.jsonl");
+    let child = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-q", "--batch-size", "20", "--archive"])
+        .arg(&path)
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    // Kill it once a few batches are in.
+    for _ in 0..600 {
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if len > 200_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.signal("KILL");
+    let run = child.wait_async().await;
+    assert_ne!(run.code, 0, "{run}");
+    let left = stuck_keys(&db).await;
+    let reclaimed: BTreeSet<Key> = stuck.difference(&left).cloned().collect();
+    assert!(!reclaimed.is_empty(), "the run was killed before any batch");
+    assert!(!left.is_empty(), "the run finished before the kill");
+    let lines = read_lines(&path);
+    let archived = archived_keys(&lines);
+    let missing: Vec<&Key> = reclaimed.difference(&archived).collect();
+    assert!(
+        missing.is_empty(),
+        "{} reclaimed keys are not in the archive, e.g. {:?}",
+        missing.len(),
+        missing.first()
+    );
+    // Lines for keys still here can only be of the batch the kill rolled back (no commit line).
+    let still: BTreeSet<Key> = archived.intersection(&left).cloned().collect();
+    let committed: BTreeSet<String> = lines
+        .iter()
+        .filter(|l| l["type"] == "commit")
+        .map(|l| l["batch"].as_str().unwrap().to_owned())
+        .collect();
+    for l in lines.iter().filter(|l| l["type"] == "key") {
+        let k = (
+            l["api_key_id"].as_str().unwrap().to_owned(),
+            l["key"].as_str().unwrap().to_owned(),
+        );
+        if still.contains(&k) {
+            assert!(!committed.contains(l["batch"].as_str().unwrap()), "{l}");
+        }
+    }
+    assert!(
+        still.len() <= 20,
+        "{} archived keys were not reclaimed",
+        still.len()
+    );
+    let n = scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await;
+    assert!(n > 0);
+}
