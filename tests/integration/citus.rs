@@ -869,3 +869,58 @@ async fn citus_check_verifies_the_grants_reached_every_shard() {
     assert!(detail.ends_with(": DELETE"), "{j}");
     assert!(f["fix"].as_str().unwrap().starts_with("GRANT "), "{j}");
 }
+
+/// --max-rows and --max-batches hold exactly across the shards (they are taken one at a time), and
+/// the leftover count covers the shards the run did not reach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_budgets_hold_across_the_shards() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict budgets").await else {
+        return;
+    };
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--max-rows",
+            "500",
+            "--batch-size",
+            "70",
+        ])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 500, "{j}");
+    assert_eq!(j["end_reason"], "row_budget", "{j}");
+    assert_eq!(j["backlog_left"]["count"], MIX.expired - 500, "{j}");
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--max-batches",
+            "3",
+            "--batch-size",
+            "20",
+        ])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["batches"], 3, "{j}");
+    assert_eq!(j["end_reason"], "batch_budget", "{j}");
+    let left = MIX.expired - 500 - j["rows_evicted"].as_i64().unwrap();
+    assert_eq!(j["backlog_left"]["count"], left, "{j}");
+    let count: i64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM idempotency_keys WHERE expires_at < now() AND state = 'completed'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, left);
+}
