@@ -459,6 +459,19 @@ actions = ["release", "delete"]
     }
 
     #[test]
+    fn a_service_is_a_conninfo_and_excludes_a_url() {
+        let c = parse("f.toml", "service = \"app\"\n").unwrap();
+        assert_eq!(c.database_url.as_deref(), Some("service=app"));
+        let m = message("service = \"app\"\ndatabase_url = \"host=x\"\n");
+        assert!(
+            m.contains(": service: database_url and service are both set"),
+            "{m}"
+        );
+        let m = message("service = \"a b\"\n");
+        assert!(m.contains(": service: expected the name"), "{m}");
+    }
+
+    #[test]
     fn several_mappings_need_a_name() {
         let two = format!(
             "{MAPPING}\n{}",

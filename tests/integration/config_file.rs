@@ -95,6 +95,22 @@ pub fn generic_rows(n: i64) -> String {
     .concat()
 }
 
+/// A second mapped shape: a uuid key without a tenant, a state column, no lock time, a smallint
+/// status and a json body, and no expiry column (keys expire 12 h after `born`, the file's ttl).
+pub const JOBS_DDL: &str = "CREATE TABLE jobs_keys (tok uuid PRIMARY KEY, born timestamptz NOT NULL, \
+     phase text NOT NULL, code smallint, answer json);";
+
+pub const JOBS_CONFIG: &str = r#"table = "jobs_keys"
+ttl = "12h"
+[profiles.jobs]
+key = "tok"
+created_at = "born"
+response_status = "code"
+response_body = "answer"
+in_flight = { column = "phase", values = ["running"], done = ["error", "ok"] }
+actions = ["fail"]
+"#;
+
 struct Mapped {
     db: TestDb,
     dir: tempfile::TempDir,
@@ -319,10 +335,9 @@ async fn reclaim_fails_releases_or_deletes_as_the_mapping_allows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_column_mapping_with_a_ttl_from_the_file() {
     let db = TestDb::new().await;
+    db.exec(JOBS_DDL).await;
     db.exec(
-        "CREATE TABLE jobs_keys (tok uuid PRIMARY KEY, born timestamptz NOT NULL, phase text NOT NULL, \
-         code smallint, answer json); \
-         CREATE INDEX ON jobs_keys (born); \
+        "CREATE INDEX ON jobs_keys (born); \
          INSERT INTO jobs_keys SELECT gen_random_uuid(), now() - g * interval '1 hour', \
          CASE WHEN g % 4 = 0 THEN 'running' ELSE 'ok' END, 200, '{}' FROM generate_series(1, 48) g; \
          ANALYZE jobs_keys;",
@@ -330,14 +345,7 @@ async fn a_state_column_mapping_with_a_ttl_from_the_file() {
     .await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.toml");
-    std::fs::write(
-        &path,
-        "table = \"jobs_keys\"\nttl = \"12h\"\n[profiles.jobs]\nkey = \"tok\"\ncreated_at = \"born\"\n\
-         response_status = \"code\"\nresponse_body = \"answer\"\n\
-         in_flight = { column = \"phase\", values = [\"running\"], done = [\"error\", \"ok\"] }\n\
-         actions = [\"fail\"]\n",
-    )
-    .unwrap();
+    std::fs::write(&path, JOBS_CONFIG).unwrap();
     let path = path.to_string_lossy().into_owned();
     // Rows born more than 12 h ago (hours 13..48) that are done: 36 minus the 9 running ones.
     let run = db
