@@ -380,40 +380,14 @@ async fn count_untouched(control: &Session, shard: &Shard, report: &mut NodeRepo
 
 /// The batch sessions of one shard, on its worker, like `super::drive` on a single server.
 async fn drive(node: &Node, shared: &Arc<worker::Shared>, jobs: u8) -> Option<anyhow::Error> {
-    let mut set = tokio::task::JoinSet::new();
-    for index in 0..usize::from(jobs) {
-        let session = match node.session().await {
-            Ok(s) => s,
-            Err(e) => {
-                shared.abort().await;
-                return Some(e);
-            }
-        };
-        let shared = shared.clone();
-        set.spawn(async move {
-            super::session_setup(&session)
-                .await
-                .context("failed to set up the evict session")?;
-            let result = worker::work(shared.clone(), session, index).await;
-            if result.is_err() {
-                shared.abort().await;
-            }
-            result
-        });
-    }
-    let mut first_error = None;
-    while let Some(joined) = set.join_next().await {
-        let result = joined.unwrap_or_else(|e| {
-            Err(fail(
-                Exit::Internal,
-                format!("an evict worker stopped unexpectedly: {e}"),
-            ))
-        });
-        if let Err(e) = result {
-            first_error.get_or_insert(e);
+    let mut sessions = Vec::with_capacity(usize::from(jobs));
+    for _ in 0..jobs {
+        match node.session().await {
+            Ok(s) => sessions.push(s),
+            Err(e) => return Some(e),
         }
     }
-    first_error
+    super::run_workers(shared, sessions).await
 }
 
 /// The run's summary: the nodes' figures added up.

@@ -357,7 +357,7 @@ fn statements(table: &KeyTable) -> worker::Statements {
 /// of their own. Returns the first error, if any (the others stop at their next claim).
 async fn drive(
     ctx: &Context,
-    shared: &std::sync::Arc<worker::Shared>,
+    shared: &Arc<worker::Shared>,
     first: Session,
     jobs: u8,
 ) -> Option<anyhow::Error> {
@@ -370,6 +370,16 @@ async fn drive(
             }
         }
     }
+    run_workers(shared, sessions).await
+}
+
+/// One batch worker per session, all on `shared`, until they end (on a single server, or on one
+/// shard of a Citus worker). Returns the first error, if any; a worker that fails stops the others
+/// at their next claim.
+async fn run_workers(
+    shared: &Arc<worker::Shared>,
+    sessions: Vec<Session>,
+) -> Option<anyhow::Error> {
     let mut set = tokio::task::JoinSet::new();
     for (index, client) in sessions.into_iter().enumerate() {
         let shared = shared.clone();
