@@ -217,10 +217,15 @@ fn judge_traffic(
     // request is always running that statement, never idle in a transaction. Behind a transaction
     // pooler a batch is BEGIN; SET LOCAL ...; statement; COMMIT sent at once: between the
     // statement and the COMMIT already on its way the server shows "idle in transaction" for an
-    // instant, and the waits below bound what that costs.
+    // instant, or "idle in transaction (aborted)" when the statement gave up on a row after its
+    // lock_timeout and the COMMIT on its way rolls it back; the waits below bound what that costs.
     let states: Vec<&String> = watched.blocker_states.keys().collect();
     let allowed: &[&str] = if pooled {
-        &["active", "idle in transaction"]
+        &[
+            "active",
+            "idle in transaction",
+            "idle in transaction (aborted)",
+        ]
     } else {
         &["active"]
     };
