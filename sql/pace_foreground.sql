@@ -14,9 +14,7 @@
 --            insertion and flushes, buffer contention, row locks): contention evict adds to
 --   age_ms   the mean time the running statements have been running so far, of those started
 --            within the last second (a report running for minutes is not a request slowing down)
---   hidden   sessions whose state this role may not see
 SELECT pg_catalog.clock_timestamp() AS sampled_at,
-       count(*) FILTER (WHERE a.state IS NULL)::int4 AS hidden,
        count(*) FILTER (WHERE a.state = 'active'
                            OR a.state_change >= coalesce($1::timestamptz,
                                                   pg_catalog.clock_timestamp()

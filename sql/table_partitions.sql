@@ -22,8 +22,7 @@ WITH leaves AS (
     SELECT d.*, regexp_match(d.bound, '^FOR VALUES FROM \((.*)\) TO \((.*)\)$') AS r
       FROM described d
 )
-SELECT relid::bigint AS oid,
-       nspname::text AS schema,
+SELECT nspname::text AS schema,
        relname::text AS name,
        parentrelid = $1::bigint::oid AS direct,
        bound = 'DEFAULT' AS is_default,

@@ -406,21 +406,6 @@ pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
         )
     };
     let mut out = Vec::new();
-    if p.select {
-        out.push(finding(
-            "privileges: inspect, stats, check",
-            Status::Ok,
-            format!("{role} may SELECT"),
-            None,
-        ));
-    } else {
-        out.push(finding(
-            "privileges: inspect, stats, check",
-            Status::Fail,
-            format!("{role} lacks SELECT"),
-            Some(grant("SELECT")),
-        ));
-    }
     let missing = |job: Job| -> Vec<String> {
         table
             .privilege_needs(p, job)
@@ -429,6 +414,22 @@ pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
             .map(|(g, _)| g)
             .collect()
     };
+    let read_missing = missing(Job::Read);
+    out.push(if read_missing.is_empty() {
+        finding(
+            "privileges: inspect, stats, check",
+            Status::Ok,
+            format!("{role} may SELECT"),
+            None,
+        )
+    } else {
+        finding(
+            "privileges: inspect, stats, check",
+            Status::Fail,
+            format!("{role} lacks {}", read_missing.join(", ")),
+            Some(grant(&read_missing.join(", "))),
+        )
+    });
     let evict_missing = missing(Job::Evict);
     out.push(if evict_missing.is_empty() {
         finding(

@@ -34,7 +34,7 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     let privileges = table.privileges(&client).await?;
-    privileges.require(&table, "inspect", &[("SELECT", privileges.select)])?;
+    privileges.require_for(&table, "inspect", crate::db::table::Job::Read)?;
     table.require_columns()?;
     let stuck_secs = args.stuck_after.as_secs_f64();
     if args.api_key_id.is_some() && table.profile.tenant.is_none() {

@@ -58,25 +58,6 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
 }
 
-impl Cluster {
-    #[expect(
-        dead_code,
-        reason = "kept for the commands that will report the distribution"
-    )]
-    pub fn shard_count(&self) -> usize {
-        self.nodes.iter().map(|n| n.shards.len()).sum()
-    }
-}
-
-/// The table's Citus layout, `None` when Citus does not manage it.
-#[expect(
-    dead_code,
-    reason = "kept for the commands that will report the distribution"
-)]
-pub async fn layout(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
-    citus::layout(client, table).await
-}
-
 /// The layout of a table Citus hash-distributes (the commands work on it shard by shard); `None`
 /// for any other table, Citus-managed or not (reference and local tables are one table on the node
 /// idemctl is connected to, where the ordinary statements work).

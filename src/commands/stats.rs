@@ -130,7 +130,7 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     let privileges = table.privileges(&client).await?;
-    privileges.require(&table, "stats", &[("SELECT", privileges.select)])?;
+    privileges.require_for(&table, "stats", crate::db::table::Job::Read)?;
     let stuck_after = args.stuck_after.as_secs_f64();
     let report = match super::shards::distributed(&client, &table).await? {
         Some(layout) => {

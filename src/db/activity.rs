@@ -19,12 +19,6 @@ pub async fn visibility(client: &Session) -> Result<(String, bool)> {
 pub struct Foreground {
     /// Server time of the sample, passed back as `since` to the next one.
     pub sampled_at: OffsetDateTime,
-    /// Sessions whose state this role may not see.
-    #[expect(
-        dead_code,
-        reason = "sampled for the pace's reports; nothing reads it yet"
-    )]
-    pub hidden: u32,
     /// Sessions that ran anything since the previous sample.
     pub recent: u32,
     /// Sessions running a statement now.
@@ -53,7 +47,6 @@ pub async fn foreground(
     let n = |c: &str| u32::try_from(row.get::<_, i32>(c)).unwrap_or(0);
     Ok(Foreground {
         sampled_at: row.get("sampled_at"),
-        hidden: n("hidden"),
         recent: n("recent"),
         active: n("active"),
         waiting: n("waiting"),

@@ -22,6 +22,8 @@ const PREVIEW_SQL: &str = include_str!("../../sql/evict_preview.sql");
 const PREVIEW_SAMPLE_SQL: &str = include_str!("../../sql/evict_preview_sample.sql");
 const BACKLOG_FROM_SQL: &str = include_str!("../../sql/expired_backlog_from.sql");
 const IN_PROGRESS_FROM_SQL: &str = include_str!("../../sql/expired_in_progress_from.sql");
+const PING_SQL: &str = include_str!("../../sql/ping.sql");
+const ESTIMATE_SQL: &str = include_str!("../../sql/evict_estimate.sql");
 
 /// The batch statements of one table, filled from its profile once per run (per shard on Citus).
 #[derive(Debug, Clone)]
@@ -167,7 +169,7 @@ impl Statements {
 
 /// One empty statement, to time the round trip to the server.
 pub async fn ping(client: &Session, deadline: Duration) -> Result<()> {
-    one_row(client, deadline, "SELECT 1", &[]).await.map(drop)
+    one_row(client, deadline, PING_SQL, &[]).await.map(drop)
 }
 
 /// Expired completed keys from `cursor` on, up to `cap`, with a generic plan (the index range,
@@ -361,11 +363,7 @@ fn rfc3339_micros(t: OffsetDateTime) -> String {
 
 /// The planner's estimate of the expired completed rows, for the progress bar only.
 pub async fn estimate_backlog(client: &Session, table: &KeyTable) -> Result<u64> {
-    let sql = format!(
-        "EXPLAIN (FORMAT JSON) {}",
-        table.sql("SELECT 1 FROM {table} WHERE {expiry} < {cutoff} AND {done}")
-    );
-    let row = client.query_one(&sql, &[]).await?;
+    let row = client.query_one(&table.sql(ESTIMATE_SQL), &[]).await?;
     let plan: serde_json::Value = row.try_get(0)?;
     Ok(plan[0]["Plan"]["Plan Rows"].as_f64().unwrap_or(0.0) as u64)
 }

@@ -7,15 +7,15 @@ pub(crate) mod evict;
 pub(crate) mod lock;
 pub(crate) mod maintenance;
 pub(crate) mod partitions;
-pub mod predicate;
+pub(crate) mod predicate;
 pub mod profile;
 pub(crate) mod queries;
 pub(crate) mod reclaim;
 pub(crate) mod record;
 pub(crate) mod replication;
 pub(crate) mod session;
-pub mod table;
-pub mod vacuum;
+pub(crate) mod table;
+pub(crate) mod vacuum;
 
 pub use session::{Param, Session, p};
 pub use table::{KeyLookup, KeyTable};

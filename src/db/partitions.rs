@@ -21,12 +21,6 @@ pub const DROP_SQL: &str = include_str!("../../sql/evict_partition_drop.sql");
 /// One leaf partition as the catalog describes it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Partition {
-    #[serde(skip)]
-    #[expect(
-        dead_code,
-        reason = "read from the catalog with the partition; nothing needs it yet"
-    )]
-    pub oid: i64,
     /// `schema.name`, control characters escaped (for output).
     pub name: String,
     /// `"schema"."name"`, safe to splice into a statement.
@@ -73,7 +67,6 @@ pub async fn list(client: &Session, table: &KeyTable) -> Result<Vec<Partition>> 
             let schema: String = r.get("schema");
             let name: String = r.get("name");
             Partition {
-                oid: r.get("oid"),
                 name: crate::output::sanitize(&format!("{schema}.{name}")),
                 quoted: format!("{}.{}", quote_ident(&schema), quote_ident(&name)),
                 bound: crate::output::sanitize(&r.get::<_, String>("bound")),

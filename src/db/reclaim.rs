@@ -63,10 +63,10 @@ pub async fn list_stuck(
         .await
         .context("failed to start the preview's read-only transaction")?;
     let db_now: OffsetDateTime = client
-        .query_one("SELECT now()", &[])
+        .query_one(include_str!("../../sql/database_now.sql"), &[])
         .await
         .context("failed to read the database clock")?
-        .try_get(0)?;
+        .try_get("now")?;
     let rows = client
         .query(&table.sql(PREVIEW_SQL), &[p(&older_than), p(&(cap + 1))])
         .await

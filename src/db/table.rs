@@ -867,7 +867,7 @@ impl Privileges {
     /// Fail before any change, with the permission-denied exit code, when the role lacks a grant
     /// `command` needs; the message names the grant and the statement that gives it.
     /// `needs` lists (privilege as written in a GRANT, whether the role has it).
-    pub fn require(&self, table: &KeyTable, command: &str, needs: &[(&str, bool)]) -> Result<()> {
+    fn require(&self, table: &KeyTable, command: &str, needs: &[(&str, bool)]) -> Result<()> {
         let missing: Vec<&str> = needs
             .iter()
             .filter(|(_, has)| !has)

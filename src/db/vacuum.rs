@@ -59,9 +59,7 @@ pub async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
     }
     let _ = session
         .client()
-        .batch_execute(
-            "BEGIN; SET LOCAL synchronous_commit = on; SELECT pg_catalog.pg_current_xact_id(); COMMIT",
-        )
+        .batch_execute(include_str!("../../sql/vacuum_flush_commits.sql"))
         .await;
 }
 

@@ -99,6 +99,10 @@ const NEEDS_STUCK_INDEX: &[(&str, &str)] = &[
 const BY_KEY: (&str, &str) = ("inspect_by_key.sql", "'no-such-key', 300, 50");
 const SKIP_SCAN: (&str, &str) = ("inspect_skip_scan.sql", "'no-such-key', 300, 10000");
 
+/// Statements idemctl only plans (EXPLAIN without ANALYZE reads no row, so no plan of theirs
+/// scans anything): each must render fully for the profile and yield a row estimate.
+const PLANNED_ONLY: &[&str] = &["evict_estimate.sql"];
+
 /// sql/ files that mention the table but are not statements idemctl runs against it.
 const NOT_RUN_BY_IDEMCTL: &[&str] = &["sample_data.sql"];
 
@@ -258,6 +262,36 @@ async fn assert_index_backed_as(
     }
 }
 
+/// Run each [`PLANNED_ONLY`] statement as idemctl renders it for `profile`: it must plan, and on
+/// tables loaded with expired completed keys estimate some.
+async fn assert_planned(db: &TestDb, profile: &Profile) {
+    let client = db.client().await;
+    for file in PLANNED_ONLY {
+        let sql = profile.render(&sql_file(file), "\"public\".\"idempotency_keys\"");
+        let unfilled = sql.split('{').skip(1).any(|rest| {
+            rest.split_once('}').is_some_and(|(name, _)| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            })
+        });
+        assert!(
+            !unfilled,
+            "{file}: a role is left unfilled for profile {}:\n{sql}",
+            profile.name
+        );
+        let row = client
+            .query_one(&sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{file}: {}", crate::support::pg_error_text(&e)));
+        let plan: serde_json::Value = row.get(0);
+        let rows = plan[0]["Plan"]["Plan Rows"].as_f64().unwrap_or(0.0);
+        assert!(
+            rows >= 1.0,
+            "{file} estimates no row for profile {}:\n{plan}",
+            profile.name
+        );
+    }
+}
+
 /// The partitioned variant: every statement, plus the partition probe on a partition with rows.
 async fn every_statement_is_index_backed_when_partitioned(by: PartitionBy) {
     let db = load_ddl(&partman::ddl(by, 9, 3), true).await;
@@ -288,6 +322,7 @@ async fn every_statement_is_index_backed_when_partitioned(by: PartitionBy) {
         let sql = sql_file(file).replace("{partition}", &format!("\"public\".\"{partition}\""));
         assert_index_backed_on(&db, &sql, file, args, &rels).await;
     }
+    assert_planned(&db, &Profile::storage()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -300,6 +335,7 @@ async fn every_statement_is_index_backed_on_the_corrected_table() {
     {
         assert_index_backed(&db, file, args).await;
     }
+    assert_planned(&db, &Profile::storage()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,6 +365,7 @@ fn every_key_table_statement_in_sql_is_explained() {
         .chain([&BY_KEY, &SKIP_SCAN])
         .chain(PARTITIONED_ONLY)
         .map(|(f, _)| *f)
+        .chain(PLANNED_ONLY.iter().copied())
         .chain(NOT_RUN_BY_IDEMCTL.iter().copied())
         .chain(DDL.iter().copied())
         .collect();
@@ -378,6 +415,7 @@ async fn every_statement_is_index_backed_for(
         let args = tenant(args);
         assert_index_backed_as(&db, &profile, &sql_file(file), file, &args, &rels).await;
     }
+    assert_planned(&db, &profile).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -150,7 +150,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         citus::require_supported(args, &table, layout)?;
     }
     if args.dry_run {
-        privileges.require(&table, "evict --dry-run", &[("SELECT", privileges.select)])?;
+        privileges.require_for(&table, "evict --dry-run", crate::db::table::Job::Read)?;
         if args.drop_partitions {
             partitions::require_layout(&table, None)?;
         }

@@ -332,7 +332,6 @@ mod tests {
     fn part(name: &str, to_hours_ago: Option<i64>, default: bool) -> Partition {
         let now = OffsetDateTime::now_utc();
         Partition {
-            oid: 1,
             name: name.into(),
             quoted: name.into(),
             bound: String::new(),
