@@ -16,10 +16,7 @@
 //! binaries even when `IDEMCTL_TEST_DATABASE_URL` points the other tests elsewhere.
 
 use std::collections::{HashMap, HashSet};
-use std::os::unix::fs::MetadataExt as _;
-use std::os::unix::process::CommandExt as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tokio_postgres::Client;
@@ -29,8 +26,8 @@ use crate::chaos::{
     kill, ledger, snapshot, wait_released,
 };
 use crate::fixtures::{self, Mix, Schema};
-use crate::support::cluster::LocalCluster;
-use crate::support::{Cmd, TestDb, connect};
+use crate::support::TestDb;
+use crate::support::cluster::PrivateCluster;
 
 /// reclaim's default --older-than, in seconds.
 const CUTOFF: f64 = 300.0;
@@ -537,69 +534,6 @@ async fn evict_whose_backend_is_terminated_exits_1_with_one_line_and_the_next_ru
     tally.print("evict backend terminated", rows, started, &extra);
 }
 
-/// A private cluster for tests that stop or restart the server (the harness's cluster is shared
-/// by every test of the process).
-struct Private {
-    cluster: LocalCluster,
-    url: String,
-}
-
-impl Private {
-    async fn start() -> Private {
-        let cluster = tokio::task::spawn_blocking(LocalCluster::start)
-            .await
-            .unwrap()
-            .unwrap_or_else(|e| panic!("cannot start a private cluster: {e}"));
-        let url = cluster
-            .admin_params()
-            .iter()
-            .map(|(k, v)| format!("{k}='{v}'"))
-            .collect::<Vec<_>>()
-            .join(" ");
-        Private { cluster, url }
-    }
-
-    async fn client(&self) -> Client {
-        connect(&self.url).await
-    }
-
-    /// `pg_ctl ARGS` as the cluster's owner (the postgres OS user when the tests run as root).
-    async fn pg_ctl(&self, args: &[&str]) {
-        let mut cmd = Command::new(self.cluster.bindir.join("pg_ctl"));
-        cmd.arg("-D")
-            .arg(self.cluster.dir.join("data"))
-            .arg("-l")
-            .arg(self.cluster.log_path())
-            .args(["-w", "-t", "60"])
-            .args(args)
-            .stdin(Stdio::null());
-        let running_as_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-        if running_as_root {
-            let owner = std::fs::metadata(&self.cluster.dir).unwrap();
-            cmd.uid(owner.uid()).gid(owner.gid());
-        }
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("PG") {
-                cmd.env_remove(key);
-            }
-        }
-        let out = tokio::task::spawn_blocking(move || cmd.output())
-            .await
-            .unwrap()
-            .expect("pg_ctl");
-        assert!(
-            out.status.success(),
-            "pg_ctl {args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn idemctl(&self) -> Cmd {
-        Cmd::new().env("IDEMCTL_DATABASE_URL", &self.url)
-    }
-}
-
 fn server_log_tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
@@ -611,7 +545,7 @@ async fn evict_under_a_server_restart_or_stop_fails_clearly_and_the_next_run_dra
     let started = Instant::now();
     // Three faults need less backlog than twenty.
     let rows = sizes().0 / 4;
-    let server = Private::start().await;
+    let server = PrivateCluster::start().await;
     let client = server.client().await;
     // The harness's clusters trade durability for speed; an immediate stop is a crash, and this
     // test wants committed batches to survive it as they would in production.

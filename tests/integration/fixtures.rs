@@ -171,3 +171,18 @@ pub fn evictable(s: &Seen) -> bool {
 pub async fn scalar_i64(db: &TestDb, sql: &str) -> i64 {
     db.client().await.query_one(sql, &[]).await.unwrap().get(0)
 }
+
+/// A single text value from a query.
+pub async fn scalar_text(db: &TestDb, sql: &str) -> String {
+    db.client().await.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// The finding named `check` in `check -o json`'s output; panics showing the output when absent.
+pub fn finding<'a>(json: &'a serde_json::Value, check: &str) -> &'a serde_json::Value {
+    json["findings"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no findings in {json:#}"))
+        .iter()
+        .find(|f| f["check"] == check)
+        .unwrap_or_else(|| panic!("no {check} finding in {json:#}"))
+}

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use crate::fixtures::{self, Schema};
+use crate::fixtures::{self, Schema, finding};
 use crate::profiles;
 use crate::support::TestDb;
 
@@ -27,15 +27,6 @@ async fn day_ttl_table(db: &TestDb, n: i64, short: i64) {
          ANALYZE idempotency_keys"
     ))
     .await;
-}
-
-fn finding<'a>(j: &'a serde_json::Value, check: &str) -> &'a serde_json::Value {
-    j["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["check"] == check)
-        .unwrap_or_else(|| panic!("no {check} finding in {j:#}"))
 }
 
 /// pg_stat_all_tables' live and dead tuples, once the inserts' and deletes' counts have reached it.

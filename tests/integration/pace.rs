@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::fixtures::{self, Mix, Schema};
-use crate::support::cluster::LocalCluster;
-use crate::support::{Cmd, TestDb, connect, ident};
+use crate::support::cluster::PrivateCluster;
+use crate::support::{Cmd, TestDb, ident};
 
 const BACKLOG: Mix = Mix {
     expired: 20_000,
@@ -20,17 +20,8 @@ const BACKLOG: Mix = Mix {
 async fn evict_runs_unpaced_while_no_other_session_is_active() {
     // The harness's cluster is shared by every test of the process, so no session there is ever
     // alone: this one has a cluster of its own.
-    let cluster = tokio::task::spawn_blocking(LocalCluster::start)
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("cannot start a private cluster: {e}"));
-    let url = cluster
-        .admin_params()
-        .iter()
-        .map(|(k, v)| format!("{k}='{v}'"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let client = connect(&url).await;
+    let server = PrivateCluster::start().await;
+    let client = server.client().await;
     client.batch_execute(Schema::Corrected.ddl()).await.unwrap();
     client
         .batch_execute(&fixtures::expired_rows_sql(100_000))
@@ -38,8 +29,8 @@ async fn evict_runs_unpaced_while_no_other_session_is_active() {
         .unwrap();
     drop(client);
 
-    let run = Cmd::new()
-        .env("IDEMCTL_DATABASE_URL", &url)
+    let run = server
+        .idemctl()
         .args(["evict", "-o", "json"])
         .timeout(Duration::from_secs(120))
         .run_async()

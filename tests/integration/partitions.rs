@@ -59,15 +59,7 @@ async fn check_accepts_partitioned_tables_and_explains_cross_partition_uniquenes
         let run = db.idemctl().args(["check", "-o", "json"]).run();
         run.assert_code(0);
         let j = run.json();
-        let finding = |name: &str| {
-            j["findings"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|f| f["check"] == name)
-                .unwrap_or_else(|| panic!("no {name} finding: {j}"))
-                .clone()
-        };
+        let finding = |name: &str| fixtures::finding(&j, name).clone();
         let identity = finding("identity index");
         assert_eq!(identity["status"], "note", "{j}");
         let detail = identity["detail"].as_str().unwrap();
@@ -97,13 +89,7 @@ async fn check_on_a_partitioned_table_without_the_in_progress_index_says_drop_pa
     let run = db.idemctl().args(["check", "-o", "json"]).run();
     run.assert_code(0);
     let j = run.json();
-    let drop = j["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["check"] == "evict --drop-partitions")
-        .unwrap()
-        .clone();
+    let drop = fixtures::finding(&j, "evict --drop-partitions").clone();
     assert_eq!(drop["status"], "note");
     let fix = drop["fix"].as_str().unwrap();
     // A partitioned table refuses CREATE INDEX CONCURRENTLY: the fix must not suggest it.

@@ -3,7 +3,7 @@
 //! profile's own columns and actions; a table no profile fits is refused with what each profile
 //! missed, and check never proposes changing the application's table.
 
-use crate::fixtures::scalar_i64;
+use crate::fixtures::{finding, scalar_i64};
 use crate::support::TestDb;
 
 pub const EXPLAINER_DDL: &str = include_str!("../fixtures/explainer_schema.sql");
@@ -128,15 +128,6 @@ async fn count_like(db: &TestDb, column: &str, prefix: &str) -> i64 {
         &format!("SELECT count(*) FROM idempotency_keys WHERE {column} LIKE '{prefix}-%'"),
     )
     .await
-}
-
-fn finding<'a>(json: &'a serde_json::Value, check: &str) -> &'a serde_json::Value {
-    json["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["check"] == check)
-        .unwrap_or_else(|| panic!("no finding {check} in {json}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

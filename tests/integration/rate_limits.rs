@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use crate::fixtures::{self, Mix, Schema};
-use crate::support::cluster::LocalCluster;
-use crate::support::{Cmd, TestDb, connect};
+use crate::support::cluster::PrivateCluster;
+use crate::support::{Cmd, TestDb};
 
 const RUNTIME_SECS: f64 = 4.0;
 
@@ -147,17 +147,8 @@ async fn a_stricter_pace_wins_over_a_loose_rate_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_wal_rate_holds_the_wal_written_per_second() {
     // The WAL position is the whole server's: a cluster of its own, with nothing else writing.
-    let cluster = tokio::task::spawn_blocking(LocalCluster::start)
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("cannot start a private cluster: {e}"));
-    let url = cluster
-        .admin_params()
-        .iter()
-        .map(|(k, v)| format!("{k}='{v}'"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let client = connect(&url).await;
+    let server = PrivateCluster::start().await;
+    let client = server.client().await;
     client.batch_execute(Schema::Corrected.ddl()).await.unwrap();
     client
         .batch_execute(&fixtures::expired_rows_sql(100_000))
@@ -173,8 +164,8 @@ async fn max_wal_rate_holds_the_wal_written_per_second() {
     let cap = 512.0 * 1024.0;
     let start: i64 = client.query_one(position, &[]).await.unwrap().get(0);
     let t0 = Instant::now();
-    let run = Cmd::new()
-        .env("IDEMCTL_DATABASE_URL", &url)
+    let run = server
+        .idemctl()
         .args(["evict", "-o", "json", "--catch-up"])
         .args(["--max-wal-rate", "512kB/s", "--max-runtime", "4s"])
         .timeout(Duration::from_secs(60))

@@ -233,16 +233,8 @@ async fn a_reader_can_inspect_stats_and_check_and_changes_nothing() {
 
     let run = as_role(&db, &reader).args(["check", "-o", "json"]).run();
     run.assert_success();
-    let findings = run.json()["findings"].clone();
-    let status = |check: &str| {
-        findings
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["check"] == check)
-            .map(|f| f["status"].clone())
-            .unwrap_or_else(|| panic!("no finding {check:?}\n{run}"))
-    };
+    let findings = run.json();
+    let status = |check: &str| fixtures::finding(&findings, check)["status"].clone();
     assert_eq!(status("privileges: inspect, stats, check"), "ok", "{run}");
     assert_eq!(status("privileges: evict"), "note", "{run}");
 
@@ -336,13 +328,7 @@ async fn a_reclaimer_can_reclaim_with_either_action() {
     let reclaimer = logins.create(&db, "reclaimer", &[RECLAIMER], "").await;
     // check agrees that the column grants of sql/roles.sql are enough for both actions.
     let run = as_role(&db, &reclaimer).args(["check", "-o", "json"]).run();
-    let finding = run.json()["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["check"] == "privileges: reclaim")
-        .cloned()
-        .unwrap();
+    let finding = fixtures::finding(&run.json(), "privileges: reclaim").clone();
     assert_eq!(finding["status"], "ok", "{run}");
     let reclaim = |action: &str| {
         as_role(&db, &reclaimer).args([

@@ -138,14 +138,7 @@ async fn check_passes_on_a_healthy_table_and_explains_the_optional_index() {
     .await;
     let run = db.idemctl().args(["check", "-o", "json"]).run();
     run.assert_code(0);
-    let findings = run.json()["findings"].clone();
-    let optional = findings
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["check"] == "in_progress index")
-        .unwrap()
-        .clone();
+    let optional = fixtures::finding(&run.json(), "in_progress index").clone();
     assert_eq!(optional["status"], "note");
     assert!(
         optional["detail"].as_str().unwrap().contains("HOT"),
@@ -231,13 +224,7 @@ async fn check_names_missing_privileges_with_the_grant() {
         .run();
     run.assert_code(0);
     let j = run.json();
-    let evict = j["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["check"] == "privileges: evict")
-        .unwrap()
-        .clone();
+    let evict = fixtures::finding(&j, "privileges: evict").clone();
     assert_eq!(evict["status"], "note");
     assert!(
         evict["fix"].as_str().unwrap().contains(&format!(

@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use crate::fixtures::{self, Mix, Schema, scalar_i64};
-use crate::support::cluster::LocalCluster;
+use crate::support::cluster::PrivateCluster;
 use crate::support::partman::{self, PartitionBy};
 use crate::support::pgbouncer::{Mode, PgBouncer};
-use crate::support::{Cmd, TestDb, connect, ident};
+use crate::support::{Cmd, TestDb, ident};
 
 const MIX: Mix = Mix {
     expired: 3_000,
@@ -308,17 +308,8 @@ async fn a_vacuum_that_cannot_lock_the_table_is_reported_and_the_run_still_succe
 async fn after_evict_vacuum_the_pages_are_all_visible_again() {
     // A cluster of its own: a transaction or a replication slot anywhere in the shared cluster could
     // hold back what VACUUM may clean.
-    let cluster = tokio::task::spawn_blocking(LocalCluster::start)
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| panic!("cannot start a private cluster: {e}"));
-    let url = cluster
-        .admin_params()
-        .iter()
-        .map(|(k, v)| format!("{k}='{v}'"))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let client = connect(&url).await;
+    let server = PrivateCluster::start().await;
+    let client = server.client().await;
     // Nothing else may hold a snapshot while evict's VACUUM runs (an autovacuum worker's ANALYZE
     // of a catalog would).
     client
@@ -343,12 +334,7 @@ async fn after_evict_vacuum_the_pages_are_all_visible_again() {
         .unwrap();
     let summary = "SELECT (SELECT all_visible FROM pg_visibility_map_summary('idempotency_keys'))::bigint, \
                    (pg_relation_size('idempotency_keys') / current_setting('block_size')::int)::bigint";
-    let evict = |args: &'static [&'static str]| {
-        Cmd::new()
-            .env("IDEMCTL_DATABASE_URL", &url)
-            .args(args)
-            .run_async()
-    };
+    let evict = |args: &'static [&'static str]| server.idemctl().args(args).run_async();
     // Without --vacuum, the pages the run emptied are not all-visible.
     evict(&["evict", "--max-rows", "1000"])
         .await

@@ -300,3 +300,68 @@ rm -rf "$d"
         .take()
         .ok_or_else(|| "the watchdog has no stdin pipe".to_owned())
 }
+
+/// A cluster of a test's own, for tests that stop or restart the server or need it quiet (the
+/// harness's cluster is shared by every test of the process). Torn down when dropped.
+pub struct PrivateCluster {
+    pub cluster: LocalCluster,
+    /// The bootstrap superuser's conninfo.
+    pub url: String,
+}
+
+impl PrivateCluster {
+    pub async fn start() -> PrivateCluster {
+        let cluster = tokio::task::spawn_blocking(LocalCluster::start)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("cannot start a private cluster: {e}"));
+        let url = cluster
+            .admin_params()
+            .iter()
+            .map(|(k, v)| format!("{k}='{v}'"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        PrivateCluster { cluster, url }
+    }
+
+    pub async fn client(&self) -> tokio_postgres::Client {
+        super::connect(&self.url).await
+    }
+
+    /// idemctl connected to the cluster as its superuser.
+    pub fn idemctl(&self) -> super::Cmd {
+        super::Cmd::new().env("IDEMCTL_DATABASE_URL", &self.url)
+    }
+
+    /// `pg_ctl ARGS` as the cluster's owner (the postgres OS user when the tests run as root).
+    pub async fn pg_ctl(&self, args: &[&str]) {
+        let mut cmd = Command::new(self.cluster.bindir.join("pg_ctl"));
+        cmd.arg("-D")
+            .arg(self.cluster.dir.join("data"))
+            .arg("-l")
+            .arg(self.cluster.log_path())
+            .args(["-w", "-t", "60"])
+            .args(args)
+            .stdin(Stdio::null());
+        let running_as_root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        if running_as_root {
+            let owner = std::fs::metadata(&self.cluster.dir).unwrap();
+            cmd.uid(owner.uid()).gid(owner.gid());
+        }
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("PG") {
+                cmd.env_remove(key);
+            }
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output())
+            .await
+            .unwrap()
+            .expect("pg_ctl");
+        assert!(
+            out.status.success(),
+            "pg_ctl {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
