@@ -4,7 +4,7 @@
 //! mapping; the file's defaults yield to the environment and the flags; a bad file is one line
 //! naming the file and the key, exit 2.
 
-use crate::fixtures::scalar_i64;
+use crate::fixtures::{finding, scalar_i64, scalar_text};
 use crate::support::TestDb;
 
 pub const GENERIC_DDL: &str = include_str!("../fixtures/generic_schema.sql");
@@ -117,11 +117,19 @@ struct Mapped {
 }
 
 impl Mapped {
+    /// `request_log` with `n` rows of each kind and the indexes check recommends.
     async fn new(n: i64, config: &str) -> Mapped {
+        Mapped::with(n, config, Some(GENERIC_INDEXES)).await
+    }
+
+    /// `request_log` with `n` rows of each kind and `indexes` (none: only its primary key).
+    async fn with(n: i64, config: &str, indexes: Option<&str>) -> Mapped {
         let db = TestDb::new().await;
         db.exec(GENERIC_DDL).await;
         db.exec(&generic_rows(n)).await;
-        db.exec(GENERIC_INDEXES).await;
+        if let Some(indexes) = indexes {
+            db.exec(indexes).await;
+        }
         db.exec("ANALYZE request_log").await;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("idemctl.toml"), config).unwrap();
@@ -141,6 +149,23 @@ impl Mapped {
         self.db.idemctl().args(["--config", &self.config()])
     }
 
+    /// reclaim --action fail, named explicitly (as reclaim asks for fail).
+    fn reclaim_with_fail(&self) {
+        self.idemctl()
+            .args(["-q", "reclaim", "--yes", "--action", "fail"])
+            .run()
+            .assert_success();
+    }
+
+    /// Stuck keys (`stuck-*` and `stuck-old-*`) that hold reclaim's stored error response.
+    async fn failed_stuck(&self) -> i64 {
+        scalar_i64(
+            &self.db,
+            "SELECT count(*) FROM request_log WHERE request_id LIKE 'stuck%' AND http_status = 500 AND reply ? 'type'",
+        )
+        .await
+    }
+
     async fn count(&self, prefix: &str) -> i64 {
         scalar_i64(
             &self.db,
@@ -148,15 +173,6 @@ impl Mapped {
         )
         .await
     }
-}
-
-fn finding<'a>(json: &'a serde_json::Value, check: &str) -> &'a serde_json::Value {
-    json["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["check"] == check)
-        .unwrap_or_else(|| panic!("no finding {check} in {json}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,19 +273,9 @@ async fn stats_and_evict_go_by_the_mapped_expiry_and_keep_keys_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_fails_releases_or_deletes_as_the_mapping_allows() {
     let m = Mapped::new(4, &generic_config()).await;
-    // fail stores the error response (named explicitly, as reclaim asks for fail).
-    m.idemctl()
-        .args(["-q", "reclaim", "--yes", "--action", "fail"])
-        .run()
-        .assert_success();
-    assert_eq!(
-        scalar_i64(
-            &m.db,
-            "SELECT count(*) FROM request_log WHERE request_id LIKE 'stuck%' AND http_status = 500 AND reply ? 'type'"
-        )
-        .await,
-        8
-    );
+    // fail stores the error response.
+    m.reclaim_with_fail();
+    assert_eq!(m.failed_stuck().await, 8);
     assert_eq!(
         scalar_i64(
             &m.db,
@@ -456,4 +462,191 @@ async fn a_bad_file_is_one_line_naming_the_file_and_the_key() {
         .run()
         .assert_code(2)
         .assert_stderr_contains("cannot read config file /nonexistent/idemctl.toml: ");
+}
+
+/// A request body in two spellings, and its canonical forms written out by hand (independently of
+/// idemctl): JCS (members sorted, no whitespace) and Python's `json.dumps(sort_keys=True)`.
+const SENT: &str = "{\"to\": \"acct_9\", \"amount\": 1250, \"note\": \"caf\u{e9}\"}";
+const SENT_RESPACED: &str = "{ \"note\":\"caf\u{e9}\",\n  \"amount\":1250, \"to\":\"acct_9\" }";
+const SENT_JCS: &str = "{\"amount\":1250,\"note\":\"caf\u{e9}\",\"to\":\"acct_9\"}";
+const SENT_SORTED_KEYS: &str = "{\"amount\": 1250, \"note\": \"caf\\u00e9\", \"to\": \"acct_9\"}";
+
+/// Store `canonical`'s sha256 as the fingerprint of key `id` of account 7, computed by the server,
+/// in the column's own form (a raw digest in bytea, lowercase hex in text).
+async fn insert_fingerprinted(m: &Mapped, id: &str, canonical: &str) {
+    let digest = if scalar_i64(
+        &m.db,
+        "SELECT count(*) FROM information_schema.columns \
+         WHERE table_name = 'request_log' AND column_name = 'body_sha256' AND data_type = 'bytea'",
+    )
+    .await
+        == 1
+    {
+        "sha256(convert_to($2, 'UTF8'))"
+    } else {
+        "encode(sha256(convert_to($2, 'UTF8')), 'hex')"
+    };
+    m.db.client()
+        .await
+        .execute(
+            &format!(
+                "INSERT INTO request_log (account, request_id, body_sha256, verb, route, http_status, reply) \
+                 VALUES (7, $1, {digest}, 'POST', '/v1/transfers', 201, '{{}}')"
+            ),
+            &[&id, &canonical],
+        )
+        .await
+        .unwrap();
+}
+
+/// `inspect --body` on the mapped table: the body matches however it is spelled, a changed body
+/// does not (exit 4), and the canonical form follows the mapped column's type.
+async fn assert_body_checks(m: &Mapped, canonical: &str, column_type: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let sent = dir.path().join("sent.json");
+    std::fs::write(&sent, SENT_RESPACED).unwrap();
+    let inspect = |tenant: &str, json: bool| {
+        let out: &[&str] = if json { &["-o", "json"] } else { &[] };
+        m.idemctl()
+            .args(out)
+            .args(["inspect", "paid", "--api-key-id", tenant, "--body"])
+            .arg(&sent)
+    };
+    let run = inspect("7", true)
+        .args(["--method", "POST", "--path", "/v1/transfers"])
+        .run();
+    run.assert_success();
+    let json = run.json();
+    assert_eq!(json["canonical"], canonical, "{run}");
+    assert_eq!(json["fingerprint_matches"], true, "{run}");
+    assert_eq!(json["matches"], true, "{run}");
+    inspect("7", false)
+        .run()
+        .assert_success()
+        .assert_stdout_contains("fingerprint  match\n")
+        .assert_stdout_contains(&format!("(body_sha256, {column_type})"));
+    std::fs::write(&sent, SENT.replace("1250", "1251")).unwrap();
+    let run = inspect("7", true).run();
+    run.assert_code(4);
+    assert_eq!(run.json()["fingerprint_matches"], false, "{run}");
+    // Another tenant's key of the same name is not this one.
+    inspect("8", false).run().assert_code(3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_body_checks_a_request_against_a_mapped_hex_fingerprint() {
+    let m = Mapped::new(1, &generic_config()).await;
+    insert_fingerprinted(&m, "paid", SENT_SORTED_KEYS).await;
+    assert_body_checks(&m, "sorted-keys", "text").await;
+}
+
+/// The same mapping on a table whose fingerprint column holds the raw digest: the catalog says it
+/// is bytea, inspect shows it as hex and checks bodies with JCS, and the other commands run on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mapping_with_a_bytea_fingerprint() {
+    let m = Mapped::new(3, &generic_config()).await;
+    m.db.exec(
+        "ALTER TABLE request_log ALTER COLUMN body_sha256 TYPE bytea USING decode(body_sha256, 'hex')",
+    )
+    .await;
+    insert_fingerprinted(&m, "paid", SENT_JCS).await;
+    let run = m
+        .idemctl()
+        .args(["-o", "json", "inspect", "stuck-2", "--api-key-id", "3"])
+        .run();
+    run.assert_success();
+    let stored = scalar_text(
+        &m.db,
+        "SELECT encode(body_sha256, 'hex') FROM request_log WHERE request_id = 'stuck-2'",
+    )
+    .await;
+    assert_eq!(run.json()["request_fingerprint"], stored.as_str(), "{run}");
+    assert_body_checks(&m, "jcs", "bytea").await;
+    // check finds the mapped columns as they are; evict and reclaim work through the mapping.
+    let run = m.idemctl().args(["-o", "json", "check"]).run();
+    assert_eq!(finding(&run.json(), "columns")["status"], "ok", "{run}");
+    m.idemctl().args(["-q", "evict"]).run().assert_success();
+    assert_eq!(m.count("done-old").await, 0);
+    m.reclaim_with_fail();
+    assert_eq!(m.failed_stuck().await, 6);
+}
+
+/// Without the indexes, check advises the ones the mapping needs, on its own columns; each advised
+/// statement, run as printed, is the index check then finds, and check passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_advises_the_indexes_a_mapping_needs_and_accepts_them() {
+    let m = Mapped::with(2, &generic_config(), None).await;
+    let run = m.idemctl().args(["-o", "json", "check"]).run();
+    run.assert_code(4);
+    let json = run.json();
+    let expiry = finding(&json, "expiry index");
+    assert_eq!(expiry["status"], "fail", "{run}");
+    assert_eq!(
+        expiry["fix"],
+        "CREATE INDEX CONCURRENTLY \"request_log_expiry\" ON \"public\".\"request_log\" (valid_until);",
+        "{run}"
+    );
+    let in_flight = finding(&json, "in_progress index");
+    assert_eq!(in_flight["status"], "note", "{run}");
+    let in_flight_fix = in_flight["fix"].as_str().unwrap().to_owned();
+    assert_eq!(
+        in_flight_fix,
+        "CREATE INDEX CONCURRENTLY \"request_log_in_progress\" ON \"public\".\"request_log\" \
+         ((coalesce(claimed_at, inserted_at))) WHERE ((http_status IS NULL) AND (claimed_at IS NOT NULL));",
+        "{run}"
+    );
+    assert!(!run.stdout.contains("ALTER TABLE"), "{run}");
+    // Without the in-flight index reclaim refuses to scan; with the advised one it runs.
+    m.idemctl()
+        .args(["reclaim", "--dry-run", "--action", "release"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("--allow-scan");
+    for fix in [expiry["fix"].as_str().unwrap(), &in_flight_fix] {
+        m.db.exec(fix).await;
+    }
+    m.db.exec("ANALYZE request_log").await;
+    let run = m.idemctl().args(["-o", "json", "check"]).run();
+    run.assert_success();
+    let json = run.json();
+    assert_eq!(finding(&json, "expiry index")["status"], "ok", "{run}");
+    assert_eq!(finding(&json, "in_progress index")["status"], "ok", "{run}");
+    m.idemctl()
+        .args(["-q", "reclaim", "--dry-run", "--action", "release"])
+        .run()
+        .assert_success();
+
+    // A mapping without an expiry column: the advice is an index on its created_at column.
+    let db = TestDb::new().await;
+    db.exec(JOBS_DDL).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, JOBS_CONFIG).unwrap();
+    let run = db
+        .idemctl()
+        .args(["--config", path.to_str().unwrap(), "-o", "json", "check"])
+        .run();
+    let json = run.json();
+    let fix = finding(&json, "expiry index")["fix"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        fix.ends_with(" ON \"public\".\"jobs_keys\" (born);"),
+        "{run}"
+    );
+    let fix_in_flight = finding(&json, "in_progress index")["fix"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(fix_in_flight.contains("WHERE"), "{run}");
+    db.exec(&fix).await;
+    db.exec(&fix_in_flight).await;
+    let run = db
+        .idemctl()
+        .args(["--config", path.to_str().unwrap(), "-o", "json", "check"])
+        .run();
+    let json = run.json();
+    assert_eq!(finding(&json, "expiry index")["status"], "ok", "{run}");
+    assert_eq!(finding(&json, "in_progress index")["status"], "ok", "{run}");
 }
