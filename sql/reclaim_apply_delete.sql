@@ -8,10 +8,11 @@
 -- Rows are matched by physical address (ctid) and, because a ctid is only unique within one
 -- partition, by partition (tableoid) too.
 -- Every plan row comes back with its outcome, judged on the statement's snapshot: reclaimed, gone,
--- completed, other_state, changed (taken again since the plan), too_young, or held (unchanged but
--- locked: its owner is alive).
+-- filtered (not matching the filters), completed, other_state, changed (taken again since the
+-- plan), too_young, or held (unchanged but locked: its owner is alive).
 -- $1 = api_key_id[], $2 = key[], $3 = locked_at[] (NULL where the plan had none),
--- $4 = created_at[], $5 = --older-than in seconds (the plan's).
+-- $4 = created_at[], $5 = --older-than in seconds (the plan's), $6, $7, $8 = --api-key-id, --path,
+-- --method (NULL when not given); a plan row whose key does not match them is left alone as filtered.
 WITH planned AS (
     SELECT *
       FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])
@@ -24,6 +25,9 @@ WITH planned AS (
        AND {t.locked_at} IS NOT DISTINCT FROM p.locked_at
        AND {t.created_at} = p.created_at
        AND {t.held_since} < now() - make_interval(secs => $5::float8)
+       AND ($6::text IS NULL OR {t.tenant} = $6::text::{tenant_type})
+       AND ($7::text IS NULL OR {t.request_path} = $7::text)
+       AND ($8::text IS NULL OR {t.request_method} = $8::text)
        FOR UPDATE OF t SKIP LOCKED
 ), reclaimed AS (
     DELETE FROM {table}
@@ -36,6 +40,9 @@ WITH planned AS (
 SELECT p.ord,
        CASE WHEN r.key IS NOT NULL THEN 'reclaimed'
             WHEN t.ctid IS NULL THEN 'gone'
+            WHEN (($6::text IS NULL OR {t.tenant} = $6::text::{tenant_type})
+                  AND ($7::text IS NULL OR {t.request_path} = $7::text)
+                  AND ($8::text IS NULL OR {t.request_method} = $8::text)) IS NOT TRUE THEN 'filtered'
             WHEN {t.done} AND NOT {t.in_flight} THEN 'completed'
             WHEN NOT {t.in_flight} THEN 'other_state'
             WHEN {t.locked_at} IS DISTINCT FROM p.locked_at OR {t.created_at} <> p.created_at THEN 'changed'

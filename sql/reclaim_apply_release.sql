@@ -1,7 +1,8 @@
 -- reclaim --apply with action release: one batch of plan rows. Clears the lock time of each planned
 -- key that is still in flight, unchanged since the preview (same lock and creation time) and older
 -- than the cutoff; answers every plan row's outcome in plan order, like reclaim_apply_delete.sql.
--- $1 = tenants, $2 = keys, $3 = lock times, $4 = creation times, $5 = --older-than seconds.
+-- $1 = tenants, $2 = keys, $3 = lock times, $4 = creation times, $5 = --older-than seconds, $6, $7,
+-- $8 = --api-key-id, --path, --method (NULL when not given; a plan row not matching them: filtered).
 WITH planned AS (
     SELECT *
       FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[])
@@ -14,6 +15,9 @@ WITH planned AS (
        AND {t.locked_at} IS NOT DISTINCT FROM p.locked_at
        AND {t.created_at} = p.created_at
        AND {t.held_since} < now() - make_interval(secs => $5::float8)
+       AND ($6::text IS NULL OR {t.tenant} = $6::text::{tenant_type})
+       AND ($7::text IS NULL OR {t.request_path} = $7::text)
+       AND ($8::text IS NULL OR {t.request_method} = $8::text)
        FOR UPDATE OF t SKIP LOCKED
 ), reclaimed AS (
     UPDATE {table}
@@ -27,6 +31,9 @@ WITH planned AS (
 SELECT p.ord,
        CASE WHEN r.key IS NOT NULL THEN 'reclaimed'
             WHEN t.ctid IS NULL THEN 'gone'
+            WHEN (($6::text IS NULL OR {t.tenant} = $6::text::{tenant_type})
+                  AND ($7::text IS NULL OR {t.request_path} = $7::text)
+                  AND ($8::text IS NULL OR {t.request_method} = $8::text)) IS NOT TRUE THEN 'filtered'
             WHEN {t.done} AND NOT {t.in_flight} THEN 'completed'
             WHEN NOT {t.in_flight} THEN 'other_state'
             WHEN {t.locked_at} IS DISTINCT FROM p.locked_at OR {t.created_at} <> p.created_at THEN 'changed'

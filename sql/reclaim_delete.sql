@@ -7,13 +7,17 @@
 -- or was taken again meanwhile is left alone.
 -- Rows are matched by physical address (ctid) and, because a ctid is only unique within one
 -- partition, by partition (tableoid) too. The key becomes absent and the client's retry runs
--- afresh. $1 = --older-than in seconds, $2 = batch size. Returns how many keys were deleted, and
--- which (as text arrays, in the same order).
+-- afresh. $1 = --older-than in seconds, $2 = batch size, $3, $4, $5 = --api-key-id, --path,
+-- --method (NULL when not given: each filter only narrows the walk of the in_progress index).
+-- Returns how many keys were deleted, and which (as text arrays, in the same order).
 WITH candidates AS (
     SELECT tableoid, ctid
       FROM {table}
      WHERE {in_flight}
        AND {held_since} < now() - make_interval(secs => $1::float8)
+       AND ($3::text IS NULL OR {tenant} = $3::text::{tenant_type})
+       AND ($4::text IS NULL OR {request_path} = $4::text)
+       AND ($5::text IS NULL OR {request_method} = $5::text)
      ORDER BY {held_since}
      LIMIT $2::bigint
        FOR UPDATE SKIP LOCKED

@@ -10,12 +10,16 @@
 -- response, which the API replays to a retry instead of running the request again; expires_at is
 -- moved to at least now + $5 seconds (--keep-failed-for; 0 keeps it), so the stored error outlives
 -- the client's retries instead of going at the next evict. $1 = --older-than in seconds, $2 = batch
--- size, $3 = response status, $4 = response body (a JSON object), $5 = keep-failed-for seconds. Returns how many keys were failed, and which (as text arrays, in the same order).
+-- size, $3 = response status, $4 = response body (a JSON object), $5 = keep-failed-for seconds, $6, $7, $8 = --api-key-id, --path, --method (NULL when not given).
+-- Returns how many keys were failed, and which (as text arrays, in the same order).
 WITH candidates AS (
     SELECT tableoid, ctid
       FROM {table}
      WHERE {in_flight}
        AND {held_since} < now() - make_interval(secs => $1::float8)
+       AND ($6::text IS NULL OR {tenant} = $6::text::{tenant_type})
+       AND ($7::text IS NULL OR {request_path} = $7::text)
+       AND ($8::text IS NULL OR {request_method} = $8::text)
      ORDER BY {held_since}
      LIMIT $2::bigint
        FOR UPDATE SKIP LOCKED

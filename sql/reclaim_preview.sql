@@ -3,7 +3,8 @@
 -- ago than the cutoff, by the database clock. Served by the optional partial index in
 -- maintenance_indexes.sql (the ORDER BY walks it); without it, run only with --allow-scan.
 -- Changes nothing and takes no row locks, so keys a live owner still holds are listed too.
--- $1 = --older-than in seconds, $2 = row cap.
+-- $1 = --older-than in seconds, $2 = row cap; $3, $4, $5 = --api-key-id, --path, --method (NULL
+-- when not given: each filter only narrows the walk of the in_progress index).
 SELECT {tenant}::text AS api_key_id, {key}::text AS key,
        coalesce({request_method}, '') AS request_method, coalesce({request_path}, '') AS request_path,
        {locked_at} AS locked_at, {created_at} AS created_at,
@@ -12,5 +13,8 @@ SELECT {tenant}::text AS api_key_id, {key}::text AS key,
   FROM {table}
  WHERE {in_flight}
    AND {held_since} < now() - make_interval(secs => $1::float8)
+   AND ($3::text IS NULL OR {tenant} = $3::text::{tenant_type})
+   AND ($4::text IS NULL OR {request_path} = $4::text)
+   AND ($5::text IS NULL OR {request_method} = $5::text)
  ORDER BY {held_since}
  LIMIT $2::bigint

@@ -2,12 +2,16 @@
 -- and leaves the row, so the client's retry takes the key again and resumes from the recovery
 -- point the dead owner reached (the rocket-rides table's protocol). Rows a live owner holds are
 -- skipped (SKIP LOCKED); the in-flight test and the cutoff are re-checked on each row.
--- $1 = --older-than in seconds, $2 = row cap.
+-- $1 = --older-than in seconds, $2 = row cap; $3, $4, $5 = --api-key-id, --path, --method (NULL
+-- when not given).
 WITH candidates AS (
     SELECT tableoid, ctid
       FROM {table}
      WHERE {in_flight}
        AND {held_since} < now() - make_interval(secs => $1::float8)
+       AND ($3::text IS NULL OR {tenant} = $3::text::{tenant_type})
+       AND ($4::text IS NULL OR {request_path} = $4::text)
+       AND ($5::text IS NULL OR {request_method} = $5::text)
      ORDER BY {held_since}
      LIMIT $2::bigint
        FOR UPDATE SKIP LOCKED

@@ -580,7 +580,9 @@ pub enum ReclaimAction {
     after_help = "Walkthrough: idemctl stats; idemctl inspect KEY; idemctl reclaim --dry-run; \
 idemctl reclaim --plan plan.json; idemctl reclaim --apply plan.json. Finding stuck keys needs the \
 optional in_progress index (sql/maintenance_indexes.sql) or --allow-scan.\n\
-Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force)."
+One route's stuck keys: idemctl reclaim --dry-run --path /v1/payments --method POST --older-than 15m\n\
+Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force) \
+or a filter is invalid or does not fit the table (--path on a table without a request path)."
 )]
 pub struct ReclaimArgs {
     /// Reclaim in_progress keys held longer than this (from locked_at, or created_at when locked_at
@@ -594,12 +596,28 @@ pub struct ReclaimArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// Append every key reclaimed to FILE as a JSON line (its whole record before the change, the
-    /// action, the reason, the time), written and fsynced before its batch commits; a commit line
-    /// follows each batch. A key line without its batch's commit line may describe a key whose
-    /// batch rolled back. The file is opened before anything changes.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["dry_run", "plan", "apply"])]
+    /// Append every key reclaimed (by a sweep or by --apply) to FILE as a JSON line (its whole
+    /// record before the change, the action, the reason, the time), written and fsynced before its
+    /// batch commits; a commit line follows each batch. A key line without its batch's commit line
+    /// may describe a key whose batch rolled back. The file is opened before anything changes.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dry_run", "plan"])]
     pub archive: Option<PathBuf>,
+
+    /// Only keys of this tenant (api_key_id, or the table's tenant column), in every mode. Like
+    /// --path and --method, the value is compared exactly and bound as a parameter; the filters
+    /// narrow the walk of the in_progress index (or of --allow-scan's scan). With --apply, a
+    /// filter the plan was made with holds, and one it lacks narrows it.
+    #[arg(long, value_name = "ID")]
+    pub api_key_id: Option<String>,
+
+    /// Only keys of requests to this path, as the API stores it (request_path), e.g.
+    /// /v1/payments: stuck thresholds differ per route.
+    #[arg(long, value_name = "PATH")]
+    pub path: Option<String>,
+
+    /// Only keys of requests with this HTTP method, as stored (request_method; POST, not post).
+    #[arg(long, value_name = "METHOD")]
+    pub method: Option<String>,
 
     /// What to do with each stuck key. [default: the profile's first action: delete for storage and
     /// explainer, release for rocket-rides]

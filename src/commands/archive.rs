@@ -1,9 +1,11 @@
-//! `reclaim --archive FILE`: every key reclaim takes, appended as one JSON line with its whole
-//! record before the change, written and fsynced before the batch that takes it commits.
+//! `reclaim --archive FILE`: every key reclaim takes (a sweep's, or an apply's of a plan), appended
+//! as one JSON line with its whole record before the change, written and fsynced before the batch
+//! that takes it commits.
 //!
 //! Line format (one JSON object per line):
 //! * a key: `{"type": "key", "batch": "<pid>-<n>", "at": <database time of the batch>,
-//!   "action": "delete"|"fail"|"release", "reason": ..., "older_than_seconds": ..., "committed":
+//!   "action": "delete"|"fail"|"release", "reason": ..., "older_than_seconds": ..., ["plan":
+//!   <the plan file, apply only>,] ["filter": {"api_key_id"|"path"|"method": ...},] "committed":
 //!   "unknown", "api_key_id": ..., "key": ..., "record": {<every column, as before the change>}}`.
 //!   `committed` is "unknown" because the line is made durable before the commit: a run killed
 //!   between the two leaves a line for a key whose batch rolled back (the key is still in the
@@ -20,13 +22,22 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde_json::json;
 
-use crate::db::reclaim::ArchivedKey;
+use crate::db::reclaim::{ArchivedKey, Filter};
 use crate::exit::{Exit, fail};
-use crate::output::rfc3339;
+use crate::output::{rfc3339, sanitize};
+
+/// Why the run takes its keys, for each key line.
+pub struct Why<'a> {
+    pub action: &'a str,
+    pub older_than: f64,
+    pub filter: &'a Filter,
+}
 
 /// An open archive.
 pub struct Archive {
     path: PathBuf,
+    /// The plan an apply takes its keys from (None for a sweep).
+    plan: Option<String>,
     file: File,
     batches: u64,
     /// Key lines written.
@@ -35,7 +46,8 @@ pub struct Archive {
 
 impl Archive {
     /// Open `path` for appending before any change; a path that cannot be opened is a usage error.
-    pub fn open(path: &Path) -> Result<Archive> {
+    /// `plan`: the plan file an apply reclaims from.
+    pub fn open(path: &Path, plan: Option<&Path>) -> Result<Archive> {
         let mut options = OpenOptions::new();
         options.create(true).append(true);
         #[cfg(unix)]
@@ -48,12 +60,13 @@ impl Archive {
                 Exit::Usage,
                 format!(
                     "--archive {}: cannot open it for appending ({e}); nothing was changed",
-                    path.display()
+                    sanitize(&path.display().to_string())
                 ),
             )
         })?;
         Ok(Archive {
             path: path.to_owned(),
+            plan: plan.map(|p| p.display().to_string()),
             file,
             batches: 0,
             keys: 0,
@@ -61,28 +74,36 @@ impl Archive {
     }
 
     /// Append a batch's keys and make them durable; returns the batch's id.
-    pub fn write_keys(
-        &mut self,
-        action: &str,
-        older_than: f64,
-        keys: &[ArchivedKey],
-    ) -> Result<String> {
+    pub fn write_keys(&mut self, why: &Why<'_>, keys: &[ArchivedKey]) -> Result<String> {
         self.batches += 1;
         let batch = format!("{}-{}", std::process::id(), self.batches);
+        let older_than = why.older_than;
+        let reason = match &self.plan {
+            None => format!("in_progress, held longer than --older-than ({older_than}s)"),
+            Some(plan) => format!(
+                "in the plan {plan}, unchanged since, in_progress and held longer than its --older-than ({older_than}s)"
+            ),
+        };
         let mut buf = Vec::new();
         for k in keys {
-            let line = json!({
+            let mut line = json!({
                 "type": "key",
                 "batch": batch,
                 "at": rfc3339(k.at),
-                "action": action,
-                "reason": format!("in_progress, held longer than --older-than ({older_than}s)"),
+                "action": why.action,
+                "reason": reason,
                 "older_than_seconds": older_than,
-                "committed": "unknown",
-                "api_key_id": k.api_key_id,
-                "key": k.key,
-                "record": k.record,
             });
+            if let Some(plan) = &self.plan {
+                line["plan"] = json!(plan);
+            }
+            if !why.filter.is_empty() {
+                line["filter"] = serde_json::to_value(why.filter)?;
+            }
+            line["committed"] = json!("unknown");
+            line["api_key_id"] = json!(k.api_key_id);
+            line["key"] = json!(k.key);
+            line["record"] = k.record.clone();
             serde_json::to_writer(&mut buf, &line)?;
             buf.push(b'\n');
         }
@@ -108,7 +129,7 @@ impl Archive {
                     Exit::Failure,
                     format!(
                         "--archive {}: cannot write it ({e}); the batch was rolled back",
-                        self.path.display()
+                        sanitize(&self.path.display().to_string())
                     ),
                 )
             })

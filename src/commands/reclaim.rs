@@ -5,8 +5,9 @@
 //! FILE` reclaims exactly the plan's keys that are unchanged since; the default finds and reclaims
 //! stuck keys batch by batch. Every write is one statement in its own transaction that locks its
 //! rows with SKIP LOCKED (a live owner is never waited on) and re-checks state and cutoff on each
-//! row it changes, so a completed key is never touched. Flags, body and plan file are checked
-//! before connecting.
+//! row it changes, so a completed key is never touched. `--api-key-id`, `--path` and `--method`
+//! narrow every mode to one tenant or route; `--archive` records every key a writing mode takes.
+//! Flags, filters, body and plan file are checked before connecting.
 
 use crate::db::Session;
 use crate::db::reclaim as reclaim_db;
@@ -21,6 +22,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 use crate::cli::{OutputFormat, ReclaimAction, ReclaimArgs};
+use crate::commands::archive::Archive;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::lock::{self, LockClass};
@@ -36,6 +38,9 @@ use crate::output::{Doc, human_secs, rfc3339, sanitize};
 const ROW_LOCK_WAIT: Duration = Duration::from_millis(5);
 /// Below this, --older-than needs --force: a handler still working would run its request twice.
 const MIN_OLDER_THAN: Duration = Duration::from_secs(60);
+/// The longest filter value accepted: longer than the request line servers accept (8 KiB), so no
+/// stored tenant, path or method can be longer.
+const MAX_FILTER_BYTES: usize = 8192;
 /// The status a plan without one stores (plans always carry one; this reads hand-made ones).
 const DEFAULT_STATUS: i32 = 500;
 /// The preview, a plan and the summary's key list stop here: enough to review at once, and it keeps
@@ -59,7 +64,7 @@ enum Mode {
     /// Find stuck keys and reclaim them batch by batch.
     Sweep,
     /// Reclaim exactly the rows of a plan.
-    Apply(PathBuf, Plan),
+    Apply(PathBuf, Box<Plan>),
 }
 
 /// The validated request.
@@ -74,6 +79,8 @@ struct Request {
     limit: Option<u64>,
     /// `--action fail`: keep a failed key at least this many seconds from now (0 = as it is).
     keep_failed: f64,
+    /// Only keys of this tenant and route (`--api-key-id`, `--path`, `--method`, and a plan's).
+    filter: reclaim_db::Filter,
 }
 
 mod citus;
@@ -84,6 +91,7 @@ pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     table.require_columns()?;
+    req.filter.check(&table)?;
     req.action = profile_action(&table, &req, args)?;
     match &req.mode {
         Mode::Preview(path) => preview(ctx, &client, &table, &req, args, path.as_deref()).await,
@@ -159,6 +167,7 @@ fn validate(ctx: &Context, args: &ReclaimArgs) -> Result<Request> {
             body: response_body(args)?,
             limit: args.limit,
             keep_failed: args.keep_failed_for().as_secs_f64(),
+            filter: filter_from_args(args)?,
         },
     };
     check_floor(req.older_than, args.force)?;
@@ -172,6 +181,78 @@ fn validate(ctx: &Context, args: &ReclaimArgs) -> Result<Request> {
         ));
     }
     Ok(req)
+}
+
+/// The filters given on the command line, each checked: not empty, no control character (a newline
+/// would not be in any stored value, and would break the summary's lines), at most
+/// MAX_FILTER_BYTES, and a method an HTTP token (RFC 9110). Values are bound, never spliced, so
+/// quotes are only characters.
+fn filter_from_args(args: &ReclaimArgs) -> Result<reclaim_db::Filter> {
+    checked_filter(
+        args.api_key_id.as_deref(),
+        args.path.as_deref(),
+        args.method.as_deref(),
+    )
+}
+
+fn checked_filter(
+    api_key_id: Option<&str>,
+    path: Option<&str>,
+    method: Option<&str>,
+) -> Result<reclaim_db::Filter> {
+    Ok(reclaim_db::Filter {
+        api_key_id: filter_value("--api-key-id", api_key_id)?,
+        path: filter_value("--path", path)?,
+        method: match filter_value("--method", method)? {
+            Some(m) if !m.bytes().all(is_token_byte) => {
+                return Err(fail(
+                    Exit::Usage,
+                    format!(
+                        "--method {} is not an HTTP method: a method is a token of letters, digits and !#$%&'*+-.^_`|~ (RFC 9110), compared exactly with the stored one (POST, not post)",
+                        shown_value(&m)
+                    ),
+                ));
+            }
+            m => m,
+        },
+    })
+}
+
+fn filter_value(flag: &str, value: Option<&str>) -> Result<Option<String>> {
+    let Some(v) = value else {
+        return Ok(None);
+    };
+    let why = if v.is_empty() {
+        "is empty: give the value as the API stores it, or drop the flag".to_owned()
+    } else if v.len() > MAX_FILTER_BYTES {
+        format!(
+            "is {} bytes long: at most {MAX_FILTER_BYTES} are accepted (no server takes a longer request line)",
+            v.len()
+        )
+    } else if v.chars().any(char::is_control) {
+        format!(
+            "{} holds a control character (a newline, tab or the like), which no stored value has",
+            shown_value(v)
+        )
+    } else {
+        return Ok(Some(v.to_owned()));
+    };
+    Err(fail(
+        Exit::Usage,
+        format!("{flag} {why}; nothing was changed"),
+    ))
+}
+
+/// A filter value for a message: escaped, and cut after 80 characters.
+fn shown_value(v: &str) -> String {
+    let cut: String = v.chars().take(80).collect();
+    let more = if cut.len() < v.len() { "..." } else { "" };
+    format!("\"{}{more}\"", sanitize(&cut))
+}
+
+/// An RFC 9110 tchar.
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 fn check_floor(older_than: f64, force: bool) -> Result<()> {
@@ -283,6 +364,10 @@ struct Plan {
     /// More stuck keys existed than the plan lists (the oldest are listed).
     #[serde(default)]
     truncated: bool,
+    /// The filters the preview was made with (absent without any); apply re-checks them on each
+    /// row. An idemctl that does not know filters refuses a plan that has them.
+    #[serde(default, skip_serializing_if = "reclaim_db::Filter::is_empty")]
+    filter: reclaim_db::Filter,
     rows: Vec<PlanRow>,
 }
 
@@ -318,14 +403,16 @@ struct PlanVersion {
 fn request_from_plan(args: &ReclaimArgs, path: &Path) -> Result<Request> {
     let plan = load_plan(path)?;
     check_plan_flags(args, &plan)?;
+    let filter = plan_filter(args, &plan)?;
     Ok(Request {
+        filter,
         older_than: plan.older_than_seconds,
         action: plan.action,
         status: plan.status,
         body: plan.body.clone(),
         limit: args.limit,
         keep_failed: plan.keep_failed_for_seconds,
-        mode: Mode::Apply(path.to_owned(), plan),
+        mode: Mode::Apply(path.to_owned(), Box::new(plan)),
     })
 }
 
@@ -382,6 +469,39 @@ fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Under --apply the plan's filters hold, and a filter flag the plan lacks narrows it further (apply
+/// leaves the plan rows that do not match alone, as filtered); a flag that contradicts the plan's
+/// own filter would match none of its rows, a mistake worth stopping for.
+fn plan_filter(args: &ReclaimArgs, plan: &Plan) -> Result<reclaim_db::Filter> {
+    let both = [
+        ("--api-key-id", &plan.filter.api_key_id, &args.api_key_id),
+        ("--path", &plan.filter.path, &args.path),
+        ("--method", &plan.filter.method, &args.method),
+    ];
+    for (flag, planned, given) in both {
+        if let (Some(a), Some(b)) = (planned, given)
+            && a != b
+        {
+            return Err(fail(
+                Exit::Usage,
+                format!(
+                    "{flag} {} differs from the plan's filter {}: its rows were chosen by that one; drop {flag}, or make a new plan with it; nothing was changed",
+                    shown_value(b),
+                    shown_value(a)
+                ),
+            ));
+        }
+    }
+    let pick = |planned: &Option<String>, given: &Option<String>| {
+        planned.clone().or_else(|| given.clone())
+    };
+    checked_filter(
+        pick(&plan.filter.api_key_id, &args.api_key_id).as_deref(),
+        pick(&plan.filter.path, &args.path).as_deref(),
+        pick(&plan.filter.method, &args.method).as_deref(),
+    )
 }
 
 /// Under --apply the plan decides action, status, body and cutoff; a flag that says otherwise is
@@ -493,7 +613,7 @@ async fn preview(
     let cap = req.limit.map_or(LIST_CAP, |l| {
         i64::try_from(l).unwrap_or(i64::MAX).min(LIST_CAP)
     });
-    let found = find(client, table, req.older_than, cap).await?;
+    let found = find(client, table, req, cap).await?;
     if let Some(path) = plan_path {
         let database = queries::database_identity(client).await?;
         write_plan(path, table, req, &found, database)?;
@@ -505,8 +625,9 @@ async fn preview(
 
 /// List up to `cap` stuck keys and count them (up to COUNT_CAP) in one read-only snapshot, so the
 /// count and the list agree.
-async fn find(client: &Session, table: &KeyTable, older_than: f64, cap: i64) -> Result<Found> {
-    let listing = reclaim_db::list_stuck(client, table, older_than, cap, COUNT_CAP).await?;
+async fn find(client: &Session, table: &KeyTable, req: &Request, cap: i64) -> Result<Found> {
+    let listing =
+        reclaim_db::list_stuck(client, table, req.older_than, cap, COUNT_CAP, &req.filter).await?;
     Ok(Found {
         rows: listing
             .rows
@@ -540,6 +661,7 @@ fn write_plan(
         database: Some(database),
         created_at: Some(found.db_now),
         truncated: found.truncated,
+        filter: req.filter.clone(),
         rows: found.rows.iter().map(Candidate::plan_row).collect(),
     };
     let mut text = serde_json::to_string_pretty(&plan).context("failed to encode the plan")?;
@@ -562,6 +684,7 @@ fn preview_report(
         "table": table.display(),
         "dry_run": true,
         "older_than_seconds": req.older_than,
+        "filter": filter_json(&req.filter),
         "action": req.action,
         "response_status": req.body.as_ref().map(|_| req.status),
         "response_body": req.body,
@@ -622,13 +745,40 @@ fn summary_fields(table: &KeyTable, req: &Request, found: &Found) -> Vec<(String
             "held longer than".to_owned(),
             format!("{} (database clock)", human_secs(req.older_than)),
         ),
+    ];
+    if let Some(only) = filter_text(&req.filter) {
+        rows.push(("only".to_owned(), only));
+    }
+    rows.extend([
         ("action".to_owned(), action_text(req)),
         ("would reclaim".to_owned(), would),
-    ];
+    ]);
     if let Some(body) = &req.body {
         rows.push(("stored body".to_owned(), sanitize(&body.to_string())));
     }
     rows
+}
+
+/// The filters for a summary (None without any): `api_key_id t42, path /v1/payments, method POST`.
+fn filter_text(f: &reclaim_db::Filter) -> Option<String> {
+    let parts: Vec<String> = [
+        ("api_key_id", &f.api_key_id),
+        ("path", &f.path),
+        ("method", &f.method),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| v.as_deref().map(|v| format!("{name} {}", sanitize(v))))
+    .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// The filters for JSON output: null without any.
+fn filter_json(f: &reclaim_db::Filter) -> Value {
+    if f.is_empty() {
+        Value::Null
+    } else {
+        serde_json::to_value(f).unwrap_or(Value::Null)
+    }
 }
 
 const CANDIDATE_HEADER: [&str; 7] = [
@@ -765,16 +915,19 @@ fn question(table: &KeyTable, req: &Request, count: &str) -> String {
         ReclaimAction::Release => "release".to_owned(),
         ReclaimAction::Fail => format!("mark completed with status {}", req.status),
     };
+    let only = filter_text(&req.filter).map_or_else(String::new, |f| format!(" ({f})"));
     format!(
-        "reclaim: {what} {count} in_progress keys of {} held longer than {}?",
+        "reclaim: {what} {count} in_progress keys of {}{only} held longer than {}?",
         table.display(),
         human_secs(req.older_than)
     )
 }
 
-/// Why apply leaves a plan row alone (held: a live owner holds it).
-const LEFT_ALONE_REASONS: [&str; 6] = [
+/// Why apply leaves a plan row alone (held: a live owner holds it; filtered: it does not match the
+/// filters).
+const LEFT_ALONE_REASONS: [&str; 7] = [
     "gone",
+    "filtered",
     "completed",
     "other_state",
     "changed",
@@ -803,7 +956,7 @@ struct KeyId {
 struct LeftAlone {
     api_key_id: String,
     key: String,
-    /// gone, completed, other_state, changed, too_young or held.
+    /// gone, filtered, completed, other_state, changed, too_young or held.
     reason: String,
     /// The row's state when apply looked, if it still exists.
     state: Option<String>,
@@ -815,6 +968,10 @@ struct ReclaimReport {
     table: String,
     action: ReclaimAction,
     older_than_seconds: f64,
+    /// The filters the run was limited to (null without any).
+    filter: Value,
+    #[serde(skip)]
+    filter_text: Option<String>,
     response_status: Option<i32>,
     /// `--action fail`: each failed key is kept at least this long from when it was failed.
     keep_failed_for_seconds: Option<f64>,
@@ -840,6 +997,8 @@ impl ReclaimReport {
             table: table.display(),
             action: req.action,
             older_than_seconds: req.older_than,
+            filter: filter_json(&req.filter),
+            filter_text: filter_text(&req.filter),
             response_status: req.body.as_ref().map(|_| req.status),
             keep_failed_for_seconds: (req.action == ReclaimAction::Fail).then_some(req.keep_failed),
             plan_file: match &req.mode {
@@ -981,25 +1140,13 @@ async fn sweep(
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, Some(req.action)).await?;
     let distributed = crate::commands::shards::distributed(client, table).await?;
-    let mut archive = match &args.archive {
-        Some(_) if distributed.is_some() => {
-            return Err(fail(
-                Exit::Usage,
-                format!(
-                    "--archive is not supported on table {}, which Citus distributes; nothing was changed",
-                    table.display()
-                ),
-            ));
-        }
-        Some(path) => Some(crate::commands::archive::Archive::open(path)?),
-        None => None,
-    };
+    let mut archive = open_archive(args, table, distributed.is_some(), None)?;
     begin_writes(ctx, client, table).await?;
-    let before = queries::stuck(client, table, req.older_than, COUNT_CAP).await?;
-    if before.count.count > 0 {
+    let before = count_stuck(client, table, req).await?;
+    if before.count > 0 {
         let count = match req.limit {
-            Some(l) => format!("up to {l} of {}", before.count),
-            None => before.count.to_string(),
+            Some(l) => format!("up to {l} of {before}"),
+            None => before.to_string(),
         };
         confirm(args, &question(table, req, &count))?;
     }
@@ -1010,13 +1157,13 @@ async fn sweep(
         Some(layout) => citus::sweep(ctx, client, table, layout, req, args, &mut report).await?,
         None => sweep_batches(ctx, client, table, req, args, &mut report, archive.as_mut()).await?,
     };
-    let left = queries::stuck(client, table, req.older_than, COUNT_CAP).await?;
+    let left = count_stuck(client, table, req).await?;
     if report.end_reason == EndReason::Drained {
         // The last batch found fewer unlocked stuck keys than it asked for, so every stuck key
         // still here was skipped because a live owner holds its row.
-        report.skipped_live_owner = Some(left.count);
+        report.skipped_live_owner = Some(left);
     }
-    report.stuck_left = Some(left.count);
+    report.stuck_left = Some(left);
     report.elapsed_seconds = start.elapsed().as_secs_f64();
     ctx.metrics
         .finish(report.run_end(), report.metrics())
@@ -1032,7 +1179,7 @@ async fn sweep_batches(
     req: &Request,
     args: &ReclaimArgs,
     report: &mut ReclaimReport,
-    mut archive: Option<&mut crate::commands::archive::Archive>,
+    mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
     let statements = statements(ctx, table, req);
     loop {
@@ -1059,10 +1206,39 @@ async fn sweep_batches(
     }
 }
 
-/// The action's statements for this table, and the client-side deadline of each answer.
+/// The action's statements for this table and filters, and the client-side deadline of each
+/// answer.
 fn statements(ctx: &Context, table: &KeyTable, req: &Request) -> reclaim_db::Statements {
     let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
-    reclaim_db::Statements::new(table, req.action, deadline)
+    reclaim_db::Statements::new(table, req.action, &req.filter, deadline)
+}
+
+/// Stuck keys the run may take (its filters applied), counted up to COUNT_CAP.
+async fn count_stuck(client: &Session, table: &KeyTable, req: &Request) -> Result<Capped> {
+    reclaim_db::count_stuck(client, table, req.older_than, COUNT_CAP, &req.filter).await
+}
+
+/// `--archive`: the file opened for appending before any change (exit 2 when it cannot be), for a
+/// sweep (`plan` None) or an apply. Not on a table Citus distributes.
+fn open_archive(
+    args: &ReclaimArgs,
+    table: &KeyTable,
+    distributed: bool,
+    plan: Option<&Path>,
+) -> Result<Option<Archive>> {
+    let Some(path) = &args.archive else {
+        return Ok(None);
+    };
+    if distributed {
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "--archive is not supported on table {}, which Citus distributes; nothing was changed",
+                table.display()
+            ),
+        ));
+    }
+    Archive::open(path, plan).map(Some)
 }
 
 /// What `--action fail` stores, for the batch statements (None for the other actions).
@@ -1100,10 +1276,10 @@ async fn archived_batch(
     client: &Session,
     req: &Request,
     want: u64,
-    archive: &mut crate::commands::archive::Archive,
+    archive: &mut Archive,
 ) -> Result<Vec<KeyId>> {
     let limit = i64::try_from(want).unwrap_or(i64::MAX);
-    let action = action_name(req.action);
+    let why = archive_why(req);
     let mut batch = None;
     let got = statements
         .sweep_batch_archived(
@@ -1113,7 +1289,7 @@ async fn archived_batch(
             fail_with(req).as_ref(),
             &mut |keys| {
                 if !keys.is_empty() {
-                    batch = Some(archive.write_keys(action, req.older_than, keys)?);
+                    batch = Some(archive.write_keys(&why, keys)?);
                 }
                 Ok(())
             },
@@ -1126,6 +1302,15 @@ async fn archived_batch(
         .into_iter()
         .map(|(api_key_id, key)| KeyId { api_key_id, key })
         .collect())
+}
+
+/// What the archive says about each key the run takes.
+fn archive_why(req: &Request) -> crate::commands::archive::Why<'_> {
+    crate::commands::archive::Why {
+        action: action_name(req.action),
+        older_than: req.older_than,
+        filter: &req.filter,
+    }
 }
 
 // ---- apply: exactly the rows of a plan -------------------------------------------------------
@@ -1143,6 +1328,8 @@ async fn apply(
     check_plan_database(client, path, plan).await?;
     require_identity_index(table)?;
     require_privileges(client, table, Some(req.action)).await?;
+    let distributed = crate::commands::shards::distributed(client, table).await?;
+    let mut archive = open_archive(args, table, distributed.is_some(), Some(path))?;
     begin_writes(ctx, client, table).await?;
     let rows = within_limit(&plan.rows, req.limit);
     if !rows.is_empty() {
@@ -1154,11 +1341,14 @@ async fn apply(
     ctx.cancel.install()?;
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
-    report.end_reason = match crate::commands::shards::distributed(client, table).await? {
+    report.end_reason = match distributed {
         Some(layout) => {
             citus::apply(ctx, client, table, layout, req, args, rows, &mut report).await?
         }
-        None => apply_batches(ctx, client, table, req, args, rows, &mut report).await?,
+        None => {
+            let archive = archive.as_mut();
+            apply_batches(ctx, client, table, req, args, rows, &mut report, archive).await?
+        }
     };
     if report.end_reason == EndReason::Drained && rows.len() < plan.rows.len() {
         report.end_reason = EndReason::Limit;
@@ -1248,6 +1438,10 @@ async fn check_plan_database(client: &Session, path: &Path, plan: &Plan) -> Resu
     ))
 }
 
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the run's context, table, request and report, the plan rows and the archive"
+)]
 async fn apply_batches(
     ctx: &Context,
     client: &Session,
@@ -1256,6 +1450,7 @@ async fn apply_batches(
     args: &ReclaimArgs,
     rows: &[PlanRow],
     report: &mut ReclaimReport,
+    mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
     let statements = statements(ctx, table, req);
     let size = usize::try_from(args.batch_size).unwrap_or(usize::MAX);
@@ -1263,9 +1458,11 @@ async fn apply_batches(
         if ctx.cancel.requested() {
             return Ok(EndReason::Interrupted);
         }
-        let outcomes = apply_batch(&statements, client, req, chunk)
-            .await
-            .map_err(|e| report.batch_error(e))?;
+        let outcomes = match archive.as_deref_mut() {
+            Some(a) => archived_apply_batch(&statements, client, req, chunk, a).await,
+            None => apply_batch(&statements, client, req, chunk).await,
+        }
+        .map_err(|e| report.batch_error(e))?;
         report.batches += 1;
         report.record_outcomes(chunk, outcomes);
     }
@@ -1279,7 +1476,50 @@ async fn apply_batch(
     req: &Request,
     chunk: &[PlanRow],
 ) -> Result<Vec<(String, Option<String>)>> {
-    let rows: Vec<_> = chunk
+    statements
+        .apply_batch(
+            client,
+            &plan_keys(chunk),
+            req.older_than,
+            fail_with(req).as_ref(),
+        )
+        .await
+}
+
+/// One batch of plan rows with --archive: the keys it takes are in the archive, durable, before it
+/// commits; a commit line follows.
+async fn archived_apply_batch(
+    statements: &reclaim_db::Statements,
+    client: &Session,
+    req: &Request,
+    chunk: &[PlanRow],
+    archive: &mut Archive,
+) -> Result<Vec<(String, Option<String>)>> {
+    let why = archive_why(req);
+    let mut batch = None;
+    let outcomes = statements
+        .apply_batch_archived(
+            client,
+            &plan_keys(chunk),
+            req.older_than,
+            fail_with(req).as_ref(),
+            &mut |keys| {
+                if !keys.is_empty() {
+                    batch = Some(archive.write_keys(&why, keys)?);
+                }
+                Ok(())
+            },
+        )
+        .await?;
+    if let Some(b) = batch {
+        let taken = outcomes.iter().filter(|(o, _)| o == "reclaimed").count();
+        archive.write_commit(&b, taken)?;
+    }
+    Ok(outcomes)
+}
+
+fn plan_keys(chunk: &[PlanRow]) -> Vec<reclaim_db::PlanKey<'_>> {
+    chunk
         .iter()
         .map(|r| {
             (
@@ -1289,10 +1529,7 @@ async fn apply_batch(
                 r.created_at,
             )
         })
-        .collect();
-    statements
-        .apply_batch(client, &rows, req.older_than, fail_with(req).as_ref())
-        .await
+        .collect()
 }
 
 // ---- the summary -----------------------------------------------------------------------------
@@ -1327,6 +1564,11 @@ fn report_doc(r: &ReclaimReport) -> Doc {
     let mut fields = vec![
         ("table".to_owned(), r.table.clone()),
         ("action".to_owned(), action),
+    ];
+    if let Some(only) = r.filter_text.clone() {
+        fields.push(("only".to_owned(), only));
+    }
+    fields.extend([
         (
             "end reason".to_owned(),
             end_reason_text(r.end_reason).to_owned(),
@@ -1336,11 +1578,11 @@ fn report_doc(r: &ReclaimReport) -> Doc {
             "skipped (held by a live owner)".to_owned(),
             capped(&r.skipped_live_owner),
         ),
-    ];
+    ]);
     if let Some(p) = &r.plan_file {
         fields.push(("plan".to_owned(), sanitize(p)));
         fields.push((
-            "left alone (changed since the plan)".to_owned(),
+            "plan rows left alone".to_owned(),
             r.left_alone.len().to_string(),
         ));
     } else {
@@ -1372,6 +1614,7 @@ fn end_reason_text(e: EndReason) -> &'static str {
 fn left_alone_cells(l: &LeftAlone) -> Vec<String> {
     let why = match l.reason.as_str() {
         "gone" => "gone: deleted since the plan".to_owned(),
+        "filtered" => "does not match --api-key-id, --path or --method".to_owned(),
         "completed" => "completed since the plan".to_owned(),
         "changed" => "taken again since the plan (locked_at or created_at changed)".to_owned(),
         "too_young" => "no longer past the plan's cutoff".to_owned(),
@@ -1437,6 +1680,7 @@ mod tests {
             database: None,
             created_at: Some(ts),
             truncated: false,
+            filter: reclaim_db::Filter::default(),
             rows: vec![row.clone(), row],
         };
         assert!(check_plan(&plan).unwrap_err().contains("twice"));

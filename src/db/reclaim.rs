@@ -1,14 +1,16 @@
 //! reclaim's statements and their typed rows: the preview of stuck keys (list and count in one
-//! read-only snapshot), one sweep batch and one batch of a plan for each action. Every batch runs
-//! with a client-side deadline and is tried again when it met a lock held past the session's
-//! few-millisecond lock_timeout.
+//! read-only snapshot), one sweep batch and one batch of a plan for each action, each also in an
+//! archived form, and the filters (`--api-key-id`, `--path`, `--method`) every one of them binds.
+//! Every batch runs with a client-side deadline and is tried again when it met a lock held past the
+//! session's few-millisecond lock_timeout.
 
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
+use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::queries::{self, Capped};
+use super::queries::Capped;
 use super::{KeyTable, Param, Session, p};
 use crate::cli::ReclaimAction;
 use crate::exit::{Exit, fail};
@@ -22,10 +24,110 @@ const APPLY_DELETE_SQL: &str = include_str!("../../sql/reclaim_apply_delete.sql"
 const APPLY_FAIL_SQL: &str = include_str!("../../sql/reclaim_apply_fail.sql");
 const APPLY_RELEASE_SQL: &str = include_str!("../../sql/reclaim_apply_release.sql");
 const ARCHIVE_LOCK_SQL: &str = include_str!("../../sql/reclaim_archive_lock.sql");
+const APPLY_ARCHIVE_LOCK_SQL: &str = include_str!("../../sql/reclaim_apply_archive_lock.sql");
+const COUNT_SQL: &str = include_str!("../../sql/reclaim_count.sql");
 
 /// Attempts of one batch that runs into a lock held longer than the session's few-millisecond
 /// lock_timeout (DDL, or a relation-extension lock under heavy inserts) before the run gives up.
 const LOCK_TRIES: u32 = 5;
+
+/// Which stuck keys a run may take besides their age: one tenant, one route (path, method). Every
+/// reclaim statement binds all three as its last parameters, NULL for a filter not given, so a
+/// filter only narrows the rows the statement walks through the in_progress index.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+}
+
+impl Filter {
+    pub fn is_empty(&self) -> bool {
+        self.api_key_id.is_none() && self.path.is_none() && self.method.is_none()
+    }
+
+    fn params(&self) -> [Param<'_>; 3] {
+        [p(&self.api_key_id), p(&self.path), p(&self.method)]
+    }
+
+    /// Refuse (exit 2, before any change) a filter the table cannot answer: a column the profile
+    /// does not have, or a tenant the tenant column's type cannot hold (which the statement would
+    /// only fail on).
+    pub fn check(&self, table: &KeyTable) -> Result<()> {
+        let profile = &table.profile;
+        let lacks = |flag: &str, what: &str| {
+            fail(
+                Exit::Usage,
+                format!(
+                    "{flag} does not apply to table {} (profile {}): it has no {what} column, so reclaim cannot tell its keys apart by it; drop {flag}",
+                    table.display(),
+                    profile.name
+                ),
+            )
+        };
+        if self.api_key_id.is_some() && profile.tenant.is_none() {
+            return Err(lacks("--api-key-id", "tenant"));
+        }
+        if self.path.is_some() && profile.request_path.is_none() {
+            return Err(lacks("--path", "request path"));
+        }
+        if self.method.is_some() && profile.request_method.is_none() {
+            return Err(lacks("--method", "request method"));
+        }
+        if let Some(id) = &self.api_key_id
+            && !fits_type(id, &profile.tenant_type)
+        {
+            return Err(fail(
+                Exit::Usage,
+                format!(
+                    "--api-key-id \"{}\" cannot be a tenant of table {}: its tenant column is of type {}; nothing was changed",
+                    crate::output::sanitize(id),
+                    table.display(),
+                    profile.tenant_type
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Whether `value` is valid input for a tenant column of SQL type `ty` (text types take anything).
+fn fits_type(value: &str, ty: &str) -> bool {
+    match ty {
+        "bigint" => value.trim().parse::<i64>().is_ok(),
+        "integer" => value.trim().parse::<i32>().is_ok(),
+        "smallint" => value.trim().parse::<i16>().is_ok(),
+        "uuid" => {
+            let hex: Vec<char> = value
+                .chars()
+                .filter(|c| !matches!(c, '-' | '{' | '}'))
+                .collect();
+            hex.len() == 32 && hex.iter().all(char::is_ascii_hexdigit)
+        }
+        _ => true,
+    }
+}
+
+/// Stuck keys matching `filter`, counted up to `cap` (through the optional in_progress index).
+pub async fn count_stuck(
+    client: &Session,
+    table: &KeyTable,
+    older_than: f64,
+    cap: i64,
+    filter: &Filter,
+) -> Result<Capped> {
+    let mut params = vec![p(&older_than), p(&cap)];
+    params.extend(filter.params());
+    let r = client
+        .query_one(&table.sql(COUNT_SQL), &params)
+        .await
+        .context("failed to count stuck in_progress keys")?;
+    Ok(Capped::from_raw(r.try_get("n")?, cap))
+}
 
 /// A stuck key as the preview reads it.
 #[derive(Debug, Clone)]
@@ -57,6 +159,7 @@ pub async fn list_stuck(
     older_than: f64,
     cap: i64,
     count_cap: i64,
+    filter: &Filter,
 ) -> Result<Listing> {
     client
         .begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -67,11 +170,14 @@ pub async fn list_stuck(
         .await
         .context("failed to read the database clock")?
         .try_get("now")?;
+    let listed = cap + 1;
+    let mut params = vec![p(&older_than), p(&listed)];
+    params.extend(filter.params());
     let rows = client
-        .query(&table.sql(PREVIEW_SQL), &[p(&older_than), p(&(cap + 1))])
+        .query(&table.sql(PREVIEW_SQL), &params)
         .await
         .context("failed to list stuck in_progress keys")?;
-    let stuck = queries::stuck(client, table, older_than, count_cap).await?;
+    let count = count_stuck(client, table, older_than, count_cap, filter).await?;
     client
         .commit()
         .await
@@ -95,7 +201,7 @@ pub async fn list_stuck(
     Ok(Listing {
         truncated: rows.len() > cap,
         rows: rows.into_iter().take(cap).collect(),
-        count: stuck.count,
+        count,
         db_now,
     })
 }
@@ -118,17 +224,35 @@ pub struct FailWith<'a> {
     pub keep_failed: f64,
 }
 
-/// The statements of one action on one table, filled from its profile once per run.
+/// The statements of one action on one table, filled from its profile once per run, with the
+/// run's filters.
 pub struct Statements {
     sweep: String,
     archive_lock: String,
     apply: String,
+    apply_archive_lock: String,
+    filter: Filter,
     /// How long the client waits for any one answer (statement_timeout plus a margin).
     deadline: Duration,
 }
 
+/// A plan row as apply binds it: (tenant, key, locked_at, created_at).
+pub type PlanKey<'a> = (&'a str, &'a str, Option<OffsetDateTime>, OffsetDateTime);
+
+/// The archive a batch hands the records of the keys it took to, before it commits.
+pub type ArchiveSink<'a> = &'a mut dyn FnMut(&[ArchivedKey]) -> Result<()>;
+
+/// Reads an archived batch's answer: the (tenant, key) of each key it took, and what the caller
+/// gets back.
+type TakenBy<'a, T> = &'a dyn Fn(&[tokio_postgres::Row]) -> Result<(Vec<(String, String)>, T)>;
+
 impl Statements {
-    pub fn new(table: &KeyTable, action: ReclaimAction, deadline: Duration) -> Statements {
+    pub fn new(
+        table: &KeyTable,
+        action: ReclaimAction,
+        filter: &Filter,
+        deadline: Duration,
+    ) -> Statements {
         let (sweep, apply) = match action {
             ReclaimAction::Delete => (DELETE_SQL, APPLY_DELETE_SQL),
             ReclaimAction::Fail => (FAIL_SQL, APPLY_FAIL_SQL),
@@ -138,8 +262,25 @@ impl Statements {
             sweep: table.sql(sweep),
             archive_lock: table.sql(ARCHIVE_LOCK_SQL),
             apply: table.sql(apply),
+            apply_archive_lock: table.sql(APPLY_ARCHIVE_LOCK_SQL),
+            filter: filter.clone(),
             deadline,
         }
+    }
+
+    /// A sweep batch's parameters: cutoff, size, what `fail` stores, then the filters.
+    fn sweep_params<'a>(
+        &'a self,
+        older_than: &'a f64,
+        limit: &'a i64,
+        fail_with: Option<&'a FailWith<'_>>,
+    ) -> Vec<Param<'a>> {
+        let mut params = vec![p(older_than), p(limit)];
+        if let Some(f) = fail_with {
+            params.extend([p(&f.status), p(f.body), p(&f.keep_failed)]);
+        }
+        params.extend(self.filter.params());
+        params
     }
 
     /// One sweep batch: reclaim up to `limit` keys held longer than `older_than` seconds;
@@ -151,17 +292,9 @@ impl Statements {
         limit: i64,
         fail_with: Option<&FailWith<'_>>,
     ) -> Result<Vec<(String, String)>> {
-        let mut params = vec![p(&older_than), p(&limit)];
-        if let Some(f) = fail_with {
-            params.extend([p(&f.status), p(f.body), p(&f.keep_failed)]);
-        }
+        let params = self.sweep_params(&older_than, &limit, fail_with);
         let rows = self.query(client, &self.sweep, &params).await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| fail(Exit::Internal, "the batch statement returned no row"))?;
-        let tenants: Vec<String> = row.try_get("api_key_ids")?;
-        let keys: Vec<String> = row.try_get("keys")?;
-        Ok(tenants.into_iter().zip(keys).collect())
+        taken(&rows)
     }
 
     /// One sweep batch for `--archive`, in a transaction of its own: lock the keys it will take
@@ -175,24 +308,118 @@ impl Statements {
         older_than: f64,
         limit: i64,
         fail_with: Option<&FailWith<'_>>,
-        archive: &mut dyn FnMut(&[ArchivedKey]) -> Result<()>,
+        archive: ArchiveSink<'_>,
     ) -> Result<Vec<(String, String)>> {
+        let mut lock_params = vec![p(&older_than), p(&limit)];
+        lock_params.extend(self.filter.params());
+        let params = self.sweep_params(&older_than, &limit, fail_with);
+        let batch = Archived {
+            lock: (&self.archive_lock, &lock_params),
+            change: (&self.sweep, &params),
+        };
+        self.archived(client, &batch, archive, &|rows| {
+            taken(rows).map(|got| (got.clone(), got))
+        })
+        .await
+    }
+
+    /// An apply batch's parameters: the plan rows as arrays, the plan's cutoff, what `fail`
+    /// stores, then the filters.
+    fn apply_params<'a>(
+        &'a self,
+        arrays: &'a PlanArrays<'a>,
+        older_than: &'a f64,
+        fail_with: Option<&'a FailWith<'_>>,
+    ) -> Vec<Param<'a>> {
+        let mut params = vec![
+            p(&arrays.tenants),
+            p(&arrays.keys),
+            p(&arrays.locked),
+            p(&arrays.created),
+            p(older_than),
+        ];
+        if let Some(f) = fail_with {
+            params.extend([p(&f.status), p(f.body), p(&f.keep_failed)]);
+        }
+        params.extend(self.filter.params());
+        params
+    }
+
+    /// One batch of plan rows: each row's outcome and current state, in the batch's order.
+    pub async fn apply_batch(
+        &self,
+        client: &Session,
+        rows: &[PlanKey<'_>],
+        older_than: f64,
+        fail_with: Option<&FailWith<'_>>,
+    ) -> Result<Vec<(String, Option<String>)>> {
+        let arrays = PlanArrays::of(rows);
+        let params = self.apply_params(&arrays, &older_than, fail_with);
+        let answered = self.query(client, &self.apply, &params).await?;
+        outcomes(&answered, rows)
+    }
+
+    /// One batch of plan rows for `--archive`, as [`Statements::sweep_batch_archived`] does it:
+    /// the rows it will take locked and read first, their records durable in the archive before
+    /// the batch commits.
+    pub async fn apply_batch_archived(
+        &self,
+        client: &Session,
+        rows: &[PlanKey<'_>],
+        older_than: f64,
+        fail_with: Option<&FailWith<'_>>,
+        archive: ArchiveSink<'_>,
+    ) -> Result<Vec<(String, Option<String>)>> {
+        let arrays = PlanArrays::of(rows);
+        let mut lock_params = vec![
+            p(&arrays.tenants),
+            p(&arrays.keys),
+            p(&arrays.locked),
+            p(&arrays.created),
+            p(&older_than),
+        ];
+        lock_params.extend(self.filter.params());
+        let params = self.apply_params(&arrays, &older_than, fail_with);
+        let batch = Archived {
+            lock: (&self.apply_archive_lock, &lock_params),
+            change: (&self.apply, &params),
+        };
+        self.archived(client, &batch, archive, &|answered| {
+            let outcomes = outcomes(answered, rows)?;
+            let got = rows
+                .iter()
+                .zip(&outcomes)
+                .filter(|(_, (o, _))| o == "reclaimed")
+                .map(|(r, _)| (r.0.to_owned(), r.1.to_owned()))
+                .collect();
+            Ok((got, outcomes))
+        })
+        .await
+    }
+
+    /// An archived batch in a transaction of its own (see [`Statements::sweep_batch_archived`]):
+    /// `read` turns the changing statement's rows into the keys it took and the caller's answer.
+    async fn archived<T>(
+        &self,
+        client: &Session,
+        batch: &Archived<'_>,
+        archive: ArchiveSink<'_>,
+        read: TakenBy<'_, T>,
+    ) -> Result<T> {
         let mut tries = 1;
         loop {
             client
                 .begin("BEGIN")
                 .await
                 .context("failed to start an archived batch's transaction")?;
-            let outcome = self
-                .archived_once(client, older_than, limit, fail_with, archive)
-                .await;
+            let outcome = self.archived_once(client, batch, archive, read).await;
             match outcome {
-                Ok(Some(got)) => {
+                Ok(Some(answer)) => {
                     client
                         .commit()
                         .await
                         .context("failed to commit a batch (its keys are in the archive)")?;
-                    return Ok(got);
+                    return Ok(answer);
                 }
                 Ok(None) if tries < LOCK_TRIES => {}
                 Err(e) if super::is_lock_timeout(&e) && tries < LOCK_TRIES => {
@@ -220,20 +447,18 @@ impl Statements {
 
     /// One try of an archived batch inside its transaction: None when the batch took a key whose
     /// record was not read first (the caller rolls back).
-    async fn archived_once(
+    async fn archived_once<T>(
         &self,
         client: &Session,
-        older_than: f64,
-        limit: i64,
-        fail_with: Option<&FailWith<'_>>,
-        archive: &mut dyn FnMut(&[ArchivedKey]) -> Result<()>,
-    ) -> Result<Option<Vec<(String, String)>>> {
-        let locked = super::with_deadline(
-            self.deadline,
-            client.query_reused(&self.archive_lock, &[p(&older_than), p(&limit)]),
-        )
-        .await
-        .context("failed to read the records of a batch's keys for the archive")?;
+        batch: &Archived<'_>,
+        archive: ArchiveSink<'_>,
+        read: TakenBy<'_, T>,
+    ) -> Result<Option<T>> {
+        let (lock_sql, lock_params) = batch.lock;
+        let locked =
+            super::with_deadline(self.deadline, client.query_reused(lock_sql, lock_params))
+                .await
+                .context("failed to read the records of a batch's keys for the archive")?;
         let mut records = std::collections::HashMap::new();
         for r in &locked {
             let tenant: String = r.try_get("api_key_id")?;
@@ -242,24 +467,15 @@ impl Statements {
             let at: OffsetDateTime = r.try_get("at")?;
             records.insert((tenant, key), (record, at));
         }
-        let mut params = vec![p(&older_than), p(&limit)];
-        if let Some(f) = fail_with {
-            params.extend([p(&f.status), p(f.body), p(&f.keep_failed)]);
-        }
-        let rows =
-            super::with_deadline(self.deadline, client.query_reused(&self.sweep, &params)).await?;
-        let row = rows
-            .first()
-            .ok_or_else(|| fail(Exit::Internal, "the batch statement returned no row"))?;
-        let tenants: Vec<String> = row.try_get("api_key_ids")?;
-        let keys: Vec<String> = row.try_get("keys")?;
-        let got: Vec<(String, String)> = tenants.into_iter().zip(keys).collect();
+        let (sql, params) = batch.change;
+        let rows = super::with_deadline(self.deadline, client.query_reused(sql, params)).await?;
+        let (got, answer) = read(&rows)?;
         let mut archived = Vec::with_capacity(got.len());
-        for k in &got {
-            match records.remove(k) {
+        for k in got {
+            match records.remove(&k) {
                 Some((record, at)) => archived.push(ArchivedKey {
-                    api_key_id: k.0.clone(),
-                    key: k.1.clone(),
+                    api_key_id: k.0,
+                    key: k.1,
                     record,
                     at,
                 }),
@@ -267,47 +483,7 @@ impl Statements {
             }
         }
         archive(&archived)?;
-        Ok(Some(got))
-    }
-
-    /// One batch of plan rows, each as (tenant, key, locked_at, created_at): each row's outcome
-    /// and current state, in the batch's order.
-    pub async fn apply_batch(
-        &self,
-        client: &Session,
-        rows: &[(&str, &str, Option<OffsetDateTime>, OffsetDateTime)],
-        older_than: f64,
-        fail_with: Option<&FailWith<'_>>,
-    ) -> Result<Vec<(String, Option<String>)>> {
-        let tenants: Vec<&str> = rows.iter().map(|r| r.0).collect();
-        let keys: Vec<&str> = rows.iter().map(|r| r.1).collect();
-        let locked: Vec<Option<OffsetDateTime>> = rows.iter().map(|r| r.2).collect();
-        let created: Vec<OffsetDateTime> = rows.iter().map(|r| r.3).collect();
-        let mut params = vec![
-            p(&tenants),
-            p(&keys),
-            p(&locked),
-            p(&created),
-            p(&older_than),
-        ];
-        if let Some(f) = fail_with {
-            params.extend([p(&f.status), p(f.body), p(&f.keep_failed)]);
-        }
-        let answered = self.query(client, &self.apply, &params).await?;
-        if answered.len() != rows.len() {
-            return Err(fail(
-                Exit::Internal,
-                format!(
-                    "the apply statement answered for {} of {} plan rows",
-                    answered.len(),
-                    rows.len()
-                ),
-            ));
-        }
-        answered
-            .iter()
-            .map(|r| Ok((r.try_get("outcome")?, r.try_get("state")?)))
-            .collect()
+        Ok(Some(answer))
     }
 
     /// Run one batch statement with the client-side deadline, which guards against a dead network
@@ -330,4 +506,61 @@ impl Statements {
             }
         }
     }
+}
+
+/// The two statements of an archived batch with their parameters: the one that locks and reads
+/// the records, and the one that changes the rows.
+struct Archived<'a> {
+    lock: (&'a str, &'a [Param<'a>]),
+    change: (&'a str, &'a [Param<'a>]),
+}
+
+/// Plan rows as the parallel arrays the apply statements unnest.
+struct PlanArrays<'a> {
+    tenants: Vec<&'a str>,
+    keys: Vec<&'a str>,
+    locked: Vec<Option<OffsetDateTime>>,
+    created: Vec<OffsetDateTime>,
+}
+
+impl<'a> PlanArrays<'a> {
+    fn of(rows: &[PlanKey<'a>]) -> PlanArrays<'a> {
+        PlanArrays {
+            tenants: rows.iter().map(|r| r.0).collect(),
+            keys: rows.iter().map(|r| r.1).collect(),
+            locked: rows.iter().map(|r| r.2).collect(),
+            created: rows.iter().map(|r| r.3).collect(),
+        }
+    }
+}
+
+/// The (tenant, key) of each key a sweep batch took, from its one row of arrays.
+fn taken(rows: &[tokio_postgres::Row]) -> Result<Vec<(String, String)>> {
+    let row = rows
+        .first()
+        .ok_or_else(|| fail(Exit::Internal, "the batch statement returned no row"))?;
+    let tenants: Vec<String> = row.try_get("api_key_ids")?;
+    let keys: Vec<String> = row.try_get("keys")?;
+    Ok(tenants.into_iter().zip(keys).collect())
+}
+
+/// Each plan row's outcome and current state, in the batch's order.
+fn outcomes(
+    answered: &[tokio_postgres::Row],
+    rows: &[PlanKey<'_>],
+) -> Result<Vec<(String, Option<String>)>> {
+    if answered.len() != rows.len() {
+        return Err(fail(
+            Exit::Internal,
+            format!(
+                "the apply statement answered for {} of {} plan rows",
+                answered.len(),
+                rows.len()
+            ),
+        ));
+    }
+    answered
+        .iter()
+        .map(|r| Ok((r.try_get("outcome")?, r.try_get("state")?)))
+        .collect()
 }

@@ -1,7 +1,8 @@
 //! `reclaim --archive FILE`: every key reclaim takes is in the archive as a JSON line with its whole
 //! record before the change, the action, the reason and the time, fsynced before its batch commits,
 //! with a commit line after each batch; the path is checked before anything changes; a reclaim
-//! killed with SIGKILL mid-run leaves no reclaimed key out of the archive.
+//! killed with SIGKILL mid-run leaves no reclaimed key out of the archive; the same for `--apply` of a
+//! plan, whose archive holds exactly the plan rows it took.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -257,4 +258,159 @@ async fn a_reclaim_killed_mid_run_leaves_no_reclaimed_key_out_of_the_archive() {
     );
     let n = scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await;
     assert!(n > 0);
+}
+
+/// Make a plan of every stuck key (up to the 2,000 a plan lists) and return its path.
+async fn plan_of(db: &TestDb, dir: &std::path::Path) -> std::path::PathBuf {
+    let plan = dir.join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--plan"])
+        .arg(&plan)
+        .run_async()
+        .await
+        .assert_code(0);
+    plan
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_apply_archives_the_keys_it_takes_and_none_it_leaves_alone() {
+    let db = db_with_stuck(30).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = plan_of(&db, dir.path()).await;
+    let mut stuck = stuck_keys(&db).await;
+    // Between plan and apply: one key completes and one is deleted; apply leaves both alone.
+    let completed = stuck.pop_first().unwrap();
+    let gone = stuck.pop_first().unwrap();
+    let client = db.client().await;
+    client
+        .execute(
+            "UPDATE idempotency_keys SET state = 'completed', response_status = 201 \
+              WHERE api_key_id = $1 AND key = $2",
+            &[&completed.0, &completed.1],
+        )
+        .await
+        .unwrap();
+    client
+        .execute(
+            "DELETE FROM idempotency_keys WHERE api_key_id = $1 AND key = $2",
+            &[&gone.0, &gone.1],
+        )
+        .await
+        .unwrap();
+    let path = dir.path().join("reclaimed.jsonl");
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--batch-size", "8"])
+        .args(["--method", "POST", "--apply"])
+        .arg(&plan)
+        .arg("--archive")
+        .arg(&path)
+        .run_async()
+        .await;
+    run.assert_success();
+    assert_eq!(run.json()["rows_reclaimed"], 28, "{run}");
+    assert!(stuck_keys(&db).await.is_empty());
+    let lines = read_lines(&path);
+    assert_eq!(archived_keys(&lines), stuck, "exactly the keys apply took");
+    let keys: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "key").collect();
+    assert_eq!(keys.len(), 28, "each key once");
+    for l in &keys {
+        assert_eq!(l["action"], "delete");
+        assert_eq!(l["committed"], "unknown");
+        assert_eq!(l["plan"], plan.display().to_string(), "{l}");
+        assert_eq!(l["filter"], serde_json::json!({"method": "POST"}), "{l}");
+        assert!(
+            l["reason"].as_str().unwrap().starts_with("in the plan "),
+            "{l}"
+        );
+        assert_eq!(l["record"]["state"], "in_progress", "{l}");
+        assert_eq!(l["record"]["key"], l["key"], "{l}");
+    }
+    // Four batches of plan rows (8, 8, 8, 6); each commit line counts the keys its batch took.
+    let commits: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "commit").collect();
+    assert_eq!(
+        commits
+            .iter()
+            .map(|c| c["keys"].as_u64().unwrap())
+            .sum::<u64>(),
+        28
+    );
+    for c in &commits {
+        let n = keys.iter().filter(|k| k["batch"] == c["batch"]).count() as u64;
+        assert_eq!(n, c["keys"].as_u64().unwrap(), "{c}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_apply_killed_mid_run_leaves_no_reclaimed_key_out_of_the_archive() {
+    let db = db_with_stuck(2_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = plan_of(&db, dir.path()).await;
+    let stuck = stuck_keys(&db).await;
+    assert_eq!(stuck.len(), 2_000);
+    let path = dir.path().join("reclaimed.jsonl");
+    let child = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-q", "--batch-size", "4", "--apply"])
+        .arg(&plan)
+        .arg("--archive")
+        .arg(&path)
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    for _ in 0..600 {
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        if len > 100_000 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    child.signal("KILL");
+    let run = child.wait_async().await;
+    assert_ne!(run.code, 0, "{run}");
+    let left = stuck_keys(&db).await;
+    let reclaimed: BTreeSet<Key> = stuck.difference(&left).cloned().collect();
+    assert!(!reclaimed.is_empty(), "the run was killed before any batch");
+    assert!(!left.is_empty(), "the run finished before the kill");
+    let lines = read_lines(&path);
+    let archived = archived_keys(&lines);
+    let missing: Vec<&Key> = reclaimed.difference(&archived).collect();
+    assert!(
+        missing.is_empty(),
+        "{} reclaimed keys are not in the archive, e.g. {:?}",
+        missing.len(),
+        missing.first()
+    );
+    // A key archived but still here belongs to the batch the kill rolled back (no commit line).
+    let committed: BTreeSet<String> = lines
+        .iter()
+        .filter(|l| l["type"] == "commit")
+        .map(|l| l["batch"].as_str().unwrap().to_owned())
+        .collect();
+    let still: BTreeSet<Key> = archived.intersection(&left).cloned().collect();
+    for l in lines.iter().filter(|l| l["type"] == "key") {
+        let k = (
+            l["api_key_id"].as_str().unwrap().to_owned(),
+            l["key"].as_str().unwrap().to_owned(),
+        );
+        if still.contains(&k) {
+            assert!(!committed.contains(l["batch"].as_str().unwrap()), "{l}");
+        }
+    }
+    assert!(
+        still.len() <= 4,
+        "{} archived keys were not reclaimed",
+        still.len()
+    );
+    // The rest of the plan is still applicable: a second apply takes exactly what is left.
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--apply"])
+        .arg(&plan)
+        .arg("--archive")
+        .arg(&path)
+        .run_async()
+        .await;
+    run.assert_success();
+    assert!(stuck_keys(&db).await.is_empty());
+    assert_eq!(archived_keys(&read_lines(&path)), stuck);
 }

@@ -65,35 +65,87 @@ const STATEMENTS: &[(&str, &str)] = &[
         "reclaim_apply_release.sql",
         "ARRAY['tenant_0001', 'tenant_0002'], ARRAY['k1', 'k2'], \
          ARRAY[NULL, now() - interval '1 hour']::timestamptz[], \
-         ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300",
+         ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300, NULL, NULL, NULL",
     ),
     (
         "reclaim_apply_delete.sql",
         "ARRAY['tenant_0001', 'tenant_0002'], ARRAY['k1', 'k2'], \
          ARRAY[NULL, now() - interval '1 hour']::timestamptz[], \
-         ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300",
+         ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300, NULL, NULL, NULL",
+    ),
+    (
+        "reclaim_apply_archive_lock.sql",
+        "ARRAY['tenant_0001', 'tenant_0002'], ARRAY['k1', 'k2'], \
+         ARRAY[NULL, now() - interval '1 hour']::timestamptz[], \
+         ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300, NULL, NULL, NULL",
     ),
     (
         "reclaim_apply_fail.sql",
         "ARRAY['tenant_0001', 'tenant_0002'], ARRAY['k1', 'k2'], \
          ARRAY[NULL, now() - interval '1 hour']::timestamptz[], \
          ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300, 500, \
-         '{\"type\": \"about:blank\"}', 86400",
+         '{\"type\": \"about:blank\"}', 86400, NULL, NULL, NULL",
     ),
 ];
 
 /// Statements that need the optional in_progress index (run only when it exists, or with --allow-scan).
 const NEEDS_STUCK_INDEX: &[(&str, &str)] = &[
     ("stuck_count.sql", "300, 100000"),
-    ("reclaim_preview.sql", "300, 10001"),
-    ("reclaim_delete.sql", "300, 500"),
+    ("reclaim_count.sql", "300, 10000, NULL, NULL, NULL"),
+    ("reclaim_preview.sql", "300, 10001, NULL, NULL, NULL"),
+    ("reclaim_delete.sql", "300, 500, NULL, NULL, NULL"),
     (
         "reclaim_fail.sql",
-        "300, 500, 500, '{\"type\": \"about:blank\"}', 86400",
+        "300, 500, 500, '{\"type\": \"about:blank\"}', 86400, NULL, NULL, NULL",
     ),
-    ("reclaim_release.sql", "300, 500"),
-    ("reclaim_archive_lock.sql", "300, 500"),
+    ("reclaim_release.sql", "300, 500, NULL, NULL, NULL"),
+    ("reclaim_archive_lock.sql", "300, 500, NULL, NULL, NULL"),
 ];
+
+/// reclaim's statements bind its filters (--api-key-id, --path, --method) as their last three
+/// parameters, NULL when not given. Each statement that ends so is explained again with the filters
+/// the profile has columns for: all of them at once and each alone (a tenant alone may lead the
+/// planner to the tenant's index instead of the in_progress one; either is an index).
+const FILTER_NULLS: &str = ", NULL, NULL, NULL";
+
+fn filter_variants(profile: &Profile, args: &str) -> Vec<String> {
+    let Some(base) = args.strip_suffix(FILTER_NULLS) else {
+        return Vec::new();
+    };
+    let tenant = profile.tenant.is_some().then_some("'tenant_0007'");
+    let path = profile.request_path.is_some().then_some("'/v1/payments'");
+    let method = profile.request_method.is_some().then_some("'POST'");
+    let all = [tenant, path, method];
+    let mut sets = vec![all];
+    if all.iter().flatten().count() > 1 {
+        sets.extend([
+            [tenant, None, None],
+            [None, path, None],
+            [None, None, method],
+        ]);
+    }
+    sets.into_iter()
+        .filter(|set| set.iter().any(Option::is_some))
+        .map(|set| {
+            let values: Vec<&str> = set.iter().map(|v| v.unwrap_or("NULL")).collect();
+            format!("{base}, {}", values.join(", "))
+        })
+        .collect()
+}
+
+/// Every statement of `list` that takes reclaim's filters, with each variant of filter arguments.
+fn filtered<'a>(
+    profile: &Profile,
+    list: impl IntoIterator<Item = &'a (&'a str, &'a str)>,
+) -> Vec<(&'a str, String)> {
+    list.into_iter()
+        .flat_map(|(file, args)| {
+            filter_variants(profile, args)
+                .into_iter()
+                .map(move |a| (*file, a))
+        })
+        .collect()
+}
 
 /// Key lookups without a tenant: which one runs depends on the table's indexes.
 const BY_KEY: (&str, &str) = ("inspect_by_key.sql", "'no-such-key', 300, 50");
@@ -322,6 +374,12 @@ async fn every_statement_is_index_backed_when_partitioned(by: PartitionBy) {
         let sql = sql_file(file).replace("{partition}", &format!("\"public\".\"{partition}\""));
         assert_index_backed_on(&db, &sql, file, args, &rels).await;
     }
+    for (file, args) in &filtered(
+        &Profile::storage(),
+        STATEMENTS.iter().chain(NEEDS_STUCK_INDEX),
+    ) {
+        assert_index_backed_on(&db, &sql_file(file), file, args, &rels).await;
+    }
     assert_planned(&db, &Profile::storage()).await;
 }
 
@@ -335,6 +393,14 @@ async fn every_statement_is_index_backed_on_the_corrected_table() {
     {
         assert_index_backed(&db, file, args).await;
     }
+    let with_filters = filtered(
+        &Profile::storage(),
+        STATEMENTS.iter().chain(NEEDS_STUCK_INDEX),
+    );
+    assert!(with_filters.len() >= 40, "{}", with_filters.len());
+    for (file, args) in &with_filters {
+        assert_index_backed(&db, file, args).await;
+    }
     assert_planned(&db, &Profile::storage()).await;
 }
 
@@ -342,6 +408,9 @@ async fn every_statement_is_index_backed_on_the_corrected_table() {
 async fn every_statement_is_index_backed_on_the_reference_table() {
     let db = load(Schema::Reference, false).await;
     for (file, args) in STATEMENTS.iter().chain([&BY_KEY, &SKIP_SCAN]) {
+        assert_index_backed(&db, file, args).await;
+    }
+    for (file, args) in &filtered(&Profile::storage(), STATEMENTS) {
         assert_index_backed(&db, file, args).await;
     }
 }
@@ -403,8 +472,14 @@ async fn every_statement_is_index_backed_for(
     } else {
         BY_KEY
     };
-    for (file, args) in STATEMENTS.iter().chain(NEEDS_STUCK_INDEX).chain([&lookup]) {
-        if *file == "inspect_by_tenant.sql" && profile.tenant.is_none() {
+    let with_filters = filtered(&profile, STATEMENTS.iter().chain(NEEDS_STUCK_INDEX));
+    let plain = STATEMENTS
+        .iter()
+        .chain(NEEDS_STUCK_INDEX)
+        .chain([&lookup])
+        .map(|(f, a)| (*f, (*a).to_owned()));
+    for (file, args) in plain.chain(with_filters) {
+        if file == "inspect_by_tenant.sql" && profile.tenant.is_none() {
             continue;
         }
         // Release clears the lock time: a mapping without one cannot allow it (the config file
@@ -412,7 +487,7 @@ async fn every_statement_is_index_backed_for(
         if file.contains("release") && profile.locked_at.is_none() {
             continue;
         }
-        let args = tenant(args);
+        let args = tenant(&args);
         assert_index_backed_as(&db, &profile, &sql_file(file), file, &args, &rels).await;
     }
     assert_planned(&db, &profile).await;

@@ -27,6 +27,7 @@ mod pushgateway;
 mod rate_limits;
 mod read_only;
 mod reclaim;
+mod reclaim_filters;
 mod reclaim_metrics;
 mod replica;
 mod require_auth;

@@ -115,6 +115,7 @@ async fn a_sweep_counts_keys_by_action_and_the_held_ones_as_left_alone() {
         counts(&[
             ("changed", 0.0),
             ("completed", 0.0),
+            ("filtered", 0.0),
             ("gone", 0.0),
             ("held", 1.0),
             ("other_state", 0.0),
@@ -193,6 +194,7 @@ async fn an_apply_counts_each_plan_row_it_left_alone_by_reason() {
         counts(&[
             ("changed", 2.0),
             ("completed", 1.0),
+            ("filtered", 0.0),
             ("gone", 1.0),
             ("held", 1.0),
             ("other_state", 0.0),

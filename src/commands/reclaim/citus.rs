@@ -123,7 +123,8 @@ pub async fn apply(
                 session = Some(worker_session(node).await?);
             }
             let s = session.as_ref().expect("set above");
-            let end = super::apply_batches(ctx, s, &shard.table, req, args, &mine, report).await?;
+            let end =
+                super::apply_batches(ctx, s, &shard.table, req, args, &mine, report, None).await?;
             if end != EndReason::Drained {
                 return Ok(end);
             }
