@@ -27,20 +27,25 @@ pub struct Foreground {
     pub waiting: u32,
     /// Mean time the running statements have run so far, in ms (0 when none runs).
     pub age_ms: f64,
+    /// Rows inserted into the key table (all its partitions) since the statistics were reset,
+    /// when a table was given.
+    pub inserted: Option<i64>,
 }
 
 /// Sample the other client sessions; `since` is the previous sample's `sampled_at`, and without
-/// one the window reaches back `lookback`.
+/// one the window reaches back `lookback`. With `table` (an oid), also read the rows inserted
+/// into it.
 pub async fn foreground(
     client: &Session,
     since: Option<OffsetDateTime>,
     lookback: std::time::Duration,
+    table: Option<i64>,
 ) -> Result<Foreground> {
     let lookback_ms = lookback.as_secs_f64() * 1000.0;
     let row = client
         .query_one(
             include_str!("../../sql/pace_foreground.sql"),
-            &[p(&since), p(&lookback_ms)],
+            &[p(&since), p(&lookback_ms), p(&table)],
         )
         .await
         .context("failed to sample the other sessions' activity")?;
@@ -51,6 +56,7 @@ pub async fn foreground(
         active: n("active"),
         waiting: n("waiting"),
         age_ms: row.get("age_ms"),
+        inserted: row.get("inserted"),
     })
 }
 

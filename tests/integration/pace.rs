@@ -171,3 +171,98 @@ async fn duty_cycle_catch_up_and_pause_fix_the_pace() {
         assert_eq!(pace["fallback"], serde_json::Value::Null, "{args:?}: {run}");
     }
 }
+
+/// However far the foreground makes evict back off, its rests are cut so that it keeps removing
+/// keys at least ten times as fast as the table gains them, and it reports the insert rate it
+/// measured.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backed_off_evict_still_outpaces_the_tables_inserts() {
+    let db = TestDb::new().await;
+    let backlog = Mix {
+        expired: 60_000,
+        ..BACKLOG
+    };
+    fixtures::table_with(&db, Schema::Corrected, backlog).await;
+    db.exec("CREATE TABLE busy (id int PRIMARY KEY); INSERT INTO busy VALUES (1)")
+        .await;
+    let holder = db.client().await;
+    holder
+        .batch_execute("BEGIN; SELECT * FROM busy FOR UPDATE")
+        .await
+        .unwrap();
+    // The API keeps adding keys, 20 every 100 ms...
+    let inserter = db.client().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_inserting = stop.clone();
+    let inserting = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut rows = 0u64;
+        while !stop_inserting.load(std::sync::atomic::Ordering::Relaxed) {
+            inserter
+                .batch_execute(
+                    "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+                     request_fingerprint, state, locked_at, expires_at) \
+                     SELECT gen_random_uuid()::text, 'tenant-new', 'POST', '/v1/charges', \
+                     '\\x00', 'in_progress', now(), now() + interval '1 day' \
+                     FROM generate_series(1, 20)",
+                )
+                .await
+                .unwrap();
+            rows += 20;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        rows as f64 / started.elapsed().as_secs_f64()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let evict = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--max-runtime",
+            "6s",
+            "--batch-size",
+            "10",
+        ])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    // ... and, once evict has measured the foreground, sessions start waiting on a row lock, so
+    // the pace backs off.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let c = db.client().await;
+        waiters.push(tokio::spawn(async move {
+            let _ = c.batch_execute("SELECT * FROM busy FOR UPDATE").await;
+        }));
+    }
+    let run = evict.wait_async().await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let inserted_per_s = inserting.await.unwrap();
+    holder.batch_execute("COMMIT").await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    run.assert_success();
+    let pace = &run.json()["pace"];
+    assert_eq!(pace["mode"], "adaptive", "{run}");
+    assert!(pace["backoff_seconds"].as_f64().unwrap() > 0.0, "{run}");
+    let measured = pace["insert_rate"].as_f64().unwrap_or(0.0);
+    assert!(
+        measured > inserted_per_s / 2.0 && measured < inserted_per_s * 2.0,
+        "evict measured {measured:.0} inserts/s, the API made {inserted_per_s:.0}/s: {run}"
+    );
+    assert!(
+        pace["floor_cut_seconds"].as_f64().unwrap() > 0.0,
+        "the floor never cut a rest: {run}"
+    );
+    assert!(
+        pace["signals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s.as_str().unwrap().contains("inserted-row counter")),
+        "{run}"
+    );
+}

@@ -191,10 +191,11 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     } else {
         Progress::hidden()
     };
-    let pacer = match pace::Pacer::start(&client, pace_mode(args)).await {
-        Ok(p) => Arc::new(p),
-        Err(e) => return Err(e.context("failed to set up evict's pace")),
-    };
+    let pacer =
+        match pace::Pacer::start(&client, pace_mode(args).with_insert_floor(table.oid)).await {
+            Ok(p) => Arc::new(p),
+            Err(e) => return Err(e.context("failed to set up evict's pace")),
+        };
     let sessions = if pacer.adaptive() {
         args.effective_jobs().max(2)
     } else {
@@ -345,6 +346,7 @@ fn pace_mode(args: &EvictArgs) -> pace::Mode {
             base_workers: args.effective_jobs(),
             full_batch_time: (args.batch_time.is_none() && args.batch_size.is_none())
                 .then_some(CATCH_UP_BATCH_TIME),
+            floor_table: None,
         },
     }
 }

@@ -21,7 +21,13 @@
 //! up slowly (a time constant of about ten seconds), so a lasting change of the foreground becomes
 //! the new normal while the effect of evict's own work shows as a rise above it, and the noise of
 //! counting sessions at one instant does not. A back-off holds for a
-//! second before the duty cycle climbs again. A role that cannot see other roles' sessions (no
+//! second before the duty cycle climbs again.
+//!
+//! Floor. While the foreground is present, the rests never let evict remove keys slower than
+//! [`INSERT_MULTIPLE`] times the rate at which the table gains them (its inserted-row counter in
+//! the statistics, read with each sample and measured over [`INSERT_WINDOW`]): a pace below the
+//! insert rate would let the backlog grow without end, however well it protects the foreground.
+//! The floor shortens rests; it never lengthens a batch or adds sessions. A role that cannot see other roles' sessions (no
 //! pg_read_all_stats, which pg_monitor grants) keeps the fixed 20 % duty cycle, and says so once.
 
 use std::collections::BTreeMap;
@@ -63,6 +69,11 @@ const HOLD_SAMPLES: u32 = 5;
 /// a rise and keep evict at its minimum (measured in bench/run's pace phase: a saturating
 /// workload waiting on its own commit flushes kept the earlier floor at 2 % the whole run).
 const SMOOTHING: f64 = 0.2;
+/// The paced removal rate never falls below this multiple of the table's insert rate.
+pub const INSERT_MULTIPLE: f64 = 10.0;
+/// The window the insert rate is measured over: backends publish their counters about once a
+/// second, so a shorter window would see bursts.
+pub const INSERT_WINDOW: Duration = Duration::from_secs(5);
 const FLOOR_RISE: f64 = 0.02;
 const FLOOR_FALL: f64 = 0.05;
 
@@ -279,7 +290,27 @@ pub enum Mode {
     Adaptive {
         base_workers: u8,
         full_batch_time: Option<Duration>,
+        /// The key table whose insert rate floors the pace (None: no floor).
+        floor_table: Option<i64>,
     },
+}
+
+impl Mode {
+    /// The same mode, with the removal rate floored by `table`'s insert rate when adaptive.
+    pub fn with_insert_floor(self, table: i64) -> Mode {
+        match self {
+            Mode::Adaptive {
+                base_workers,
+                full_batch_time,
+                ..
+            } => Mode::Adaptive {
+                base_workers,
+                full_batch_time,
+                floor_table: Some(table),
+            },
+            fixed => fixed,
+        }
+    }
 }
 
 /// The pace decisions of a run, for the summary, JSON and metrics.
@@ -305,6 +336,10 @@ pub struct PaceReport {
     pub backoffs_by_reason: BTreeMap<Reason, u64>,
     /// The lowest duty cycle the run went down to, in percent.
     pub min_duty_cycle: Option<f64>,
+    /// The table's insert rate last measured (rows/s), when the floor watches it.
+    pub insert_rate: Option<f64>,
+    /// Rest time the insert-rate floor cut (seconds, summed over workers).
+    pub floor_cut_seconds: f64,
 }
 
 /// The signals the adaptive pace uses, for the report.
@@ -313,6 +348,47 @@ const SIGNALS: [&str; 3] = [
     "evict's own batch time per row",
     "every 200 ms",
 ];
+/// The floor's signal, for the report.
+const FLOOR_SIGNAL: &str = "the table's inserted-row counter: removal kept at >= 10x its rate";
+
+/// The table's insert rate from its counter's readings over [`INSERT_WINDOW`].
+#[derive(Debug, Default)]
+struct InsertRate {
+    readings: std::collections::VecDeque<(Instant, i64)>,
+}
+
+impl InsertRate {
+    /// Add a reading taken at `at`; returns the rate in rows/s once the readings span a second.
+    fn add(&mut self, at: Instant, inserted: i64) -> Option<f64> {
+        if self.readings.back().is_some_and(|&(_, n)| inserted < n) {
+            // The statistics were reset: start again.
+            self.readings.clear();
+        }
+        self.readings.push_back((at, inserted));
+        while self.readings.len() > 2
+            && self
+                .readings
+                .get(1)
+                .is_some_and(|&(t, _)| at.duration_since(t) >= INSERT_WINDOW)
+        {
+            self.readings.pop_front();
+        }
+        let (t0, n0) = *self.readings.front()?;
+        let span = at.duration_since(t0).as_secs_f64();
+        (span >= 1.0).then(|| (inserted - n0) as f64 / span)
+    }
+}
+
+/// The longest rest after a batch that removed `removed` rows in `took` that keeps one of
+/// `workers` sessions at its share of `floor` rows/s (None: no floor applies).
+fn floor_rest(took: Duration, removed: u64, floor: f64, workers: u8) -> Option<Duration> {
+    if floor <= 0.0 || removed == 0 {
+        return None;
+    }
+    let per_worker = floor / f64::from(workers.max(1));
+    let cycle = Duration::from_secs_f64((removed as f64 / per_worker).min(3600.0));
+    Some(cycle.saturating_sub(took))
+}
 
 struct Inner {
     controller: Controller,
@@ -322,6 +398,7 @@ struct Inner {
     batch_ms_per_row: Vec<f64>,
     /// When the current decision took effect.
     since_decision: Instant,
+    inserts: InsertRate,
     report: PaceReport,
 }
 
@@ -364,11 +441,17 @@ impl Pacer {
                 fallback: fallback.clone(),
                 ..PaceReport::default()
             },
-            Mode::Adaptive { .. } => PaceReport {
-                mode: "adaptive",
-                signals: SIGNALS.to_vec(),
-                ..PaceReport::default()
-            },
+            Mode::Adaptive { floor_table, .. } => {
+                let mut signals = SIGNALS.to_vec();
+                if floor_table.is_some() {
+                    signals.push(FLOOR_SIGNAL);
+                }
+                PaceReport {
+                    mode: "adaptive",
+                    signals,
+                    ..PaceReport::default()
+                }
+            }
         };
         let pacer = Pacer {
             mode,
@@ -378,6 +461,7 @@ impl Pacer {
                 since: None,
                 batch_ms_per_row: Vec::new(),
                 since_decision: Instant::now(),
+                inserts: InsertRate::default(),
                 report,
             }),
         };
@@ -430,10 +514,25 @@ impl Pacer {
             return Ok(inner.controller.decision());
         }
         let first = inner.since.is_none();
-        let fg: Foreground =
-            activity::foreground(client, inner.since, SAMPLE_EVERY * QUIET_SAMPLES).await?;
-        inner.last_sample = Some(Instant::now());
+        let floor_table = match self.mode {
+            Mode::Adaptive { floor_table, .. } => floor_table,
+            Mode::Fixed { .. } => None,
+        };
+        let fg: Foreground = activity::foreground(
+            client,
+            inner.since,
+            SAMPLE_EVERY * QUIET_SAMPLES,
+            floor_table,
+        )
+        .await?;
+        let now = Instant::now();
+        inner.last_sample = Some(now);
         inner.since = Some(fg.sampled_at);
+        if let Some(n) = fg.inserted
+            && let Some(rate) = inner.inserts.add(now, n)
+        {
+            inner.report.insert_rate = Some(rate);
+        }
         let mut rows = std::mem::take(&mut inner.batch_ms_per_row);
         rows.sort_by(f64::total_cmp);
         let signals = Signals {
@@ -451,14 +550,21 @@ impl Pacer {
         Ok(after)
     }
 
-    /// The rest after a batch that took `took`: the fixed pause and duty cycle, or the adaptive
-    /// one, re-decided every sample while resting (a foreground that turns idle ends the rest).
-    pub async fn rest(&self, client: &Session, took: Duration, cancel: &Cancel) -> Result<()> {
+    /// The rest after a batch that took `took` and removed `removed` rows: the fixed pause and
+    /// duty cycle, or the adaptive one, re-decided every sample while resting (a foreground that
+    /// turns idle ends the rest) and never longer than the insert-rate floor allows.
+    pub async fn rest(
+        &self,
+        client: &Session,
+        took: Duration,
+        removed: u64,
+        cancel: &Cancel,
+    ) -> Result<()> {
         let (duty, pause) = match &self.mode {
             Mode::Fixed { duty, pause, .. } => (f64::from(*duty), *pause),
             Mode::Adaptive { .. } => (self.sample(client, false).await?.duty, Duration::ZERO),
         };
-        let mut planned = rest_for(took, duty) + pause;
+        let mut planned = self.floored(rest_for(took, duty), took, removed).await + pause;
         let started = Instant::now();
         loop {
             let left = planned.saturating_sub(started.elapsed());
@@ -481,8 +587,32 @@ impl Pacer {
                 if now.full() {
                     return Ok(());
                 }
-                planned = rest_for(took, now.duty);
+                let wanted = rest_for(took, now.duty);
+                if wanted != planned {
+                    planned = self.floored(wanted, took, removed).await;
+                }
             }
+        }
+    }
+
+    /// `rest`, cut to what the insert-rate floor allows (the cut is counted in the report).
+    async fn floored(&self, rest: Duration, took: Duration, removed: u64) -> Duration {
+        let Mode::Adaptive {
+            base_workers,
+            floor_table: Some(_),
+            ..
+        } = self.mode
+        else {
+            return rest;
+        };
+        let mut inner = self.inner.lock().await;
+        let floor = inner.report.insert_rate.unwrap_or(0.0) * INSERT_MULTIPLE;
+        match floor_rest(took, removed, floor, base_workers) {
+            Some(max) if max < rest => {
+                inner.report.floor_cut_seconds += (rest - max).as_secs_f64();
+                max
+            }
+            _ => rest,
         }
     }
 
@@ -491,12 +621,22 @@ impl Pacer {
         if !self.adaptive() {
             return None;
         }
-        let d = self.inner.lock().await.controller.decision();
-        Some(match d.state {
+        let inner = self.inner.lock().await;
+        let d = inner.controller.decision();
+        let mut text = match d.state {
             State::Full => "unpaced (foreground idle)".to_owned(),
             State::Paced => format!("paced at {:.0}%", d.duty),
             State::BackingOff(r) => format!("backed off to {:.0}%: {}", d.duty, r.describe()),
-        })
+        };
+        if !d.full()
+            && let Some(rate) = inner.report.insert_rate.filter(|r| *r > 0.0)
+        {
+            text.push_str(&format!(
+                ", at least {:.0} rows/s ({INSERT_MULTIPLE:.0}x the inserts)",
+                rate * INSERT_MULTIPLE
+            ));
+        }
+        Some(text)
     }
 
     /// The report, with the current decision's time added.
@@ -570,6 +710,17 @@ impl PaceReport {
         if !why.is_empty() {
             text.push_str(&format!(" ({})", why.join(", ")));
         }
+        if let Some(rate) = self.insert_rate {
+            text.push_str(&format!(
+                "; table gaining {rate:.0} rows/s, removal kept at >= {INSERT_MULTIPLE:.0}x that"
+            ));
+            if self.floor_cut_seconds > 0.0 {
+                text.push_str(&format!(
+                    " ({} of rests cut)",
+                    human_secs(self.floor_cut_seconds)
+                ));
+            }
+        }
         text
     }
 
@@ -597,6 +748,11 @@ impl PaceReport {
                 self.backoff_seconds_by_reason.get(&r).copied().unwrap_or(0.0),
             );
         }
+        m.gauge(
+            "idemctl_evict_pace_floor_cut_seconds",
+            "Seconds of rests the last evict run cut to keep removing keys at least 10 times as fast as the table gained them.",
+            self.floor_cut_seconds,
+        );
     }
 }
 
@@ -800,5 +956,41 @@ mod tests {
             rest_for(Duration::from_millis(2), 2.0),
             Duration::from_millis(98)
         );
+    }
+
+    #[test]
+    fn the_insert_rate_is_measured_over_the_window_and_restarts_after_a_reset() {
+        let mut r = InsertRate::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(r.add(at(0), 1_000), None);
+        // Counters published about once a second: within the first second, no rate yet.
+        assert_eq!(r.add(at(200), 1_000), None);
+        let rate = r.add(at(1_000), 1_500).unwrap();
+        assert!((rate - 500.0).abs() < 1e-6, "{rate}");
+        // Readings older than the window are dropped: the rate follows a change.
+        for s in 2..=12u64 {
+            r.add(at(s * 1_000), 1_500 + (s as i64 - 1) * 100);
+        }
+        let rate = r.add(at(13_000), 2_700).unwrap();
+        assert!((rate - 100.0).abs() < 1.0, "{rate}");
+        // A statistics reset starts again rather than reading a negative rate.
+        assert_eq!(r.add(at(13_200), 10), None);
+    }
+
+    #[test]
+    fn the_floor_caps_the_rest_by_each_workers_share_of_the_rate() {
+        // 100 rows in 2 ms; floor 10,000 rows/s on one worker: a 10 ms cycle, so 8 ms of rest.
+        let rest = floor_rest(Duration::from_millis(2), 100, 10_000.0, 1).unwrap();
+        assert_eq!(rest, Duration::from_millis(8));
+        // Two workers share it: each needs 5,000 rows/s, a 20 ms cycle.
+        let rest = floor_rest(Duration::from_millis(2), 100, 10_000.0, 2).unwrap();
+        assert_eq!(rest, Duration::from_millis(18));
+        // A batch slower than the cycle gets no rest at all.
+        let rest = floor_rest(Duration::from_millis(20), 100, 10_000.0, 1).unwrap();
+        assert_eq!(rest, Duration::ZERO);
+        // No inserts, or a batch that removed nothing: no floor.
+        assert_eq!(floor_rest(Duration::from_millis(2), 100, 0.0, 1), None);
+        assert_eq!(floor_rest(Duration::from_millis(2), 0, 10_000.0, 1), None);
     }
 }

@@ -500,7 +500,10 @@ pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<
             l.settle(&client, t, outcome.deleted).await?;
         }
         shared.record(limit, size, &outcome, took, rtt).await;
-        shared.pacer.rest(&client, took, &shared.cancel).await?;
+        shared
+            .pacer
+            .rest(&client, took, outcome.deleted, &shared.cancel)
+            .await?;
     }
 }
 
