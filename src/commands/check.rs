@@ -91,7 +91,8 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
                     &client,
                     &table,
                     stuck_after,
-                    100_000,
+                    None,
+                    stats::STUCK_CAP,
                     args.allow_scan,
                     min_ttl,
                 )

@@ -141,7 +141,7 @@ pub async fn gather(
             part.live_tuples += s.vacuum.live_tuples;
             part.dead_tuples += s.vacuum.dead_tuples;
             part.expired_backlog = add(part.expired_backlog, s.backlog);
-            report.expired_backlog = add(report.expired_backlog, s.backlog);
+            report.expired_backlog = Some(add(report.expired_backlog.unwrap_or(ZERO), s.backlog));
             if let Some(k) = &s.oldest_expired {
                 part.eviction_lag_seconds = part.eviction_lag_seconds.max(k.seconds);
             }
@@ -220,7 +220,8 @@ fn empty(table: &KeyTable, stuck_after_secs: f64, count_stuck: bool) -> StatsRep
         oldest_live: None,
         oldest_expired: None,
         eviction_lag_seconds: 0.0,
-        expired_backlog: ZERO,
+        expired_backlog: Some(ZERO),
+        expired_backlog_estimate: None,
         stuck_after_seconds: stuck_after_secs,
         stuck: count_stuck.then_some(Stuck {
             count: ZERO,

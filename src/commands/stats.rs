@@ -27,7 +27,11 @@ pub struct StatsReport {
     /// The oldest expired completed key, with how long it has waited for eviction.
     pub oldest_expired: Option<KeyRef>,
     pub eviction_lag_seconds: f64,
-    pub expired_backlog: Capped,
+    /// None when not counted (check has no use for it).
+    pub expired_backlog: Option<Capped>,
+    /// The planner's estimate of the backlog, when the count stopped at its cap.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expired_backlog_estimate: Option<u64>,
     pub stuck_after_seconds: f64,
     /// None when the optional in_progress index is missing and no scan was allowed.
     pub stuck: Option<Stuck>,
@@ -55,11 +59,13 @@ impl StatsReport {
     }
 }
 
-/// Gather the report; shared with `check`.
+/// Gather the report; shared with `check`. `backlog_cap`: count the expired backlog exactly up
+/// to this many rows (None: do not count it); `cap` bounds the stuck count.
 pub async fn gather(
     client: &Session,
     table: &KeyTable,
     stuck_after_secs: f64,
+    backlog_cap: Option<i64>,
     cap: i64,
     allow_scan: bool,
     below_ttl: Option<f64>,
@@ -72,7 +78,14 @@ pub async fn gather(
     let vacuum = queries::vacuum(c, table).await?;
     let oldest_live = queries::oldest_live(c, table).await?;
     let oldest_expired = queries::oldest_expired(c, table).await?;
-    let expired_backlog = queries::expired_backlog(c, table, cap).await?;
+    let expired_backlog = match backlog_cap {
+        Some(n) => Some(queries::expired_backlog(c, table, n).await?),
+        None => None,
+    };
+    let expired_backlog_estimate = match expired_backlog {
+        Some(b) if b.at_least => Some(crate::db::evict::estimate_backlog(c, table).await?),
+        _ => None,
+    };
     let recent_ttl = crate::db::maintenance::recent_ttl(c, table, below_ttl).await?;
     let maintenance = crate::commands::maintenance::outlook(
         crate::db::maintenance::autovacuum(c, table).await?,
@@ -107,6 +120,7 @@ pub async fn gather(
         oldest_live,
         oldest_expired,
         expired_backlog,
+        expired_backlog_estimate,
         stuck_after_seconds: stuck_after_secs,
         stuck,
         partitioning: table.partitioning.clone(),
@@ -119,6 +133,9 @@ pub async fn gather(
 }
 
 /// How a stats run that gathered its report ends.
+/// Stuck keys are counted exactly up to this many.
+pub const STUCK_CAP: i64 = 100_000;
+
 const STATS_END: RunEnd = RunEnd {
     success: true,
     reason: "completed",
@@ -151,7 +168,8 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
                 &client,
                 &table,
                 stuck_after,
-                args.backlog_cap,
+                Some(args.backlog_cap),
+                STUCK_CAP,
                 args.allow_scan,
                 None,
             )
@@ -238,7 +256,7 @@ pub fn doc(r: &StatsReport) -> Doc {
         ("total size".into(), human_bytes(s.total_bytes)),
         ("oldest live key".into(), oldest_live),
         ("eviction lag".into(), lag),
-        ("expired backlog".into(), r.expired_backlog.to_string()),
+        ("expired backlog".into(), backlog_text(r)),
         (
             format!(
                 "stuck in_progress (> {})",
@@ -388,14 +406,18 @@ pub fn metrics(r: &StatsReport) -> Metrics {
         "Expired completed keys not yet evicted (exact up to the cap).",
         g,
         l,
-        r.expired_backlog.count as f64,
+        r.expired_backlog.map_or(0, |b| b.count) as f64,
     );
     m.add(
         "idemctl_expired_backlog_capped",
         "1 when the expired backlog exceeds the counting cap, so the backlog figure is a lower bound.",
         g,
         l,
-        if r.expired_backlog.at_least { 1.0 } else { 0.0 },
+        if r.expired_backlog.is_some_and(|b| b.at_least) {
+            1.0
+        } else {
+            0.0
+        },
     );
     if let Some(st) = &r.stuck {
         m.add(
@@ -504,4 +526,15 @@ pub fn metrics(r: &StatsReport) -> Metrics {
         ts_secs(r.vacuum.last_analyze),
     );
     m
+}
+
+/// The backlog as the report shows it: exact, or "at least" the cap with the planner's estimate.
+fn backlog_text(r: &StatsReport) -> String {
+    match (r.expired_backlog, r.expired_backlog_estimate) {
+        (None, _) => "not counted".into(),
+        (Some(b), Some(est)) if b.at_least => {
+            format!("{b} (about {est} by the planner's estimate)")
+        }
+        (Some(b), _) => b.to_string(),
+    }
 }

@@ -24,6 +24,7 @@ const BACKLOG_FROM_SQL: &str = include_str!("../../sql/expired_backlog_from.sql"
 const IN_PROGRESS_FROM_SQL: &str = include_str!("../../sql/expired_in_progress_from.sql");
 const PING_SQL: &str = include_str!("../../sql/ping.sql");
 const ESTIMATE_SQL: &str = include_str!("../../sql/evict_estimate.sql");
+const JIT_OFF_SQL: &str = include_str!("../../sql/jit_off.sql");
 
 /// The batch statements of one table, filled from its profile once per run (per shard on Citus).
 #[derive(Debug, Clone)]
@@ -361,9 +362,26 @@ fn rfc3339_micros(t: OffsetDateTime) -> String {
     )
 }
 
-/// The planner's estimate of the expired completed rows, for the progress bar only.
+/// The planner's estimate of the expired completed rows (the progress bar, and stats beyond its
+/// counting cap). The plan is a scan of the whole table, costly enough for JIT, which EXPLAIN
+/// would compile for nothing (tens to hundreds of ms on a large table): off in its transaction.
 pub async fn estimate_backlog(client: &Session, table: &KeyTable) -> Result<u64> {
-    let row = client.query_one(&table.sql(ESTIMATE_SQL), &[]).await?;
+    client.begin("BEGIN READ ONLY").await?;
+    let planned = async {
+        client.batch_execute(JIT_OFF_SQL).await?;
+        client.query_one(&table.sql(ESTIMATE_SQL), &[]).await
+    }
+    .await;
+    let row = match planned {
+        Ok(row) => {
+            client.commit().await?;
+            row
+        }
+        Err(e) => {
+            let _ = client.rollback().await;
+            return Err(e.into());
+        }
+    };
     let plan: serde_json::Value = row.try_get(0)?;
     Ok(plan[0]["Plan"]["Plan Rows"].as_f64().unwrap_or(0.0) as u64)
 }

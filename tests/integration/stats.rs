@@ -94,8 +94,18 @@ async fn stats_backlog_is_capped() {
     let j = run.json();
     assert_eq!(j["expired_backlog"]["count"], 10);
     assert_eq!(j["expired_backlog"]["at_least"], true);
+    // Beyond the cap, the planner's estimate (the table was analyzed with 41 expired keys).
+    let estimate = j["expired_backlog_estimate"].as_u64().unwrap();
+    assert!((20..=80).contains(&estimate), "{j}");
     let run = db.idemctl().args(["stats", "--backlog-cap", "10"]).run();
-    run.assert_stdout_contains("at least 10");
+    run.assert_stdout_contains("at least 10 (about ");
+    // Under the cap, the count is exact and no estimate is shown.
+    let run = db.idemctl().args(["stats", "-o", "json"]).run();
+    assert_eq!(run.json()["expired_backlog"]["count"], 41, "{run}");
+    assert!(
+        run.json().get("expired_backlog_estimate").is_none(),
+        "{run}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
