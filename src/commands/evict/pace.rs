@@ -27,7 +27,8 @@
 //! [`INSERT_MULTIPLE`] times the rate at which the table gains them (its inserted-row counter in
 //! the statistics, read with each sample and measured over [`INSERT_WINDOW`]): a pace below the
 //! insert rate would let the backlog grow without end, however well it protects the foreground.
-//! The floor shortens rests; it never lengthens a batch or adds sessions. A role that cannot see other roles' sessions (no
+//! The floor shortens rests, to no less than a [`FLOOR_MAX_DUTY`] duty cycle; it never lengthens
+//! a batch or adds sessions. A role that cannot see other roles' sessions (no
 //! pg_read_all_stats, which pg_monitor grants) keeps the fixed 20 % duty cycle, and says so once.
 
 use std::collections::BTreeMap;
@@ -71,6 +72,9 @@ const HOLD_SAMPLES: u32 = 5;
 const SMOOTHING: f64 = 0.2;
 /// The paced removal rate never falls below this multiple of the table's insert rate.
 pub const INSERT_MULTIPLE: f64 = 10.0;
+/// The floor never makes a worker spend more than this share of wall time in batches, in percent
+/// (a burst of inserts must not turn evict into a full-speed deleter beside it).
+pub const FLOOR_MAX_DUTY: f64 = 50.0;
 /// The window the insert rate is measured over: backends publish their counters about once a
 /// second, so a shorter window would see bursts.
 pub const INSERT_WINDOW: Duration = Duration::from_secs(5);
@@ -380,14 +384,19 @@ impl InsertRate {
 }
 
 /// The longest rest after a batch that removed `removed` rows in `took` that keeps one of
-/// `workers` sessions at its share of `floor` rows/s (None: no floor applies).
+/// `workers` sessions at its share of `floor` rows/s, but no shorter than [`FLOOR_MAX_DUTY`]
+/// allows (None: no floor applies).
 fn floor_rest(took: Duration, removed: u64, floor: f64, workers: u8) -> Option<Duration> {
     if floor <= 0.0 || removed == 0 {
         return None;
     }
     let per_worker = floor / f64::from(workers.max(1));
     let cycle = Duration::from_secs_f64((removed as f64 / per_worker).min(3600.0));
-    Some(cycle.saturating_sub(took))
+    Some(
+        cycle
+            .saturating_sub(took)
+            .max(rest_for(took, FLOOR_MAX_DUTY)),
+    )
 }
 
 struct Inner {
@@ -986,9 +995,10 @@ mod tests {
         // Two workers share it: each needs 5,000 rows/s, a 20 ms cycle.
         let rest = floor_rest(Duration::from_millis(2), 100, 10_000.0, 2).unwrap();
         assert_eq!(rest, Duration::from_millis(18));
-        // A batch slower than the cycle gets no rest at all.
+        // A batch slower than the cycle still rests as long as it ran: the floor stops at a
+        // 50 % duty cycle.
         let rest = floor_rest(Duration::from_millis(20), 100, 10_000.0, 1).unwrap();
-        assert_eq!(rest, Duration::ZERO);
+        assert_eq!(rest, Duration::from_millis(20));
         // No inserts, or a batch that removed nothing: no floor.
         assert_eq!(floor_rest(Duration::from_millis(2), 100, 0.0, 1), None);
         assert_eq!(floor_rest(Duration::from_millis(2), 0, 10_000.0, 1), None);
