@@ -2,12 +2,14 @@
 //! filter changes only the stuck keys that match it, and a stuck key of another tenant or route of
 //! the same age is left alone; apply keeps a plan's filters and narrows by new ones; a filter the
 //! table has no column for, or a value no stored key can have, is refused with one line and exit 2
-//! before any change; values are bound, so quotes are only characters.
+//! before any change; values are bound, so quotes are only characters. The same on a table Citus
+//! distributes, where the sweep and --apply run shard by shard on the workers.
 
 use std::collections::BTreeSet;
 
-use crate::fixtures::{self, Mix, Schema, scalar_i64, snapshot};
+use crate::fixtures::{self, Mix, Schema, scalar_i64, snapshot, snapshot_of};
 use crate::profiles;
+use crate::support::citus::{CitusDb, Layout, skipped};
 use crate::support::{Run, TestDb};
 
 type Key = (String, String);
@@ -68,30 +70,31 @@ async fn db_with_routes(with_index: bool) -> TestDb {
         },
     )
     .await;
-    // One transaction: now() is the same instant for every group.
-    let client = db.client().await;
-    client.batch_execute("BEGIN").await.unwrap();
-    for g in &GROUPS {
-        client
-            .execute(
-                "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
-                 request_fingerprint, state, locked_at, created_at, expires_at) \
-                 SELECT $1 || '-' || i, $2, $3, $4, '\\x00', 'in_progress', \
-                        now() - interval '2 hours', \
-                        now() - interval '2 hours', now() + interval '1 day' \
-                   FROM generate_series(1, $5::int) AS i",
-                &[&g.prefix, &g.tenant, &g.method, &g.path, &(g.n as i32)],
-            )
-            .await
-            .unwrap();
-    }
-    client.batch_execute("COMMIT").await.unwrap();
+    db.exec(&groups_sql()).await;
     if with_index {
         db.exec(include_str!("../../sql/maintenance_indexes.sql"))
             .await;
     }
     db.exec("ANALYZE idempotency_keys").await;
     db
+}
+
+/// The groups' rows, in one implicit transaction: now() is the same instant for every group.
+fn groups_sql() -> String {
+    GROUPS
+        .iter()
+        .map(|g| {
+            format!(
+                "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+                 request_fingerprint, state, locked_at, created_at, expires_at) \
+                 SELECT '{}-' || i, '{}', '{}', '{}', '\\x00', 'in_progress', \
+                        now() - interval '2 hours', now() - interval '2 hours', \
+                        now() + interval '1 day' \
+                   FROM generate_series(1, {}) AS i;",
+                g.prefix, g.tenant, g.method, g.path, g.n
+            )
+        })
+        .collect()
 }
 
 fn group_keys(prefixes: &[&str]) -> BTreeSet<Key> {
@@ -116,10 +119,14 @@ fn keys_of(list: &serde_json::Value) -> BTreeSet<Key> {
 }
 
 /// Run and check that exactly `gone` left the table (deleted) and every other row is as it was.
-async fn only_these_change(db: &TestDb, gone: &BTreeSet<Key>, run: impl AsyncFnOnce() -> Run) {
-    let before = snapshot(db).await;
+async fn only_these_change(
+    client: &tokio_postgres::Client,
+    gone: &BTreeSet<Key>,
+    run: impl AsyncFnOnce() -> Run,
+) {
+    let before = snapshot_of(client).await;
     run().await;
-    let after = snapshot(db).await;
+    let after = snapshot_of(client).await;
     for (k, seen) in &before {
         if gone.contains(k) {
             assert!(!after.contains_key(k), "{k:?} was not reclaimed");
@@ -168,7 +175,7 @@ async fn filters_reclaim_only_the_matching_route_in_every_mode() {
 
     // Sweep: the route's three keys go; the same-age keys of another path, tenant or method stay.
     let pay_t1 = group_keys(&["pay-t1"]);
-    only_these_change(&db, &pay_t1, async || {
+    only_these_change(&db.client().await, &pay_t1, async || {
         let run = db
             .idemctl()
             .args(["reclaim", "--yes", "-o", "json", "--batch-size", "2"])
@@ -189,7 +196,7 @@ async fn filters_reclaim_only_the_matching_route_in_every_mode() {
 
     // One filter alone: the path.
     let refunds = group_keys(&["refund-t1"]);
-    only_these_change(&db, &refunds, async || {
+    only_these_change(&db.client().await, &refunds, async || {
         let run = db
             .idemctl()
             .args(["reclaim", "--yes", "-o", "json", "--path", "/v1/refunds"])
@@ -229,7 +236,7 @@ async fn filters_reclaim_only_the_matching_route_in_every_mode() {
         .assert_stderr_contains("--api-key-id \"t1\" differs from the plan's filter \"t2\"");
     assert_eq!(refused.stderr.trim_end().lines().count(), 1, "{refused}");
     assert_eq!(snapshot(&db).await, before);
-    only_these_change(&db, &t2, async || {
+    only_these_change(&db.client().await, &t2, async || {
         let run = db
             .idemctl()
             .args(["reclaim", "--yes", "-o", "json", "--apply"])
@@ -254,7 +261,7 @@ async fn filters_reclaim_only_the_matching_route_in_every_mode() {
         .assert_code(0);
     let put = group_keys(&["put-t1"]);
     let prom = dir.path().join("reclaim.prom");
-    only_these_change(&db, &put, async || {
+    only_these_change(&db.client().await, &put, async || {
         let run = db
             .idemctl()
             .args([
@@ -308,7 +315,7 @@ async fn a_filter_without_the_in_progress_index_needs_allow_scan() {
         .assert_stderr_contains("--allow-scan");
     assert_eq!(snapshot(&db).await, before);
     let refunds = group_keys(&["refund-t1"]);
-    only_these_change(&db, &refunds, async || {
+    only_these_change(&db.client().await, &refunds, async || {
         let run = db
             .idemctl()
             .args(["reclaim", "--yes", "-q", "-o", "json", "--allow-scan"])
@@ -391,7 +398,7 @@ async fn hostile_filter_values_are_refused_with_one_line_or_matched_exactly() {
         .await
         .unwrap();
     let odd_key: BTreeSet<Key> = [("t1".to_owned(), "odd-1".to_owned())].into();
-    only_these_change(&db, &odd_key, async || {
+    only_these_change(&db.client().await, &odd_key, async || {
         let run = db
             .idemctl()
             .args(["reclaim", "--yes", "-o", "json", "--path", odd])
@@ -486,4 +493,89 @@ async fn filters_fit_the_profile_columns_or_are_refused() {
         scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
         before
     );
+}
+
+/// On a table Citus distributes by tenant: the preview runs through the coordinator, the sweep and
+/// --apply on the shards on their workers; the filters hold in each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filters_hold_on_a_citus_table_shard_by_shard() {
+    if skipped("reclaim filters on Citus") {
+        return;
+    }
+    let db = CitusDb::new(None).await;
+    db.exec(include_str!("../../sql/schema.sql")).await;
+    db.exec(&fixtures::load_sql(Mix {
+        expired: 20,
+        live: 20,
+        fresh: 5,
+        stuck: 6,
+        expired_in_progress: 0,
+    }))
+    .await;
+    db.exec(&groups_sql()).await;
+    db.distribute(Layout::ByTenant).await;
+    db.exec(
+        "CREATE INDEX idempotency_keys_in_progress ON idempotency_keys \
+         ((coalesce(locked_at, created_at))) WHERE state = 'in_progress'",
+    )
+    .await;
+    let client = db.client().await;
+
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--dry-run", "-o", "json", "--api-key-id", "t1"])
+        .args(["--path", "/v1/payments", "--method", "POST"])
+        .run_async()
+        .await;
+    run.assert_code(0);
+    assert_eq!(
+        keys_of(&run.json()["rows"]),
+        group_keys(&["pay-t1"]),
+        "{run}"
+    );
+
+    let refunds = group_keys(&["refund-t1"]);
+    only_these_change(&client, &refunds, async || {
+        let run = db
+            .idemctl()
+            .args(["reclaim", "--yes", "-o", "json", "--path", "/v1/refunds"])
+            .run_async()
+            .await;
+        run.assert_code(0);
+        assert_eq!(keys_of(&run.json()["reclaimed"]), refunds, "{run}");
+        run
+    })
+    .await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--plan"])
+        .arg(&plan)
+        .run_async()
+        .await
+        .assert_code(0);
+    let put = group_keys(&["put-t1"]);
+    only_these_change(&client, &put, async || {
+        let run = db
+            .idemctl()
+            .args([
+                "reclaim", "--yes", "-o", "json", "--method", "PUT", "--apply",
+            ])
+            .arg(&plan)
+            .run_async()
+            .await;
+        run.assert_code(0);
+        let j = run.json();
+        assert_eq!(keys_of(&j["reclaimed"]), put, "{j}");
+        let left = j["left_alone"].as_array().unwrap();
+        assert_eq!(
+            left.len(),
+            6 + 3 + 2,
+            "the fixture's, pay-t1's and pay-t2's: {j}"
+        );
+        assert!(left.iter().all(|l| l["reason"] == "filtered"), "{j}");
+        run
+    })
+    .await;
 }
