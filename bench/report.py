@@ -220,6 +220,10 @@ def goals(results):
     def add(goal, target, measured, met, note=""):
         out.append({"goal": goal, "target": target, "measured": measured, "met": met, "note": note})
 
+    if results["meta"].get("options", {}).get("citus_only"):
+        _citus_goals(results, add)
+        return out
+
     def catch_up(who, s):
         ra = (s.get("ratio_article") or {}).get("median")
         rs = (s.get("ratio_single") or {}).get("median")
@@ -325,6 +329,7 @@ def goals(results):
             None if worst is None else abs(worst[1]) <= RSS_SAME_KB)
     _pace_goals(results, tp, dname, add)
     _rate_goals(results, add)
+    _citus_goals(results, add)
     return out
 
 
@@ -385,6 +390,199 @@ def _pace_goals(results, tp, dname, add):
     add("pace, idle: default drain vs --catch-up (throughput phase)", "≥ 0.8×",
         "–" if not (d and c) else f"{d / c:.2f}× ({d:,.0f} vs {c:,.0f} rows/s)",
         None if not (d and c) else d / c >= 0.8)
+
+
+# ---- the Citus phase (issue 13) ------------------------------------------------------------------
+
+CITUS_SETTINGS = ("catch-up", "defaults")
+# Issue 13's goals: the 2-worker cluster's drain rate against one server, and live tps kept at
+# the default pace.
+CITUS_DRAIN_GOAL = 1.6
+CITUS_LIVE_GOAL = 0.9
+
+
+def citus_summary(results):
+    """Per evict setting: each side's median rows/s and the per-round ratio cluster ÷ single; per
+    side: the live workload's tps alone and while evict runs, and the per-round ratio."""
+    c = results.get("citus") or {}
+    drain = _ok(c.get("drain", []))
+    live = _ok(c.get("live", []))
+    out = {"drain": [], "live": []}
+    for setting in CITUS_SETTINGS:
+        by = {}
+        for t in drain:
+            if t["setting"] == setting:
+                by.setdefault(t["where"], {})[t["round"]] = t
+        single, cluster = by.get("single", {}), by.get("citus", {})
+        ratios = [cluster[r]["rows_per_second"] / single[r]["rows_per_second"]
+                  for r in cluster if r in single and single[r].get("rows_per_second")
+                  and cluster[r].get("rows_per_second")]
+        workers = {}
+        for t in cluster.values():
+            for n in t.get("nodes", []):
+                workers.setdefault(n["node"], []).append(n["rows_evicted"])
+        out["drain"].append({
+            "setting": setting, "rounds": min(len(single), len(cluster)),
+            "single": _side(single.values()), "citus": _side(cluster.values()),
+            "ratio": {"median": med(ratios), "min": min(ratios, default=None),
+                      "max": max(ratios, default=None), "per_round": ratios},
+            "worker_rows": {k: med(v) for k, v in sorted(workers.items())},
+        })  # fmt: skip
+    for where in ("citus", "single"):
+        base = {t["round"]: t for t in live if t["where"] == where and not t["evict"]}
+        ev = {t["round"]: t for t in live if t["where"] == where and t["evict"]}
+        ratios = [ev[r]["live"]["tps"] / base[r]["live"]["tps"]
+                  for r in ev if r in base and base[r]["live"]["tps"]]
+        p99 = [ev[r]["live"]["latency_ms_p99"] / base[r]["live"]["latency_ms_p99"]
+               for r in ev if r in base and base[r]["live"]["latency_ms_p99"]
+               and ev[r]["live"]["latency_ms_p99"] is not None]
+        out["live"].append({
+            "where": where, "rounds": len(ratios),
+            "baseline_tps": med([t["live"]["tps"] for t in base.values()]),
+            "tps": med([t["live"]["tps"] for t in ev.values()]),
+            "ratio": {"median": med(ratios), "min": min(ratios, default=None),
+                      "max": max(ratios, default=None), "per_round": ratios},
+            "baseline_p99_ms": med([t["live"]["latency_ms_p99"] for t in base.values()]),
+            "p99_ms": med([t["live"]["latency_ms_p99"] for t in ev.values()]),
+            "p99_ratio": med(p99),
+            "evictor_rows_per_second": med([t["evictor"]["rows_per_second"] for t in ev.values()]),
+            "evictor_rows": med([t["evictor"]["rows"] for t in ev.values()]),
+            "evictor_end": sorted({t["evictor"]["end_reason"] for t in ev.values()}),
+            "window_seconds": med([t["live"]["window_seconds"] for t in ev.values()]),
+            "skipped_locked": sum(t["evictor"].get("skipped_locked") or 0 for t in ev.values()),
+        })  # fmt: skip
+    return out
+
+
+def _side(trials):
+    ts = list(trials)
+    if not ts:
+        return {}
+    return {
+        "rows": med([t["rows"] for t in ts]),
+        "seconds": med([t["seconds"] for t in ts]),
+        "rows_per_second": med([t["rows_per_second"] for t in ts]),
+        "idemctl_rows_per_second": med([t["idemctl_rows_per_second"] for t in ts]),
+        "batches": med([t["batches"] for t in ts]),
+        "stmt_ms_p99": med([t["stmt_ms_p99"] for t in ts]),
+        "peak_rss_kb": max((t.get("peak_rss_kb") or 0 for t in ts), default=0) or None,
+        "pace": ts[0].get("pace"),
+    }
+
+
+def _citus_goals(results, add):
+    """Issue 13's goals, when the Citus phase ran."""
+    c = results.get("citus") or {}
+    if not c.get("drain") and not c.get("live"):
+        return
+    nproc = results["meta"].get("machine", {}).get("nproc", "?")
+    note = (f"3 nodes, idemctl and the driver share {nproc} CPUs" if nproc != "?" else "")
+    s = citus_summary(results)
+    for d in s["drain"]:
+        r = d["ratio"]["median"]
+        shown = _range(d["ratio"])
+        if d["single"] and d["citus"]:
+            shown += (f" ({_n(d['citus']['rows_per_second'])} vs {_n(d['single']['rows_per_second'])}"
+                      " rows/s)")
+        add(f"Citus: drain rate with 2 workers vs one server, evict {d['setting']}",
+            f"≥ {CITUS_DRAIN_GOAL}× (rows/s, median of per-round ratios)", shown,
+            None if r is None else r >= CITUS_DRAIN_GOAL, note)
+    live = next(x for x in s["live"] if x["where"] == "citus")
+    r = live["ratio"]["median"]
+    single = next(x for x in s["live"] if x["where"] == "single")
+    add("Citus: live tps kept on the coordinator at evict's default pace",
+        f"≥ {CITUS_LIVE_GOAL:.0%} of the workload alone", _pct(r) + _pct_range(live["ratio"]),
+        None if r is None else r >= CITUS_LIVE_GOAL,
+        f"one server, same workload: {_pct(single['ratio']['median'])}" if single["rounds"] else "")
+
+
+def _pct_range(r):
+    if r.get("min") is None or r["min"] == r["max"]:
+        return ""
+    return f" [{_pct(r['min'])}–{_pct(r['max'])}]"
+
+
+def _citus_section(w, results):
+    c = results.get("citus") or {}
+    o = results["meta"]["options"]
+    w("## 5. Citus: a coordinator and two workers against one server")
+    w("")
+    if not c.get("drain") and not c.get("live"):
+        w("Not measured in this run (`--no-citus`).")
+        w("")
+        return
+    cl = c.get("cluster") or {}
+    f = c.get("template") or {}
+    nproc = results["meta"].get("machine", {}).get("nproc", "?")
+    w(f"A throwaway Citus cluster ({cl.get('citus_version', '?').split(' on ')[0]}): a coordinator and "
+      "two workers, each a durable `scripts/pgtmp` server with the settings above plus "
+      + ", ".join(f"`{k} = {v}`" for k, v in (cl.get("settings") or {}).items()
+                  if k not in ("listen_addresses",))
+      + " (Citus's distributed deadlock detection runs every deadlock_timeout × that factor: "
+      "with the 100 ms above, 20 keeps Citus's default interval of 2 s; every 200 ms, its queries "
+      "on the workers would count as foreground activity for evict's pace), "
+      "on private ports of 127.0.0.1, all on this machine "
+      f"(**{nproc} CPUs shared by the three nodes, idemctl, pgbench and the driver**). The data: "
+      f"`seed … corrected` (`sql/schema.sql`) fills the template `citus_tpl` on the single server "
+      f"({_n(f.get('rows'))} rows, {_n(f.get('expired_completed'))} expired completed), which is "
+      "copied row for row (`COPY`) into the cluster's table distributed as docs/citus.md recommends "
+      f"(`{cl.get('distribution', '?')}`: {cl.get('shards', '?')} shards; "
+      + ", ".join(f"{n['node']} {n['shards']} shards, {n['rows']:,} rows" for n in cl.get("workers", []))
+      + "). Every trial runs on a fresh copy: `CREATE DATABASE … TEMPLATE` on the single server, and "
+      "on every node of the cluster for its copy, prewarmed alike (every shard and its indexes on its "
+      "worker), after a `CHECKPOINT` on every node. idemctl is pointed at the coordinator over TCP "
+      "(default sslmode; it reaches the workers directly, see docs/citus.md), and at the single "
+      "server over its unix socket.")
+    w("")
+    s = citus_summary(results)
+    w(f"**Drain rate.** `idemctl evict -o json` with `--catch-up` and with its defaults (the adaptive "
+      f"pace), nothing else running, {o.get('citus_rounds')} round(s), the four runs interleaved; rows/s "
+      "from the process's wall time (start to exit, the workers' connections and the per-shard "
+      "leftover counts included); idemctl's own rate (its elapsed time) alongside. Ratio = cluster ÷ "
+      "single server of the same round, median [min–max].")
+    w("")
+    w("| evict | one server rows/s | cluster rows/s | cluster ÷ one server | rows | one server s "
+      "| cluster s | idemctl's rate, one server / cluster | rows per worker | batches (one / cluster) "
+      "| batch p99 ms (one / cluster) |")
+    w("|---|---|---|---|---|---|---|---|---|---|---|")
+    for d in s["drain"]:
+        a, b = d["single"], d["citus"]
+        if not a or not b:
+            w(f"| `{d['setting']}` | {_n(a.get('rows_per_second'))} | {_n(b.get('rows_per_second'))} "
+              "| – | | | | | | | |")
+            continue
+        workers = ", ".join(f"{k} {_n(v)}" for k, v in d["worker_rows"].items()) or "–"
+        w(f"| `{d['setting']}` | {_n(a['rows_per_second'])} | {_n(b['rows_per_second'])} "
+          f"| {_range(d['ratio'])} | {_n(b['rows'])} | {a['seconds']:.2f} | {b['seconds']:.2f} "
+          f"| {_n(a['idemctl_rows_per_second'])} / {_n(b['idemctl_rows_per_second'])} | {workers} "
+          f"| {_n(a['batches'])} / {_n(b['batches'])} | {_n(a['stmt_ms_p99'], 1)} / {_n(b['stmt_ms_p99'], 1)} |")
+    w("")
+    w(f"**Live traffic.** pgbench ({o.get('live_clients')} clients, `-M prepared`, unthrottled) runs "
+      "the live workload on the coordinator (Citus routes each statement to its tenant's shard) and, "
+      "for comparison, on the single server: `bench/live_new_request_citus.sql` (the new-request "
+      "script with its random amount and reference drawn by pgbench, since Citus refuses volatile "
+      "functions in an UPDATE of a distributed table) and `bench/live_retry.sql`, weighted as in "
+      f"section 2. Each round: the workload alone for {o.get('citus_live_seconds')} s, and with "
+      f"`idemctl evict --max-runtime {o.get('citus_live_seconds')}s` at its default pace (the window "
+      "is evict's run). Ratio = tps during evict ÷ tps alone of the same round and side.")
+    w("")
+    w("| where | rounds | tps alone | tps during evict | kept | p99 ms alone | p99 ms during evict "
+      "| evict rows/s under load | evict rows (end) |")
+    w("|---|---|---|---|---|---|---|---|---|")
+    for x in s["live"]:
+        where = "cluster (coordinator)" if x["where"] == "citus" else "one server"
+        w(f"| {where} | {x['rounds']} | {_n(x['baseline_tps'])} | {_n(x['tps'])} "
+          f"| {_pct(x['ratio']['median'])}{_pct_range(x['ratio'])} | {_n(x['baseline_p99_ms'], 2)} "
+          f"| {_n(x['p99_ms'], 2)} | {_n(x['evictor_rows_per_second'])} "
+          f"| {_n(x['evictor_rows'])} ({', '.join(x['evictor_end']) or '–'}) |")
+    w("")
+    w("Each worker paces itself from its own `pg_stat_activity`; Citus's own connections between the "
+      "nodes count there as activity, so the workers are paced as busy even when the cluster is idle "
+      "(docs/citus.md). With every node on the same few CPUs, the cluster cannot drain faster than "
+      "those CPUs allow: each batch on a shard costs its worker the same work as on one server, plus "
+      "the TCP/TLS round trips, so the ratio measured here says how the cluster compares on one "
+      "machine, not what two worker machines would do.")
+    w("")
 
 
 def _all_rss(results):
@@ -495,7 +693,8 @@ def render(results, json_rel, chosen_defaults=None):
       "smoke version and writes only `bench/results/tiny.{json,md}`. `bench/run --help` lists the "
       "options (rows, rounds, idemctl variants, live-workload shape, scale sizes); for example "
       "`bench/run --rounds 5 --idemctl-variant= --idemctl-variant='--duty-cycle 25'` compares the "
-      "defaults with one other setting. Raw results: "
+      "defaults with one other setting; `bench/run --citus-only` runs only the Citus phase (section 5; "
+      "it writes `bench/results/citus.{json,md}`). Raw results: "
       f"`{json_rel}`.")
     w("")
     w(f"Run: {m.get('started', '?')} → {m.get('finished', 'unfinished')} "
@@ -521,6 +720,21 @@ def render(results, json_rel, chosen_defaults=None):
     w(f"| load generator | {m.get('pgbench', '?')}, Python {mach.get('python', '?')} driver "
       "(stdlib wire-protocol client, autocommit) |")
     w("")
+    if o.get("citus_only"):
+        # bench/run --citus-only: the Citus phase alone, its goals and failures.
+        w("## Goals (issue 13)")
+        w("")
+        w("| goal | target | measured | met? | note |")
+        w("|---|---|---|---|---|")
+        for g in results.get("goals", []):
+            verdict = {True: "**yes**", False: "**no**", None: "n/a"}[g["met"]]
+            w(f"| {g['goal']} | {g['target']} | {g['measured']} | {verdict} | {g['note']} |")
+        w("")
+        _citus_section(w, results)
+        for f in results.get("failures", []):
+            w(f"- failed: {f['where']}: {f['error']}")
+        return "\n".join(L)
+
     w("## Data")
     w("")
     w("Each template is filled by `target/release/examples/seed CONNINFO ROWS reference` (the storage "
@@ -754,6 +968,9 @@ def render(results, json_rel, chosen_defaults=None):
               f"{(t.get('ratio') or 0):.3f}× | {t['rows']:,} | {t['end_reason']} | {wal} | "
               f"{t['server_wal_bytes']:,} B |")
         w("")
+
+    # ---- Citus
+    _citus_section(w, results)
 
     # ---- failures
     if results.get("failures"):
