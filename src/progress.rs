@@ -1,23 +1,54 @@
 //! The progress bar on an attended terminal (stderr): rows deleted, rate, estimate of what is left.
 //! Hidden under cron, with --quiet and with machine-readable output.
 
+use std::sync::{Arc, Mutex};
+
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-/// A progress display that may be hidden.
+/// A progress display that may be hidden. One bar can be shared by parts of a run that count on
+/// their own (the shards of a Citus table, each with its own workers): see [`Progress::part`].
 pub struct Progress {
     bar: ProgressBar,
     started: std::time::Instant,
-    /// The pace in effect, shown after the rate (evict's adaptive pace).
-    pace: std::sync::Mutex<String>,
+    /// The pace in effect, shown after the rate (evict's adaptive pace); shared by the parts.
+    pace: Arc<Mutex<String>>,
+    /// Rows and skipped rows every part of the bar has reported, added up.
+    total: Arc<Mutex<Counts>>,
+    /// What this part reported last.
+    mine: Mutex<Counts>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    rows: u64,
+    skipped: u64,
 }
 
 impl Progress {
+    fn with_bar(bar: ProgressBar) -> Progress {
+        Progress {
+            bar,
+            started: std::time::Instant::now(),
+            pace: Arc::default(),
+            total: Arc::default(),
+            mine: Mutex::default(),
+        }
+    }
+
     /// A bar that draws nothing.
     pub fn hidden() -> Progress {
+        Progress::with_bar(ProgressBar::hidden())
+    }
+
+    /// A part of this bar: its counts (`set`) are added to every other part's on the same bar;
+    /// the rate counts from this bar's start.
+    pub fn part(&self) -> Progress {
         Progress {
-            bar: ProgressBar::hidden(),
-            started: std::time::Instant::now(),
-            pace: std::sync::Mutex::default(),
+            bar: self.bar.clone(),
+            started: self.started,
+            pace: self.pace.clone(),
+            total: self.total.clone(),
+            mine: Mutex::default(),
         }
     }
 
@@ -32,15 +63,21 @@ impl Progress {
         .progress_chars("=> ");
         bar.set_style(style);
         bar.enable_steady_tick(std::time::Duration::from_millis(200));
-        Progress {
-            bar,
-            started: std::time::Instant::now(),
-            pace: std::sync::Mutex::default(),
-        }
+        Progress::with_bar(bar)
     }
 
-    /// Update the counts.
+    /// Update this part's counts (rows evicted and skipped so far); the bar shows every part's.
     pub fn set(&self, rows: u64, skipped: u64) {
+        // Held to the end, so that parts reporting at once draw their sums in order.
+        let Ok(mut total) = self.total.lock() else {
+            return;
+        };
+        if let Ok(mut mine) = self.mine.lock() {
+            total.rows = (total.rows + rows).saturating_sub(mine.rows);
+            total.skipped = (total.skipped + skipped).saturating_sub(mine.skipped);
+            *mine = Counts { rows, skipped };
+        }
+        let Counts { rows, skipped } = *total;
         if rows > self.bar.length().unwrap_or(0) {
             self.bar.set_length(rows);
         }
@@ -79,5 +116,32 @@ impl Progress {
     /// Remove the bar.
     pub fn finish(&self) {
         self.bar.finish_and_clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Progress;
+
+    #[test]
+    fn parts_of_a_bar_add_up() {
+        let bar = Progress::hidden();
+        let (a, b) = (bar.part(), bar.part());
+        a.set(10, 1);
+        b.set(5, 0);
+        a.set(20, 3);
+        assert_eq!(bar.bar.position(), 25);
+        let total = |p: &Progress| {
+            let t = *p.total.lock().unwrap();
+            (t.rows, t.skipped)
+        };
+        assert_eq!(total(&bar), (25, 3));
+        b.set(5, 2);
+        assert_eq!(total(&bar), (25, 5));
+        // A bar without parts counts as one.
+        let single = Progress::hidden();
+        single.set(7, 0);
+        single.set(9, 1);
+        assert_eq!(single.bar.position(), 9);
     }
 }

@@ -924,3 +924,78 @@ async fn citus_evict_budgets_hold_across_the_shards() {
         .get(0);
     assert_eq!(count, left);
 }
+
+/// What evict does not support on a distributed table is refused before any change (exit 2),
+/// naming the flag and the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_refuses_unsupported_flags_before_any_change() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict refusals").await else {
+        return;
+    };
+    let before = snapshot(&db).await;
+    for args in [
+        &["--max-rate", "1000"][..],
+        &["--max-wal-rate", "1000000"],
+        &["--max-replica-lag", "10s"],
+        &["--vacuum"],
+        &["--drop-partitions"],
+    ] {
+        let run = db.idemctl().arg("evict").args(args).run();
+        run.assert_code(2)
+            .assert_stderr_contains(&format!(
+                "{} is not supported on table public.idempotency_keys, which Citus manages",
+                args[0]
+            ))
+            .assert_stdout_empty();
+    }
+    assert_eq!(
+        snapshot(&db).await,
+        before,
+        "a refused run must change nothing"
+    );
+}
+
+/// On a terminal, the progress bar counts the rows evicted on every shard against the sum of the
+/// shards' planner estimates (the coordinator's own table is empty, its estimate useless).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_draws_progress_over_all_shards_on_a_terminal() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict progress").await else {
+        return;
+    };
+    let cmd = format!(
+        "{} evict --batch-size 20 --pause 5ms",
+        crate::support::IDEMCTL
+    );
+    let run = crate::support::Cmd::of("script")
+        .env("IDEMCTL_DATABASE_URL", db.url())
+        .args(["-qec", cmd.as_str(), "/dev/null"])
+        .run();
+    run.assert_code(0)
+        .assert_stdout_contains("rows/s, about")
+        .assert_stdout_contains("rows evicted");
+    // The first length drawn is the shards' estimate; the rows evicted end up at every shard's.
+    let lengths: Vec<u64> = run
+        .stdout
+        .split("of ~")
+        .skip(1)
+        .filter_map(|s| s.split(' ').next())
+        .filter_map(|n| n.replace(',', "").parse().ok())
+        .collect();
+    let first = *lengths.first().expect("a bar with a length");
+    let expired = MIX.expired as u64;
+    assert!(
+        (expired / 3..=expired * 3).contains(&first),
+        "estimate {first} for {expired} expired keys: {run}"
+    );
+    let positions: Vec<u64> = run
+        .stdout
+        .split("evicted ")
+        .skip(1)
+        .filter_map(|s| s.split(' ').next())
+        .filter_map(|n| n.replace(',', "").parse().ok())
+        .collect();
+    assert!(
+        positions.iter().any(|p| *p > expired / 2),
+        "the bar adds up the shards' rows: {positions:?} {run}"
+    );
+}

@@ -127,7 +127,14 @@ pub async fn run(
     let cluster = shards::connect(ctx, &lock_holder, table, layout.clone(), jobs + 2)
         .await
         .context("failed to reach the key table's shards on the Citus workers")?;
-    let outcome = evict_cluster(ctx, args, cluster.nodes, started).await;
+    let progress = if ctx.output.progress_allowed() {
+        Progress::rows(estimate_backlog(&cluster.nodes).await)
+    } else {
+        Progress::hidden()
+    };
+    let progress = Arc::new(progress);
+    let outcome = evict_cluster(ctx, args, cluster.nodes, progress.clone(), started).await;
+    progress.finish();
     let report = summary(
         table,
         layout,
@@ -149,6 +156,23 @@ pub async fn run(
     }
 }
 
+/// The planner's estimates of the shards' expired completed rows, added up (for the progress bar;
+/// 0 when none can be read).
+async fn estimate_backlog(nodes: &[Node]) -> u64 {
+    let mut sum = 0;
+    for node in nodes {
+        let Ok(session) = node.session().await else {
+            continue;
+        };
+        for shard in &node.shards {
+            sum += crate::db::evict::estimate_backlog(&session, &shard.table)
+                .await
+                .unwrap_or(0);
+        }
+    }
+    sum
+}
+
 /// What every node's run needs, owned (the nodes run as tasks of their own).
 #[derive(Clone)]
 struct RunPlan {
@@ -160,6 +184,8 @@ struct RunPlan {
     max_batches: Option<u64>,
     cancel: crate::context::Cancel,
     started: Instant,
+    /// The run's bar; each shard draws on a part of it.
+    progress: Arc<Progress>,
 }
 
 /// Every node in parallel (or one at a time under a row or batch budget), each shard in turn.
@@ -167,6 +193,7 @@ async fn evict_cluster(
     ctx: &Context,
     args: &EvictArgs,
     nodes: Vec<Node>,
+    progress: Arc<Progress>,
     started: Instant,
 ) -> Outcome {
     let run = RunPlan {
@@ -177,6 +204,7 @@ async fn evict_cluster(
         max_batches: args.max_batches,
         cancel: ctx.cancel.clone(),
         started,
+        progress,
     };
     let budgeted = args.max_rows.is_some() || args.max_batches.is_some();
     let gate = Arc::new(Semaphore::new(if budgeted {
@@ -333,7 +361,7 @@ async fn evict_shards(
             plan,
             super::statements(&shard.table),
             run.cancel.clone(),
-            Progress::hidden(),
+            run.progress.part(),
             run.started,
             None,
             pacer.clone(),
