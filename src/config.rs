@@ -74,13 +74,7 @@ struct RawInFlight {
 
 /// A refusal naming the file and the key.
 fn bad(path: &str, key: &str, what: impl std::fmt::Display) -> anyhow::Error {
-    fail(
-        Exit::Usage,
-        format!(
-            "config file {}: {key}: {what}",
-            crate::output::sanitize(path)
-        ),
-    )
+    fail(Exit::Usage, format!("config file {}: {key}: {what}", path))
 }
 
 /// Read and check the file at `path`.
@@ -91,7 +85,7 @@ pub fn load(path: &Path) -> Result<Config> {
             Exit::Usage,
             format!(
                 "cannot read config file {}: {e}; check --config (or IDEMCTL_CONFIG)",
-                crate::output::sanitize(&shown)
+                shown
             ),
         )
     })?;
@@ -111,8 +105,7 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
             Exit::Usage,
             format!(
                 "config file {}: {at}: {}; the README's \"Configuration file\" lists the keys",
-                crate::output::sanitize(path),
-                crate::output::sanitize(message)
+                path, message
             ),
         )
     })?;
@@ -161,7 +154,7 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
             "profile",
             format!(
                 "no profile {}: expected {} or a [profiles.NAME] section of the file",
-                crate::output::sanitize(p),
+                p,
                 profile::BUILTIN.join(", ")
             ),
         ));
@@ -196,7 +189,7 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
     if !valid_name || Profile::builtin(name).is_some() {
         return Err(bad(
             path,
-            &format!("profiles.{}", crate::output::sanitize(name)),
+            &format!("profiles.{}", name),
             format!(
                 "a mapping's name is letters, digits, - and _, and not a built-in profile ({})",
                 profile::BUILTIN.join(", ")
@@ -271,10 +264,7 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
         tenant_type: "text".to_owned(),
         key_type: "text".to_owned(),
         matched_because: String::new(),
-        origin: Some(format!(
-            "config file {}, [profiles.{name}]",
-            crate::output::sanitize(path)
-        )),
+        origin: Some(format!("config file {}, [profiles.{name}]", path)),
     };
     for action in m.actions {
         if p.actions.contains(&action) {
@@ -364,7 +354,7 @@ impl Config {
                         Exit::Usage,
                         format!(
                             "config file {} maps several profiles ({}); choose one with --profile, IDEMCTL_PROFILE or profile = \"NAME\" in the file",
-                            crate::output::sanitize(&self.path),
+                            self.path,
                             several
                                 .iter()
                                 .map(|m| m.name.as_str())

@@ -73,7 +73,7 @@ fn usage_error_line(e: &clap::Error) -> String {
 
 /// Print an error as one line (`idemctl: failed to ...: cause`) and pick its exit code.
 fn report(err: &anyhow::Error) -> std::process::ExitCode {
-    eprintln!("idemctl: {}", one_line(err));
+    eprintln!("idemctl: {}", output::error_line(err));
     exit::classify(err).into()
 }
 

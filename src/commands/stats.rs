@@ -284,7 +284,8 @@ pub fn doc(r: &StatsReport) -> Doc {
             |p| {
                 format!(
                     "default partition {} holds about {} rows",
-                    p.name, p.estimated_rows
+                    sanitize(&p.name),
+                    p.estimated_rows
                 )
             },
         );
@@ -322,17 +323,14 @@ fn partitions_block(d: &mut Doc, r: &StatsReport) {
             } else if p.range_from.is_some() || p.range_to.is_some() {
                 format!("{} .. {}", at(p.range_from), at(p.range_to))
             } else {
-                p.bound
-                    .strip_prefix("FOR VALUES ")
-                    .unwrap_or(&p.bound)
-                    .to_owned()
+                sanitize(p.bound.strip_prefix("FOR VALUES ").unwrap_or(&p.bound))
             };
             let rows = if p.never_analyzed {
                 "not analyzed".to_owned()
             } else {
                 p.estimated_rows.to_string()
             };
-            vec![p.name.clone(), bounds, rows, human_bytes(p.total_bytes)]
+            vec![sanitize(&p.name), bounds, rows, human_bytes(p.total_bytes)]
         })
         .collect();
     d.rows(

@@ -12,7 +12,6 @@ use super::KeyTable;
 use crate::conn::Route;
 use crate::db::{Session, p};
 use crate::exit::{Exit, fail};
-use crate::output::sanitize;
 
 /// What keeps another run of the same command off the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +93,7 @@ pub async fn acquire(client: &Session, table: &KeyTable, class: LockClass) -> Re
         .await
         .ok()
         .flatten();
-    let (name, table) = (class.name(), table.display());
+    let (name, table) = (class.name(), table.qualified_name());
     let Some(h) = holder else {
         return Err(fail(
             Exit::LockBusy,
@@ -110,8 +109,8 @@ pub async fn acquire(client: &Session, table: &KeyTable, class: LockClass) -> Re
     let pid = pid.map_or_else(|| "?".into(), |p| p.to_string());
     let who = format!(
         "pid {pid}, application_name {}, user {}, client {}",
-        app.as_deref().map_or_else(|| "unknown".into(), sanitize),
-        user.map_or_else(|| "unknown".into(), |u| sanitize(&u)),
+        app.unwrap_or_else(|| "unknown".into()),
+        user.unwrap_or_else(|| "unknown".into()),
         addr.unwrap_or_else(|| "local socket".into()),
     );
     // The holder is named, never judged: its application_name is whatever its conninfo said, so

@@ -21,7 +21,7 @@ pub const DROP_SQL: &str = include_str!("../../sql/evict_partition_drop.sql");
 /// One leaf partition as the catalog describes it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Partition {
-    /// `schema.name`, control characters escaped (for output).
+    /// `schema.name` as the catalog holds it (renderers escape it).
     pub name: String,
     /// `"schema"."name"`, safe to splice into a statement.
     #[serde(skip)]
@@ -67,9 +67,9 @@ pub async fn list(client: &Session, table: &KeyTable) -> Result<Vec<Partition>> 
             let schema: String = r.get("schema");
             let name: String = r.get("name");
             Partition {
-                name: crate::output::sanitize(&format!("{schema}.{name}")),
+                name: format!("{schema}.{name}"),
                 quoted: format!("{}.{}", quote_ident(&schema), quote_ident(&name)),
-                bound: crate::output::sanitize(&r.get::<_, String>("bound")),
+                bound: r.get("bound"),
                 is_default: r.get("is_default"),
                 direct: r.get("direct"),
                 estimated_rows: r.get("estimated_rows"),

@@ -40,7 +40,7 @@ pub async fn replicas(client: &Session) -> Result<Vec<Replica>> {
         .iter()
         .map(|r| Replica {
             pid: r.get("pid"),
-            name: crate::output::sanitize(&r.get::<_, String>("name")),
+            name: r.get("name"),
             state: r.get("state"),
             replay_position: r.get("replay_position"),
             behind_bytes: r.get("behind_bytes"),

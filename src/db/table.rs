@@ -364,7 +364,7 @@ impl KeyTable {
                 Exit::NotFound,
                 format!(
                     "table {} does not exist (or is not visible on search_path); check --table, or create it from sql/schema.sql",
-                    crate::output::sanitize(&name.to_string())
+                    name
                 ),
             ));
         };
@@ -379,7 +379,7 @@ impl KeyTable {
         } else {
             None
         };
-        let display = crate::output::sanitize(&format!("{schema}.{relname}"));
+        let display = format!("{schema}.{relname}");
         let mut profile = choose_profile(&display, &columns, choice)?.with_ttl(choice.ttl);
         let type_of = |c: &Option<String>| {
             c.as_ref()
@@ -462,9 +462,10 @@ impl KeyTable {
         }
     }
 
-    /// The table's name for messages: `schema.name`, control characters escaped.
-    pub fn display(&self) -> String {
-        crate::output::sanitize(&format!("{}.{}", self.schema, self.name))
+    /// `schema.name` as written in messages, unescaped: the renderer escapes what it prints
+    /// ([`KeyTable::display`] for reports).
+    pub fn qualified_name(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
     }
 
     /// Columns the profile names that are missing or of an unexpected type: (column, found type
@@ -481,13 +482,8 @@ impl KeyTable {
             return Ok(());
         };
         let what = match found {
-            None => format!("has no column {}", crate::output::sanitize(name)),
-            Some(t) => format!(
-                "column {} is {}, expected {}",
-                crate::output::sanitize(name),
-                crate::output::sanitize(t),
-                types.join(" or ")
-            ),
+            None => format!("has no column {name}"),
+            Some(t) => format!("column {name} is {t}, expected {}", types.join(" or ")),
         };
         let advice = match &self.profile.origin {
             Some(origin) => format!("the mapping in {origin} names it; correct the mapping"),
@@ -497,7 +493,7 @@ impl KeyTable {
             Exit::Usage,
             format!(
                 "table {} {what}, which profile {} needs; {advice}",
-                self.display(),
+                self.qualified_name(),
                 self.profile.name
             ),
         ))
@@ -512,7 +508,7 @@ impl KeyTable {
             Exit::Usage,
             format!(
                 "table {} has no expiry column (profile {}): keys expire a TTL after {}, so {command} needs --ttl DUR (or IDEMCTL_TTL), e.g. --ttl 24h",
-                self.display(),
+                self.qualified_name(),
                 self.profile.name,
                 self.profile.created_at
             ),
@@ -533,8 +529,8 @@ impl KeyTable {
                 Exit::Usage,
                 format!(
                     "table {} has no valid index on {}, so expired keys cannot be found without reading the whole table; create it with: {}",
-                    self.display(),
-                    crate::output::sanitize(self.profile.expiry_column()),
+                    self.qualified_name(),
+                    self.profile.expiry_column(),
                     self.expiry_index_fix()
                 ),
             )
@@ -573,14 +569,14 @@ impl KeyTable {
         self.create_index(true, "scope", &format!("({})", columns.join(", ")))
     }
 
-    /// The columns that identify a key, as `(tenant, key)` or `(key)`.
-    pub fn identity_label(&self) -> String {
+    /// The columns that identify a key, as `(tenant, key)` or `(key)`, unescaped.
+    pub fn identity_columns_text(&self) -> String {
         let (key, tenant) = self.identity_columns();
         let cols: Vec<&str> = [tenant, key]
             .into_iter()
             .filter(|c| !c.is_empty())
             .collect();
-        crate::output::sanitize(&format!("({})", cols.join(", ")))
+        format!("({})", cols.join(", "))
     }
 
     /// The key column and the tenant column ("" when the table has no tenant).
@@ -767,7 +763,7 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
                 Exit::Usage,
                 format!(
                     "unknown profile {}: expected one of {}, or a [profiles.NAME] mapping in a config file (--config)",
-                    crate::output::sanitize(name),
+                    name,
                     profile::BUILTIN.join(", ")
                 ),
             )
@@ -790,10 +786,7 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
                 "table {display} matches no table profile ({}); force one with --profile, or map the table's columns in a config file with --config (the README's \"Configuration file\")",
                 misses
                     .iter()
-                    .map(|(name, missing)| format!(
-                        "{name} needs {}",
-                        crate::output::sanitize(&missing.join(", "))
-                    ))
+                    .map(|(name, missing)| format!("{name} needs {}", missing.join(", ")))
                     .collect::<Vec<_>>()
                     .join("; ")
             ),
@@ -880,9 +873,9 @@ impl Privileges {
             Exit::PermissionDenied,
             format!(
                 "permission denied: role {} lacks {} on {}, which {command} needs; grant it with: GRANT {} ON {} TO {};",
-                crate::output::sanitize(&self.role),
+                self.role,
                 missing.join(", "),
-                table.display(),
+                table.qualified_name(),
                 missing.join(", "),
                 table.quoted,
                 quote_ident(&self.role)

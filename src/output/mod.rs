@@ -3,6 +3,7 @@
 //! Commands build a [`Doc`] (for people) and a serde value (for scripts); nothing else prints data.
 
 pub mod json_text;
+mod names;
 pub mod prometheus;
 mod sanitize;
 
@@ -13,7 +14,7 @@ use comfy_table::{Cell, ContentArrangement, Table};
 
 use crate::cli::{ColorChoice, OutputFormat};
 
-pub use sanitize::sanitize;
+pub use sanitize::{escape_controls, sanitize};
 
 /// One block of human-readable output.
 #[derive(Debug, Clone)]
@@ -113,7 +114,7 @@ impl Output {
     /// A note for the operator on stderr (`idemctl: note: ...`), unless `--quiet`.
     pub fn note(&self, message: &str) {
         if !self.quiet {
-            eprintln!("idemctl: note: {message}");
+            eprintln!("idemctl: note: {}", escape_controls(message));
         }
     }
 
@@ -278,7 +279,13 @@ pub fn render_table(doc: &Doc, color: bool) -> String {
 
 /// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
 pub fn warn(message: &str) {
-    eprintln!("idemctl: warning: {message}");
+    eprintln!("idemctl: warning: {}", escape_controls(message));
+}
+
+/// An error chain as the one line `idemctl:` prints on stderr: newlines folded, terminal controls
+/// escaped (messages carry names and server text as they are; escaping them is this layer's job).
+pub fn error_line(err: &anyhow::Error) -> String {
+    escape_controls(&crate::one_line(err))
 }
 
 /// Format seconds as people write durations: the largest unit and the next one when it is not

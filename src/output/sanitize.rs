@@ -4,10 +4,20 @@
 /// Replace control characters and bidirectional overrides with visible escapes (`\n`, `\x1b`,
 /// `\u{202e}`); a backslash becomes `\\` so the escaping is unambiguous.
 pub fn sanitize(s: &str) -> String {
+    escape(s, true)
+}
+
+/// [`sanitize`] that leaves backslashes as they are: for a line that may hold text escaped once
+/// already (an error chain with a sanitised key), where it changes nothing but what is unescaped.
+pub fn escape_controls(s: &str) -> String {
+    escape(s, false)
+}
+
+fn escape(s: &str, backslash: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
-            '\\' => out.push_str("\\\\"),
+            '\\' if backslash => out.push_str("\\\\"),
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
@@ -38,5 +48,14 @@ mod tests {
         assert_eq!(sanitize("a\\b"), "a\\\\b");
         assert_eq!(sanitize("\u{202e}evil"), "\\u{202e}evil");
         assert_eq!(sanitize("plain-key_123"), "plain-key_123");
+    }
+
+    #[test]
+    fn escaping_controls_again_changes_nothing() {
+        for raw in ["a\x1b[2Jb", "x\ny\\z", "\u{202e}evil", "t\u{7}"] {
+            let once = sanitize(raw);
+            assert_eq!(escape_controls(&once), once);
+            assert_eq!(escape_controls(raw), once.replace("\\\\", "\\"));
+        }
     }
 }

@@ -650,3 +650,44 @@ async fn check_advises_the_indexes_a_mapping_needs_and_accepts_them() {
     assert_eq!(finding(&json, "expiry index")["status"], "ok", "{run}");
     assert_eq!(finding(&json, "in_progress index")["status"], "ok", "{run}");
 }
+
+/// Names reach messages as they are written, with terminal controls escaped once, where the line
+/// is printed: an unknown profile's name, the config file's path in an error line, and the same
+/// path in check's report (a backslash doubled once, a control character shown as its escape).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_in_messages_are_escaped_once_where_they_are_printed() {
+    let m = Mapped::new(1, &generic_config()).await;
+    let run =
+        m.db.idemctl()
+            .args(["-t", "request_log", "--profile", "no\u{1b}[2Jsuch", "stats"])
+            .run();
+    run.assert_code(2)
+        .assert_stderr_contains("unknown profile no\\x1b[2Jsuch: expected one of");
+    assert!(!run.stderr.contains('\u{1b}'), "{run}");
+    let odd = m.dir.path().join("odd\u{1b}]0;x\u{7}\\.toml");
+    std::fs::write(&odd, "ttl = \"3 fortnights\"\n").unwrap();
+    let run = m.db.idemctl().arg("--config").arg(&odd).arg("stats").run();
+    run.assert_code(2)
+        .assert_stderr_contains("odd\\x1b]0;x\\x07\\.toml: ttl: ");
+    assert!(
+        !run.stderr.contains('\u{1b}') && !run.stderr.contains('\u{7}'),
+        "{run}"
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    std::fs::write(&odd, generic_config()).unwrap();
+    let run =
+        m.db.idemctl()
+            .arg("--config")
+            .arg(&odd)
+            .args(["-o", "json", "check"])
+            .run();
+    run.assert_success();
+    let detail = finding(&run.json(), "profile")["detail"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        detail.ends_with("odd\\x1b]0;x\\x07\\\\.toml, [profiles.ledger]"),
+        "{detail}"
+    );
+}

@@ -741,7 +741,7 @@ fn replicas_text(replicas: &[crate::db::replication::Replica]) -> String {
                 .map_or_else(|| "idle".to_owned(), crate::output::human_secs);
             format!(
                 "{} ({}, {} behind, replay_lag {lag})",
-                r.name,
+                crate::output::sanitize(&r.name),
                 r.state,
                 crate::output::human_bytes(r.behind_bytes)
             )
@@ -762,7 +762,7 @@ fn partition_blocks(
             .iter()
             .map(|d| {
                 vec![
-                    d.name.clone(),
+                    crate::output::sanitize(&d.name),
                     partitions::bound_text(d),
                     d.estimated_rows.to_string(),
                     crate::output::human_bytes(d.total_bytes),
@@ -778,7 +778,7 @@ fn partition_blocks(
     if !kept.is_empty() {
         let rows = kept
             .iter()
-            .map(|k| vec![k.name.clone(), k.reason.clone()])
+            .map(|k| vec![crate::output::sanitize(&k.name), k.reason.clone()])
             .collect();
         doc.rows(
             Some("partitions left to the batches"),

@@ -316,12 +316,10 @@ async fn refuse_or_fail(
     Ok(Some(refused))
 }
 
-/// A partition's bound for the human summary: its range when known, else as PostgreSQL prints it.
+/// A partition's bound for the human summary: its range when known, else as PostgreSQL prints it
+/// (escaped for a terminal).
 pub fn bound_text(d: &Dropped) -> String {
-    d.bound
-        .strip_prefix("FOR VALUES ")
-        .unwrap_or(&d.bound)
-        .to_owned()
+    crate::output::sanitize(d.bound.strip_prefix("FOR VALUES ").unwrap_or(&d.bound))
 }
 
 #[cfg(test)]

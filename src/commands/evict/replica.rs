@@ -47,7 +47,7 @@ impl Lagging {
     fn describe(&self) -> String {
         format!(
             "replica {} is {} behind ({} of WAL not replayed)",
-            self.name,
+            crate::output::sanitize(&self.name),
             human_secs(self.lag_seconds),
             human_bytes(self.behind_bytes)
         )
