@@ -4,17 +4,22 @@
 //! that integration tests can reach it.
 
 pub(crate) mod cli;
-pub mod commands;
+pub(crate) mod commands;
 pub mod config;
 pub(crate) mod conn;
 pub(crate) mod context;
-pub mod db;
+pub(crate) mod db;
 pub(crate) mod exit;
 pub(crate) mod fingerprint;
 pub(crate) mod metrics;
 pub(crate) mod output;
 pub(crate) mod progress;
 pub mod sample;
+
+/// The man page as `idemctl man` prints it (a test keeps `man/idemctl.1` in step with it).
+pub use commands::docs::man_page;
+/// A table profile: which columns play which role (the EXPLAIN test renders statements with it).
+pub use db::profile::Profile;
 
 /// Entry point used by the binary: parse, run on a small runtime, print the error chain once on
 /// stderr as one line, and turn the outcome into a documented exit code.

@@ -4,7 +4,7 @@ pub(crate) mod archive;
 pub(crate) mod check;
 pub(crate) mod citus_check;
 pub(crate) mod citus_stats;
-pub mod docs;
+pub(crate) mod docs;
 pub(crate) mod evict;
 pub(crate) mod inspect;
 pub(crate) mod maintenance;

@@ -8,7 +8,7 @@ pub(crate) mod lock;
 pub(crate) mod maintenance;
 pub(crate) mod partitions;
 pub(crate) mod predicate;
-pub mod profile;
+pub(crate) mod profile;
 pub(crate) mod queries;
 pub(crate) mod reclaim;
 pub(crate) mod record;
@@ -17,8 +17,8 @@ pub(crate) mod session;
 pub(crate) mod table;
 pub(crate) mod vacuum;
 
-pub use session::{Param, Session, p};
-pub use table::{KeyLookup, KeyTable};
+pub(crate) use session::{Param, Session, p};
+pub(crate) use table::{KeyLookup, KeyTable};
 
 use std::time::Duration;
 

@@ -28,7 +28,7 @@ fn help_lists_every_exit_code() {
 fn man_page_is_in_sync_with_the_cli() {
     let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/man/idemctl.1"))
         .unwrap_or_default();
-    let generated = idemctl::commands::docs::man_page().unwrap();
+    let generated = idemctl::man_page().unwrap();
     assert!(
         committed == generated,
         "man/idemctl.1 is stale; regenerate it with: cargo run --quiet -- man > man/idemctl.1"

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 
-use idemctl::db::profile::Profile;
+use idemctl::Profile;
 
 use crate::config_file;
 use crate::fixtures::Schema;
