@@ -4,7 +4,7 @@
 //! mapping; the file's defaults yield to the environment and the flags; a bad file is one line
 //! naming the file and the key, exit 2.
 
-use crate::fixtures::{finding, scalar_i64, scalar_text};
+use crate::fixtures::{finding, loaded, scalar_i64, scalar_text};
 use crate::support::TestDb;
 
 pub const GENERIC_DDL: &str = include_str!("../fixtures/generic_schema.sql");
@@ -124,13 +124,7 @@ impl Mapped {
 
     /// `request_log` with `n` rows of each kind and `indexes` (none: only its primary key).
     async fn with(n: i64, config: &str, indexes: Option<&str>) -> Mapped {
-        let db = TestDb::new().await;
-        db.exec(GENERIC_DDL).await;
-        db.exec(&generic_rows(n)).await;
-        if let Some(indexes) = indexes {
-            db.exec(indexes).await;
-        }
-        db.exec("ANALYZE request_log").await;
+        let db = loaded(GENERIC_DDL, &generic_rows(n), indexes).await;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("idemctl.toml"), config).unwrap();
         Mapped { db, dir }

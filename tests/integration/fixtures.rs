@@ -186,3 +186,15 @@ pub fn finding<'a>(json: &'a serde_json::Value, check: &str) -> &'a serde_json::
         .find(|f| f["check"] == check)
         .unwrap_or_else(|| panic!("no {check} finding in {json:#}"))
 }
+
+/// A fresh database holding `ddl` and `rows`, with `indexes` when given, analyzed.
+pub async fn loaded(ddl: &str, rows: &str, indexes: Option<&str>) -> TestDb {
+    let db = TestDb::new().await;
+    db.exec(ddl).await;
+    db.exec(rows).await;
+    if let Some(indexes) = indexes {
+        db.exec(indexes).await;
+    }
+    db.exec("ANALYZE").await;
+    db
+}

@@ -3,7 +3,7 @@
 //! profile's own columns and actions; a table no profile fits is refused with what each profile
 //! missed, and check never proposes changing the application's table.
 
-use crate::fixtures::{finding, scalar_i64};
+use crate::fixtures::{finding, loaded, scalar_i64};
 use crate::support::TestDb;
 
 pub const EXPLAINER_DDL: &str = include_str!("../fixtures/explainer_schema.sql");
@@ -101,25 +101,13 @@ pub fn rocket_rides_rows(n: i64) -> String {
 }
 
 async fn explainer_db(n: i64, indexes: bool) -> TestDb {
-    let db = TestDb::new().await;
-    db.exec(EXPLAINER_DDL).await;
-    db.exec(&explainer_rows(n)).await;
-    if indexes {
-        db.exec(EXPLAINER_INDEXES).await;
-    }
-    db.exec("ANALYZE idempotency_keys").await;
-    db
+    let indexes = indexes.then_some(EXPLAINER_INDEXES);
+    loaded(EXPLAINER_DDL, &explainer_rows(n), indexes).await
 }
 
 async fn rocket_rides_db(n: i64, indexes: bool) -> TestDb {
-    let db = TestDb::new().await;
-    db.exec(ROCKET_RIDES_DDL).await;
-    db.exec(&rocket_rides_rows(n)).await;
-    if indexes {
-        db.exec(ROCKET_RIDES_INDEXES).await;
-    }
-    db.exec("ANALYZE idempotency_keys").await;
-    db
+    let indexes = indexes.then_some(ROCKET_RIDES_INDEXES);
+    loaded(ROCKET_RIDES_DDL, &rocket_rides_rows(n), indexes).await
 }
 
 async fn count_like(db: &TestDb, column: &str, prefix: &str) -> i64 {
