@@ -1140,7 +1140,7 @@ async fn sweep(
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, Some(req.action)).await?;
     let distributed = crate::commands::shards::distributed(client, table).await?;
-    let mut archive = open_archive(args, table, distributed.is_some(), None)?;
+    let mut archive = open_archive(args, None)?;
     begin_writes(ctx, client, table).await?;
     let before = count_stuck(client, table, req).await?;
     if before.count > 0 {
@@ -1154,7 +1154,10 @@ async fn sweep(
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
     report.end_reason = match distributed {
-        Some(layout) => citus::sweep(ctx, client, table, layout, req, args, &mut report).await?,
+        Some(layout) => {
+            let archive = archive.as_mut();
+            citus::sweep(ctx, client, table, layout, req, args, &mut report, archive).await?
+        }
         None => sweep_batches(ctx, client, table, req, args, &mut report, archive.as_mut()).await?,
     };
     let left = count_stuck(client, table, req).await?;
@@ -1219,26 +1222,12 @@ async fn count_stuck(client: &Session, table: &KeyTable, req: &Request) -> Resul
 }
 
 /// `--archive`: the file opened for appending before any change (exit 2 when it cannot be), for a
-/// sweep (`plan` None) or an apply. Not on a table Citus distributes.
-fn open_archive(
-    args: &ReclaimArgs,
-    table: &KeyTable,
-    distributed: bool,
-    plan: Option<&Path>,
-) -> Result<Option<Archive>> {
-    let Some(path) = &args.archive else {
-        return Ok(None);
-    };
-    if distributed {
-        return Err(fail(
-            Exit::Usage,
-            format!(
-                "--archive is not supported on table {}, which Citus distributes; nothing was changed",
-                table.display()
-            ),
-        ));
-    }
-    Archive::open(path, plan).map(Some)
+/// sweep (`plan` None) or an apply.
+fn open_archive(args: &ReclaimArgs, plan: Option<&Path>) -> Result<Option<Archive>> {
+    args.archive
+        .as_deref()
+        .map(|path| Archive::open(path, plan))
+        .transpose()
 }
 
 /// What `--action fail` stores, for the batch statements (None for the other actions).
@@ -1329,7 +1318,7 @@ async fn apply(
     require_identity_index(table)?;
     require_privileges(client, table, Some(req.action)).await?;
     let distributed = crate::commands::shards::distributed(client, table).await?;
-    let mut archive = open_archive(args, table, distributed.is_some(), Some(path))?;
+    let mut archive = open_archive(args, Some(path))?;
     begin_writes(ctx, client, table).await?;
     let rows = within_limit(&plan.rows, req.limit);
     if !rows.is_empty() {
@@ -1343,7 +1332,19 @@ async fn apply(
     let mut report = ReclaimReport::new(table, req);
     report.end_reason = match distributed {
         Some(layout) => {
-            citus::apply(ctx, client, table, layout, req, args, rows, &mut report).await?
+            let archive = archive.as_mut();
+            citus::apply(
+                ctx,
+                client,
+                table,
+                layout,
+                req,
+                args,
+                rows,
+                &mut report,
+                archive,
+            )
+            .await?
         }
         None => {
             let archive = archive.as_mut();

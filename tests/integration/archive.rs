@@ -2,7 +2,8 @@
 //! record before the change, the action, the reason and the time, fsynced before its batch commits,
 //! with a commit line after each batch; the path is checked before anything changes; a reclaim
 //! killed with SIGKILL mid-run leaves no reclaimed key out of the archive; the same for `--apply` of a
-//! plan, whose archive holds exactly the plan rows it took.
+//! plan, whose archive holds exactly the plan rows it took; on a table Citus distributes the archived
+//! batches run on the workers.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -413,4 +414,109 @@ async fn a_reclaim_apply_killed_mid_run_leaves_no_reclaimed_key_out_of_the_archi
     run.assert_success();
     assert!(stuck_keys(&db).await.is_empty());
     assert_eq!(archived_keys(&read_lines(&path)), stuck);
+}
+
+/// On a table Citus distributes by tenant, the archived batches run on the workers, shard by
+/// shard: an apply of part of a plan and the sweep that takes the rest archive each key they take,
+/// once, with its record before the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_archives_on_a_citus_table_shard_by_shard() {
+    use crate::support::citus::{CitusDb, Layout, skipped};
+    if skipped("reclaim --archive on Citus") {
+        return;
+    }
+    let db = CitusDb::new(None).await;
+    db.exec(include_str!("../../sql/schema.sql")).await;
+    db.exec(&fixtures::load_sql(Mix {
+        expired: 10,
+        live: 10,
+        fresh: 5,
+        stuck: 40,
+        expired_in_progress: 0,
+    }))
+    .await;
+    db.distribute(Layout::ByTenant).await;
+    db.exec(
+        "CREATE INDEX idempotency_keys_in_progress ON idempotency_keys \
+         ((coalesce(locked_at, created_at))) WHERE state = 'in_progress'",
+    )
+    .await;
+    let client = db.client().await;
+    let stuck = || async {
+        client
+            .query(
+                "SELECT api_key_id, key FROM idempotency_keys \
+                  WHERE state = 'in_progress' AND created_at < now() - interval '1 minute'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect::<BTreeSet<Key>>()
+    };
+    let all = stuck().await;
+    assert_eq!(all.len(), 40);
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--plan"])
+        .arg(&plan)
+        .run_async()
+        .await
+        .assert_code(0);
+    let path = dir.path().join("reclaimed.jsonl");
+    let run = db
+        .idemctl()
+        .args([
+            "reclaim",
+            "--yes",
+            "-o",
+            "json",
+            "--limit",
+            "15",
+            "--batch-size",
+            "4",
+        ])
+        .arg("--apply")
+        .arg(&plan)
+        .arg("--archive")
+        .arg(&path)
+        .run_async()
+        .await;
+    run.assert_success();
+    assert_eq!(run.json()["rows_reclaimed"], 15, "{run}");
+    let run = db
+        .idemctl()
+        .args([
+            "reclaim",
+            "--yes",
+            "-o",
+            "json",
+            "--batch-size",
+            "4",
+            "--archive",
+        ])
+        .arg(&path)
+        .run_async()
+        .await;
+    run.assert_success();
+    assert_eq!(run.json()["rows_reclaimed"], 25, "{run}");
+    assert!(stuck().await.is_empty());
+
+    let lines = read_lines(&path);
+    let keys: Vec<&serde_json::Value> = lines.iter().filter(|l| l["type"] == "key").collect();
+    assert_eq!(keys.len(), 40, "each key once");
+    assert_eq!(archived_keys(&lines), all);
+    assert_eq!(keys.iter().filter(|l| l.get("plan").is_some()).count(), 15);
+    for l in &keys {
+        assert_eq!(l["record"]["state"], "in_progress", "{l}");
+        assert_eq!(l["record"]["api_key_id"], l["api_key_id"], "{l}");
+    }
+    let committed: u64 = lines
+        .iter()
+        .filter(|l| l["type"] == "commit")
+        .map(|l| l["keys"].as_u64().unwrap())
+        .sum();
+    assert_eq!(committed, 40);
 }

@@ -2,14 +2,16 @@
 //! which Citus runs only within one shard, so the sweep and `--apply` run shard by shard on the
 //! workers, connected directly like evict (the coordinator's connection settings, the worker's host
 //! and port from the metadata): each batch is the single-server statement on one shard, under the
-//! same few-millisecond lock_timeout, in its own one-node transaction. The reclaim lock stays on the
-//! coordinator (one run per table). The preview, `--plan` and the counts before and after run
+//! same few-millisecond lock_timeout, in its own one-node transaction (with `--archive`, the
+//! archived form: the shard's rows locked and read, their lines fsynced, then the commit, all on
+//! the worker). The reclaim lock stays on the coordinator (one run per table). The preview, `--plan` and the counts before and after run
 //! through the coordinator, where Citus accepts them (a plan is made on, and applies to, the
 //! coordinator's database).
 
 use anyhow::{Context as _, Result};
 
 use super::{EndReason, PlanRow, ROW_LOCK_WAIT, ReclaimArgs, ReclaimReport, Request};
+use crate::commands::archive::Archive;
 use crate::commands::shards::{self, Cluster};
 use crate::context::Context;
 use crate::db::citus::{self, Layout};
@@ -42,6 +44,10 @@ async fn worker_session(node: &shards::Node) -> Result<Session> {
 }
 
 /// The sweep, shard after shard; stops at the first shard that does not drain (limit, signal).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the run's context, coordinator session, table and layout, request, report and archive"
+)]
 pub async fn sweep(
     ctx: &Context,
     client: &Session,
@@ -50,13 +56,15 @@ pub async fn sweep(
     req: &Request,
     args: &ReclaimArgs,
     report: &mut ReclaimReport,
+    mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
     let cluster = cluster(ctx, client, table, layout).await?;
     for node in &cluster.nodes {
         let session = worker_session(node).await?;
         for shard in &node.shards {
-            let end =
-                super::sweep_batches(ctx, &session, &shard.table, req, args, report, None).await?;
+            let archive = archive.as_deref_mut();
+            let end = super::sweep_batches(ctx, &session, &shard.table, req, args, report, archive)
+                .await?;
             if end != EndReason::Drained {
                 return Ok(end);
             }
@@ -76,6 +84,7 @@ pub async fn apply(
     args: &ReclaimArgs,
     rows: &[PlanRow],
     report: &mut ReclaimReport,
+    mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
     let by_tenant = matches!(&layout, Layout::Distributed { column, .. }
         if table.profile.tenant.as_deref() == Some(column.as_str()));
@@ -123,8 +132,9 @@ pub async fn apply(
                 session = Some(worker_session(node).await?);
             }
             let s = session.as_ref().expect("set above");
-            let end =
-                super::apply_batches(ctx, s, &shard.table, req, args, &mine, report, None).await?;
+            let archive = archive.as_deref_mut();
+            let end = super::apply_batches(ctx, s, &shard.table, req, args, &mine, report, archive)
+                .await?;
             if end != EndReason::Drained {
                 return Ok(end);
             }
