@@ -24,7 +24,7 @@ use serde_json::json;
 
 use crate::db::reclaim::{ArchivedKey, Filter};
 use crate::exit::{Exit, fail};
-use crate::output::{rfc3339, sanitize};
+use crate::output::rfc3339;
 
 /// Why the run takes its keys, for each key line.
 pub struct Why<'a> {
@@ -60,7 +60,7 @@ impl Archive {
                 Exit::Usage,
                 format!(
                     "--archive {}: cannot open it for appending ({e}); nothing was changed",
-                    sanitize(&path.display().to_string())
+                    path.display()
                 ),
             )
         })?;
@@ -129,7 +129,7 @@ impl Archive {
                     Exit::Failure,
                     format!(
                         "--archive {}: cannot write it ({e}); the batch was rolled back",
-                        sanitize(&self.path.display().to_string())
+                        self.path.display()
                     ),
                 )
             })

@@ -243,11 +243,12 @@ fn filter_value(flag: &str, value: Option<&str>) -> Result<Option<String>> {
     ))
 }
 
-/// A filter value for a message: escaped, and cut after 80 characters.
+/// A filter value for an error line, cut after 80 characters, its control characters shown as
+/// escapes here (the error line would turn a newline into a blank, hiding what is wrong).
 fn shown_value(v: &str) -> String {
     let cut: String = v.chars().take(80).collect();
     let more = if cut.len() < v.len() { "..." } else { "" };
-    format!("\"{}{more}\"", sanitize(&cut))
+    format!("\"{}{more}\"", crate::output::escape_controls(&cut))
 }
 
 /// An RFC 9110 tchar.

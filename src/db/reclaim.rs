@@ -64,7 +64,7 @@ impl Filter {
                 Exit::Usage,
                 format!(
                     "{flag} does not apply to table {} (profile {}): it has no {what} column, so reclaim cannot tell its keys apart by it; drop {flag}",
-                    table.display(),
+                    table.qualified_name(),
                     profile.name
                 ),
             )
@@ -84,9 +84,8 @@ impl Filter {
             return Err(fail(
                 Exit::Usage,
                 format!(
-                    "--api-key-id \"{}\" cannot be a tenant of table {}: its tenant column is of type {}; nothing was changed",
-                    crate::output::sanitize(id),
-                    table.display(),
+                    "--api-key-id \"{id}\" cannot be a tenant of table {}: its tenant column is of type {}; nothing was changed",
+                    table.qualified_name(),
                     profile.tenant_type
                 ),
             ));
