@@ -155,3 +155,45 @@ fn the_layering_check_sees_statements_and_column_reads() {
     assert_eq!(found.len(), 4, "{found:#?}");
     assert!(found[0].starts_with("x.rs:1: .get(\""), "{found:#?}");
 }
+
+/// Files of the data layer that still build display text themselves (the Citus layout's
+/// description and its shard messages), to move to the output layer like the rest.
+const ESCAPING_NOT_YET_MOVED: &[&str] = &["src/db/citus.rs"];
+
+/// Escaping for a terminal belongs to the output layer: `src/db/` and the config file hand out
+/// names as the catalog and the file hold them, and a call to the sanitiser there fails this test.
+#[test]
+fn the_data_layer_and_the_config_file_leave_escaping_to_the_output_layer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src/db"), &mut files);
+    files.push(root.join("src/config.rs"));
+    files.sort();
+    let mut found = Vec::new();
+    for f in &files {
+        let shown = f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        if ESCAPING_NOT_YET_MOVED.contains(&shown.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            let (_, code) = split_line(line);
+            // `KeyTable::display` is the output layer's (escaped) name; db/ says `qualified_name`.
+            if ["sanitize", "escape_controls", "table.display()"]
+                .iter()
+                .any(|m| code.contains(m))
+            {
+                found.push(format!("{shown}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(files.len() > 10, "{files:?}");
+    assert!(
+        found.is_empty(),
+        "escape in src/output/ (where the text is printed), not here:\n{}",
+        found.join("\n")
+    );
+}
