@@ -63,39 +63,8 @@ async fn evict_backs_off_when_other_sessions_start_waiting_and_says_why() {
             .await
             .map_err(|e| e.to_string())
     });
-    let holder = db.client().await;
-    holder
-        .batch_execute("BEGIN; SELECT * FROM busy FOR UPDATE")
-        .await
-        .unwrap();
-
-    let evict = db
-        .idemctl()
-        .args([
-            "evict",
-            "-o",
-            "json",
-            "--max-runtime",
-            "4s",
-            "--batch-size",
-            "10",
-        ])
-        .timeout(Duration::from_secs(60))
-        .spawn();
     // ... and, once evict has measured it, three more start waiting on a row lock.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut waiters = Vec::new();
-    for _ in 0..3 {
-        let c = db.client().await;
-        waiters.push(tokio::spawn(async move {
-            let _ = c.batch_execute("SELECT * FROM busy FOR UPDATE").await;
-        }));
-    }
-    let run = evict.wait_async().await;
-    holder.batch_execute("COMMIT").await.unwrap();
-    for w in waiters {
-        w.await.unwrap();
-    }
+    let run = evict_while_sessions_start_waiting(&db, "4s").await;
     running.abort();
     run.assert_success();
     let pace = &run.json()["pace"];
@@ -185,11 +154,6 @@ async fn a_backed_off_evict_still_outpaces_the_tables_inserts() {
     fixtures::table_with(&db, Schema::Corrected, backlog).await;
     db.exec("CREATE TABLE busy (id int PRIMARY KEY); INSERT INTO busy VALUES (1)")
         .await;
-    let holder = db.client().await;
-    holder
-        .batch_execute("BEGIN; SELECT * FROM busy FOR UPDATE")
-        .await
-        .unwrap();
     // The API keeps adding keys, 20 every 100 ms...
     let inserter = db.client().await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -214,36 +178,10 @@ async fn a_backed_off_evict_still_outpaces_the_tables_inserts() {
         rows as f64 / started.elapsed().as_secs_f64()
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let evict = db
-        .idemctl()
-        .args([
-            "evict",
-            "-o",
-            "json",
-            "--max-runtime",
-            "6s",
-            "--batch-size",
-            "10",
-        ])
-        .timeout(Duration::from_secs(60))
-        .spawn();
-    // ... and, once evict has measured the foreground, sessions start waiting on a row lock, so
-    // the pace backs off.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let mut waiters = Vec::new();
-    for _ in 0..3 {
-        let c = db.client().await;
-        waiters.push(tokio::spawn(async move {
-            let _ = c.batch_execute("SELECT * FROM busy FOR UPDATE").await;
-        }));
-    }
-    let run = evict.wait_async().await;
+    // ... while sessions start waiting on a row lock, so the pace backs off.
+    let run = evict_while_sessions_start_waiting(&db, "6s").await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let inserted_per_s = inserting.await.unwrap();
-    holder.batch_execute("COMMIT").await.unwrap();
-    for w in waiters {
-        w.await.unwrap();
-    }
     run.assert_success();
     let pace = &run.json()["pace"];
     assert_eq!(pace["mode"], "adaptive", "{run}");
@@ -265,4 +203,35 @@ async fn a_backed_off_evict_still_outpaces_the_tables_inserts() {
             .any(|s| s.as_str().unwrap().contains("inserted-row counter")),
         "{run}"
     );
+}
+
+/// Run `evict -o json --max-runtime RUNTIME --batch-size 10` while a session holds the one row of
+/// table `busy`; once evict has measured the foreground (1.5 s in), three more sessions start
+/// waiting on that row, so the pace has a reason to back off. Every session is released after.
+async fn evict_while_sessions_start_waiting(db: &TestDb, runtime: &str) -> crate::support::Run {
+    let holder = db.client().await;
+    holder
+        .batch_execute("BEGIN; SELECT * FROM busy FOR UPDATE")
+        .await
+        .unwrap();
+    let evict = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--max-runtime", runtime])
+        .args(["--batch-size", "10"])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let c = db.client().await;
+        waiters.push(tokio::spawn(async move {
+            let _ = c.batch_execute("SELECT * FROM busy FOR UPDATE").await;
+        }));
+    }
+    let run = evict.wait_async().await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    run
 }
