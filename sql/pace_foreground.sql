@@ -14,10 +14,12 @@
 --            insertion and flushes, buffer contention, row locks): contention evict adds to
 --   age_ms   the mean time the running statements have been running so far, of those started
 --            within the last second (a report running for minutes is not a request slowing down)
---   inserted rows inserted into the key table ($3, an oid; each leaf partition of a partitioned
---            one) since the statistics were reset, from the statistics system (no table read;
---            bounded by the number of partitions); NULL when $3 is NULL. The pace keeps its
---            removal rate at a multiple of this counter's rate.
+--   inserted rows inserted into the key table's relations ($3, an int8[] of oids: the table on a
+--            single server, or the shards of a distributed table on the worker sampled; each
+--            leaf partition of a partitioned one, each relation counted once) since the
+--            statistics were reset, from the statistics system (no table read; bounded by the
+--            number of relations); NULL when $3 is NULL or empty. The pace keeps its removal rate
+--            at a multiple of this counter's rate.
 SELECT pg_catalog.clock_timestamp() AS sampled_at,
        count(*) FILTER (WHERE a.state = 'active'
                            OR a.state_change >= coalesce($1::timestamptz,
@@ -32,12 +34,13 @@ SELECT pg_catalog.clock_timestamp() AS sampled_at,
                               AND a.query_start > pg_catalog.clock_timestamp() - interval '1 second'),
                 0)::float8 AS age_ms,
        (SELECT sum(pg_catalog.pg_stat_get_tuples_inserted(r.relid))::int8
-          FROM (SELECT $3::int8::oid AS relid
-                 UNION ALL
+          FROM (SELECT u.relid::oid AS relid
+                  FROM unnest($3::int8[]) AS u(relid)
+                 UNION
                 SELECT t.relid
-                  FROM pg_catalog.pg_partition_tree($3::int8::oid::regclass) t
-                 WHERE t.isleaf) AS r
-         WHERE $3::int8 IS NOT NULL) AS inserted
+                  FROM unnest($3::int8[]) AS u(relid),
+                       pg_catalog.pg_partition_tree(u.relid::oid::regclass) AS t
+                 WHERE t.isleaf) AS r) AS inserted
   FROM pg_catalog.pg_stat_activity a
  WHERE a.backend_type = 'client backend'
    AND a.pid <> pg_catalog.pg_backend_pid()

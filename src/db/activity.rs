@@ -27,25 +27,26 @@ pub struct Foreground {
     pub waiting: u32,
     /// Mean time the running statements have run so far, in ms (0 when none runs).
     pub age_ms: f64,
-    /// Rows inserted into the key table (all its partitions) since the statistics were reset,
-    /// when a table was given.
+    /// Rows inserted into the given relations (each with all its partitions) since the statistics
+    /// were reset, when relations were given.
     pub inserted: Option<i64>,
 }
 
 /// Sample the other client sessions; `since` is the previous sample's `sampled_at`, and without
-/// one the window reaches back `lookback`. With `table` (an oid), also read the rows inserted
-/// into it.
+/// one the window reaches back `lookback`. With `tables` (oids: the key table, or the shards of a
+/// distributed one on this worker), also read the rows inserted into them.
 pub async fn foreground(
     client: &Session,
     since: Option<OffsetDateTime>,
     lookback: std::time::Duration,
-    table: Option<i64>,
+    tables: Option<&[i64]>,
 ) -> Result<Foreground> {
     let lookback_ms = lookback.as_secs_f64() * 1000.0;
+    let tables: Option<Vec<i64>> = tables.map(<[i64]>::to_vec);
     let row = client
         .query_one(
             include_str!("../../sql/pace_foreground.sql"),
-            &[p(&since), p(&lookback_ms), p(&table)],
+            &[p(&since), p(&lookback_ms), p(&tables)],
         )
         .await
         .context("failed to sample the other sessions' activity")?;

@@ -53,6 +53,7 @@ typed!(
     serde_json::Value => JSONB,
     Vec<String> => TEXT_ARRAY,
     Vec<&str> => TEXT_ARRAY,
+    Vec<i64> => INT8_ARRAY,
     Vec<OffsetDateTime> => TIMESTAMPTZ_ARRAY,
     Vec<Option<OffsetDateTime>> => TIMESTAMPTZ_ARRAY,
     Vec<u8> => BYTEA,

@@ -23,12 +23,17 @@ const MORE_TENANTS: &str =
 /// The key table loaded with [`MIX`] (56 tenants), then handed to Citus as `layout`; `None` when
 /// the Citus tests are explicitly turned off (`IDEMCTL_TEST_CITUS=skip`).
 async fn loaded(layout: Layout, test: &str) -> Option<CitusDb> {
+    loaded_with(layout, MIX, test).await
+}
+
+/// Like [`loaded`], with the rows of `mix`.
+async fn loaded_with(layout: Layout, mix: Mix, test: &str) -> Option<CitusDb> {
     if skipped(test) {
         return None;
     }
     let db = CitusDb::new(None).await;
     db.exec(include_str!("../../sql/schema.sql")).await;
-    db.exec(&load_sql(MIX)).await;
+    db.exec(&load_sql(mix)).await;
     db.exec(MORE_TENANTS).await;
     db.distribute(layout).await;
     Some(db)
@@ -998,4 +1003,146 @@ async fn citus_evict_draws_progress_over_all_shards_on_a_terminal() {
         positions.iter().any(|p| *p > expired / 2),
         "the bar adds up the shards' rows: {positions:?} {run}"
     );
+}
+
+/// The adaptive pace's insert-rate floor on a distributed table: each worker's pace measures the
+/// inserts into the shards it holds, and however far the live traffic makes it back off, its rests
+/// are cut so that it keeps removing keys faster than its shards gain them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_a_backed_off_evict_still_outpaces_the_inserts_on_every_worker() {
+    let backlog = Mix {
+        expired: 60_000,
+        live: 100,
+        fresh: 0,
+        stuck: 0,
+        expired_in_progress: 0,
+    };
+    let Some(db) = loaded_with(Layout::ByTenant, backlog, "citus pace insert floor").await else {
+        return;
+    };
+    // The rows the live requests contend for: one on each worker.
+    db.exec(
+        "CREATE TABLE busy (id int PRIMARY KEY); SELECT create_distributed_table('busy', 'id'); \
+         INSERT INTO busy SELECT generate_series(1, 64)",
+    )
+    .await;
+    let client = db.client().await;
+    let busy: Vec<i32> = client
+        .query(
+            "SELECT min(b.id) FROM busy b JOIN citus_shards s \
+               ON s.shardid = get_shard_id_for_distribution_column('busy', b.id) \
+             GROUP BY s.nodeport ORDER BY s.nodeport",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(busy.len(), 2, "one busy row on each worker: {busy:?}");
+    // The API keeps adding keys through the coordinator, 20 every 100 ms over 20 tenants (both
+    // workers get some)...
+    let inserter = db.client().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_inserting = stop.clone();
+    let inserting = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut rows = 0u64;
+        while !stop_inserting.load(std::sync::atomic::Ordering::Relaxed) {
+            inserter
+                .batch_execute(
+                    "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+                     request_fingerprint, state, locked_at, expires_at) \
+                     SELECT gen_random_uuid()::text, 'tenant-new-' || g, 'POST', '/v1/charges', \
+                     '\\x00', 'in_progress', now(), now() + interval '1 day' \
+                     FROM generate_series(1, 20) g",
+                )
+                .await
+                .unwrap();
+            rows += 20;
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        rows as f64 / started.elapsed().as_secs_f64()
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // ... while a request holds each busy row, and once evict has measured the foreground, three
+    // more on each worker start waiting on it, so every worker's pace backs off.
+    let holder = db.client().await;
+    holder.batch_execute("BEGIN").await.unwrap();
+    for id in &busy {
+        holder
+            .execute("SELECT * FROM busy WHERE id = $1 FOR UPDATE", &[id])
+            .await
+            .unwrap();
+    }
+    let started = std::time::Instant::now();
+    let evict = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--max-runtime",
+            "6s",
+            "--batch-size",
+            "10",
+        ])
+        .timeout(std::time::Duration::from_secs(60))
+        .spawn();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let mut waiters = Vec::new();
+    for id in busy.iter().flat_map(|id| [*id; 3]) {
+        let c = db.client().await;
+        waiters.push(tokio::spawn(async move {
+            let _ = c
+                .execute("SELECT * FROM busy WHERE id = $1 FOR UPDATE", &[&id])
+                .await;
+        }));
+    }
+    let run = evict.wait_async().await;
+    let took = started.elapsed().as_secs_f64();
+    holder.batch_execute("COMMIT").await.unwrap();
+    for w in waiters {
+        w.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let inserted_per_s = inserting.await.unwrap();
+    run.assert_success();
+    let j = run.json();
+    let pace = &j["pace"];
+    assert_eq!(pace["mode"], "adaptive", "{run}");
+    let measured = pace["insert_rate"].as_f64().unwrap_or(0.0);
+    assert!(
+        measured > inserted_per_s / 2.0 && measured < inserted_per_s * 2.0,
+        "the workers measured {measured:.0} inserts/s in all, the API made {inserted_per_s:.0}/s: {run}"
+    );
+    let nodes = j["citus"]["nodes"].as_array().expect("per-worker figures");
+    assert_eq!(nodes.len(), 2, "{run}");
+    for n in nodes {
+        let p = &n["pace"];
+        let node = &n["node"];
+        assert!(
+            p["backoff_seconds"].as_f64().unwrap() > 0.0,
+            "worker {node} never backed off: {run}"
+        );
+        assert!(
+            p["signals"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s.as_str().unwrap().contains("inserted-row counter")),
+            "{run}"
+        );
+        let rate = p["insert_rate"].as_f64().unwrap_or(0.0);
+        assert!(rate > 0.0, "worker {node} measured no inserts: {run}");
+        assert!(
+            p["floor_cut_seconds"].as_f64().unwrap() > 0.0,
+            "the floor never cut a rest on worker {node}: {run}"
+        );
+        let removed = n["rows_evicted"].as_f64().unwrap() / took;
+        assert!(
+            removed > rate * 2.0,
+            "worker {node} removed {removed:.0} keys/s while its shards gained {rate:.0}/s: {run}"
+        );
+    }
 }

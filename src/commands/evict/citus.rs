@@ -305,7 +305,9 @@ async fn evict_node(
     let mut totals = worker::Totals::default();
     let result = async {
         let control = node.session().await?;
-        let pacer = Pacer::start(&control, run.pace.clone())
+        // Floored by the inserts into this worker's shards: its share of the table's inserts.
+        let shards = node.shards.iter().map(|s| s.table.oid).collect();
+        let pacer = Pacer::start(&control, run.pace.clone().with_insert_floor(shards))
             .await
             .with_context(|| format!("failed to set up evict's pace on worker {}", node.name()))?;
         let pacer = Arc::new(pacer);
@@ -458,7 +460,8 @@ async fn summary(
 }
 
 /// The workers' paces as one: times and counts added up over the workers (worker-seconds), the
-/// lowest duty cycle any went down to.
+/// lowest duty cycle any went down to, and the table's insert rate as the sum of the rates each
+/// worker measured on its shards.
 fn merged_pace(nodes: &[NodeReport]) -> PaceReport {
     let mut merged: Option<PaceReport> = None;
     for n in nodes {
@@ -470,6 +473,11 @@ fn merged_pace(nodes: &[NodeReport]) -> PaceReport {
                 m.full_seconds += p.full_seconds;
                 m.paced_seconds += p.paced_seconds;
                 m.backoff_seconds += p.backoff_seconds;
+                m.floor_cut_seconds += p.floor_cut_seconds;
+                m.insert_rate = match (m.insert_rate, p.insert_rate) {
+                    (Some(a), Some(b)) => Some(a + b),
+                    (a, b) => a.or(b),
+                };
                 for (r, s) in &p.backoff_seconds_by_reason {
                     *m.backoff_seconds_by_reason.entry(*r).or_default() += s;
                 }

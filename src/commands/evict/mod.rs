@@ -192,7 +192,8 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         Progress::hidden()
     };
     let pacer =
-        match pace::Pacer::start(&client, pace_mode(args).with_insert_floor(table.oid)).await {
+        match pace::Pacer::start(&client, pace_mode(args).with_insert_floor(vec![table.oid])).await
+        {
             Ok(p) => Arc::new(p),
             Err(e) => return Err(e.context("failed to set up evict's pace")),
         };
@@ -346,7 +347,7 @@ fn pace_mode(args: &EvictArgs) -> pace::Mode {
             base_workers: args.effective_jobs(),
             full_batch_time: (args.batch_time.is_none() && args.batch_size.is_none())
                 .then_some(CATCH_UP_BATCH_TIME),
-            floor_table: None,
+            floor_tables: None,
         },
     }
 }

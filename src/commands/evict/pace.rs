@@ -294,14 +294,15 @@ pub enum Mode {
     Adaptive {
         base_workers: u8,
         full_batch_time: Option<Duration>,
-        /// The key table whose insert rate floors the pace (None: no floor).
-        floor_table: Option<i64>,
+        /// The relations (oids) whose insert rate floors the pace: the key table, or the shards
+        /// of a distributed one on the worker this pace samples (None: no floor).
+        floor_tables: Option<Vec<i64>>,
     },
 }
 
 impl Mode {
-    /// The same mode, with the removal rate floored by `table`'s insert rate when adaptive.
-    pub fn with_insert_floor(self, table: i64) -> Mode {
+    /// The same mode, with the removal rate floored by the insert rate of `tables` when adaptive.
+    pub fn with_insert_floor(self, tables: Vec<i64>) -> Mode {
         match self {
             Mode::Adaptive {
                 base_workers,
@@ -310,7 +311,7 @@ impl Mode {
             } => Mode::Adaptive {
                 base_workers,
                 full_batch_time,
-                floor_table: Some(table),
+                floor_tables: Some(tables),
             },
             fixed => fixed,
         }
@@ -450,9 +451,9 @@ impl Pacer {
                 fallback: fallback.clone(),
                 ..PaceReport::default()
             },
-            Mode::Adaptive { floor_table, .. } => {
+            Mode::Adaptive { floor_tables, .. } => {
                 let mut signals = SIGNALS.to_vec();
-                if floor_table.is_some() {
+                if floor_tables.is_some() {
                     signals.push(FLOOR_SIGNAL);
                 }
                 PaceReport {
@@ -523,15 +524,15 @@ impl Pacer {
             return Ok(inner.controller.decision());
         }
         let first = inner.since.is_none();
-        let floor_table = match self.mode {
-            Mode::Adaptive { floor_table, .. } => floor_table,
+        let floor_tables = match &self.mode {
+            Mode::Adaptive { floor_tables, .. } => floor_tables.as_deref(),
             Mode::Fixed { .. } => None,
         };
         let fg: Foreground = activity::foreground(
             client,
             inner.since,
             SAMPLE_EVERY * QUIET_SAMPLES,
-            floor_table,
+            floor_tables,
         )
         .await?;
         let now = Instant::now();
@@ -608,7 +609,7 @@ impl Pacer {
     async fn floored(&self, rest: Duration, took: Duration, removed: u64) -> Duration {
         let Mode::Adaptive {
             base_workers,
-            floor_table: Some(_),
+            floor_tables: Some(_),
             ..
         } = self.mode
         else {
