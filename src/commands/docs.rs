@@ -192,8 +192,10 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "The password, or the password file (default ~/.pgpass, ignored unless mode 0600).",
     ),
     (
-        "PGSSLMODE, PGSSLROOTCERT",
-        "TLS mode (disable, allow, prefer, require, verify-ca, verify-full) and root certificates.",
+        "PGSSLMODE, PGSSLNEGOTIATION, PGSSLROOTCERT",
+        "TLS mode (disable, allow, prefer, require, verify-ca, verify-full), negotiation (postgres, \
+         or direct: TLS from the first byte with ALPN postgresql, for PostgreSQL 17+ and \
+         TLS-terminating proxies; needs require, verify-ca or verify-full) and root certificates.",
     ),
     ("PGAPPNAME", "application_name (default idemctl)."),
     (

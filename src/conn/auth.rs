@@ -77,8 +77,9 @@ impl AuthRule {
                 _ => negated = Some(neg),
             }
             if listed.contains(&method) {
+                // libpq names the item as written, `!` included.
                 return Err(format!(
-                    "require_auth method \"{name}\" is specified more than once"
+                    "require_auth method \"{item}\" is specified more than once"
                 ));
             }
             listed.push(method);
@@ -730,6 +731,26 @@ mod tests {
             AuthRule::parse("md5,md5").unwrap_err(),
             "require_auth method \"md5\" is specified more than once"
         );
+        assert_eq!(
+            AuthRule::parse("!md5,!md5").unwrap_err(),
+            "require_auth method \"!md5\" is specified more than once"
+        );
+        assert_eq!(
+            AuthRule::parse("!oauth").unwrap_err(),
+            "invalid require_auth value: \"oauth\"",
+            "libpq 17 knows no oauth"
+        );
+        for ok in [
+            "password",
+            "md5",
+            "gss",
+            "sspi",
+            "none",
+            "!none",
+            "scram-sha-256,none",
+        ] {
+            assert!(AuthRule::parse(ok).is_ok(), "{ok}");
+        }
     }
 
     #[test]

@@ -596,6 +596,9 @@ impl Failure {
                 transient: false,
             };
         }
+        if let Some(failure) = closed_at_ssl_request(e) {
+            return failure;
+        }
         if let Some(failure) = io_failure(e) {
             return failure;
         }
@@ -612,6 +615,25 @@ impl Failure {
             transient: false,
         }
     }
+}
+
+/// The connection ended before the one-byte answer to the SSLRequest (the only place the driver
+/// reads with `read_exact`, hence an "early eof"). A PostgreSQL server always answers it; what
+/// closes instead is a listener that expects TLS from the first byte: a server or TLS-terminating
+/// proxy for `sslnegotiation=direct`. Said in libpq's words, with what to change.
+fn closed_at_ssl_request(e: &tokio_postgres::Error) -> Option<Failure> {
+    let io = sources(e).find_map(|s| s.downcast_ref::<io::Error>())?;
+    if io.kind() != io::ErrorKind::UnexpectedEof {
+        return None;
+    }
+    Some(Failure {
+        reason: "server closed the connection unexpectedly before answering the SSLRequest; if it \
+                 expects TLS from the first byte (a TLS-terminating proxy, or a server set up for \
+                 direct TLS), connect with sslnegotiation=direct and sslmode=require (or \
+                 verify-ca, verify-full)"
+            .to_string(),
+        transient: false,
+    })
 }
 
 /// Socket-level failures that mean "nobody is listening (yet)" or "no answer".

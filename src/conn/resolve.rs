@@ -297,34 +297,14 @@ fn apply_session_options(
     if let Some(balance) = params.choice("load_balance_hosts", &balance)? {
         config.load_balance_hosts(balance);
     }
-    apply_ssl_negotiation(params, tls_plan, config)?;
+    apply_ssl_negotiation(tls_plan, config);
     Ok(prefer_standby)
 }
 
-/// `sslnegotiation=direct` skips the plaintext SSLRequest, so like libpq it needs a mode that never
-/// falls back to plaintext.
-fn apply_ssl_negotiation(
-    params: &Params,
-    tls_plan: &tls::TlsPlan,
-    config: &mut tokio_postgres::Config,
-) -> anyhow::Result<()> {
-    let choices = [
-        ("postgres", SslNegotiation::Postgres),
-        ("direct", SslNegotiation::Direct),
-    ];
-    let Some(negotiation) = params.choice("sslnegotiation", &choices)? else {
-        return Ok(());
-    };
-    let weak = matches!(
-        tls_plan.mode,
-        tls::SslMode::Disable | tls::SslMode::Allow | tls::SslMode::Prefer
-    );
-    if negotiation == SslNegotiation::Direct && weak {
-        return Err(params.unsupported(
-            "sslnegotiation",
-            "direct TLS needs sslmode require, verify-ca or verify-full",
-        ));
+/// `sslnegotiation=direct` (checked against the sslmode in `tls::plan`): the driver skips the
+/// SSLRequest and starts with the TLS handshake.
+fn apply_ssl_negotiation(tls_plan: &tls::TlsPlan, config: &mut tokio_postgres::Config) {
+    if tls_plan.direct {
+        config.ssl_negotiation(SslNegotiation::Direct);
     }
-    config.ssl_negotiation(negotiation);
-    Ok(())
 }

@@ -314,7 +314,59 @@ fn unknown_and_unsupported_keywords() {
         (
             "host=h sslnegotiation=direct",
             &[],
-            "direct TLS needs sslmode require",
+            "sslnegotiation in --database-url: weak sslmode \"prefer\" may not be used with sslnegotiation=direct (use \"require\", \"verify-ca\", or \"verify-full\")",
+        ),
+        (
+            "host=h sslnegotiation=direct sslmode=disable",
+            &[],
+            "weak sslmode \"disable\" may not be used with sslnegotiation=direct",
+        ),
+        (
+            "host=h sslnegotiation=direct sslmode=allow",
+            &[],
+            "weak sslmode \"allow\" may not be used with sslnegotiation=direct",
+        ),
+        (
+            "host=h",
+            &[("PGSSLNEGOTIATION", "direct"), ("PGSSLMODE", "prefer")],
+            "sslnegotiation in environment variable PGSSLNEGOTIATION: weak sslmode \"prefer\"",
+        ),
+        // libpq refuses it before knowing that a Unix socket never uses TLS.
+        (
+            "host=/tmp sslnegotiation=direct",
+            &[],
+            "weak sslmode \"prefer\" may not be used with sslnegotiation=direct",
+        ),
+        // libpq checks sslnegotiation before the system-roots rule.
+        (
+            "host=h sslnegotiation=direct sslmode=prefer sslrootcert=system",
+            &[],
+            "may not be used with sslnegotiation=direct",
+        ),
+        (
+            "host=h sslnegotiation=direct sslmode=require sslrootcert=system",
+            &[],
+            "weak sslmode \"require\" may not be used with sslrootcert=system (use \"verify-full\")",
+        ),
+        (
+            "host=h sslnegotiation=Direct sslmode=require",
+            &[],
+            "invalid sslnegotiation in --database-url: expected one of postgres, direct",
+        ),
+        (
+            "host=h load_balance_hosts=round-robin",
+            &[],
+            "invalid load_balance_hosts in --database-url: expected one of disable, random",
+        ),
+        (
+            "host=h target_session_attrs=replica",
+            &[],
+            "invalid target_session_attrs in --database-url",
+        ),
+        (
+            "host=h require_auth=!md5,!md5",
+            &[],
+            "require_auth method \"!md5\" is specified more than once",
         ),
         (
             "host=h ssl_max_protocol_version=TLSv1.1",
@@ -331,7 +383,54 @@ fn unknown_and_unsupported_keywords() {
         let msg = failure(Some(url), vars);
         assert!(msg.contains(want), "{url}: {msg}");
     }
-    resolved(Some("host=h sslnegotiation=direct sslmode=require"), &[]);
+    use tokio_postgres::config::{LoadBalanceHosts, SslNegotiation};
+    let verify_ca = format!(
+        "host=h sslnegotiation=direct sslmode=verify-ca sslrootcert={}",
+        fixture("ca.crt")
+    );
+    for ok in [
+        "host=h sslnegotiation=direct sslmode=require",
+        verify_ca.as_str(),
+        "host=h sslnegotiation=direct sslmode=verify-full sslrootcert=system",
+        // sslrootcert=system makes verify-full the default, which direct accepts.
+        "host=h sslnegotiation=direct sslrootcert=system",
+        "host=h sslnegotiation=direct requiressl=1",
+    ] {
+        let t = resolved(Some(ok), &[]);
+        assert!(t.tls_plan.direct, "{ok}");
+        assert_eq!(
+            t.config.get_ssl_negotiation(),
+            SslNegotiation::Direct,
+            "{ok}"
+        );
+    }
+    let t = resolved(
+        Some("host=h sslmode=require"),
+        &[("PGSSLNEGOTIATION", "direct")],
+    );
+    assert!(t.tls_plan.direct);
+    for default in [
+        "host=h sslnegotiation=postgres",
+        "host=h sslnegotiation=postgres sslmode=disable",
+        "host=h",
+    ] {
+        let t = resolved(Some(default), &[]);
+        assert!(!t.tls_plan.direct, "{default}");
+        assert_eq!(
+            t.config.get_ssl_negotiation(),
+            SslNegotiation::Postgres,
+            "{default}"
+        );
+    }
+    for (value, want) in [
+        ("random", LoadBalanceHosts::Random),
+        ("disable", LoadBalanceHosts::Disable),
+    ] {
+        let t = resolved(Some(&format!("host=a,b load_balance_hosts={value}")), &[]);
+        assert_eq!(t.config.get_load_balance_hosts(), want);
+    }
+    let t = resolved(Some("host=a,b"), &[("PGLOADBALANCEHOSTS", "random")]);
+    assert_eq!(t.config.get_load_balance_hosts(), LoadBalanceHosts::Random);
     resolved(
         Some("host=h replication=false servicefile=/x max_protocol_version=latest"),
         &[],
@@ -730,6 +829,7 @@ mod verification {
             crl_dir: None,
             sni: true,
             versions: (12, 13),
+            direct: false,
         }
     }
 
@@ -758,8 +858,15 @@ mod verification {
         name: &str,
         require_client_cert: bool,
     ) -> Result<(), String> {
+        handshake_with(p, name, acceptor(require_client_cert)).await
+    }
+
+    async fn handshake_with(
+        p: &tls::TlsPlan,
+        name: &str,
+        acceptor: SslAcceptor,
+    ) -> Result<(), String> {
         let (client, server) = tokio::io::duplex(64 * 1024);
-        let acceptor = acceptor(require_client_cert);
         let served = tokio::spawn(async move {
             let ssl = openssl::ssl::Ssl::new(acceptor.context()).expect("ssl");
             let mut stream = tokio_openssl::SslStream::new(ssl, server).expect("stream");
@@ -776,6 +883,84 @@ mod verification {
         let server_outcome = served.await.expect("server task");
         drop(session?);
         server_outcome.map_err(|e| format!("server refused: {e}"))
+    }
+
+    type AlpnSelect = for<'a> fn(
+        &mut openssl::ssl::SslRef,
+        &'a [u8],
+    ) -> Result<&'a [u8], openssl::ssl::AlpnError>;
+
+    /// A server that knows "postgresql", as a PostgreSQL 17 server or a proxy configured with it.
+    fn selects_postgresql<'a>(
+        _: &mut openssl::ssl::SslRef,
+        offered: &'a [u8],
+    ) -> Result<&'a [u8], openssl::ssl::AlpnError> {
+        openssl::ssl::select_next_proto(b"\x0apostgresql", offered)
+            .ok_or(openssl::ssl::AlpnError::NOACK)
+    }
+
+    /// A server that knows only HTTP.
+    fn selects_http<'a>(
+        _: &mut openssl::ssl::SslRef,
+        offered: &'a [u8],
+    ) -> Result<&'a [u8], openssl::ssl::AlpnError> {
+        openssl::ssl::select_next_proto(b"\x08http/1.1", offered)
+            .ok_or(openssl::ssl::AlpnError::NOACK)
+    }
+
+    /// The fixtures' server with an ALPN choice (`None`: a server without ALPN, as a
+    /// TLS-terminating proxy configured without it).
+    fn acceptor_with_alpn(select: Option<AlpnSelect>) -> SslAcceptor {
+        let mut b =
+            SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).expect("acceptor");
+        b.set_certificate_chain_file(fixture("server.crt"))
+            .expect("cert");
+        b.set_private_key_file(fixture("server.key"), SslFiletype::PEM)
+            .expect("key");
+        if let Some(select) = select {
+            b.set_alpn_select_callback(select);
+        }
+        b.build()
+    }
+
+    #[tokio::test]
+    async fn direct_tls_needs_the_postgresql_alpn_protocol() {
+        let mut p = plan(Verification::Full, "ca.crt", None);
+        p.direct = true;
+        assert_eq!(
+            handshake_with(
+                &p,
+                "db.example",
+                acceptor_with_alpn(Some(selects_postgresql))
+            )
+            .await,
+            Ok(())
+        );
+        assert_eq!(
+            handshake_with(&p, "db.example", acceptor_with_alpn(None)).await,
+            Err(
+                "direct SSL connection was established without ALPN protocol negotiation extension"
+                    .into()
+            )
+        );
+        // A server that knows only another protocol does not acknowledge ALPN at all.
+        assert_eq!(
+            handshake_with(&p, "db.example", acceptor_with_alpn(Some(selects_http))).await,
+            Err(
+                "direct SSL connection was established without ALPN protocol negotiation extension"
+                    .into()
+            )
+        );
+        // With an SSLRequest first (the default), a server without ALPN is fine, as for libpq.
+        p.direct = false;
+        assert_eq!(
+            handshake_with(&p, "db.example", acceptor_with_alpn(None)).await,
+            Ok(())
+        );
+        assert_eq!(
+            crate::conn::tls_stream::check_alpn(Some(b"http/1.1")).map_err(|e| e.to_string()),
+            Err("SSL connection was established with unexpected ALPN protocol".into())
+        );
     }
 
     #[tokio::test]

@@ -81,6 +81,9 @@ pub(crate) struct TlsPlan {
     pub(crate) sni: bool,
     /// Minimum and maximum TLS version as 12 or 13.
     pub(crate) versions: (u8, u8),
+    /// `sslnegotiation=direct`: a TLS ClientHello first, no SSLRequest; the server must then
+    /// select the ALPN protocol "postgresql", as libpq 17 demands.
+    pub(crate) direct: bool,
 }
 
 /// Decide the TLS behaviour. `all_unix`: every endpoint is a Unix socket, where libpq never
@@ -90,6 +93,9 @@ pub(crate) fn plan(params: &Params, env: &dyn Env, all_unix: bool) -> anyhow::Re
     let pg_dir = env.home().map(|h| h.join(".postgresql"));
     let roots = roots(params, pg_dir.as_deref());
     let mode = sslmode(params, roots.as_ref())?;
+    // libpq checks sslnegotiation before the system-roots rule.
+    let direct = negotiation(params, mode)?;
+    system_roots_need_verify_full(params, mode, roots.as_ref())?;
     let versions = versions(params)?;
     // libpq verifies the chain whenever a root file exists, whatever the sslmode (only
     // verify-full adds the host check); without one, the weaker modes check nothing.
@@ -135,6 +141,7 @@ pub(crate) fn plan(params: &Params, env: &dyn Env, all_unix: bool) -> anyhow::Re
         crl_dir: params.get("sslcrldir").map(PathBuf::from),
         sni: params.flag("sslsni")?.unwrap_or(true),
         versions,
+        direct,
     })
 }
 
@@ -193,28 +200,62 @@ fn roots(params: &Params, pg_dir: Option<&Path>) -> Option<Roots> {
 }
 
 /// The sslmode in force: explicit value (or deprecated `requiressl=1`), else `verify-full` with
-/// `sslrootcert=system` and `prefer` otherwise. System roots demand verify-full (PostgreSQL 16+):
-/// trusting every public CA without checking the name would accept any certificate bought online.
+/// `sslrootcert=system` and `prefer` otherwise.
 fn sslmode(params: &Params, roots: Option<&Roots>) -> anyhow::Result<SslMode> {
     let explicit = match params.choice("sslmode", SSLMODES)? {
         Some(mode) => Some(mode),
         None if params.flag("requiressl")? == Some(true) => Some(SslMode::Require),
         None => None,
     };
-    match (explicit, roots) {
-        (None, Some(Roots::System)) => Ok(SslMode::VerifyFull),
-        (Some(mode), Some(Roots::System)) if mode != SslMode::VerifyFull => {
-            let name = SSLMODES
-                .iter()
-                .find(|(_, m)| *m == mode)
-                .map_or("?", |(n, _)| *n);
-            Err(params.unsupported(
-                "sslmode",
-                &format!("weak sslmode \"{name}\" may not be used with sslrootcert=system (use \"verify-full\")"),
-            ))
-        }
-        (mode, _) => Ok(mode.unwrap_or(SslMode::Prefer)),
+    Ok(match (explicit, roots) {
+        (Some(mode), _) => mode,
+        (None, Some(Roots::System)) => SslMode::VerifyFull,
+        (None, _) => SslMode::Prefer,
+    })
+}
+
+fn mode_name(mode: SslMode) -> &'static str {
+    SSLMODES
+        .iter()
+        .find(|(_, m)| *m == mode)
+        .map_or("?", |(n, _)| *n)
+}
+
+/// System roots demand verify-full (PostgreSQL 16+): trusting every public CA without checking the
+/// name would accept any certificate bought online.
+fn system_roots_need_verify_full(
+    params: &Params,
+    mode: SslMode,
+    roots: Option<&Roots>,
+) -> anyhow::Result<()> {
+    if roots == Some(&Roots::System) && mode != SslMode::VerifyFull {
+        return Err(params.unsupported(
+            "sslmode",
+            &format!(
+                "weak sslmode \"{}\" may not be used with sslrootcert=system (use \"verify-full\")",
+                mode_name(mode)
+            ),
+        ));
     }
+    Ok(())
+}
+
+/// `sslnegotiation` (libpq 17): `postgres` (the default) asks with an SSLRequest first, `direct`
+/// starts with the TLS handshake. Direct is refused, in libpq's words, with any sslmode that could
+/// fall back to plaintext (the default `prefer` included), also for Unix sockets.
+fn negotiation(params: &Params, mode: SslMode) -> anyhow::Result<bool> {
+    let choices = [("postgres", false), ("direct", true)];
+    let direct = params.choice("sslnegotiation", &choices)?.unwrap_or(false);
+    if direct && matches!(mode, SslMode::Disable | SslMode::Allow | SslMode::Prefer) {
+        return Err(params.unsupported(
+            "sslnegotiation",
+            &format!(
+                "weak sslmode \"{}\" may not be used with sslnegotiation=direct (use \"require\", \"verify-ca\", or \"verify-full\")",
+                mode_name(mode)
+            ),
+        ));
+    }
+    Ok(direct)
 }
 
 /// libpq sends a client certificate only when its file exists; then the key must exist too.
@@ -273,7 +314,12 @@ pub(crate) fn connector(plan: &TlsPlan) -> anyhow::Result<Option<MakeTls>> {
     }
     let context = context(plan)?;
     let check_host = plan.verification == Verification::Full;
-    Ok(Some(MakeTls::new(context, plan.sni, check_host)))
+    Ok(Some(MakeTls::new(
+        context,
+        plan.sni,
+        check_host,
+        plan.direct,
+    )))
 }
 
 /// The OpenSSL context libpq would build: no certificate check at all without verification,

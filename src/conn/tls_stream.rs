@@ -33,6 +33,8 @@ struct Shared {
     sni: bool,
     /// `verify-full`: check the host name against the certificate after the handshake.
     check_host: bool,
+    /// `sslnegotiation=direct`: the server must have selected the ALPN protocol "postgresql".
+    direct: bool,
 }
 
 impl fmt::Debug for MakeTls {
@@ -40,17 +42,19 @@ impl fmt::Debug for MakeTls {
         f.debug_struct("MakeTls")
             .field("sni", &self.inner.sni)
             .field("check_host", &self.inner.check_host)
+            .field("direct", &self.inner.direct)
             .finish_non_exhaustive()
     }
 }
 
 impl MakeTls {
-    pub(crate) fn new(context: SslContext, sni: bool, check_host: bool) -> MakeTls {
+    pub(crate) fn new(context: SslContext, sni: bool, check_host: bool, direct: bool) -> MakeTls {
         MakeTls {
             inner: Arc::new(Shared {
                 context,
                 sni,
                 check_host,
+                direct,
             }),
         }
     }
@@ -105,6 +109,9 @@ where
             if let Err(e) = Pin::new(&mut stream).connect().await {
                 return Err(handshake_error(&e, stream.ssl()));
             }
+            if self.shared.direct {
+                check_alpn(stream.ssl().selected_alpn_protocol())?;
+            }
             if self.shared.check_host {
                 let cert = stream.ssl().peer_certificate().ok_or_else(|| {
                     TlsError("the server sent no certificate to verify".to_string())
@@ -124,6 +131,24 @@ impl Connect {
                 .map_err(|e| openssl_error(&e))?;
         }
         Ok(ssl)
+    }
+}
+
+/// The ALPN protocol PostgreSQL registered, the one idemctl offers.
+pub(crate) const ALPN_PROTOCOL: &[u8] = b"postgresql";
+
+/// libpq 17's rule for direct TLS: without SSLRequest, ALPN is what tells a PostgreSQL server from
+/// anything else listening there, so the server must have selected "postgresql".
+pub(crate) fn check_alpn(selected: Option<&[u8]>) -> Result<(), TlsError> {
+    match selected {
+        Some(protocol) if protocol == ALPN_PROTOCOL => Ok(()),
+        None => Err(TlsError(
+            "direct SSL connection was established without ALPN protocol negotiation extension"
+                .to_string(),
+        )),
+        Some(_) => Err(TlsError(
+            "SSL connection was established with unexpected ALPN protocol".to_string(),
+        )),
     }
 }
 

@@ -8,6 +8,7 @@ mod citus;
 mod cli;
 mod concurrency;
 mod config_file;
+mod direct_tls;
 mod evict;
 mod explain;
 mod faults;

@@ -31,6 +31,7 @@ pub mod citus;
 pub mod cluster;
 pub mod cmd;
 pub mod conninfo;
+pub mod haproxy;
 pub mod partman;
 pub mod pg;
 pub mod pgbouncer;

@@ -229,7 +229,7 @@ fn free_port() -> Result<u16, String> {
 
 /// A test CA, an unrelated second CA, and a server certificate signed by the first for
 /// `DNS:localhost`, `IP:127.0.0.1` and `IP:::1`, all EC P-256, made with the openssl command.
-fn make_certificates(dir: &Path) -> Result<(), String> {
+pub fn make_certificates(dir: &Path) -> Result<(), String> {
     std::fs::create_dir(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
     const CONFIG: &str = "\
 [req]
