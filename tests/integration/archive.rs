@@ -8,44 +8,12 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use crate::fixtures::{self, Mix, Schema, scalar_i64};
-use crate::support::TestDb;
-
-type Key = (String, String);
+use crate::fixtures::{self, Mix, scalar_i64};
+use crate::support::stuck::{Key, complete, delete, keys_in, stuck_keys, stuck_keys_of};
+use crate::support::{Run, Spawned, TestDb};
 
 async fn db_with_stuck(stuck: i64) -> TestDb {
-    let db = TestDb::new().await;
-    fixtures::table_with(
-        &db,
-        Schema::Corrected,
-        Mix {
-            expired: 20,
-            live: 20,
-            fresh: 10,
-            stuck,
-            expired_in_progress: 0,
-        },
-    )
-    .await;
-    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
-        .await;
-    db
-}
-
-/// Every in_progress key older than a minute, as the fixtures build them.
-async fn stuck_keys(db: &TestDb) -> BTreeSet<Key> {
-    db.client()
-        .await
-        .query(
-            "SELECT api_key_id, key FROM idempotency_keys \
-              WHERE state = 'in_progress' AND created_at < now() - interval '1 minute'",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect()
+    crate::support::stuck::db_with_stuck(stuck, 20).await
 }
 
 /// The archive's lines; a last line cut short by a kill is left out (its batch never committed).
@@ -65,17 +33,27 @@ fn read_lines(path: &std::path::Path) -> Vec<serde_json::Value> {
     out
 }
 
+/// SIGKILL `child` once the archive at `path` holds more than `bytes` (checked every `every`, 600
+/// times at most), and its end.
+async fn kill_once_archived(
+    child: Spawned,
+    path: &std::path::Path,
+    bytes: u64,
+    every: Duration,
+) -> Run {
+    for _ in 0..600 {
+        let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        if len > bytes {
+            break;
+        }
+        tokio::time::sleep(every).await;
+    }
+    child.signal("KILL");
+    child.wait_async().await
+}
+
 fn archived_keys(lines: &[serde_json::Value]) -> BTreeSet<Key> {
-    lines
-        .iter()
-        .filter(|l| l["type"] == "key")
-        .map(|l| {
-            (
-                l["api_key_id"].as_str().unwrap().to_owned(),
-                l["key"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
+    keys_in(lines.iter().filter(|l| l["type"] == "key"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -213,15 +191,7 @@ async fn a_reclaim_killed_mid_run_leaves_no_reclaimed_key_out_of_the_archive() {
         .timeout(Duration::from_secs(120))
         .spawn();
     // Kill it once a few batches are in.
-    for _ in 0..600 {
-        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        if len > 200_000 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    child.signal("KILL");
-    let run = child.wait_async().await;
+    let run = kill_once_archived(child, &path, 200_000, Duration::from_millis(10)).await;
     assert_ne!(run.code, 0, "{run}");
     let left = stuck_keys(&db).await;
     let reclaimed: BTreeSet<Key> = stuck.difference(&left).cloned().collect();
@@ -283,21 +253,8 @@ async fn reclaim_apply_archives_the_keys_it_takes_and_none_it_leaves_alone() {
     let completed = stuck.pop_first().unwrap();
     let gone = stuck.pop_first().unwrap();
     let client = db.client().await;
-    client
-        .execute(
-            "UPDATE idempotency_keys SET state = 'completed', response_status = 201 \
-              WHERE api_key_id = $1 AND key = $2",
-            &[&completed.0, &completed.1],
-        )
-        .await
-        .unwrap();
-    client
-        .execute(
-            "DELETE FROM idempotency_keys WHERE api_key_id = $1 AND key = $2",
-            &[&gone.0, &gone.1],
-        )
-        .await
-        .unwrap();
+    complete(&client, &completed, None).await;
+    delete(&client, &gone).await;
     let path = dir.path().join("reclaimed.jsonl");
     let run = db
         .idemctl()
@@ -358,15 +315,7 @@ async fn a_reclaim_apply_killed_mid_run_leaves_no_reclaimed_key_out_of_the_archi
         .arg(&path)
         .timeout(Duration::from_secs(120))
         .spawn();
-    for _ in 0..600 {
-        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        if len > 100_000 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    child.signal("KILL");
-    let run = child.wait_async().await;
+    let run = kill_once_archived(child, &path, 100_000, Duration::from_millis(5)).await;
     assert_ne!(run.code, 0, "{run}");
     let left = stuck_keys(&db).await;
     let reclaimed: BTreeSet<Key> = stuck.difference(&left).cloned().collect();
@@ -442,19 +391,7 @@ async fn reclaim_archives_on_a_citus_table_shard_by_shard() {
     )
     .await;
     let client = db.client().await;
-    let stuck = || async {
-        client
-            .query(
-                "SELECT api_key_id, key FROM idempotency_keys \
-                  WHERE state = 'in_progress' AND created_at < now() - interval '1 minute'",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| (r.get(0), r.get(1)))
-            .collect::<BTreeSet<Key>>()
-    };
+    let stuck = || stuck_keys_of(&client);
     let all = stuck().await;
     assert_eq!(all.len(), 40);
     let dir = tempfile::tempdir().unwrap();

@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::fixtures::{self, Mix, Schema, scalar_i64, snapshot};
 use crate::support::TestDb;
+use crate::support::stuck::{
+    self, Key, complete, delete, hold_row, keys_of, stuck_key, stuck_keys,
+};
 
 /// stuck and expired_in_progress rows are both held for over an hour: reclaim's business.
 const MIX: Mix = Mix {
@@ -21,63 +24,8 @@ const STUCK: usize = 50;
 /// A conninfo nothing listens on: a test that still gets exit 2 was refused before connecting.
 const NOWHERE: &str = "host=/nonexistent/idemctl-test port=1 dbname=none connect_timeout=1";
 
-type Key = (String, String);
-
 async fn db_with(schema: Schema, with_index: bool) -> TestDb {
-    let db = TestDb::new().await;
-    fixtures::table_with(&db, schema, MIX).await;
-    if with_index {
-        db.exec(include_str!("../../sql/maintenance_indexes.sql"))
-            .await;
-    }
-    db
-}
-
-/// The stuck keys, by the fixtures' own construction (created over a minute ago and still
-/// in_progress), not by the expression reclaim uses.
-async fn stuck_keys(db: &TestDb) -> BTreeSet<Key> {
-    let rows = db
-        .client()
-        .await
-        .query(
-            "SELECT api_key_id, key FROM idempotency_keys \
-             WHERE state = 'in_progress' AND created_at < now() - interval '1 minute'",
-            &[],
-        )
-        .await
-        .unwrap();
-    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
-}
-
-/// The `nth` stuck key (by key order) with or without locked_at.
-async fn one_stuck_key(db: &TestDb, locked_at_null: bool, nth: i64) -> Key {
-    let row = db
-        .client()
-        .await
-        .query_one(
-            "SELECT api_key_id, key FROM idempotency_keys \
-             WHERE state = 'in_progress' AND created_at < now() - interval '1 minute' \
-               AND (locked_at IS NULL) = $1 ORDER BY key OFFSET $2 LIMIT 1",
-            &[&locked_at_null, &nth],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1))
-}
-
-/// Open a transaction that holds one row's lock, as the API's SELECT ... FOR UPDATE does.
-async fn hold_row(db: &TestDb, (tenant, key): &Key) -> tokio_postgres::Client {
-    let owner = db.client().await;
-    owner.batch_execute("BEGIN").await.unwrap();
-    let n = owner
-        .execute(
-            "SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 FOR UPDATE",
-            &[tenant, key],
-        )
-        .await
-        .unwrap();
-    assert_eq!(n, 1, "the held row exists");
-    owner
+    stuck::db_with(schema, MIX, with_index).await
 }
 
 async fn row_count(db: &TestDb, (tenant, key): &Key, extra: &str) -> i64 {
@@ -92,20 +40,6 @@ async fn row_count(db: &TestDb, (tenant, key): &Key, extra: &str) -> i64 {
         .await
         .unwrap()
         .get(0)
-}
-
-fn reclaimed_keys(j: &serde_json::Value) -> BTreeSet<Key> {
-    j["reclaimed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| {
-            (
-                k["api_key_id"].as_str().unwrap().to_owned(),
-                k["key"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -133,7 +67,7 @@ async fn reclaim_deletes_exactly_the_stuck_rows_on_the_corrected_table() {
     assert_eq!(j["skipped_live_owner"]["count"], 0);
     assert_eq!(j["stuck_left"]["count"], 0);
     assert_eq!(j["batches"], 8, "50 keys in batches of 7: 7 full, 1 short");
-    assert_eq!(reclaimed_keys(&j), stuck);
+    assert_eq!(keys_of(&j["reclaimed"]), stuck);
 
     let after = snapshot(&db).await;
     assert_eq!(after.len(), before.len() - STUCK);
@@ -177,7 +111,7 @@ async fn reclaim_fail_completes_exactly_the_stuck_rows_on_the_reference_table() 
     assert_eq!(j["rows_reclaimed"], STUCK as u64, "{j}");
     assert_eq!(j["action"], "fail");
     assert_eq!(j["response_status"], 500);
-    assert_eq!(reclaimed_keys(&j), stuck);
+    assert_eq!(keys_of(&j["reclaimed"]), stuck);
 
     let after = snapshot(&db).await;
     assert_eq!(after.len(), before.len(), "fail deletes nothing");
@@ -212,7 +146,7 @@ async fn reclaim_fail_completes_exactly_the_stuck_rows_on_the_reference_table() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_shows_the_stored_error_after_reclaim_fail() {
     let db = db_with(Schema::Corrected, true).await;
-    let (tenant, key) = one_stuck_key(&db, true, 0).await;
+    let (tenant, key) = stuck_key(&db, Some(true), 0).await;
     db.idemctl()
         .args(["reclaim", "--action", "fail", "--yes", "-q"])
         .run()
@@ -268,7 +202,7 @@ async fn reclaim_fail_stores_a_custom_status_and_body() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_skips_a_row_held_by_a_live_owner_and_does_not_wait() {
     let db = db_with(Schema::Reference, true).await;
-    let held = one_stuck_key(&db, false, 0).await;
+    let held = stuck_key(&db, Some(false), 0).await;
     let owner = hold_row(&db, &held).await;
 
     let started = Instant::now();
@@ -479,19 +413,12 @@ async fn reclaim_plan_then_apply_leaves_changed_rows_alone_and_reports_them() {
     assert_eq!(written["rows"].as_array().unwrap().len(), STUCK);
 
     // Between plan and apply: one key completes, one is taken again, one is deleted, one is held.
-    let completed = one_stuck_key(&db, true, 0).await;
-    let gone = one_stuck_key(&db, true, 1).await;
-    let changed = one_stuck_key(&db, false, 0).await;
-    let held = one_stuck_key(&db, false, 1).await;
+    let completed = stuck_key(&db, Some(true), 0).await;
+    let gone = stuck_key(&db, Some(true), 1).await;
+    let changed = stuck_key(&db, Some(false), 0).await;
+    let held = stuck_key(&db, Some(false), 1).await;
     let client = db.client().await;
-    client
-        .execute(
-            "UPDATE idempotency_keys SET state = 'completed', response_status = 201, \
-             response_body = '{\"id\": \"pay_1\"}' WHERE api_key_id = $1 AND key = $2",
-            &[&completed.0, &completed.1],
-        )
-        .await
-        .unwrap();
+    complete(&client, &completed, Some(r#"{"id": "pay_1"}"#)).await;
     client
         .execute(
             "UPDATE idempotency_keys SET locked_at = locked_at + interval '1 second' \
@@ -500,13 +427,7 @@ async fn reclaim_plan_then_apply_leaves_changed_rows_alone_and_reports_them() {
         )
         .await
         .unwrap();
-    client
-        .execute(
-            "DELETE FROM idempotency_keys WHERE api_key_id = $1 AND key = $2",
-            &[&gone.0, &gone.1],
-        )
-        .await
-        .unwrap();
+    delete(&client, &gone).await;
     let owner = hold_row(&db, &held).await;
 
     let run = db

@@ -10,9 +10,8 @@ use std::collections::BTreeSet;
 use crate::fixtures::{self, Mix, Schema, scalar_i64, snapshot, snapshot_of};
 use crate::profiles;
 use crate::support::citus::{CitusDb, Layout, skipped};
+use crate::support::stuck::{Key, keys_of};
 use crate::support::{Run, TestDb};
-
-type Key = (String, String);
 
 /// Stuck keys of one route, all taken at the same moment as every other group's.
 struct Group {
@@ -57,24 +56,15 @@ const GROUPS: [Group; 4] = [
 /// The storage table with the optional index, some rows of every kind (tenants tenant_0..6, POST
 /// /v1/payments), and the groups above, every group's keys taken at the same instant, 2 hours ago.
 async fn db_with_routes(with_index: bool) -> TestDb {
-    let db = TestDb::new().await;
-    fixtures::table_with(
-        &db,
-        Schema::Corrected,
-        Mix {
-            expired: 20,
-            live: 20,
-            fresh: 5,
-            stuck: 6,
-            expired_in_progress: 0,
-        },
-    )
-    .await;
+    let mix = Mix {
+        expired: 20,
+        live: 20,
+        fresh: 5,
+        stuck: 6,
+        expired_in_progress: 0,
+    };
+    let db = crate::support::stuck::db_with(Schema::Corrected, mix, with_index).await;
     db.exec(&groups_sql()).await;
-    if with_index {
-        db.exec(include_str!("../../sql/maintenance_indexes.sql"))
-            .await;
-    }
     db.exec("ANALYZE idempotency_keys").await;
     db
 }
@@ -102,19 +92,6 @@ fn group_keys(prefixes: &[&str]) -> BTreeSet<Key> {
         .iter()
         .filter(|g| prefixes.contains(&g.prefix))
         .flat_map(|g| (1..=g.n).map(|i| (g.tenant.to_owned(), format!("{}-{i}", g.prefix))))
-        .collect()
-}
-
-fn keys_of(list: &serde_json::Value) -> BTreeSet<Key> {
-    list.as_array()
-        .unwrap()
-        .iter()
-        .map(|k| {
-            (
-                k["api_key_id"].as_str().unwrap().to_owned(),
-                k["key"].as_str().unwrap().to_owned(),
-            )
-        })
         .collect()
 }
 

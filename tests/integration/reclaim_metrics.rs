@@ -6,62 +6,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::fixtures::{self, Mix, Schema};
 use crate::metrics::promtool_check_metrics;
 use crate::support::TestDb;
+use crate::support::stuck::{complete, db_with_stuck, delete, hold_row, stuck_key};
 
 const TABLE: &str = "public.idempotency_keys";
-
-type Key = (String, String);
-
-async fn db_with_stuck(stuck: i64) -> TestDb {
-    let db = TestDb::new().await;
-    fixtures::table_with(
-        &db,
-        Schema::Corrected,
-        Mix {
-            expired: 10,
-            live: 10,
-            fresh: 5,
-            stuck,
-            expired_in_progress: 0,
-        },
-    )
-    .await;
-    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
-        .await;
-    db
-}
-
-/// The `nth` stuck key, by key order.
-async fn stuck_key(db: &TestDb, nth: i64) -> Key {
-    let row = db
-        .client()
-        .await
-        .query_one(
-            "SELECT api_key_id, key FROM idempotency_keys \
-              WHERE state = 'in_progress' AND created_at < now() - interval '1 minute' \
-              ORDER BY key OFFSET $1 LIMIT 1",
-            &[&nth],
-        )
-        .await
-        .unwrap();
-    (row.get(0), row.get(1))
-}
-
-async fn hold_row(db: &TestDb, (tenant, key): &Key) -> tokio_postgres::Client {
-    let owner = db.client().await;
-    owner.batch_execute("BEGIN").await.unwrap();
-    let n = owner
-        .execute(
-            "SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 FOR UPDATE",
-            &[tenant, key],
-        )
-        .await
-        .unwrap();
-    assert_eq!(n, 1);
-    owner
-}
 
 /// Every sample of `name` in the textfile, by the value of `label`, checked to be of `db`'s table.
 fn by_label(text: &str, db: &TestDb, name: &str, label: &str) -> BTreeMap<String, f64> {
@@ -91,8 +40,8 @@ fn read(path: &Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_counts_keys_by_action_and_the_held_ones_as_left_alone() {
-    let db = db_with_stuck(12).await;
-    let held = stuck_key(&db, 3).await;
+    let db = db_with_stuck(12, 10).await;
+    let held = stuck_key(&db, None, 3).await;
     let owner = hold_row(&db, &held).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reclaim.prom");
@@ -127,7 +76,7 @@ async fn a_sweep_counts_keys_by_action_and_the_held_ones_as_left_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apply_counts_each_plan_row_it_left_alone_by_reason() {
-    let db = db_with_stuck(20).await;
+    let db = db_with_stuck(20, 10).await;
     let dir = tempfile::tempdir().unwrap();
     let plan = dir.path().join("plan.json");
     db.idemctl()
@@ -138,21 +87,13 @@ async fn an_apply_counts_each_plan_row_it_left_alone_by_reason() {
         .assert_code(0);
 
     // Between plan and apply: one key completes, two are taken again, one is deleted, one is held.
-    let completed = stuck_key(&db, 0).await;
-    let changed = [stuck_key(&db, 1).await, stuck_key(&db, 2).await];
-    let gone = stuck_key(&db, 3).await;
-    let held = stuck_key(&db, 4).await;
+    let completed = stuck_key(&db, None, 0).await;
+    let changed = [stuck_key(&db, None, 1).await, stuck_key(&db, None, 2).await];
+    let gone = stuck_key(&db, None, 3).await;
+    let held = stuck_key(&db, None, 4).await;
     let client = db.client().await;
     let by_key = "WHERE api_key_id = $1 AND key = $2";
-    client
-        .execute(
-            &format!(
-                "UPDATE idempotency_keys SET state = 'completed', response_status = 201 {by_key}"
-            ),
-            &[&completed.0, &completed.1],
-        )
-        .await
-        .unwrap();
+    complete(&client, &completed, None).await;
     for k in &changed {
         client
             .execute(
@@ -164,13 +105,7 @@ async fn an_apply_counts_each_plan_row_it_left_alone_by_reason() {
             .await
             .unwrap();
     }
-    client
-        .execute(
-            &format!("DELETE FROM idempotency_keys {by_key}"),
-            &[&gone.0, &gone.1],
-        )
-        .await
-        .unwrap();
+    delete(&client, &gone).await;
     let owner = hold_row(&db, &held).await;
 
     let path = dir.path().join("apply.prom");

@@ -37,6 +37,7 @@ pub mod pg;
 pub mod pgbouncer;
 pub mod pushgateway;
 pub mod replica;
+pub mod stuck;
 pub mod tcp;
 
 pub use cmd::{Cmd, IDEMCTL, Run, Spawned};
