@@ -25,6 +25,7 @@ use crate::cli::{OutputFormat, ReclaimAction, ReclaimArgs};
 use crate::commands::archive::Archive;
 use crate::context::Context;
 use crate::db::KeyTable;
+use crate::db::batch;
 use crate::db::lock::{self, LockClass};
 use crate::db::queries::{self, Capped, DatabaseIdentity};
 use crate::db::table::Job;
@@ -882,10 +883,9 @@ async fn begin_writes(ctx: &Context, client: &Session, table: &KeyTable) -> Resu
     if let Some(note) = scope.note(LockClass::Reclaim, ctx.route()) {
         ctx.output.note(&note);
     }
-    client
-        .set("lock_timeout", &format!("{}ms", ROW_LOCK_WAIT.as_millis()))
+    batch::limit_row_waits(client, ROW_LOCK_WAIT)
         .await
-        .context("failed to set the reclaim session's lock_timeout")
+        .context("failed to set up the reclaim session")
 }
 
 /// Ask on the terminal unless --yes. `validate` has already refused a run without a terminal.
@@ -1029,10 +1029,13 @@ impl ReclaimReport {
 
     /// Wrap a batch failure with what had already been done (those batches are committed).
     fn batch_error(&self, e: anyhow::Error) -> anyhow::Error {
-        let why = if crate::db::is_lock_timeout(&e) {
-            "could not get a lock another session holds in 5 tries (DDL on the table, or a lock it waits behind)"
+        let why = if batch::Failure::of(&e) == batch::Failure::LockTimeout {
+            format!(
+                "could not get a lock another session holds in {} tries (DDL on the table, or a lock it waits behind)",
+                batch::TRIES
+            )
         } else {
-            "failed"
+            "failed".to_owned()
         };
         e.context(format!(
             "batch {} {why} and was rolled back ({} keys were reclaimed by earlier batches); run reclaim again",

@@ -2,6 +2,7 @@
 //! embedded from `sql/` so a DBA can review exactly what executes.
 
 pub(crate) mod activity;
+pub(crate) mod batch;
 pub(crate) mod citus;
 pub(crate) mod evict;
 pub(crate) mod lock;
@@ -41,15 +42,6 @@ pub async fn with_deadline<T>(
             ),
         )),
     }
-}
-
-/// Whether a statement failed because a lock was not granted within the session's lock_timeout.
-pub fn is_lock_timeout(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| {
-        c.downcast_ref::<tokio_postgres::Error>()
-            .and_then(tokio_postgres::Error::code)
-            .is_some_and(|code| *code == tokio_postgres::error::SqlState::LOCK_NOT_AVAILABLE)
-    })
 }
 
 fn connection_context(e: anyhow::Error) -> anyhow::Error {

@@ -1,8 +1,8 @@
 //! reclaim's statements and their typed rows: the preview of stuck keys (list and count in one
 //! read-only snapshot), one sweep batch and one batch of a plan for each action, each also in an
 //! archived form, and the filters (`--api-key-id`, `--path`, `--method`) every one of them binds.
-//! Every batch runs with a client-side deadline and is tried again when it met a lock held past the
-//! session's few-millisecond lock_timeout.
+//! Every batch runs through the batch runner ([`super::batch`]): a client-side deadline, and tried
+//! again when it met a lock held past the session's few-millisecond lock_timeout.
 
 use std::time::Duration;
 
@@ -10,6 +10,7 @@ use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
+use super::batch::{self, Rerun};
 use super::queries::Capped;
 use super::{KeyTable, Param, Session, p};
 use crate::cli::ReclaimAction;
@@ -26,10 +27,6 @@ const APPLY_RELEASE_SQL: &str = include_str!("../../sql/reclaim_apply_release.sq
 const ARCHIVE_LOCK_SQL: &str = include_str!("../../sql/reclaim_archive_lock.sql");
 const APPLY_ARCHIVE_LOCK_SQL: &str = include_str!("../../sql/reclaim_apply_archive_lock.sql");
 const COUNT_SQL: &str = include_str!("../../sql/reclaim_count.sql");
-
-/// Attempts of one batch that runs into a lock held longer than the session's few-millisecond
-/// lock_timeout (DDL, or a relation-extension lock under heavy inserts) before the run gives up.
-const LOCK_TRIES: u32 = 5;
 
 /// Which stuck keys a run may take besides their age: one tenant, one route (path, method). Every
 /// reclaim statement binds all three as its last parameters, NULL for a filter not given, so a
@@ -405,54 +402,35 @@ impl Statements {
         archive: ArchiveSink<'_>,
         read: TakenBy<'_, T>,
     ) -> Result<T> {
-        let mut tries = 1;
-        loop {
-            client
-                .begin("BEGIN")
-                .await
-                .context("failed to start an archived batch's transaction")?;
-            let outcome = self.archived_once(client, batch, archive, read).await;
-            match outcome {
-                Ok(Some(answer)) => {
-                    client
-                        .commit()
-                        .await
-                        .context("failed to commit a batch (its keys are in the archive)")?;
-                    return Ok(answer);
-                }
-                Ok(None) if tries < LOCK_TRIES => {}
-                Err(e) if super::is_lock_timeout(&e) && tries < LOCK_TRIES => {
-                    let _ = client.rollback().await;
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                    continue;
-                }
-                Ok(None) => {
-                    let _ = client.rollback().await;
-                    return Err(fail(
-                        Exit::Failure,
-                        "an archived batch kept taking keys other than those it locked; it was rolled back",
-                    ));
-                }
-                Err(e) => {
-                    let _ = client.rollback().await;
-                    return Err(e);
-                }
-            }
-            let _ = client.rollback().await;
-            tries += 1;
-        }
+        let failed = [
+            "failed to start an archived batch's transaction",
+            "failed to commit a batch (its keys are in the archive)",
+        ];
+        // Each try hands its records to the one archive, one try after another.
+        let archive = std::sync::Mutex::new(archive);
+        batch::retrying(|| {
+            let once = self.archived_once(client, batch, &archive, read);
+            batch::in_transaction(client, failed, once)
+        })
+        .await
+        .map_err(|e| match batch::Failure::of(&e) {
+            batch::Failure::Rerun => fail(
+                Exit::Failure,
+                "an archived batch kept taking keys other than those it locked; it was rolled back",
+            ),
+            _ => e,
+        })
     }
 
-    /// One try of an archived batch inside its transaction: None when the batch took a key whose
-    /// record was not read first (the caller rolls back).
+    /// One try of an archived batch inside its transaction: a [`Rerun`] when the batch took a key
+    /// whose record was not read first (the transaction is rolled back).
     async fn archived_once<T>(
         &self,
         client: &Session,
         batch: &Archived<'_>,
-        archive: ArchiveSink<'_>,
+        archive: &std::sync::Mutex<ArchiveSink<'_>>,
         read: TakenBy<'_, T>,
-    ) -> Result<Option<T>> {
+    ) -> Result<T> {
         let (lock_sql, lock_params) = batch.lock;
         let locked =
             super::with_deadline(self.deadline, client.query_reused(lock_sql, lock_params))
@@ -478,32 +456,27 @@ impl Statements {
                     record,
                     at,
                 }),
-                None => return Ok(None),
+                None => return Err(Rerun.into()),
             }
         }
-        archive(&archived)?;
-        Ok(Some(answer))
+        let mut archive = archive
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (*archive)(&archived)?;
+        Ok(answer)
     }
 
     /// Run one batch statement with the client-side deadline, which guards against a dead network
-    /// path the server-side timeout cannot see. A batch that could not get a lock within the
-    /// lock_timeout was rolled back whole; it is tried again a little later.
+    /// path the server-side timeout cannot see, through the batch runner (a batch rolled back by a
+    /// lock wait past lock_timeout is tried again a little later).
     async fn query(
         &self,
         client: &Session,
         sql: &str,
         params: &[Param<'_>],
     ) -> Result<Vec<tokio_postgres::Row>> {
-        let mut tries = 1;
-        loop {
-            match super::with_deadline(self.deadline, client.query_reused(sql, params)).await {
-                Err(e) if super::is_lock_timeout(&e) && tries < LOCK_TRIES => {
-                    tries += 1;
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-                other => return other,
-            }
-        }
+        batch::retrying(|| super::with_deadline(self.deadline, client.query_reused(sql, params)))
+            .await
     }
 }
 

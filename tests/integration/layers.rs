@@ -1,8 +1,18 @@
 //! The layering the code keeps: only `src/db/` knows SQL text and column names. A file under
 //! `src/commands/` that holds a statement in a string, embeds a file of `sql/`, or reads a row's
 //! column by name fails this test, which names the file, the line and what it found.
+//!
+//! One batch runner serves evict and reclaim: only `src/db/batch.rs` tells a lock timeout from
+//! other failures, and a batch that meets DDL on the table is tried again (and goes on once the
+//! DDL is gone), or, while the DDL stays, given up after five tries, by evict, a reclaim sweep and
+//! an archived reclaim alike.
 
 use std::path::Path;
+use std::time::Duration;
+
+use crate::fixtures::{Mix, Schema, scalar_i64};
+use crate::support::stuck::{db_with, stuck_keys};
+use crate::support::{Cmd, Run, TestDb};
 
 /// Text that only a statement contains (keywords as idemctl writes them, upper case).
 const STATEMENT_MARKS: &[&str] = &[
@@ -195,5 +205,191 @@ fn the_data_layer_and_the_config_file_leave_escaping_to_the_output_layer() {
         found.is_empty(),
         "escape in src/output/ (where the text is printed), not here:\n{}",
         found.join("\n")
+    );
+}
+
+/// Only the batch runner classifies a failed statement: a copy of that decision elsewhere fails
+/// this test.
+#[test]
+fn only_the_batch_runner_tells_lock_timeouts_from_other_failures() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for f in &files {
+        let shown = f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        if shown == "src/db/batch.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let (_, code) = split_line(line);
+            if [
+                "LOCK_NOT_AVAILABLE",
+                "DEADLOCK_DETECTED",
+                "SERIALIZATION_FAILURE",
+            ]
+            .iter()
+            .any(|m| code.contains(m))
+            {
+                found.push(format!("{shown}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(files.len() > 20, "{files:?}");
+    assert!(
+        found.is_empty(),
+        "classify failures in src/db/batch.rs (batch::Failure), not here:\n{}",
+        found.join("\n")
+    );
+}
+
+const STUCK_MIX: Mix = Mix {
+    expired: 40,
+    live: 20,
+    fresh: 5,
+    stuck: 30,
+    expired_in_progress: 0,
+};
+
+/// Take a lock that lets reads through but no DELETE, UPDATE or row lock, as DDL would (the
+/// lock is held until the returned client commits).
+async fn ddl_lock(db: &TestDb) -> tokio_postgres::Client {
+    let ddl = db.client().await;
+    ddl.batch_execute("BEGIN; LOCK TABLE idempotency_keys IN EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    ddl
+}
+
+/// Transactions of the test database rolled back so far (a failed batch is one), once the
+/// statistics show at least `at_least` of them (within 10 s; the server counts a session's on its
+/// way out).
+async fn rollbacks(db: &TestDb, at_least: i64) -> i64 {
+    let sql = "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()";
+    let mut seen = 0;
+    for _ in 0..100 {
+        seen = scalar_i64(db, sql).await;
+        if seen >= at_least {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen
+}
+
+/// Wait until a session of `db` other than the test's ran a statement with `mark` (in its first
+/// lines, which the server keeps) and is idle after it: under the lock, that statement failed.
+async fn failed_once(db: &TestDb, mark: &str) {
+    let client = db.client().await;
+    for _ in 0..300 {
+        let n: i64 = client
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                  WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                    AND state LIKE 'idle%' AND query LIKE '%' || $1 || '%'",
+                &[&mark],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        if n > 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no batch met the lock within 3 s");
+}
+
+/// The run of `cmd`, with the lock taken before it starts and given up once one of its batches
+/// (a statement with `mark`) has failed on it.
+async fn through_brief_ddl(db: &TestDb, cmd: Cmd, mark: &str) -> Run {
+    let ddl = ddl_lock(db).await;
+    let child = cmd.timeout(Duration::from_secs(60)).spawn();
+    failed_once(db, mark).await;
+    ddl.batch_execute("COMMIT").await.unwrap();
+    child.wait_async().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_meets_ddl_is_tried_again_and_the_run_goes_on() {
+    let db = db_with(Schema::Corrected, STUCK_MIX, true).await;
+    // evict's SKIP LOCKED fallback (after its DELETE met the lock), then reclaim's sweep batch.
+    let runs = [
+        (
+            vec!["evict", "-o", "json"],
+            "-- evict: a range of the expiry index",
+            "rows_evicted",
+            40,
+        ),
+        (
+            vec!["reclaim", "--yes", "-o", "json"],
+            "-- reclaim --action delete: one batch",
+            "rows_reclaimed",
+            30,
+        ),
+    ];
+    for (args, mark, field, rows) in runs {
+        let before = rollbacks(&db, 0).await;
+        let run = through_brief_ddl(&db, db.idemctl().args(&args), mark).await;
+        run.assert_code(0);
+        assert_eq!(run.json()[field], rows, "{run}");
+        let rolled_back = rollbacks(&db, before + 1).await - before;
+        assert!(rolled_back >= 1, "{args:?} met the lock: {run}");
+    }
+    assert!(stuck_keys(&db).await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_keeps_meeting_ddl_is_given_up_after_five_tries() {
+    let db = db_with(Schema::Corrected, STUCK_MIX, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("reclaimed.jsonl");
+    let ddl = ddl_lock(&db).await;
+    // (the command, its message, transactions each try rolls back)
+    let runs: [(Vec<&str>, &str, i64); 3] = [
+        (
+            vec!["evict"],
+            "could not lock the table for a batch (is DDL running on it?)",
+            2,
+        ),
+        (
+            vec!["reclaim", "--yes"],
+            "could not get a lock another session holds in 5 tries",
+            1,
+        ),
+        (
+            vec!["reclaim", "--yes", "--archive", archive.to_str().unwrap()],
+            "could not get a lock another session holds in 5 tries",
+            1,
+        ),
+    ];
+    for (args, message, per_try) in runs {
+        let before = rollbacks(&db, 0).await;
+        let run = db
+            .idemctl()
+            .args(&args)
+            .timeout(Duration::from_secs(60))
+            .run_async()
+            .await;
+        run.assert_code(1).assert_stderr_contains(message);
+        // Four pauses of 200 ms between the five tries.
+        assert!(run.elapsed >= Duration::from_millis(800), "{run}");
+        let tries = 5 * per_try;
+        let rolled_back = rollbacks(&db, before + tries).await - before;
+        assert!(
+            rolled_back >= tries,
+            "{args:?}: {rolled_back} rollbacks, {run}"
+        );
+    }
+    ddl.batch_execute("COMMIT").await.unwrap();
+    let lines = std::fs::read_to_string(&archive).unwrap_or_default();
+    assert!(!lines.contains("\"key\""), "no key was archived: {lines}");
+    assert_eq!(stuck_keys(&db).await.len(), 30, "nothing was reclaimed");
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        95,
+        "nothing was evicted"
     );
 }

@@ -314,11 +314,11 @@ async fn drop_phase(
 /// can be stale right after a bulk load and then favour a sequential scan for a bounded range;
 /// the generic plan of an index range is always the index scan. Behind a transaction pooler each
 /// batch's transaction sets them (SET LOCAL) instead of the session.
-async fn session_setup(session: &Session) -> Result<(), tokio_postgres::Error> {
-    let wait = format!("{}ms", ROW_LOCK_WAIT.as_millis());
-    session.set("lock_timeout", &wait).await?;
+async fn session_setup(session: &Session) -> Result<()> {
+    crate::db::batch::limit_row_waits(session, ROW_LOCK_WAIT).await?;
     session.set("plan_cache_mode", "force_generic_plan").await?;
-    session.set("synchronous_commit", "off").await
+    session.set("synchronous_commit", "off").await?;
+    Ok(())
 }
 
 fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {

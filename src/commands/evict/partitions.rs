@@ -305,10 +305,11 @@ async fn refuse_or_fail(
     e: tokio_postgres::Error,
     context: String,
 ) -> Result<Option<Refused>> {
+    use crate::db::batch::Failure;
     use tokio_postgres::error::SqlState;
     let rolled_back = client.rollback().await;
     let refused = match e.code() {
-        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => Refused::Lock,
+        _ if Failure::of_statement(&e) == Failure::LockTimeout => Refused::Lock,
         Some(c) if *c == SqlState::DEPENDENT_OBJECTS_STILL_EXIST => Refused::Dependents,
         _ => return Err(anyhow::Error::new(e).context(context)),
     };

@@ -2,15 +2,17 @@
 //! the expiry index in order and delete them, one short statement per batch.
 //!
 //! A claim probes where the next batch ends (the (N+1)-th expired row from the shared cursor) and
-//! moves the cursor there, under a mutex, so ranges never overlap. The DELETE of a range runs under
-//! a lock_timeout of a few milliseconds; if a live request holds a row in it, the range is redone
-//! with `FOR UPDATE SKIP LOCKED` and the held row is left (and counted). More than one batch of
-//! rows sharing a single expires_at is taken in SKIP LOCKED batches at that instant.
+//! moves the cursor there, under a mutex, so ranges never overlap. The DELETE of a range runs
+//! through the batch runner ([`crate::db::batch`]) under a lock_timeout of a few milliseconds; if a
+//! live request holds a row in it, the range is redone with `FOR UPDATE SKIP LOCKED` and the held
+//! row is left (and counted). More than one batch of rows sharing a single expires_at is taken in
+//! SKIP LOCKED batches at that instant.
 //!
 //! With --max-replica-lag the claim first waits, holding the claim lock (so every worker pauses) but
 //! no transaction, until the replicas are within the limit (see `replica`).
 
 use crate::db::Session;
+use crate::db::batch::{self, Ran};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,9 +27,6 @@ use super::replica::ReplicaGate;
 use crate::cli::BatchSizing;
 use crate::context::Cancel;
 use crate::progress::Progress;
-
-/// Consecutive attempts that could not lock the table (DDL holds it) before the run gives up.
-const MAX_TABLE_LOCK_RETRIES: u32 = 5;
 
 /// The validated limits and pace of a run.
 #[derive(Debug, Clone)]
@@ -591,6 +590,9 @@ impl Shared {
     }
 }
 
+/// Delete the expired completed rows of [start, end) through the batch runner: one statement,
+/// or, when a live request holds a row of the range, the range redone with SKIP LOCKED, leaving
+/// what is held (and counting it).
 async fn delete_range(
     shared: &Shared,
     client: &Session,
@@ -599,62 +601,49 @@ async fn delete_range(
     limit: i64,
 ) -> Result<Outcome> {
     let min_age = shared.plan.min_age_secs;
-    let mut retries = 0;
-    loop {
-        let t0 = Instant::now();
-        match shared
-            .sql
-            .delete(client, shared.plan.deadline, start, end, min_age)
-            .await
-        {
-            Ok(deleted) => {
-                let statement = t0.elapsed();
-                let skipped_min_age = match min_age {
-                    Some(_) => too_young(shared, client, start, end).await?,
-                    None => 0,
-                };
-                return Ok(Outcome {
-                    deleted,
-                    skipped_min_age,
-                    statement,
-                    ..Outcome::default()
-                });
-            }
-            Err(e) if is_lock_timeout(&e) => {}
-            Err(e) => return Err(e.context("a batch failed and was rolled back")),
-        }
-        // A live request holds a row of this range (or DDL holds the table): skip what is held.
-        let last = end.map(|e| e - time::Duration::microseconds(1));
-        let t0 = Instant::now();
-        match skip_locked(shared, client, start, last, limit).await {
-            Ok((deleted, present)) => {
-                let statement = t0.elapsed();
-                let skipped_min_age = match min_age {
-                    Some(_) => too_young(shared, client, start, end).await?,
-                    None => 0,
-                };
-                return Ok(Outcome {
-                    deleted,
-                    skipped_locked: present.saturating_sub(deleted),
-                    skipped_min_age,
-                    fell_back: true,
-                    statement,
-                    ..Outcome::default()
-                });
-            }
-            Err(e) if is_lock_timeout(&e) && retries < MAX_TABLE_LOCK_RETRIES => {
-                retries += 1;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => {
-                return Err(
-                    e.context("could not lock the table for a batch (is DDL running on it?)")
-                );
-            }
-        }
-    }
+    let last = end.map(|e| e - time::Duration::microseconds(1));
+    let ran = batch::or_skip_locked(
+        || async move {
+            let t0 = Instant::now();
+            let deleted = shared
+                .sql
+                .delete(client, shared.plan.deadline, start, end, min_age)
+                .await
+                .context("a batch failed and was rolled back")?;
+            Ok((deleted, t0.elapsed()))
+        },
+        || async move {
+            let t0 = Instant::now();
+            let counts = skip_locked(shared, client, start, last, limit)
+                .await
+                .context("could not lock the table for a batch (is DDL running on it?)")?;
+            Ok((counts, t0.elapsed()))
+        },
+    )
+    .await?;
+    let skipped_min_age = match min_age {
+        Some(_) => too_young(shared, client, start, end).await?,
+        None => 0,
+    };
+    Ok(match ran {
+        Ran::First((deleted, statement)) => Outcome {
+            deleted,
+            skipped_min_age,
+            statement,
+            ..Outcome::default()
+        },
+        Ran::SkippedLocked(((deleted, present), statement)) => Outcome {
+            deleted,
+            skipped_locked: present.saturating_sub(deleted),
+            skipped_min_age,
+            fell_back: true,
+            statement,
+            ..Outcome::default()
+        },
+    })
 }
 
+/// One SKIP LOCKED batch of the rows expiring at exactly `at`, through the batch runner.
 async fn delete_ties(
     shared: &Shared,
     client: &Session,
@@ -662,9 +651,10 @@ async fn delete_ties(
     limit: i64,
 ) -> Result<Outcome> {
     let t0 = Instant::now();
-    let (deleted, present) = skip_locked(shared, client, Some(at), Some(at), limit)
-        .await
-        .context("a batch failed and was rolled back")?;
+    let (deleted, present) =
+        batch::retrying(|| skip_locked(shared, client, Some(at), Some(at), limit))
+            .await
+            .context("a batch failed and was rolled back")?;
     let statement = t0.elapsed();
     let exhausted = deleted < u64::try_from(limit).unwrap_or(u64::MAX);
     Ok(Outcome {
@@ -715,9 +705,6 @@ async fn too_young(
         .await
         .context("failed to count rows kept back by --min-age")
 }
-
-/// Whether a statement failed because it could not get a lock within lock_timeout.
-pub use crate::db::is_lock_timeout;
 
 #[cfg(test)]
 mod tests {

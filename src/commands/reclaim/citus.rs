@@ -31,8 +31,7 @@ async fn cluster(
 /// A session on the worker with reclaim's lock_timeout.
 async fn worker_session(node: &shards::Node) -> Result<Session> {
     let session = node.session().await?;
-    session
-        .set("lock_timeout", &format!("{}ms", ROW_LOCK_WAIT.as_millis()))
+    crate::db::batch::limit_row_waits(&session, ROW_LOCK_WAIT)
         .await
         .with_context(|| {
             format!(

@@ -1,0 +1,213 @@
+//! The one runner of batch statements, evict's and reclaim's alike. A batch is its own short
+//! transaction: one autocommit statement, or a few in [`in_transaction`]; either way under the
+//! session's settings, which behind a transaction pooler are `SET LOCAL`s at the start of that
+//! transaction (see [`super::Session`]), and with a client-side deadline ([`super::with_deadline`]).
+//! Row waits are kept to a few milliseconds ([`limit_row_waits`]), so a batch never queues the
+//! API behind it. A failed batch was rolled back whole; [`Failure::of`] says why, and the policy
+//! here decides what follows:
+//!
+//! * a lock not granted within lock_timeout, a deadlock or a serialization failure is transient:
+//!   the batch is tried again after [`PAUSE`], up to [`TRIES`] times in all ([`retrying`]);
+//! * evict redoes a batch that met a held row with `FOR UPDATE SKIP LOCKED`, leaving the row to
+//!   its live owner ([`or_skip_locked`]), and only that fallback meeting a lock counts as a try;
+//! * a cancellation (statement_timeout, a signal), a lost connection or any other error ends the
+//!   run at once.
+
+use std::future::Future;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use tokio_postgres::error::SqlState;
+
+use super::Session;
+
+/// Tries of one batch (the first included) before a transient failure ends the run.
+pub(crate) const TRIES: u32 = 5;
+/// The pause before a batch is tried again: long enough for a short DDL statement to finish.
+const PAUSE: Duration = Duration::from_millis(200);
+
+/// Why a batch failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// A lock (a row's, or the table's under DDL) was not granted within lock_timeout.
+    LockTimeout,
+    /// The server broke a deadlock by rolling this batch back.
+    Deadlock,
+    /// The batch's snapshot conflicted with a concurrent change.
+    Serialization,
+    /// statement_timeout, or a cancel request (a signal to idemctl).
+    Canceled,
+    /// A batch must run again because it raced another session (see [`Rerun`]).
+    Rerun,
+    /// Anything else: not a condition a retry can clear.
+    Other,
+}
+
+impl Failure {
+    /// The failure behind `e`, wherever in its chain the server's error (or a [`Rerun`]) is.
+    pub(crate) fn of(e: &anyhow::Error) -> Failure {
+        for cause in e.chain() {
+            if cause.is::<Rerun>() {
+                return Failure::Rerun;
+            }
+            if let Some(e) = cause.downcast_ref::<tokio_postgres::Error>() {
+                return Failure::of_statement(e);
+            }
+        }
+        Failure::Other
+    }
+
+    /// The failure a statement met, by the server's SQLSTATE.
+    pub(crate) fn of_statement(e: &tokio_postgres::Error) -> Failure {
+        match e.code() {
+            Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => Failure::LockTimeout,
+            Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED => Failure::Deadlock,
+            Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE => Failure::Serialization,
+            Some(c) if *c == SqlState::QUERY_CANCELED => Failure::Canceled,
+            _ => Failure::Other,
+        }
+    }
+
+    /// Whether the batch may simply be tried again.
+    fn transient(self) -> bool {
+        matches!(
+            self,
+            Failure::LockTimeout | Failure::Deadlock | Failure::Serialization | Failure::Rerun
+        )
+    }
+}
+
+/// A batch that found the rows changed under it between its statements (an archived batch took a
+/// key whose record it had not read) and was rolled back to run again.
+#[derive(Debug, thiserror::Error)]
+#[error("the batch raced another session and was rolled back")]
+pub(crate) struct Rerun;
+
+/// Keep every row (and table) wait of the session's batches to `wait`: `SET` on an owned session,
+/// `SET LOCAL` in each batch's transaction behind a pooler.
+pub(crate) async fn limit_row_waits(session: &Session, wait: Duration) -> Result<()> {
+    session
+        .set("lock_timeout", &format!("{}ms", wait.as_millis()))
+        .await
+        .context("failed to set the session's lock_timeout")
+}
+
+/// Run one batch (`attempt`: its own transaction), trying it again after a transient failure, up
+/// to [`TRIES`] tries; the last error otherwise.
+pub(crate) async fn retrying<T, F, Fut>(mut attempt: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(e) if again(&e, &mut tries).await => {}
+            other => return other,
+        }
+    }
+}
+
+/// Whether a batch that failed with `e` after `tries` tries is tried again (after the pause).
+async fn again(e: &anyhow::Error, tries: &mut u32) -> bool {
+    if !Failure::of(e).transient() || *tries >= TRIES {
+        return false;
+    }
+    *tries += 1;
+    tokio::time::sleep(PAUSE).await;
+    true
+}
+
+/// Which statement of [`or_skip_locked`] did the batch.
+pub(crate) enum Ran<T, U> {
+    /// The batch statement, which met no held row.
+    First(T),
+    /// The SKIP LOCKED fallback, after the batch statement met a held row.
+    SkippedLocked(U),
+}
+
+/// Run `first`; when it met a lock held past lock_timeout (a live request holds a row), redo the
+/// batch with `skip_locked`, which leaves held rows to their owners. A fallback that itself fails
+/// (DDL holds the table) is a failed try of the whole batch, as [`retrying`] counts them.
+pub(crate) async fn or_skip_locked<T, U, F, FF, S, SF>(
+    mut first: F,
+    mut skip_locked: S,
+) -> Result<Ran<T, U>>
+where
+    F: FnMut() -> FF,
+    FF: Future<Output = Result<T>>,
+    S: FnMut() -> SF,
+    SF: Future<Output = Result<U>>,
+{
+    let mut tries = 1;
+    loop {
+        let ran = match first().await {
+            Ok(done) => Ok(Ran::First(done)),
+            Err(e) if Failure::of(&e) == Failure::LockTimeout => {
+                skip_locked().await.map(Ran::SkippedLocked)
+            }
+            Err(e) => Err(e),
+        };
+        match ran {
+            Err(e) if again(&e, &mut tries).await => {}
+            other => return other,
+        }
+    }
+}
+
+/// Run `work` (statements of one batch) in a transaction of its own, started with the session's
+/// settings: committed when it succeeds, rolled back when it fails. `failed` says what failed
+/// when the transaction could not be started, then when it could not be committed.
+pub(crate) async fn in_transaction<T>(
+    client: &Session,
+    failed: [&'static str; 2],
+    work: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let [begin, commit] = failed;
+    client.begin("BEGIN").await.context(begin)?;
+    match work.await {
+        Ok(done) => {
+            client.commit().await.context(commit)?;
+            Ok(done)
+        }
+        Err(e) => {
+            let _ = client.rollback().await;
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rerun_is_found_under_context_and_is_transient() {
+        let e = anyhow::Error::new(Rerun).context("a batch failed");
+        assert_eq!(Failure::of(&e), Failure::Rerun);
+        assert!(Failure::of(&e).transient());
+        let other = anyhow::anyhow!("no answer from the server");
+        assert_eq!(Failure::of(&other), Failure::Other);
+        assert!(!Failure::Canceled.transient());
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_tried_again_up_to_the_limit() {
+        let mut tries = 0;
+        let got: Result<()> = retrying(|| {
+            tries += 1;
+            async { Err(anyhow::Error::new(Rerun)) }
+        })
+        .await;
+        assert!(got.is_err());
+        assert_eq!(tries, TRIES);
+        let mut tries = 0;
+        let got: Result<()> = retrying(|| {
+            tries += 1;
+            async { Err(anyhow::anyhow!("for good")) }
+        })
+        .await;
+        assert!(got.is_err());
+        assert_eq!(tries, 1);
+    }
+}
