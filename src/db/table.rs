@@ -672,35 +672,17 @@ impl KeyTable {
 
     /// The grants `job` needs on this table, as written in a GRANT, with whether the role has
     /// each: the one table of privilege needs that the commands enforce and `check` reports.
-    /// Row locks (FOR UPDATE) need UPDATE on any column: the grant named is the expiry column for
-    /// evict and the in-flight column for reclaim, as `sql/roles.sql` grants them.
+    /// Row locks (FOR UPDATE) need UPDATE on any column; the grant named is
+    /// [`KeyTable::row_lock_column`]'s.
     pub fn privilege_needs(&self, p: &Privileges, job: Job) -> Vec<(String, bool)> {
-        let column = |c: &str| {
-            (
-                format!("UPDATE ({})", quote_ident_if_needed(c)),
-                p.columns.iter().any(|(n, g)| n == c && *g),
-            )
-        };
+        let update = |c: &str| format!("UPDATE ({})", quote_ident_if_needed(c));
+        let column = |c: &str| (update(c), p.columns.iter().any(|(n, g)| n == c && *g));
         let mut needs = vec![("SELECT".to_owned(), p.select)];
         match job {
             Job::Read => {}
-            Job::Evict => {
+            Job::Evict | Job::Reclaim(Action::Delete) => {
                 needs.push(("DELETE".to_owned(), p.delete));
-                let lock = match &self.profile.expiry {
-                    profile::Expiry::Column { column } => column.as_str(),
-                    profile::Expiry::CreatedPlusTtl { .. } => self.lock_column(),
-                };
-                needs.push((
-                    format!("UPDATE ({})", quote_ident_if_needed(lock)),
-                    p.lock_rows,
-                ));
-            }
-            Job::Reclaim(Action::Delete) => {
-                needs.push(("DELETE".to_owned(), p.delete));
-                needs.push((
-                    format!("UPDATE ({})", quote_ident_if_needed(self.lock_column())),
-                    p.lock_rows,
-                ));
+                needs.push((update(self.row_lock_column(job)), p.lock_rows));
             }
             Job::Reclaim(Action::Fail) => {
                 needs.extend(self.fail_columns().iter().map(|c| column(c)));
@@ -731,9 +713,21 @@ impl KeyTable {
             .collect()
     }
 
+    /// The column whose UPDATE grant gives `job`'s role the row locks it takes (`FOR UPDATE SKIP
+    /// LOCKED`), as `sql/roles.sql` grants it: the expiry column for evict (`idemctl_evictor`
+    /// gets `UPDATE (expires_at)`, a column it would never write), the in-flight column for
+    /// reclaim (`idemctl_reclaimer`'s `UPDATE (state, ...)`, the columns --action fail writes).
+    /// Without an expiry column, evict names the same column as reclaim.
+    pub fn row_lock_column(&self, job: Job) -> &str {
+        match (job, &self.profile.expiry) {
+            (Job::Evict, profile::Expiry::Column { column }) => column,
+            _ => self.lock_column(),
+        }
+    }
+
     /// A column on which UPDATE lets the role take row locks (what `FOR UPDATE` needs), named in
     /// the grant idemctl suggests: the state column, else the lock time, else the key.
-    pub fn lock_column(&self) -> &str {
+    fn lock_column(&self) -> &str {
         let p = &self.profile;
         match &p.in_flight {
             profile::InFlight::State { column, .. } => column,
