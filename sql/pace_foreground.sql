@@ -5,7 +5,12 @@
 -- back $2 milliseconds instead, so that evict learns at once whether the foreground was idle.
 --
 -- evict's own sessions share this session's application_name and are left out (through a pooler a
--- batch may run on any server connection, so backend pids would not identify them).
+-- batch may run on any server connection, so backend pids would not identify them). On a Citus
+-- worker, the live requests the coordinator routes there arrive on Citus's own connections
+-- (application_name `citus_internal gpid=N`, `citus_rebalancer gpid=N` or `citus_run_command
+-- gpid=N`, N the global pid of the session that sent the query): they are the foreground, except
+-- those whose N is in $4 (an int8[]: Citus's background processes and idemctl's own sessions on
+-- every node, sql/citus_not_foreground.sql), which are left out; NULL on a single server.
 --   recent   sessions that ran anything since the previous sample (running now, or changed state
 --            since then): 0 twice in a row means the foreground is idle; a session left idle in a
 --            transaction does nothing and is not counted
@@ -45,3 +50,7 @@ SELECT pg_catalog.clock_timestamp() AS sampled_at,
  WHERE a.backend_type = 'client backend'
    AND a.pid <> pg_catalog.pg_backend_pid()
    AND a.application_name IS DISTINCT FROM pg_catalog.current_setting('application_name')
+   AND NOT coalesce(substring(a.application_name
+                              FROM '^citus_(?:internal|rebalancer|run_command) gpid=([0-9]{1,18})$'
+                             )::int8 = ANY ($4::int8[]),
+                    false)

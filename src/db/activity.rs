@@ -34,19 +34,22 @@ pub struct Foreground {
 
 /// Sample the other client sessions; `since` is the previous sample's `sampled_at`, and without
 /// one the window reaches back `lookback`. With `tables` (oids: the key table, or the shards of a
-/// distributed one on this worker), also read the rows inserted into them.
+/// distributed one on this worker), also read the rows inserted into them. On a Citus node, the
+/// connections Citus opened for the global pids `left_out` are not counted.
 pub async fn foreground(
     client: &Session,
     since: Option<OffsetDateTime>,
     lookback: std::time::Duration,
     tables: Option<&[i64]>,
+    left_out: &[i64],
 ) -> Result<Foreground> {
     let lookback_ms = lookback.as_secs_f64() * 1000.0;
     let tables: Option<Vec<i64>> = tables.map(<[i64]>::to_vec);
+    let left_out: Option<Vec<i64>> = (!left_out.is_empty()).then(|| left_out.to_vec());
     let row = client
         .query_one(
             include_str!("../../sql/pace_foreground.sql"),
-            &[p(&since), p(&lookback_ms), p(&tables)],
+            &[p(&since), p(&lookback_ms), p(&tables), p(&left_out)],
         )
         .await
         .context("failed to sample the other sessions' activity")?;

@@ -73,6 +73,17 @@ pub async fn layout(client: &Session, table: &KeyTable) -> Result<Option<Layout>
     }))
 }
 
+/// The global pids of this node's sessions whose distributed queries are not the foreground: Citus's
+/// background processes of the database and idemctl's own sessions (sql/citus_not_foreground.sql).
+/// `node` names the node in the error.
+pub async fn not_foreground(client: &Session, node: &str) -> Result<Vec<i64>> {
+    Ok(client
+        .query_one(include_str!("../../sql/citus_not_foreground.sql"), &[])
+        .await
+        .with_context(|| format!("failed to read Citus's own sessions on {node}"))?
+        .get("gpids"))
+}
+
 /// One shard and the node that holds it.
 #[derive(Clone, Debug)]
 pub struct Placement {

@@ -1146,3 +1146,119 @@ async fn citus_a_backed_off_evict_still_outpaces_the_inserts_on_every_worker() {
         );
     }
 }
+
+/// Each worker's pace counts the live requests the coordinator routes there (they arrive on Citus's
+/// own connections) as its foreground, but not Citus's housekeeping (on the test cluster, the
+/// maintenance daemons' distributed deadlock detection queries every node every 200 ms) nor the
+/// distributed queries of idemctl's own sessions (the application_name idemctl runs under). A
+/// cluster of its own, so that no other test's sessions are on the workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_worker_paces_count_routed_requests_but_not_citus_housekeeping_or_idemctl() {
+    if skipped("citus pace foreground") {
+        return;
+    }
+    let db = CitusDb::private(None).await;
+    db.exec(include_str!("../../sql/schema.sql")).await;
+    db.exec(&load_sql(Mix {
+        expired: 30_000,
+        ..MIX
+    }))
+    .await;
+    db.exec(MORE_TENANTS).await;
+    db.distribute(Layout::ByTenant).await;
+    let client = db.client().await;
+    // A tenant on each worker.
+    let tenants: Vec<String> = client
+        .query(
+            "SELECT min(k.api_key_id) FROM idempotency_keys k JOIN citus_shards s \
+               ON s.shardid = get_shard_id_for_distribution_column('idempotency_keys', k.api_key_id) \
+             GROUP BY s.nodeport ORDER BY s.nodeport",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(tenants.len(), 2, "a tenant on each worker: {tenants:?}");
+    // Look-ups of both tenants through the coordinator, every 20 ms, by a session named `name`,
+    // until `stop`.
+    let traffic = |name: &'static str| {
+        let url = format!(
+            "{} application_name={name}",
+            db.url_with(&[("sslmode", "disable")])
+        );
+        let tenants = tenants.clone();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let (c, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let mut n = 0u64;
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                for t in &tenants {
+                    c.query(
+                        "SELECT count(*) FROM idempotency_keys WHERE api_key_id = $1",
+                        &[t],
+                    )
+                    .await
+                    .unwrap();
+                    n += 1;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            n
+        });
+        (stop, task)
+    };
+    let paces = |run: &crate::support::Run| -> Vec<serde_json::Value> {
+        let nodes = run.json()["citus"]["nodes"].as_array().unwrap().clone();
+        assert_eq!(nodes.len(), 2, "{run}");
+        nodes.iter().map(|n| n["pace"].clone()).collect()
+    };
+
+    // The API's requests reach both workers: neither worker's pace ever runs unpaced.
+    let (stop, api) = traffic("api");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--max-runtime", "3s"])
+        .timeout(std::time::Duration::from_secs(60))
+        .run_async()
+        .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(api.await.unwrap() > 50);
+    run.assert_success();
+    for p in paces(&run) {
+        assert_eq!(p["mode"], "adaptive", "{run}");
+        assert_eq!(
+            p["full_seconds"], 0.0,
+            "a worker ran unpaced beside live requests: {run}"
+        );
+        assert!(p["paced_seconds"].as_f64().unwrap() > 0.0, "{run}");
+    }
+
+    // The same look-ups from a session named as idemctl is: only Citus's housekeeping and
+    // idemctl's own queries reach the workers, and both run unpaced.
+    let (stop, own) = traffic("idemctl");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json"])
+        .timeout(std::time::Duration::from_secs(60))
+        .run_async()
+        .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(own.await.unwrap() > 50);
+    run.assert_success();
+    assert_eq!(run.json()["end_reason"], "drained", "{run}");
+    for p in paces(&run) {
+        assert!(
+            p["full_seconds"].as_f64().unwrap() > 0.0,
+            "a worker was paced with no live request: {run}"
+        );
+        assert_eq!(p["backoff_seconds"], 0.0, "{run}");
+    }
+}

@@ -30,7 +30,7 @@ use super::{EndReason, EvictReport, worker};
 use crate::cli::EvictArgs;
 use crate::commands::shards::{self, Node, Shard};
 use crate::context::Context;
-use crate::db::citus::Layout;
+use crate::db::citus::{self, Layout};
 use crate::db::queries::Capped;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
@@ -127,13 +127,20 @@ pub async fn run(
     let cluster = shards::connect(ctx, &lock_holder, table, layout.clone(), jobs + 2)
         .await
         .context("failed to reach the key table's shards on the Citus workers")?;
+    let pace = super::pace_mode(args);
+    let pace = match pace {
+        super::pace::Mode::Adaptive { .. } => {
+            pace.leaving_out(not_foreground(&lock_holder, &cluster.nodes).await?)
+        }
+        fixed => fixed,
+    };
     let progress = if ctx.output.progress_allowed() {
         Progress::rows(estimate_backlog(&cluster.nodes).await)
     } else {
         Progress::hidden()
     };
     let progress = Arc::new(progress);
-    let outcome = evict_cluster(ctx, args, cluster.nodes, progress.clone(), started).await;
+    let outcome = evict_cluster(ctx, args, pace, cluster.nodes, progress.clone(), started).await;
     progress.finish();
     let report = summary(
         table,
@@ -154,6 +161,22 @@ pub async fn run(
         (EndReason::Interrupted, None) => Ok(Exit::Interrupted),
         _ => Ok(Exit::Success),
     }
+}
+
+/// The global pids, on the coordinator and every worker of the run, whose Citus connections are not
+/// the foreground of any worker's pace: Citus's background processes (its distributed deadlock
+/// detection queries every node every few seconds) and idemctl's own sessions. Read once, at the
+/// start of the run.
+async fn not_foreground(coordinator: &Session, nodes: &[Node]) -> Result<Vec<i64>> {
+    let mut gpids = citus::not_foreground(coordinator, "the coordinator").await?;
+    for node in nodes {
+        let session = node.session().await?;
+        let name = format!("worker {}", node.name());
+        gpids.extend(citus::not_foreground(&session, &name).await?);
+    }
+    gpids.sort_unstable();
+    gpids.dedup();
+    Ok(gpids)
 }
 
 /// The planner's estimates of the shards' expired completed rows, added up (for the progress bar;
@@ -192,13 +215,14 @@ struct RunPlan {
 async fn evict_cluster(
     ctx: &Context,
     args: &EvictArgs,
+    pace: super::pace::Mode,
     nodes: Vec<Node>,
     progress: Arc<Progress>,
     started: Instant,
 ) -> Outcome {
     let run = RunPlan {
         plan: super::plan(ctx, args),
-        pace: super::pace_mode(args),
+        pace,
         jobs: args.effective_jobs(),
         max_rows: args.max_rows,
         max_batches: args.max_batches,

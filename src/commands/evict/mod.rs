@@ -348,6 +348,7 @@ fn pace_mode(args: &EvictArgs) -> pace::Mode {
             full_batch_time: (args.batch_time.is_none() && args.batch_size.is_none())
                 .then_some(CATCH_UP_BATCH_TIME),
             floor_tables: None,
+            left_out: Vec::new(),
         },
     }
 }

@@ -297,6 +297,9 @@ pub enum Mode {
         /// The relations (oids) whose insert rate floors the pace: the key table, or the shards
         /// of a distributed one on the worker this pace samples (None: no floor).
         floor_tables: Option<Vec<i64>>,
+        /// Citus global pids whose connections on the sampled worker are not the foreground
+        /// (empty on a single server).
+        left_out: Vec<i64>,
     },
 }
 
@@ -307,11 +310,31 @@ impl Mode {
             Mode::Adaptive {
                 base_workers,
                 full_batch_time,
+                left_out,
                 ..
             } => Mode::Adaptive {
                 base_workers,
                 full_batch_time,
                 floor_tables: Some(tables),
+                left_out,
+            },
+            fixed => fixed,
+        }
+    }
+
+    /// The same mode, leaving out the Citus connections of the global pids `gpids` when adaptive.
+    pub fn leaving_out(self, gpids: Vec<i64>) -> Mode {
+        match self {
+            Mode::Adaptive {
+                base_workers,
+                full_batch_time,
+                floor_tables,
+                ..
+            } => Mode::Adaptive {
+                base_workers,
+                full_batch_time,
+                floor_tables,
+                left_out: gpids,
             },
             fixed => fixed,
         }
@@ -524,15 +547,20 @@ impl Pacer {
             return Ok(inner.controller.decision());
         }
         let first = inner.since.is_none();
-        let floor_tables = match &self.mode {
-            Mode::Adaptive { floor_tables, .. } => floor_tables.as_deref(),
-            Mode::Fixed { .. } => None,
+        let (floor_tables, left_out) = match &self.mode {
+            Mode::Adaptive {
+                floor_tables,
+                left_out,
+                ..
+            } => (floor_tables.as_deref(), left_out.as_slice()),
+            Mode::Fixed { .. } => (None, &[][..]),
         };
         let fg: Foreground = activity::foreground(
             client,
             inner.since,
             SAMPLE_EVERY * QUIET_SAMPLES,
             floor_tables,
+            left_out,
         )
         .await?;
         let now = Instant::now();

@@ -5,7 +5,9 @@
 //! One cluster per test process, started on first use and shared by every Citus test (starting one
 //! takes seconds; CI's budget is the whole suite). `CitusDb` gives each test a fresh database with
 //! the extension created on every node and both workers added, so tests never see each other's
-//! tables. Each node lives in its own `/tmp/idemctl-pg.XXXXXXXX` (or under `IDEMCTL_TEST_TMPDIR`)
+//! tables. A test that must see no other test's sessions on the nodes (evict's pace reads each
+//! server's whole `pg_stat_activity`) starts a cluster of its own with `CitusDb::private`. Each node
+//! lives in its own `/tmp/idemctl-pg.XXXXXXXX` (or under `IDEMCTL_TEST_TMPDIR`)
 //! with its own watchdog, exactly like the shared cluster (`cluster.rs`), so a crashed run leaves
 //! nothing and `.ci/run`'s leak check covers them.
 //!
@@ -182,19 +184,50 @@ pub enum Layout {
 #[derive(Debug)]
 pub struct CitusDb {
     pub name: String,
-    cluster: &'static CitusCluster,
+    cluster: Hold,
+}
+
+/// The cluster a [`CitusDb`] lives on: the process-wide one, or one of its own (its nodes stop when
+/// it is dropped, after the database).
+#[derive(Debug)]
+enum Hold {
+    Shared(&'static CitusCluster),
+    Own(Box<CitusCluster>),
+}
+
+impl std::ops::Deref for Hold {
+    type Target = CitusCluster;
+    fn deref(&self) -> &CitusCluster {
+        match self {
+            Hold::Shared(c) => c,
+            Hold::Own(c) => c,
+        }
+    }
 }
 
 impl CitusDb {
     /// A database with Citus set up and the key table created with `layout` (`None`: no table).
     pub async fn new(layout: Option<Layout>) -> CitusDb {
-        let cluster = cluster();
+        CitusDb::on(Hold::Shared(cluster()), layout).await
+    }
+
+    /// Like [`CitusDb::new`], on a cluster of its own (started for it, stopped when the value is
+    /// dropped), for a test that must see no other test's sessions on the nodes.
+    pub async fn private(layout: Option<Layout>) -> CitusDb {
+        let cluster = tokio::task::spawn_blocking(CitusCluster::start)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("cannot start a private Citus cluster: {e}"));
+        CitusDb::on(Hold::Own(Box::new(cluster)), layout).await
+    }
+
+    async fn on(cluster: Hold, layout: Option<Layout>) -> CitusDb {
         // Adding the nodes copies the cluster-wide roles to the workers; two databases doing it at
         // once collide there ("tuple concurrently updated"), so the setup runs one at a time.
         let _setup = SETUP.lock().await;
         let name = format!("idemctl_t_{}", random_hex());
         let db = CitusDb { name, cluster };
-        for node in &cluster.nodes {
+        for node in &db.cluster.nodes {
             let admin = connect(&node.socket_conninfo("postgres")).await;
             let create = format!(
                 "CREATE DATABASE {} TEMPLATE template0 ENCODING 'UTF8' LC_COLLATE 'C' LC_CTYPE 'C'",
@@ -214,12 +247,12 @@ impl CitusDb {
             // workers require TLS, so wait until a new session sees it.
             db.wait_for_ssl(node).await;
         }
-        let c = cluster.coordinator();
+        let c = db.cluster.coordinator();
         let mut setup = format!(
             "SELECT citus_set_coordinator_host('127.0.0.1', {});",
             c.port
         );
-        for w in cluster.workers() {
+        for w in db.cluster.workers() {
             setup.push_str(&format!("SELECT citus_add_node('127.0.0.1', {});", w.port));
         }
         db.exec(&setup).await;
@@ -341,8 +374,8 @@ impl CitusDb {
     }
 
     /// The cluster this database lives on.
-    pub fn cluster(&self) -> &'static CitusCluster {
-        self.cluster
+    pub fn cluster(&self) -> &CitusCluster {
+        &self.cluster
     }
 }
 
