@@ -17,7 +17,7 @@ use std::task::{Context, Poll};
 use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
-use tokio_postgres::config::{Host, LoadBalanceHosts, TargetSessionAttrs};
+use tokio_postgres::config::{Host, LoadBalanceHosts, SslMode, SslNegotiation, TargetSessionAttrs};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_postgres::{Client, Config, Connection, SimpleQueryMessage};
 
@@ -97,6 +97,14 @@ impl AuthRule {
             text: value.to_string(),
             allowed,
         })
+    }
+
+    /// No restriction: every method, and no exchange at all (`none`), as without require_auth.
+    pub(crate) fn any() -> AuthRule {
+        AuthRule {
+            text: String::new(),
+            allowed: METHODS.iter().map(|(_, m)| *m).collect(),
+        }
     }
 
     fn allows(&self, m: Method) -> bool {
@@ -429,6 +437,10 @@ where
     if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
         shuffle(&mut order);
     }
+    // libpq never uses TLS on a Unix socket, whatever sslmode and sslnegotiation say.
+    let mut plain = config.clone();
+    plain.ssl_mode(SslMode::Disable);
+    plain.ssl_negotiation(SslNegotiation::Postgres);
     let mut last = None;
     for i in order {
         let port = ports
@@ -482,6 +494,10 @@ where
             let watched = WatchTls {
                 inner: tls_connect,
                 rule: rule.clone(),
+            };
+            let config = match target {
+                Target::Unix(_) => &plain,
+                Target::Tcp(_) => config,
             };
             match config.connect_raw(stream, watched).await {
                 Ok((client, mut connection)) => {

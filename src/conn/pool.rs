@@ -172,7 +172,20 @@ impl Target {
             tasks: Mutex::new(Vec::new()),
         });
         let config = self.config.clone();
-        let manager = match (&self.require_auth, &self.tls) {
+        // libpq never uses TLS on a Unix socket, also when the same host list names TCP hosts
+        // under sslmode=require or sslnegotiation=direct. The driver's host loop cannot tell
+        // one from the other; idemctl's own loop (`auth::connect`) can: it takes such lists,
+        // with a rule that allows every method when require_auth is not set.
+        let mixed = self.tls.is_some()
+            && self
+                .endpoints
+                .iter()
+                .any(|e| matches!(e.host, super::hosts::HostKind::Unix(_)));
+        let rule = self
+            .require_auth
+            .clone()
+            .or_else(|| mixed.then(|| Arc::new(auth::AuthRule::any())));
+        let manager = match (&rule, &self.tls) {
             (Some(rule), tls) => Manager::from_connect(
                 config,
                 Watched {

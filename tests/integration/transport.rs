@@ -413,3 +413,55 @@ fn a_server_that_never_answers_times_out() {
     );
     drop(silent);
 }
+
+/// libpq never uses TLS on a Unix socket, also when the host list names TCP hosts too and the
+/// sslmode (or sslnegotiation=direct) demands TLS for them: psql connects over the socket here,
+/// and so must idemctl, with and without require_auth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_socket_in_a_host_list_is_used_without_tls_whatever_the_sslmode() {
+    let db = crate::support::TestDb::new().await;
+    db.exec(Schema::Corrected.ddl()).await;
+    let dir = db
+        .socket_dir()
+        .expect("this test needs the server's unix socket (the local test cluster)");
+    let hosts = format!("{},unreachable.invalid", dir.display());
+    for extra in [
+        &[("sslmode", "require")][..],
+        &[("sslmode", "verify-full"), ("sslrootcert", "system")][..],
+        &[("sslmode", "require"), ("sslnegotiation", "direct")][..],
+        &[("sslmode", "require"), ("require_auth", "none")][..],
+        &[
+            ("sslmode", "require"),
+            ("sslnegotiation", "direct"),
+            ("load_balance_hosts", "disable"),
+        ][..],
+    ] {
+        let mut settings = vec![("host", hosts.as_str())];
+        settings.extend_from_slice(extra);
+        let url = db.url_with(&settings);
+        let ours = db
+            .idemctl()
+            .args(["stats", "-o", "json", "--connect-timeout", "5s", "-d", &url])
+            .run();
+        assert_stats_ok(&ours);
+        // psql 15 knows neither sslnegotiation nor require_auth; the rest it must agree with.
+        if !url.contains("sslnegotiation") && !url.contains("require_auth") {
+            let theirs = Cmd::of("/usr/bin/psql")
+                .args(["-X", "-w", "-A", "-t", "-c", "select 1", "-d", &url])
+                .timeout(Duration::from_secs(30))
+                .run();
+            assert_eq!(theirs.code, 0, "psql must connect too\n{theirs}");
+        }
+    }
+    // Only the socket, with direct negotiation: no TLS at all, as libpq 17.
+    let url = db.url_with(&[
+        ("host", &dir.display().to_string()),
+        ("sslmode", "require"),
+        ("sslnegotiation", "direct"),
+    ]);
+    assert_stats_ok(
+        &db.idemctl()
+            .args(["stats", "-o", "json", "--connect-timeout", "5s", "-d", &url])
+            .run(),
+    );
+}
