@@ -58,13 +58,17 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
 }
 
-/// The layout of a table Citus hash-distributes (the commands work on it shard by shard); `None`
+/// The layout of a table whose rows Citus keeps on the workers, which the commands work on shard by
+/// shard: a hash-distributed table, or a single-shard one (a table of a distributed schema, or
+/// distributed without a column), whose one shard is on one node. Through the coordinator, a
+/// statement on such a table runs on the worker without idemctl's session limits there (Citus does
+/// not pass lock_timeout on), so evict's batches would wait on a row a live request holds. `None`
 /// for any other table, Citus-managed or not (reference and local tables are one table on the node
 /// idemctl is connected to, where the ordinary statements work).
 pub async fn distributed(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
     Ok(citus::layout(client, table)
         .await?
-        .filter(|l| matches!(l, Layout::Distributed { .. })))
+        .filter(|l| matches!(l, Layout::Distributed { .. } | Layout::SingleShard)))
 }
 
 /// Connect to every worker holding a shard of the hash-distributed `table` and resolve its shards

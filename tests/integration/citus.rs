@@ -1262,3 +1262,164 @@ async fn citus_worker_paces_count_routed_requests_but_not_citus_housekeeping_or_
         assert_eq!(p["backoff_seconds"], 0.0, "{run}");
     }
 }
+
+/// Schema-based sharding: the key table in a distributed schema is a single-shard table on one
+/// worker, and every command works on that shard there, as on a hash-distributed table's shards.
+/// evict skips a row a live request holds within its lock timeout (through the coordinator its
+/// batches would wait: Citus does not pass lock_timeout on to the worker); stats reads the shard's
+/// figures; check reaches the worker and finds the shard's indexes; inspect finds a key with and
+/// without --api-key-id; the reclaim sweep works; reclaim --apply is refused before any change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_schema_based_sharding_works_on_the_one_shard() {
+    let Some(db) = loaded(Layout::Schema, "citus schema-based sharding").await else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    let client = db.client().await;
+    let shards: Vec<(String, i32)> = client
+        .query(
+            "SELECT citus_table_type, nodeport FROM citus_shards \
+              WHERE table_name = 'keys.idempotency_keys'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(shards.len(), 1, "{shards:?}");
+    assert_eq!(shards[0].0, "schema", "{shards:?}");
+    let total = MIX.expired + MIX.live + MIX.fresh + MIX.stuck + MIX.expired_in_progress;
+
+    let run = db.idemctl().args(["stats", "-o", "json"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["table"], "keys.idempotency_keys", "{j}");
+    assert_eq!(j["sizes"]["estimated_rows"], total, "{j}");
+    assert_eq!(j["expired_backlog"]["count"], MIX.expired, "{j}");
+    assert_eq!(j["citus"]["layout"]["type"], "single_shard", "{j}");
+    assert_eq!(j["citus"]["nodes"].as_array().unwrap().len(), 1, "{j}");
+
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    let layout = finding(&j, "citus layout");
+    assert_eq!(layout["status"], "ok", "{j}");
+    assert!(
+        layout["detail"]
+            .as_str()
+            .unwrap()
+            .contains("distributed schema"),
+        "{j}"
+    );
+    assert_eq!(finding(&j, "citus shard indexes")["status"], "ok", "{j}");
+
+    let row = client
+        .query_one(
+            "SELECT api_key_id, key FROM idempotency_keys WHERE state = 'completed' \
+             AND expires_at > now() ORDER BY key LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (tenant, key): (String, String) = (row.get(0), row.get(1));
+    for args in [vec![], vec!["--api-key-id", tenant.as_str()]] {
+        let run = db
+            .idemctl()
+            .args(["inspect", &key, "-o", "json"])
+            .args(&args)
+            .run();
+        run.assert_code(0);
+        assert_eq!(run.json()["api_key_id"], tenant.as_str(), "{run}");
+    }
+
+    // reclaim: --apply is refused before any change, the sweep takes every stuck key.
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_arg = plan.to_str().unwrap();
+    db.idemctl()
+        .args(["reclaim", "--plan", plan_arg, "--older-than", "30m"])
+        .run()
+        .assert_code(0);
+    let before = snapshot(&db).await;
+    db.idemctl()
+        .args(["reclaim", "--yes", "--apply", plan_arg])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("nothing was changed");
+    assert_eq!(snapshot(&db).await, before);
+    let stuck: i64 = client
+        .query_one(
+            "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress' \
+             AND coalesce(locked_at, created_at) < now() - interval '30 minutes'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(stuck >= MIX.stuck);
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--older-than", "30m"])
+        .run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_reclaimed"], stuck, "{run}");
+
+    // evict beside a live request holding an expired completed key.
+    let dry = db
+        .idemctl()
+        .args(["evict", "--dry-run", "-o", "json"])
+        .run();
+    dry.assert_code(0);
+    assert_eq!(dry.json()["would_evict"]["count"], MIX.expired, "{dry}");
+    let live = db.client().await;
+    let held = live
+        .query_one(
+            "SELECT api_key_id, key FROM idempotency_keys \
+             WHERE expires_at < now() AND state = 'completed' ORDER BY expires_at, key OFFSET 700 LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let held: (String, String) = (held.get(0), held.get(1));
+    live.batch_execute("BEGIN").await.unwrap();
+    live.execute(
+        "SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 FOR UPDATE",
+        &[&held.0, &held.1],
+    )
+    .await
+    .unwrap();
+    let before = snapshot(&db).await;
+    let started = std::time::Instant::now();
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--batch-size", "200"])
+        .run_async()
+        .await;
+    let took = started.elapsed();
+    live.batch_execute("COMMIT").await.unwrap();
+    run.assert_code(0);
+    let j = run.json();
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "evict took {took:?} next to a held row"
+    );
+    assert_eq!(j["rows_evicted"], MIX.expired - 1, "{j}");
+    assert_eq!(j["skipped_locked"], 1, "{j}");
+    assert_eq!(j["citus"]["layout"]["type"], "single_shard", "{j}");
+    let nodes = j["citus"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{j}");
+    assert_eq!(
+        nodes[0]["node"],
+        format!("127.0.0.1:{}", shards[0].1),
+        "{j}"
+    );
+    let after = snapshot(&db).await;
+    for (k, seen) in &before {
+        if evictable(seen) && *k != held {
+            assert!(!after.contains_key(k), "{k:?} should have been evicted");
+        } else {
+            assert_eq!(after.get(k), Some(seen), "row {k:?} was deleted or changed");
+        }
+    }
+}

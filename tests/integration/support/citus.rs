@@ -177,6 +177,10 @@ pub enum Layout {
     Reference,
     /// A plain table on the coordinator (Citus installed, the table not distributed).
     Local,
+    /// Schema-based sharding: the table moved into schema `keys`, then
+    /// `citus_schema_distribute('keys')` (a single-shard table on one worker). The database's
+    /// search_path starts with `keys`, so new sessions find the table by its bare name.
+    Schema,
 }
 
 /// A fresh database on every node of the cluster, the extension created and the workers added; the
@@ -271,17 +275,40 @@ impl CitusDb {
     }
 
     async fn distribute_now(&self, layout: Layout) {
-        let sql = match layout {
-            Layout::ByTenant => "SELECT create_distributed_table('idempotency_keys', 'api_key_id')",
-            Layout::ByKey => "SELECT create_distributed_table('idempotency_keys', 'key')",
-            Layout::Reference => "SELECT create_reference_table('idempotency_keys')",
+        let (sql, table) = match layout {
+            Layout::ByTenant => (
+                "SELECT create_distributed_table('idempotency_keys', 'api_key_id')",
+                "idempotency_keys",
+            ),
+            Layout::ByKey => (
+                "SELECT create_distributed_table('idempotency_keys', 'key')",
+                "idempotency_keys",
+            ),
+            Layout::Reference => (
+                "SELECT create_reference_table('idempotency_keys')",
+                "idempotency_keys",
+            ),
+            Layout::Schema => (
+                "CREATE SCHEMA keys; ALTER TABLE idempotency_keys SET SCHEMA keys; \
+                 SELECT citus_schema_distribute('keys')",
+                "keys.idempotency_keys",
+            ),
             Layout::Local => return,
         };
         self.exec(sql).await;
-        // As Citus's notice advises: the rows are in the shards now, the coordinator's copy goes.
-        self.exec("SELECT truncate_local_data_after_distributing_table('idempotency_keys')")
+        if layout == Layout::Schema {
+            self.exec(&format!(
+                "ALTER DATABASE {} SET search_path = keys, public",
+                ident(&self.name)
+            ))
             .await;
-        self.exec("ANALYZE idempotency_keys").await;
+        }
+        // As Citus's notice advises: the rows are in the shards now, the coordinator's copy goes.
+        self.exec(&format!(
+            "SELECT truncate_local_data_after_distributing_table('{table}')"
+        ))
+        .await;
+        self.exec(&format!("ANALYZE {table}")).await;
     }
 
     /// The coordinator's TCP conninfo for this database (what idemctl is given), with `settings`
