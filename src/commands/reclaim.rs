@@ -32,7 +32,8 @@ use crate::db::table::Job;
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
-use crate::output::{Doc, human_secs, rfc3339, sanitize};
+use crate::output::reclaim as output;
+use crate::output::{human_secs, sanitize};
 
 /// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
 /// only bounds waits on the table itself (DDL), which must not stall the API behind us.
@@ -544,21 +545,21 @@ fn check_plan_flags(args: &ReclaimArgs, plan: &Plan) -> Result<()> {
 
 /// A stuck key as the preview lists it.
 #[derive(Debug, Clone, Serialize)]
-struct Candidate {
-    api_key_id: String,
-    key: String,
-    request_method: String,
-    request_path: String,
+pub(crate) struct Candidate {
+    pub(crate) api_key_id: String,
+    pub(crate) key: String,
+    pub(crate) request_method: String,
+    pub(crate) request_path: String,
     #[serde(with = "time::serde::rfc3339::option")]
-    locked_at: Option<OffsetDateTime>,
+    pub(crate) locked_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339")]
-    created_at: OffsetDateTime,
+    pub(crate) created_at: OffsetDateTime,
     /// locked_at, or created_at where the owner never set locked_at.
     #[serde(with = "time::serde::rfc3339")]
-    held_since: OffsetDateTime,
+    pub(crate) held_since: OffsetDateTime,
     /// Which column `held_since` comes from.
-    held_since_column: &'static str,
-    age_seconds: f64,
+    pub(crate) held_since_column: &'static str,
+    pub(crate) age_seconds: f64,
 }
 
 impl Candidate {
@@ -620,8 +621,9 @@ async fn preview(
         let database = queries::database_identity(client).await?;
         write_plan(path, table, req, &found, database)?;
     }
-    let (doc, json) = preview_report(table, req, &found, plan_path);
-    ctx.output.emit(&doc, &json)?;
+    let report = PreviewReport::new(table, req, found, plan_path);
+    ctx.output
+        .emit(&output::preview(&report), &serde_json::to_value(&report)?)?;
     Ok(Exit::Success)
 }
 
@@ -676,145 +678,76 @@ fn write_plan(
     })
 }
 
-fn preview_report(
-    table: &KeyTable,
-    req: &Request,
-    found: &Found,
-    plan_path: Option<&Path>,
-) -> (Doc, Value) {
-    let json = json!({
-        "table": table.display(),
-        "dry_run": true,
-        "older_than_seconds": req.older_than,
-        "filter": filter_json(&req.filter),
-        "action": req.action,
-        "response_status": req.body.as_ref().map(|_| req.status),
-        "response_body": req.body,
-        "limit": req.limit,
-        "would_reclaim": found.count,
-        "rows_listed": found.rows.len(),
-        "listing_truncated": found.truncated,
-        "plan_file": plan_path.map(|p| p.display().to_string()),
-        "db_now": rfc3339(found.db_now),
-        "rows": found.rows,
-    });
-    let mut doc = Doc::default();
-    doc.fields(None, summary_fields(table, req, found));
-    if !found.rows.is_empty() {
-        let cells = found.rows.iter().map(candidate_cells).collect();
-        doc.rows(None, &CANDIDATE_HEADER, cells);
-        preview_notes(&mut doc, req, found, plan_path.is_some());
-    }
-    if let Some(p) = plan_path {
-        let p = sanitize(&p.display().to_string());
-        doc.text(format!(
-            "plan written to {p} ({} keys); review it, then run: idemctl reclaim --apply {p}",
-            found.rows.len()
-        ));
-    }
-    (doc, json)
+/// What a preview found and would do: the `--dry-run` and `--plan` report (also the JSON
+/// document).
+#[derive(Debug, Serialize)]
+pub(crate) struct PreviewReport {
+    pub(crate) table: String,
+    dry_run: bool,
+    pub(crate) older_than_seconds: f64,
+    /// The filters (null without any).
+    #[serde(serialize_with = "filter_or_null")]
+    pub(crate) filter: reclaim_db::Filter,
+    pub(crate) action: ReclaimAction,
+    pub(crate) response_status: Option<i32>,
+    pub(crate) response_body: Option<Value>,
+    pub(crate) limit: Option<u64>,
+    pub(crate) would_reclaim: Capped,
+    rows_listed: usize,
+    pub(crate) listing_truncated: bool,
+    pub(crate) plan_file: Option<String>,
+    /// The database clock, to the second.
+    #[serde(serialize_with = "to_the_second")]
+    db_now: OffsetDateTime,
+    pub(crate) rows: Vec<Candidate>,
+    /// The status `--action fail` stores.
+    #[serde(skip)]
+    pub(crate) status: i32,
 }
 
-fn preview_notes(doc: &mut Doc, req: &Request, found: &Found, plan: bool) {
-    let listed = found.rows.len();
-    let at_limit = req
-        .limit
-        .is_some_and(|l| u64::try_from(listed).is_ok_and(|n| n == l));
-    if found.truncated && at_limit {
-        doc.text(format!(
-            "listed the oldest {listed}: as many as --limit {listed} lets a run take"
-        ));
-    } else if found.truncated && plan {
-        doc.text(format!(
-            "the plan holds the oldest {listed} keys only; apply it, then make a new plan for the rest"
-        ));
-    } else if found.truncated {
-        doc.text(format!(
-            "listed the oldest {listed} keys only; a run reclaims more, batch by batch"
-        ));
+impl PreviewReport {
+    fn new(
+        table: &KeyTable,
+        req: &Request,
+        found: Found,
+        plan_path: Option<&Path>,
+    ) -> PreviewReport {
+        PreviewReport {
+            table: table.display(),
+            dry_run: true,
+            older_than_seconds: req.older_than,
+            filter: req.filter.clone(),
+            action: req.action,
+            response_status: req.body.as_ref().map(|_| req.status),
+            response_body: req.body.clone(),
+            limit: req.limit,
+            would_reclaim: found.count,
+            rows_listed: found.rows.len(),
+            listing_truncated: found.truncated,
+            plan_file: plan_path.map(|p| p.display().to_string()),
+            db_now: found.db_now,
+            rows: found.rows,
+            status: req.status,
+        }
     }
-    doc.text("a key whose owner is still alive (its row locked) is listed but skipped at run time");
 }
 
-fn summary_fields(table: &KeyTable, req: &Request, found: &Found) -> Vec<(String, String)> {
-    let would = match req.limit {
-        Some(l) => format!("{} (a run with --limit {l} stops at {l})", found.count),
-        None => found.count.to_string(),
-    };
-    let mut rows = vec![
-        ("table".to_owned(), table.display()),
-        (
-            "held longer than".to_owned(),
-            format!("{} (database clock)", human_secs(req.older_than)),
-        ),
-    ];
-    if let Some(only) = filter_text(&req.filter) {
-        rows.push(("only".to_owned(), only));
-    }
-    rows.extend([
-        ("action".to_owned(), action_text(req)),
-        ("would reclaim".to_owned(), would),
-    ]);
-    if let Some(body) = &req.body {
-        rows.push(("stored body".to_owned(), sanitize(&body.to_string())));
-    }
-    rows
-}
-
-/// The filters for a summary (None without any): `api_key_id t42, path /v1/payments, method POST`.
-fn filter_text(f: &reclaim_db::Filter) -> Option<String> {
-    let parts: Vec<String> = [
-        ("api_key_id", &f.api_key_id),
-        ("path", &f.path),
-        ("method", &f.method),
-    ]
-    .into_iter()
-    .filter_map(|(name, v)| v.as_deref().map(|v| format!("{name} {}", sanitize(v))))
-    .collect();
-    (!parts.is_empty()).then(|| parts.join(", "))
+fn to_the_second<S: serde::Serializer>(
+    t: &OffsetDateTime,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&crate::output::rfc3339(*t))
 }
 
 /// The filters for JSON output: null without any.
-fn filter_json(f: &reclaim_db::Filter) -> Value {
+fn filter_or_null<S: serde::Serializer>(
+    f: &reclaim_db::Filter,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
     if f.is_empty() {
-        Value::Null
+        s.serialize_none()
     } else {
-        serde_json::to_value(f).unwrap_or(Value::Null)
-    }
-}
-
-const CANDIDATE_HEADER: [&str; 7] = [
-    "api_key_id",
-    "key",
-    "method",
-    "path",
-    "held since",
-    "from",
-    "age",
-];
-
-fn candidate_cells(c: &Candidate) -> Vec<String> {
-    vec![
-        sanitize(&c.api_key_id),
-        sanitize(&c.key),
-        sanitize(&c.request_method),
-        sanitize(&c.request_path),
-        rfc3339(c.held_since),
-        c.held_since_column.to_owned(),
-        human_secs(c.age_seconds),
-    ]
-}
-
-fn action_text(req: &Request) -> String {
-    match req.action {
-        ReclaimAction::Delete => "delete (the retry runs afresh)".to_owned(),
-        ReclaimAction::Release => {
-            "release (lock cleared; the retry resumes from its recovery point)".to_owned()
-        }
-        ReclaimAction::Fail => format!(
-            "fail (completed with status {}; the retry gets it replayed)",
-            req.status
-        ),
+        f.serialize(s)
     }
 }
 
@@ -916,7 +849,7 @@ fn question(table: &KeyTable, req: &Request, count: &str) -> String {
         ReclaimAction::Release => "release".to_owned(),
         ReclaimAction::Fail => format!("mark completed with status {}", req.status),
     };
-    let only = filter_text(&req.filter).map_or_else(String::new, |f| format!(" ({f})"));
+    let only = output::filter_text(&req.filter).map_or_else(String::new, |f| format!(" ({f})"));
     format!(
         "reclaim: {what} {count} in_progress keys of {}{only} held longer than {}?",
         table.display(),
@@ -939,57 +872,66 @@ const LEFT_ALONE_REASONS: [&str; 7] = [
 /// Why a writing run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-enum EndReason {
+pub(crate) enum EndReason {
     Drained,
     Limit,
     Interrupted,
 }
 
+impl EndReason {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            EndReason::Drained => "drained",
+            EndReason::Limit => "limit",
+            EndReason::Interrupted => "interrupted",
+        }
+    }
+}
+
 /// A key identified for the report.
 #[derive(Debug, Clone, Serialize)]
-struct KeyId {
-    api_key_id: String,
-    key: String,
+pub(crate) struct KeyId {
+    pub(crate) api_key_id: String,
+    pub(crate) key: String,
 }
 
 /// A plan row that apply left alone, and why.
 #[derive(Debug, Clone, Serialize)]
-struct LeftAlone {
-    api_key_id: String,
-    key: String,
+pub(crate) struct LeftAlone {
+    pub(crate) api_key_id: String,
+    pub(crate) key: String,
     /// gone, filtered, completed, other_state, changed, too_young or held.
-    reason: String,
+    pub(crate) reason: String,
     /// The row's state when apply looked, if it still exists.
-    state: Option<String>,
+    pub(crate) state: Option<String>,
 }
 
 /// The summary of a writing run (also the JSON document).
 #[derive(Debug, Serialize)]
-struct ReclaimReport {
-    table: String,
-    action: ReclaimAction,
-    older_than_seconds: f64,
+pub(crate) struct ReclaimReport {
+    pub(crate) table: String,
+    pub(crate) action: ReclaimAction,
+    pub(crate) older_than_seconds: f64,
     /// The filters the run was limited to (null without any).
-    filter: Value,
-    #[serde(skip)]
-    filter_text: Option<String>,
-    response_status: Option<i32>,
+    #[serde(serialize_with = "filter_or_null")]
+    pub(crate) filter: reclaim_db::Filter,
+    pub(crate) response_status: Option<i32>,
     /// `--action fail`: each failed key is kept at least this long from when it was failed.
-    keep_failed_for_seconds: Option<f64>,
-    plan_file: Option<String>,
-    end_reason: EndReason,
-    rows_reclaimed: u64,
-    batches: u64,
-    elapsed_seconds: f64,
+    pub(crate) keep_failed_for_seconds: Option<f64>,
+    pub(crate) plan_file: Option<String>,
+    pub(crate) end_reason: EndReason,
+    pub(crate) rows_reclaimed: u64,
+    pub(crate) batches: u64,
+    pub(crate) elapsed_seconds: f64,
     /// Stuck keys skipped because their owner holds the row lock (it is alive).
-    skipped_live_owner: Option<Capped>,
+    pub(crate) skipped_live_owner: Option<Capped>,
     /// Stuck keys still in the table after the run (sweep only).
-    stuck_left: Option<Capped>,
+    pub(crate) stuck_left: Option<Capped>,
     /// Plan rows apply did not reclaim, with why.
-    left_alone: Vec<LeftAlone>,
+    pub(crate) left_alone: Vec<LeftAlone>,
     /// The keys reclaimed (the first LIST_CAP).
-    reclaimed: Vec<KeyId>,
-    reclaimed_listing_truncated: bool,
+    pub(crate) reclaimed: Vec<KeyId>,
+    pub(crate) reclaimed_listing_truncated: bool,
 }
 
 impl ReclaimReport {
@@ -998,8 +940,7 @@ impl ReclaimReport {
             table: table.display(),
             action: req.action,
             older_than_seconds: req.older_than,
-            filter: filter_json(&req.filter),
-            filter_text: filter_text(&req.filter),
+            filter: req.filter.clone(),
             response_status: req.body.as_ref().map(|_| req.status),
             keep_failed_for_seconds: (req.action == ReclaimAction::Fail).then_some(req.keep_failed),
             plan_file: match &req.mode {
@@ -1065,7 +1006,7 @@ impl ReclaimReport {
     fn run_end(&self) -> RunEnd {
         RunEnd {
             success: self.end_reason != EndReason::Interrupted,
-            reason: end_reason_text(self.end_reason),
+            reason: self.end_reason.as_str(),
             reasons: &["drained", "limit", "interrupted"],
         }
     }
@@ -1549,88 +1490,8 @@ fn print_report(ctx: &Context, r: &ReclaimReport) -> Result<()> {
     {
         return Ok(());
     }
-    ctx.output.emit(&report_doc(r), &serde_json::to_value(r)?)?;
+    ctx.output.emit(&output::summary(r), &serde_json::to_value(r)?)?;
     Ok(())
-}
-
-fn report_doc(r: &ReclaimReport) -> Doc {
-    let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
-    let action = match (r.action, r.response_status) {
-        (ReclaimAction::Fail, Some(s)) => match r.keep_failed_for_seconds {
-            Some(k) if k > 0.0 => format!(
-                "fail (completed with status {s}, kept at least {} from now)",
-                human_secs(k)
-            ),
-            _ => format!("fail (completed with status {s}, expires_at kept)"),
-        },
-        (ReclaimAction::Release, _) => "release".to_owned(),
-        _ => "delete".to_owned(),
-    };
-    let mut fields = vec![
-        ("table".to_owned(), r.table.clone()),
-        ("action".to_owned(), action),
-    ];
-    if let Some(only) = r.filter_text.clone() {
-        fields.push(("only".to_owned(), only));
-    }
-    fields.extend([
-        (
-            "end reason".to_owned(),
-            end_reason_text(r.end_reason).to_owned(),
-        ),
-        ("keys reclaimed".to_owned(), r.rows_reclaimed.to_string()),
-        (
-            "skipped (held by a live owner)".to_owned(),
-            capped(&r.skipped_live_owner),
-        ),
-    ]);
-    if let Some(p) = &r.plan_file {
-        fields.push(("plan".to_owned(), sanitize(p)));
-        fields.push((
-            "plan rows left alone".to_owned(),
-            r.left_alone.len().to_string(),
-        ));
-    } else {
-        fields.push(("stuck keys left".to_owned(), capped(&r.stuck_left)));
-    }
-    fields.push(("batches".to_owned(), r.batches.to_string()));
-    fields.push(("elapsed".to_owned(), format!("{:.2}s", r.elapsed_seconds)));
-    let mut d = Doc::default();
-    d.fields(None, fields);
-    if !r.left_alone.is_empty() {
-        let rows = r.left_alone.iter().map(left_alone_cells).collect();
-        d.rows(
-            Some("Plan rows left alone:"),
-            &["api_key_id", "key", "why"],
-            rows,
-        );
-    }
-    d
-}
-
-fn end_reason_text(e: EndReason) -> &'static str {
-    match e {
-        EndReason::Drained => "drained",
-        EndReason::Limit => "limit",
-        EndReason::Interrupted => "interrupted",
-    }
-}
-
-fn left_alone_cells(l: &LeftAlone) -> Vec<String> {
-    let why = match l.reason.as_str() {
-        "gone" => "gone: deleted since the plan".to_owned(),
-        "filtered" => "does not match --api-key-id, --path or --method".to_owned(),
-        "completed" => "completed since the plan".to_owned(),
-        "changed" => "taken again since the plan (locked_at or created_at changed)".to_owned(),
-        "too_young" => "no longer past the plan's cutoff".to_owned(),
-        "held" => "held by a live owner (row locked)".to_owned(),
-        other => format!(
-            "{} (state {})",
-            sanitize(other),
-            sanitize(l.state.as_deref().unwrap_or("-"))
-        ),
-    };
-    vec![sanitize(&l.api_key_id), sanitize(&l.key), why]
 }
 
 #[cfg(test)]

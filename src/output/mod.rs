@@ -5,6 +5,7 @@
 pub mod json_text;
 mod names;
 pub mod prometheus;
+pub(crate) mod reclaim;
 mod sanitize;
 
 use std::io::{IsTerminal, Write};
