@@ -1490,7 +1490,8 @@ fn print_report(ctx: &Context, r: &ReclaimReport) -> Result<()> {
     {
         return Ok(());
     }
-    ctx.output.emit(&output::summary(r), &serde_json::to_value(r)?)?;
+    ctx.output
+        .emit(&output::summary(r), &serde_json::to_value(r)?)?;
     Ok(())
 }
 

@@ -14,7 +14,6 @@ use crate::db::table::Partitioning;
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics};
-use crate::output::{Doc, human_bytes, human_secs, rfc3339, sanitize};
 
 /// The stats report (also the JSON document).
 #[derive(Debug, Serialize)]
@@ -180,164 +179,10 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     if ctx.output.format == OutputFormat::Prometheus {
         crate::output::write_stdout(&ctx.metrics.render(&metrics(&report)))?;
     } else if crate::metrics::prints_summary(ctx) {
-        let mut d = doc(&report);
-        if args.partitions {
-            partitions_block(&mut d, &report);
-        }
+        let d = crate::output::stats::report(&report, args.partitions);
         ctx.output.emit(&d, &serde_json::to_value(&report)?)?;
     }
     Ok(Exit::Success)
-}
-
-/// The recent TTL, one line.
-fn ttl_text(t: Option<&crate::db::maintenance::RecentTtl>) -> String {
-    match t {
-        None => "no keys to sample".into(),
-        Some(t) if t.source == "ttl" => format!(
-            "{} for every key (--ttl; the table has no expiry column)",
-            human_secs(t.min_seconds)
-        ),
-        Some(t) => format!(
-            "min {} / p10 {} / median {} / p90 {} / max {} ({} keys: the next and the last to expire)",
-            human_secs(t.min_seconds),
-            human_secs(t.p10_seconds),
-            human_secs(t.p50_seconds),
-            human_secs(t.p90_seconds),
-            human_secs(t.max_seconds),
-            t.keys
-        ),
-    }
-}
-
-fn key_label(k: &KeyRef) -> String {
-    format!("{}/{}", sanitize(&k.api_key_id), sanitize(&k.key))
-}
-
-/// The human-readable report.
-pub fn doc(r: &StatsReport) -> Doc {
-    let mut d = Doc::default();
-    let s = &r.sizes;
-    let oldest_live = r.oldest_live.as_ref().map_or_else(
-        || "none (no live keys)".to_owned(),
-        |k| {
-            format!(
-                "{} age {}, expires {}",
-                key_label(k),
-                human_secs(k.seconds),
-                rfc3339(k.expires_at)
-            )
-        },
-    );
-    let lag = r.oldest_expired.as_ref().map_or_else(
-        || "0s (nothing expired is waiting)".to_owned(),
-        |k| {
-            format!(
-                "{} (oldest expired: {}, expired {})",
-                human_secs(k.seconds),
-                key_label(k),
-                rfc3339(k.expires_at)
-            )
-        },
-    );
-    let stuck = r.stuck.as_ref().map_or_else(
-        || "not counted (see note)".to_owned(),
-        |st| match st.oldest_since {
-            Some(t) => format!("{} (oldest held since {})", st.count, rfc3339(t)),
-            None => st.count.to_string(),
-        },
-    );
-    let when = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "never".to_owned(), rfc3339);
-    let mut rows: Vec<(String, String)> = vec![
-        ("table".into(), r.table.clone()),
-        ("estimated rows".into(), s.estimated_rows.to_string()),
-        ("heap size".into(), human_bytes(s.heap_bytes)),
-        ("toast size".into(), human_bytes(s.toast_bytes)),
-        ("index size".into(), human_bytes(s.index_bytes)),
-        ("total size".into(), human_bytes(s.total_bytes)),
-        ("oldest live key".into(), oldest_live),
-        ("eviction lag".into(), lag),
-        ("expired backlog".into(), backlog_text(r)),
-        (
-            format!(
-                "stuck in_progress (> {})",
-                human_secs(r.stuck_after_seconds)
-            ),
-            stuck,
-        ),
-        ("dead tuples".into(), r.vacuum.dead_tuples.to_string()),
-        (
-            "dead tuple ratio".into(),
-            format!("{:.1}%", r.maintenance.dead_tuple_ratio * 100.0),
-        ),
-        (
-            "autovacuum threshold".into(),
-            r.maintenance.threshold_text(),
-        ),
-        ("next autovacuum".into(), r.maintenance.next_text()),
-        ("recent TTL".into(), ttl_text(r.recent_ttl.as_ref())),
-        ("last vacuum".into(), when(r.vacuum.last_vacuum)),
-        ("last analyze".into(), when(r.vacuum.last_analyze)),
-    ];
-    if let (Some(how), Some(parts)) = (&r.partitioning, &r.partitions) {
-        let default = r.default_partition().map_or_else(
-            || "no default partition".to_owned(),
-            |p| {
-                format!(
-                    "default partition {} holds about {} rows",
-                    sanitize(&p.name),
-                    p.estimated_rows
-                )
-            },
-        );
-        rows.push((
-            "partitions".into(),
-            format!(
-                "{} leaf partitions, {}; {default}",
-                parts.len(),
-                sanitize(&how.definition)
-            ),
-        ));
-    }
-    d.fields(None, rows);
-    if let Some(c) = &r.citus {
-        super::citus_stats::blocks(&mut d, c);
-    }
-    for n in &r.notes {
-        d.text(format!("note: {n}"));
-    }
-    d
-}
-
-/// `stats --partitions`: one row per leaf partition.
-fn partitions_block(d: &mut Doc, r: &StatsReport) {
-    let Some(parts) = &r.partitions else {
-        d.text("the table is not partitioned");
-        return;
-    };
-    let at = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "-".to_owned(), rfc3339);
-    let rows = parts
-        .iter()
-        .map(|p| {
-            let bounds = if p.is_default {
-                "DEFAULT".to_owned()
-            } else if p.range_from.is_some() || p.range_to.is_some() {
-                format!("{} .. {}", at(p.range_from), at(p.range_to))
-            } else {
-                sanitize(p.bound.strip_prefix("FOR VALUES ").unwrap_or(&p.bound))
-            };
-            let rows = if p.never_analyzed {
-                "not analyzed".to_owned()
-            } else {
-                p.estimated_rows.to_string()
-            };
-            vec![sanitize(&p.name), bounds, rows, human_bytes(p.total_bytes)]
-        })
-        .collect();
-    d.rows(
-        Some("Partitions (estimates from the catalog):"),
-        &["partition", "bounds", "estimated rows", "total size"],
-        rows,
-    );
 }
 
 fn ts_secs(t: Option<time::OffsetDateTime>) -> f64 {
@@ -524,15 +369,4 @@ pub fn metrics(r: &StatsReport) -> Metrics {
         ts_secs(r.vacuum.last_analyze),
     );
     m
-}
-
-/// The backlog as the report shows it: exact, or "at least" the cap with the planner's estimate.
-fn backlog_text(r: &StatsReport) -> String {
-    match (r.expired_backlog, r.expired_backlog_estimate) {
-        (None, _) => "not counted".into(),
-        (Some(b), Some(est)) if b.at_least => {
-            format!("{b} (about {est} by the planner's estimate)")
-        }
-        (Some(b), _) => b.to_string(),
-    }
 }

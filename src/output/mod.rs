@@ -7,6 +7,7 @@ mod names;
 pub mod prometheus;
 pub(crate) mod reclaim;
 mod sanitize;
+pub(crate) mod stats;
 
 use std::io::{IsTerminal, Write};
 
