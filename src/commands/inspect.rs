@@ -14,8 +14,9 @@ use crate::db::record::{self, KeyRecord};
 use crate::db::{KeyLookup, KeyTable};
 use crate::exit::{Exit, fail};
 use crate::fingerprint::{self, Canonical};
+use crate::output::inspect as output;
 use crate::output::json_text::raw_placeholder;
-use crate::output::{Doc, human_secs, rfc3339, sanitize};
+use crate::output::sanitize;
 
 /// At most this many tenants are listed for an ambiguous key.
 const MAX_TENANTS_LISTED: i64 = 50;
@@ -83,7 +84,7 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
             ),
             None => {
                 ctx.output.emit_with_raw(
-                    &record_doc(one, args),
+                    &output::record(one, args.stuck_after.as_secs_f64()),
                     &record_json(one, 0),
                     &[one.response_body.as_deref()],
                 )?;
@@ -98,7 +99,7 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
                 .collect();
             let raws: Vec<Option<&str>> = many.iter().map(|r| r.response_body.as_deref()).collect();
             ctx.output.emit_with_raw(
-                &tenants_doc(many),
+                &output::tenants(many),
                 &json!({ "ambiguous": true, "matches": matches }),
                 &raws,
             )?;
@@ -200,10 +201,29 @@ fn read_body(path: &std::path::Path) -> Result<Vec<u8>> {
 
 /// One compared request attribute: what is stored and what the caller says was sent.
 #[derive(serde::Serialize)]
-struct Compared {
-    stored: String,
-    given: String,
-    matches: bool,
+pub(crate) struct Compared {
+    pub(crate) stored: String,
+    pub(crate) given: String,
+    pub(crate) matches: bool,
+}
+
+/// What `inspect --body` found (also the JSON document).
+#[derive(serde::Serialize)]
+pub(crate) struct BodyCheck {
+    pub(crate) api_key_id: String,
+    pub(crate) key: String,
+    pub(crate) canonical: Canonical,
+    /// The stored fingerprint.
+    pub(crate) stored: record::StoredFingerprint,
+    /// The column it is stored in.
+    #[serde(skip)]
+    pub(crate) column: String,
+    /// The body's digest, in hex.
+    pub(crate) computed: String,
+    pub(crate) fingerprint_matches: bool,
+    pub(crate) method: Option<Compared>,
+    pub(crate) path: Option<Compared>,
+    pub(crate) matches: bool,
 }
 
 /// Compare a request body (and optionally method and path) with the stored request.
@@ -249,60 +269,22 @@ fn check_body(
     let all_match = fingerprint_matches
         && method.as_ref().is_none_or(|c| c.matches)
         && path.as_ref().is_none_or(|c| c.matches);
-    let verdict = |m: bool| if m { "match" } else { "mismatch" };
-    let mut rows = vec![
-        ("api_key_id".to_owned(), sanitize(&r.api_key_id)),
-        ("key".to_owned(), sanitize(&r.key)),
-        (
-            "fingerprint".to_owned(),
-            verdict(fingerprint_matches).to_owned(),
-        ),
-        (
-            "stored".to_owned(),
-            format!(
-                "{} ({}, {})",
-                sanitize(&stored.shown()),
-                sanitize(column),
-                stored.sql_type()
-            ),
-        ),
-        (
-            "computed".to_owned(),
-            format!(
-                "{} (sha256 of the body as {})",
-                fingerprint::hex(&digest),
-                how.name()
-            ),
-        ),
-    ];
-    for (name, c) in [("method", &method), ("path", &path)] {
-        if let Some(c) = c {
-            let text = if c.matches {
-                format!("match ({})", sanitize(&c.stored))
-            } else {
-                format!(
-                    "mismatch: stored {}, given {}",
-                    sanitize(&c.stored),
-                    sanitize(&c.given)
-                )
-            };
-            rows.push((name.to_owned(), text));
-        }
-    }
-    let mut doc = Doc::default();
-    doc.fields(None, rows);
-    let report = json!({
-        "api_key_id": r.api_key_id,
-        "key": r.key,
-        "canonical": how,
-        "stored": r.request_fingerprint,
-        "computed": fingerprint::hex(&digest),
-        "fingerprint_matches": fingerprint_matches,
-        "method": method,
-        "path": path,
-        "matches": all_match,
-    });
-    ctx.output.emit(&doc, &report)?;
+    let report = BodyCheck {
+        api_key_id: r.api_key_id.clone(),
+        key: r.key.clone(),
+        canonical: how,
+        stored: stored.clone(),
+        column: column.to_owned(),
+        computed: fingerprint::hex(&digest),
+        fingerprint_matches,
+        method,
+        path,
+        matches: all_match,
+    };
+    ctx.output.emit(
+        &output::body_check(&report),
+        &serde_json::to_value(&report)?,
+    )?;
     Ok(if all_match {
         Exit::Success
     } else {
@@ -371,107 +353,4 @@ async fn by_key(
         ));
     }
     Ok(found.records)
-}
-
-/// A sentence describing the key's state by the database clock.
-pub fn describe_state(r: &KeyRecord, args: &InspectArgs) -> String {
-    let expiry = match r.expires_at {
-        None => "expiry unknown (pass --ttl)".to_owned(),
-        Some(at) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
-        Some(at) => format!("expires in {}", human_secs(-r.secs_since(at))),
-    };
-    match r.state.as_str() {
-        "completed" if r.expired() => format!("completed, {expiry}, waiting for eviction"),
-        "completed" => format!("completed and live, {expiry}"),
-        "in_progress" => {
-            let held_for = human_secs(r.secs_since(r.held_since()));
-            let cutoff = human_secs(args.stuck_after.as_secs_f64());
-            let reclaim = if r.held {
-                "held by a live session (a running transaction locks the row), so reclaim would skip it".to_owned()
-            } else if r.stuck {
-                format!(
-                    "no running transaction holds the row; reclaim would take it (older than {cutoff})"
-                )
-            } else {
-                format!("reclaim would leave it (younger than {cutoff})")
-            };
-            format!("in_progress for {held_for}; {reclaim}; {expiry}")
-        }
-        other => format!("unknown state {}; {expiry}", sanitize(other)),
-    }
-}
-
-fn at_with_age(r: &KeyRecord, ts: time::OffsetDateTime) -> String {
-    let secs = r.secs_since(ts);
-    if secs >= 0.0 {
-        format!("{} ({} ago)", rfc3339(ts), human_secs(secs))
-    } else {
-        format!("{} (in {})", rfc3339(ts), human_secs(-secs))
-    }
-}
-
-fn record_doc(r: &KeyRecord, args: &InspectArgs) -> Doc {
-    let mut doc = Doc::default();
-    let rows = vec![
-        ("api_key_id".to_owned(), sanitize(&r.api_key_id)),
-        ("key".to_owned(), sanitize(&r.key)),
-        ("state".to_owned(), describe_state(r, args)),
-        (
-            "request".to_owned(),
-            format!(
-                "{} {}",
-                sanitize(r.request_method.as_deref().unwrap_or("-")),
-                sanitize(r.request_path.as_deref().unwrap_or("-"))
-            ),
-        ),
-        (
-            "fingerprint".to_owned(),
-            r.request_fingerprint
-                .as_ref()
-                .map_or_else(|| "-".to_owned(), |f| sanitize(&f.shown())),
-        ),
-        ("created_at".to_owned(), at_with_age(r, r.created_at)),
-        (
-            "locked_at".to_owned(),
-            r.locked_at
-                .map_or_else(|| "-".to_owned(), |t| at_with_age(r, t)),
-        ),
-        (
-            "expires_at".to_owned(),
-            r.expires_at
-                .map_or_else(|| "- (pass --ttl)".to_owned(), |t| at_with_age(r, t)),
-        ),
-        (
-            "response_status".to_owned(),
-            r.response_status
-                .map_or_else(|| "-".to_owned(), |s| s.to_string()),
-        ),
-    ];
-    doc.fields(None, rows);
-    match &r.response_body {
-        None => doc.text("response_body: (no stored response)"),
-        Some(body) => doc.json("response_body", body.as_str()),
-    }
-    doc
-}
-
-fn tenants_doc(records: &[KeyRecord]) -> Doc {
-    let mut doc = Doc::default();
-    let rows = records
-        .iter()
-        .map(|r| {
-            vec![
-                sanitize(&r.api_key_id),
-                r.state.clone(),
-                rfc3339(r.created_at),
-                r.expires_at.map_or_else(|| "-".to_owned(), rfc3339),
-            ]
-        })
-        .collect();
-    doc.rows(
-        Some("The key exists under several tenants:"),
-        &["api_key_id", "state", "created_at", "expires_at"],
-        rows,
-    );
-    doc
 }

@@ -1,0 +1,159 @@
+//! inspect's reports for people: one key's record with its state in words (by the database
+//! clock), the tenants an ambiguous key exists under, and the verdict of `--body`. Everything the
+//! table holds is escaped here, where it is printed.
+
+use crate::commands::inspect::BodyCheck;
+use crate::db::record::KeyRecord;
+use crate::output::{Doc, human_secs, rfc3339, sanitize};
+
+/// A sentence describing the key's state by the database clock.
+fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
+    let expiry = match r.expires_at {
+        None => "expiry unknown (pass --ttl)".to_owned(),
+        Some(at) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
+        Some(at) => format!("expires in {}", human_secs(-r.secs_since(at))),
+    };
+    match r.state.as_str() {
+        "completed" if r.expired() => format!("completed, {expiry}, waiting for eviction"),
+        "completed" => format!("completed and live, {expiry}"),
+        "in_progress" => {
+            let held_for = human_secs(r.secs_since(r.held_since()));
+            let cutoff = human_secs(stuck_after);
+            let reclaim = if r.held {
+                "held by a live session (a running transaction locks the row), so reclaim would skip it".to_owned()
+            } else if r.stuck {
+                format!(
+                    "no running transaction holds the row; reclaim would take it (older than {cutoff})"
+                )
+            } else {
+                format!("reclaim would leave it (younger than {cutoff})")
+            };
+            format!("in_progress for {held_for}; {reclaim}; {expiry}")
+        }
+        other => format!("unknown state {}; {expiry}", sanitize(other)),
+    }
+}
+
+fn at_with_age(r: &KeyRecord, ts: time::OffsetDateTime) -> String {
+    let secs = r.secs_since(ts);
+    if secs >= 0.0 {
+        format!("{} ({} ago)", rfc3339(ts), human_secs(secs))
+    } else {
+        format!("{} (in {})", rfc3339(ts), human_secs(-secs))
+    }
+}
+
+/// One key's record; `stuck_after` is the age past which reclaim takes an unheld key.
+pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
+    let mut doc = Doc::default();
+    let rows = vec![
+        ("api_key_id".to_owned(), sanitize(&r.api_key_id)),
+        ("key".to_owned(), sanitize(&r.key)),
+        ("state".to_owned(), describe_state(r, stuck_after)),
+        (
+            "request".to_owned(),
+            format!(
+                "{} {}",
+                sanitize(r.request_method.as_deref().unwrap_or("-")),
+                sanitize(r.request_path.as_deref().unwrap_or("-"))
+            ),
+        ),
+        (
+            "fingerprint".to_owned(),
+            r.request_fingerprint
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |f| sanitize(&f.shown())),
+        ),
+        ("created_at".to_owned(), at_with_age(r, r.created_at)),
+        (
+            "locked_at".to_owned(),
+            r.locked_at
+                .map_or_else(|| "-".to_owned(), |t| at_with_age(r, t)),
+        ),
+        (
+            "expires_at".to_owned(),
+            r.expires_at
+                .map_or_else(|| "- (pass --ttl)".to_owned(), |t| at_with_age(r, t)),
+        ),
+        (
+            "response_status".to_owned(),
+            r.response_status
+                .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+        ),
+    ];
+    doc.fields(None, rows);
+    match &r.response_body {
+        None => doc.text("response_body: (no stored response)"),
+        Some(body) => doc.json("response_body", body.as_str()),
+    }
+    doc
+}
+
+/// The tenants an ambiguous key exists under.
+pub(crate) fn tenants(records: &[KeyRecord]) -> Doc {
+    let mut doc = Doc::default();
+    let rows = records
+        .iter()
+        .map(|r| {
+            vec![
+                sanitize(&r.api_key_id),
+                r.state.clone(),
+                rfc3339(r.created_at),
+                r.expires_at.map_or_else(|| "-".to_owned(), rfc3339),
+            ]
+        })
+        .collect();
+    doc.rows(
+        Some("The key exists under several tenants:"),
+        &["api_key_id", "state", "created_at", "expires_at"],
+        rows,
+    );
+    doc
+}
+
+/// The verdict of `inspect --body`: the fingerprint and each compared attribute.
+pub(crate) fn body_check(c: &BodyCheck) -> Doc {
+    let verdict = |m: bool| if m { "match" } else { "mismatch" };
+    let mut rows = vec![
+        ("api_key_id".to_owned(), sanitize(&c.api_key_id)),
+        ("key".to_owned(), sanitize(&c.key)),
+        (
+            "fingerprint".to_owned(),
+            verdict(c.fingerprint_matches).to_owned(),
+        ),
+        (
+            "stored".to_owned(),
+            format!(
+                "{} ({}, {})",
+                sanitize(&c.stored.shown()),
+                sanitize(&c.column),
+                c.stored.sql_type()
+            ),
+        ),
+        (
+            "computed".to_owned(),
+            format!(
+                "{} (sha256 of the body as {})",
+                c.computed,
+                c.canonical.name()
+            ),
+        ),
+    ];
+    for (name, compared) in [("method", &c.method), ("path", &c.path)] {
+        if let Some(c) = compared {
+            let text = if c.matches {
+                format!("match ({})", sanitize(&c.stored))
+            } else {
+                format!(
+                    "mismatch: stored {}, given {}",
+                    sanitize(&c.stored),
+                    sanitize(&c.given)
+                )
+            };
+            rows.push((name.to_owned(), text));
+        }
+    }
+    let mut doc = Doc::default();
+    doc.fields(None, rows);
+    doc
+}
