@@ -14,7 +14,7 @@ use crate::db::KeyTable;
 use crate::db::session::Writability;
 use crate::db::table::{Job, Privileges};
 use crate::exit::{Exit, fail};
-use crate::output::{Doc, human_secs};
+use crate::output::human_secs;
 
 /// How one check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -103,7 +103,8 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
         findings.extend(thresholds(&report, args));
     }
     let json = serde_json::json!({ "table": table.display(), "findings": findings });
-    ctx.output.emit(&doc(&findings), &json)?;
+    ctx.output
+        .emit(&crate::output::check::findings(&findings), &json)?;
     let failed: Vec<&Finding> = findings
         .iter()
         .filter(|f| matches!(f.status, Status::Fail | Status::Breached))
@@ -623,30 +624,6 @@ fn maintenance(r: &stats::StatsReport, args: &CheckArgs) -> Vec<Finding> {
         }
     }
     out
-}
-
-fn doc(findings: &[Finding]) -> Doc {
-    let mut d = Doc::default();
-    let rows = findings
-        .iter()
-        .map(|f| {
-            let status = match f.status {
-                Status::Ok => "ok",
-                Status::Note => "note",
-                Status::Fail => "FAIL",
-                Status::Breached => "BREACHED",
-                Status::Warn => "WARN",
-            };
-            vec![
-                f.check.clone(),
-                status.to_owned(),
-                f.detail.clone(),
-                f.fix.clone().unwrap_or_default(),
-            ]
-        })
-        .collect();
-    d.rows(None, &["check", "status", "detail", "fix"], rows);
-    d
 }
 
 fn action_name(a: ReclaimAction) -> &'static str {

@@ -1,7 +1,11 @@
 //! Rendering reports: a table on a terminal, plain `name: value` lines when piped, JSON on request.
 //!
-//! Commands build a [`Doc`] (for people) and a serde value (for scripts); nothing else prints data.
+//! Commands return typed reports; a module here per command (check, inspect, reclaim, stats)
+//! renders each as a [`Doc`] for people, and the report itself is the JSON for scripts. evict and
+//! the Citus commands still build their [`Doc`] themselves. Nothing else prints data.
 
+pub(crate) mod check;
+pub(crate) mod inspect;
 pub mod json_text;
 mod names;
 pub mod prometheus;

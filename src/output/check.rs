@@ -1,0 +1,30 @@
+//! check's report for people: one row a finding. The findings' details are written (and their
+//! values escaped) where each check is judged; this renders them.
+
+use crate::commands::check::{Finding, Status};
+use crate::output::Doc;
+
+/// One row a finding: what was checked, its status, the detail and the fix.
+pub(crate) fn findings(findings: &[Finding]) -> Doc {
+    let mut d = Doc::default();
+    let rows = findings
+        .iter()
+        .map(|f| {
+            let status = match f.status {
+                Status::Ok => "ok",
+                Status::Note => "note",
+                Status::Fail => "FAIL",
+                Status::Breached => "BREACHED",
+                Status::Warn => "WARN",
+            };
+            vec![
+                f.check.clone(),
+                status.to_owned(),
+                f.detail.clone(),
+                f.fix.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    d.rows(None, &["check", "status", "detail", "fix"], rows);
+    d
+}
