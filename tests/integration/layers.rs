@@ -393,3 +393,44 @@ async fn a_batch_that_keeps_meeting_ddl_is_given_up_after_five_tries() {
         "nothing was evicted"
     );
 }
+
+/// Commands whose reports the output layer renders: none of them builds a document for people.
+const RENDERED_BY_OUTPUT: &[&str] = &[
+    "src/commands/check.rs",
+    "src/commands/inspect.rs",
+    "src/commands/reclaim.rs",
+    "src/commands/reclaim/citus.rs",
+    "src/commands/stats.rs",
+];
+
+#[test]
+fn commands_hand_their_reports_to_the_output_layer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    for shown in RENDERED_BY_OUTPUT {
+        let text = std::fs::read_to_string(root.join(shown)).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            let (_, code) = split_line(line);
+            if [
+                "Doc::default",
+                "Doc {",
+                ".fields(",
+                "doc.rows(",
+                "doc.text(",
+            ]
+            .iter()
+            .any(|m| code.contains(m))
+            {
+                found.push(format!("{shown}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "render in src/output/ (a function taking the command's report), not here:\n{}",
+        found.join("\n")
+    );
+}
