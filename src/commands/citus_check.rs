@@ -31,7 +31,7 @@ pub async fn findings(
     coordinator: &Privileges,
 ) -> Vec<Finding> {
     let mut out = vec![distribution(table, layout)];
-    let cluster = match shards::connect(ctx, client, table, layout.clone(), 1).await {
+    let cluster = match shards::connect(ctx, client, table, 1).await {
         Ok(c) => c,
         Err(e) => {
             out.push(finding(

@@ -84,7 +84,7 @@ pub async fn gather(
     table.require_columns()?;
     table.require_ttl("stats")?;
     table.require_expiry_index()?;
-    let cluster = shards::connect(ctx, client, table, layout.clone(), 1)
+    let cluster = shards::connect(ctx, client, table, 1)
         .await
         .context("failed to reach the key table's shards on the Citus workers")?;
     let count_stuck = allow_scan || table.stuck_index().is_some();

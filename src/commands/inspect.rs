@@ -138,7 +138,7 @@ async fn on_shards(
         }
         _ => None,
     };
-    let cluster = shards::connect_to(ctx, client, table, layout, 1, only).await?;
+    let cluster = shards::connect_to(ctx, client, table, 1, only).await?;
     let mut records = Vec::new();
     for node in &cluster.nodes {
         let session = node.session().await?;

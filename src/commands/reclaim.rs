@@ -1099,9 +1099,8 @@ async fn sweep(
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
     report.end_reason = match distributed {
-        Some(layout) => {
-            let archive = archive.as_mut();
-            citus::sweep(ctx, client, table, layout, req, args, &mut report, archive).await?
+        Some(_) => {
+            citus::sweep(ctx, client, table, req, args, &mut report, archive.as_mut()).await?
         }
         None => sweep_batches(ctx, client, table, req, args, &mut report, archive.as_mut()).await?,
     };

@@ -48,13 +48,8 @@ impl Node {
     }
 }
 
-/// A hash-distributed key table: its layout and its workers.
+/// The workers holding a distributed key table's shards.
 pub struct Cluster {
-    #[expect(
-        dead_code,
-        reason = "kept for the commands that will report the distribution"
-    )]
-    pub layout: Layout,
     pub nodes: Vec<Node>,
 }
 
@@ -77,10 +72,9 @@ pub async fn connect(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
-    layout: Layout,
     pool_size: usize,
 ) -> Result<Cluster> {
-    connect_to(ctx, client, table, layout, pool_size, None).await
+    connect_to(ctx, client, table, pool_size, None).await
 }
 
 /// Like [`connect`], with only the shard `only` when given.
@@ -88,7 +82,6 @@ pub async fn connect_to(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
-    layout: Layout,
     pool_size: usize,
     only: Option<i64>,
 ) -> Result<Cluster> {
@@ -116,7 +109,7 @@ pub async fn connect_to(
             table: shard,
         });
     }
-    Ok(Cluster { layout, nodes })
+    Ok(Cluster { nodes })
 }
 
 fn open_node(ctx: &Context, placement: &Placement, pool_size: usize) -> Result<Node> {

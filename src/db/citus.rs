@@ -9,9 +9,9 @@ use super::table::ProfileChoice;
 use super::{KeyTable, Session};
 use crate::cli::TableName;
 use crate::exit::{Exit, fail};
-use crate::output::sanitize;
 
-/// How Citus manages the key table.
+/// How Citus manages the key table (the output layer describes it for people:
+/// `Layout::describe`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "type")]
 pub enum Layout {
@@ -23,20 +23,6 @@ pub enum Layout {
     SingleShard,
     /// A Citus local table: on the coordinator, known to Citus.
     CitusLocal,
-}
-
-impl Layout {
-    /// How the layout reads in messages and reports.
-    pub fn describe(&self) -> String {
-        match self {
-            Layout::Distributed { column, shards } => {
-                format!("distributed by {} over {shards} shards", sanitize(column))
-            }
-            Layout::Reference => "a reference table".to_owned(),
-            Layout::SingleShard => "a table of a distributed schema (one shard)".to_owned(),
-            Layout::CitusLocal => "a Citus local table".to_owned(),
-        }
-    }
 }
 
 /// `None` when Citus is not installed in the database or does not manage the table.
@@ -161,9 +147,7 @@ pub async fn resolve_shard(
     begin_catalog_reads(client).await.with_context(|| {
         format!(
             "failed to read shard {} on node {}:{}",
-            placement.shard_id,
-            sanitize(&placement.node),
-            placement.port
+            placement.shard_id, placement.node, placement.port
         )
     })?;
     // The shard has the table's columns: it plays the same profile.
@@ -179,9 +163,9 @@ pub async fn resolve_shard(
             format!(
                 "shard {} of {} (table {}) is not on node {}:{} where the coordinator's metadata places it ({}); a shard move may be under way, try again",
                 placement.shard_id,
-                table.display(),
-                sanitize(&name.to_string()),
-                sanitize(&placement.node),
+                table.qualified_name(),
+                name,
+                placement.node,
                 placement.port,
                 crate::one_line(&e)
             ),

@@ -124,7 +124,7 @@ pub async fn run(
     let jobs = usize::from(args.effective_jobs());
     // Sessions per worker: the batch sessions, the adaptive pace's extra one, and one for the
     // pace's samples and the counts.
-    let cluster = shards::connect(ctx, &lock_holder, table, layout.clone(), jobs + 2)
+    let cluster = shards::connect(ctx, &lock_holder, table, jobs + 2)
         .await
         .context("failed to reach the key table's shards on the Citus workers")?;
     let pace = super::pace_mode(args);

@@ -17,13 +17,8 @@ use crate::context::Context;
 use crate::db::citus::{self, Layout};
 use crate::db::{KeyTable, Session};
 
-async fn cluster(
-    ctx: &Context,
-    client: &Session,
-    table: &KeyTable,
-    layout: Layout,
-) -> Result<Cluster> {
-    shards::connect(ctx, client, table, layout, 1)
+async fn cluster(ctx: &Context, client: &Session, table: &KeyTable) -> Result<Cluster> {
+    shards::connect(ctx, client, table, 1)
         .await
         .context("failed to reach the key table's shards on the Citus workers")
 }
@@ -43,21 +38,16 @@ async fn worker_session(node: &shards::Node) -> Result<Session> {
 }
 
 /// The sweep, shard after shard; stops at the first shard that does not drain (limit, signal).
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the run's context, coordinator session, table and layout, request, report and archive"
-)]
 pub async fn sweep(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
-    layout: Layout,
     req: &Request,
     args: &ReclaimArgs,
     report: &mut ReclaimReport,
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
-    let cluster = cluster(ctx, client, table, layout).await?;
+    let cluster = cluster(ctx, client, table).await?;
     for node in &cluster.nodes {
         let session = worker_session(node).await?;
         for shard in &node.shards {
@@ -99,7 +89,7 @@ pub async fn apply(
     }
     let tenants: Vec<&str> = rows.iter().map(|r| r.api_key_id.as_str()).collect();
     let shard_of = citus::shards_for(client, table, &tenants).await?;
-    let cluster = cluster(ctx, client, table, layout).await?;
+    let cluster = cluster(ctx, client, table).await?;
     let placed = |id: &i64| {
         cluster
             .nodes
