@@ -5,9 +5,9 @@
 //! when asked (see `partitions`), starts the workers (see `worker`), which pause while replicas lag
 //! when asked (see `replica`), and reports: a summary table or JSON, and Prometheus textfile metrics.
 
-mod citus;
+pub(crate) mod citus;
 mod pace;
-mod partitions;
+pub(crate) mod partitions;
 pub mod rate;
 mod replica;
 mod vacuum;
@@ -30,7 +30,7 @@ use crate::db::queries::Capped;
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::Metrics;
-use crate::output::{Doc, human_secs, rfc3339, sanitize};
+use crate::output::{Doc, rfc3339, sanitize};
 use crate::progress::Progress;
 
 /// How many keys of each kind the dry run lists.
@@ -70,7 +70,7 @@ const END_REASONS: [&str; 7] = [
 ];
 
 impl EndReason {
-    fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EndReason::Drained => "drained",
             EndReason::TimeBudget => "time_budget",
@@ -654,7 +654,7 @@ async fn dry_run(
     doc.fields(None, fields);
     sample_blocks(&mut doc, &sample);
     if let Some(d) = &extra {
-        partition_blocks(
+        crate::output::evict::partition_blocks(
             &mut doc,
             &d.dropped,
             &d.kept,
@@ -752,44 +752,6 @@ fn replicas_text(replicas: &[crate::db::replication::Replica]) -> String {
         .join("; ")
 }
 
-/// Tables of dropped (or droppable) partitions and of those left to the batches.
-fn partition_blocks(
-    doc: &mut Doc,
-    dropped: &[partitions::Dropped],
-    kept: &[partitions::Kept],
-    title: &str,
-) {
-    if !dropped.is_empty() {
-        let rows = dropped
-            .iter()
-            .map(|d| {
-                vec![
-                    crate::output::sanitize(&d.name),
-                    partitions::bound_text(d),
-                    d.estimated_rows.to_string(),
-                    crate::output::human_bytes(d.total_bytes),
-                ]
-            })
-            .collect();
-        doc.rows(
-            Some(title),
-            &["partition", "bounds", "estimated rows", "size"],
-            rows,
-        );
-    }
-    if !kept.is_empty() {
-        let rows = kept
-            .iter()
-            .map(|k| vec![crate::output::sanitize(&k.name), k.reason.clone()])
-            .collect();
-        doc.rows(
-            Some("partitions left to the batches"),
-            &["partition", "why"],
-            rows,
-        );
-    }
-}
-
 fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
     let explicit = ctx.global.output != OutputFormat::Auto;
     let json = ctx.output.format == OutputFormat::Json;
@@ -804,92 +766,9 @@ fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
         }
         return Ok(());
     }
-    ctx.output.emit(&doc(r), &serde_json::to_value(r)?)?;
+    ctx.output
+        .emit(&crate::output::evict::summary(r), &serde_json::to_value(r)?)?;
     Ok(())
-}
-
-fn doc(r: &EvictReport) -> Doc {
-    let mut d = Doc::default();
-    let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
-    let mut fields: Vec<(String, String)> = vec![
-        ("table".into(), r.table.clone()),
-        ("end reason".into(), r.end_reason.as_str().into()),
-        ("rows evicted".into(), r.rows_evicted.to_string()),
-        ("batches".into(), r.batches.to_string()),
-        ("elapsed".into(), format!("{:.2}s", r.elapsed_seconds)),
-        ("rate".into(), format!("{:.0} rows/s", r.rows_per_second)),
-        (
-            "skipped (locked by live requests)".into(),
-            r.skipped_locked.to_string(),
-        ),
-        (
-            "skipped (younger than --min-age)".into(),
-            r.skipped_min_age.to_string(),
-        ),
-        (
-            "expired in_progress left (see reclaim)".into(),
-            capped(&r.expired_in_progress_left),
-        ),
-        ("expired backlog left".into(), capped(&r.backlog_left)),
-    ];
-    // Batch figures describe batches that deleted something; a run that evicted nothing has none.
-    if r.rows_evicted > 0 {
-        fields.extend([
-            (
-                "batch latency p50 / p99 / max".into(),
-                format!(
-                    "{:.1} / {:.1} / {:.1} ms",
-                    r.batch_ms_p50, r.batch_ms_p99, r.batch_ms_max
-                ),
-            ),
-            (
-                "rows per batch p50 / max".into(),
-                format!("{} / {}", r.batch_rows_p50, r.batch_rows_max),
-            ),
-        ]);
-    }
-    d.fields(None, fields);
-    let mut extra = Vec::new();
-    if !r.dropped_partitions.is_empty() || !r.partitions_kept.is_empty() {
-        extra.push((
-            "partitions dropped".into(),
-            format!(
-                "{} (about {} rows)",
-                r.dropped_partitions.len(),
-                r.rows_dropped_estimate
-            ),
-        ));
-    }
-    if let Some(limit) = r.replica_lag_limit_seconds {
-        extra.push((
-            "paused for replica lag".into(),
-            format!(
-                "{} times, {} in all (limit {}, worst lag seen {})",
-                r.replica_lag_waits,
-                human_secs(r.replica_lag_wait_seconds),
-                human_secs(limit),
-                human_secs(r.replica_lag_max_seconds)
-            ),
-        ));
-    }
-    extra.push(("pace".into(), r.pace.describe()));
-    if let Some(rate) = &r.rate_limit {
-        extra.push(("rate limit".into(), rate.describe()));
-    }
-    if let Some(v) = &r.vacuum {
-        extra.push(("vacuum".into(), v.describe()));
-    }
-    d.fields(None, extra);
-    if let Some(c) = &r.citus {
-        citus::blocks(&mut d, c);
-    }
-    partition_blocks(
-        &mut d,
-        &r.dropped_partitions,
-        &r.partitions_kept,
-        "partitions dropped",
-    );
-    d
 }
 
 /// The run's own metrics (the run series are added by the recorder).

@@ -317,12 +317,6 @@ async fn refuse_or_fail(
     Ok(Some(refused))
 }
 
-/// A partition's bound for the human summary: its range when known, else as PostgreSQL prints it
-/// (escaped for a terminal).
-pub fn bound_text(d: &Dropped) -> String {
-    crate::output::sanitize(d.bound.strip_prefix("FOR VALUES ").unwrap_or(&d.bound))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
