@@ -1,10 +1,12 @@
-//! evict's run summary for people, and the partition tables the summary and the dry run share.
+//! evict's reports for people: the dry run (candidates, sample, statement and plan) and the run's
+//! summary, with the partition tables both share.
 //! Names from the catalog are escaped here, where they are printed.
 
-use crate::commands::evict::EvictReport;
 use crate::commands::evict::partitions;
+use crate::commands::evict::{DryRunReport, EvictReport};
+use crate::db::evict::SampleKey;
 use crate::db::queries::Capped;
-use crate::output::{Doc, human_bytes, human_secs, sanitize};
+use crate::output::{Doc, human_bytes, human_secs, rfc3339, sanitize};
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
 /// workers' table and the partitions it dropped.
@@ -134,4 +136,100 @@ pub(crate) fn partition_blocks(
 /// (escaped for a terminal).
 fn bound_text(d: &partitions::Dropped) -> String {
     sanitize(d.bound.strip_prefix("FOR VALUES ").unwrap_or(&d.bound))
+}
+
+/// The dry run: what would go, a sample of it, the partitions and replicas when asked, and the
+/// batch statement with the plan of its first batch.
+pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
+    let when = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "-".into(), rfc3339);
+    let mut fields: Vec<(String, String)> = vec![
+        ("table".into(), r.table.clone()),
+        ("would evict".into(), r.would_evict.to_string()),
+        ("oldest candidate".into(), when(r.oldest_candidate)),
+        ("newest candidate".into(), when(r.newest_candidate)),
+        ("batch size".into(), r.batch_sizing.clone()),
+    ];
+    if r.min_age {
+        fields.push((
+            "held back by --min-age".into(),
+            if r.walked_all {
+                format!(
+                    "{} (among the first {} expired keys)",
+                    r.held_back_by_min_age, r.walked
+                )
+            } else {
+                r.held_back_by_min_age.to_string()
+            },
+        ));
+    }
+    if let (Some(dropped), Some(rows)) = (&r.would_drop_partitions, r.rows_dropped_estimate) {
+        fields.push((
+            "would drop partitions".into(),
+            format!(
+                "{} (about {rows} rows, if their locks are granted at once; those rows are included above)",
+                dropped.len(),
+            ),
+        ));
+    }
+    if let Some(replicas) = &r.replicas {
+        fields.push(("streaming replicas".into(), replicas_text(replicas)));
+    }
+    let mut doc = Doc::default();
+    doc.fields(None, fields);
+    sample_blocks(&mut doc, &r.sample, &r.held_back_sample);
+    if let (Some(dropped), Some(kept)) = (&r.would_drop_partitions, &r.partitions_kept) {
+        partition_blocks(&mut doc, dropped, kept, "partitions that would be dropped");
+    }
+    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{}", r.statement));
+    doc.text(format!("plan:\n{}", r.plan.join("\n")));
+    doc
+}
+
+/// Tables of the sampled keys.
+fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey]) {
+    let cells = |k: &SampleKey| {
+        vec![
+            sanitize(&k.api_key_id),
+            sanitize(&k.key),
+            rfc3339(k.expires_at),
+            rfc3339(k.created_at),
+        ]
+    };
+    let header = ["api_key_id", "key", "expires_at", "created_at"];
+    if !evict.is_empty() {
+        doc.rows(
+            Some("The first keys it would evict (oldest expiry first):"),
+            &header,
+            evict.iter().map(cells).collect(),
+        );
+    }
+    if !kept.is_empty() {
+        doc.rows(
+            Some("The first keys --min-age holds back (created too recently):"),
+            &header,
+            kept.iter().map(cells).collect(),
+        );
+    }
+}
+
+/// The replicas as the dry run shows them.
+fn replicas_text(replicas: &[crate::db::replication::Replica]) -> String {
+    if replicas.is_empty() {
+        return "none visible (nothing would pause)".into();
+    }
+    replicas
+        .iter()
+        .map(|r| {
+            let lag = r
+                .replay_lag_seconds
+                .map_or_else(|| "idle".to_owned(), human_secs);
+            format!(
+                "{} ({}, {} behind, replay_lag {lag})",
+                sanitize(&r.name),
+                r.state,
+                human_bytes(r.behind_bytes)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }

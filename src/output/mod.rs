@@ -2,8 +2,7 @@
 //!
 //! Commands return typed reports; a module here per command (check, evict, inspect, reclaim,
 //! stats) renders each as a [`Doc`] for people, and the report itself is the JSON for scripts.
-//! evict's dry run and the Citus commands still build their [`Doc`] themselves. Nothing else
-//! prints data.
+//! The Citus commands still build their [`Doc`] themselves. Nothing else prints data.
 
 pub(crate) mod check;
 pub(crate) mod evict;

@@ -390,6 +390,7 @@ async fn a_batch_that_keeps_meeting_ddl_is_given_up_after_five_tries() {
 /// Commands whose reports the output layer renders: none of them builds a document for people.
 const RENDERED_BY_OUTPUT: &[&str] = &[
     "src/commands/check.rs",
+    "src/commands/evict/mod.rs",
     "src/commands/inspect.rs",
     "src/commands/reclaim.rs",
     "src/commands/reclaim/citus.rs",

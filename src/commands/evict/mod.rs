@@ -30,7 +30,7 @@ use crate::db::queries::Capped;
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::Metrics;
-use crate::output::{Doc, rfc3339, sanitize};
+use crate::output::rfc3339;
 use crate::progress::Progress;
 
 /// How many keys of each kind the dry run lists.
@@ -608,148 +608,88 @@ async fn dry_run(
                 .to_owned(),
         ]
     };
-    let mut json = serde_json::json!({
-        "table": table.display(),
-        "dry_run": true,
-        "would_evict": count,
-        "oldest_candidate": oldest.map(rfc3339),
-        "newest_candidate": newest.map(rfc3339),
-        "batch_size": args.batch_size,
-        "batch_sizing": args.batch_sizing().describe(),
-        "statement": statement,
-        "plan": plan,
-    });
-    let mut fields = vec![
-        ("table".into(), table.display()),
-        ("would evict".into(), count.to_string()),
-        (
-            "oldest candidate".into(),
-            oldest.map_or_else(|| "-".into(), rfc3339),
-        ),
-        (
-            "newest candidate".into(),
-            newest.map_or_else(|| "-".into(), rfc3339),
-        ),
-        ("batch size".into(), args.batch_sizing().describe()),
-    ];
-    let mut doc = Doc::default();
     let sample = evict_db::preview_sample(client, table, COUNT_CAP, min_age, SAMPLE_SIZE).await?;
-    if args.min_age.is_some() {
-        fields.push((
-            "held back by --min-age".into(),
-            if sample.walked >= COUNT_CAP {
-                format!(
-                    "{} (among the first {} expired keys)",
-                    sample.held_back, sample.walked
-                )
-            } else {
-                sample.held_back.to_string()
-            },
-        ));
-    }
-    json["sample"] = serde_json::to_value(&sample.evict)?;
-    json["held_back_by_min_age"] = serde_json::to_value(sample.held_back)?;
-    json["held_back_sample"] = serde_json::to_value(&sample.kept)?;
-    let extra = dry_run_extras(client, table, args, &mut json, &mut fields).await?;
-    doc.fields(None, fields);
-    sample_blocks(&mut doc, &sample);
-    if let Some(d) = &extra {
-        crate::output::evict::partition_blocks(
-            &mut doc,
-            &d.dropped,
-            &d.kept,
-            "partitions that would be dropped",
-        );
-    }
-    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{statement}"));
-    doc.text(format!("plan:\n{}", plan.join("\n")));
-    ctx.output.emit(&doc, &json)?;
-    Ok(Exit::Success)
-}
-
-/// Tables of the sampled keys.
-fn sample_blocks(doc: &mut Doc, sample: &evict_db::Sample) {
-    let cells = |k: &evict_db::SampleKey| {
-        vec![
-            sanitize(&k.api_key_id),
-            sanitize(&k.key),
-            rfc3339(k.expires_at),
-            rfc3339(k.created_at),
-        ]
-    };
-    let header = ["api_key_id", "key", "expires_at", "created_at"];
-    if !sample.evict.is_empty() {
-        doc.rows(
-            Some("The first keys it would evict (oldest expiry first):"),
-            &header,
-            sample.evict.iter().map(cells).collect(),
-        );
-    }
-    if !sample.kept.is_empty() {
-        doc.rows(
-            Some("The first keys --min-age holds back (created too recently):"),
-            &header,
-            sample.kept.iter().map(cells).collect(),
-        );
-    }
-}
-
-/// What the dry run adds for --drop-partitions (the partitions the probe clears now; no lock is
-/// taken) and --max-replica-lag (the replicas as they stand); returns the partition preview.
-async fn dry_run_extras(
-    client: &Session,
-    table: &KeyTable,
-    args: &EvictArgs,
-    json: &mut serde_json::Value,
-    fields: &mut Vec<(String, String)>,
-) -> Result<Option<partitions::DropReport>> {
     let drops = if args.drop_partitions {
-        let min_age = args.min_age.map(|d| d.as_secs_f64());
         Some(partitions::preview(client, table, min_age).await?)
     } else {
         None
     };
-    if let Some(d) = &drops {
-        json["would_drop_partitions"] = serde_json::to_value(&d.dropped)?;
-        json["rows_dropped_estimate"] = d.estimated_rows().into();
-        json["partitions_kept"] = serde_json::to_value(&d.kept)?;
-        fields.push((
-            "would drop partitions".into(),
-            format!(
-                "{} (about {} rows, if their locks are granted at once; those rows are included above)",
-                d.dropped.len(),
-                d.estimated_rows()
-            ),
-        ));
-    }
-    if args.max_replica_lag.is_some() {
-        let replicas = crate::db::replication::replicas(client).await?;
-        json["replicas"] = serde_json::to_value(&replicas)?;
-        fields.push(("streaming replicas".into(), replicas_text(&replicas)));
-    }
-    Ok(drops)
+    let replicas = match args.max_replica_lag {
+        Some(_) => Some(crate::db::replication::replicas(client).await?),
+        None => None,
+    };
+    let report = DryRunReport {
+        table: table.display(),
+        dry_run: true,
+        would_evict: count,
+        oldest_candidate: oldest,
+        newest_candidate: newest,
+        batch_size: args.batch_size,
+        batch_sizing: args.batch_sizing().describe(),
+        statement,
+        plan,
+        sample: sample.evict,
+        held_back_by_min_age: sample.held_back,
+        held_back_sample: sample.kept,
+        min_age: args.min_age.is_some(),
+        walked: sample.walked,
+        walked_all: sample.walked >= COUNT_CAP,
+        rows_dropped_estimate: drops.as_ref().map(partitions::DropReport::estimated_rows),
+        would_drop_partitions: drops.as_ref().map(|d| d.dropped.clone()),
+        partitions_kept: drops.map(|d| d.kept),
+        replicas,
+    };
+    let json = serde_json::to_value(&report)?;
+    ctx.output
+        .emit(&crate::output::evict::dry_run(&report), &json)?;
+    Ok(Exit::Success)
 }
 
-/// The replicas as the dry run shows them.
-fn replicas_text(replicas: &[crate::db::replication::Replica]) -> String {
-    if replicas.is_empty() {
-        return "none visible (nothing would pause)".into();
+/// What a dry run found and would do (also the JSON document): the candidates, the batch
+/// statement and its plan, a sample of the keys, and with --drop-partitions or --max-replica-lag
+/// the partitions it would drop and the replicas it would watch.
+#[derive(Debug, Serialize)]
+pub(crate) struct DryRunReport {
+    pub(crate) table: String,
+    dry_run: bool,
+    pub(crate) would_evict: Capped,
+    #[serde(serialize_with = "to_the_second")]
+    pub(crate) oldest_candidate: Option<OffsetDateTime>,
+    #[serde(serialize_with = "to_the_second")]
+    pub(crate) newest_candidate: Option<OffsetDateTime>,
+    batch_size: Option<u32>,
+    pub(crate) batch_sizing: String,
+    pub(crate) statement: String,
+    pub(crate) plan: Vec<String>,
+    pub(crate) sample: Vec<evict_db::SampleKey>,
+    pub(crate) held_back_by_min_age: i64,
+    pub(crate) held_back_sample: Vec<evict_db::SampleKey>,
+    /// --min-age was given.
+    #[serde(skip)]
+    pub(crate) min_age: bool,
+    /// Expired keys the --min-age count walked, and whether it stopped at its cap.
+    #[serde(skip)]
+    pub(crate) walked: i64,
+    #[serde(skip)]
+    pub(crate) walked_all: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) would_drop_partitions: Option<Vec<partitions::Dropped>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) rows_dropped_estimate: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partitions_kept: Option<Vec<partitions::Kept>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) replicas: Option<Vec<crate::db::replication::Replica>>,
+}
+
+fn to_the_second<S: serde::Serializer>(
+    t: &Option<OffsetDateTime>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&rfc3339(*t)),
+        None => s.serialize_none(),
     }
-    replicas
-        .iter()
-        .map(|r| {
-            let lag = r
-                .replay_lag_seconds
-                .map_or_else(|| "idle".to_owned(), crate::output::human_secs);
-            format!(
-                "{} ({}, {} behind, replay_lag {lag})",
-                crate::output::sanitize(&r.name),
-                r.state,
-                crate::output::human_bytes(r.behind_bytes)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
