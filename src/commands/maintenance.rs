@@ -108,47 +108,6 @@ pub fn outlook(rels: Vec<AutovacuumRel>, ttl: Option<&RecentTtl>) -> Outlook {
     }
 }
 
-impl Outlook {
-    /// The summary line for `stats`: when autovacuum next vacuums the table.
-    pub fn next_text(&self) -> String {
-        if !self.autovacuum_enabled {
-            return "never: autovacuum is off for this table or the server".into();
-        }
-        match (
-            &self.next_autovacuum_seconds,
-            &self.next_autovacuum_relation,
-        ) {
-            (Some(s), Some(rel)) if *s <= 0.0 => {
-                format!("due now ({rel} is past its threshold, waiting for an autovacuum worker)")
-            }
-            (Some(s), Some(rel)) if self.relations.len() > 1 => {
-                format!("in about {} ({rel})", human_secs(*s))
-            }
-            (Some(s), _) => format!("in about {}", human_secs(*s)),
-            _ => "unknown (no recent keys to estimate the eviction rate from)".into(),
-        }
-    }
-
-    /// The thresholds, one line.
-    pub fn threshold_text(&self) -> String {
-        match self.relations.as_slice() {
-            [one] => format!(
-                "{} dead tuples ({} + {} × {:.0} rows{})",
-                one.threshold.round(),
-                one.rel.base_threshold,
-                one.rel.scale_factor,
-                one.rel.reltuples,
-                if one.rel.own_settings {
-                    ", the table's own settings"
-                } else {
-                    ", the server's settings"
-                }
-            ),
-            many => format!("per partition ({} leaf partitions)", many.len()),
-        }
-    }
-}
-
 /// Target time between autovacuums that check's suggested settings aim for, as a multiple of the
 /// eviction interval.
 const TARGET_INTERVALS: f64 = 6.0;

@@ -2,6 +2,7 @@
 //! backlog, stuck keys, vacuum), the Citus workers' table, the notes, and with `--partitions` one
 //! row per leaf partition. Keys and catalog names are escaped here, where they are printed.
 
+use crate::commands::maintenance::Outlook;
 use crate::commands::stats::StatsReport;
 use crate::db::queries::KeyRef;
 use crate::output::{Doc, human_bytes, human_secs, rfc3339, sanitize};
@@ -95,11 +96,8 @@ fn doc(r: &StatsReport) -> Doc {
             "dead tuple ratio".into(),
             format!("{:.1}%", r.maintenance.dead_tuple_ratio * 100.0),
         ),
-        (
-            "autovacuum threshold".into(),
-            r.maintenance.threshold_text(),
-        ),
-        ("next autovacuum".into(), r.maintenance.next_text()),
+        ("autovacuum threshold".into(), thresholds(&r.maintenance)),
+        ("next autovacuum".into(), next_autovacuum(&r.maintenance)),
         ("recent TTL".into(), ttl_text(r.recent_ttl.as_ref())),
         ("last vacuum".into(), when(r.vacuum.last_vacuum)),
         ("last analyze".into(), when(r.vacuum.last_analyze)),
@@ -174,5 +172,41 @@ fn backlog_text(r: &StatsReport) -> String {
             format!("{b} (about {est} by the planner's estimate)")
         }
         (Some(b), _) => b.to_string(),
+    }
+}
+
+/// The summary line for `stats`: when autovacuum next vacuums the table.
+fn next_autovacuum(o: &Outlook) -> String {
+    if !o.autovacuum_enabled {
+        return "never: autovacuum is off for this table or the server".into();
+    }
+    match (&o.next_autovacuum_seconds, &o.next_autovacuum_relation) {
+        (Some(s), Some(rel)) if *s <= 0.0 => {
+            format!("due now ({rel} is past its threshold, waiting for an autovacuum worker)")
+        }
+        (Some(s), Some(rel)) if o.relations.len() > 1 => {
+            format!("in about {} ({rel})", human_secs(*s))
+        }
+        (Some(s), _) => format!("in about {}", human_secs(*s)),
+        _ => "unknown (no recent keys to estimate the eviction rate from)".into(),
+    }
+}
+
+/// The thresholds, one line.
+fn thresholds(o: &Outlook) -> String {
+    match o.relations.as_slice() {
+        [one] => format!(
+            "{} dead tuples ({} + {} × {:.0} rows{})",
+            one.threshold.round(),
+            one.rel.base_threshold,
+            one.rel.scale_factor,
+            one.rel.reltuples,
+            if one.rel.own_settings {
+                ", the table's own settings"
+            } else {
+                ", the server's settings"
+            }
+        ),
+        many => format!("per partition ({} leaf partitions)", many.len()),
     }
 }
