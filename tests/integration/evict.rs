@@ -282,6 +282,40 @@ async fn evict_honours_row_and_batch_budgets() {
     );
 }
 
+/// --max-rows holds exactly with several sessions whose batches delete fewer rows than their
+/// ranges hold (every other expired key is in_progress): rows a batch reserved and did not delete
+/// are claimed again, even after another session saw the budget fully reserved and stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_row_budget_is_exact_with_several_sessions_and_in_progress_keys_in_the_ranges() {
+    let db = TestDb::new().await;
+    fixtures::create(&db, Schema::Corrected).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+         request_fingerprint, state, locked_at, created_at, expires_at) \
+         SELECT 'k' || g, 'tenant_' || (g % 7), 'POST', '/v1/payments', sha256(g::text::bytea), \
+         CASE WHEN g % 2 = 0 THEN 'completed' ELSE 'in_progress' END, now() - interval '2 days', \
+         now() - interval '2 days', now() - make_interval(secs => g) \
+         FROM generate_series(1, 4000) g; ANALYZE idempotency_keys",
+    )
+    .await;
+    for _ in 0..3 {
+        let before = scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await;
+        let run = db
+            .idemctl()
+            .args(["evict", "-o", "json", "--jobs", "2", "--batch-size", "50"])
+            .args(["--max-rows", "300"])
+            .run();
+        run.assert_code(0);
+        let j = run.json();
+        assert_eq!(j["rows_evicted"], 300, "{run}");
+        assert_eq!(j["end_reason"], "row_budget", "{run}");
+        assert_eq!(
+            scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+            before - 300
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evict_honours_pause_and_time_budget() {
     let db = TestDb::new().await;

@@ -197,7 +197,13 @@ impl Shared {
         } else if failed {
             EndReason::Error
         } else {
-            state.stop.unwrap_or(EndReason::Drained)
+            state.stop.unwrap_or_else(|| {
+                if !state.drained && self.plan.max_rows.is_some_and(|m| state.reserved >= m) {
+                    EndReason::RowBudget
+                } else {
+                    EndReason::Drained
+                }
+            })
         }
     }
 
@@ -247,12 +253,18 @@ impl Shared {
         None
     }
 
-    /// Stop claiming when a budget says so (recording why).
+    /// Stop claiming when a budget says so (recording why). The row budget is not recorded: rows
+    /// reserved by another session's batch under way come back when that batch deletes fewer (a
+    /// row in its range is in_progress or held), and that session then claims them again, so the
+    /// run ends at exactly --max-rows; `end_reason` names the budget at the end.
     fn should_stop(&self, state: &mut State) -> bool {
         let Some(reason) = self.budget_reason(state) else {
             return false;
         };
-        if !matches!(reason, EndReason::Drained | EndReason::Interrupted) {
+        if !matches!(
+            reason,
+            EndReason::Drained | EndReason::Interrupted | EndReason::RowBudget
+        ) {
             state.stop.get_or_insert(reason);
         }
         true
