@@ -24,14 +24,6 @@ impl StoredFingerprint {
         }
     }
 
-    /// How it reads: lowercase hex for bytes, the text as stored.
-    pub fn shown(&self) -> String {
-        match self {
-            StoredFingerprint::Bytes(b) => crate::fingerprint::hex(b),
-            StoredFingerprint::Text(t) => t.clone(),
-        }
-    }
-
     /// Whether a computed SHA-256 digest is the one stored (hex text compared without regard to
     /// case or surrounding blanks).
     pub fn matches(&self, digest: &[u8]) -> bool {
@@ -46,7 +38,11 @@ impl StoredFingerprint {
 
 impl Serialize for StoredFingerprint {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.shown())
+        // In JSON: lowercase hex for bytes, the text as stored.
+        match self {
+            StoredFingerprint::Bytes(b) => s.serialize_str(&crate::fingerprint::hex(b)),
+            StoredFingerprint::Text(t) => s.serialize_str(t),
+        }
     }
 }
 

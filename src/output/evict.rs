@@ -3,6 +3,8 @@
 //! Names from the catalog are escaped here, where they are printed.
 
 use crate::commands::evict::partitions;
+use crate::commands::evict::rate::{RateProgress, RateReport};
+use crate::commands::evict::vacuum::{Skipped, VacuumReport};
 use crate::commands::evict::{DryRunReport, EvictReport};
 use crate::db::evict::SampleKey;
 use crate::db::queries::Capped;
@@ -76,10 +78,10 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
     }
     extra.push(("pace".into(), r.pace.describe()));
     if let Some(rate) = &r.rate_limit {
-        extra.push(("rate limit".into(), rate.describe()));
+        extra.push(("rate limit".into(), rate_summary(rate)));
     }
     if let Some(v) = &r.vacuum {
-        extra.push(("vacuum".into(), v.describe()));
+        extra.push(("vacuum".into(), vacuum_summary(v)));
     }
     d.fields(None, extra);
     if let Some(c) = &r.citus {
@@ -232,4 +234,103 @@ fn replicas_text(replicas: &[crate::db::replication::Replica]) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// "5000 rows/s"-style text.
+fn rows_rate(r: f64) -> String {
+    if r >= 10.0 {
+        format!("{r:.0} rows/s")
+    } else {
+        format!("{r} rows/s")
+    }
+}
+
+/// "1.0 MiB/s"-style text.
+fn bytes_rate(b: f64) -> String {
+    format!("{}/s", human_bytes(b.round() as i64))
+}
+
+/// The progress bar's line for --max-rate and --max-wal-rate: the caps and the WAL rate so far.
+pub(crate) fn rate_status(p: &RateProgress) -> String {
+    let mut parts = Vec::new();
+    if let Some(r) = p.max_rows_per_second {
+        parts.push(format!("max {}", rows_rate(r)));
+    }
+    if let Some(w) = p.max_wal_bytes_per_second {
+        parts.push(format!(
+            "WAL {} of max {}",
+            bytes_rate(p.wal_bytes_per_second),
+            bytes_rate(w)
+        ));
+    }
+    parts.join(", ")
+}
+
+/// The summary's line for the rate caps: each cap and what the run achieved, and the waits.
+pub(crate) fn rate_summary(r: &RateReport) -> String {
+    let mut parts = Vec::new();
+    if let Some(max) = r.max_rows_per_second {
+        parts.push(format!(
+            "max {} (achieved {})",
+            rows_rate(max),
+            rows_rate(r.rows_per_second)
+        ));
+    }
+    if let (Some(w), Some(bytes), Some(rate)) = (
+        r.max_wal_bytes_per_second,
+        r.wal_bytes,
+        r.wal_bytes_per_second,
+    ) {
+        parts.push(format!(
+            "max {} WAL (wrote {}, {})",
+            bytes_rate(w),
+            human_bytes(i64::try_from(bytes).unwrap_or(i64::MAX)),
+            bytes_rate(rate)
+        ));
+    }
+    parts.push(format!(
+        "over {} of batches; waited {} times, {} in all",
+        human_secs(r.seconds),
+        r.waits,
+        human_secs(r.wait_seconds)
+    ));
+    parts.join("; ")
+}
+
+/// Why --vacuum did not run, in words (the summary's line and the JSON's `skipped`).
+pub(crate) fn vacuum_skipped(s: &Skipped) -> String {
+    match s {
+        Skipped::RunEnded(reason) => format!("the run ended with {}", reason.as_str()),
+        Skipped::TooFew { evicted, min_rows } => {
+            format!("{evicted} keys evicted, not more than --vacuum-min-rows {min_rows}")
+        }
+        Skipped::NoSession => "no session to run it on".to_owned(),
+    }
+}
+
+/// The summary's line for --vacuum: what it vacuumed, and each relation whose VACUUM failed.
+pub(crate) fn vacuum_summary(v: &VacuumReport) -> String {
+    if let Some(why) = &v.skipped {
+        return format!("not run: {}", vacuum_skipped(why));
+    }
+    let ok = v.relations.len() - v.failed();
+    let mut text = format!(
+        "VACUUM (ANALYZE) of {ok} of {} relation{} in {}",
+        v.relations.len(),
+        if v.relations.len() == 1 { "" } else { "s" },
+        human_secs(v.seconds)
+    );
+    for r in v.relations.iter().filter(|r| r.error.is_some()) {
+        text.push_str(&format!(
+            "; {} failed: {}",
+            r.relation,
+            r.error.as_deref().unwrap_or("")
+        ));
+    }
+    text
+}
+
+/// The warning after a run whose --vacuum failed on some relation.
+pub(crate) fn vacuum_warning(v: &VacuumReport) -> String {
+    format!("evict --vacuum: {}", vacuum_summary(v))
 }

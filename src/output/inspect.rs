@@ -3,7 +3,7 @@
 //! table holds is escaped here, where it is printed.
 
 use crate::commands::inspect::BodyCheck;
-use crate::db::record::KeyRecord;
+use crate::db::record::{KeyRecord, StoredFingerprint};
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
 
 /// A sentence describing the key's state by the database clock.
@@ -31,6 +31,14 @@ fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
             format!("in_progress for {held_for}; {reclaim}; {expiry}")
         }
         other => format!("unknown state {}; {expiry}", sanitize(other)),
+    }
+}
+
+/// A stored fingerprint as people read it: lowercase hex for bytes, the text as stored (escaped).
+fn fingerprint(f: &StoredFingerprint) -> String {
+    match f {
+        StoredFingerprint::Bytes(b) => crate::fingerprint::hex(b),
+        StoredFingerprint::Text(t) => sanitize(t),
     }
 }
 
@@ -62,7 +70,7 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
             "fingerprint".to_owned(),
             r.request_fingerprint
                 .as_ref()
-                .map_or_else(|| "-".to_owned(), |f| sanitize(&f.shown())),
+                .map_or_else(|| "-".to_owned(), fingerprint),
         ),
         ("created_at".to_owned(), at_with_age(r, r.created_at)),
         (
@@ -125,7 +133,7 @@ pub(crate) fn body_check(c: &BodyCheck) -> Doc {
             "stored".to_owned(),
             format!(
                 "{} ({}, {})",
-                sanitize(&c.stored.shown()),
+                fingerprint(&c.stored),
                 sanitize(&c.column),
                 c.stored.sql_type()
             ),

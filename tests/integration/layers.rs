@@ -397,34 +397,82 @@ const RENDERED_BY_OUTPUT: &[&str] = &[
     "src/commands/stats.rs",
 ];
 
+/// What building a document for people looks like.
+const DOC_MARKS: &[&str] = &[
+    "Doc::default",
+    "Doc {",
+    ".fields(",
+    "doc.rows(",
+    "doc.text(",
+];
+
+/// Modules that hand typed values (rates, caps, why a step did not run, a stored fingerprint) to
+/// the output layer, which words them: a text builder or a formatting helper here is rendering.
+const WORDED_BY_OUTPUT: &[&str] = &[
+    "src/commands/evict/rate.rs",
+    "src/commands/evict/vacuum.rs",
+    "src/commands/evict/worker.rs",
+    "src/db/record.rs",
+];
+
+/// What wording values for people looks like.
+const WORDING_MARKS: &[&str] = &[
+    "-> String",
+    "fn describe",
+    "fn shown",
+    "fn status",
+    "human_secs",
+    "human_bytes",
+    "rfc3339(",
+    "sanitize",
+    "escape_controls",
+];
+
+/// The lines of `text` (before its unit tests) whose code holds one of `marks`.
+fn rendering_in(shown: &str, text: &str, marks: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        let (_, code) = split_line(line);
+        if marks.iter().any(|m| code.contains(m)) {
+            found.push(format!("{shown}:{}: {}", n + 1, line.trim()));
+        }
+    }
+    found
+}
+
 #[test]
 fn commands_hand_their_reports_to_the_output_layer() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut found = Vec::new();
     for shown in RENDERED_BY_OUTPUT {
         let text = std::fs::read_to_string(root.join(shown)).unwrap();
-        for (n, line) in text.lines().enumerate() {
-            if line.trim_start().starts_with("#[cfg(test)]") {
-                break;
-            }
-            let (_, code) = split_line(line);
-            if [
-                "Doc::default",
-                "Doc {",
-                ".fields(",
-                "doc.rows(",
-                "doc.text(",
-            ]
-            .iter()
-            .any(|m| code.contains(m))
-            {
-                found.push(format!("{shown}:{}: {}", n + 1, line.trim()));
-            }
-        }
+        found.extend(rendering_in(shown, &text, DOC_MARKS));
+    }
+    for shown in WORDED_BY_OUTPUT {
+        let text = std::fs::read_to_string(root.join(shown)).unwrap();
+        let marks: Vec<&str> = DOC_MARKS.iter().chain(WORDING_MARKS).copied().collect();
+        found.extend(rendering_in(shown, &text, &marks));
     }
     assert!(
         found.is_empty(),
         "render in src/output/ (a function taking the command's report), not here:\n{}",
         found.join("\n")
     );
+}
+
+#[test]
+fn the_rendering_check_sees_text_built_for_people() {
+    let sample = "pub fn describe(&self) -> String {\n\
+                  let t = format!(\"in {}\", human_secs(self.seconds));\n\
+                  let mut d = Doc::default();\n\
+                  pub fn parse(s: &str) -> Result<f64, String> {\n\
+                  #[serde(with = \"time::serde::rfc3339\")]\n\
+                  // human_secs in a comment is fine\n";
+    let marks: Vec<&str> = DOC_MARKS.iter().chain(WORDING_MARKS).copied().collect();
+    let found = rendering_in("x.rs", sample, &marks);
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert!(found[0].starts_with("x.rs:1: "), "{found:#?}");
 }

@@ -10,7 +10,7 @@ mod pace;
 pub(crate) mod partitions;
 pub mod rate;
 mod replica;
-mod vacuum;
+pub(crate) mod vacuum;
 mod worker;
 
 use crate::db::Session;
@@ -242,7 +242,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         .await?;
     print_report(ctx, &report)?;
     if let Some(v) = report.vacuum.as_ref().filter(|v| v.failed() > 0) {
-        crate::output::warn(&format!("evict --vacuum: {}", v.describe()));
+        crate::output::warn(&crate::output::evict::vacuum_warning(v));
     }
     if let (EndReason::ReplicaLag, Some(why)) = (report.end_reason, &waits.gave_up_on) {
         crate::output::warn(&format!(
@@ -266,19 +266,19 @@ async fn vacuum_after(
     lock_timeout: Duration,
 ) -> vacuum::VacuumReport {
     let min = args.vacuum_min_rows;
-    let skip = |why: String| vacuum::VacuumReport::skipped(min, why);
+    let skip = |why| vacuum::VacuumReport::skipped(min, why);
     if matches!(report.end_reason, EndReason::Error | EndReason::Interrupted) {
-        return skip(format!("the run ended with {}", report.end_reason.as_str()));
+        return skip(vacuum::Skipped::RunEnded(report.end_reason));
     }
     if report.rows_evicted <= min {
-        return skip(format!(
-            "{} keys evicted, not more than --vacuum-min-rows {min}",
-            report.rows_evicted
-        ));
+        return skip(vacuum::Skipped::TooFew {
+            evicted: report.rows_evicted,
+            min_rows: min,
+        });
     }
     match client {
         Some(c) => vacuum::run(c, targets, min, lock_timeout).await,
-        None => skip("no session to run it on".into()),
+        None => skip(vacuum::Skipped::NoSession),
     }
 }
 

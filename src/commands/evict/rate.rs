@@ -25,7 +25,6 @@ use tokio::sync::Mutex;
 use crate::context::Cancel;
 use crate::db::Session;
 use crate::exit::{Exit, fail};
-use crate::output::human_bytes;
 use crate::output::prometheus::Metrics;
 
 /// A batch holds at most this much of a second's budget.
@@ -285,26 +284,29 @@ impl Limiter {
         }
     }
 
-    /// One line for the progress bar: the caps and the WAL rate so far.
-    pub async fn status(&self, elapsed: f64) -> String {
-        let mut parts = Vec::new();
-        if let Some(r) = self.caps.rows {
-            parts.push(format!("max {}", rows_rate_text(r)));
+    /// The caps and the WAL rate so far (`elapsed` seconds into the run), for the progress bar.
+    pub async fn progress(&self, elapsed: f64) -> RateProgress {
+        let wal_bytes_per_second = match self.caps.wal {
+            Some(_) if elapsed > 0.0 => self.inner.lock().await.wal_bytes as f64 / elapsed,
+            _ => 0.0,
+        };
+        RateProgress {
+            max_rows_per_second: self.caps.rows,
+            max_wal_bytes_per_second: self.caps.wal,
+            wal_bytes_per_second,
         }
-        if let Some(w) = self.caps.wal {
-            let so_far = if elapsed > 0.0 {
-                self.inner.lock().await.wal_bytes as f64 / elapsed
-            } else {
-                0.0
-            };
-            parts.push(format!(
-                "WAL {} of max {}",
-                bytes_rate_text(so_far),
-                bytes_rate_text(w)
-            ));
-        }
-        parts.join(", ")
     }
+}
+
+/// Where the caps stand during a run (the output layer words it for the progress bar).
+#[derive(Debug, Clone, Copy)]
+pub struct RateProgress {
+    /// --max-rate, rows per second.
+    pub max_rows_per_second: Option<f64>,
+    /// --max-wal-rate, bytes per second.
+    pub max_wal_bytes_per_second: Option<f64>,
+    /// WAL the batches wrote per second so far (0 without --max-wal-rate).
+    pub wal_bytes_per_second: f64,
 }
 
 /// With --max-wal-rate, check before any change that the server gives its WAL position.
@@ -329,55 +331,10 @@ async fn wal_position(client: &Session) -> Result<i64> {
     crate::db::activity::wal_insert_position(client).await
 }
 
-/// "5,000 rows/s"-style text.
-pub fn rows_rate_text(r: f64) -> String {
-    if r >= 10.0 {
-        format!("{r:.0} rows/s")
-    } else {
-        format!("{r} rows/s")
-    }
-}
-
-/// "1.0 MiB/s"-style text.
-pub fn bytes_rate_text(b: f64) -> String {
-    format!("{}/s", human_bytes(b.round() as i64))
-}
-
 impl RateReport {
     /// Whether a cap was set.
     pub fn capped(&self) -> bool {
         self.max_rows_per_second.is_some() || self.max_wal_bytes_per_second.is_some()
-    }
-
-    /// One line for the summary.
-    pub fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        if let Some(r) = self.max_rows_per_second {
-            parts.push(format!(
-                "max {} (achieved {})",
-                rows_rate_text(r),
-                rows_rate_text(self.rows_per_second)
-            ));
-        }
-        if let (Some(w), Some(bytes), Some(rate)) = (
-            self.max_wal_bytes_per_second,
-            self.wal_bytes,
-            self.wal_bytes_per_second,
-        ) {
-            parts.push(format!(
-                "max {} WAL (wrote {}, {})",
-                bytes_rate_text(w),
-                human_bytes(i64::try_from(bytes).unwrap_or(i64::MAX)),
-                bytes_rate_text(rate)
-            ));
-        }
-        parts.push(format!(
-            "over {} of batches; waited {} times, {} in all",
-            crate::output::human_secs(self.seconds),
-            self.waits,
-            crate::output::human_secs(self.wait_seconds)
-        ));
-        parts.join("; ")
     }
 
     /// Add the caps' gauges to `m` (only for a run with a cap).

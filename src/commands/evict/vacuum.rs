@@ -15,9 +15,9 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
+use super::EndReason;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
-use crate::output::human_secs;
 use crate::output::prometheus::Metrics;
 
 pub use crate::db::vacuum::Target;
@@ -51,6 +51,23 @@ pub struct Vacuumed {
     pub error: Option<String>,
 }
 
+/// Why --vacuum did not run (worded by the output layer, in the summary and the JSON alike).
+#[derive(Debug, Clone, Copy)]
+pub enum Skipped {
+    /// The run ended with an error or was interrupted.
+    RunEnded(EndReason),
+    /// The run evicted `evicted` keys, not more than `min_rows` (--vacuum-min-rows).
+    TooFew { evicted: u64, min_rows: u64 },
+    /// No session was left to run it on.
+    NoSession,
+}
+
+impl Serialize for Skipped {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(&crate::output::evict::vacuum_skipped(self))
+    }
+}
+
 /// What --vacuum did.
 #[derive(Debug, Clone, Serialize)]
 pub struct VacuumReport {
@@ -59,13 +76,13 @@ pub struct VacuumReport {
     /// Whether VACUUM ran (the run evicted more than min_rows and ended well).
     pub ran: bool,
     /// Why it did not run.
-    pub skipped: Option<String>,
+    pub skipped: Option<Skipped>,
     pub relations: Vec<Vacuumed>,
     pub seconds: f64,
 }
 
 impl VacuumReport {
-    pub fn skipped(min_rows: u64, why: String) -> VacuumReport {
+    pub fn skipped(min_rows: u64, why: Skipped) -> VacuumReport {
         VacuumReport {
             min_rows,
             ran: false,
@@ -77,28 +94,6 @@ impl VacuumReport {
 
     pub fn failed(&self) -> usize {
         self.relations.iter().filter(|r| r.error.is_some()).count()
-    }
-
-    /// One line for the summary.
-    pub fn describe(&self) -> String {
-        if let Some(why) = &self.skipped {
-            return format!("not run: {why}");
-        }
-        let ok = self.relations.len() - self.failed();
-        let mut text = format!(
-            "VACUUM (ANALYZE) of {ok} of {} relation{} in {}",
-            self.relations.len(),
-            if self.relations.len() == 1 { "" } else { "s" },
-            human_secs(self.seconds)
-        );
-        for r in self.relations.iter().filter(|r| r.error.is_some()) {
-            text.push_str(&format!(
-                "; {} failed: {}",
-                r.relation,
-                r.error.as_deref().unwrap_or("")
-            ));
-        }
-        text
     }
 
     pub fn metrics(&self, m: &mut Metrics) {

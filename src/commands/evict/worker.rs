@@ -430,7 +430,8 @@ impl Shared {
         drop(state);
         let mut status: Vec<String> = self.pacer.status().await.into_iter().collect();
         if let Some(l) = &self.limiter {
-            status.push(l.status(self.started.elapsed().as_secs_f64()).await);
+            let progress = l.progress(self.started.elapsed().as_secs_f64()).await;
+            status.push(crate::output::evict::rate_status(&progress));
         }
         if !status.is_empty() {
             self.progress.set_pace(status.join("; "));
