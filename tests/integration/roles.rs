@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::fixtures::{self, Mix, Schema, Seen, snapshot};
+use crate::support::stuck::{Key, hold_row, stuck_keys};
 use crate::support::{Cmd, Run, TestDb, ident};
 
 const ROLES_SQL: &str = include_str!("../../sql/roles.sql");
@@ -305,22 +306,6 @@ async fn an_evictor_can_evict_and_skip_a_row_held_by_a_live_request() {
     assert_eq!(snapshot(&db).await, want);
 }
 
-/// The stuck keys (in_progress, taken over a minute ago) by the fixtures' own construction.
-async fn stuck(db: &TestDb) -> Vec<(String, String)> {
-    let rows = db
-        .client()
-        .await
-        .query(
-            "SELECT api_key_id, key FROM idempotency_keys \
-             WHERE state = 'in_progress' AND created_at < now() - interval '1 minute' \
-             ORDER BY api_key_id, key",
-            &[],
-        )
-        .await
-        .unwrap();
-    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reclaimer_can_reclaim_with_either_action() {
     let db = db_with_roles(MIX).await;
@@ -344,7 +329,7 @@ async fn a_reclaimer_can_reclaim_with_either_action() {
 
     // --action fail: the stuck keys become completed with the stored error; nothing else changes.
     let before = snapshot(&db).await;
-    let failed = stuck(&db).await;
+    let failed = stuck_keys(&db).await;
     assert_eq!(failed.len(), 16);
     reclaim("fail").run_async().await.assert_success();
     let after = snapshot(&db).await;
@@ -377,17 +362,9 @@ async fn a_reclaimer_can_reclaim_with_either_action() {
         },
     )
     .await;
-    let doomed = stuck(&db).await;
+    let doomed: Vec<Key> = stuck_keys(&db).await.into_iter().collect();
     assert_eq!(doomed.len(), 6);
-    let owner = db.client().await;
-    owner.batch_execute("BEGIN").await.unwrap();
-    owner
-        .execute(
-            "SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 FOR UPDATE",
-            &[&doomed[0].0, &doomed[0].1],
-        )
-        .await
-        .unwrap();
+    let owner = hold_row(&db, &doomed[0]).await;
     let before = snapshot(&db).await;
     let run = reclaim("delete")
         .timeout(Duration::from_secs(30))
