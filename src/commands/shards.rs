@@ -59,7 +59,8 @@ pub struct Cluster {
 /// statement on such a table runs on the worker without idemctl's session limits there (Citus does
 /// not pass lock_timeout on), so evict's batches would wait on a row a live request holds. `None`
 /// for any other table, Citus-managed or not (reference and local tables are one table on the node
-/// idemctl is connected to, where the ordinary statements work).
+/// idemctl is connected to, where the ordinary statements work; evict's batches on them pass their
+/// lock_timeout on to the workers, see `db::citus::bound_row_waits`).
 pub async fn distributed(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
     Ok(citus::layout(client, table)
         .await?

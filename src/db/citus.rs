@@ -1,6 +1,8 @@
 //! The key table on a Citus cluster: how the coordinator's metadata says it is distributed, where
 //! its shards are, and each shard as a key table of its own on the worker that holds it.
 
+use std::time::Duration;
+
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
@@ -23,6 +25,37 @@ pub enum Layout {
     SingleShard,
     /// A Citus local table: on the coordinator, known to Citus.
     CitusLocal,
+}
+
+const PROPAGATE_SET_LOCAL_SQL: &str = include_str!("../../sql/citus_propagate_set_local.sql");
+
+impl Layout {
+    /// Whether idemctl writes the table through the coordinator to placements on the workers (a
+    /// reference table: a copy on every node), rather than shard by shard on the workers or on
+    /// the coordinator alone (a Citus local table, written as on one server).
+    pub fn written_through_coordinator(&self) -> bool {
+        matches!(self, Layout::Reference)
+    }
+}
+
+/// Inside a transaction of `session` that writes through the coordinator: keep this
+/// transaction's row (and table) waits to `wait` on every node it writes on. Citus passes a
+/// session's `lock_timeout` to no worker connection; a `SET LOCAL` made after
+/// `SET LOCAL citus.propagate_set_commands = 'local'` reaches every worker connection of the
+/// transaction. Each is its own message: Citus passes on the text of the message the `SET LOCAL`
+/// came in.
+pub async fn bound_row_waits(session: &Session, wait: Duration) -> Result<()> {
+    session
+        .batch_execute(PROPAGATE_SET_LOCAL_SQL)
+        .await
+        .context("failed to pass the batch's settings on to the Citus workers")?;
+    session
+        .batch_execute(&format!(
+            "SET LOCAL lock_timeout = '{}ms'",
+            wait.as_millis()
+        ))
+        .await
+        .context("failed to set the batch's lock_timeout")
 }
 
 /// `None` when Citus is not installed in the database or does not manage the table.

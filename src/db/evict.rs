@@ -34,6 +34,9 @@ pub struct Statements {
     too_young: String,
     skip_locked: String,
     range_in_progress: String,
+    /// On Citus, a table written through the coordinator: each batch's row waits on every node
+    /// (see [`Statements::through_coordinator`]).
+    coordinator_waits: Option<Duration>,
 }
 
 /// A claimed range: its first row's expiry (None: nothing left) and where it ends (None: open).
@@ -71,7 +74,39 @@ impl Statements {
             too_young: table.sql(TOO_YOUNG_SQL),
             skip_locked: table.sql(SKIP_LOCKED_SQL),
             range_in_progress: table.sql(RANGE_IN_PROGRESS_SQL),
+            coordinator_waits: None,
         }
+    }
+
+    /// The table is written through the Citus coordinator (a reference table): each batch
+    /// statement runs in a transaction of its own that bounds its row waits to `wait` on every
+    /// node ([`super::citus::bound_row_waits`]), as the session's lock_timeout does on one server.
+    pub fn through_coordinator(mut self, wait: Duration) -> Statements {
+        self.coordinator_waits = Some(wait);
+        self
+    }
+
+    /// Run one batch statement: as it is, or through the coordinator in its own transaction.
+    async fn batch<T>(
+        &self,
+        client: &Session,
+        statement: impl std::future::Future<Output = Result<T>>,
+    ) -> Result<T> {
+        let Some(wait) = self.coordinator_waits else {
+            return statement.await;
+        };
+        super::batch::in_transaction(
+            client,
+            [
+                "failed to start a batch's transaction",
+                "failed to commit a batch",
+            ],
+            async {
+                super::citus::bound_row_waits(client, wait).await?;
+                statement.await
+            },
+        )
+        .await
     }
 
     /// The batch statement as it runs (for `--dry-run`).
@@ -103,9 +138,12 @@ impl Statements {
         end: Option<OffsetDateTime>,
         min_age: Option<f64>,
     ) -> Result<u64> {
-        with_deadline(
-            deadline,
-            client.execute_reused(&self.delete, &[p(&start), p(&end), p(&min_age)]),
+        self.batch(
+            client,
+            with_deadline(
+                deadline,
+                client.execute_reused(&self.delete, &[p(&start), p(&end), p(&min_age)]),
+            ),
         )
         .await
     }
@@ -120,14 +158,55 @@ impl Statements {
         limit: i64,
         min_age: Option<f64>,
     ) -> Result<(u64, u64)> {
-        let row = one_row(
-            client,
-            deadline,
-            &self.skip_locked,
-            &[p(&first), p(&last), p(&limit), p(&min_age)],
-        )
-        .await?;
+        if self.coordinator_waits.is_some() {
+            return self
+                .whole_range_again(client, deadline, first, last, min_age)
+                .await;
+        }
+        let row = self
+            .batch(
+                client,
+                one_row(
+                    client,
+                    deadline,
+                    &self.skip_locked,
+                    &[p(&first), p(&last), p(&limit), p(&min_age)],
+                ),
+            )
+            .await?;
         Ok((count(&row, "deleted")?, count(&row, "present")?))
+    }
+
+    /// The SKIP LOCKED fallback through the Citus coordinator (a reference table). There no
+    /// statement can skip the one row a live request holds: Citus cannot plan the SKIP LOCKED
+    /// statement on a reference table, and, to keep the placements alike, it serializes every
+    /// write to a reference table behind a transaction that wrote one of its rows or locked one
+    /// `FOR UPDATE` (an exclusive lock on the table's shard, on the coordinator and the first
+    /// worker), whichever row a write touches. So the range [first, last] is deleted whole again,
+    /// under the batch's lock_timeout on every node: done once the live transaction has ended,
+    /// otherwise a failed try that the batch runner repeats after its pause, and the run ends,
+    /// having waited on no row, when the tries run out. (deleted, present): both the rows deleted.
+    async fn whole_range_again(
+        &self,
+        client: &Session,
+        deadline: Duration,
+        first: Option<OffsetDateTime>,
+        last: Option<OffsetDateTime>,
+        min_age: Option<f64>,
+    ) -> Result<(u64, u64)> {
+        let end = last.map(|l| l + time::Duration::microseconds(1));
+        let deleted = match self.delete(client, deadline, first, end, min_age).await {
+            Err(e) if super::batch::Failure::of(&e) == super::batch::Failure::LockTimeout => {
+                return Err(e.context(
+                    "a live transaction holds a row of this Citus reference table, and Citus lets \
+                     no other write to a reference table proceed until that transaction ends; \
+                     evict waited no longer than its lock_timeout each time and leaves the rest to \
+                     the next run",
+                ));
+            }
+            other => other?,
+        };
+        Ok((deleted, deleted))
     }
 
     /// Expired completed rows of [start, end) kept back by --min-age.

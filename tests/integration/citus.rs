@@ -220,6 +220,159 @@ async fn citus_evict_skips_a_row_a_live_request_holds_on_a_worker() {
     );
 }
 
+/// A reference table next to a row a live request holds (its `SELECT ... FOR UPDATE` through the
+/// coordinator). Citus serializes every write to a reference table behind that transaction (an
+/// exclusive lock on the table's shard), so no batch can proceed until it ends, whichever rows it
+/// touches. evict's batches pass their lock_timeout on to the workers' connections: no session on
+/// any node waits on a lock for more than a second while the run goes on, the run gives up within
+/// a few seconds with an error that says why, every row is as it was on every placement, and the
+/// next run, once the request has ended, evicts every expired completed row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_never_waits_on_a_reference_table_a_live_request_holds() {
+    let Some(db) = loaded(Layout::Reference, "citus evict beside a held reference row").await
+    else {
+        return;
+    };
+    let before = snapshot(&db).await;
+    let live = db.client().await;
+    let row = live
+        .query_one(
+            "SELECT api_key_id, key FROM idempotency_keys \
+             WHERE expires_at < now() AND state = 'completed' ORDER BY expires_at, key OFFSET 700 LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (tenant, key): (String, String) = (row.get(0), row.get(1));
+    live.batch_execute("BEGIN").await.unwrap();
+    live.execute(
+        "SELECT 1 FROM idempotency_keys WHERE api_key_id = $1 AND key = $2 FOR UPDATE",
+        &[&tenant, &key],
+    )
+    .await
+    .unwrap();
+
+    // Every node, every 50 ms while the run lasts: the longest lock wait of any session.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut nodes = Vec::new();
+    for node in 0..db.cluster().nodes.len() {
+        nodes.push(db.node_client(node).await);
+    }
+    let watch = {
+        let done = done.clone();
+        async move {
+            let mut longest = 0.0f64;
+            let mut looks = 0u32;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                for node in &nodes {
+                    let waited: f64 = node
+                        .query_one(
+                            "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - query_start)), 0)::float8 \
+                             FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND state = 'active'",
+                            &[],
+                        )
+                        .await
+                        .unwrap()
+                        .get(0);
+                    longest = longest.max(waited);
+                }
+                looks += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            (longest, looks)
+        }
+    };
+    let started = std::time::Instant::now();
+    let evict = {
+        let done = done.clone();
+        let cmd = db
+            .idemctl()
+            .args(["evict", "-o", "json", "--batch-size", "200"])
+            .timeout(std::time::Duration::from_secs(60));
+        async move {
+            let run = cmd.run_async().await;
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            run
+        }
+    };
+    let (run, (longest_wait, looks)) = tokio::join!(evict, watch);
+    let took = started.elapsed();
+    run.assert_code(1)
+        .assert_stderr_contains("holds a row of this Citus reference table");
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "evict took {took:?} next to a held row"
+    );
+    assert!(looks >= 1, "the lock waits were never looked at");
+    assert!(
+        longest_wait < 1.0,
+        "a session waited {longest_wait:.1} s on a lock while evict ran"
+    );
+    assert_eq!(
+        snapshot(&db).await,
+        before,
+        "no row changed while the table was held"
+    );
+    // Every placement of the reference table holds the same rows.
+    let per_placement: Vec<String> = db
+        .client()
+        .await
+        .query(
+            "SELECT result FROM run_command_on_placements('idempotency_keys', \
+             $$SELECT count(*) || '/' || sum(hashtext(api_key_id || key)) FROM %s$$)",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(per_placement.len() >= 2, "{per_placement:?}");
+    assert!(
+        per_placement.iter().all(|p| p == &per_placement[0]),
+        "the placements differ: {per_placement:?}"
+    );
+
+    live.batch_execute("COMMIT").await.unwrap();
+    let run = db.idemctl().args(["evict", "-o", "json"]).run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_evicted"], MIX.expired, "{}", run.json());
+    let count = |sql: String| {
+        let db = &db;
+        async move {
+            db.client()
+                .await
+                .query_one(&sql, &[])
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    assert_eq!(
+        count(format!(
+            "SELECT count(*) FROM idempotency_keys WHERE api_key_id = '{tenant}' AND key = '{key}'"
+        ))
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM idempotency_keys WHERE expires_at < now() AND state = 'completed'"
+                .to_owned()
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        count(
+            "SELECT count(*) FROM idempotency_keys WHERE expires_at < now() AND state = 'in_progress'"
+                .to_owned()
+        )
+        .await,
+        MIX.expired_in_progress
+    );
+}
+
 /// One run per table: the advisory lock is the coordinator's, so a second run through the
 /// coordinator is refused (exit 7) before it touches a shard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

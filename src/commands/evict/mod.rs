@@ -177,6 +177,11 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     if let Some(layout) = distributed {
         return citus::run(ctx, args, client, &table, layout, started).await;
     }
+    // A reference table is written through the coordinator, to every placement:
+    // each batch then bounds its row waits on every node, not only on this session.
+    let through_coordinator = crate::db::citus::layout(&client, &table)
+        .await?
+        .is_some_and(|l| l.written_through_coordinator());
     let gate = args
         .max_replica_lag
         .map(|max| Arc::new(replica::ReplicaGate::new(max, args.max_replica_wait)));
@@ -204,7 +209,10 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     };
     let shared = worker::Shared::new(
         plan(ctx, args),
-        statements(&table),
+        match through_coordinator {
+            true => statements(&table).through_coordinator(ROW_LOCK_WAIT),
+            false => statements(&table),
+        },
         ctx.cancel.clone(),
         progress,
         started,
