@@ -14,10 +14,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use super::attrs::{Mismatch, Observed, SessionAttrs};
 use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
-use tokio_postgres::config::{Host, LoadBalanceHosts, SslMode, SslNegotiation, TargetSessionAttrs};
+use tokio_postgres::config::{Host, LoadBalanceHosts, SslMode, SslNegotiation};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_postgres::{Client, Config, Connection, SimpleQueryMessage};
 
@@ -416,13 +417,20 @@ pub(crate) type WatchedConnection<T> = Connection<
     >,
 >;
 
-/// Connect as the driver does (every host in order, or shuffled with `load_balance_hosts=random`;
-/// `target_session_attrs` checked after login), with the authentication exchange watched. The
-/// socket errors come back as the driver's own (it reads them from a stream that fails at once).
+/// Connect as the driver does (every host in order, or shuffled with `load_balance_hosts=random`),
+/// with the authentication exchange watched, and what libpq does beyond the driver:
+/// `target_session_attrs` judged after login as libpq 14+ does ([`SessionAttrs`]); under
+/// `sslmode=prefer` a failed TLS handshake tried again on a new connection without TLS, and under
+/// `allow` (`allow` true; the driver's `Prefer` stands for both) a login without TLS first, then
+/// with TLS if the server refuses it; and once a server has answered the login with an error (authentication failed, no such
+/// database), the remaining hosts are not tried. The socket errors come back as the driver's own
+/// (it reads them from a stream that fails at once).
 pub(crate) async fn connect<T>(
     config: &Config,
     mut tls: T,
     rule: Arc<AuthRule>,
+    attrs: SessionAttrs,
+    allow: bool,
 ) -> Result<(Client, WatchedConnection<T>), tokio_postgres::Error>
 where
     T: MakeTlsConnect<Watching<Raw>>,
@@ -473,52 +481,46 @@ where
             (None, None) => continue,
         };
         for target in targets {
-            let raw = match open(&target, config).await {
-                Ok(raw) => raw,
-                Err(e) => {
-                    last = Some(failed(e).await);
-                    continue;
+            let tcp = matches!(target, Target::Tcp(_));
+            let first = if tcp { config } else { &plain };
+            let host = hostname.as_deref().unwrap_or("");
+            let fallback = tcp && config.get_ssl_mode() == SslMode::Prefer;
+            let mut attempt = if fallback && allow {
+                // sslmode=allow: without TLS first; a server that refuses that login is asked
+                // again with TLS.
+                match login(&target, &plain, &mut tls, &rule, host).await {
+                    Err(e) if e.as_db_error().is_some() => {
+                        login(&target, config, &mut tls, &rule, host).await
+                    }
+                    other => other,
                 }
+            } else {
+                login(&target, first, &mut tls, &rule, host).await
             };
-            let stream = Watching {
-                inner: raw,
-                parser: Parser::new(rule.clone(), Stage::Start),
-            };
-            let tls_connect = match tls.make_tls_connect(hostname.as_deref().unwrap_or("")) {
-                Ok(c) => c,
-                Err(e) => {
-                    last = Some(failed(io::Error::other(e.into().to_string())).await);
-                    continue;
-                }
-            };
-            let watched = WatchTls {
-                inner: tls_connect,
-                rule: rule.clone(),
-            };
-            let config = match target {
-                Target::Unix(_) => &plain,
-                Target::Tcp(_) => config,
-            };
-            match config.connect_raw(stream, watched).await {
+            // libpq under prefer: "if sslmode is prefer then do a non-SSL retry" after a failed
+            // TLS handshake (a certificate the root file does not verify).
+            if fallback && !allow && matches!(&attempt, Err(e) if tls_failed(e)) {
+                attempt = login(&target, &plain, &mut tls, &rule, host).await;
+            }
+            match attempt {
                 Ok((client, mut connection)) => {
-                    match session_fits(&client, &mut connection, config).await {
-                        Ok(true) => return Ok((client, connection)),
-                        Ok(false) => {
+                    match session_fits(&client, &mut connection, attrs).await {
+                        Ok(Ok(())) => return Ok((client, connection)),
+                        Ok(Err(mismatch)) => {
+                            // Say goodbye (Terminate) before trying the next host.
+                            drop(client);
+                            let _ =
+                                tokio::time::timeout(std::time::Duration::from_secs(2), connection)
+                                    .await;
                             last = Some(
-                                failed(io::Error::new(
-                                    io::ErrorKind::PermissionDenied,
-                                    "the server's session does not fit target_session_attrs",
-                                ))
-                                .await,
+                                failed(io::Error::new(io::ErrorKind::PermissionDenied, mismatch))
+                                    .await,
                             );
                         }
                         Err(e) => last = Some(e),
                     }
                 }
-                // A refusal of the rule is final, as in libpq.
-                Err(e) if e.to_string().contains(REFUSAL) || chain(&e).contains(REFUSAL) => {
-                    return Err(e);
-                }
+                Err(e) if is_final(&e) => return Err(e),
                 Err(e) => last = Some(e),
             }
         }
@@ -531,6 +533,56 @@ where
         ))
         .await),
     }
+}
+
+/// Whether an attempt's failure ends the host loop, as in libpq: a `require_auth` refusal, or any
+/// error the server sent in answer to the login (wrong password, unknown database or role).
+pub(crate) fn is_final(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error().is_some() || e.to_string().contains(REFUSAL) || chain(e).contains(REFUSAL)
+}
+
+/// Whether the TLS handshake itself failed (certificate refused, protocol mismatch).
+fn tls_failed(e: &tokio_postgres::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<super::tls_stream::TlsError>().is_some() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// One login on one address, with the authentication exchange watched.
+async fn login<T>(
+    target: &Target,
+    config: &Config,
+    tls: &mut T,
+    rule: &Arc<AuthRule>,
+    hostname: &str,
+) -> Result<(Client, WatchedConnection<T>), tokio_postgres::Error>
+where
+    T: MakeTlsConnect<Watching<Raw>>,
+    <T::TlsConnect as TlsConnect<Watching<Raw>>>::Future: Send + 'static,
+    <T::TlsConnect as TlsConnect<Watching<Raw>>>::Stream: Unpin,
+{
+    let raw = match open(target, config).await {
+        Ok(raw) => raw,
+        Err(e) => return Err(failed(e).await),
+    };
+    let stream = Watching {
+        inner: raw,
+        parser: Parser::new(rule.clone(), Stage::Start),
+    };
+    let tls_connect = match tls.make_tls_connect(hostname) {
+        Ok(c) => c,
+        Err(e) => return Err(failed(io::Error::other(e.into().to_string())).await),
+    };
+    let watched = WatchTls {
+        inner: tls_connect,
+        rule: rule.clone(),
+    };
+    config.connect_raw(stream, watched).await
 }
 
 enum Target {
@@ -581,22 +633,20 @@ async fn within<T>(
     }
 }
 
-/// `target_session_attrs` as the driver checks it (`transaction_read_only` after login), with
-/// the connection driven meanwhile.
+/// `target_session_attrs` judged on the logged-in session, with the connection driven meanwhile.
 async fn session_fits<S, T>(
     client: &Client,
     connection: &mut Connection<S, T>,
-    config: &Config,
-) -> Result<bool, tokio_postgres::Error>
+    attrs: SessionAttrs,
+) -> Result<Result<(), Mismatch>, tokio_postgres::Error>
 where
     S: AsyncRead + AsyncWrite + Unpin,
     T: AsyncRead + AsyncWrite + Unpin,
 {
-    let want = config.get_target_session_attrs();
-    if want == TargetSessionAttrs::Any {
-        return Ok(true);
+    if !attrs.needs_check() {
+        return Ok(Ok(()));
     }
-    let query = client.simple_query("SHOW transaction_read_only");
+    let query = client.simple_query(super::attrs::QUERY);
     tokio::pin!(query);
     let messages = tokio::select! {
         done = &mut query => done?,
@@ -609,14 +659,18 @@ where
             .await);
         }
     };
-    let read_only = messages.iter().find_map(|m| match m {
-        SimpleQueryMessage::Row(r) => r.get(0).map(|v| v == "on"),
+    let seen = messages.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(r) => Some(Observed {
+            in_hot_standby: r.get(0) == Some("t"),
+            read_only: r.get(1) == Some("on"),
+        }),
         _ => None,
     });
-    Ok(match want {
-        TargetSessionAttrs::ReadWrite => read_only == Some(false),
-        TargetSessionAttrs::ReadOnly => read_only == Some(true),
-        _ => true,
+    Ok(match seen {
+        Some(seen) => attrs.judge(seen),
+        None => Err(Mismatch(
+            "the server did not say whether it is a standby; check target_session_attrs".into(),
+        )),
     })
 }
 

@@ -10,6 +10,7 @@
 //! (on OpenSSL, as libpq), `resolve` puts
 //! them together, `pool` connects.
 
+mod attrs;
 mod auth;
 mod conninfo;
 mod env;
@@ -65,8 +66,8 @@ pub struct Target {
     tls: Option<tls_stream::MakeTls>,
     connect_timeout: Duration,
     session: SessionTimeouts,
-    /// `target_session_attrs=prefer-standby`: look for a standby first, then take any server.
-    prefer_standby: bool,
+    /// `target_session_attrs`, judged by idemctl's host loop after each login.
+    attrs: attrs::SessionAttrs,
     /// `require_auth`: the authentication methods the server may ask for.
     require_auth: Option<std::sync::Arc<auth::AuthRule>>,
     warnings: Vec<String>,

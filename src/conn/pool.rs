@@ -4,6 +4,7 @@
 //! timeout, then fails with one line saying where, as whom, and why, and the clean close that lets
 //! every connection say goodbye (Terminate) before the process exits.
 
+use super::attrs::{Mismatch, SessionAttrs};
 use super::auth;
 use super::tls_stream::MakeTls;
 use super::{SessionTimeouts, Target};
@@ -21,10 +22,9 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
 use tokio::task::JoinHandle;
-use tokio_postgres::config::TargetSessionAttrs;
-use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
+use tokio_postgres::NoTls;
+use tokio_postgres::tls::{ChannelBinding, TlsConnect, TlsStream};
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{NoTls, Socket};
 
 const SESSION_SQL: &str = include_str!("../../sql/session_settings.sql");
 const DETECT_SQL: &str = include_str!("../../sql/session_detect.sql");
@@ -80,8 +80,10 @@ impl Route {
 /// tasks to wait for on close.
 struct Shared {
     mode: PoolMode,
-    /// Two passes per connection: a read-only server first, then any.
-    prefer_standby: bool,
+    /// `target_session_attrs` (prefer-standby: two passes per connection, a standby first).
+    attrs: SessionAttrs,
+    /// `sslmode=allow`: a login without TLS first.
+    allow: bool,
     timeouts: SessionTimeouts,
     /// The least owning route any connection has shown (a pooler seen once is assumed throughout).
     route: Mutex<Option<Route>>,
@@ -166,54 +168,30 @@ impl Target {
         };
         let shared = Arc::new(Shared {
             mode,
-            prefer_standby: self.prefer_standby,
+            attrs: self.attrs,
+            allow: self.tls_plan.mode == super::tls::SslMode::Allow,
             timeouts: self.session,
             route: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
         });
         let config = self.config.clone();
-        // libpq never uses TLS on a Unix socket, also when the same host list names TCP hosts
-        // under sslmode=require or sslnegotiation=direct. The driver's host loop cannot tell
-        // one from the other; idemctl's own loop (`auth::connect`) can: it takes such lists,
-        // with a rule that allows every method when require_auth is not set.
-        let mixed = self.tls.is_some()
-            && self
-                .endpoints
-                .iter()
-                .any(|e| matches!(e.host, super::hosts::HostKind::Unix(_)));
+        // idemctl's own host loop (`auth::connect`) for every connection: it judges
+        // target_session_attrs, falls back from TLS as libpq does, stops at a refused login,
+        // never uses TLS on a Unix socket, and watches require_auth (every method allowed when
+        // it is not set).
         let rule = self
             .require_auth
             .clone()
-            .or_else(|| mixed.then(|| Arc::new(auth::AuthRule::any())));
-        let manager = match (&rule, &self.tls) {
-            (Some(rule), tls) => Manager::from_connect(
-                config,
-                Watched {
-                    tls: tls.clone(),
-                    rule: rule.clone(),
-                    shared: shared.clone(),
-                },
-                manager_config,
-            ),
-            (None, tls) => match tls {
-                Some(tls) => Manager::from_connect(
-                    config,
-                    Tracked {
-                        tls: tls.clone(),
-                        shared: shared.clone(),
-                    },
-                    manager_config,
-                ),
-                None => Manager::from_connect(
-                    config,
-                    Tracked {
-                        tls: NoTls,
-                        shared: shared.clone(),
-                    },
-                    manager_config,
-                ),
+            .unwrap_or_else(|| Arc::new(auth::AuthRule::any()));
+        let manager = Manager::from_connect(
+            config,
+            Watched {
+                tls: self.tls.clone(),
+                rule,
+                shared: shared.clone(),
             },
-        };
+            manager_config,
+        );
         let inner = deadpool_postgres::Pool::builder(manager)
             .max_size(max_size.max(1))
             .runtime(Runtime::Tokio1)
@@ -287,58 +265,12 @@ fn rounded(elapsed: Duration) -> humantime::FormattedDuration {
     humantime::format_duration(step)
 }
 
-/// Connects like deadpool's own connector, but keeps the connection task for [`Pool::close`].
-/// deadpool aborts the task handle it is given as soon as the client is dropped, which cuts the
-/// socket before the connection has written its Terminate message; it gets a finished task instead.
-struct Tracked<T> {
-    tls: T,
-    shared: Arc<Shared>,
-}
-
 type Connected = Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>;
 
-impl<T> Connect for Tracked<T>
-where
-    T: MakeTlsConnect<Socket> + Clone + Sync + Send + 'static,
-    T::Stream: Sync + Send,
-    T::TlsConnect: Sync + Send,
-    <T::TlsConnect as TlsConnect<Socket>>::Future: Send,
-{
-    fn connect(
-        &self,
-        pg_config: &tokio_postgres::Config,
-    ) -> Pin<Box<dyn Future<Output = Connected> + Send + '_>> {
-        let tls = self.tls.clone();
-        let config = pg_config.clone();
-        let shared = self.shared.clone();
-        Box::pin(async move {
-            let (client, connection) = if shared.prefer_standby {
-                // libpq's prefer-standby: every host is tried for a read-only server first; when
-                // none is found (or none answers), every host again for any server.
-                let mut standby = config.clone();
-                standby.target_session_attrs(TargetSessionAttrs::ReadOnly);
-                match standby.connect(tls.clone()).await {
-                    Ok(found) => found,
-                    Err(_) => config.connect(tls).await?,
-                }
-            } else {
-                config.connect(tls).await?
-            };
-            let task = tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            shared
-                .tasks
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(task);
-            Ok((client, tokio::spawn(async {})))
-        })
-    }
-}
-
-/// [`Tracked`] for connections with a `require_auth` rule: the driver's host loop with the
-/// authentication exchange watched ([`auth::connect`]).
+/// Connects with idemctl's host loop ([`auth::connect`]) and keeps the connection task for
+/// [`Pool::close`]: deadpool aborts the task handle it is given as soon as the client is dropped,
+/// which cuts the socket before the connection has written its Terminate message; it gets a
+/// finished task instead.
 struct Watched {
     tls: Option<MakeTls>,
     rule: Arc<auth::AuthRule>,
@@ -349,11 +281,13 @@ impl Watched {
     async fn connect_once(
         &self,
         config: &tokio_postgres::Config,
+        attrs: SessionAttrs,
     ) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error> {
         let rule = self.rule.clone();
         Ok(match &self.tls {
             Some(tls) => {
-                let (client, connection) = auth::connect(config, tls.clone(), rule).await?;
+                let (client, connection) =
+                    auth::connect(config, tls.clone(), rule, attrs, self.shared.allow).await?;
                 (
                     client,
                     tokio::spawn(async move {
@@ -362,7 +296,8 @@ impl Watched {
                 )
             }
             None => {
-                let (client, connection) = auth::connect(config, NoTls, rule).await?;
+                let (client, connection) =
+                    auth::connect(config, NoTls, rule, attrs, self.shared.allow).await?;
                 (
                     client,
                     tokio::spawn(async move {
@@ -381,16 +316,17 @@ impl Connect for Watched {
     ) -> Pin<Box<dyn Future<Output = Connected> + Send + '_>> {
         let config = pg_config.clone();
         Box::pin(async move {
-            let (client, task) = if self.shared.prefer_standby {
-                let mut standby = config.clone();
-                standby.target_session_attrs(TargetSessionAttrs::ReadOnly);
-                match self.connect_once(&standby).await {
-                    Ok(found) => found,
-                    Err(e) if e.to_string().contains(auth::REFUSAL) => return Err(e),
-                    Err(_) => self.connect_once(&config).await?,
+            let (client, task) = match self.shared.attrs {
+                // libpq's prefer-standby: every host is tried for a standby first; when none is
+                // found (or none answers), every host again for any server.
+                SessionAttrs::PreferStandby => {
+                    match self.connect_once(&config, SessionAttrs::Standby).await {
+                        Ok(found) => found,
+                        Err(e) if auth::is_final(&e) => return Err(e),
+                        Err(_) => self.connect_once(&config, SessionAttrs::Any).await?,
+                    }
                 }
-            } else {
-                self.connect_once(&config).await?
+                attrs => self.connect_once(&config, attrs).await?,
             };
             self.shared
                 .tasks
@@ -594,6 +530,15 @@ impl Failure {
             let transient = matches!(db.code().code(), "57P03" | "53300");
             let reason = db.message().to_string();
             return Failure { reason, transient };
+        }
+        if let Some(mismatch) = sources(e)
+            .filter_map(|s| s.downcast_ref::<io::Error>())
+            .find_map(|io| io.get_ref()?.downcast_ref::<Mismatch>())
+        {
+            return Failure {
+                reason: mismatch.to_string(),
+                transient: false,
+            };
         }
         if let Some(reason) = certificate_problem(e) {
             let reason = format!("TLS handshake failed: {reason}");

@@ -8,6 +8,7 @@
 //! its own message),
 //! `max_protocol_version` (the driver speaks protocol 3.0, which every server accepts).
 
+use super::attrs::{self, SessionAttrs};
 use super::conninfo;
 use super::env::{self, Env};
 use super::hosts::{self, Endpoint};
@@ -18,9 +19,7 @@ use super::{ConnectSettings, SessionTimeouts, Target};
 use crate::exit::{Exit, fail};
 use std::path::PathBuf;
 use std::time::Duration;
-use tokio_postgres::config::{
-    ChannelBinding, LoadBalanceHosts, SslNegotiation, TargetSessionAttrs,
-};
+use tokio_postgres::config::{ChannelBinding, LoadBalanceHosts, SslNegotiation};
 
 /// Used when neither `--connect-timeout`, `connect_timeout` nor `PGCONNECT_TIMEOUT` says otherwise
 /// (also for libpq's "0 = wait forever", which would let a cron job hang).
@@ -97,7 +96,7 @@ fn resolve_pairs(
         config.options(options);
     }
     apply_tcp_options(&params, &mut config)?;
-    let prefer_standby = apply_session_options(&params, &tls_plan, &mut config)?;
+    let attrs = apply_session_options(&params, &tls_plan, &mut config)?;
     let require_auth = match params.get("require_auth") {
         Some(value) => Some(std::sync::Arc::new(
             super::auth::AuthRule::parse(value)
@@ -116,7 +115,7 @@ fn resolve_pairs(
             lock: settings.lock_timeout,
             idle_in_transaction: settings.idle_in_transaction_timeout,
         },
-        prefer_standby,
+        attrs,
         require_auth,
         warnings,
     })
@@ -254,34 +253,16 @@ fn apply_tcp_options(params: &Params, config: &mut tokio_postgres::Config) -> an
     Ok(())
 }
 
-/// Options the driver has natively. `target_session_attrs=primary` maps to read-write (idemctl
-/// writes, so a writable server is what "primary" must deliver) and `standby` to read-only (a hot
-/// standby is always read-only); `prefer-standby` is two passes, as in libpq: a read-only server
-/// first, then any (returned as `true`; the pool's connector makes the two passes).
+/// Options the driver has natively, and `target_session_attrs`, which idemctl's host loop judges
+/// as libpq 14+ does (returned; see `attrs.rs`).
 fn apply_session_options(
     params: &Params,
     tls_plan: &tls::TlsPlan,
     config: &mut tokio_postgres::Config,
-) -> anyhow::Result<bool> {
-    let attrs = [
-        ("any", Some(TargetSessionAttrs::Any)),
-        ("read-write", Some(TargetSessionAttrs::ReadWrite)),
-        ("primary", Some(TargetSessionAttrs::ReadWrite)),
-        ("read-only", Some(TargetSessionAttrs::ReadOnly)),
-        ("standby", Some(TargetSessionAttrs::ReadOnly)),
-        ("prefer-standby", None),
-    ];
-    let prefer_standby = match params.choice("target_session_attrs", &attrs)? {
-        Some(Some(attrs)) => {
-            config.target_session_attrs(attrs);
-            false
-        }
-        Some(None) => {
-            config.target_session_attrs(TargetSessionAttrs::Any);
-            true
-        }
-        None => false,
-    };
+) -> anyhow::Result<SessionAttrs> {
+    let attrs = params
+        .choice("target_session_attrs", attrs::CHOICES)?
+        .unwrap_or_default();
     let binding = [
         ("disable", ChannelBinding::Disable),
         ("prefer", ChannelBinding::Prefer),
@@ -298,7 +279,7 @@ fn apply_session_options(
         config.load_balance_hosts(balance);
     }
     apply_ssl_negotiation(tls_plan, config);
-    Ok(prefer_standby)
+    Ok(attrs)
 }
 
 /// `sslnegotiation=direct` (checked against the sslmode in `tls::plan`): the driver skips the

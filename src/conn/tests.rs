@@ -252,7 +252,8 @@ fn connect_timeout_sources() {
 
 #[test]
 fn driver_options_pass_through_with_libpq_units() {
-    use tokio_postgres::config::{ChannelBinding, LoadBalanceHosts, TargetSessionAttrs};
+    use super::attrs::SessionAttrs;
+    use tokio_postgres::config::{ChannelBinding, LoadBalanceHosts};
     let t = resolved(
         Some(
             "host=h keepalives_idle=30 keepalives_count=3 tcp_user_timeout=1500 channel_binding=require load_balance_hosts=random target_session_attrs=primary options='-c search_path=x' client_encoding=LATIN1 sslcompression=1 krbsrvname=pg gssencmode=prefer sslpassword=x",
@@ -265,16 +266,13 @@ fn driver_options_pass_through_with_libpq_units() {
     assert_eq!(c.get_tcp_user_timeout(), Some(&Duration::from_millis(1500)));
     assert_eq!(c.get_channel_binding(), ChannelBinding::Require);
     assert_eq!(c.get_load_balance_hosts(), LoadBalanceHosts::Random);
-    assert_eq!(c.get_target_session_attrs(), TargetSessionAttrs::ReadWrite);
+    assert_eq!(t.attrs, SessionAttrs::Primary);
     assert_eq!(c.get_options(), Some("-c search_path=x"));
     let standby = resolved(
         Some("host=h"),
         &[("PGTARGETSESSIONATTRS", "standby"), ("PGOPTIONS", "-c a=b")],
     );
-    assert_eq!(
-        standby.config.get_target_session_attrs(),
-        TargetSessionAttrs::ReadOnly
-    );
+    assert_eq!(standby.attrs, SessionAttrs::Standby);
     assert_eq!(standby.config.get_options(), Some("-c a=b"));
 }
 

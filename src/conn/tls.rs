@@ -117,7 +117,7 @@ pub(crate) fn plan(params: &Params, env: &dyn Env, all_unix: bool) -> anyhow::Re
     }
     let driver_mode = match (verification, mode) {
         (Verification::NoTls, _) => DriverSslMode::Disable,
-        // The driver has no "allow"; trying TLS first is equally safe against eavesdroppers.
+        // The driver has no "allow": idemctl's host loop logs in without TLS first under allow.
         (_, SslMode::Allow | SslMode::Prefer) => DriverSslMode::Prefer,
         _ => DriverSslMode::Require,
     };

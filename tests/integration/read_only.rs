@@ -193,3 +193,117 @@ async fn target_session_attrs_choose_among_hosts_like_libpq() {
     .await
     .assert_stdout_contains(on_primary);
 }
+
+/// psql on the same conninfo: whether it connected, and its first stderr line.
+fn psql(conninfo: &str) -> crate::support::Run {
+    crate::support::Cmd::of("/usr/bin/psql")
+        .args([
+            "-X",
+            "-w",
+            "-A",
+            "-t",
+            "-c",
+            "select pg_is_in_recovery()",
+            "-d",
+        ])
+        .arg(conninfo)
+        .timeout(std::time::Duration::from_secs(30))
+        .run()
+}
+
+/// libpq 14+ tells the session from the server: a role with default_transaction_read_only on the
+/// primary is a read-only *session* on a *primary*. `standby` then skips it for the real standby
+/// (and refuses it alone, in libpq's words), `primary` accepts it (and the writers refuse with
+/// their documented exit 6), `read-write` refuses both servers. Each outcome is psql's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_session_attrs_tell_a_read_only_role_from_a_standby_like_psql() {
+    let pair = ReplicaPair::start()
+        .await
+        .unwrap_or_else(|e| panic!("cannot start a primary and a standby: {e}"));
+    let primary = connect(&pair.primary_url()).await;
+    primary
+        .batch_execute(Schema::Corrected.ddl())
+        .await
+        .unwrap();
+    primary
+        .batch_execute(&fixtures::expired_rows_sql(20))
+        .await
+        .unwrap();
+    primary
+        .batch_execute(
+            "CREATE ROLE ro_tsa LOGIN; GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO ro_tsa; \
+             ALTER ROLE ro_tsa SET default_transaction_read_only = on",
+        )
+        .await
+        .unwrap();
+    pair.wait_caught_up(&primary).await;
+    let ro = |url: String, attrs: &str| {
+        format!(
+            "{} user=ro_tsa target_session_attrs={attrs}",
+            url.replace("user=postgres", "")
+        )
+    };
+    let run = |conninfo: String, args: &'static [&'static str]| async move {
+        crate::support::Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", conninfo)
+            .args(args.iter().copied())
+            .args(["--connect-timeout", "5s"])
+            .run_async()
+            .await
+    };
+
+    // standby over "primary,standby": the standby, as psql.
+    let both_standby = ro(pair.both_url(""), "standby");
+    let theirs = psql(&both_standby);
+    assert_eq!((theirs.code, theirs.stdout.trim()), (0, "t"), "{theirs}");
+    run(both_standby, &["check", "-o", "plain"])
+        .await
+        .assert_stdout_contains(
+            "writes\tnote\tevict and reclaim refuse to run here: the server is a standby",
+        );
+
+    // standby on the primary alone: refused, as psql refuses it.
+    let lone_standby = ro(pair.primary_url(), "standby");
+    let theirs = psql(&lone_standby);
+    assert_ne!(theirs.code, 0, "{theirs}");
+    assert!(
+        theirs.stderr.contains("server is not in hot standby mode"),
+        "{theirs}"
+    );
+    let ours = run(lone_standby, &["stats"]).await;
+    ours.assert_code(5)
+        .assert_stderr_contains("server is not in hot standby mode");
+    assert_eq!(ours.stderr.lines().count(), 1, "{ours}");
+
+    // primary accepts the read-only role on the primary, as psql; writers then refuse with 6.
+    let lone_primary = ro(pair.primary_url(), "primary");
+    let theirs = psql(&lone_primary);
+    assert_eq!((theirs.code, theirs.stdout.trim()), (0, "f"), "{theirs}");
+    run(lone_primary.clone(), &["check", "-o", "plain"])
+        .await
+        .assert_stdout_contains(
+            "writes\tnote\tevict and reclaim refuse to run here: the session is read-only",
+        );
+    let evict = run(lone_primary, &["evict"]).await;
+    evict
+        .assert_code(6)
+        .assert_stderr_contains("cannot run here, nothing was changed: the session is read-only");
+
+    // read-write: both sessions are read-only, so neither fits.
+    let both_rw = ro(pair.both_url(""), "read-write");
+    let theirs = psql(&both_rw);
+    assert_ne!(theirs.code, 0, "{theirs}");
+    assert!(theirs.stderr.contains("session is read-only"), "{theirs}");
+    let ours = run(both_rw, &["stats"]).await;
+    ours.assert_code(5)
+        .assert_stderr_contains("session is read-only");
+    assert_eq!(ours.stderr.lines().count(), 1, "{ours}");
+    assert_eq!(
+        primary
+            .query_one("SELECT count(*) FROM idempotency_keys", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        20
+    );
+}

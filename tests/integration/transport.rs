@@ -465,3 +465,94 @@ async fn a_unix_socket_in_a_host_list_is_used_without_tls_whatever_the_sslmode()
             .run(),
     );
 }
+
+/// psql on the same conninfo and home directory, with the password in PGPASSWORD.
+fn psql(db: &TcpDb, conninfo: &str) -> Run {
+    Cmd::of("/usr/bin/psql")
+        .env("HOME", db.home())
+        .env("PGPASSWORD", PASSWORD)
+        .args([
+            "-X",
+            "-w",
+            "-A",
+            "-t",
+            "-c",
+            "select ssl from pg_stat_ssl where pid = pg_backend_pid()",
+            "-d",
+            conninfo,
+        ])
+        .timeout(Duration::from_secs(30))
+        .run()
+}
+
+/// libpq: under `prefer` (the default) and `allow`, a root certificate file that does not verify
+/// the server's certificate fails the TLS handshake, and libpq tries again without TLS ("if
+/// sslmode is prefer then do a non-SSL retry"). psql then connects in plaintext; so does idemctl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefer_and_allow_fall_back_to_plaintext_when_the_root_does_not_verify_like_psql() {
+    let db = db_with_table(Transport::TlsOptional).await;
+    let other = db.other_ca_cert();
+    for sslmode in [None, Some("prefer"), Some("allow")] {
+        let mut settings = vec![("sslrootcert", path(&other))];
+        settings.extend(sslmode.map(|m| ("sslmode", m)));
+        let conninfo = db.conninfo(&settings);
+        let theirs = psql(&db, &conninfo);
+        assert_eq!((theirs.code, theirs.stdout.trim()), (0, "f"), "{theirs}");
+        assert_stats_ok(&stats(&db, &conninfo).run());
+    }
+    // The same with the root in ~/.postgresql/root.crt.
+    install_default_root(&db, &other);
+    let conninfo = db.conninfo(&[]);
+    let theirs = psql(&db, &conninfo);
+    assert_eq!((theirs.code, theirs.stdout.trim()), (0, "f"), "{theirs}");
+    assert_stats_ok(&stats(&db, &conninfo).run());
+    // require does not fall back.
+    let conninfo = db.conninfo(&[("sslmode", "require")]);
+    assert_ne!(psql(&db, &conninfo).code, 0);
+    assert_fails(
+        &stats(&db, &conninfo).run(),
+        5,
+        &["certificate verify failed"],
+    );
+}
+
+/// libpq: once a server has answered and the login fails, the remaining hosts are not tried;
+/// psql fails at once with the server's reason. So does idemctl (exit 5, one line, no password),
+/// instead of retrying a host that is down for the whole connect timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_login_on_the_first_host_ends_the_attempt_like_psql() {
+    let db = db_with_table(Transport::NoTls).await;
+    let down = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let ports = format!("{},{down}", db.port());
+    let conninfo = db.conninfo(&[
+        ("host", "localhost,localhost"),
+        ("port", &ports),
+        ("password", "wrong-password"),
+    ]);
+    let theirs = psql(&db, &conninfo);
+    assert_ne!(theirs.code, 0, "{theirs}");
+    let reason = format!("password authentication failed for user \"{}\"", db.user);
+    assert!(theirs.stderr.contains(&reason), "{theirs}");
+    let ours = db
+        .idemctl()
+        .args([
+            "stats",
+            "-o",
+            "json",
+            "--connect-timeout",
+            "10s",
+            "-d",
+            &conninfo,
+        ])
+        .run();
+    assert_fails(&ours, 5, &[&reason]);
+    assert!(!ours.stderr.contains("wrong-password"), "{ours}");
+    assert!(
+        ours.elapsed < Duration::from_secs(3),
+        "the down host was retried after the failed login\n{ours}"
+    );
+}
