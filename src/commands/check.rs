@@ -60,8 +60,9 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
         &crate::db::queries::referencing_keys(&client, &table).await?,
     ));
     let role_privileges = table.privileges(&client).await?;
-    findings.extend(privileges(&table, &role_privileges));
-    findings.push(writes(client.writability().await?));
+    let writability = client.writability().await?;
+    findings.extend(privileges(&table, &role_privileges, writability));
+    findings.push(writes(writability));
     let distributed = crate::commands::shards::distributed(&client, &table).await?;
     if let Some(layout) = &distributed {
         findings.extend(
@@ -397,8 +398,9 @@ fn partitioning(table: &KeyTable, r: &stats::StatsReport) -> Vec<Finding> {
     out
 }
 
-/// What each command needs, against what the role has.
-pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
+/// What each command needs, against what the role has. On a session that cannot write, the
+/// evict and reclaim rows say that those commands refuse here (exit 6) instead of "ok".
+pub fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) -> Vec<Finding> {
     let role = crate::output::sanitize(&p.role);
     let grant = |what: &str| {
         format!(
@@ -432,14 +434,19 @@ pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
             Some(grant(&read_missing.join(", "))),
         )
     });
+    // Granted privileges are no use on a session that cannot write.
+    let granted_but = |what: String, command: &str| match writability.problem() {
+        None => (Status::Ok, what),
+        Some(why) => (
+            Status::Note,
+            format!("{what}, but {command} refuses to run here (exit 6): {why}"),
+        ),
+    };
     let evict_missing = missing(Job::Evict);
     out.push(if evict_missing.is_empty() {
-        finding(
-            "privileges: evict",
-            Status::Ok,
-            format!("{role} may SELECT, DELETE and lock rows"),
-            None,
-        )
+        let (status, detail) =
+            granted_but(format!("{role} may SELECT, DELETE and lock rows"), "evict");
+        finding("privileges: evict", status, detail, None)
     } else {
         finding(
             "privileges: evict",
@@ -493,11 +500,11 @@ pub fn privileges(table: &KeyTable, p: &Privileges) -> Vec<Finding> {
             None,
         )
     } else if unable.is_empty() {
-        (
-            Status::Ok,
+        let (status, detail) = granted_but(
             format!("{role} may reclaim with {}", names(&able)),
-            None,
-        )
+            "reclaim",
+        );
+        (status, detail, None)
     } else {
         let mut lacks: Vec<String> = Vec::new();
         for (_, m) in &unable {

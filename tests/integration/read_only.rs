@@ -72,12 +72,56 @@ async fn writing_commands_refuse_a_read_only_role_before_any_work_and_check_says
     check.assert_stdout_contains(
         "writes\tnote\tevict and reclaim refuse to run here: the session is read-only",
     );
+    // The privilege rows do not promise what the writers will refuse (exit 6), in JSON neither.
+    for (row, command) in [
+        ("privileges: evict", "evict"),
+        ("privileges: reclaim", "reclaim"),
+    ] {
+        let line = check
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{row}\t")))
+            .unwrap_or_else(|| panic!("no {row} row\n{check}"));
+        assert!(
+            line.starts_with(&format!("{row}\tnote\t"))
+                && line.contains(&format!(
+                    "but {command} refuses to run here (exit 6): the session is read-only"
+                ))
+                && line.contains("connect as a role without it"),
+            "{line}"
+        );
+    }
+    let json = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["check", "-o", "json"])
+        .run_async()
+        .await
+        .json();
+    for row in ["privileges: evict", "privileges: reclaim"] {
+        let found = json["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["check"] == row)
+            .unwrap_or_else(|| panic!("no finding {row}: {json}"));
+        assert_eq!(found["status"], "note", "{found}");
+        assert!(
+            found["detail"]
+                .as_str()
+                .unwrap()
+                .contains("refuses to run here (exit 6): the session is read-only"),
+            "{found}"
+        );
+    }
     let writable = db
         .idemctl()
         .args(["check", "-o", "plain"])
         .run_async()
         .await;
     writable.assert_stdout_contains("writes\tok\tthe session can write");
+    writable.assert_stdout_contains("privileges: evict\tok\t");
+    writable.assert_stdout_contains("privileges: reclaim\tok\t");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
