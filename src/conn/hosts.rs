@@ -22,13 +22,16 @@ pub(crate) struct Endpoint {
     /// A numeric address that replaces the name lookup (libpq `hostaddr`).
     pub(crate) addr: Option<IpAddr>,
     pub(crate) port: u16,
+    /// Whether `host` named this endpoint (TCP), rather than only `hostaddr`.
+    pub(crate) named: bool,
 }
 
 impl Endpoint {
-    /// The name pgpass lines are matched against: host if given, else hostaddr, as libpq does;
-    /// a default socket directory counts as `localhost`.
+    /// The name pgpass lines are matched against, as psql 15 matches them: the host name if
+    /// given; `localhost` with only a `hostaddr` and for a default socket directory.
     pub(crate) fn pgpass_host(&self) -> String {
         match &self.host {
+            HostKind::Tcp(_) if !self.named => "localhost".to_string(),
             HostKind::Tcp(name) => name.clone(),
             HostKind::Unix(dir) if is_default_socket_dir(dir) => "localhost".to_string(),
             HostKind::Unix(dir) => dir.display().to_string(),
@@ -75,6 +78,7 @@ pub(crate) fn endpoints(params: &Params) -> anyhow::Result<Vec<Endpoint>> {
             let name = hosts.get(i).map_or("", String::as_str);
             let addr = addrs.get(i).cloned().flatten();
             Ok(Endpoint {
+                named: !name.is_empty() && !name.starts_with('/'),
                 host: host_kind(params, name, addr.as_ref().map(|(_, raw)| raw.as_str()))?,
                 addr: addr.map(|(ip, _)| ip),
                 port: ports[i],

@@ -109,6 +109,16 @@ const ENV_VARS: &[(&str, &str)] = &[
     ("PGLOADBALANCEHOSTS", "load_balance_hosts"),
 ];
 
+/// Enumerated keywords whose empty value libpq refuses rather than taking the default.
+const NO_EMPTY_VALUE: &[&str] = &[
+    "sslmode",
+    "target_session_attrs",
+    "load_balance_hosts",
+    "sslnegotiation",
+    "channel_binding",
+    "gssencmode",
+];
+
 /// Where a value came from, for error messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Origin {
@@ -226,15 +236,29 @@ impl Params {
         key: &str,
         choices: &[(&str, T)],
     ) -> anyhow::Result<Option<T>> {
+        let names = || {
+            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+            names.join(", ")
+        };
         let Some(value) = self.get(key) else {
+            // libpq refuses an empty value of these (`invalid sslmode value: ""`), from the
+            // URL, a service file or an empty PG* variable alike.
+            let given_empty = self.map.get(key).is_some_and(|p| p.value.is_empty());
+            if given_empty && NO_EMPTY_VALUE.contains(&key) {
+                let origin = self.origin(key);
+                return Err(fail(
+                    Exit::Usage,
+                    format!(
+                        "invalid {key} value: \"\" in {origin}; use one of {}, or leave {key} out",
+                        names()
+                    ),
+                ));
+            }
             return Ok(None);
         };
         match choices.iter().find(|(name, _)| *name == value) {
             Some((_, t)) => Ok(Some(*t)),
-            None => {
-                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
-                Err(self.invalid(key, &format!("one of {}", names.join(", "))))
-            }
+            None => Err(self.invalid(key, &format!("one of {}", names()))),
         }
     }
 }
@@ -294,6 +318,39 @@ mod tests {
         assert_eq!(p.get("user"), Some("u"));
         assert_eq!(p.get("port"), Some("1"));
         assert_eq!(p.origin("port"), Origin::Env("PGPORT"));
+    }
+
+    #[test]
+    fn empty_enumerated_values_are_refused_like_libpq() {
+        for key in NO_EMPTY_VALUE {
+            let p = Params::collect(vec![(key.to_string(), String::new())], &env(&[]))
+                .expect("collects");
+            let err = p.choice(key, &[("a", ()), ("b", ())]).expect_err("refused");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "invalid {key} value: \"\" in --database-url; use one of a, b, or leave {key} out"
+                )
+            );
+            assert_eq!(crate::exit::classify(&err), Exit::Usage);
+        }
+        let p = Params::collect(vec![], &env(&[("PGSSLMODE", "")])).expect("collects");
+        let err = p.choice("sslmode", &[("a", ())]).expect_err("refused");
+        assert!(
+            err.to_string().contains("environment variable PGSSLMODE"),
+            "{err}"
+        );
+        // Others keep libpq's "empty means default" (ssl_min_protocol_version, for one).
+        let p = Params::collect(
+            vec![("ssl_min_protocol_version".into(), String::new())],
+            &env(&[]),
+        )
+        .expect("collects");
+        assert!(
+            p.choice("ssl_min_protocol_version", &[("TLSv1.2", ())])
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

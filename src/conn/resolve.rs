@@ -269,6 +269,14 @@ fn apply_session_options(
         ("require", ChannelBinding::Require),
     ];
     if let Some(binding) = params.choice("channel_binding", &binding)? {
+        // libpq refuses this before logging in: nothing could bind the channel.
+        if binding == ChannelBinding::Require && tls_plan.mode == tls::SslMode::Disable {
+            return Err(params.unsupported(
+                "channel_binding",
+                "channel binding required, but SSL not in use; use sslmode=require (or \
+                 verify-ca, verify-full), or remove channel_binding=require",
+            ));
+        }
         config.channel_binding(binding);
     }
     let balance = [

@@ -109,14 +109,21 @@ where
             if let Err(e) = Pin::new(&mut stream).connect().await {
                 return Err(handshake_error(&e, stream.ssl()));
             }
-            if self.shared.direct {
-                check_alpn(stream.ssl().selected_alpn_protocol())?;
-            }
-            if self.shared.check_host {
-                let cert = stream.ssl().peer_certificate().ok_or_else(|| {
-                    TlsError("the server sent no certificate to verify".to_string())
-                })?;
-                verify::host_matches(&cert, &self.host).map_err(TlsError)?;
+            let verdict = self.after_handshake(stream.ssl());
+            if let Err(e) = verdict {
+                // Refused after a completed handshake: end the TLS session properly
+                // (close_notify, then the socket), as libpq does, rather than cutting it.
+                // The server's unread bytes (TLS 1.3 session tickets) are drained until it closes
+                // too, or the kernel would answer them with a reset.
+                use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(2), async {
+                    stream.shutdown().await?;
+                    let mut sink = [0u8; 1024];
+                    while stream.get_mut().read(&mut sink).await? > 0 {}
+                    Ok::<(), io::Error>(())
+                })
+                .await;
+                return Err(e);
             }
             Ok(Stream(stream))
         })
@@ -124,6 +131,21 @@ where
 }
 
 impl Connect {
+    /// The checks libpq makes once the handshake is done: the ALPN protocol for direct TLS, the
+    /// host name for verify-full.
+    fn after_handshake(&self, ssl: &SslRef) -> Result<(), TlsError> {
+        if self.shared.direct {
+            check_alpn(ssl.selected_alpn_protocol())?;
+        }
+        if self.shared.check_host {
+            let cert = ssl
+                .peer_certificate()
+                .ok_or_else(|| TlsError("the server sent no certificate to verify".to_string()))?;
+            verify::host_matches(&cert, &self.host).map_err(TlsError)?;
+        }
+        Ok(())
+    }
+
     fn ssl(&self) -> Result<Ssl, TlsError> {
         let mut ssl = Ssl::new(&self.shared.context).map_err(|e| openssl_error(&e))?;
         if self.shared.sni && !self.host.is_empty() && self.host.parse::<IpAddr>().is_err() {

@@ -556,3 +556,130 @@ async fn a_failed_login_on_the_first_host_ends_the_attempt_like_psql() {
         "the down host was retried after the failed login\n{ours}"
     );
 }
+
+/// libpq refuses an empty value of an enumerated keyword (`invalid sslmode value: ""`) instead of
+/// taking the default; psql 15 for its keys, idemctl the same way, exit 2, before connecting.
+/// (`load_balance_hosts` and `sslnegotiation`, libpq 16/17 keys psql 15 does not know, too.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_values_of_enumerated_keywords_are_refused_like_psql() {
+    let db = db_with_table(Transport::NoTls).await;
+    for key in [
+        "sslmode",
+        "target_session_attrs",
+        "channel_binding",
+        "gssencmode",
+        "load_balance_hosts",
+        "sslnegotiation",
+    ] {
+        let conninfo = format!("{} {key}=", db.conninfo(&[]));
+        let reason = format!("invalid {key} value: \"\"");
+        if !matches!(key, "load_balance_hosts" | "sslnegotiation") {
+            let theirs = psql(&db, &conninfo);
+            assert_ne!(theirs.code, 0, "{theirs}");
+            assert!(theirs.stderr.contains(&reason), "{theirs}");
+        }
+        assert_fails(&stats(&db, &conninfo).run(), 2, &[&reason]);
+    }
+    // An empty PGSSLMODE is refused by libpq as well.
+    let conninfo = db.conninfo(&[]);
+    let theirs = Cmd::of("/usr/bin/psql")
+        .env("HOME", db.home())
+        .env("PGPASSWORD", PASSWORD)
+        .env("PGSSLMODE", "")
+        .args(["-X", "-w", "-c", "select 1", "-d", &conninfo])
+        .run();
+    assert!(
+        theirs.stderr.contains("invalid sslmode value: \"\""),
+        "{theirs}"
+    );
+    assert_fails(
+        &stats(&db, &conninfo).env("PGSSLMODE", "").run(),
+        2,
+        &["invalid sslmode value: \"\"", "PGSSLMODE"],
+    );
+}
+
+/// `channel_binding=require` with `sslmode=disable` can never succeed: psql fails with libpq's
+/// "channel binding required, but SSL not in use"; idemctl says so before connecting, exit 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_binding_require_without_tls_is_refused_before_logging_in() {
+    let db = db_with_table(Transport::NoTls).await;
+    let conninfo = db.conninfo(&[("sslmode", "disable"), ("channel_binding", "require")]);
+    let theirs = psql(&db, &conninfo);
+    assert_ne!(theirs.code, 0, "{theirs}");
+    let reason = "channel binding required, but SSL not in use";
+    assert!(theirs.stderr.contains(reason), "{theirs}");
+    assert_fails(
+        &stats(&db, &conninfo).run(),
+        2,
+        &[reason, "sslmode=require"],
+    );
+}
+
+/// `.pgpass` with only `hostaddr=` (no host): each password file line's host field is matched as
+/// psql matches it on the same server, for a `localhost` line and a `127.0.0.1` line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgpass_with_only_hostaddr_matches_the_line_psql_matches() {
+    let db = db_with_table(Transport::NoTls).await;
+    let conninfo = format!(
+        "hostaddr=127.0.0.1 port={} user={} dbname={} sslmode=disable",
+        db.port(),
+        db.user,
+        db.dbname
+    );
+    let file = db.home().join(".pgpass");
+    let mut outcomes = Vec::new();
+    for host_field in ["localhost", "127.0.0.1", "*"] {
+        let text = format!("{host_field}:{}:*:{}:{PASSWORD}\n", db.port(), db.user);
+        std::fs::write(&file, text).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let theirs = Cmd::of("/usr/bin/psql")
+            .env("HOME", db.home())
+            .args(["-X", "-w", "-c", "select 1", "-d", &conninfo])
+            .run();
+        let ours = stats(&db, &conninfo).env_remove("PGPASSWORD").run();
+        assert_eq!(
+            theirs.code == 0,
+            ours.code == 0,
+            "pgpass host field {host_field}: psql and idemctl disagree\n{theirs}\n{ours}"
+        );
+        if ours.code == 0 {
+            assert_stats_ok(&ours);
+        } else {
+            assert_fails(&ours, 5, &["password"]);
+        }
+        outcomes.push((host_field, theirs.code == 0));
+    }
+    // The wildcard line always matches: the comparison above saw a password file in use.
+    assert_eq!(outcomes[2], ("*", true), "{outcomes:?}");
+}
+
+/// A certificate refused for its host name after a completed handshake: the TLS session is ended
+/// properly (close_notify), so the server logs no "Connection reset by peer".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_name_mismatch_ends_the_tls_session_cleanly() {
+    let server = crate::support::tcp::TcpServer::start_private(true);
+    let admin = crate::support::pg::connect(&server.socket_conninfo("postgres", "postgres")).await;
+    admin
+        .batch_execute("CREATE ROLE mismatch LOGIN")
+        .await
+        .unwrap();
+    let conninfo = format!(
+        "host=db.example.test hostaddr=127.0.0.1 port={} user=mismatch dbname=postgres \
+         sslmode=verify-full sslrootcert={}",
+        server.port,
+        path(&server.ca_cert())
+    );
+    for _ in 0..3 {
+        let run = Cmd::new()
+            .args(["stats", "--connect-timeout", "5s", "-d", &conninfo])
+            .run();
+        assert_fails(&run, 5, &["does not match host name \"db.example.test\""]);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = std::fs::read_to_string(server.log_path()).unwrap();
+    assert!(
+        !log.contains("Connection reset by peer"),
+        "the server saw the connection cut:\n{log}"
+    );
+}
