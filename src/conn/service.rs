@@ -76,7 +76,11 @@ fn parse(file: &Path, name: &str) -> anyhow::Result<Option<Vec<(String, String)>
             if pairs.is_some() {
                 break;
             }
-            if section.strip_suffix(']') == Some(name) {
+            // libpq 15 compares the name and the "]" after it; what follows is ignored.
+            if section
+                .strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(']'))
+            {
                 pairs = Some(Vec::new());
             }
             continue;

@@ -89,6 +89,16 @@ async fn service_files_resolve_exactly_as_psql_resolves_them() {
             connects: true,
         },
         Case {
+            name: "a section header with trailing text names the section before it",
+            files: vec![(
+                user_file,
+                section("s", &right).replacen("[s]", "[s] trailing", 1),
+            )],
+            vars: vec![],
+            conninfo: s("service=s"),
+            connects: true,
+        },
+        Case {
             name: "PGSERVICE, no conninfo",
             files: vec![(user_file, section("s", &right))],
             vars: vec![("PGSERVICE", s("s"))],
