@@ -528,7 +528,14 @@ impl Failure {
         if let Some(db) = e.as_db_error() {
             // 57P03: starting up or shutting down; 53300: too many connections.
             let transient = matches!(db.code().code(), "57P03" | "53300");
-            let reason = db.message().to_string();
+            let mut reason = db.message().to_string();
+            if reason.starts_with("unsupported startup parameter") {
+                // PgBouncer's refusal of a startup parameter it does not pass on.
+                reason.push_str(
+                    "; the connection pooler does not accept it: remove it (options=, PGOPTIONS), \
+                     or list it in the pooler's ignore_startup_parameters",
+                );
+            }
             return Failure { reason, transient };
         }
         if let Some(mismatch) = sources(e)
@@ -550,7 +557,11 @@ impl Failure {
         let chain = chain_text(e);
         if let Some(at) = chain.find(auth::REFUSAL) {
             return Failure {
-                reason: chain[at..].to_string(),
+                reason: format!(
+                    "{}; allow the server's method in require_auth, or change the method the \
+                     server's pg_hba.conf asks for",
+                    &chain[at..]
+                ),
                 transient: false,
             };
         }

@@ -969,15 +969,16 @@ mod verification {
         assert_eq!(handshake(&p, "DB.Example", false).await, Ok(()));
         assert_eq!(
             handshake(&p, "other.example", false).await,
-            Err(
-                "server certificate for \"db.example\" does not match host name \"other.example\""
-                    .into()
-            )
+            Err(format!(
+                "server certificate for \"db.example\" does not match host name \"other.example\"{HOST_HINT}"
+            ))
         );
         let untrusted = plan(Verification::Full, "other.crt", None);
         assert_eq!(
             handshake(&untrusted, "db.example", false).await,
-            Err("certificate verify failed: unable to get local issuer certificate".into())
+            Err(format!(
+                "certificate verify failed: unable to get local issuer certificate{ROOT_HINT}"
+            ))
         );
     }
 
@@ -988,7 +989,9 @@ mod verification {
         let untrusted = plan(Verification::ChainOnly, "other.crt", None);
         assert_eq!(
             handshake(&untrusted, "db.example", false).await,
-            Err("certificate verify failed: unable to get local issuer certificate".into())
+            Err(format!(
+                "certificate verify failed: unable to get local issuer certificate{ROOT_HINT}"
+            ))
         );
     }
 
@@ -1214,6 +1217,10 @@ fn fake_tls_server() -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
     (port, served)
 }
 
+const ROOT_HINT: &str = "; sslrootcert (or ~/.postgresql/root.crt) must hold the root certificate that signed the server's certificate";
+const HOST_HINT: &str =
+    "; connect with a host name the certificate names, or use sslmode=verify-ca";
+
 #[tokio::test]
 async fn certificate_failures_are_explained_and_not_retried() {
     let (port, served) = fake_tls_server();
@@ -1224,7 +1231,8 @@ async fn certificate_failures_are_explained_and_not_retried() {
                 fixture("other.crt")
             ),
             "error performing TLS handshake: certificate verify failed: unable to get local issuer \
-             certificate",
+             certificate; sslrootcert (or ~/.postgresql/root.crt) must hold the root certificate \
+             that signed the server's certificate",
         ),
         (
             format!(
@@ -1232,7 +1240,8 @@ async fn certificate_failures_are_explained_and_not_retried() {
                 fixture("ca.crt")
             ),
             "error performing TLS handshake: server certificate for \"db.example\" does not match \
-             host name \"wrong.example\"",
+             host name \"wrong.example\"; connect with a host name the certificate names, or use \
+             sslmode=verify-ca",
         ),
     ];
     for (i, (url, want)) in cases.iter().enumerate() {

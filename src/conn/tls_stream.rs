@@ -141,7 +141,11 @@ impl Connect {
             let cert = ssl
                 .peer_certificate()
                 .ok_or_else(|| TlsError("the server sent no certificate to verify".to_string()))?;
-            verify::host_matches(&cert, &self.host).map_err(TlsError)?;
+            verify::host_matches(&cert, &self.host).map_err(|e| {
+                TlsError(format!(
+                    "{e}; connect with a host name the certificate names, or use sslmode=verify-ca"
+                ))
+            })?;
         }
         Ok(())
     }
@@ -178,10 +182,15 @@ pub(crate) fn check_alpn(selected: Option<&[u8]>) -> Result<(), TlsError> {
 fn handshake_error(e: &openssl::ssl::Error, ssl: &SslRef) -> TlsError {
     let verdict = ssl.verify_result();
     if verdict != X509VerifyResult::OK {
-        return TlsError(format!(
-            "certificate verify failed: {}",
-            verdict.error_string()
-        ));
+        let reason = verdict.error_string();
+        // A certificate from an issuer the roots do not hold: say which file must hold it.
+        let hint = if reason.contains("issuer") || reason.contains("self-signed") {
+            "; sslrootcert (or ~/.postgresql/root.crt) must hold the root certificate that signed \
+             the server's certificate"
+        } else {
+            ""
+        };
+        return TlsError(format!("certificate verify failed: {reason}{hint}"));
     }
     if let Some(io) = e.io_error() {
         return TlsError(format!("TLS handshake failed: {io}"));

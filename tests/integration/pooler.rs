@@ -422,3 +422,28 @@ async fn overlapping_and_killed_runs_through_a_transaction_pooler_delete_each_ro
     assert_untouched(&seen);
     assert_no_locks_left(&db).await;
 }
+
+/// PgBouncer refuses a startup `options` parameter it does not know; psql shows its reason, and
+/// idemctl adds what to do (one line, exit 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbouncer_refusing_startup_options_is_explained() {
+    let db = TestDb::new().await;
+    db.exec(Schema::Corrected.ddl()).await;
+    let bouncer = PgBouncer::start(&db, Mode::Transaction, 2, &[]).await;
+    let conninfo = format!("{} options='-c work_mem=8MB'", bouncer.url());
+    let theirs = crate::support::Cmd::of("/usr/bin/psql")
+        .args(["-X", "-w", "-c", "select 1", "-d", &conninfo])
+        .run();
+    assert_ne!(theirs.code, 0, "{theirs}");
+    assert!(
+        theirs.stderr.contains("unsupported startup parameter"),
+        "{theirs}"
+    );
+    let ours = crate::support::Cmd::new()
+        .args(["stats", "--connect-timeout", "5s", "-d", &conninfo])
+        .run();
+    ours.assert_code(5)
+        .assert_stderr_contains("unsupported startup parameter")
+        .assert_stderr_contains("ignore_startup_parameters");
+    assert_eq!(ours.stderr.lines().count(), 1, "{ours}");
+}

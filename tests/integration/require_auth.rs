@@ -68,6 +68,7 @@ fn assert_refused(run: &Run, rule: &str, reason: &str) {
     run.assert_stderr_contains(&format!(
         "authentication method requirement \"{rule}\" failed: {reason}"
     ));
+    run.assert_stderr_contains("; allow the server's method in require_auth");
     assert!(!run.stderr.contains(PASSWORD), "{run}");
 }
 
