@@ -12,6 +12,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use super::attrs::{Mismatch, Observed, SessionAttrs};
@@ -140,9 +141,26 @@ enum Stage {
     Off,
 }
 
+/// How far one login got, for libpq's sslmode retries: whether TLS carried it, and whether the
+/// server accepted the authentication (AuthenticationOk) before any error.
+#[derive(Debug, Default)]
+struct Progress {
+    tls: AtomicBool,
+    authenticated: AtomicBool,
+}
+
+impl Progress {
+    /// libpq retries (prefer without TLS, allow with TLS) when the server answered the startup or
+    /// authentication with an ErrorResponse, not on an error after AuthenticationOk.
+    fn refused_before_login(&self, e: &tokio_postgres::Error) -> bool {
+        e.as_db_error().is_some() && !self.authenticated.load(Ordering::Relaxed)
+    }
+}
+
 /// The server's side of the authentication exchange, parsed incrementally.
 struct Parser {
     rule: Arc<AuthRule>,
+    progress: Arc<Progress>,
     stage: Stage,
     /// The current message's first bytes: type, length, and for 'R' the request code.
     head: Vec<u8>,
@@ -154,9 +172,10 @@ struct Parser {
 }
 
 impl Parser {
-    fn new(rule: Arc<AuthRule>, stage: Stage) -> Parser {
+    fn new(rule: Arc<AuthRule>, stage: Stage, progress: Arc<Progress>) -> Parser {
         Parser {
             rule,
+            progress,
             stage,
             head: Vec::with_capacity(9),
             skip: 0,
@@ -238,6 +257,7 @@ impl Parser {
         let rule = &self.rule;
         let refusal = match code {
             0 => {
+                self.progress.authenticated.store(true, Ordering::Relaxed);
                 if rule.allows(Method::None) || self.finished {
                     self.stage = Stage::Off;
                     None
@@ -384,6 +404,7 @@ impl AsyncWrite for Raw {
 pub(crate) struct WatchTls<C> {
     inner: C,
     rule: Arc<AuthRule>,
+    progress: Arc<Progress>,
 }
 
 impl<S, C> TlsConnect<S> for WatchTls<C>
@@ -398,12 +419,14 @@ where
 
     fn connect(self, stream: S) -> Self::Future {
         let rule = self.rule;
+        let progress = self.progress;
         let handshake = self.inner.connect(stream);
         Box::pin(async move {
             let inner = handshake.await?;
+            progress.tls.store(true, Ordering::Relaxed);
             Ok(Watching {
                 inner,
-                parser: Parser::new(rule, Stage::Messages),
+                parser: Parser::new(rule, Stage::Messages, progress),
             })
         })
     }
@@ -420,10 +443,12 @@ pub(crate) type WatchedConnection<T> = Connection<
 /// Connect as the driver does (every host in order, or shuffled with `load_balance_hosts=random`),
 /// with the authentication exchange watched, and what libpq does beyond the driver:
 /// `target_session_attrs` judged after login as libpq 14+ does ([`SessionAttrs`]); under
-/// `sslmode=prefer` a failed TLS handshake tried again on a new connection without TLS, and under
-/// `allow` (`allow` true; the driver's `Prefer` stands for both) a login without TLS first, then
-/// with TLS if the server refuses it; and once a server has answered the login with an error (authentication failed, no such
-/// database), the remaining hosts are not tried. The socket errors come back as the driver's own
+/// `sslmode=prefer` a failed TLS handshake, or a startup or authentication over TLS the server
+/// answers with an error, tried once more on a new connection without TLS, and under `allow`
+/// (`allow` true; the driver's `Prefer` stands for both) a login without TLS first, then once with
+/// TLS if the server answers its startup or authentication with an error; and once a server has
+/// answered the login with an error (authentication failed, no such database), the remaining
+/// hosts are not tried. The socket errors come back as the driver's own
 /// (it reads them from a stream that fails at once).
 pub(crate) async fn connect<T>(
     config: &Config,
@@ -485,22 +510,32 @@ where
             let first = if tcp { config } else { &plain };
             let host = hostname.as_deref().unwrap_or("");
             let fallback = tcp && config.get_ssl_mode() == SslMode::Prefer;
+            let progress = Arc::new(Progress::default());
             let mut attempt = if fallback && allow {
-                // sslmode=allow: without TLS first; a server that refuses that login is asked
-                // again with TLS.
-                match login(&target, &plain, &mut tls, &rule, host).await {
-                    Err(e) if e.as_db_error().is_some() => {
-                        login(&target, config, &mut tls, &rule, host).await
+                // sslmode=allow: without TLS first; a server that answers that startup or
+                // authentication with an error (only hostssl lines match, a wrong password) is
+                // asked once more, with TLS.
+                match login(&target, &plain, &mut tls, &rule, host, &progress).await {
+                    Err(e) if progress.refused_before_login(&e) => {
+                        let progress = Arc::new(Progress::default());
+                        login(&target, config, &mut tls, &rule, host, &progress).await
                     }
                     other => other,
                 }
             } else {
-                login(&target, first, &mut tls, &rule, host).await
+                login(&target, first, &mut tls, &rule, host, &progress).await
             };
-            // libpq under prefer: "if sslmode is prefer then do a non-SSL retry" after a failed
-            // TLS handshake (a certificate the root file does not verify).
-            if fallback && !allow && matches!(&attempt, Err(e) if tls_failed(e)) {
-                attempt = login(&target, &plain, &mut tls, &rule, host).await;
+            // libpq under prefer: "if sslmode is prefer then do a non-SSL retry", once, after a
+            // failed TLS handshake (a certificate the root file does not verify) or when the server
+            // answered the startup or authentication over TLS with an error (only hostnossl lines
+            // match, a wrong password). The plaintext attempt's outcome is the one reported.
+            if fallback
+                && !allow
+                && matches!(&attempt, Err(e) if tls_failed(e)
+                    || (progress.tls.load(Ordering::Relaxed) && progress.refused_before_login(e)))
+            {
+                let progress = Arc::new(Progress::default());
+                attempt = login(&target, &plain, &mut tls, &rule, host, &progress).await;
             }
             match attempt {
                 Ok((client, mut connection)) => {
@@ -560,6 +595,7 @@ async fn login<T>(
     tls: &mut T,
     rule: &Arc<AuthRule>,
     hostname: &str,
+    progress: &Arc<Progress>,
 ) -> Result<(Client, WatchedConnection<T>), tokio_postgres::Error>
 where
     T: MakeTlsConnect<Watching<Raw>>,
@@ -572,7 +608,7 @@ where
     };
     let stream = Watching {
         inner: raw,
-        parser: Parser::new(rule.clone(), Stage::Start),
+        parser: Parser::new(rule.clone(), Stage::Start, progress.clone()),
     };
     let tls_connect = match tls.make_tls_connect(hostname) {
         Ok(c) => c,
@@ -581,6 +617,7 @@ where
     let watched = WatchTls {
         inner: tls_connect,
         rule: rule.clone(),
+        progress: progress.clone(),
     };
     config.connect_raw(stream, watched).await
 }
@@ -764,7 +801,7 @@ mod tests {
     }
 
     fn run(rule_text: &str, codes: &[i32]) -> Result<(), String> {
-        let mut p = Parser::new(rule(rule_text), Stage::Start);
+        let mut p = Parser::new(rule(rule_text), Stage::Start, Arc::default());
         p.client_wrote(&[0, 0, 0, 40, 0, 3, 0, 0]);
         for c in codes {
             let mut m = auth(*c);
@@ -866,7 +903,7 @@ mod tests {
 
     #[test]
     fn tls_hands_the_watch_to_the_session() {
-        let mut p = Parser::new(rule("scram-sha-256"), Stage::Start);
+        let mut p = Parser::new(rule("scram-sha-256"), Stage::Start, Arc::default());
         p.client_wrote(&SSL_REQUEST);
         // 'S', then TLS records that must not be parsed as messages.
         assert!(
@@ -874,7 +911,7 @@ mod tests {
                 .is_ok()
         );
         assert_eq!(p.stage, Stage::Off);
-        let mut p = Parser::new(rule("scram-sha-256"), Stage::Start);
+        let mut p = Parser::new(rule("scram-sha-256"), Stage::Start, Arc::default());
         p.client_wrote(&SSL_REQUEST);
         let mut bytes = vec![b'N'];
         bytes.extend(auth(3));

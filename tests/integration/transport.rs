@@ -238,8 +238,8 @@ async fn prefer_and_allow_use_plaintext_when_the_server_has_no_tls() {
 async fn disable_is_refused_by_a_server_that_requires_tls() {
     let optional = db_with_table(Transport::TlsOptional).await;
     let required = db_with_table(Transport::TlsRequired).await;
-    // Where TLS is demanded, the modes that may use it get in (allow as well: libpq would retry
-    // with TLS after the refusal, idemctl tries TLS first)...
+    // Where TLS is demanded, the modes that may use it get in (allow as well: refused without TLS,
+    // it retries with TLS, as libpq does)...
     for sslmode in ["allow", "prefer"] {
         let conninfo = required.conninfo(&[("sslmode", sslmode)]);
         assert_stats_ok(&stats(&required, &conninfo).run());
@@ -522,6 +522,68 @@ async fn prefer_and_allow_fall_back_to_plaintext_when_the_root_does_not_verify_l
         5,
         &["certificate verify failed"],
     );
+}
+
+/// libpq retries once with the other transport when the server answers the startup or
+/// authentication with an error: under `prefer` (the default) without TLS after a refusal over TLS
+/// (only `hostnossl` lines admit the role), under `allow` with TLS after a refusal without (only
+/// `hostssl` lines). psql then connects; so does idemctl. `require` and `disable` do not retry and
+/// fail with the server's reason, like psql.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefer_and_allow_retry_with_the_other_transport_after_a_refusal_like_psql() {
+    // Getting in as this role proves the session is unencrypted.
+    let nossl = db_with_table(Transport::TlsRefused).await;
+    for sslmode in [None, Some("prefer")] {
+        let settings: Vec<(&str, &str)> = sslmode.map(|m| ("sslmode", m)).into_iter().collect();
+        let conninfo = nossl.conninfo(&settings);
+        let theirs = psql(&nossl, &conninfo);
+        assert_eq!((theirs.code, theirs.stdout.trim()), (0, "f"), "{theirs}");
+        assert_stats_ok(&stats(&nossl, &conninfo).run());
+    }
+    let conninfo = nossl.conninfo(&[("sslmode", "require")]);
+    let theirs = psql(&nossl, &conninfo);
+    assert_ne!(theirs.code, 0, "{theirs}");
+    let rejected = "pg_hba.conf rejects connection";
+    assert!(theirs.stderr.contains(rejected), "{theirs}");
+    assert_fails(&stats(&nossl, &conninfo).run(), 5, &[rejected, &nossl.user]);
+
+    // Getting in as this role proves the session is encrypted.
+    let ssl = db_with_table(Transport::TlsRequired).await;
+    let conninfo = ssl.conninfo(&[("sslmode", "allow")]);
+    let theirs = psql(&ssl, &conninfo);
+    assert_eq!((theirs.code, theirs.stdout.trim()), (0, "t"), "{theirs}");
+    assert_stats_ok(&stats(&ssl, &conninfo).run());
+    let conninfo = ssl.conninfo(&[("sslmode", "disable")]);
+    let theirs = psql(&ssl, &conninfo);
+    assert_ne!(theirs.code, 0, "{theirs}");
+    let no_entry = "no pg_hba.conf entry";
+    assert!(theirs.stderr.contains(no_entry), "{theirs}");
+    assert_fails(&stats(&ssl, &conninfo).run(), 5, &[no_entry, &ssl.user]);
+}
+
+/// A wrong password under `prefer` or `allow` fails both ways (libpq retries with the other
+/// transport after the refusal); psql fails, and idemctl reports the server's reason once, on one
+/// line, without the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_refused_both_ways_is_reported_once_like_psql() {
+    let db = db_with_table(Transport::TlsOptional).await;
+    let wrong = "Tr0ub4dor&3-wrong";
+    let reason = format!("password authentication failed for user \"{}\"", db.user);
+    for sslmode in ["prefer", "allow"] {
+        let conninfo = db.conninfo(&[("sslmode", sslmode)]);
+        let theirs = Cmd::of("/usr/bin/psql")
+            .env("HOME", db.home())
+            .env("PGPASSWORD", wrong)
+            .args(["-X", "-w", "-c", "select 1", "-d", &conninfo])
+            .timeout(Duration::from_secs(30))
+            .run();
+        assert_ne!(theirs.code, 0, "{theirs}");
+        assert!(theirs.stderr.contains(&reason), "{theirs}");
+        let ours = stats(&db, &conninfo).env("PGPASSWORD", wrong).run();
+        assert_fails(&ours, 5, &[&reason]);
+        assert_eq!(ours.stderr.matches(&reason).count(), 1, "{ours}");
+        assert!(!ours.stderr.contains(wrong), "{ours}");
+    }
 }
 
 /// libpq: once a server has answered and the login fails, the remaining hosts are not tried;

@@ -13,7 +13,8 @@
 //! and create tables as any role); TCP needs a SCRAM password. On the TLS server, TCP without TLS
 //! is allowed only for members of [`TLS_OPTIONAL_GROUP`]: a [`Transport::TlsRequired`] role sees a
 //! server that demands TLS (only `hostssl` lines match it), a [`Transport::TlsOptional`] role one
-//! that takes either, exactly as two servers with those pg_hba.conf files would behave.
+//! that takes either, exactly as two servers with those pg_hba.conf files would behave; a
+//! [`Transport::TlsRefused`] role is admitted only without TLS (`hostnossl`), over TLS rejected.
 
 use std::io::Write as _;
 use std::net::TcpListener;
@@ -37,6 +38,9 @@ pub const PASSWORD: &str = "Tr0ub4dor&3-secret";
 /// Members of this role may use TCP without TLS on the TLS server.
 pub const TLS_OPTIONAL_GROUP: &str = "idemctl_tls_optional";
 
+/// Members of this role may use TCP only without TLS on the TLS server (`hostnossl` lines).
+pub const TLS_REFUSED_GROUP: &str = "idemctl_tls_refused";
+
 /// What the server offers the test's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Transport {
@@ -44,6 +48,9 @@ pub enum Transport {
     TlsOptional,
     /// TLS server; the role must use TLS (only `hostssl` lines match it).
     TlsRequired,
+    /// TLS server; the role must not use TLS (only `hostnossl` lines admit it; over TLS it is
+    /// rejected).
+    TlsRefused,
     /// A server with `ssl = off`: it answers TLS requests with "no".
     NoTls,
 }
@@ -161,11 +168,15 @@ impl TcpServer {
 }
 
 /// pg_hba.conf: the socket trusts everyone; TCP wants SCRAM, and on the TLS server TLS as well,
-/// except for members of `TLS_OPTIONAL_GROUP`.
+/// except for members of `TLS_OPTIONAL_GROUP`; members of `TLS_REFUSED_GROUP` only without TLS.
 fn hba(tls: bool) -> String {
     let mut out = String::from("local all all trust\n");
     for net in ["127.0.0.1/32", "::1/128"] {
         if tls {
+            out.push_str(&format!(
+                "hostnossl all +{TLS_REFUSED_GROUP} {net} scram-sha-256\n"
+            ));
+            out.push_str(&format!("hostssl all +{TLS_REFUSED_GROUP} {net} reject\n"));
             out.push_str(&format!("hostssl all all {net} scram-sha-256\n"));
             out.push_str(&format!(
                 "host all +{TLS_OPTIONAL_GROUP} {net} scram-sha-256\n"
@@ -400,15 +411,21 @@ impl TcpDb {
         let dbname = format!("idemctl_tcp_d_{suffix}");
         let admin = connect(&server.socket_conninfo("postgres", "postgres")).await;
         let mut sql = Vec::new();
-        let group = if transport == Transport::TlsOptional {
-            // Tolerates a concurrent test creating it at the same moment.
-            sql.push(format!(
-                "DO $$ BEGIN CREATE ROLE {TLS_OPTIONAL_GROUP} NOLOGIN; \
-                 EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
-            ));
-            format!(" IN ROLE {TLS_OPTIONAL_GROUP}")
-        } else {
-            String::new()
+        let group = match transport {
+            Transport::TlsOptional => Some(TLS_OPTIONAL_GROUP),
+            Transport::TlsRefused => Some(TLS_REFUSED_GROUP),
+            Transport::TlsRequired | Transport::NoTls => None,
+        };
+        let group = match group {
+            Some(group) => {
+                // Tolerates a concurrent test creating it at the same moment.
+                sql.push(format!(
+                    "DO $$ BEGIN CREATE ROLE {group} NOLOGIN; \
+                     EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
+                ));
+                format!(" IN ROLE {group}")
+            }
+            None => String::new(),
         };
         sql.push(format!(
             "CREATE ROLE {} LOGIN PASSWORD '{PASSWORD}'{group}",
