@@ -2,6 +2,7 @@
 //! summary, with the partition tables both share.
 //! Names from the catalog are escaped here, where they are printed.
 
+use crate::commands::evict::pace::{INSERT_MULTIPLE, PaceReport, PaceStatus, Reason, State};
 use crate::commands::evict::partitions;
 use crate::commands::evict::rate::{RateProgress, RateReport};
 use crate::commands::evict::vacuum::{Skipped, VacuumReport};
@@ -76,7 +77,7 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
             ),
         ));
     }
-    extra.push(("pace".into(), r.pace.describe()));
+    extra.push(("pace".into(), pace_summary(&r.pace)));
     if let Some(rate) = &r.rate_limit {
         extra.push(("rate limit".into(), rate_summary(rate)));
     }
@@ -333,4 +334,77 @@ pub(crate) fn vacuum_summary(v: &VacuumReport) -> String {
 /// The warning after a run whose --vacuum failed on some relation.
 pub(crate) fn vacuum_warning(v: &VacuumReport) -> String {
     format!("evict --vacuum: {}", vacuum_summary(v))
+}
+
+/// Why the adaptive pace backed off, in words.
+fn backoff_reason(r: Reason) -> &'static str {
+    match r {
+        Reason::ForegroundWaiting => "other sessions waiting on WAL, I/O or locks",
+        Reason::ForegroundSlower => "other sessions' statements slower",
+        Reason::BatchesSlower => "evict's batches slower",
+    }
+}
+
+/// The warning when the adaptive pace cannot see the foreground and falls back to the fixed one.
+pub(crate) fn pace_fallback(why: &str) -> String {
+    format!(
+        "evict paces itself at the fixed 20% duty cycle: {why}; --duty-cycle 20 keeps this pace \
+         without the warning"
+    )
+}
+
+/// The progress bar's line for the adaptive pace.
+pub(crate) fn pace_status(p: &PaceStatus) -> String {
+    let d = p.decision;
+    let mut text = match d.state {
+        State::Full => "unpaced (foreground idle)".to_owned(),
+        State::Paced => format!("paced at {:.0}%", d.duty),
+        State::BackingOff(r) => format!("backed off to {:.0}%: {}", d.duty, backoff_reason(r)),
+    };
+    if let Some(rate) = p.floor_rows_per_second {
+        text.push_str(&format!(
+            ", at least {rate:.0} rows/s ({INSERT_MULTIPLE:.0}x the inserts)"
+        ));
+    }
+    text
+}
+
+/// The summary's line for the pace: fixed, or the adaptive pace's time in each state, its
+/// back-offs by reason and the insert-rate floor.
+pub(crate) fn pace_summary(r: &PaceReport) -> String {
+    if r.mode != "adaptive" {
+        let duty = r.duty_cycle.unwrap_or(20);
+        return match &r.fallback {
+            Some(why) => format!("fixed {duty}% duty cycle ({why})"),
+            None => format!("fixed {duty}% duty cycle"),
+        };
+    }
+    let mut text = format!(
+        "adaptive: {} unpaced (foreground idle), {} paced, {} backed off",
+        human_secs(r.full_seconds),
+        human_secs(r.paced_seconds),
+        human_secs(r.backoff_seconds)
+    );
+    let why: Vec<String> = Reason::ALL
+        .iter()
+        .filter_map(|reason| {
+            let n = r.backoffs_by_reason.get(reason).copied().unwrap_or(0);
+            (n > 0).then(|| format!("{n}x {}", backoff_reason(*reason)))
+        })
+        .collect();
+    if !why.is_empty() {
+        text.push_str(&format!(" ({})", why.join(", ")));
+    }
+    if let Some(rate) = r.insert_rate {
+        text.push_str(&format!(
+            "; table gaining {rate:.0} rows/s, removal kept at >= {INSERT_MULTIPLE:.0}x that"
+        ));
+        if r.floor_cut_seconds > 0.0 {
+            text.push_str(&format!(
+                " ({} of rests cut)",
+                human_secs(r.floor_cut_seconds)
+            ));
+        }
+    }
+    text
 }

@@ -409,6 +409,7 @@ const DOC_MARKS: &[&str] = &[
 /// Modules that hand typed values (rates, caps, why a step did not run, a stored fingerprint) to
 /// the output layer, which words them: a text builder or a formatting helper here is rendering.
 const WORDED_BY_OUTPUT: &[&str] = &[
+    "src/commands/evict/pace.rs",
     "src/commands/evict/rate.rs",
     "src/commands/evict/vacuum.rs",
     "src/commands/evict/worker.rs",

@@ -536,7 +536,7 @@ pub fn blocks(doc: &mut crate::output::Doc, c: &CitusReport) {
                 n.skipped_locked.to_string(),
                 capped(&n.backlog_left),
                 capped(&n.expired_in_progress_left),
-                n.pace.describe(),
+                crate::output::evict::pace_summary(&n.pace),
             ]
         })
         .collect();

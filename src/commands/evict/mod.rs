@@ -6,7 +6,7 @@
 //! when asked (see `replica`), and reports: a summary table or JSON, and Prometheus textfile metrics.
 
 pub(crate) mod citus;
-mod pace;
+pub(crate) mod pace;
 pub(crate) mod partitions;
 pub mod rate;
 mod replica;

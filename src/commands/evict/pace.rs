@@ -42,7 +42,6 @@ use tokio::sync::Mutex;
 use crate::context::Cancel;
 use crate::db::Session;
 use crate::db::activity::{self, Foreground};
-use crate::output::human_secs;
 use crate::output::prometheus::{Kind, Metrics};
 
 /// How often the foreground is sampled, at most.
@@ -107,14 +106,6 @@ impl Reason {
             Reason::BatchesSlower => "batches_slower",
         }
     }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            Reason::ForegroundWaiting => "other sessions waiting on WAL, I/O or locks",
-            Reason::ForegroundSlower => "other sessions' statements slower",
-            Reason::BatchesSlower => "evict's batches slower",
-        }
-    }
 }
 
 /// Where the pace stands.
@@ -140,6 +131,14 @@ impl Decision {
     pub fn full(&self) -> bool {
         self.state == State::Full
     }
+}
+
+/// The adaptive pace in effect, for the progress bar.
+#[derive(Debug, Clone, Copy)]
+pub struct PaceStatus {
+    pub decision: Decision,
+    /// The removal rate the insert-rate floor holds (rows/s), while paced.
+    pub floor_rows_per_second: Option<f64>,
 }
 
 /// One sample's figures, as the controller sees them.
@@ -454,10 +453,7 @@ impl Pacer {
                     let why = format!(
                         "role {role} cannot see other sessions' activity (grant it pg_monitor)"
                     );
-                    crate::output::warn(&format!(
-                        "evict paces itself at the fixed 20% duty cycle: {why}; --duty-cycle 20 \
-                         keeps this pace without the warning"
-                    ));
+                    crate::output::warn(&crate::output::evict::pace_fallback(&why));
                     Mode::Fixed {
                         duty: 20,
                         pause: Duration::ZERO,
@@ -655,26 +651,20 @@ impl Pacer {
     }
 
     /// The adaptive pace in effect, for the progress bar.
-    pub async fn status(&self) -> Option<String> {
+    pub async fn in_effect(&self) -> Option<PaceStatus> {
         if !self.adaptive() {
             return None;
         }
         let inner = self.inner.lock().await;
-        let d = inner.controller.decision();
-        let mut text = match d.state {
-            State::Full => "unpaced (foreground idle)".to_owned(),
-            State::Paced => format!("paced at {:.0}%", d.duty),
-            State::BackingOff(r) => format!("backed off to {:.0}%: {}", d.duty, r.describe()),
-        };
-        if !d.full()
-            && let Some(rate) = inner.report.insert_rate.filter(|r| *r > 0.0)
-        {
-            text.push_str(&format!(
-                ", at least {:.0} rows/s ({INSERT_MULTIPLE:.0}x the inserts)",
-                rate * INSERT_MULTIPLE
-            ));
-        }
-        Some(text)
+        let decision = inner.controller.decision();
+        Some(PaceStatus {
+            decision,
+            floor_rows_per_second: inner
+                .report
+                .insert_rate
+                .filter(|r| *r > 0.0 && !decision.full())
+                .map(|r| r * INSERT_MULTIPLE),
+        })
     }
 
     /// The report, with the current decision's time added.
@@ -723,45 +713,6 @@ fn rest_for(took: Duration, duty: f64) -> Duration {
 }
 
 impl PaceReport {
-    /// One line for the summary.
-    pub fn describe(&self) -> String {
-        if self.mode != "adaptive" {
-            let duty = self.duty_cycle.unwrap_or(20);
-            return match &self.fallback {
-                Some(why) => format!("fixed {duty}% duty cycle ({why})"),
-                None => format!("fixed {duty}% duty cycle"),
-            };
-        }
-        let mut text = format!(
-            "adaptive: {} unpaced (foreground idle), {} paced, {} backed off",
-            human_secs(self.full_seconds),
-            human_secs(self.paced_seconds),
-            human_secs(self.backoff_seconds)
-        );
-        let why: Vec<String> = Reason::ALL
-            .iter()
-            .filter_map(|r| {
-                let n = self.backoffs_by_reason.get(r).copied().unwrap_or(0);
-                (n > 0).then(|| format!("{n}x {}", r.describe()))
-            })
-            .collect();
-        if !why.is_empty() {
-            text.push_str(&format!(" ({})", why.join(", ")));
-        }
-        if let Some(rate) = self.insert_rate {
-            text.push_str(&format!(
-                "; table gaining {rate:.0} rows/s, removal kept at >= {INSERT_MULTIPLE:.0}x that"
-            ));
-            if self.floor_cut_seconds > 0.0 {
-                text.push_str(&format!(
-                    " ({} of rests cut)",
-                    human_secs(self.floor_cut_seconds)
-                ));
-            }
-        }
-        text
-    }
-
     /// Add the pace's gauges to `m`.
     pub fn metrics(&self, m: &mut Metrics) {
         m.gauge(

@@ -428,7 +428,13 @@ impl Shared {
             state.ties_done = Some(at);
         }
         drop(state);
-        let mut status: Vec<String> = self.pacer.status().await.into_iter().collect();
+        let mut status: Vec<String> = self
+            .pacer
+            .in_effect()
+            .await
+            .iter()
+            .map(crate::output::evict::pace_status)
+            .collect();
         if let Some(l) = &self.limiter {
             let progress = l.progress(self.started.elapsed().as_secs_f64()).await;
             status.push(crate::output::evict::rate_status(&progress));
