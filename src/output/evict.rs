@@ -2,7 +2,9 @@
 //! summary, with the partition tables both share.
 //! Names from the catalog are escaped here, where they are printed.
 
-use crate::commands::evict::pace::{INSERT_MULTIPLE, PaceReport, PaceStatus, Reason, State};
+use crate::commands::evict::pace::{
+    INSERT_MULTIPLE, PRESENT_MULTIPLE, PaceReport, PaceStatus, Reason, State,
+};
 use crate::commands::evict::partitions;
 use crate::commands::evict::rate::{RateProgress, RateReport};
 use crate::commands::evict::vacuum::{Skipped, VacuumReport};
@@ -397,13 +399,21 @@ pub(crate) fn pace_summary(r: &PaceReport) -> String {
     }
     if let Some(rate) = r.insert_rate {
         text.push_str(&format!(
-            "; table gaining {rate:.0} rows/s, removal kept at >= {INSERT_MULTIPLE:.0}x that"
+            "; table gaining {rate:.0} rows/s, removal kept at >= {INSERT_MULTIPLE:.0}x that \
+             and <= {PRESENT_MULTIPLE:.0}x while others are active"
         ));
+        let mut adjusted = Vec::new();
         if r.floor_cut_seconds > 0.0 {
-            text.push_str(&format!(
-                " ({} of rests cut)",
-                human_secs(r.floor_cut_seconds)
+            adjusted.push(format!("{} of rests cut", human_secs(r.floor_cut_seconds)));
+        }
+        if r.ceiling_added_seconds > 0.0 {
+            adjusted.push(format!(
+                "{} of rests added",
+                human_secs(r.ceiling_added_seconds)
             ));
+        }
+        if !adjusted.is_empty() {
+            text.push_str(&format!(" ({})", adjusted.join(", ")));
         }
     }
     text

@@ -155,28 +155,7 @@ async fn a_backed_off_evict_still_outpaces_the_tables_inserts() {
     db.exec("CREATE TABLE busy (id int PRIMARY KEY); INSERT INTO busy VALUES (1)")
         .await;
     // The API keeps adding keys, 20 every 100 ms...
-    let inserter = db.client().await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop_inserting = stop.clone();
-    let inserting = tokio::spawn(async move {
-        let started = std::time::Instant::now();
-        let mut rows = 0u64;
-        while !stop_inserting.load(std::sync::atomic::Ordering::Relaxed) {
-            inserter
-                .batch_execute(
-                    "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
-                     request_fingerprint, state, locked_at, expires_at) \
-                     SELECT gen_random_uuid()::text, 'tenant-new', 'POST', '/v1/charges', \
-                     '\\x00', 'in_progress', now(), now() + interval '1 day' \
-                     FROM generate_series(1, 20)",
-                )
-                .await
-                .unwrap();
-            rows += 20;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        rows as f64 / started.elapsed().as_secs_f64()
-    });
+    let (stop, inserting) = insert_steadily(&db).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     // ... while sessions start waiting on a row lock, so the pace backs off.
     let run = evict_while_sessions_start_waiting(&db, "6s").await;
@@ -202,6 +181,81 @@ async fn a_backed_off_evict_still_outpaces_the_tables_inserts() {
             .iter()
             .any(|s| s.as_str().unwrap().contains("inserted-row counter")),
         "{run}"
+    );
+}
+
+/// A session inserting 20 new keys every 100 ms until the flag is set; the task's result is the
+/// rate it inserted at (rows/s).
+async fn insert_steadily(
+    db: &TestDb,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    tokio::task::JoinHandle<f64>,
+) {
+    let inserter = db.client().await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_inserting = stop.clone();
+    let inserting = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut rows = 0u64;
+        while !stop_inserting.load(std::sync::atomic::Ordering::Relaxed) {
+            inserter
+                .batch_execute(
+                    "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+                     request_fingerprint, state, locked_at, expires_at) \
+                     SELECT gen_random_uuid()::text, 'tenant-new', 'POST', '/v1/charges', \
+                     '\\x00', 'in_progress', now(), now() + interval '1 day' \
+                     FROM generate_series(1, 20)",
+                )
+                .await
+                .unwrap();
+            rows += 20;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        rows as f64 / started.elapsed().as_secs_f64()
+    });
+    (stop, inserting)
+}
+
+/// While other sessions are active, the adaptive pace removes keys at most about 20 times as fast
+/// as the table gains them, however much backlog there is: it lengthens its rests for that and
+/// says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn beside_an_active_api_evict_removes_at_most_twenty_times_the_inserts() {
+    let db = TestDb::new().await;
+    let backlog = Mix {
+        expired: 60_000,
+        ..BACKLOG
+    };
+    fixtures::table_with(&db, Schema::Corrected, backlog).await;
+    let (stop, inserting) = insert_steadily(&db).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--max-runtime", "5s"])
+        .run_async()
+        .await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let inserted_per_s = inserting.await.unwrap();
+    run.assert_success();
+    let doc = run.json();
+    let pace = &doc["pace"];
+    assert_eq!(pace["mode"], "adaptive", "{run}");
+    assert!(
+        pace["ceiling_added_seconds"].as_f64().unwrap() > 0.0,
+        "the ceiling never lengthened a rest: {run}"
+    );
+    // The first second runs before the insert rate is known; after it, 20x the inserts. Twice
+    // that over the whole run is far below what the duty cycle alone removes here.
+    let removed = doc["rows_evicted"].as_f64().unwrap();
+    let seconds = doc["elapsed_seconds"].as_f64().unwrap();
+    assert!(
+        removed / seconds < 2.0 * 20.0 * inserted_per_s,
+        "removed {removed} rows in {seconds:.1} s beside {inserted_per_s:.0} inserts/s: {run}"
+    );
+    assert!(
+        removed / seconds > 10.0 * inserted_per_s * 0.5,
+        "removed {removed} rows in {seconds:.1} s beside {inserted_per_s:.0} inserts/s: {run}"
     );
 }
 

@@ -498,6 +498,7 @@ fn merged_pace(nodes: &[NodeReport]) -> PaceReport {
                 m.paced_seconds += p.paced_seconds;
                 m.backoff_seconds += p.backoff_seconds;
                 m.floor_cut_seconds += p.floor_cut_seconds;
+                m.ceiling_added_seconds += p.ceiling_added_seconds;
                 m.insert_rate = match (m.insert_rate, p.insert_rate) {
                     (Some(a), Some(b)) => Some(a + b),
                     (a, b) => a.or(b),

@@ -28,7 +28,14 @@
 //! the statistics, read with each sample and measured over [`INSERT_WINDOW`]): a pace below the
 //! insert rate would let the backlog grow without end, however well it protects the foreground.
 //! The floor shortens rests, to no less than a [`FLOOR_MAX_DUTY`] duty cycle; it never lengthens
-//! a batch or adds sessions. A role that cannot see other roles' sessions (no
+//! a batch or adds sessions.
+//!
+//! Ceiling. While the foreground is present the rests also hold removal to at most
+//! [`PRESENT_MULTIPLE`] times the insert rate (never resting a worker below a
+//! [`PRESENT_MIN_DUTY`] duty cycle): the signals above see contention only once it shows in the
+//! sessions' waits and ages, while a workload with headroom pays for each batch in its tail
+//! latency before either rises. Removal between 10 and 20 times the insert rate still shrinks
+//! the backlog; an idle foreground lifts the ceiling with the rest of the pacing. A role that cannot see other roles' sessions (no
 //! pg_read_all_stats, which pg_monitor grants) keeps the fixed 20 % duty cycle, and says so once.
 
 use std::collections::BTreeMap;
@@ -74,6 +81,15 @@ pub const INSERT_MULTIPLE: f64 = 10.0;
 /// The floor never makes a worker spend more than this share of wall time in batches, in percent
 /// (a burst of inserts must not turn evict into a full-speed deleter beside it).
 pub const FLOOR_MAX_DUTY: f64 = 50.0;
+/// While the foreground is present, the pace removes keys at most this multiple of the table's
+/// insert rate (the rest is lengthened to hold it), whatever duty cycle the signals allow: beside
+/// a workload that is not saturating the server its tail latency paid for every batch beyond
+/// that (bench/run's pace phase at half load), while the backlog still shrinks at 19 times the
+/// rate it grows.
+pub const PRESENT_MULTIPLE: f64 = 20.0;
+/// The ceiling never rests a worker below this duty cycle, in percent: a table that gains few
+/// keys on a server busy with other work still drains.
+pub const PRESENT_MIN_DUTY: f64 = 2.0;
 /// The window the insert rate is measured over: backends publish their counters about once a
 /// second, so a shorter window would see bursts.
 pub const INSERT_WINDOW: Duration = Duration::from_secs(5);
@@ -367,6 +383,8 @@ pub struct PaceReport {
     pub insert_rate: Option<f64>,
     /// Rest time the insert-rate floor cut (seconds, summed over workers).
     pub floor_cut_seconds: f64,
+    /// Rest time the insert-rate ceiling added (seconds, summed over workers).
+    pub ceiling_added_seconds: f64,
 }
 
 /// The signals the adaptive pace uses, for the report.
@@ -376,7 +394,7 @@ const SIGNALS: [&str; 3] = [
     "every 200 ms",
 ];
 /// The floor's signal, for the report.
-const FLOOR_SIGNAL: &str = "the table's inserted-row counter: removal kept at >= 10x its rate";
+const FLOOR_SIGNAL: &str = "the table's inserted-row counter: removal kept at >= 10x its rate, <= 20x while others are active";
 
 /// The table's insert rate from its counter's readings over [`INSERT_WINDOW`].
 #[derive(Debug, Default)]
@@ -420,6 +438,33 @@ fn floor_rest(took: Duration, removed: u64, floor: f64, workers: u8) -> Option<D
             .saturating_sub(took)
             .max(rest_for(took, FLOOR_MAX_DUTY)),
     )
+}
+
+/// The rest after a batch that took `took` and removed `removed` rows, with the table gaining
+/// `insert_rate` rows/s (None: not measured yet) and `workers` sessions sharing the work: `rest`
+/// (the duty cycle's) lengthened to hold the removal rate at [`PRESENT_MULTIPLE`] times the
+/// insert rate, but never past a [`PRESENT_MIN_DUTY`] duty cycle, then shortened to keep it at
+/// [`INSERT_MULTIPLE`] times, never past [`FLOOR_MAX_DUTY`].
+fn bounded_rest(
+    rest: Duration,
+    took: Duration,
+    removed: u64,
+    insert_rate: Option<f64>,
+    workers: u8,
+) -> Duration {
+    let Some(rate) = insert_rate else {
+        return rest;
+    };
+    let mut rest = rest;
+    if removed > 0 {
+        let longest = rest_for(took, PRESENT_MIN_DUTY);
+        let held = floor_rest(took, removed, rate * PRESENT_MULTIPLE, workers).unwrap_or(longest);
+        rest = rest.max(held.min(longest));
+    }
+    if let Some(shortest) = floor_rest(took, removed, rate * INSERT_MULTIPLE, workers) {
+        rest = rest.min(shortest);
+    }
+    rest
 }
 
 struct Inner {
@@ -586,7 +631,7 @@ impl Pacer {
 
     /// The rest after a batch that took `took` and removed `removed` rows: the fixed pause and
     /// duty cycle, or the adaptive one, re-decided every sample while resting (a foreground that
-    /// turns idle ends the rest) and never longer than the insert-rate floor allows.
+    /// turns idle ends the rest) and held between the insert-rate floor and ceiling.
     pub async fn rest(
         &self,
         client: &Session,
@@ -598,12 +643,13 @@ impl Pacer {
             Mode::Fixed { duty, pause, .. } => (f64::from(*duty), *pause),
             Mode::Adaptive { .. } => (self.sample(client, false).await?.duty, Duration::ZERO),
         };
-        let mut planned = self.floored(rest_for(took, duty), took, removed).await + pause;
+        let mut wanted = rest_for(took, duty);
+        let mut planned = self.bounded(wanted, took, removed).await;
         let started = Instant::now();
         loop {
-            let left = planned.saturating_sub(started.elapsed());
+            let left = (planned + pause).saturating_sub(started.elapsed());
             if left.is_zero() || cancel.requested() {
-                return Ok(());
+                break;
             }
             let chunk = if self.adaptive() {
                 left.min(SAMPLE_EVERY)
@@ -619,18 +665,23 @@ impl Pacer {
                 // ends it.
                 let now = self.sample(client, false).await?;
                 if now.full() {
-                    return Ok(());
+                    break;
                 }
-                let wanted = rest_for(took, now.duty);
-                if wanted != planned {
-                    planned = self.floored(wanted, took, removed).await;
-                }
+                wanted = rest_for(took, now.duty);
+                planned = self.bounded(wanted, took, removed).await;
             }
         }
+        if self.adaptive() {
+            let mut inner = self.inner.lock().await;
+            let r = &mut inner.report;
+            r.floor_cut_seconds += wanted.saturating_sub(planned).as_secs_f64();
+            r.ceiling_added_seconds += planned.saturating_sub(wanted).as_secs_f64();
+        }
+        Ok(())
     }
 
-    /// `rest`, cut to what the insert-rate floor allows (the cut is counted in the report).
-    async fn floored(&self, rest: Duration, took: Duration, removed: u64) -> Duration {
+    /// `rest` held between the insert-rate floor and ceiling ([`bounded_rest`]).
+    async fn bounded(&self, rest: Duration, took: Duration, removed: u64) -> Duration {
         let Mode::Adaptive {
             base_workers,
             floor_tables: Some(_),
@@ -639,15 +690,8 @@ impl Pacer {
         else {
             return rest;
         };
-        let mut inner = self.inner.lock().await;
-        let floor = inner.report.insert_rate.unwrap_or(0.0) * INSERT_MULTIPLE;
-        match floor_rest(took, removed, floor, base_workers) {
-            Some(max) if max < rest => {
-                inner.report.floor_cut_seconds += (rest - max).as_secs_f64();
-                max
-            }
-            _ => rest,
-        }
+        let inner = self.inner.lock().await;
+        bounded_rest(rest, took, removed, inner.report.insert_rate, base_workers)
     }
 
     /// The adaptive pace in effect, for the progress bar.
@@ -741,6 +785,11 @@ impl PaceReport {
             "idemctl_evict_pace_floor_cut_seconds",
             "Seconds of rests the last evict run cut to keep removing keys at least 10 times as fast as the table gained them.",
             self.floor_cut_seconds,
+        );
+        m.gauge(
+            "idemctl_evict_pace_ceiling_added_seconds",
+            "Seconds of rests the last evict run added to remove keys at most 20 times as fast as the table gained them while other sessions were active.",
+            self.ceiling_added_seconds,
         );
     }
 }
@@ -945,6 +994,48 @@ mod tests {
             rest_for(Duration::from_millis(2), 2.0),
             Duration::from_millis(98)
         );
+    }
+
+    #[test]
+    fn the_ceiling_lengthens_rests_to_hold_removal_at_twenty_times_the_inserts() {
+        let ms = Duration::from_millis;
+        // 2 ms batches of 100 rows at a 20 % duty cycle: 8 ms rests, 10,000 rows/s.
+        let rest = rest_for(ms(2), 20.0);
+        assert_eq!(rest, ms(8));
+        // The table gains 100 rows/s: 20x is 2,000 rows/s, one batch every 50 ms, so 48 ms rests.
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(100.0), 1), ms(48));
+        // Shared by two sessions: each holds 1,000 rows/s, one batch every 100 ms.
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(100.0), 2), ms(98));
+        // No inserts: the ceiling rests down to its 2 % duty cycle, no further.
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(0.0), 1), ms(98));
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(1.0), 1), ms(98));
+        // Inserts fast enough that 20x is above what the duty cycle removes: the rest stands.
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(1_000.0), 1), ms(8));
+        // Not measured yet, or a batch that removed nothing: no bound.
+        assert_eq!(bounded_rest(rest, ms(2), 100, None, 1), ms(8));
+        assert_eq!(bounded_rest(rest, ms(2), 0, Some(100.0), 1), ms(8));
+    }
+
+    #[test]
+    fn the_floor_wins_over_a_backed_off_duty_cycle_and_the_ceiling_never_crosses_it() {
+        let ms = Duration::from_millis;
+        // Backed off to 5 %: 38 ms rests, 2,500 rows/s; the table gains 500 rows/s, so the
+        // floor (5,000 rows/s, one batch every 20 ms) cuts the rest to 18 ms.
+        let rest = rest_for(ms(2), 5.0);
+        assert_eq!(rest, ms(38));
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(500.0), 1), ms(18));
+        // Removal always lands between 10x and 20x the inserts when the duty cycles allow it.
+        for rate in [50.0, 200.0, 400.0] {
+            for duty in [5.0, 10.0, 20.0] {
+                let r = bounded_rest(rest_for(ms(2), duty), ms(2), 100, Some(rate), 1);
+                let removal = 100.0 / (ms(2) + r).as_secs_f64();
+                assert!(
+                    removal >= rate * INSERT_MULTIPLE * 0.999
+                        && removal <= rate * PRESENT_MULTIPLE * 1.001,
+                    "{rate} rows/s at {duty}%: {removal}"
+                );
+            }
+        }
     }
 
     #[test]
