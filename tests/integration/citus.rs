@@ -1195,28 +1195,15 @@ async fn citus_a_backed_off_evict_still_outpaces_the_inserts_on_every_worker() {
     assert_eq!(busy.len(), 2, "one busy row on each worker: {busy:?}");
     // The API keeps adding keys through the coordinator, 20 every 100 ms over 20 tenants (both
     // workers get some)...
-    let inserter = db.client().await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop_inserting = stop.clone();
-    let inserting = tokio::spawn(async move {
-        let started = std::time::Instant::now();
-        let mut rows = 0u64;
-        while !stop_inserting.load(std::sync::atomic::Ordering::Relaxed) {
-            inserter
-                .batch_execute(
-                    "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
-                     request_fingerprint, state, locked_at, expires_at) \
-                     SELECT gen_random_uuid()::text, 'tenant-new-' || g, 'POST', '/v1/charges', \
-                     '\\x00', 'in_progress', now(), now() + interval '1 day' \
-                     FROM generate_series(1, 20) g",
-                )
-                .await
-                .unwrap();
-            rows += 20;
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        rows as f64 / started.elapsed().as_secs_f64()
-    });
+    let (stop, inserting) = crate::support::inserts::insert_steadily(
+        db.client().await,
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+         request_fingerprint, state, locked_at, expires_at) \
+         SELECT gen_random_uuid()::text, 'tenant-new-' || g, 'POST', '/v1/charges', \
+         '\\x00', 'in_progress', now(), now() + interval '1 day' \
+         FROM generate_series(1, 20) g",
+        20,
+    );
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     // ... while a request holds each busy row, and once evict has measured the foreground, three
     // more on each worker start waiting on it, so every worker's pace backs off.

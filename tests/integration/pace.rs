@@ -184,37 +184,22 @@ async fn a_backed_off_evict_still_outpaces_the_tables_inserts() {
     );
 }
 
-/// A session inserting 20 new keys every 100 ms until the flag is set; the task's result is the
-/// rate it inserted at (rows/s).
+/// 20 new keys every 100 ms on a session of its own, until the flag is set.
 async fn insert_steadily(
     db: &TestDb,
 ) -> (
     std::sync::Arc<std::sync::atomic::AtomicBool>,
     tokio::task::JoinHandle<f64>,
 ) {
-    let inserter = db.client().await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop_inserting = stop.clone();
-    let inserting = tokio::spawn(async move {
-        let started = std::time::Instant::now();
-        let mut rows = 0u64;
-        while !stop_inserting.load(std::sync::atomic::Ordering::Relaxed) {
-            inserter
-                .batch_execute(
-                    "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
-                     request_fingerprint, state, locked_at, expires_at) \
-                     SELECT gen_random_uuid()::text, 'tenant-new', 'POST', '/v1/charges', \
-                     '\\x00', 'in_progress', now(), now() + interval '1 day' \
-                     FROM generate_series(1, 20)",
-                )
-                .await
-                .unwrap();
-            rows += 20;
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        rows as f64 / started.elapsed().as_secs_f64()
-    });
-    (stop, inserting)
+    crate::support::inserts::insert_steadily(
+        db.client().await,
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+         request_fingerprint, state, locked_at, expires_at) \
+         SELECT gen_random_uuid()::text, 'tenant-new', 'POST', '/v1/charges', \
+         '\\x00', 'in_progress', now(), now() + interval '1 day' \
+         FROM generate_series(1, 20)",
+        20,
+    )
 }
 
 /// While other sessions are active, the adaptive pace removes keys at most about 20 times as fast

@@ -32,6 +32,7 @@ pub mod cluster;
 pub mod cmd;
 pub mod conninfo;
 pub mod haproxy;
+pub mod inserts;
 pub mod partman;
 pub mod pg;
 pub mod pgbouncer;
