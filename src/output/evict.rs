@@ -311,7 +311,8 @@ pub(crate) fn vacuum_skipped(s: &Skipped) -> String {
     }
 }
 
-/// The summary's line for --vacuum: what it vacuumed, and each relation whose VACUUM failed.
+/// The summary's line for --vacuum: what it vacuumed, and each relation whose VACUUM failed (its
+/// name as the catalog holds it and the server's message, both escaped for a terminal here).
 pub(crate) fn vacuum_summary(v: &VacuumReport) -> String {
     if let Some(why) = &v.skipped {
         return format!("not run: {}", vacuum_skipped(why));
@@ -326,8 +327,8 @@ pub(crate) fn vacuum_summary(v: &VacuumReport) -> String {
     for r in v.relations.iter().filter(|r| r.error.is_some()) {
         text.push_str(&format!(
             "; {} failed: {}",
-            r.relation,
-            r.error.as_deref().unwrap_or("")
+            sanitize(&r.relation),
+            sanitize(r.error.as_deref().unwrap_or(""))
         ));
     }
     text
@@ -417,4 +418,32 @@ pub(crate) fn pace_summary(r: &PaceReport) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::commands::evict::vacuum::Vacuumed;
+
+    #[test]
+    fn the_vacuum_line_escapes_relation_names_and_server_messages() {
+        let v = VacuumReport {
+            min_rows: 1,
+            ran: true,
+            skipped: None,
+            relations: vec![Vacuumed {
+                relation: "public.\"a\nb\u{1b}[2J\"".into(),
+                seconds: 0.0,
+                error: Some("relation \"a\nb\u{1b}[2J\" is gone".into()),
+            }],
+            seconds: 0.0,
+        };
+        let line = vacuum_summary(&v);
+        assert_eq!(
+            line,
+            "VACUUM (ANALYZE) of 0 of 1 relation in 0s; public.\"a\\nb\\x1b[2J\" failed: \
+             relation \"a\\nb\\x1b[2J\" is gone"
+        );
+        assert_eq!(vacuum_warning(&v), format!("evict --vacuum: {line}"));
+    }
 }

@@ -359,3 +359,53 @@ async fn after_evict_vacuum_the_pages_are_all_visible_again() {
     // sometimes left to the next one).
     assert!(visible * 10 >= pages * 9, "{visible} of {pages}\n{run}");
 }
+
+/// A relation's name in the --vacuum line reaches the terminal escaped: a leaf partition named with
+/// quotes, a newline and an escape sequence, whose VACUUM cannot lock it, is named in the summary
+/// and the warning as `\n` and `\x1b`, never as the raw bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_relation_name_in_the_vacuum_line_is_escaped() {
+    let db = TestDb::new().await;
+    partman::create(&db, PartitionBy::ExpiresAt, false).await;
+    fixtures::load(&db, MIX).await;
+    let hostile = "keys\"q'\n\u{1b}[2J";
+    db.exec(&format!(
+        "ALTER TABLE idempotency_keys_default RENAME TO {}",
+        ident(hostile)
+    ))
+    .await;
+    let holder = db.client().await;
+    holder
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE {} IN SHARE UPDATE EXCLUSIVE MODE",
+            ident(hostile)
+        ))
+        .await
+        .unwrap();
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "plain",
+            "--vacuum",
+            "--vacuum-min-rows",
+            "100",
+        ])
+        .args(["--lock-timeout", "200ms"])
+        .run_async()
+        .await;
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    let shown = "public.\"keys\"\"q'\\n\\x1b[2J\" failed: canceling statement due to lock timeout";
+    run.assert_success()
+        .assert_stdout_contains(shown)
+        .assert_stderr_contains("idemctl: warning: evict --vacuum: VACUUM (ANALYZE) of ")
+        .assert_stderr_contains(shown);
+    for (name, text) in [("stdout", &run.stdout), ("stderr", &run.stderr)] {
+        assert!(!text.contains('\u{1b}'), "a raw ESC on {name}: {run}");
+        assert!(
+            !text.contains("q'\n"),
+            "a raw newline in the name on {name}: {run}"
+        );
+    }
+}
