@@ -395,6 +395,9 @@ def _pace_goals(results, tp, dname, add):
 # ---- the Citus phase (issue 13) ------------------------------------------------------------------
 
 CITUS_SETTINGS = ("catch-up", "defaults")
+# Where the servers ran: "shared" (every node on every CPU of the machine) or "one per node" (each
+# server on a CPU of its own, as if each were a one-CPU machine).
+CITUS_CPU_LAYOUTS = ("shared", "one per node")
 # Issue 13's goals: the 2-worker cluster's drain rate against one server, and live tps kept at
 # the default pace.
 CITUS_DRAIN_GOAL = 1.6
@@ -408,10 +411,11 @@ def citus_summary(results):
     drain = _ok(c.get("drain", []))
     live = _ok(c.get("live", []))
     out = {"drain": [], "live": []}
-    for setting in CITUS_SETTINGS:
+    layouts = [x for x in CITUS_CPU_LAYOUTS if any(t.get("cpus", "shared") == x for t in drain)]
+    for layout, setting in [(x, s) for x in layouts for s in CITUS_SETTINGS]:
         by = {}
         for t in drain:
-            if t["setting"] == setting:
+            if t["setting"] == setting and t.get("cpus", "shared") == layout:
                 by.setdefault(t["where"], {})[t["round"]] = t
         single, cluster = by.get("single", {}), by.get("citus", {})
         ratios = [cluster[r]["rows_per_second"] / single[r]["rows_per_second"]
@@ -422,7 +426,7 @@ def citus_summary(results):
             for n in t.get("nodes", []):
                 workers.setdefault(n["node"], []).append(n["rows_evicted"])
         out["drain"].append({
-            "setting": setting, "rounds": min(len(single), len(cluster)),
+            "setting": setting, "cpus": layout, "rounds": min(len(single), len(cluster)),
             "single": _side(single.values()), "citus": _side(cluster.values()),
             "ratio": {"median": med(ratios), "min": min(ratios, default=None),
                       "max": max(ratios, default=None), "per_round": ratios},
@@ -484,9 +488,13 @@ def _citus_goals(results, add):
         if d["single"] and d["citus"]:
             shown += (f" ({_n(d['citus']['rows_per_second'])} vs {_n(d['single']['rows_per_second'])}"
                       " rows/s)")
-        add(f"Citus: drain rate with 2 workers vs one server, evict {d['setting']}",
+        if d["cpus"] == "shared":
+            where = note
+        else:
+            where = "each server on a CPU of its own (the single server too)"
+        add(f"Citus: drain rate with 2 workers vs one server, evict {d['setting']}, CPUs {d['cpus']}",
             f"≥ {CITUS_DRAIN_GOAL}× (rows/s, median of per-round ratios)", shown,
-            None if r is None else r >= CITUS_DRAIN_GOAL, note)
+            None if r is None else r >= CITUS_DRAIN_GOAL, where)
     live = next(x for x in s["live"] if x["where"] == "citus")
     r = live["ratio"]["median"]
     single = next(x for x in s["live"] if x["where"] == "single")
@@ -535,24 +543,31 @@ def _citus_section(w, results):
       "server over its unix socket.")
     w("")
     s = citus_summary(results)
+    layouts = sorted({d["cpus"] for d in s["drain"]}, key=CITUS_CPU_LAYOUTS.index)
     w(f"**Drain rate.** `idemctl evict -o json` with `--catch-up` and with its defaults (the adaptive "
-      f"pace), nothing else running, {o.get('citus_rounds')} round(s), the four runs interleaved; rows/s "
+      f"pace), nothing else running, {o.get('citus_rounds')} round(s), the runs interleaved; rows/s "
       "from the process's wall time (start to exit, the workers' connections and the per-shard "
       "leftover counts included); idemctl's own rate (its elapsed time) alongside. Ratio = cluster ÷ "
-      "single server of the same round, median [min–max].")
+      "single server of the same round, median [min–max]. CPUs: `shared` = every server may run on "
+      "every CPU of the machine (the three nodes compete for them)"
+      + ("; `one per node` = each server runs on a CPU of its own (`sched_setaffinity` on its "
+         "postmaster and every process it starts: the single server on CPU 0, worker 1 on CPU 0, "
+         "worker 2 on CPU 1; the coordinator, idemctl and the driver on any CPU), which is what a "
+         "cluster of one-CPU machines against one such machine would show, as far as one machine "
+         "can" if "one per node" in layouts else "") + ".")
     w("")
-    w("| evict | one server rows/s | cluster rows/s | cluster ÷ one server | rows | one server s "
+    w("| evict | CPUs | one server rows/s | cluster rows/s | cluster ÷ one server | rows | one server s "
       "| cluster s | idemctl's rate, one server / cluster | rows per worker | batches (one / cluster) "
       "| batch p99 ms (one / cluster) |")
-    w("|---|---|---|---|---|---|---|---|---|---|---|")
+    w("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for d in s["drain"]:
         a, b = d["single"], d["citus"]
         if not a or not b:
-            w(f"| `{d['setting']}` | {_n(a.get('rows_per_second'))} | {_n(b.get('rows_per_second'))} "
-              "| – | | | | | | | |")
+            w(f"| `{d['setting']}` | {d['cpus']} | {_n(a.get('rows_per_second'))} "
+              f"| {_n(b.get('rows_per_second'))} | – | | | | | | | |")
             continue
         workers = ", ".join(f"{k} {_n(v)}" for k, v in d["worker_rows"].items()) or "–"
-        w(f"| `{d['setting']}` | {_n(a['rows_per_second'])} | {_n(b['rows_per_second'])} "
+        w(f"| `{d['setting']}` | {d['cpus']} | {_n(a['rows_per_second'])} | {_n(b['rows_per_second'])} "
           f"| {_range(d['ratio'])} | {_n(b['rows'])} | {a['seconds']:.2f} | {b['seconds']:.2f} "
           f"| {_n(a['idemctl_rows_per_second'])} / {_n(b['idemctl_rows_per_second'])} | {workers} "
           f"| {_n(a['batches'])} / {_n(b['batches'])} | {_n(a['stmt_ms_p99'], 1)} / {_n(b['stmt_ms_p99'], 1)} |")

@@ -103,7 +103,7 @@ impl Context {
 /// A flag set by SIGINT or SIGTERM once [`Cancel::install`] has run; long-running commands check it
 /// between batches. Commands that never install it keep the default behaviour (the signal ends the
 /// process at once, which is right for a read-only command).
-#[derive(Clone, Default)]
+#[derive(Clone, Default, Debug)]
 pub struct Cancel(Arc<AtomicBool>);
 
 impl Cancel {

@@ -3,7 +3,7 @@
 //! dry run's preview, sample and plan, and the planner's estimate for the progress bar. Each batch
 //! statement runs with a client-side deadline (see [`super::with_deadline`]).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
 use serde::Serialize;
@@ -26,6 +26,18 @@ const PING_SQL: &str = include_str!("../../sql/ping.sql");
 const ESTIMATE_SQL: &str = include_str!("../../sql/evict_estimate.sql");
 const JIT_OFF_SQL: &str = include_str!("../../sql/jit_off.sql");
 
+/// A live transaction held a row of a Citus reference table for longer than evict waits.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a live transaction held a row of this Citus reference table for more than {} s, and Citus \
+     lets no other write to a reference table proceed until that transaction ends; evict made no \
+     request wait longer than its lock_timeout and leaves the rest to the next run",
+    patience.as_secs_f64()
+)]
+pub struct HeldReferenceRow {
+    pub patience: Duration,
+}
+
 /// The batch statements of one table, filled from its profile once per run (per shard on Citus).
 #[derive(Debug, Clone)]
 pub struct Statements {
@@ -34,10 +46,27 @@ pub struct Statements {
     too_young: String,
     skip_locked: String,
     range_in_progress: String,
-    /// On Citus, a table written through the coordinator: each batch's row waits on every node
-    /// (see [`Statements::through_coordinator`]).
-    coordinator_waits: Option<Duration>,
+    /// On Citus, a table written through the coordinator: each batch's row waits on every node,
+    /// and how its fallback waits out a live transaction (see [`Statements::through_coordinator`]).
+    coordinator_waits: Option<ThroughCoordinator>,
 }
+
+/// How the batches of a table written through the Citus coordinator (a reference table) wait.
+#[derive(Debug, Clone)]
+pub struct ThroughCoordinator {
+    /// The longest any batch statement waits on a lock, on every node.
+    pub wait: Duration,
+    /// How long a batch that met a live transaction's row keeps trying the range again (each try
+    /// waiting at most `wait`), before the run ends and leaves the rest to the next one.
+    pub patience: Duration,
+    /// Set when the run is interrupted: the batch stops trying at once.
+    pub cancel: crate::context::Cancel,
+}
+
+/// The pauses between the tries of a range on a reference table: short at first (a live
+/// request's transaction usually ends within milliseconds), then at most this long.
+const HELD_PAUSE_FIRST: Duration = Duration::from_millis(2);
+const HELD_PAUSE_MAX: Duration = Duration::from_millis(100);
 
 /// A claimed range: its first row's expiry (None: nothing left) and where it ends (None: open).
 pub struct Claim {
@@ -79,10 +108,10 @@ impl Statements {
     }
 
     /// The table is written through the Citus coordinator (a reference table): each batch
-    /// statement runs in a transaction of its own that bounds its row waits to `wait` on every
+    /// statement runs in a transaction of its own that bounds its row waits to `how.wait` on every
     /// node ([`super::citus::bound_row_waits`]), as the session's lock_timeout does on one server.
-    pub fn through_coordinator(mut self, wait: Duration) -> Statements {
-        self.coordinator_waits = Some(wait);
+    pub fn through_coordinator(mut self, how: ThroughCoordinator) -> Statements {
+        self.coordinator_waits = Some(how);
         self
     }
 
@@ -92,7 +121,7 @@ impl Statements {
         client: &Session,
         statement: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        let Some(wait) = self.coordinator_waits else {
+        let Some(wait) = self.coordinator_waits.as_ref().map(|how| how.wait) else {
             return statement.await;
         };
         super::batch::in_transaction(
@@ -148,7 +177,8 @@ impl Statements {
         .await
     }
 
-    /// The SKIP LOCKED delete over [first, last] (inclusive; None = open): (deleted, present).
+    /// The SKIP LOCKED delete over [first, last] (inclusive; None = open): (deleted, present,
+    /// time spent pausing between tries: none but on a reference table).
     pub async fn skip_locked(
         &self,
         client: &Session,
@@ -157,10 +187,10 @@ impl Statements {
         last: Option<OffsetDateTime>,
         limit: i64,
         min_age: Option<f64>,
-    ) -> Result<(u64, u64)> {
-        if self.coordinator_waits.is_some() {
+    ) -> Result<(u64, u64, Duration)> {
+        if let Some(how) = &self.coordinator_waits {
             return self
-                .whole_range_again(client, deadline, first, last, min_age)
+                .whole_range_again(client, deadline, how, first, last, min_age)
                 .await;
         }
         let row = self
@@ -174,7 +204,11 @@ impl Statements {
                 ),
             )
             .await?;
-        Ok((count(&row, "deleted")?, count(&row, "present")?))
+        Ok((
+            count(&row, "deleted")?,
+            count(&row, "present")?,
+            Duration::ZERO,
+        ))
     }
 
     /// The SKIP LOCKED fallback through the Citus coordinator (a reference table). There no
@@ -183,30 +217,43 @@ impl Statements {
     /// write to a reference table behind a transaction that wrote one of its rows or locked one
     /// `FOR UPDATE` (an exclusive lock on the table's shard, on the coordinator and the first
     /// worker), whichever row a write touches. So the range [first, last] is deleted whole again,
-    /// under the batch's lock_timeout on every node: done once the live transaction has ended,
-    /// otherwise a failed try that the batch runner repeats after its pause, and the run ends,
-    /// having waited on no row, when the tries run out. (deleted, present): both the rows deleted.
+    /// each try waiting on every node no longer than `how.wait`, with short pauses between tries
+    /// (a live request's transaction usually ends within milliseconds), for up to `how.patience`;
+    /// then the run ends, having made no request wait longer than one try's wait, and leaves the
+    /// rest to the next run. (deleted, present, paused): both the rows deleted, and the time
+    /// spent pausing between tries (not the statement's work).
     async fn whole_range_again(
         &self,
         client: &Session,
         deadline: Duration,
+        how: &ThroughCoordinator,
         first: Option<OffsetDateTime>,
         last: Option<OffsetDateTime>,
         min_age: Option<f64>,
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(u64, u64, Duration)> {
         let end = last.map(|l| l + time::Duration::microseconds(1));
-        let deleted = match self.delete(client, deadline, first, end, min_age).await {
-            Err(e) if super::batch::Failure::of(&e) == super::batch::Failure::LockTimeout => {
-                return Err(e.context(
-                    "a live transaction holds a row of this Citus reference table, and Citus lets \
-                     no other write to a reference table proceed until that transaction ends; \
-                     evict waited no longer than its lock_timeout each time and leaves the rest to \
-                     the next run",
-                ));
+        let since = Instant::now();
+        let mut pause = HELD_PAUSE_FIRST;
+        let mut paused = Duration::ZERO;
+        loop {
+            match self.delete(client, deadline, first, end, min_age).await {
+                Err(e) if super::batch::Failure::of(&e) == super::batch::Failure::LockTimeout => {
+                    if how.cancel.requested() || since.elapsed() + pause > how.patience {
+                        // A new error, not the server's: the batch runner does not try it again.
+                        return Err(anyhow::Error::new(HeldReferenceRow {
+                            patience: how.patience,
+                        }));
+                    }
+                    tokio::time::sleep(pause).await;
+                    paused += pause;
+                    pause = (pause * 2).min(HELD_PAUSE_MAX);
+                }
+                other => {
+                    let deleted = other?;
+                    return Ok((deleted, deleted, paused));
+                }
             }
-            other => other?,
-        };
-        Ok((deleted, deleted))
+        }
     }
 
     /// Expired completed rows of [start, end) kept back by --min-age.

@@ -252,56 +252,28 @@ async fn citus_evict_never_waits_on_a_reference_table_a_live_request_holds() {
     .await
     .unwrap();
 
-    // Every node, every 50 ms while the run lasts: the longest lock wait of any session.
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut nodes = Vec::new();
-    for node in 0..db.cluster().nodes.len() {
-        nodes.push(db.node_client(node).await);
-    }
-    let watch = {
-        let done = done.clone();
-        async move {
-            let mut longest = 0.0f64;
-            let mut looks = 0u32;
-            while !done.load(std::sync::atomic::Ordering::SeqCst) {
-                for node in &nodes {
-                    let waited: f64 = node
-                        .query_one(
-                            "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - query_start)), 0)::float8 \
-                             FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND state = 'active'",
-                            &[],
-                        )
-                        .await
-                        .unwrap()
-                        .get(0);
-                    longest = longest.max(waited);
-                }
-                looks += 1;
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            (longest, looks)
-        }
-    };
+    // Patience cut to --max-runtime: the run ends after about 3 s of tries, none of which made
+    // any session wait on a lock.
     let started = std::time::Instant::now();
-    let evict = {
-        let done = done.clone();
-        let cmd = db
-            .idemctl()
-            .args(["evict", "-o", "json", "--batch-size", "200"])
-            .timeout(std::time::Duration::from_secs(60));
-        async move {
-            let run = cmd.run_async().await;
-            done.store(true, std::sync::atomic::Ordering::SeqCst);
-            run
-        }
-    };
-    let (run, (longest_wait, looks)) = tokio::join!(evict, watch);
+    let cmd = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--batch-size",
+            "200",
+            "--max-runtime",
+            "3s",
+        ])
+        .timeout(std::time::Duration::from_secs(60));
+    let (run, (longest_wait, looks)) = watching_lock_waits(&db, cmd).await;
     let took = started.elapsed();
     run.assert_code(1)
-        .assert_stderr_contains("holds a row of this Citus reference table");
+        .assert_stderr_contains("held a row of this Citus reference table for more than 3 s");
     assert!(
-        took < std::time::Duration::from_secs(10),
-        "evict took {took:?} next to a held row"
+        took >= std::time::Duration::from_millis(2500) && took < std::time::Duration::from_secs(15),
+        "evict took {took:?} next to a held row, with --max-runtime 3s"
     );
     assert!(looks >= 1, "the lock waits were never looked at");
     assert!(
@@ -333,10 +305,23 @@ async fn citus_evict_never_waits_on_a_reference_table_a_live_request_holds() {
         "the placements differ: {per_placement:?}"
     );
 
-    live.batch_execute("COMMIT").await.unwrap();
-    let run = db.idemctl().args(["evict", "-o", "json"]).run();
+    // A request that ends while evict tries: the run waits it out (each try bounded) and drains.
+    let cmd = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--catch-up", "--max-runtime", "30s"])
+        .timeout(std::time::Duration::from_secs(60));
+    let release = async {
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        live.batch_execute("COMMIT").await.unwrap();
+    };
+    let ((run, (longest_wait, _)), ()) = tokio::join!(watching_lock_waits(&db, cmd), release);
     run.assert_code(0);
     assert_eq!(run.json()["rows_evicted"], MIX.expired, "{}", run.json());
+    assert_eq!(run.json()["end_reason"], "drained", "{}", run.json());
+    assert!(
+        longest_wait < 1.0,
+        "a session waited {longest_wait:.1} s on a lock while evict waited out the request"
+    );
     let count = |sql: String| {
         let db = &db;
         async move {
@@ -371,6 +356,49 @@ async fn citus_evict_never_waits_on_a_reference_table_a_live_request_holds() {
         .await,
         MIX.expired_in_progress
     );
+}
+
+/// Run `cmd` while every node's sessions are looked at every 50 ms: its outcome, the longest lock
+/// wait of any session meanwhile (seconds), and how many looks were taken.
+async fn watching_lock_waits(
+    db: &CitusDb,
+    cmd: crate::support::cmd::Cmd,
+) -> (crate::support::cmd::Run, (f64, u32)) {
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut nodes = Vec::new();
+    for node in 0..db.cluster().nodes.len() {
+        nodes.push(db.node_client(node).await);
+    }
+    let watch = {
+        let done = done.clone();
+        async move {
+            let mut longest = 0.0f64;
+            let mut looks = 0u32;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                for node in &nodes {
+                    let waited: f64 = node
+                        .query_one(
+                            "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - query_start)), 0)::float8 \
+                             FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND state = 'active'",
+                            &[],
+                        )
+                        .await
+                        .unwrap()
+                        .get(0);
+                    longest = longest.max(waited);
+                }
+                looks += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            (longest, looks)
+        }
+    };
+    let evict = async move {
+        let run = cmd.run_async().await;
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+        run
+    };
+    tokio::join!(evict, watch)
 }
 
 /// One run per table: the advisory lock is the coordinator's, so a second run through the

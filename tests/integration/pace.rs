@@ -43,6 +43,36 @@ async fn evict_runs_unpaced_while_no_other_session_is_active() {
     assert!(pace["full_seconds"].as_f64().unwrap() > 0.0, "{run}");
     assert_eq!(pace["backoff_seconds"], 0.0, "{run}");
     assert_eq!(pace["backoffs_by_reason"], serde_json::json!({}), "{run}");
+
+    // Small batches, so the run outlasts the insert-rate window: the table gains nothing and
+    // nothing else runs, so the ceiling (20x the inserts) does not apply and the run never rests.
+    client_reload(&server, 200_000).await;
+    let run = server
+        .idemctl()
+        .args(["evict", "-o", "json", "--batch-size", "20"])
+        .timeout(Duration::from_secs(120))
+        .run_async()
+        .await;
+    run.assert_success();
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 200_000, "{run}");
+    let pace = &j["pace"];
+    // Measured (the run outlasted the window): nothing inserted.
+    assert_eq!(pace["insert_rate"], 0.0, "{run}");
+    assert_eq!(pace["ceiling_added_seconds"], 0.0, "{run}");
+    assert!(
+        pace["paced_seconds"].as_f64().unwrap() < 0.5,
+        "rested while alone: {run}"
+    );
+}
+
+async fn client_reload(server: &PrivateCluster, rows: i64) {
+    server
+        .client()
+        .await
+        .batch_execute(&fixtures::expired_rows_sql(rows))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,10 @@ const SAMPLE_SIZE: i64 = 10;
 pub const CATCH_UP_BATCH_TIME: Duration = Duration::from_millis(15);
 /// How long a batch may wait for a row lock before it falls back to skipping locked rows.
 pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
+/// How long a batch on a Citus reference table keeps trying a range a live transaction holds a
+/// row of (each try waiting at most [`ROW_LOCK_WAIT`]) before the run ends; never past
+/// --max-runtime.
+const HELD_REFERENCE_PATIENCE: Duration = Duration::from_secs(10);
 /// Counts in the summary and preview stop here.
 const COUNT_CAP: i64 = 100_000;
 
@@ -210,7 +214,13 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let shared = worker::Shared::new(
         plan(ctx, args),
         match through_coordinator {
-            true => statements(&table).through_coordinator(ROW_LOCK_WAIT),
+            true => statements(&table).through_coordinator(evict_db::ThroughCoordinator {
+                wait: ROW_LOCK_WAIT,
+                patience: args
+                    .max_runtime
+                    .map_or(HELD_REFERENCE_PATIENCE, |m| m.min(HELD_REFERENCE_PATIENCE)),
+                cancel: ctx.cancel.clone(),
+            }),
             false => statements(&table),
         },
         ctx.cancel.clone(),

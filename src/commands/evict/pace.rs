@@ -444,19 +444,21 @@ fn floor_rest(took: Duration, removed: u64, floor: f64, workers: u8) -> Option<D
 /// `insert_rate` rows/s (None: not measured yet) and `workers` sessions sharing the work: `rest`
 /// (the duty cycle's) lengthened to hold the removal rate at [`PRESENT_MULTIPLE`] times the
 /// insert rate, but never past a [`PRESENT_MIN_DUTY`] duty cycle, then shortened to keep it at
-/// [`INSERT_MULTIPLE`] times, never past [`FLOOR_MAX_DUTY`].
+/// [`INSERT_MULTIPLE`] times, never past [`FLOOR_MAX_DUTY`]. The ceiling holds only while the
+/// foreground is `present`.
 fn bounded_rest(
     rest: Duration,
     took: Duration,
     removed: u64,
     insert_rate: Option<f64>,
     workers: u8,
+    present: bool,
 ) -> Duration {
     let Some(rate) = insert_rate else {
         return rest;
     };
     let mut rest = rest;
-    if removed > 0 {
+    if present && removed > 0 {
         let longest = rest_for(took, PRESENT_MIN_DUTY);
         let held = floor_rest(took, removed, rate * PRESENT_MULTIPLE, workers).unwrap_or(longest);
         rest = rest.max(held.min(longest));
@@ -631,23 +633,31 @@ impl Pacer {
 
     /// The rest after a batch that took `took` and removed `removed` rows: the fixed pause and
     /// duty cycle, or the adaptive one, re-decided every sample while resting (a foreground that
-    /// turns idle ends the rest) and held between the insert-rate floor and ceiling.
+    /// turns idle ends the rest) and held between the insert-rate floor and ceiling. A rest ends
+    /// at `until` (the run's --max-runtime) whatever it planned.
     pub async fn rest(
         &self,
         client: &Session,
         took: Duration,
         removed: u64,
+        until: Option<Instant>,
         cancel: &Cancel,
     ) -> Result<()> {
-        let (duty, pause) = match &self.mode {
-            Mode::Fixed { duty, pause, .. } => (f64::from(*duty), *pause),
-            Mode::Adaptive { .. } => (self.sample(client, false).await?.duty, Duration::ZERO),
+        let (duty, pause, present) = match &self.mode {
+            Mode::Fixed { duty, pause, .. } => (f64::from(*duty), *pause, true),
+            Mode::Adaptive { .. } => {
+                let now = self.sample(client, false).await?;
+                (now.duty, Duration::ZERO, !now.full())
+            }
         };
         let mut wanted = rest_for(took, duty);
-        let mut planned = self.bounded(wanted, took, removed).await;
+        let mut planned = self.bounded(wanted, took, removed, present).await;
         let started = Instant::now();
         loop {
-            let left = (planned + pause).saturating_sub(started.elapsed());
+            let mut left = (planned + pause).saturating_sub(started.elapsed());
+            if let Some(until) = until {
+                left = left.min(until.saturating_duration_since(Instant::now()));
+            }
             if left.is_zero() || cancel.requested() {
                 break;
             }
@@ -668,7 +678,7 @@ impl Pacer {
                     break;
                 }
                 wanted = rest_for(took, now.duty);
-                planned = self.bounded(wanted, took, removed).await;
+                planned = self.bounded(wanted, took, removed, true).await;
             }
         }
         if self.adaptive() {
@@ -680,8 +690,15 @@ impl Pacer {
         Ok(())
     }
 
-    /// `rest` held between the insert-rate floor and ceiling ([`bounded_rest`]).
-    async fn bounded(&self, rest: Duration, took: Duration, removed: u64) -> Duration {
+    /// `rest` held between the insert-rate floor and ceiling ([`bounded_rest`]); the ceiling only
+    /// while the foreground is `present` (an idle foreground lifts it).
+    async fn bounded(
+        &self,
+        rest: Duration,
+        took: Duration,
+        removed: u64,
+        present: bool,
+    ) -> Duration {
         let Mode::Adaptive {
             base_workers,
             floor_tables: Some(_),
@@ -691,7 +708,14 @@ impl Pacer {
             return rest;
         };
         let inner = self.inner.lock().await;
-        bounded_rest(rest, took, removed, inner.report.insert_rate, base_workers)
+        bounded_rest(
+            rest,
+            took,
+            removed,
+            inner.report.insert_rate,
+            base_workers,
+            present,
+        )
     }
 
     /// The adaptive pace in effect, for the progress bar.
@@ -1003,17 +1027,26 @@ mod tests {
         let rest = rest_for(ms(2), 20.0);
         assert_eq!(rest, ms(8));
         // The table gains 100 rows/s: 20x is 2,000 rows/s, one batch every 50 ms, so 48 ms rests.
-        assert_eq!(bounded_rest(rest, ms(2), 100, Some(100.0), 1), ms(48));
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(100.0), 1, true), ms(48));
         // Shared by two sessions: each holds 1,000 rows/s, one batch every 100 ms.
-        assert_eq!(bounded_rest(rest, ms(2), 100, Some(100.0), 2), ms(98));
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(100.0), 2, true), ms(98));
         // No inserts: the ceiling rests down to its 2 % duty cycle, no further.
-        assert_eq!(bounded_rest(rest, ms(2), 100, Some(0.0), 1), ms(98));
-        assert_eq!(bounded_rest(rest, ms(2), 100, Some(1.0), 1), ms(98));
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(0.0), 1, true), ms(98));
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(1.0), 1, true), ms(98));
         // Inserts fast enough that 20x is above what the duty cycle removes: the rest stands.
-        assert_eq!(bounded_rest(rest, ms(2), 100, Some(1_000.0), 1), ms(8));
+        assert_eq!(
+            bounded_rest(rest, ms(2), 100, Some(1_000.0), 1, true),
+            ms(8)
+        );
         // Not measured yet, or a batch that removed nothing: no bound.
-        assert_eq!(bounded_rest(rest, ms(2), 100, None, 1), ms(8));
-        assert_eq!(bounded_rest(rest, ms(2), 0, Some(100.0), 1), ms(8));
+        assert_eq!(bounded_rest(rest, ms(2), 100, None, 1, true), ms(8));
+        assert_eq!(bounded_rest(rest, ms(2), 0, Some(100.0), 1, true), ms(8));
+        // An idle foreground lifts the ceiling: no inserts, nobody else, no rest.
+        assert_eq!(
+            bounded_rest(Duration::ZERO, ms(2), 100, Some(0.0), 1, false),
+            Duration::ZERO
+        );
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(100.0), 1, false), ms(8));
     }
 
     #[test]
@@ -1023,11 +1056,11 @@ mod tests {
         // floor (5,000 rows/s, one batch every 20 ms) cuts the rest to 18 ms.
         let rest = rest_for(ms(2), 5.0);
         assert_eq!(rest, ms(38));
-        assert_eq!(bounded_rest(rest, ms(2), 100, Some(500.0), 1), ms(18));
+        assert_eq!(bounded_rest(rest, ms(2), 100, Some(500.0), 1, true), ms(18));
         // Removal always lands between 10x and 20x the inserts when the duty cycles allow it.
         for rate in [50.0, 200.0, 400.0] {
             for duty in [5.0, 10.0, 20.0] {
-                let r = bounded_rest(rest_for(ms(2), duty), ms(2), 100, Some(rate), 1);
+                let r = bounded_rest(rest_for(ms(2), duty), ms(2), 100, Some(rate), 1, true);
                 let removal = 100.0 / (ms(2) + r).as_secs_f64();
                 assert!(
                     removal >= rate * INSERT_MULTIPLE * 0.999

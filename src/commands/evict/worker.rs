@@ -462,6 +462,9 @@ struct Outcome {
     ties_exhausted: Option<OffsetDateTime>,
     /// How long the deleting statement ran (and held the rows it deleted), as seen from here.
     statement: Duration,
+    /// Time the batch spent pausing between tries of a range a live transaction held (on a
+    /// Citus reference table): not work, so neither the batch sizing nor the pace counts it.
+    paused: Duration,
     /// Index entries the statement walked: the claimed rows of a range with an end, else the rows
     /// it found.
     examined: u64,
@@ -513,14 +516,15 @@ pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<
                 (limit, size, outcome)
             }
         };
-        let took = t0.elapsed();
+        let took = t0.elapsed().saturating_sub(outcome.paused);
         if let (Some(l), Some(t)) = (&shared.limiter, ticket) {
             l.settle(&client, t, outcome.deleted).await?;
         }
         shared.record(limit, size, &outcome, took, rtt).await;
+        let until = shared.plan.max_runtime.map(|m| shared.started + m);
         shared
             .pacer
-            .rest(&client, took, outcome.deleted, &shared.cancel)
+            .rest(&client, took, outcome.deleted, until, &shared.cancel)
             .await?;
     }
 }
@@ -651,12 +655,13 @@ async fn delete_range(
             statement,
             ..Outcome::default()
         },
-        Ran::SkippedLocked(((deleted, present), statement)) => Outcome {
+        Ran::SkippedLocked(((deleted, present, paused), statement)) => Outcome {
             deleted,
             skipped_locked: present.saturating_sub(deleted),
             skipped_min_age,
             fell_back: true,
-            statement,
+            statement: statement.saturating_sub(paused),
+            paused,
             ..Outcome::default()
         },
     })
@@ -670,11 +675,11 @@ async fn delete_ties(
     limit: i64,
 ) -> Result<Outcome> {
     let t0 = Instant::now();
-    let (deleted, present) =
+    let (deleted, present, paused) =
         batch::retrying(|| skip_locked(shared, client, Some(at), Some(at), limit))
             .await
             .context("a batch failed and was rolled back")?;
-    let statement = t0.elapsed();
+    let statement = t0.elapsed().saturating_sub(paused);
     let exhausted = deleted < u64::try_from(limit).unwrap_or(u64::MAX);
     Ok(Outcome {
         deleted,
@@ -686,18 +691,20 @@ async fn delete_ties(
         fell_back: true,
         ties_exhausted: exhausted.then_some(at),
         statement,
+        paused,
         ..Outcome::default()
     })
 }
 
-/// The SKIP LOCKED statement over [first, last] (inclusive; None = open): (deleted, present).
+/// The SKIP LOCKED statement over [first, last] (inclusive; None = open): (deleted, present,
+/// time paused between tries).
 async fn skip_locked(
     shared: &Shared,
     client: &Session,
     first: Option<OffsetDateTime>,
     last: Option<OffsetDateTime>,
     limit: i64,
-) -> Result<(u64, u64)> {
+) -> Result<(u64, u64, Duration)> {
     let min_age = shared.plan.min_age_secs;
     shared
         .sql
