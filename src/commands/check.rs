@@ -41,7 +41,7 @@ pub struct Finding {
     pub fix: Option<String>,
 }
 
-fn finding(check: &str, status: Status, detail: String, fix: Option<String>) -> Finding {
+pub(crate) fn finding(check: &str, status: Status, detail: String, fix: Option<String>) -> Finding {
     Finding {
         check: check.to_owned(),
         status,
@@ -65,9 +65,9 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
     findings.push(writes(writability));
     let distributed = crate::commands::shards::distributed(&client, &table).await?;
     if let Some(layout) = &distributed {
-        findings.extend(
-            super::citus_check::findings(ctx, &client, &table, layout, &role_privileges).await,
-        );
+        let outcomes =
+            super::citus_check::findings(ctx, &client, &table, layout, &role_privileges).await;
+        findings.extend(crate::output::citus::check_findings(&outcomes));
     }
     let usable = !findings.iter().any(|f| f.status == Status::Fail);
     if usable {

@@ -1,48 +1,80 @@
 //! `check` on a table Citus hash-distributes: what the commands need on the workers, where they
 //! work shard by shard. idemctl must reach every worker with this connection's settings (the same
 //! role and password source, the worker's host and port from the coordinator's metadata); every
-//! shard must carry the table's indexes; the role's grants must have reached every shard. The
-//! fixes are statements run on the coordinator, which Citus applies to every shard.
+//! shard must carry the table's indexes; the role's grants must have reached every shard. What is
+//! found is returned as typed outcomes; src/output/citus.rs words them as check's findings, with
+//! the fixes (statements run on the coordinator, which Citus applies to every shard).
 
-use super::check::{Finding, Status};
 use super::shards::{self, Cluster};
 use crate::context::Context;
 use crate::db::citus::Layout;
 use crate::db::profile::Action;
 use crate::db::table::{Job, Privileges};
 use crate::db::{KeyTable, Session};
-use crate::output::sanitize;
 
-fn finding(check: &str, status: Status, detail: String, fix: Option<String>) -> Finding {
-    Finding {
-        check: check.to_owned(),
-        status,
-        detail,
-        fix,
-    }
+/// What one Citus check found.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// How the table is distributed; `tenant_local` when by the tenant column, which the identity
+    /// index holds (a tenant's keys then live on one shard).
+    Layout { layout: Layout, tenant_local: bool },
+    /// The shards could not be reached (the error chain, as one line).
+    Unreachable { error: String },
+    /// Every worker holding shards was reached.
+    Workers { workers: Vec<Worker> },
+    /// The shards' indexes: how many shards there are, whether the in_progress index is wanted
+    /// (the coordinator's table has it), and what each shard lacks.
+    Indexes {
+        shards: usize,
+        want_stuck: bool,
+        missing: Vec<ShardLacks>,
+        table: String,
+    },
+    /// The role's privileges on the shards could not be read.
+    PrivilegesUnread { error: String },
+    /// The role's grants on the shards: those it has on the coordinator's table that the commands
+    /// need (`wanted`), and the shards missing some of them.
+    Privileges {
+        role: String,
+        shards: usize,
+        wanted: Vec<String>,
+        short: Vec<ShardLacks>,
+        table: String,
+    },
 }
 
-/// The Citus findings for the distributed `table`.
-pub async fn findings(
+/// A worker holding shards of the table.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) shards: usize,
+}
+
+/// What one shard lacks (indexes, or grants), and where it is.
+#[derive(Debug)]
+pub(crate) struct ShardLacks {
+    pub(crate) shard: i64,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) lacks: Vec<String>,
+}
+
+/// The Citus checks of the distributed `table`, in the order check reports them.
+pub(crate) async fn findings(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
     layout: &Layout,
     coordinator: &Privileges,
-) -> Vec<Finding> {
+) -> Vec<Outcome> {
     let mut out = vec![distribution(table, layout)];
     let cluster = match shards::connect(ctx, client, table, 1).await {
         Ok(c) => c,
         Err(e) => {
-            out.push(finding(
-                "citus workers",
-                Status::Fail,
-                format!(
-                    "cannot work on the shards: {}",
-                    crate::one_line(&e)
-                ),
-                Some("evict, reclaim, inspect and stats connect to each worker with this connection's role, password source (password, ~/.pgpass, service file) and TLS settings, at the host and port the coordinator's pg_dist_node names: let that role connect to every worker (pg_hba.conf, a ~/.pgpass line per worker host)".into()),
-            ));
+            out.push(Outcome::Unreachable {
+                error: crate::one_line(&e),
+            });
             return out;
         }
     };
@@ -50,122 +82,80 @@ pub async fn findings(
     out.push(indexes(table, &cluster));
     match shard_privileges(table, coordinator, &cluster).await {
         Ok(f) => out.push(f),
-        Err(e) => out.push(finding(
-            "citus shard privileges",
-            Status::Fail,
-            format!(
-                "cannot read the role's privileges on the shards: {}",
-                crate::one_line(&e)
-            ),
-            None,
-        )),
+        Err(e) => out.push(Outcome::PrivilegesUnread {
+            error: crate::one_line(&e),
+        }),
     }
     out
 }
 
-/// How the table is distributed, and what that means for the commands.
-fn distribution(table: &KeyTable, layout: &Layout) -> Finding {
-    let Layout::Distributed { column, .. } = layout else {
-        return finding("citus layout", Status::Ok, layout.describe(), None);
+/// How the table is distributed: by the tenant column of the identity index, or not.
+fn distribution(table: &KeyTable, layout: &Layout) -> Outcome {
+    let tenant_local = match layout {
+        Layout::Distributed { column, .. } => {
+            table.profile.tenant.as_deref() == Some(column.as_str())
+                && table
+                    .identity_index()
+                    .is_some_and(|i| i.columns.iter().any(|c| c == column))
+        }
+        _ => false,
     };
-    let by_tenant = table.profile.tenant.as_deref() == Some(column.as_str());
-    let in_identity = table
-        .identity_index()
-        .is_some_and(|i| i.columns.iter().any(|c| c == column));
-    if by_tenant && in_identity {
-        finding(
-            "citus layout",
-            Status::Ok,
-            format!(
-                "{}; the distribution column is in the primary key, so a tenant's keys live on one shard",
-                layout.describe()
-            ),
-            None,
-        )
-    } else {
-        finding(
-            "citus layout",
-            Status::Note,
-            format!(
-                "{}, not by the tenant column: evict, stats, inspect and the reclaim sweep work shard by shard whatever the column; inspect --api-key-id reads every shard; reclaim --apply is refused (it sends each plan row to its tenant's shard)",
-                layout.describe()
-            ),
-            None,
-        )
+    Outcome::Layout {
+        layout: layout.clone(),
+        tenant_local,
     }
 }
 
-fn workers(cluster: &Cluster) -> Finding {
-    let names: Vec<String> = cluster
-        .nodes
-        .iter()
-        .map(|n| format!("{} ({} shards)", n.name(), n.shards.len()))
-        .collect();
-    finding(
-        "citus workers",
-        Status::Ok,
-        format!(
-            "reached every worker holding shards with this connection's settings: {}",
-            names.join(", ")
-        ),
-        None,
-    )
+fn workers(cluster: &Cluster) -> Outcome {
+    Outcome::Workers {
+        workers: cluster
+            .nodes
+            .iter()
+            .map(|n| Worker {
+                host: n.host.clone(),
+                port: n.port,
+                shards: n.shards.len(),
+            })
+            .collect(),
+    }
 }
 
 /// Every shard carries the expiry and identity indexes, and the in_progress index when the
 /// coordinator's table has it.
-fn indexes(table: &KeyTable, cluster: &Cluster) -> Finding {
+fn indexes(table: &KeyTable, cluster: &Cluster) -> Outcome {
     let want_stuck = table.stuck_index().is_some();
-    let mut missing: Vec<String> = Vec::new();
-    let mut count = 0;
+    let mut missing = Vec::new();
+    let mut shards = 0;
     for node in &cluster.nodes {
         for shard in &node.shards {
-            count += 1;
+            shards += 1;
             let t = &shard.table;
             let mut lacks = Vec::new();
             if t.expiry_index().is_none() {
-                lacks.push("expiry");
+                lacks.push("expiry".to_owned());
             }
             if t.identity_index().is_none() {
-                lacks.push("identity");
+                lacks.push("identity".to_owned());
             }
             if want_stuck && t.stuck_index().is_none() {
-                lacks.push("in_progress");
+                lacks.push("in_progress".to_owned());
             }
             if !lacks.is_empty() {
-                missing.push(format!(
-                    "shard {} on {} lacks the {} index",
-                    shard.id,
-                    node.name(),
-                    lacks.join(" and ")
-                ));
+                missing.push(ShardLacks {
+                    shard: shard.id,
+                    host: node.host.clone(),
+                    port: node.port,
+                    lacks,
+                });
             }
         }
     }
-    if missing.is_empty() {
-        return finding(
-            "citus shard indexes",
-            Status::Ok,
-            format!(
-                "all {count} shards carry the expiry and identity indexes{}",
-                if want_stuck {
-                    " and the in_progress index"
-                } else {
-                    ""
-                }
-            ),
-            None,
-        );
+    Outcome::Indexes {
+        shards,
+        want_stuck,
+        missing,
+        table: table.quoted.clone(),
     }
-    finding(
-        "citus shard indexes",
-        Status::Fail,
-        missing.join("; "),
-        Some(format!(
-            "Citus creates a distributed table's indexes on every shard: on the coordinator, drop the index and create it again (DROP INDEX CONCURRENTLY ...; then the CREATE INDEX CONCURRENTLY ... ON {} check shows for it)",
-            table.quoted
-        )),
-    )
 }
 
 /// The role's grants on every shard: each grant the commands need that the role has on the
@@ -175,7 +165,7 @@ async fn shard_privileges(
     table: &KeyTable,
     coordinator: &Privileges,
     cluster: &Cluster,
-) -> anyhow::Result<Finding> {
+) -> anyhow::Result<Outcome> {
     let jobs = [Job::Read, Job::Evict, Job::Reclaim(Action::Delete)];
     let wanted: Vec<String> = jobs
         .iter()
@@ -183,7 +173,7 @@ async fn shard_privileges(
         .filter(|(_, has)| *has)
         .map(|(g, _)| g)
         .collect();
-    let mut short: Vec<String> = Vec::new();
+    let mut short = Vec::new();
     let mut shards = 0;
     for node in &cluster.nodes {
         let session = node.session().await?;
@@ -202,39 +192,20 @@ async fn shard_privileges(
                 }
             }
             if !lacks.is_empty() {
-                short.push(format!(
-                    "shard {} on {}: {}",
-                    shard.id,
-                    node.name(),
-                    lacks.join(", ")
-                ));
+                short.push(ShardLacks {
+                    shard: shard.id,
+                    host: node.host.clone(),
+                    port: node.port,
+                    lacks,
+                });
             }
         }
     }
-    let role = sanitize(&coordinator.role);
-    if short.is_empty() {
-        return Ok(finding(
-            "citus shard privileges",
-            Status::Ok,
-            format!(
-                "{role} has on all {shards} shards the grants it has on the coordinator's table"
-            ),
-            None,
-        ));
-    }
-    Ok(finding(
-        "citus shard privileges",
-        Status::Fail,
-        format!(
-            "{role} lacks on {} of {shards} shards grants it has on the coordinator's table, so the commands that work on the shards fail there: {}",
-            short.len(),
-            short.join("; ")
-        ),
-        Some(format!(
-            "GRANT {} ON {} TO {}; -- on the coordinator: Citus passes grants on a distributed table to every shard",
-            wanted.join(", "),
-            table.quoted,
-            crate::db::table::quote_ident(&coordinator.role)
-        )),
-    ))
+    Ok(Outcome::Privileges {
+        role: coordinator.role.clone(),
+        shards,
+        wanted,
+        short,
+        table: table.quoted.clone(),
+    })
 }

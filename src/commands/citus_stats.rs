@@ -15,7 +15,6 @@ use crate::context::Context;
 use crate::db::citus::{self, Layout};
 use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
 use crate::db::{KeyTable, Session};
-use crate::output::{Doc, human_bytes, human_secs};
 
 /// One worker's part.
 #[derive(Debug, Clone, Serialize)]
@@ -284,40 +283,4 @@ async fn shard_stats(
             Err(e)
         }
     }
-}
-
-/// The per-worker table of the human report.
-pub fn blocks(d: &mut Doc, c: &CitusStats) {
-    let rows = c
-        .nodes
-        .iter()
-        .map(|n| {
-            vec![
-                n.node.clone(),
-                n.shards.to_string(),
-                n.estimated_rows.to_string(),
-                human_bytes(n.total_bytes),
-                n.dead_tuples.to_string(),
-                n.expired_backlog.to_string(),
-                human_secs(n.eviction_lag_seconds),
-                n.stuck
-                    .map_or_else(|| "not counted".to_owned(), |s| s.to_string()),
-            ]
-        })
-        .collect();
-    let title = format!("Citus workers (table {}):", c.layout.describe());
-    d.rows(
-        Some(&title),
-        &[
-            "worker",
-            "shards",
-            "estimated rows",
-            "total size",
-            "dead tuples",
-            "expired backlog",
-            "eviction lag",
-            "stuck in_progress",
-        ],
-        rows,
-    );
 }

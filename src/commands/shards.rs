@@ -11,7 +11,6 @@ use crate::conn::Route;
 use crate::context::Context;
 use crate::db::citus::{self, Layout, Placement};
 use crate::db::{KeyTable, Session};
-use crate::output::sanitize;
 
 /// One shard, resolved on its worker.
 #[derive(Clone, Debug)]
@@ -21,7 +20,7 @@ pub struct Shard {
     pub table: KeyTable,
 }
 
-/// A worker and the shards of the key table it holds.
+/// A worker and the shards of the key table it holds (the output layer names it, `Node::name`).
 pub struct Node {
     pub host: String,
     pub port: u16,
@@ -31,11 +30,6 @@ pub struct Node {
 }
 
 impl Node {
-    /// `host:port`, for messages and reports.
-    pub fn name(&self) -> String {
-        format!("{}:{}", sanitize(&self.host), self.port)
-    }
-
     /// A session on this worker, with idemctl's session limits.
     pub async fn session(&self) -> Result<Session> {
         let client = self
@@ -118,9 +112,8 @@ fn open_node(ctx: &Context, placement: &Placement, pool_size: usize) -> Result<N
         .node(&placement.node, placement.port, pool_size)
         .with_context(|| {
             format!(
-                "failed to prepare connections to Citus worker {}:{}",
-                sanitize(&placement.node),
-                placement.port
+                "failed to prepare connections to Citus worker {}",
+                placement.node_name()
             )
         })?;
     Ok(Node {

@@ -1,8 +1,9 @@
 //! check's report for people: one row a finding. The findings' details are written (and their
-//! values escaped) where each check is judged; this renders them.
+//! values escaped) where each check is judged; this renders them, escaping once more what reaches
+//! the terminal as it is (server messages, the names in a fix's statement).
 
 use crate::commands::check::{Finding, Status};
-use crate::output::Doc;
+use crate::output::{Doc, escape_controls};
 
 /// One row a finding: what was checked, its status, the detail and the fix.
 pub(crate) fn findings(findings: &[Finding]) -> Doc {
@@ -20,8 +21,8 @@ pub(crate) fn findings(findings: &[Finding]) -> Doc {
             vec![
                 f.check.clone(),
                 status.to_owned(),
-                f.detail.clone(),
-                f.fix.clone().unwrap_or_default(),
+                escape_controls(&f.detail),
+                escape_controls(f.fix.as_deref().unwrap_or_default()),
             ]
         })
         .collect();

@@ -88,7 +88,7 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
     }
     d.fields(None, extra);
     if let Some(c) = &r.citus {
-        crate::commands::evict::citus::blocks(&mut d, c);
+        crate::output::citus::evict_workers(&mut d, c);
     }
     partition_blocks(
         &mut d,

@@ -1,10 +1,11 @@
 //! Rendering reports: a table on a terminal, plain `name: value` lines when piped, JSON on request.
 //!
 //! Commands return typed reports; a module here per command (check, evict, inspect, reclaim,
-//! stats) renders each as a [`Doc`] for people, and the report itself is the JSON for scripts.
-//! The Citus commands still build their [`Doc`] themselves. Nothing else prints data.
+//! stats, and citus for the Citus parts of check, evict and stats) renders each as a [`Doc`] for
+//! people, and the report itself is the JSON for scripts. Nothing else prints data.
 
 pub(crate) mod check;
+pub(crate) mod citus;
 pub(crate) mod evict;
 pub(crate) mod inspect;
 pub mod json_text;

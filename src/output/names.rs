@@ -2,8 +2,9 @@
 //! layer, so that `db/` hands out names exactly as the catalog holds them.
 
 use super::sanitize;
+use crate::commands::shards::Node;
 use crate::db::KeyTable;
-use crate::db::citus::Layout;
+use crate::db::citus::{Layout, Placement};
 
 impl KeyTable {
     /// The table's name for reports: `schema.name`, control characters escaped.
@@ -28,5 +29,25 @@ impl Layout {
             Layout::SingleShard => "a table of a distributed schema (one shard)".to_owned(),
             Layout::CitusLocal => "a Citus local table".to_owned(),
         }
+    }
+}
+
+/// A Citus worker as messages and reports name it: `host:port`, the host (from the coordinator's
+/// metadata) escaped.
+pub(crate) fn worker(host: &str, port: u16) -> String {
+    format!("{}:{port}", sanitize(host))
+}
+
+impl Node {
+    /// `host:port`, for messages and reports.
+    pub(crate) fn name(&self) -> String {
+        worker(&self.host, self.port)
+    }
+}
+
+impl Placement {
+    /// The worker holding the shard, `host:port`, for messages.
+    pub(crate) fn node_name(&self) -> String {
+        worker(&self.node, self.port)
     }
 }

@@ -124,7 +124,7 @@ fn doc(r: &StatsReport) -> Doc {
     }
     d.fields(None, rows);
     if let Some(c) = &r.citus {
-        crate::commands::citus_stats::blocks(&mut d, c);
+        crate::output::citus::stats_workers(&mut d, c);
     }
     for n in &r.notes {
         d.text(format!("note: {n}"));

@@ -398,21 +398,20 @@ const RENDERED_BY_OUTPUT: &[&str] = &[
 ];
 
 /// What building a document for people looks like.
-const DOC_MARKS: &[&str] = &[
-    "Doc::default",
-    "Doc {",
-    ".fields(",
-    "doc.rows(",
-    "doc.text(",
-];
+const DOC_MARKS: &[&str] = &["Doc::default", "Doc {", ".fields(", ".rows(", "doc.text("];
 
-/// Modules that hand typed values (rates, caps, why a step did not run, a stored fingerprint) to
-/// the output layer, which words them: a text builder or a formatting helper here is rendering.
+/// Modules that hand typed values (rates, caps, why a step did not run, a stored fingerprint, what
+/// the Citus workers hold and did) to the output layer, which words them: a text builder, a
+/// formatting helper or a check finding written here is rendering.
 const WORDED_BY_OUTPUT: &[&str] = &[
+    "src/commands/citus_check.rs",
+    "src/commands/citus_stats.rs",
+    "src/commands/evict/citus.rs",
     "src/commands/evict/pace.rs",
     "src/commands/evict/rate.rs",
     "src/commands/evict/vacuum.rs",
     "src/commands/evict/worker.rs",
+    "src/commands/shards.rs",
     "src/db/record.rs",
 ];
 
@@ -427,6 +426,8 @@ const WORDING_MARKS: &[&str] = &[
     "rfc3339(",
     "sanitize",
     "escape_controls",
+    "Finding {",
+    "finding(",
 ];
 
 /// The lines of `text` (before its unit tests) whose code holds one of `marks`.
@@ -469,11 +470,13 @@ fn the_rendering_check_sees_text_built_for_people() {
     let sample = "pub fn describe(&self) -> String {\n\
                   let t = format!(\"in {}\", human_secs(self.seconds));\n\
                   let mut d = Doc::default();\n\
+                  d.rows(Some(&title), &[\"worker\"], rows);\n\
+                  out.push(finding(\"citus workers\", Status::Ok, detail, None));\n\
                   pub fn parse(s: &str) -> Result<f64, String> {\n\
                   #[serde(with = \"time::serde::rfc3339\")]\n\
                   // human_secs in a comment is fine\n";
     let marks: Vec<&str> = DOC_MARKS.iter().chain(WORDING_MARKS).copied().collect();
     let found = rendering_in("x.rs", sample, &marks);
-    assert_eq!(found.len(), 3, "{found:#?}");
+    assert_eq!(found.len(), 5, "{found:#?}");
     assert!(found[0].starts_with("x.rs:1: "), "{found:#?}");
 }

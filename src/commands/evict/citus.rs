@@ -521,39 +521,3 @@ fn merged_pace(nodes: &[NodeReport]) -> PaceReport {
     }
     merged.unwrap_or_default()
 }
-
-/// The per-worker table of the human summary.
-pub fn blocks(doc: &mut crate::output::Doc, c: &CitusReport) {
-    let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
-    let rows = c
-        .nodes
-        .iter()
-        .map(|n| {
-            vec![
-                n.node.clone(),
-                format!("{} / {}", n.shards_drained, n.shards),
-                n.rows_evicted.to_string(),
-                n.batches.to_string(),
-                n.skipped_locked.to_string(),
-                capped(&n.backlog_left),
-                capped(&n.expired_in_progress_left),
-                crate::output::evict::pace_summary(&n.pace),
-            ]
-        })
-        .collect();
-    let title = format!("Citus workers (table {}):", c.layout.describe());
-    doc.rows(
-        Some(&title),
-        &[
-            "worker",
-            "shards drained",
-            "rows evicted",
-            "batches",
-            "skipped (locked)",
-            "backlog left",
-            "in_progress left",
-            "pace",
-        ],
-        rows,
-    );
-}
