@@ -1,11 +1,17 @@
--- Indexes of the key table: key columns (expressions as text), uniqueness, validity, predicate.
+-- Indexes of the key table: key columns (expressions as text), the column each key column is (its
+-- name as the catalog spells it, unquoted; NULL for an expression), uniqueness, validity, predicate.
 -- $1 = table oid. Catalog lookup only.
 SELECT i.indexrelid::regclass::text AS name,
        i.indisunique AS is_unique,
        i.indisvalid AND i.indisready AS is_valid,
        pg_catalog.pg_get_expr(i.indpred, i.indrelid) AS predicate,
        ARRAY(SELECT pg_catalog.pg_get_indexdef(i.indexrelid, k, true)
-               FROM generate_series(1, i.indnkeyatts) AS k ORDER BY k) AS columns
+               FROM generate_series(1, i.indnkeyatts) AS k ORDER BY k) AS columns,
+       ARRAY(SELECT a.attname::text
+               FROM generate_series(1, i.indnkeyatts) AS k
+               LEFT JOIN pg_catalog.pg_attribute a
+                 ON a.attrelid = i.indrelid AND a.attnum = i.indkey[k - 1] AND a.attnum > 0
+              ORDER BY k) AS attnames
   FROM pg_catalog.pg_index i
  WHERE i.indrelid = $1::bigint::oid
  ORDER BY 1

@@ -22,14 +22,29 @@ pub struct Index {
     pub is_unique: bool,
     pub is_valid: bool,
     pub predicate: Option<String>,
+    /// The key columns as PostgreSQL prints them (quoted where needed; expressions as text).
     pub columns: Vec<String>,
+    /// The table column each key column is, by attribute number, named as the catalog spells it
+    /// (unquoted); None for an expression. Roles are matched against these, never against the
+    /// printed text, so a column whose name needs quoting is recognised.
+    pub attnames: Vec<Option<String>>,
 }
 
 impl Index {
+    /// The key columns that are plain table columns, in order, stopping at the first expression.
+    fn plain_columns(&self) -> Option<Vec<&str>> {
+        self.attnames.iter().map(Option::as_deref).collect()
+    }
+
+    /// Whether the `n`th key column is the table column `column`.
+    fn column_is(&self, n: usize, column: &str) -> bool {
+        self.attnames
+            .get(n)
+            .is_some_and(|c| c.as_deref() == Some(column))
+    }
+
     fn leads_with(&self, column: &str) -> bool {
-        self.is_valid
-            && self.predicate.is_none()
-            && self.columns.first().is_some_and(|c| c == column)
+        self.is_valid && self.predicate.is_none() && self.column_is(0, column)
     }
 
     /// A unique index over exactly (tenant, key), in either order, or over the key alone; on a
@@ -39,7 +54,9 @@ impl Index {
         if !(self.is_unique && self.is_valid && self.predicate.is_none()) {
             return false;
         }
-        let mut rest: Vec<&str> = self.columns.iter().map(String::as_str).collect();
+        let Some(mut rest) = self.plain_columns() else {
+            return false;
+        };
         for column in partition_key {
             if ![tenant, key].contains(&column.as_str()) {
                 match rest.iter().position(|c| c == column) {
@@ -441,7 +458,11 @@ impl KeyTable {
     pub fn identity_is_global(&self) -> bool {
         let (key, tenant) = self.identity_columns();
         self.identity_index()
-            .is_some_and(|i| i.columns.iter().all(|c| c == tenant || c == key))
+            .is_some_and(|i| {
+                i.attnames
+                    .iter()
+                    .all(|c| c.as_deref().is_some_and(|c| c == tenant || c == key))
+            })
     }
 
     /// `CREATE INDEX CONCURRENTLY` is refused on a partitioned table: the fixes then use a plain
@@ -593,9 +614,8 @@ impl KeyTable {
         self.indexes.iter().any(|i| {
             i.is_valid
                 && i.predicate.is_none()
-                && i.columns.len() >= 2
-                && i.columns[0] == tenant
-                && i.columns[1] == key
+                && i.column_is(0, tenant)
+                && i.column_is(1, key)
         }) || self.indexes.iter().any(|i| i.leads_with(key))
     }
 
@@ -839,6 +859,7 @@ async fn read_indexes(client: &Session, oid: i64) -> Result<Vec<Index>> {
             is_valid: r.get("is_valid"),
             predicate: r.get("predicate"),
             columns: r.get("columns"),
+            attnames: r.get("attnames"),
         })
         .collect())
 }
@@ -889,6 +910,10 @@ mod tests {
             is_valid: true,
             predicate: pred.map(str::to_owned),
             columns: cols.iter().map(|c| (*c).to_owned()).collect(),
+            attnames: cols
+                .iter()
+                .map(|c| (!c.contains('(')).then(|| (*c).to_owned()))
+                .collect(),
         }
     }
 

@@ -685,3 +685,107 @@ async fn names_in_messages_are_escaped_once_where_they_are_printed() {
         "{detail}"
     );
 }
+
+/// A table whose column names need quoting (camelCase, upper case), as ORMs create it.
+pub const QUOTED_DDL: &str = "CREATE TABLE \"IdempotencyKey\" (\"id\" text PRIMARY KEY, \"userId\" text NOT NULL, \
+     \"Status\" text NOT NULL, \"responseCode\" int, \"responseBody\" jsonb, \"lockedAt\" timestamptz, \
+     \"createdAt\" timestamptz NOT NULL DEFAULT now(), \"expiresAt\" timestamptz NOT NULL); \
+     CREATE UNIQUE INDEX ON \"IdempotencyKey\" (\"userId\", \"id\"); \
+     CREATE INDEX \"IdempotencyKey_expiresAt_idx\" ON \"IdempotencyKey\" (\"expiresAt\");";
+
+pub const QUOTED_CONFIG: &str = r#"table = "IdempotencyKey"
+[profiles.prisma]
+key = "id"
+tenant = "userId"
+created_at = "createdAt"
+expires_at = "expiresAt"
+locked_at = "lockedAt"
+response_status = "responseCode"
+response_body = "responseBody"
+in_flight = { column = "Status", values = ["IN_PROGRESS"], done = ["COMPLETED", "FAILED"] }
+actions = ["fail", "delete"]
+"#;
+
+/// Rows of `IdempotencyKey`: `n` expired completed keys (`old-*`), `n` live ones (`new-*`) and
+/// `busy` expired keys still in progress (`busy-*`), users u1..u3, a second apart.
+pub fn quoted_rows(n: i64, busy: i64) -> String {
+    let row = |kind: &str, n: i64, status: &str, expires: &str| {
+        format!(
+            "INSERT INTO \"IdempotencyKey\" (\"id\", \"userId\", \"Status\", \"responseCode\", \"responseBody\", \"lockedAt\", \"createdAt\", \"expiresAt\") \
+             SELECT '{kind}-' || g, 'u' || (1 + g % 3), '{status}', 200, '{{}}', now() - interval '3 days' - g * interval '1 second', \
+             now() - interval '3 days' - g * interval '1 second', {expires} FROM generate_series(1, {n}) AS g;"
+        )
+    };
+    [
+        row("old", n, "COMPLETED", "now() - interval '1 day' - g * interval '1 second'"),
+        row("new", n, "COMPLETED", "now() + g * interval '1 second'"),
+        row("busy", busy, "IN_PROGRESS", "now() - interval '1 day' - g * interval '1 second'"),
+    ]
+    .concat()
+}
+
+/// Column names that need quoting are matched against the catalog's indexes by attribute, not by
+/// the text PostgreSQL prints: the expiry and identity indexes are recognised and every command
+/// runs; eviction keeps keys in progress.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mapping_of_columns_whose_names_need_quoting() {
+    let db = loaded(QUOTED_DDL, &quoted_rows(6, 6), None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.toml");
+    std::fs::write(&path, QUOTED_CONFIG).unwrap();
+    let path = path.to_string_lossy().into_owned();
+    let idemctl = || db.idemctl().args(["--config", &path]);
+    let run = idemctl().args(["-o", "json", "check"]).run();
+    let json = run.json();
+    assert_eq!(finding(&json, "expiry index")["status"], "ok", "{run}");
+    assert_eq!(finding(&json, "identity index")["status"], "ok", "{run}");
+    let run = idemctl().args(["evict", "--dry-run"]).run();
+    run.assert_success();
+    let run = idemctl().args(["-o", "json", "stats"]).run();
+    run.assert_success();
+    assert_eq!(run.json()["expired_backlog"]["count"], 6, "{run}");
+    let run = idemctl()
+        .args(["-o", "json", "inspect", "old-1", "--api-key-id", "u2"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["key"], "old-1", "{run}");
+    idemctl().args(["-q", "evict"]).run().assert_success();
+    let left = |prefix: &'static str| {
+        let db = &db;
+        async move {
+            scalar_i64(
+                db,
+                &format!("SELECT count(*) FROM \"IdempotencyKey\" WHERE \"id\" LIKE '{prefix}-%'"),
+            )
+            .await
+        }
+    };
+    assert_eq!(left("old").await, 0);
+    assert_eq!(left("new").await, 6);
+    assert_eq!(left("busy").await, 6);
+
+    // A primary key on an upper-case column, and an expiry column with a space in its name.
+    db.exec(
+        "CREATE TABLE \"Weird Keys\" (\"Key\" text PRIMARY KEY, born timestamptz NOT NULL, \
+         \"valid until\" timestamptz NOT NULL, phase text NOT NULL); \
+         CREATE INDEX ON \"Weird Keys\" (\"valid until\"); \
+         INSERT INTO \"Weird Keys\" SELECT 'k' || g, now() - interval '2 days', \
+         now() - interval '1 day', 'ok' FROM generate_series(1, 5) g;",
+    )
+    .await;
+    std::fs::write(
+        &path,
+        "table = \"Weird Keys\"\n[profiles.weird]\nkey = \"Key\"\ncreated_at = \"born\"\n\
+         expires_at = \"valid until\"\nin_flight = { column = \"phase\", values = [\"running\"], done = [\"ok\"] }\n",
+    )
+    .unwrap();
+    let run = idemctl().args(["-o", "json", "check"]).run();
+    let json = run.json();
+    assert_eq!(finding(&json, "expiry index")["status"], "ok", "{run}");
+    assert_eq!(finding(&json, "identity index")["status"], "ok", "{run}");
+    idemctl().args(["-q", "evict"]).run().assert_success();
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM \"Weird Keys\"").await,
+        0
+    );
+}

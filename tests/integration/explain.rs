@@ -580,3 +580,22 @@ async fn every_statement_is_index_backed_on_a_state_column_mapping_without_tenan
     )
     .await;
 }
+
+/// A mapping whose every column name needs quoting (camelCase, upper case), with 200,000 rows and
+/// the indexes `check` recommends: every statement quotes the names and is index-backed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_statement_is_index_backed_on_a_mapping_of_quoted_column_names() {
+    let renamed = |s: &str| s.replace("\"IdempotencyKey\"", "idempotency_keys");
+    let config = idemctl::config::parse("p.toml", config_file::QUOTED_CONFIG).unwrap();
+    let profile = config.mappings[0].clone();
+    let indexes = "CREATE INDEX ON idempotency_keys ((coalesce(\"lockedAt\", \"createdAt\"))) \
+                   WHERE \"Status\" = 'IN_PROGRESS';";
+    every_statement_is_index_backed_for(
+        profile,
+        &renamed(config_file::QUOTED_DDL),
+        &renamed(&config_file::quoted_rows(98_000, 4_000)),
+        indexes,
+        &|args| args.to_owned(),
+    )
+    .await;
+}
