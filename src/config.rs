@@ -221,18 +221,56 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
         RawInFlight {
             predicate: None,
             column: Some(c),
-            values: Some(values),
-            done: Some(done),
-        } if !values.is_empty() && !done.is_empty() => InFlight::State {
-            column: column(path, &at("in_flight.column"), c)?,
-            in_flight: values,
+            values,
             done,
-        },
+        } => {
+            let values = values.unwrap_or_default();
+            let done = done.unwrap_or_default();
+            if values.is_empty() {
+                return Err(bad(
+                    path,
+                    &at("in_flight.values"),
+                    "a state column needs values = [...], the states that mean in flight",
+                ));
+            }
+            if done.is_empty() {
+                return Err(bad(
+                    path,
+                    &at("in_flight.done"),
+                    "a state column needs done = [...], the states that mean finished (evict removes expired keys in them)",
+                ));
+            }
+            if let Some(both) = values.iter().find(|v| done.contains(v)) {
+                return Err(bad(
+                    path,
+                    &at("in_flight"),
+                    format!(
+                        "state {both:?} is listed both in values (in flight) and in done; a key in it would be evicted while in flight: list it in one of them"
+                    ),
+                ));
+            }
+            InFlight::State {
+                column: column(path, &at("in_flight.column"), c)?,
+                in_flight: values,
+                done,
+            }
+        }
+        RawInFlight {
+            predicate: None,
+            column: None,
+            ..
+        } => {
+            return Err(bad(
+                path,
+                &at("in_flight"),
+                "give predicate = \"...\", or column = \"...\" with values = [...] (in flight) and done = [...] (finished)",
+            ));
+        }
         _ => {
             return Err(bad(
                 path,
                 &at("in_flight"),
-                "give either predicate = \"...\" or column = \"...\" with values = [...] (in flight) and done = [...] (finished), not both",
+                "give either predicate = \"...\" or column = \"...\" with values and done, not both",
             ));
         }
     };
@@ -445,6 +483,20 @@ actions = ["release", "delete"]
         let m = message("profile = \"nope\"");
         assert!(m.contains("profile: no profile nope"), "{m}");
         let m = message("[profiles.x]\nkey = \"k\"\nin_flight.column = \"s\"\n");
+        assert!(
+            m.contains("profiles.x.in_flight.values: a state column needs values"),
+            "{m}"
+        );
+        let m = message(
+            "[profiles.x]\nkey = \"k\"\nin_flight = { column = \"s\", values = [\"a\"] }\n",
+        );
+        assert!(
+            m.contains("profiles.x.in_flight.done: a state column needs done"),
+            "{m}"
+        );
+        let m = message(
+            "[profiles.x]\nkey = \"k\"\nin_flight = { column = \"s\", predicate = \"a IS NULL\" }\n",
+        );
         assert!(m.contains("profiles.x.in_flight: give either"), "{m}");
     }
 

@@ -457,12 +457,11 @@ impl KeyTable {
     /// PostgreSQL enforces uniqueness only per partition-key value.
     pub fn identity_is_global(&self) -> bool {
         let (key, tenant) = self.identity_columns();
-        self.identity_index()
-            .is_some_and(|i| {
-                i.attnames
-                    .iter()
-                    .all(|c| c.as_deref().is_some_and(|c| c == tenant || c == key))
-            })
+        self.identity_index().is_some_and(|i| {
+            i.attnames
+                .iter()
+                .all(|c| c.as_deref().is_some_and(|c| c == tenant || c == key))
+        })
     }
 
     /// `CREATE INDEX CONCURRENTLY` is refused on a partitioned table: the fixes then use a plain
@@ -612,10 +611,7 @@ impl KeyTable {
     pub fn has_tenant_key_index(&self) -> bool {
         let (key, tenant) = self.identity_columns();
         self.indexes.iter().any(|i| {
-            i.is_valid
-                && i.predicate.is_none()
-                && i.column_is(0, tenant)
-                && i.column_is(1, key)
+            i.is_valid && i.predicate.is_none() && i.column_is(0, tenant) && i.column_is(1, key)
         }) || self.indexes.iter().any(|i| i.leads_with(key))
     }
 

@@ -444,6 +444,15 @@ async fn a_bad_file_is_one_line_naming_the_file_and_the_key() {
         ),
         ("verbose = true\n", "line 1: unknown field `verbose`"),
         ("table = \"a.b.c\"\n", "table: expected [SCHEMA.]NAME"),
+        // A state both in flight and done would let evict delete keys in flight.
+        (
+            "[profiles.x]\nkey = \"k\"\nin_flight = { column = \"phase\", values = [\"running\"], done = [\"running\", \"ok\"] }\n",
+            "profiles.x.in_flight: state \"running\" is listed both in values (in flight) and in done",
+        ),
+        (
+            "[profiles.x]\nkey = \"k\"\nin_flight = { column = \"phase\", values = [\"running\"] }\n",
+            "profiles.x.in_flight.done: a state column needs done = [...]",
+        ),
     ] {
         std::fs::write(&config, text).unwrap();
         let run = m.idemctl().arg("stats").run();
@@ -717,9 +726,19 @@ pub fn quoted_rows(n: i64, busy: i64) -> String {
         )
     };
     [
-        row("old", n, "COMPLETED", "now() - interval '1 day' - g * interval '1 second'"),
+        row(
+            "old",
+            n,
+            "COMPLETED",
+            "now() - interval '1 day' - g * interval '1 second'",
+        ),
         row("new", n, "COMPLETED", "now() + g * interval '1 second'"),
-        row("busy", busy, "IN_PROGRESS", "now() - interval '1 day' - g * interval '1 second'"),
+        row(
+            "busy",
+            busy,
+            "IN_PROGRESS",
+            "now() - interval '1 day' - g * interval '1 second'",
+        ),
     ]
     .concat()
 }
