@@ -9,8 +9,11 @@ use crate::commands::evict::partitions;
 use crate::commands::evict::rate::{RateProgress, RateReport};
 use crate::commands::evict::vacuum::{Skipped, VacuumReport};
 use crate::commands::evict::{DryRunReport, EvictReport};
+use crate::db::KeyTable;
+use crate::db::citus::Layout;
 use crate::db::evict::SampleKey;
 use crate::db::queries::Capped;
+use crate::db::table::{quote_ident, quote_ident_if_needed};
 use crate::output::{Doc, human_bytes, human_secs, rfc3339, sanitize};
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
@@ -418,6 +421,89 @@ pub(crate) fn pace_summary(r: &PaceReport) -> String {
         }
     }
     text
+}
+
+// evict's refusals: the reasons it stops before any change (and its one internal failure), worded
+// here from what the command found. The command attaches the exit code (`crate::exit::fail`), and
+// `error_line` prints the line; names are escaped here like everywhere else in this layer.
+
+/// A flag a table that Citus manages does not support.
+pub(crate) fn refused_on_citus(flag: &str, table: &KeyTable, layout: &Layout) -> String {
+    format!(
+        "{flag} is not supported on table {}, which Citus manages ({}); evict it without {flag}",
+        table.display(),
+        layout.describe()
+    )
+}
+
+/// --vacuum for a role that may not vacuum `relations` (the first one owned by `owner`).
+pub(crate) fn vacuum_denied(relations: &[&str], owner: &str) -> String {
+    let relations: Vec<String> = relations.iter().map(|r| sanitize(r)).collect();
+    format!(
+        "evict --vacuum: this role may not VACUUM {} (only the owner, a superuser or the \
+         database's owner may), nothing was changed; run without --vacuum, or as the \
+         owner: GRANT {} TO <this role>",
+        relations.join(", "),
+        sanitize(&quote_ident_if_needed(owner))
+    )
+}
+
+/// --max-wal-rate on a server that does not give its WAL position (`error`: why reading it failed).
+pub(crate) fn no_wal_position(error: &anyhow::Error) -> String {
+    format!(
+        "--max-wal-rate needs the server's WAL position (pg_current_wal_insert_lsn()), which this \
+         server does not give ({error:#}); run without --max-wal-rate, or cap rows with --max-rate"
+    )
+}
+
+/// --max-replica-lag for a role that cannot see the replicas' replay positions.
+pub(crate) fn replica_positions_hidden(role: &str) -> String {
+    format!(
+        "permission denied: --max-replica-lag reads the replicas' replay positions from \
+         pg_stat_replication, which role {} cannot see (it needs the privileges of \
+         pg_read_all_stats); grant them with: GRANT pg_monitor TO {};",
+        sanitize(role),
+        sanitize(&quote_ident(role))
+    )
+}
+
+/// --drop-partitions on a table not range-partitioned on its expiry (`how`: how it is partitioned,
+/// if at all).
+pub(crate) fn drop_partitions_layout(table: &KeyTable, how: Option<&str>) -> String {
+    let how = how.map_or_else(
+        || "is not partitioned".to_owned(),
+        |definition| format!("is partitioned by {}", sanitize(definition)),
+    );
+    format!(
+        "table {} {how}; --drop-partitions needs a table range-partitioned on expires_at or created_at",
+        table.display()
+    )
+}
+
+/// --drop-partitions on a table without the optional in_progress index its proof needs.
+pub(crate) fn drop_partitions_without_stuck_index(table: &KeyTable) -> String {
+    format!(
+        "--drop-partitions proves a partition holds no in_progress key with the optional \
+         in_progress index, which table {} lacks (without it the proof would scan the partition \
+         while the whole table is locked); create it with: {}",
+        table.display(),
+        table.stuck_index_fix()
+    )
+}
+
+/// --drop-partitions for a role that does not own the table.
+pub(crate) fn drop_partitions_not_owner(role: &str, table: &KeyTable) -> String {
+    format!(
+        "permission denied: role {} does not own table {} (nor belong to its owner role), which \
+         DETACH PARTITION needs; run --drop-partitions as the owner, or evict without it",
+        sanitize(role),
+        table.display()
+    )
+}
+
+/// A batch session's task that ended without a result (a bug).
+pub(crate) fn worker_stopped(error: &tokio::task::JoinError) -> String {
+    format!("an evict worker stopped unexpectedly: {error}")
 }
 
 #[cfg(test)]

@@ -415,7 +415,8 @@ const WORDED_BY_OUTPUT: &[&str] = &[
     "src/db/record.rs",
 ];
 
-/// What wording values for people looks like.
+/// What wording values for people looks like (`, String>`: an error worded as text, such as a flag
+/// value's parser, which belongs with the others in src/cli.rs).
 const WORDING_MARKS: &[&str] = &[
     "-> String",
     "fn describe",
@@ -428,6 +429,7 @@ const WORDING_MARKS: &[&str] = &[
     "escape_controls",
     "Finding {",
     "finding(",
+    ", String>",
 ];
 
 /// The lines of `text` (before its unit tests) whose code holds one of `marks`.
@@ -477,6 +479,99 @@ fn the_rendering_check_sees_text_built_for_people() {
                   // human_secs in a comment is fine\n";
     let marks: Vec<&str> = DOC_MARKS.iter().chain(WORDING_MARKS).copied().collect();
     let found = rendering_in("x.rs", sample, &marks);
-    assert_eq!(found.len(), 5, "{found:#?}");
+    assert_eq!(found.len(), 6, "{found:#?}");
     assert!(found[0].starts_with("x.rs:1: "), "{found:#?}");
+}
+
+/// Modules whose refusals (an error with its exit code, `crate::exit::fail`) are worded by the
+/// output layer, from what the command found.
+const REFUSALS_WORDED_BY_OUTPUT: &[&str] = &["src/commands/evict"];
+
+/// The `fail(...)` calls of `text` (before its unit tests) that word their message themselves: a
+/// string literal among the call's arguments.
+fn worded_failures(shown: &str, text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    // Parentheses open in the `fail(` call being read, and the line it began on.
+    let mut open: Option<(i32, usize)> = None;
+    for (n, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        let (_, code) = split_line(line);
+        let mut rest = code.as_str();
+        if open.is_none() {
+            let start = code.match_indices("fail(").find(|(at, _)| {
+                code[..*at]
+                    .chars()
+                    .next_back()
+                    .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '.'))
+            });
+            let Some((at, _)) = start else { continue };
+            open = Some((0, n));
+            rest = &code[at + "fail".len()..];
+        }
+        let Some((mut depth, began)) = open else {
+            continue;
+        };
+        let mut end = rest.len();
+        for (i, c) in rest.char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                end = i;
+                break;
+            }
+        }
+        if rest[..end].contains('"') {
+            found.push(format!("{shown}:{}: {}", began + 1, line.trim()));
+        }
+        open = (depth > 0).then_some((depth, began));
+    }
+    found
+}
+
+#[test]
+fn refusals_are_worded_by_the_output_layer() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in REFUSALS_WORDED_BY_OUTPUT {
+        rust_files(&root.join(dir), &mut files);
+    }
+    files.sort();
+    assert!(files.len() > 5, "{files:?}");
+    let mut found = Vec::new();
+    for f in &files {
+        let shown = f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        found.extend(worded_failures(
+            &shown,
+            &std::fs::read_to_string(f).unwrap(),
+        ));
+    }
+    assert!(
+        found.is_empty(),
+        "word the message in src/output/ (a function taking what was found), not here:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_refusal_check_sees_messages_worded_in_place() {
+    let sample = "return Err(fail(Exit::Usage, format!(\"{flag} is refused\")));\n\
+                  Err(fail(\n\
+                      Exit::PermissionDenied,\n\
+                      format!(\n\
+                          \"role {} may not\",\n\
+                          role\n\
+                      ),\n\
+                  ))\n\
+                  Err(fail(Exit::Usage, crate::output::evict::refused(flag)))\n\
+                  let x = \"a\"; refuse_or_fail(client, e, context())\n\
+                  Err(fail(Exit::Internal, worded(&e))); // \"a comment\"\n";
+    let found = worded_failures("x.rs", sample);
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].starts_with("x.rs:1: "), "{found:#?}");
+    assert!(found[1].starts_with("x.rs:2: "), "{found:#?}");
 }

@@ -79,11 +79,7 @@ pub fn require_supported(args: &EvictArgs, table: &KeyTable, layout: &Layout) ->
     match refused {
         Some(flag) => Err(fail(
             Exit::Usage,
-            format!(
-                "{flag} is not supported on table {}, which Citus manages ({}); evict it without {flag}",
-                table.display(),
-                layout.describe()
-            ),
+            crate::output::evict::refused_on_citus(flag, table, layout),
         )),
         None => Ok(()),
     }
@@ -257,7 +253,7 @@ async fn evict_cluster(
                     end_reason: EndReason::Error,
                     error: Some(fail(
                         Exit::Internal,
-                        format!("an evict worker stopped unexpectedly: {e}"),
+                        crate::output::evict::worker_stopped(&e),
                     )),
                 };
             }

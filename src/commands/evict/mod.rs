@@ -421,7 +421,7 @@ async fn run_workers(
         let result = joined.unwrap_or_else(|e| {
             Err(fail(
                 Exit::Internal,
-                format!("an evict worker stopped unexpectedly: {e}"),
+                crate::output::evict::worker_stopped(&e),
             ))
         });
         if let Err(e) = result {

@@ -96,31 +96,16 @@ pub struct DropRun<'a> {
 /// index that makes its proof cheap; `privileges` = None skips the ownership check (dry run).
 pub fn require_layout(table: &KeyTable, privileges: Option<&Privileges>) -> Result<RangeKey> {
     let Some(key) = table.range_key() else {
-        let how = table.partitioning.as_ref().map_or_else(
-            || "is not partitioned".to_owned(),
-            |p| {
-                format!(
-                    "is partitioned by {}",
-                    crate::output::sanitize(&p.definition)
-                )
-            },
-        );
+        let how = table.partitioning.as_ref().map(|p| p.definition.as_str());
         return Err(fail(
             Exit::Usage,
-            format!(
-                "table {} {how}; --drop-partitions needs a table range-partitioned on expires_at or created_at",
-                table.display()
-            ),
+            crate::output::evict::drop_partitions_layout(table, how),
         ));
     };
     if table.stuck_index().is_none() {
         return Err(fail(
             Exit::Usage,
-            format!(
-                "--drop-partitions proves a partition holds no in_progress key with the optional in_progress index, which table {} lacks (without it the proof would scan the partition while the whole table is locked); create it with: {}",
-                table.display(),
-                table.stuck_index_fix()
-            ),
+            crate::output::evict::drop_partitions_without_stuck_index(table),
         ));
     }
     if let Some(p) = privileges
@@ -128,11 +113,7 @@ pub fn require_layout(table: &KeyTable, privileges: Option<&Privileges>) -> Resu
     {
         return Err(fail(
             Exit::PermissionDenied,
-            format!(
-                "permission denied: role {} does not own table {} (nor belong to its owner role), which DETACH PARTITION needs; run --drop-partitions as the owner, or evict without it",
-                crate::output::sanitize(&p.role),
-                table.display()
-            ),
+            crate::output::evict::drop_partitions_not_owner(&p.role, table),
         ));
     }
     Ok(key)

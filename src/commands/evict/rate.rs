@@ -318,11 +318,7 @@ pub async fn require_wal_position(client: &Session, caps: Caps) -> Result<()> {
         Ok(_) => Ok(()),
         Err(e) => Err(fail(
             Exit::Failure,
-            format!(
-                "--max-wal-rate needs the server's WAL position (pg_current_wal_insert_lsn()), which \
-                 this server does not give ({:#}); run without --max-wal-rate, or cap rows with --max-rate",
-                e
-            ),
+            crate::output::evict::no_wal_position(&e),
         )),
     }
 }
@@ -367,70 +363,5 @@ impl RateReport {
                 self.wait_seconds,
             );
         }
-    }
-}
-
-/// Parse `--max-rate`: rows per second, `5000` or `5000/s`.
-pub fn parse_rows_rate(s: &str) -> Result<f64, String> {
-    let n = s.trim().strip_suffix("/s").unwrap_or(s.trim());
-    match n.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-        _ => Err(format!(
-            "expected rows per second, a positive number such as 5000 or 5000/s, not {s:?}"
-        )),
-    }
-}
-
-/// Parse `--max-wal-rate`: bytes per second, with an optional unit (B, kB, MB, GB; 1 kB = 1024 B,
-/// as in PostgreSQL's settings; KiB, MiB, GiB too) and an optional `/s`: `8MB/s`, `512kB`.
-pub fn parse_bytes_rate(s: &str) -> Result<f64, String> {
-    let bad = || {
-        format!(
-            "expected bytes per second, a positive size such as 8MB/s, 512kB or 1048576, not {s:?}"
-        )
-    };
-    let t = s.trim();
-    let t = t.strip_suffix("/s").unwrap_or(t).trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let number: f64 = number.parse().map_err(|_| bad())?;
-    let factor: f64 = match unit.trim() {
-        "" | "B" => 1.0,
-        "kB" | "KB" | "KiB" | "k" => 1024.0,
-        "MB" | "MiB" | "M" => 1024.0 * 1024.0,
-        "GB" | "GiB" | "G" => 1024.0 * 1024.0 * 1024.0,
-        _ => return Err(bad()),
-    };
-    let v = number * factor;
-    if v.is_finite() && v >= 1.0 {
-        Ok(v)
-    } else {
-        Err(bad())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rates_parse_with_and_without_units() {
-        assert_eq!(parse_rows_rate("5000"), Ok(5000.0));
-        assert_eq!(parse_rows_rate("2.5/s"), Ok(2.5));
-        assert!(parse_rows_rate("0").is_err());
-        assert!(parse_rows_rate("-3").is_err());
-        assert!(parse_rows_rate("fast").is_err());
-        assert_eq!(parse_bytes_rate("1048576"), Ok(1_048_576.0));
-        assert_eq!(parse_bytes_rate("8MB/s"), Ok(8.0 * 1024.0 * 1024.0));
-        assert_eq!(parse_bytes_rate("512kB"), Ok(512.0 * 1024.0));
-        assert_eq!(
-            parse_bytes_rate("1.5 GiB/s"),
-            Ok(1.5 * 1024.0 * 1024.0 * 1024.0)
-        );
-        assert!(parse_bytes_rate("8 parsecs").is_err());
-        assert!(parse_bytes_rate("0MB").is_err());
-        assert!(parse_bytes_rate("").is_err());
     }
 }

@@ -89,13 +89,9 @@ pub async fn require_visibility(client: &Session) -> Result<()> {
     if can_see {
         return Ok(());
     }
-    let role_sql = crate::db::table::quote_ident(&role);
     Err(fail(
         Exit::PermissionDenied,
-        format!(
-            "permission denied: --max-replica-lag reads the replicas' replay positions from pg_stat_replication, which role {} cannot see (it needs the privileges of pg_read_all_stats); grant them with: GRANT pg_monitor TO {role_sql};",
-            crate::output::sanitize(&role)
-        ),
+        crate::output::evict::replica_positions_hidden(&role),
     ))
 }
 

@@ -30,13 +30,7 @@ pub async fn require_privilege(client: &Session, table: &KeyTable) -> Result<Vec
         let names: Vec<&str> = denied.iter().map(|t| t.relation.as_str()).collect();
         return Err(fail(
             Exit::PermissionDenied,
-            format!(
-                "evict --vacuum: this role may not VACUUM {} (only the owner, a superuser or the \
-                 database's owner may), nothing was changed; run without --vacuum, or as the \
-                 owner: GRANT {} TO <this role>",
-                names.join(", "),
-                crate::db::table::quote_ident_if_needed(&first.owner)
-            ),
+            crate::output::evict::vacuum_denied(&names, &first.owner),
         ));
     }
     Ok(targets)
