@@ -143,14 +143,7 @@ impl Profile {
                 ttl: None,
                 ttl_seconds: None,
             },
-            in_flight: InFlight::Predicate {
-                in_flight: s(
-                    "(response_status = 202 AND response_body = '{\"status\": \"processing\"}'::jsonb)",
-                ),
-                done: s(
-                    "(response_status = 202 AND response_body = '{\"status\": \"processing\"}'::jsonb) IS NOT TRUE",
-                ),
-            },
+            in_flight: explainer_placeholder("response_body"),
             locked_at: Some(s("locked_at")),
             request_method: None,
             request_path: None,
@@ -202,6 +195,14 @@ impl Profile {
             "explainer" => Some(Profile::explainer()),
             "rocket-rides" => Some(Profile::rocket_rides()),
             _ => None,
+        }
+    }
+
+    /// Fit the profile to the type the catalog gives the response body column: the explainer's
+    /// placeholder is compared as jsonb, so a `json` body (which has no equality operator) is cast.
+    pub fn fit_body_type(&mut self, body_type: &str) {
+        if self.name == "explainer" && body_type == "json" {
+            self.in_flight = explainer_placeholder("response_body::jsonb");
         }
     }
 
@@ -500,6 +501,18 @@ impl Profile {
         cols.sort();
         cols.dedup_by(|a, b| a.0 == b.0);
         cols
+    }
+}
+
+/// The explainer's in-flight test: the key holds the 202 placeholder. `body` is the response body
+/// as a jsonb expression.
+fn explainer_placeholder(body: &str) -> InFlight {
+    let holds = format!(
+        "(response_status = 202 AND {body} = '{{\"status\": \"processing\"}}'::jsonb)"
+    );
+    InFlight::Predicate {
+        done: format!("{holds} IS NOT TRUE"),
+        in_flight: holds,
     }
 }
 

@@ -398,6 +398,14 @@ impl KeyTable {
         };
         let display = format!("{schema}.{relname}");
         let mut profile = choose_profile(&display, &columns, choice)?.with_ttl(choice.ttl);
+        let body_type = profile
+            .response_body
+            .as_ref()
+            .and_then(|b| columns.iter().find(|c| &c.name == b))
+            .map(|c| c.sql_type.clone());
+        if let Some(t) = body_type {
+            profile.fit_body_type(&t);
+        }
         let type_of = |c: &Option<String>| {
             c.as_ref()
                 .and_then(|c| columns.iter().find(|k| &k.name == c))

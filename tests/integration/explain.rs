@@ -513,6 +513,27 @@ async fn every_statement_is_index_backed_on_the_explainer_table() {
     .await;
 }
 
+/// The explainer's table with a `json` response body: the placeholder is compared as jsonb.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_statement_is_index_backed_on_the_explainer_table_with_a_json_body() {
+    let mut profile = Profile::explainer().with_ttl(Some(std::time::Duration::from_secs(86_400)));
+    profile.fit_body_type("json");
+    every_statement_is_index_backed_for(
+        profile,
+        &profiles::explainer_json_ddl(),
+        &profiles::explainer_rows(40_000),
+        profiles::EXPLAINER_JSON_INDEXES,
+        &|args| {
+            let mut out = args.to_owned();
+            for n in 1..=9 {
+                out = out.replace(&format!("'tenant_000{n}'"), "''");
+            }
+            out
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_statement_is_index_backed_on_the_rocket_rides_table() {
     let mut profile =

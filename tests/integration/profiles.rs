@@ -100,6 +100,16 @@ pub fn rocket_rides_rows(n: i64) -> String {
     .concat()
 }
 
+/// The explainer's table with its response body in a `json` column (no equality operator), and
+/// the indexes check recommends for it (the placeholder compared as jsonb).
+pub fn explainer_json_ddl() -> String {
+    EXPLAINER_DDL.replace("response_body   jsonb", "response_body   json")
+}
+
+pub const EXPLAINER_JSON_INDEXES: &str = "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at); \
+     CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at))) \
+     WHERE response_status = 202 AND response_body::jsonb = '{\"status\": \"processing\"}'::jsonb;";
+
 async fn explainer_db(n: i64, indexes: bool) -> TestDb {
     let indexes = indexes.then_some(EXPLAINER_INDEXES);
     loaded(EXPLAINER_DDL, &explainer_rows(n), indexes).await
@@ -220,6 +230,61 @@ async fn inspect_on_the_explainer_table_reads_the_placeholder_as_in_flight() {
         .run()
         .assert_code(2)
         .assert_stderr_contains("no tenant column");
+}
+
+/// A `json` response body: the placeholder is compared as jsonb, so every command works, and check
+/// proposes (and then recognises) the in-flight index with that cast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_explainer_table_with_a_json_response_body() {
+    let db = loaded(&explainer_json_ddl(), &explainer_rows(4), None).await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "24h", "check"])
+        .run();
+    let json = run.json();
+    let fix = finding(&json, "in_progress index")["fix"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(fix.contains("response_body::jsonb = "), "{run}");
+    db.exec(EXPLAINER_JSON_INDEXES).await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "24h", "check"])
+        .run();
+    assert_eq!(
+        finding(&run.json(), "in_progress index")["status"],
+        "ok",
+        "{run}"
+    );
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "24h", "inspect", "stuck-1"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["state"], "in_progress", "{run}");
+    db.idemctl()
+        .args(["-q", "--ttl", "24h", "stats"])
+        .run()
+        .assert_success();
+    db.idemctl()
+        .args(["-q", "--ttl", "24h", "evict"])
+        .run()
+        .assert_success();
+    assert_eq!(count_like(&db, "key", "done-old").await, 0);
+    assert_eq!(count_like(&db, "key", "stuck").await, 8);
+    db.idemctl()
+        .args(["-q", "reclaim", "--yes", "--action", "fail"])
+        .run()
+        .assert_success();
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE key LIKE 'stuck%' AND response_status = 500"
+        )
+        .await,
+        8
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
