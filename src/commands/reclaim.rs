@@ -95,6 +95,9 @@ pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
     table.require_columns()?;
     req.filter.check(&table)?;
     req.action = profile_action(&table, &req, args)?;
+    if req.action != ReclaimAction::Fail {
+        req.body = None;
+    }
     match &req.mode {
         Mode::Preview(path) => preview(ctx, &client, &table, &req, args, path.as_deref()).await,
         Mode::Sweep => sweep(ctx, &client, &table, &req, args).await,
@@ -134,6 +137,26 @@ fn profile_action(table: &KeyTable, req: &Request, args: &ReclaimArgs) -> Result
                 names.join(", ")
             ),
         ));
+    }
+    if chosen != ReclaimAction::Fail && args.action.is_none() {
+        let flag = if args.body_file.is_some() {
+            Some("--body-file")
+        } else if args.status.is_some() {
+            Some("--status")
+        } else {
+            None
+        };
+        if let Some(flag) = flag {
+            return Err(fail(
+                Exit::Usage,
+                format!(
+                    "{flag} only applies to --action fail, and the default action on table {} (profile {}) is {}; drop it or pass --action fail",
+                    table.display(),
+                    p.name,
+                    action_name(chosen)
+                ),
+            ));
+        }
     }
     if chosen == ReclaimAction::Fail && req.body.is_none() {
         return Err(fail(
@@ -274,21 +297,23 @@ fn check_floor(older_than: f64, force: bool) -> Result<()> {
 }
 
 /// The response body `--action fail` stores: `--body-file`, or the default problem document.
+/// Without --action the profile's default action is not known yet: the body is prepared in case
+/// it is fail, and [`profile_action`] refuses --status or --body-file if it is not.
 fn response_body(args: &ReclaimArgs) -> Result<Option<Value>> {
-    match (args.action(), &args.body_file) {
-        (ReclaimAction::Delete | ReclaimAction::Release, Some(_)) => Err(fail(
+    match (args.action, &args.body_file) {
+        (Some(ReclaimAction::Delete | ReclaimAction::Release), Some(_)) => Err(fail(
             Exit::Usage,
             "--body-file only applies to --action fail; drop it or pass --action fail",
         )),
-        (ReclaimAction::Delete | ReclaimAction::Release, None) if args.status.is_some() => {
+        (Some(ReclaimAction::Delete | ReclaimAction::Release), None) if args.status.is_some() => {
             Err(fail(
                 Exit::Usage,
                 "--status only applies to --action fail; drop it or pass --action fail",
             ))
         }
-        (ReclaimAction::Delete | ReclaimAction::Release, None) => Ok(None),
-        (ReclaimAction::Fail, Some(path)) => read_body(path).map(Some),
-        (ReclaimAction::Fail, None) => Ok(Some(problem_document(args.status()))),
+        (Some(ReclaimAction::Delete | ReclaimAction::Release), None) => Ok(None),
+        (Some(ReclaimAction::Fail) | None, Some(path)) => read_body(path).map(Some),
+        (Some(ReclaimAction::Fail) | None, None) => Ok(Some(problem_document(args.status()))),
     }
 }
 

@@ -212,6 +212,42 @@ async fn check_names_the_mapping_it_used_and_finds_the_tables_indexes() {
         .assert_stderr_contains("[profiles.ledger] names it; correct the mapping");
 }
 
+/// The commands of README's "Configuration file" section, as printed, run against the mapped
+/// table (the file named idemctl.toml in the working directory), and reclaim's dry run with the
+/// mapping's default action: each succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_configuration_examples_run_as_written() {
+    let m = Mapped::new(3, &generic_config()).await;
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme
+        .split("\n## Configuration file\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap();
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("the section has a sh example");
+    let mut lines: Vec<String> = block
+        .lines()
+        .map(|l| l.split(" #").next().unwrap().trim().to_owned())
+        .collect();
+    lines.push("idemctl --config idemctl.toml reclaim --dry-run".to_owned());
+    for line in lines {
+        let mut words = line.split_whitespace().peekable();
+        let mut cmd = m.db.idemctl().current_dir(m.dir.path());
+        while let Some((k, v)) = words.peek().and_then(|w| w.split_once('=')) {
+            cmd = cmd.env(k, v);
+            words.next();
+        }
+        assert_eq!(words.next(), Some("idemctl"), "{line}");
+        let run = cmd.args(words).run();
+        assert_eq!(run.code, 0, "{line}\n{run}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_reads_a_mapped_key_with_its_tenant_and_hex_fingerprint() {
     let m = Mapped::new(5, &generic_config()).await;
@@ -267,6 +303,16 @@ async fn stats_and_evict_go_by_the_mapped_expiry_and_keep_keys_in_flight() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_fails_releases_or_deletes_as_the_mapping_allows() {
     let m = Mapped::new(4, &generic_config()).await;
+    // The mapping's first action (fail) is the default, with its flags.
+    for extra in [&[][..], &["--status", "503"][..]] {
+        let run = m
+            .idemctl()
+            .args(["-o", "json", "reclaim", "--dry-run"])
+            .args(extra)
+            .run();
+        run.assert_success();
+        assert_eq!(run.json()["action"], "fail", "{run}");
+    }
     // fail stores the error response.
     m.reclaim_with_fail();
     assert_eq!(m.failed_stuck().await, 8);
@@ -321,6 +367,11 @@ async fn reclaim_fails_releases_or_deletes_as_the_mapping_allows() {
         .run()
         .assert_code(2)
         .assert_stderr_contains("it allows delete");
+    m.idemctl()
+        .args(["reclaim", "--dry-run", "--status", "503"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("--status only applies to --action fail, and the default action on table public.request_log (profile ledger) is delete");
     // No action listed: reclaim refuses, pointing at the file.
     let none = generic_config().replace("actions = [\"fail\", \"release\", \"delete\"]\n", "");
     let m = Mapped::new(2, &none).await;
