@@ -25,8 +25,15 @@ pub enum InFlight {
         in_flight: Vec<String>,
         done: Vec<String>,
     },
-    /// SQL predicates over the table's columns, written for a built-in profile.
-    Predicate { in_flight: String, done: String },
+    /// SQL predicates over the table's columns, written for a built-in profile. `released`, where
+    /// the profile has it, marks a key whose owner let go of it unfinished (its lock cleared): not
+    /// in flight, not finished either, resumed by the client's retry.
+    Predicate {
+        in_flight: String,
+        done: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        released: Option<String>,
+    },
     /// A config file's predicate, parsed by [`Pred::parse`] and rendered with every column quoted;
     /// a key is done when the predicate is not true.
     Mapped {
@@ -173,6 +180,7 @@ impl Profile {
             in_flight: InFlight::Predicate {
                 in_flight: s("(recovery_point <> 'finished' AND locked_at IS NOT NULL)"),
                 done: s("(recovery_point = 'finished' OR locked_at IS NULL)"),
+                released: Some(s("(recovery_point <> 'finished' AND locked_at IS NULL)")),
             },
             locked_at: Some(s("locked_at")),
             request_method: Some(s("request_method")),
@@ -367,14 +375,26 @@ impl Profile {
                 Some(l) => format!("coalesce({}, {})", q(l), q(&self.created_at)),
                 None => q(&self.created_at),
             },
-            "state" => match &self.in_flight {
-                InFlight::State { column, .. } => format!("{}::text", q(column)),
-                InFlight::Predicate { .. } | InFlight::Mapped { .. } => format!(
-                    "(CASE WHEN {} THEN 'in_progress' WHEN {} THEN 'completed' ELSE 'other' END)",
+            // idemctl's states, from the profile's own definition of in flight and done (as
+            // evict and reclaim read it): in_progress, released (rocket-rides: unfinished, lock
+            // cleared), completed; a value of a state column that is neither stays as stored.
+            "state" => {
+                let released = match &self.in_flight {
+                    InFlight::Predicate {
+                        released: Some(r), ..
+                    } => format!("WHEN {} THEN 'released' ", qualify(r, &q)),
+                    _ => String::new(),
+                };
+                let other = match &self.in_flight {
+                    InFlight::State { column, .. } => format!("{}::text", q(column)),
+                    InFlight::Predicate { .. } | InFlight::Mapped { .. } => "'other'".to_owned(),
+                };
+                format!(
+                    "(CASE WHEN {} THEN 'in_progress' {released}WHEN {} THEN 'completed' ELSE {other} END)",
                     self.in_flight_sql(&q),
                     self.done_sql(&q)
-                ),
-            },
+                )
+            }
             "request_method" => or_null(&self.request_method, "text"),
             "request_path" => or_null(&self.request_path, "text"),
             "fingerprint" => match &self.fingerprint {
@@ -513,6 +533,7 @@ fn explainer_placeholder(body: &str) -> InFlight {
     InFlight::Predicate {
         done: format!("{holds} IS NOT TRUE"),
         in_flight: holds,
+        released: None,
     }
 }
 

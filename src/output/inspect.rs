@@ -30,6 +30,9 @@ fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
             };
             format!("in_progress for {held_for}; {reclaim}; {expiry}")
         }
+        "released" => format!(
+            "released: not finished and no longer locked, so the client's retry takes it again and resumes where it stopped; {expiry}"
+        ),
         other => format!("unknown state {}; {expiry}", sanitize(other)),
     }
 }

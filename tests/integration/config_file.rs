@@ -819,6 +819,14 @@ async fn a_mapping_of_columns_whose_names_need_quoting() {
         .run();
     run.assert_success();
     assert_eq!(run.json()["key"], "old-1", "{run}");
+    // The state column's values are read as the mapping defines them, as evict and reclaim do.
+    assert_eq!(run.json()["state"], "completed", "{run}");
+    let run = idemctl()
+        .args(["inspect", "busy-1", "--api-key-id", "u2"])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("in_progress for ")
+        .assert_stdout_contains("reclaim would take it");
     idemctl().args(["-q", "evict"]).run().assert_success();
     let left = |prefix: &'static str| {
         let db = &db;

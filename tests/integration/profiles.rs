@@ -367,6 +367,37 @@ async fn check_flags_a_referencing_column_without_an_index() {
     );
 }
 
+/// inspect judges a key by the profile's own in-flight and done definitions: a released
+/// rocket-rides key (unfinished, lock cleared) is released, not completed; a finished one is
+/// completed; a held one is in progress with the held/stuck analysis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_on_rocket_rides_tells_released_keys_from_completed_ones() {
+    let db = rocket_rides_db(2, true).await;
+    for (key, state) in [
+        ("released-old-1", "released"),
+        ("finished-old-1", "completed"),
+        ("held-old-1", "in_progress"),
+    ] {
+        let run = db
+            .idemctl()
+            .args(["-o", "json", "--ttl", "72h", "inspect", key])
+            .run();
+        run.assert_success();
+        assert_eq!(run.json()["state"], state, "{run}");
+    }
+    let run = db
+        .idemctl()
+        .args(["--ttl", "72h", "inspect", "released-old-1"])
+        .run();
+    run.assert_success().assert_stdout_contains("released: not finished");
+    let run = db
+        .idemctl()
+        .args(["--ttl", "72h", "inspect", "held-old-1"])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("reclaim would take it");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_on_rocket_rides_releases_the_lock_and_refuses_delete() {
     let db = rocket_rides_db(6, true).await;
