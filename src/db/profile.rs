@@ -527,9 +527,8 @@ impl Profile {
 /// The explainer's in-flight test: the key holds the 202 placeholder. `body` is the response body
 /// as a jsonb expression.
 fn explainer_placeholder(body: &str) -> InFlight {
-    let holds = format!(
-        "(response_status = 202 AND {body} = '{{\"status\": \"processing\"}}'::jsonb)"
-    );
+    let holds =
+        format!("(response_status = 202 AND {body} = '{{\"status\": \"processing\"}}'::jsonb)");
     InFlight::Predicate {
         done: format!("{holds} IS NOT TRUE"),
         in_flight: holds,

@@ -493,6 +493,15 @@ async fn every_statement_is_index_backed_for(
     assert_planned(&db, &profile).await;
 }
 
+/// Statement arguments for a table without a tenant: every tenant argument becomes empty.
+fn without_tenant(args: &str) -> String {
+    let mut out = args.to_owned();
+    for n in 1..=9 {
+        out = out.replace(&format!("'tenant_000{n}'"), "''");
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_statement_is_index_backed_on_the_explainer_table() {
     let mut profile = Profile::explainer().with_ttl(Some(std::time::Duration::from_secs(86_400)));
@@ -502,13 +511,7 @@ async fn every_statement_is_index_backed_on_the_explainer_table() {
         profiles::EXPLAINER_DDL,
         &profiles::explainer_rows(40_000),
         profiles::EXPLAINER_INDEXES,
-        &|args| {
-            let mut out = args.to_owned();
-            for n in 1..=9 {
-                out = out.replace(&format!("'tenant_000{n}'"), "''");
-            }
-            out
-        },
+        &without_tenant,
     )
     .await;
 }
@@ -523,13 +526,7 @@ async fn every_statement_is_index_backed_on_the_explainer_table_with_a_json_body
         &profiles::explainer_json_ddl(),
         &profiles::explainer_rows(40_000),
         profiles::EXPLAINER_JSON_INDEXES,
-        &|args| {
-            let mut out = args.to_owned();
-            for n in 1..=9 {
-                out = out.replace(&format!("'tenant_000{n}'"), "''");
-            }
-            out
-        },
+        &without_tenant,
     )
     .await;
 }
@@ -590,13 +587,10 @@ async fn every_statement_is_index_backed_on_a_state_column_mapping_without_tenan
         &renamed(rows),
         &renamed(indexes),
         &|args| {
-            let mut out = args.replace("'no-such-key'", "'00000000-0000-0000-0000-000000000000'");
-            out = out.replace("'k1'", "'00000000-0000-0000-0000-000000000001'");
-            out = out.replace("'k2'", "'00000000-0000-0000-0000-000000000002'");
-            for n in 1..=9 {
-                out = out.replace(&format!("'tenant_000{n}'"), "''");
-            }
-            out
+            without_tenant(args)
+                .replace("'no-such-key'", "'00000000-0000-0000-0000-000000000000'")
+                .replace("'k1'", "'00000000-0000-0000-0000-000000000001'")
+                .replace("'k2'", "'00000000-0000-0000-0000-000000000002'")
         },
     )
     .await;

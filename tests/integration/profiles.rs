@@ -389,7 +389,8 @@ async fn inspect_on_rocket_rides_tells_released_keys_from_completed_ones() {
         .idemctl()
         .args(["--ttl", "72h", "inspect", "released-old-1"])
         .run();
-    run.assert_success().assert_stdout_contains("released: not finished");
+    run.assert_success()
+        .assert_stdout_contains("released: not finished");
     let run = db
         .idemctl()
         .args(["--ttl", "72h", "inspect", "held-old-1"])
