@@ -9,6 +9,10 @@
 -- on a row a live request has locked, which is why it runs under a very short lock_timeout; when
 -- that fires, the range is done again with evict_batch_skip_locked.sql.
 --
+-- The marker not_referenced is filled in when foreign keys with ON DELETE NO ACTION / RESTRICT reference
+-- the table: it leaves out the keys a referencing row still points to (an index probe of each
+-- referencing table per key, see src/db/references.rs), which evict counts instead of failing on.
+--
 -- No RETURNING: the command tag carries the count, and RETURNING would read every deleted row a
 -- second time (it doubled the statement's buffer accesses).
 DELETE FROM {table}
@@ -16,4 +20,4 @@ DELETE FROM {table}
    AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz)
    AND {expiry} < {cutoff}
    AND {done}
-   AND ($3::float8 IS NULL OR {created_at} < now() - make_interval(secs => $3::float8))
+   AND ($3::float8 IS NULL OR {created_at} < now() - make_interval(secs => $3::float8))/*{not_referenced}*/

@@ -20,6 +20,9 @@ pub mod sample;
 pub use commands::docs::man_page;
 /// A table profile: which columns play which role (the EXPLAIN test renders statements with it).
 pub use db::profile::Profile;
+/// evict's statements with the parts generated for foreign keys that reference the key table (the
+/// EXPLAIN test plans them).
+pub use db::references::statements_for_explain;
 
 /// Entry point used by the binary: parse, run on a small runtime, print the error chain once on
 /// stderr as one line, and turn the outcome into a documented exit code.

@@ -56,10 +56,26 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
     let table = ctx.table(&client).await?;
     let mut findings = vec![connection(ctx.route())];
     findings.extend(structure(&table));
-    findings.extend(referencing(
-        &crate::db::queries::referencing_keys(&client, &table).await?,
-    ));
+    let keys = crate::db::queries::referencing_keys(&client, &table).await?;
+    let mut still_referenced = Vec::new();
+    for k in &keys {
+        // Counted only where it is cheap: an index probe per expired key, a bounded number of them.
+        let cheap = k.blocks()
+            && k.indexed
+            && k.may_read
+            && !table.profile.lacks_ttl()
+            && table.expiry_index().is_some();
+        still_referenced.push(if cheap {
+            Some(
+                crate::db::references::referenced_expired(&client, &table, k, REFERENCED_CAP)
+                    .await?,
+            )
+        } else {
+            None
+        });
+    }
     let role_privileges = table.privileges(&client).await?;
+    findings.extend(referencing(&keys, &still_referenced, &role_privileges.role));
     let writability = client.writability().await?;
     findings.extend(privileges(&table, &role_privileges, writability));
     findings.push(writes(writability));
@@ -69,8 +85,18 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
             super::citus_check::findings(ctx, &client, &table, layout, &role_privileges).await;
         findings.extend(crate::output::citus::check_findings(&outcomes));
     }
-    let usable = !findings.iter().any(|f| f.status == Status::Fail);
-    if usable {
+    // The statistics read the key table only; a failure elsewhere (a referencing table without
+    // an index, a missing identity index) leaves them safe to read, so the thresholds are checked.
+    let blocking: Vec<String> = findings
+        .iter()
+        .filter(|f| {
+            f.status == Status::Fail && !THRESHOLDS_READ_DESPITE.contains(&f.check.as_str())
+        })
+        .map(|f| f.check.clone())
+        .collect();
+    if !blocking.is_empty() {
+        findings.extend(thresholds_skipped(args, &blocking));
+    } else {
         let stuck_after = args.stuck_after.as_secs_f64();
         let min_ttl = args.min_ttl.map(|d| d.as_secs_f64());
         let report = match distributed {
@@ -128,6 +154,35 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
             ),
         )),
     }
+}
+
+/// Failing checks that do not keep the statistics from being read safely.
+const THRESHOLDS_READ_DESPITE: &[&str] = &["referencing key", "identity index"];
+
+/// Expired keys check examines, at most, to count those still referenced.
+const REFERENCED_CAP: i64 = 10_000;
+
+/// The threshold rows, each marked as not checked, when a failure above makes reading the
+/// statistics unsafe (they would scan the key table) or impossible.
+fn thresholds_skipped(args: &CheckArgs, blocking: &[String]) -> Vec<Finding> {
+    let why = format!(
+        "not checked: the statistics it needs cannot be read safely until {} passes",
+        blocking.join(", ")
+    );
+    let mut rows = vec!["eviction lag".to_owned()];
+    if args.max_stuck.is_some() {
+        rows.push(format!(
+            "stuck keys (> {})",
+            human_secs(args.stuck_after.as_secs_f64())
+        ));
+    }
+    rows.push("autovacuum".to_owned());
+    if args.min_ttl.is_some() {
+        rows.push("recent TTL".to_owned());
+    }
+    rows.iter()
+        .map(|r| finding(r, Status::Note, why.clone(), None))
+        .collect()
 }
 
 /// How idemctl reaches its server sessions, and what that means for evict and reclaim.
@@ -297,50 +352,100 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
 
 /// The foreign keys that reference the key table: every evicted key runs their ON DELETE action
 /// inside evict's batch (its timing includes that work), and scans the referencing table when no
-/// index leads with the referencing columns.
-pub fn referencing(keys: &[crate::db::queries::ReferencingKey]) -> Vec<Finding> {
+/// index leads with the referencing columns. A NO ACTION / RESTRICT key keeps a referenced key
+/// from being deleted: evict leaves it behind (`still_referenced`: of the oldest expired keys
+/// examined, how many are, when counted).
+pub fn referencing(
+    keys: &[crate::db::queries::ReferencingKey],
+    still_referenced: &[Option<(i64, i64)>],
+    role: &str,
+) -> Vec<Finding> {
     use crate::output::sanitize;
     keys.iter()
-        .map(|k| {
+        .enumerate()
+        .map(|(i, k)| {
             let columns = sanitize(&k.columns.join(", "));
+            let referencing = sanitize(&k.referencing_table);
             let what = format!(
-                "{} ({columns}) references the table ON DELETE {} ({})",
-                sanitize(&k.referencing_table),
+                "{referencing} ({columns}) references the table ON DELETE {} ({})",
                 k.on_delete,
                 sanitize(&k.name)
             );
-            let blocks = matches!(k.on_delete.as_str(), "NO ACTION" | "RESTRICT");
-            let effect = if blocks {
-                "a key still referenced cannot be evicted (the DELETE fails)"
-            } else {
-                "evict's batches include that work"
-            };
-            if k.indexed {
-                finding(
-                    "referencing key",
-                    Status::Ok,
-                    format!("{what}; indexed, so {effect}"),
-                    None,
-                )
-            } else {
-                finding(
+            let quoted_columns = k
+                .columns
+                .iter()
+                .map(|c| crate::db::table::quote_ident(c))
+                .collect::<Vec<_>>()
+                .join(", ");
+            if !k.indexed {
+                let effect = if k.blocks() {
+                    "each evicted key would scan it to prove nothing references the key"
+                } else {
+                    "evict's batches include that work"
+                };
+                return finding(
                     "referencing key",
                     Status::Fail,
                     format!(
-                        "{what}; no index leads with ({columns}), so every evicted key scans {} ({effect})",
-                        sanitize(&k.referencing_table)
+                        "{what}; no index leads with ({columns}), so every evicted key scans {referencing} ({effect})"
                     ),
                     Some(format!(
-                        "CREATE INDEX CONCURRENTLY ON {} ({});",
-                        k.referencing_table,
-                        k.columns
-                            .iter()
-                            .map(|c| crate::db::table::quote_ident(c))
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        "CREATE INDEX CONCURRENTLY ON {} ({quoted_columns});",
+                        k.referencing_table
                     )),
-                )
+                );
             }
+            let grant = |what: &str| {
+                Some(format!(
+                    "GRANT {what} ON {} TO {};",
+                    k.referencing_table,
+                    crate::db::table::quote_ident(role)
+                ))
+            };
+            if k.blocks() {
+                if !k.may_read {
+                    return finding(
+                        "referencing key",
+                        Status::Warn,
+                        format!(
+                            "{what}; indexed, but this role may not read {referencing}, so evict cannot leave out the keys it still references: a batch that meets one fails"
+                        ),
+                        grant("SELECT"),
+                    );
+                }
+                let counted = match still_referenced.get(i).copied().flatten() {
+                    Some((n, examined)) => format!(
+                        " ({n} of the oldest {examined} expired keys are referenced now)"
+                    ),
+                    None => String::new(),
+                };
+                return finding(
+                    "referencing key",
+                    Status::Warn,
+                    format!(
+                        "{what}; indexed, but evict leaves the expired keys it still references behind (counted as skipped_referenced){counted}: they go once nothing references them"
+                    ),
+                    None,
+                );
+            }
+            if !k.may_lock {
+                return finding(
+                    "referencing key",
+                    Status::Note,
+                    format!(
+                        "{what}; indexed, so evict's batches include that work, but this role may not lock {referencing}'s rows: a live transaction holding a referencing row makes evict's batches wait on it up to lock_timeout and fail"
+                    ),
+                    grant("SELECT, UPDATE"),
+                );
+            }
+            finding(
+                "referencing key",
+                Status::Ok,
+                format!(
+                    "{what}; indexed, so evict's batches include that work (a key whose referencing row a live transaction holds is left to the next run)"
+                ),
+                None,
+            )
         })
         .collect()
 }

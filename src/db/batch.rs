@@ -7,7 +7,9 @@
 //! here decides what follows:
 //!
 //! * a lock not granted within lock_timeout, a deadlock or a serialization failure is transient:
-//!   the batch is tried again after [`PAUSE`], up to [`TRIES`] times in all ([`retrying`]);
+//!   the batch is tried again after [`PAUSE`], up to [`TRIES`] times in all ([`retrying`]); so is
+//!   a foreign key violation: a row referencing a key (ON DELETE NO ACTION / RESTRICT) inserted
+//!   after the batch's statement began, which the batch, tried again, leaves out;
 //! * evict redoes a batch that met a held row with `FOR UPDATE SKIP LOCKED`, leaving the row to
 //!   its live owner ([`or_skip_locked`]), and only that fallback meeting a lock counts as a try;
 //! * a cancellation (statement_timeout, a signal), a lost connection or any other error ends the
@@ -35,6 +37,8 @@ pub(crate) enum Failure {
     Deadlock,
     /// The batch's snapshot conflicted with a concurrent change.
     Serialization,
+    /// A key the batch deleted gained a referencing row (NO ACTION / RESTRICT) meanwhile.
+    Referenced,
     /// statement_timeout, or a cancel request (a signal to idemctl).
     Canceled,
     /// A batch must run again because it raced another session (see [`Rerun`]).
@@ -63,6 +67,7 @@ impl Failure {
             Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => Failure::LockTimeout,
             Some(c) if *c == SqlState::T_R_DEADLOCK_DETECTED => Failure::Deadlock,
             Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE => Failure::Serialization,
+            Some(c) if *c == SqlState::FOREIGN_KEY_VIOLATION => Failure::Referenced,
             Some(c) if *c == SqlState::QUERY_CANCELED => Failure::Canceled,
             _ => Failure::Other,
         }
@@ -72,8 +77,33 @@ impl Failure {
     fn transient(self) -> bool {
         matches!(
             self,
-            Failure::LockTimeout | Failure::Deadlock | Failure::Serialization | Failure::Rerun
+            Failure::LockTimeout
+                | Failure::Deadlock
+                | Failure::Serialization
+                | Failure::Referenced
+                | Failure::Rerun
         )
+    }
+}
+
+/// What a batch that failed with `e` met, in words for the error line. A lock wait names a row
+/// only when the server said it waited on one (its error's context names the tuple); otherwise
+/// the lock may have been a table's (DDL) or a row's, and the words say both.
+pub(crate) fn lock_failure(e: &anyhow::Error) -> &'static str {
+    if Failure::of(e) != Failure::LockTimeout {
+        return "a batch failed and was rolled back";
+    }
+    let on_row = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::as_db_error)
+            .and_then(|db| db.where_())
+            .is_some_and(|w| w.contains("tuple"))
+    });
+    if on_row {
+        "a batch could not lock a row within lock_timeout (a live transaction holds it)"
+    } else {
+        "a batch could not get its locks within lock_timeout (a live transaction or DDL holds them)"
     }
 }
 

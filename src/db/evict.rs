@@ -10,6 +10,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::queries::Capped;
+pub use super::references::References;
 use super::{KeyTable, Param, Session, p, with_deadline};
 use crate::exit::{Exit, fail};
 
@@ -17,6 +18,7 @@ const CLAIM_SQL: &str = include_str!("../../sql/evict_range_end.sql");
 const BATCH_SQL: &str = include_str!("../../sql/evict_batch.sql");
 const TOO_YOUNG_SQL: &str = include_str!("../../sql/evict_batch_too_young.sql");
 const SKIP_LOCKED_SQL: &str = include_str!("../../sql/evict_batch_skip_locked.sql");
+const REFERENCED_SQL: &str = include_str!("../../sql/evict_batch_referenced.sql");
 const RANGE_IN_PROGRESS_SQL: &str = include_str!("../../sql/evict_range_in_progress.sql");
 const PREVIEW_SQL: &str = include_str!("../../sql/evict_preview.sql");
 const PREVIEW_SAMPLE_SQL: &str = include_str!("../../sql/evict_preview_sample.sql");
@@ -46,6 +48,9 @@ pub struct Statements {
     too_young: String,
     skip_locked: String,
     range_in_progress: String,
+    /// The count of a range's keys still referenced by a NO ACTION / RESTRICT foreign key (None:
+    /// no such key references the table).
+    referenced: Option<String>,
     /// On Citus, a table written through the coordinator: each batch's row waits on every node,
     /// and how its fallback waits out a live transaction (see [`Statements::through_coordinator`]).
     coordinator_waits: Option<ThroughCoordinator>,
@@ -97,14 +102,44 @@ async fn one_row(
 
 impl Statements {
     pub fn new(table: &KeyTable) -> Statements {
+        Statements::with_references(table, &References::none())
+    }
+
+    /// The statements of a table that foreign keys reference: the batches leave out keys still
+    /// referenced by a NO ACTION / RESTRICT row (and count them), and the SKIP LOCKED fallback
+    /// skips keys whose referencing rows a live transaction holds (see [`References`]).
+    pub fn with_references(table: &KeyTable, refs: &References) -> Statements {
+        let render = |template: &str| refs.fill(&table.sql(template), &table.quoted);
         Statements {
             claim: table.sql(CLAIM_SQL),
-            delete: table.sql(BATCH_SQL),
+            delete: render(BATCH_SQL),
             too_young: table.sql(TOO_YOUNG_SQL),
-            skip_locked: table.sql(SKIP_LOCKED_SQL),
+            skip_locked: render(SKIP_LOCKED_SQL),
             range_in_progress: table.sql(RANGE_IN_PROGRESS_SQL),
+            referenced: refs.any_blocking().then(|| render(REFERENCED_SQL)),
             coordinator_waits: None,
         }
+    }
+
+    /// Whether a batch may leave keys that are still referenced (see [`Statements::referenced`]).
+    pub fn counts_referenced(&self) -> bool {
+        self.referenced.is_some()
+    }
+
+    /// Expired completed rows of [start, end) left because a NO ACTION / RESTRICT foreign key
+    /// still references them (0 when none references the table).
+    pub async fn referenced(
+        &self,
+        client: &Session,
+        deadline: Duration,
+        start: Option<OffsetDateTime>,
+        end: Option<OffsetDateTime>,
+    ) -> Result<u64> {
+        let Some(sql) = &self.referenced else {
+            return Ok(0);
+        };
+        let row = one_row(client, deadline, sql, &[p(&start), p(&end)]).await?;
+        count(&row, "referenced")
     }
 
     /// The table is written through the Citus coordinator (a reference table): each batch
@@ -423,6 +458,7 @@ pub async fn preview_sample(
 pub async fn explain_first_batch(
     client: &Session,
     table: &KeyTable,
+    statements: &Statements,
     rows: i64,
     min_age: Option<f64>,
 ) -> Result<Vec<String>> {
@@ -446,7 +482,7 @@ pub async fn explain_first_batch(
         "SET LOCAL plan_cache_mode = force_generic_plan; PREPARE idemctl_evict_batch AS {}; \
          EXPLAIN EXECUTE idemctl_evict_batch(NULL, {end}, {min_age}); \
          DEALLOCATE idemctl_evict_batch",
-        table.sql(BATCH_SQL)
+        statements.delete_sql()
     );
     client
         .begin("BEGIN")

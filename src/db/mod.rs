@@ -13,6 +13,7 @@ pub(crate) mod profile;
 pub(crate) mod queries;
 pub(crate) mod reclaim;
 pub(crate) mod record;
+pub(crate) mod references;
 pub(crate) mod replication;
 pub(crate) mod session;
 pub(crate) mod table;

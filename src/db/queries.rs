@@ -199,11 +199,30 @@ pub async fn database_identity(client: &Session) -> Result<DatabaseIdentity> {
 pub struct ReferencingKey {
     pub name: String,
     pub referencing_table: String,
+    /// The referencing table, schema-qualified and quoted (for the statements evict generates).
+    #[serde(skip)]
+    pub referencing_quoted: String,
     pub columns: Vec<String>,
+    /// The key table's columns they reference, in the same order.
+    #[serde(skip)]
+    pub referenced: Vec<String>,
     /// `NO ACTION`, `RESTRICT`, `CASCADE`, `SET NULL` or `SET DEFAULT`.
     pub on_delete: String,
-    /// An index on the referencing table leads with the referencing columns.
+    /// An index on the referencing table leads with the referencing columns (a partial one only
+    /// when `col IS NOT NULL` implies its predicate).
     pub indexed: bool,
+    /// This role may read the referencing table, and lock its rows.
+    #[serde(skip)]
+    pub may_read: bool,
+    #[serde(skip)]
+    pub may_lock: bool,
+}
+
+impl ReferencingKey {
+    /// NO ACTION or RESTRICT: a key still referenced cannot be deleted.
+    pub fn blocks(&self) -> bool {
+        matches!(self.on_delete.as_str(), "NO ACTION" | "RESTRICT")
+    }
 }
 
 /// The foreign keys that reference the key table.
@@ -220,9 +239,13 @@ pub async fn referencing_keys(client: &Session, table: &KeyTable) -> Result<Vec<
             Ok(ReferencingKey {
                 name: r.try_get("name")?,
                 referencing_table: r.try_get("referencing_table")?,
+                referencing_quoted: r.try_get("referencing_quoted")?,
                 columns: r.try_get("columns")?,
+                referenced: r.try_get("referenced")?,
                 on_delete: r.try_get("on_delete")?,
                 indexed: r.try_get("indexed")?,
+                may_read: r.try_get("may_read")?,
+                may_lock: r.try_get("may_lock")?,
             })
         })
         .collect()

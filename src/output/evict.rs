@@ -42,6 +42,15 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
         ),
         ("expired backlog left".into(), capped(&r.backlog_left)),
     ];
+    if r.skipped_referenced > 0 {
+        fields.insert(
+            8,
+            (
+                "skipped (still referenced)".into(),
+                r.skipped_referenced.to_string(),
+            ),
+        );
+    }
     // Batch figures describe batches that deleted something; a run that evicted nothing has none.
     if r.rows_evicted > 0 {
         fields.extend([

@@ -198,6 +198,37 @@ async fn load_ddl(ddl: &str, with_stuck_index: bool) -> TestDb {
     db
 }
 
+/// EXPLAIN `execute` of `sql` prepared under plan_cache_mode `mode`: the JSON plan's text, and
+/// every "Node Type" + "Relation Name" pair in it. EXPLAIN without ANALYZE runs nothing.
+pub(crate) async fn explain_scans(
+    client: &tokio_postgres::Client,
+    file: &str,
+    mode: &str,
+    sql: &str,
+    execute: &str,
+) -> (String, Vec<(String, String)>) {
+    let script = format!(
+        "SET plan_cache_mode = {mode}; PREPARE s AS {sql}; \
+         EXPLAIN (FORMAT JSON) {execute}"
+    );
+    let messages = client
+        .simple_query(&script)
+        .await
+        .unwrap_or_else(|e| panic!("{file} ({mode}): {}", crate::support::pg_error_text(&e)));
+    client.batch_execute("DEALLOCATE s").await.unwrap();
+    let text = messages
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .expect("EXPLAIN returned a plan");
+    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut found = Vec::new();
+    scans(&plan, &mut found);
+    (text, found)
+}
+
 /// Collect every "Node Type" + "Relation Name" pair of a JSON plan.
 fn scans(plan: &serde_json::Value, out: &mut Vec<(String, String)>) {
     match plan {
@@ -277,25 +308,7 @@ async fn assert_index_backed_as(
         } else {
             format!("EXECUTE s({args})")
         };
-        let script = format!(
-            "SET plan_cache_mode = {mode}; PREPARE s AS {sql}; \
-             EXPLAIN (FORMAT JSON) {execute}"
-        );
-        let messages = client
-            .simple_query(&script)
-            .await
-            .unwrap_or_else(|e| panic!("{file} ({mode}): {}", crate::support::pg_error_text(&e)));
-        client.batch_execute("DEALLOCATE s").await.unwrap();
-        let text = messages
-            .iter()
-            .find_map(|m| match m {
-                tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
-                _ => None,
-            })
-            .expect("EXPLAIN returned a plan");
-        let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let mut found = Vec::new();
-        scans(&plan, &mut found);
+        let (text, found) = explain_scans(&client, file, mode, &sql, &execute).await;
         let seq: Vec<_> = found
             .iter()
             .filter(|(node, rel)| node == "Seq Scan" && rels.with_pages.contains(rel))
@@ -435,6 +448,11 @@ fn every_key_table_statement_in_sql_is_explained() {
         .chain(PARTITIONED_ONLY)
         .map(|(f, _)| *f)
         .chain(PLANNED_ONLY.iter().copied())
+        .chain(
+            crate::foreign_keys::EXPLAINED_WITH_FOREIGN_KEYS
+                .iter()
+                .copied(),
+        )
         .chain(NOT_RUN_BY_IDEMCTL.iter().copied())
         .chain(DDL.iter().copied())
         .collect();

@@ -344,7 +344,7 @@ async fn a_batch_that_keeps_meeting_ddl_is_given_up_after_five_tries() {
     let runs: [(Vec<&str>, &str, i64); 3] = [
         (
             vec!["evict"],
-            "could not lock the table for a batch (is DDL running on it?)",
+            "a batch could not get its locks within lock_timeout (a live transaction or DDL holds them)",
             2,
         ),
         (

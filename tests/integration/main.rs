@@ -13,6 +13,7 @@ mod evict;
 mod explain;
 mod faults;
 mod fixtures;
+mod foreign_keys;
 mod harness_selftest;
 mod hostile;
 mod inspect;

@@ -100,6 +100,9 @@ pub struct EvictReport {
     pub skipped_locked: u64,
     /// Expired completed rows left because they are younger than --min-age.
     pub skipped_min_age: u64,
+    /// Expired completed rows left because a foreign key with ON DELETE NO ACTION or RESTRICT
+    /// still references them (evict leaves them until nothing does).
+    pub skipped_referenced: u64,
     /// Batches that fell back to skipping locked rows.
     pub lock_fallbacks: u64,
     /// Expired rows still in_progress (reclaim's job), counted after the run.
@@ -211,17 +214,21 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     } else {
         args.effective_jobs()
     };
+    let statements = match through_coordinator {
+        true => statements(&table),
+        false => statements_with_references(&client, &table).await?,
+    };
     let shared = worker::Shared::new(
         plan(ctx, args),
         match through_coordinator {
-            true => statements(&table).through_coordinator(evict_db::ThroughCoordinator {
+            true => statements.through_coordinator(evict_db::ThroughCoordinator {
                 wait: ROW_LOCK_WAIT,
                 patience: args
                     .max_runtime
                     .map_or(HELD_REFERENCE_PATIENCE, |m| m.min(HELD_REFERENCE_PATIENCE)),
                 cancel: ctx.cancel.clone(),
             }),
-            false => statements(&table),
+            false => statements,
         },
         ctx.cancel.clone(),
         progress,
@@ -373,6 +380,18 @@ fn pace_mode(args: &EvictArgs) -> pace::Mode {
 
 fn statements(table: &KeyTable) -> worker::Statements {
     worker::Statements::new(table)
+}
+
+/// The statements of a table on one server, with the foreign keys that reference it.
+async fn statements_with_references(
+    client: &Session,
+    table: &KeyTable,
+) -> Result<worker::Statements> {
+    let keys = crate::db::queries::referencing_keys(client, table).await?;
+    Ok(worker::Statements::with_references(
+        table,
+        &evict_db::References::new(keys),
+    ))
 }
 
 /// Run the workers: the first on the session that holds the advisory lock, the others on sessions
@@ -571,6 +590,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
         },
         skipped_locked: totals.skipped_locked,
         skipped_min_age: totals.skipped_min_age,
+        skipped_referenced: totals.skipped_referenced,
         lock_fallbacks: totals.lock_fallbacks,
         expired_in_progress_left: in_progress_left,
         backlog_left,
@@ -615,11 +635,12 @@ async fn dry_run(
         oldest,
         newest,
     } = evict_db::preview(client, table, COUNT_CAP, min_age).await?;
-    let statement = statements(table).delete_sql().to_owned();
+    let statements = statements_with_references(client, table).await?;
+    let statement = statements.delete_sql().to_owned();
     // EXPLAIN of a DELETE needs the DELETE privilege; a read-only role still gets the preview.
     let plan = if can_delete {
         let rows = i64::from(args.batch_sizing().first());
-        evict_db::explain_first_batch(client, table, rows, min_age).await?
+        evict_db::explain_first_batch(client, table, &statements, rows, min_age).await?
     } else {
         vec![
             "(not shown: explaining the DELETE needs the DELETE privilege, which this role lacks)"
@@ -741,6 +762,11 @@ fn metrics(r: &EvictReport) -> Metrics {
         "idemctl_evict_rows_skipped_locked",
         "Expired keys the last run left because live requests held them.",
         r.skipped_locked as f64,
+    );
+    m.gauge(
+        "idemctl_evict_rows_skipped_referenced",
+        "Expired keys the last run left because a NO ACTION or RESTRICT foreign key still references them.",
+        r.skipped_referenced as f64,
     );
     if let Some(b) = r.backlog_left {
         m.gauge(

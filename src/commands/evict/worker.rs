@@ -51,6 +51,8 @@ pub struct Totals {
     pub batches: u64,
     pub skipped_locked: u64,
     pub skipped_min_age: u64,
+    /// Left because a NO ACTION / RESTRICT foreign key still references them.
+    pub skipped_referenced: u64,
     pub lock_fallbacks: u64,
     /// Expired rows in the ranges walked that are not completed (in_progress: reclaim's job).
     pub passed_over: u64,
@@ -410,9 +412,15 @@ impl Shared {
         t.batches += 1;
         t.skipped_locked += outcome.skipped_locked;
         t.skipped_min_age += outcome.skipped_min_age;
+        t.skipped_referenced += outcome.skipped_referenced;
         t.lock_fallbacks += u64::from(outcome.fell_back);
         t.passed_over += outcome.passed_over;
-        if outcome.skipped_locked + outcome.skipped_min_age + outcome.passed_over > 0 {
+        if outcome.skipped_locked
+            + outcome.skipped_min_age
+            + outcome.skipped_referenced
+            + outcome.passed_over
+            > 0
+        {
             t.left.push(Left {
                 lower: outcome.lower,
                 upper: outcome.upper,
@@ -452,6 +460,7 @@ struct Outcome {
     deleted: u64,
     skipped_locked: u64,
     skipped_min_age: u64,
+    skipped_referenced: u64,
     fell_back: bool,
     /// Expired rows of the range that are not completed.
     passed_over: u64,
@@ -510,6 +519,8 @@ pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<
                         outcome.skipped_min_age =
                             too_young(&shared, &client, Some(at), Some(after)).await?;
                     }
+                    outcome.skipped_referenced =
+                        referenced(&shared, &client, Some(at), Some(after)).await?;
                     outcome.lower = Some(at);
                     outcome.upper = Some(after);
                 }
@@ -554,7 +565,7 @@ async fn passed_over(
     limit: i64,
     o: &Outcome,
 ) -> Result<u64> {
-    let handled = o.deleted + o.skipped_locked + o.skipped_min_age;
+    let handled = o.deleted + o.skipped_locked + o.skipped_min_age + o.skipped_referenced;
     if end.is_some() && handled >= u64::try_from(limit).unwrap_or(0) {
         return Ok(0);
     }
@@ -639,7 +650,10 @@ async fn delete_range(
             let t0 = Instant::now();
             let counts = skip_locked(shared, client, start, last, limit)
                 .await
-                .context("could not lock the table for a batch (is DDL running on it?)")?;
+                .map_err(|e| {
+                    let why = batch::lock_failure(&e);
+                    e.context(why)
+                })?;
             Ok((counts, t0.elapsed()))
         },
     )
@@ -648,7 +662,7 @@ async fn delete_range(
         Some(_) => too_young(shared, client, start, end).await?,
         None => 0,
     };
-    Ok(match ran {
+    let mut outcome = match ran {
         Ran::First((deleted, statement)) => Outcome {
             deleted,
             skipped_min_age,
@@ -664,7 +678,13 @@ async fn delete_range(
             paused,
             ..Outcome::default()
         },
-    })
+    };
+    // A range the batch emptied (every claimed row handled) holds no referenced key to count.
+    let handled = outcome.deleted + outcome.skipped_locked + skipped_min_age;
+    if end.is_none() || handled < u64::try_from(limit).unwrap_or(0) {
+        outcome.skipped_referenced = referenced(shared, client, start, end).await?;
+    }
+    Ok(outcome)
 }
 
 /// One SKIP LOCKED batch of the rows expiring at exactly `at`, through the batch runner.
@@ -710,6 +730,24 @@ async fn skip_locked(
         .sql
         .skip_locked(client, shared.plan.deadline, first, last, limit, min_age)
         .await
+}
+
+/// Expired completed rows of [start, end) left because a NO ACTION / RESTRICT foreign key still
+/// references them (no statement runs when no such key references the table).
+async fn referenced(
+    shared: &Shared,
+    client: &Session,
+    start: Option<OffsetDateTime>,
+    end: Option<OffsetDateTime>,
+) -> Result<u64> {
+    if !shared.sql.counts_referenced() {
+        return Ok(0);
+    }
+    shared
+        .sql
+        .referenced(client, shared.plan.deadline, start, end)
+        .await
+        .context("failed to count the keys a batch left because they are still referenced")
 }
 
 /// Expired completed rows of [start, end) kept back by --min-age.

@@ -1,0 +1,483 @@
+//! Tables that reference the key table. A key that an ON DELETE NO ACTION / RESTRICT row still
+//! references is left behind and counted (never a failed run), and a reference that appears while
+//! a batch runs only makes the batch run again; a key whose referencing row (ON DELETE SET NULL) a
+//! live transaction holds is left to the next run; check accepts a partial index on the
+//! referencing column that the ON DELETE action can use, warns about what evict leaves behind, and
+//! still checks the thresholds when only a referencing table fails; the batch time includes the
+//! ON DELETE work; and every statement generated for the foreign keys is index-backed.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use idemctl::Profile;
+
+use crate::fixtures::{finding, loaded, scalar_i64};
+use crate::profiles::{
+    EXPLAINER_DDL, EXPLAINER_INDEXES, ROCKET_RIDES_DDL, ROCKET_RIDES_INDEXES, explainer_rows,
+    rocket_rides_rows,
+};
+use crate::support::TestDb;
+
+/// sql/ files whose markers are filled in for foreign keys: the EXPLAIN test below plans them
+/// as idemctl fills them in.
+pub const EXPLAINED_WITH_FOREIGN_KEYS: &[&str] =
+    &["evict_batch_referenced.sql", "referenced_expired.sql"];
+
+/// The explainer's table with `n` keys of each kind, and `charges` referencing it ON DELETE
+/// `action` (indexed), one charge on the oldest expired completed key.
+async fn explainer_with_charges(n: i64, action: &str) -> TestDb {
+    let db = loaded(EXPLAINER_DDL, &explainer_rows(n), Some(EXPLAINER_INDEXES)).await;
+    db.exec(&format!(
+        "CREATE TABLE charges (id serial PRIMARY KEY, \
+                               idem_key text REFERENCES idempotency_keys (key) ON DELETE {action}); \
+         CREATE INDEX ON charges (idem_key); \
+         INSERT INTO charges (idem_key) SELECT key FROM idempotency_keys \
+          WHERE response_status = 201 ORDER BY created_at LIMIT 1;"
+    ))
+    .await;
+    db
+}
+
+/// Expired (1 h TTL) completed keys of the explainer's table.
+async fn expired_completed(db: &TestDb) -> i64 {
+    scalar_i64(
+        db,
+        "SELECT count(*) FROM idempotency_keys \
+          WHERE created_at < now() - interval '1 hour' AND response_status <> 202",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_leaves_keys_a_no_action_or_restrict_row_references_and_counts_them() {
+    for action in ["NO ACTION", "RESTRICT"] {
+        let db = explainer_with_charges(40, action).await;
+        let check = db
+            .idemctl()
+            .args(["-o", "json", "--ttl", "1h", "check"])
+            .run();
+        let json = check.json();
+        let fk = finding(&json, "referencing key");
+        assert_eq!(fk["status"], "warn", "{check}");
+        let detail = fk["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(&format!("ON DELETE {action}"))
+                && detail.contains("evict leaves the expired keys it still references behind")
+                && detail.contains("1 of the oldest"),
+            "{check}"
+        );
+        let expired = expired_completed(&db).await;
+        assert!(expired > 40, "{expired}");
+        let dir = tempfile::tempdir().unwrap();
+        let textfile = dir.path().join("evict.prom");
+        let run = db
+            .idemctl()
+            .args(["-o", "json", "--ttl", "1h", "evict", "--batch-size", "7"])
+            .arg("--textfile")
+            .arg(&textfile)
+            .run();
+        run.assert_code(0);
+        let j = run.json();
+        assert_eq!(j["skipped_referenced"], 1, "{action}: {j}");
+        assert_eq!(j["rows_evicted"], expired - 1, "{action}: {j}");
+        assert_eq!(j["backlog_left"]["count"], 1, "{action}: {j}");
+        assert_eq!(expired_completed(&db).await, 1, "{action}");
+        let metrics = std::fs::read_to_string(&textfile).unwrap();
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with("idemctl_evict_rows_skipped_referenced{")
+                    && l.ends_with(" 1")),
+            "{metrics}"
+        );
+        // The next run does the same: nothing to do but the referenced key, which it leaves.
+        let again = db
+            .idemctl()
+            .args(["-o", "plain", "--ttl", "1h", "evict"])
+            .run();
+        again.assert_code(0);
+        assert!(
+            again.stdout.contains("skipped (still referenced)"),
+            "{again}"
+        );
+        // Once nothing references it, it goes.
+        db.exec("DELETE FROM charges").await;
+        let run = db
+            .idemctl()
+            .args(["-o", "json", "--ttl", "1h", "evict"])
+            .run();
+        run.assert_code(0);
+        assert_eq!(run.json()["rows_evicted"], 1, "{run}");
+        assert_eq!(run.json()["skipped_referenced"], 0, "{run}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fails_a_no_action_reference_without_an_index() {
+    let db = explainer_with_charges(3, "NO ACTION").await;
+    db.exec("DROP INDEX charges_idem_key_idx").await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "check"])
+        .run();
+    run.assert_code(4);
+    let json = run.json();
+    let fk = finding(&json, "referencing key");
+    assert_eq!(fk["status"], "fail", "{run}");
+    assert!(
+        fk["detail"]
+            .as_str()
+            .unwrap()
+            .contains("each evicted key would scan it"),
+        "{run}"
+    );
+    assert_eq!(
+        fk["fix"], "CREATE INDEX CONCURRENTLY ON charges (\"idem_key\");",
+        "{run}"
+    );
+}
+
+/// A row referencing a key appears while the batch deletes it (here a trigger on the key table
+/// adds it, once, as the API would between the batch's snapshot and its end): the foreign key
+/// violation rolls the batch back, and the batch is tried again instead of ending the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reference_added_while_a_batch_runs_makes_the_batch_run_again() {
+    let db = explainer_with_charges(10, "NO ACTION").await;
+    db.exec("DELETE FROM charges").await;
+    // A sequence, not a table: its count survives the batch's rollback.
+    db.exec(
+        "CREATE SEQUENCE raced; \
+         CREATE FUNCTION add_charge() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN \
+           IF OLD.key = 'done-old-5' THEN \
+             IF nextval('raced') = 1 THEN \
+               INSERT INTO charges (idem_key) VALUES (OLD.key); \
+             END IF; \
+           END IF; \
+           RETURN OLD; \
+         END $$; \
+         CREATE TRIGGER add_charge BEFORE DELETE ON idempotency_keys \
+           FOR EACH ROW EXECUTE FUNCTION add_charge();",
+    )
+    .await;
+    let expired = expired_completed(&db).await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "evict"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], expired, "{j}");
+    assert_eq!(expired_completed(&db).await, 0);
+    // The key's delete ran twice: the try that met the new reference, and the one after it.
+    assert_eq!(
+        scalar_i64(&db, "SELECT last_value FROM raced").await,
+        2,
+        "{run}"
+    );
+}
+
+/// rocket-rides with `n` keys of each kind.
+async fn rocket_rides(n: i64) -> TestDb {
+    loaded(
+        ROCKET_RIDES_DDL,
+        &rocket_rides_rows(n),
+        Some(ROCKET_RIDES_INDEXES),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_transaction_holding_a_ride_leaves_its_key_to_the_next_run() {
+    let db = rocket_rides(30).await;
+    let live = db.client().await;
+    live.batch_execute(
+        "BEGIN; SELECT 1 FROM rides WHERE idempotency_key_id = \
+           (SELECT id FROM idempotency_keys WHERE idempotency_key = 'finished-old-7') FOR UPDATE;",
+    )
+    .await
+    .unwrap();
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "72h", "evict", "--batch-size", "20"])
+        .timeout(Duration::from_secs(60))
+        .run_async()
+        .await;
+    run.assert_code(0);
+    assert!(!run.stderr.contains("DDL"), "{run}");
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 59, "{j}");
+    assert_eq!(j["skipped_locked"], 1, "{j}");
+    assert!(j["lock_fallbacks"].as_u64().unwrap() >= 1, "{j}");
+    let left = "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'finished-old-7'";
+    assert_eq!(scalar_i64(&db, left).await, 1);
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM rides WHERE idempotency_key_id IS NOT NULL"
+        )
+        .await,
+        1,
+        "only the held ride still points at its key"
+    );
+    live.batch_execute("COMMIT").await.unwrap();
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "72h", "evict"])
+        .run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_evicted"], 1, "{run}");
+    assert_eq!(scalar_i64(&db, left).await, 0);
+}
+
+/// brandur's own form of the rides index: partial, on the rows that reference a key.
+const RIDES_PARTIAL_INDEX: &str = "ALTER TABLE rides DROP CONSTRAINT rides_idempotency_key_id_key; \
+     CREATE INDEX rides_idempotency_key_id ON rides (idempotency_key_id) \
+     WHERE idempotency_key_id IS NOT NULL;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_accepts_a_partial_index_the_on_delete_action_can_use() {
+    let db = rocket_rides(3).await;
+    db.exec(RIDES_PARTIAL_INDEX).await;
+    // Rides ordered without an idempotency key, as most are once their key has gone.
+    db.exec(
+        "INSERT INTO rides (origin_lat, origin_lon, target_lat, target_lon, user_id) \
+         SELECT 0, 0, 1, 1, 1 + g % 7 FROM generate_series(1, 20000) AS g; ANALYZE rides;",
+    )
+    .await;
+    // PostgreSQL plans the ON DELETE action's lookup on it.
+    let plan = db
+        .client()
+        .await
+        .simple_query(
+            "SET plan_cache_mode = force_generic_plan; \
+             PREPARE a AS UPDATE ONLY rides SET idempotency_key_id = NULL WHERE $1 = idempotency_key_id; \
+             EXPLAIN EXECUTE a(1)",
+        )
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(plan.contains("rides_idempotency_key_id"), "{plan}");
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "72h", "check"])
+        .run();
+    let json = run.json();
+    assert_eq!(finding(&json, "referencing key")["status"], "ok", "{run}");
+    assert!(!run.stdout.contains("CREATE INDEX"), "{run}");
+    // A predicate the lookup does not imply does not count.
+    db.exec(
+        "DROP INDEX rides_idempotency_key_id; \
+         CREATE INDEX rides_some ON rides (idempotency_key_id) WHERE idempotency_key_id > 5;",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "72h", "check"])
+        .run();
+    run.assert_code(4);
+    assert_eq!(
+        finding(&run.json(), "referencing key")["status"],
+        "fail",
+        "{run}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_still_checks_the_thresholds_when_a_referencing_table_fails() {
+    let db = rocket_rides(40).await;
+    db.exec("ALTER TABLE rides DROP CONSTRAINT rides_idempotency_key_id_key")
+        .await;
+    let args = [
+        "-o",
+        "json",
+        "--ttl",
+        "72h",
+        "check",
+        "--max-stuck",
+        "0",
+        "--allow-scan",
+        "--min-ttl",
+        "24h",
+    ];
+    let run = db.idemctl().args(args).run();
+    run.assert_code(4);
+    let json = run.json();
+    assert_eq!(finding(&json, "referencing key")["status"], "fail", "{run}");
+    let stuck = finding(&json, "stuck keys (> 5m)");
+    assert_eq!(stuck["status"], "breached", "{run}");
+    assert!(
+        stuck["detail"].as_str().unwrap().starts_with("40 "),
+        "{run}"
+    );
+    for check in ["eviction lag", "autovacuum", "recent TTL"] {
+        let detail = finding(&json, check)["detail"].as_str().unwrap();
+        assert!(!detail.starts_with("not checked"), "{check}: {run}");
+    }
+    // A failure that makes the statistics unsafe to read (no expiry index: they would scan the
+    // key table) lists each threshold as not checked, with the reason.
+    db.exec("DROP INDEX idempotency_keys_created_at").await;
+    let run = db.idemctl().args(args).run();
+    run.assert_code(4);
+    let json = run.json();
+    for check in [
+        "eviction lag",
+        "stuck keys (> 5m)",
+        "autovacuum",
+        "recent TTL",
+    ] {
+        let f = finding(&json, check);
+        assert_eq!(f["status"], "note", "{check}: {run}");
+        assert!(
+            f["detail"].as_str().unwrap().starts_with("not checked: ")
+                && f["detail"].as_str().unwrap().contains("expiry index"),
+            "{check}: {run}"
+        );
+    }
+}
+
+/// The ON DELETE action runs inside the batch's statement, so the batch time includes it: the
+/// same eviction over a referencing table without an index on its column (each evicted key scans
+/// it) takes batches many times longer than with the index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batch_time_includes_the_on_delete_work() {
+    let mut slowest = Vec::new();
+    for indexed in [true, false] {
+        let db = rocket_rides(200).await;
+        db.exec(
+            "INSERT INTO rides (origin_lat, origin_lon, target_lat, target_lon, user_id) \
+             SELECT 0, 0, 1, 1, 1 + g % 7 FROM generate_series(1, 300000) AS g; ANALYZE rides;",
+        )
+        .await;
+        if !indexed {
+            db.exec("ALTER TABLE rides DROP CONSTRAINT rides_idempotency_key_id_key")
+                .await;
+        }
+        let run = db
+            .idemctl()
+            .args([
+                "-o",
+                "json",
+                "--ttl",
+                "72h",
+                "evict",
+                "--batch-size",
+                "100",
+                "--duty-cycle",
+                "100",
+            ])
+            .timeout(Duration::from_secs(120))
+            .run_async()
+            .await;
+        run.assert_code(0);
+        let j = run.json();
+        assert_eq!(j["rows_evicted"], 400, "{j}");
+        slowest.push(j["batch_ms_p50"].as_f64().unwrap());
+    }
+    let (with_index, without) = (slowest[0], slowest[1]);
+    assert!(
+        without > 10.0 * with_index && without > 100.0,
+        "batch p50 {with_index} ms with the index, {without} ms without"
+    );
+}
+
+/// rocket-rides with 200,000 keys, its 50,000 rides (ON DELETE SET NULL) and a `receipts` table
+/// (ON DELETE CASCADE) and a `charges` table (ON DELETE NO ACTION) as large, each indexed: every
+/// statement generated for the foreign keys is index-backed on the key table and on every
+/// referencing table, with custom and generic plans.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_statement_generated_for_foreign_keys_is_index_backed() {
+    let db = TestDb::new().await;
+    db.exec(ROCKET_RIDES_DDL).await;
+    db.exec(&rocket_rides_rows(50_000)).await;
+    db.exec(ROCKET_RIDES_INDEXES).await;
+    db.exec(
+        "CREATE TABLE charges (id bigserial PRIMARY KEY, \
+                               key_id bigint REFERENCES idempotency_keys ON DELETE NO ACTION); \
+         CREATE TABLE receipts (id bigserial PRIMARY KEY, \
+                                key_id bigint REFERENCES idempotency_keys ON DELETE CASCADE); \
+         CREATE INDEX ON charges (key_id); CREATE INDEX ON receipts (key_id); \
+         INSERT INTO charges (key_id) SELECT id FROM idempotency_keys WHERE id % 4 = 0; \
+         INSERT INTO receipts (key_id) SELECT id FROM idempotency_keys WHERE id % 4 = 1;",
+    )
+    .await;
+    db.exec("VACUUM ANALYZE").await;
+    let profile = {
+        let mut p = Profile::rocket_rides().with_ttl(Some(Duration::from_secs(72 * 3600)));
+        p.tenant_type = "bigint".into();
+        p
+    };
+    let statements = idemctl::statements_for_explain(
+        &profile,
+        "\"public\".\"idempotency_keys\"",
+        &[
+            (
+                "\"public\".\"rides\"",
+                &["idempotency_key_id"],
+                &["id"],
+                "SET NULL",
+            ),
+            ("\"public\".\"charges\"", &["key_id"], &["id"], "NO ACTION"),
+            ("\"public\".\"receipts\"", &["key_id"], &["id"], "CASCADE"),
+        ],
+    );
+    let files: BTreeSet<&str> = statements.iter().map(|(f, _)| *f).collect();
+    for f in EXPLAINED_WITH_FOREIGN_KEYS {
+        assert!(files.contains(f), "{f}");
+    }
+    // One batch's range: 900 seconds of old keys, three kinds of them each second.
+    let range = "now() - interval '4 days 1000 seconds', now() - interval '4 days 100 seconds'";
+    let args = |file: &str| match file {
+        "evict_batch.sql" => format!("{range}, NULL"),
+        "evict_batch_skip_locked.sql" => format!("{range}, 5000, NULL"),
+        "evict_batch_referenced.sql" => range.to_owned(),
+        "referenced_expired.sql" => "10000".to_owned(),
+        other => panic!("no arguments for {other}"),
+    };
+    let tables = ["idempotency_keys", "rides", "charges", "receipts"];
+    let client = db.client().await;
+    for (file, sql) in &statements {
+        assert!(!sql.contains("/*{"), "{file}: a marker is left:\n{sql}");
+        if *file == "evict_batch_skip_locked.sql" {
+            assert!(
+                sql.contains("FOR UPDATE OF idemctl_ref SKIP LOCKED") && sql.contains("ready"),
+                "{sql}"
+            );
+        }
+        if file.starts_with("evict_batch") && *file != "evict_batch_referenced.sql" {
+            assert!(
+                sql.contains("NOT EXISTS (SELECT 1 FROM \"public\".\"charges\""),
+                "{sql}"
+            );
+        }
+        for mode in ["force_custom_plan", "force_generic_plan"] {
+            let execute = format!("EXECUTE s({})", args(file));
+            let (text, found) =
+                crate::explain::explain_scans(&client, file, mode, sql, &execute).await;
+            let seq: Vec<_> = found
+                .iter()
+                .filter(|(node, rel)| node == "Seq Scan" && tables.contains(&rel.as_str()))
+                .collect();
+            assert!(seq.is_empty(), "{file} ({mode}) scans {seq:?}:\n{text}");
+            let referencing: Vec<&str> = match *file {
+                "evict_batch_skip_locked.sql" => {
+                    vec!["idempotency_keys", "rides", "charges", "receipts"]
+                }
+                _ => vec!["idempotency_keys", "charges"],
+            };
+            for rel in referencing {
+                assert!(
+                    found.iter().any(|(node, r)| r == rel
+                        && (node.contains("Index") || node == "Bitmap Heap Scan")),
+                    "{file} ({mode}) reads {rel} by no index:\n{text}"
+                );
+            }
+        }
+    }
+}
