@@ -58,10 +58,7 @@ impl Archive {
         let file = options.open(path).map_err(|e| {
             fail(
                 Exit::Usage,
-                format!(
-                    "--archive {}: cannot open it for appending ({e}); nothing was changed",
-                    path.display()
-                ),
+                crate::output::reclaim::archive_unopened(path, &e),
             )
         })?;
         Ok(Archive {
@@ -127,10 +124,7 @@ impl Archive {
             .map_err(|e| {
                 fail(
                     Exit::Failure,
-                    format!(
-                        "--archive {}: cannot write it ({e}); the batch was rolled back",
-                        self.path.display()
-                    ),
+                    crate::output::reclaim::archive_unwritten(&self.path, &e),
                 )
             })
     }

@@ -138,20 +138,9 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
         .collect();
     match failed.as_slice() {
         [] => Ok(Exit::Success),
-        [one] => Err(fail(
+        failed => Err(fail(
             Exit::ThresholdBreached,
-            format!("check failed: {}: {}", one.check, one.detail),
-        )),
-        many => Err(fail(
-            Exit::ThresholdBreached,
-            format!(
-                "{} checks failed: {}",
-                many.len(),
-                many.iter()
-                    .map(|f| f.check.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            crate::output::check::failed(failed),
         )),
     }
 }

@@ -16,7 +16,6 @@ use crate::exit::{Exit, fail};
 use crate::fingerprint::{self, Canonical};
 use crate::output::inspect as output;
 use crate::output::json_text::raw_placeholder;
-use crate::output::sanitize;
 
 /// At most this many tenants are listed for an ambiguous key.
 const MAX_TENANTS_LISTED: i64 = 50;
@@ -39,25 +38,11 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     table.require_columns()?;
     let stuck_secs = args.stuck_after.as_secs_f64();
     if args.api_key_id.is_some() && table.profile.tenant.is_none() {
-        return Err(fail(
-            Exit::Usage,
-            format!(
-                "table {} has no tenant column (profile {}), so --api-key-id does not apply; look the key up alone",
-                table.display(),
-                table.profile.name
-            ),
-        ));
+        return Err(fail(Exit::Usage, output::no_tenant_column(&table)));
     }
     let fingerprint_column = table.profile.fingerprint.as_ref().map(|(c, _)| c.clone());
     if body.is_some() && fingerprint_column.is_none() {
-        return Err(fail(
-            Exit::Usage,
-            format!(
-                "table {} stores no request fingerprint (profile {}), so --body cannot be checked",
-                table.display(),
-                table.profile.name
-            ),
-        ));
+        return Err(fail(Exit::Usage, output::no_fingerprint_column(&table)));
     }
     let records = match crate::commands::shards::distributed(&client, &table).await? {
         Some(layout) => on_shards(ctx, &client, &table, layout, args, stuck_secs).await?,
@@ -73,7 +58,10 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         }
     };
     match records.as_slice() {
-        [] => Err(fail(Exit::NotFound, not_found_message(args))),
+        [] => Err(fail(
+            Exit::NotFound,
+            output::not_found(&args.key, args.api_key_id.as_deref()),
+        )),
         [one] => match &body {
             Some(body) => check_body(
                 ctx,
@@ -103,14 +91,7 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
                 &json!({ "ambiguous": true, "matches": matches }),
                 &raws,
             )?;
-            Err(fail(
-                Exit::Usage,
-                format!(
-                    "key {} exists under {} tenants; pass --api-key-id to choose one",
-                    sanitize(&args.key),
-                    many.len()
-                ),
-            ))
+            Err(fail(Exit::Usage, output::ambiguous(&args.key, many.len())))
         }
     }
 }
@@ -174,7 +155,6 @@ fn record_json(r: &KeyRecord, n: usize) -> serde_json::Value {
 /// The request body from a file, or from stdin for `-`.
 fn read_body(path: &std::path::Path) -> Result<Vec<u8>> {
     let mut body = Vec::new();
-    let shown = sanitize(&path.display().to_string());
     let read = if path.as_os_str() == "-" {
         std::io::stdin()
             .take(MAX_BODY_BYTES + 1)
@@ -182,19 +162,9 @@ fn read_body(path: &std::path::Path) -> Result<Vec<u8>> {
     } else {
         std::fs::File::open(path).and_then(|f| f.take(MAX_BODY_BYTES + 1).read_to_end(&mut body))
     };
-    read.map_err(|e| {
-        fail(
-            Exit::Usage,
-            format!("cannot read the request body from {shown}: {e}"),
-        )
-    })?;
+    read.map_err(|e| fail(Exit::Usage, output::body_unreadable(path, &e)))?;
     if body.len() as u64 > MAX_BODY_BYTES {
-        return Err(fail(
-            Exit::Usage,
-            format!(
-                "the request body in {shown} is larger than 64 MiB; pass the body the client sent"
-            ),
-        ));
+        return Err(fail(Exit::Usage, output::body_too_large(path)));
     }
     Ok(body)
 }
@@ -237,25 +207,14 @@ fn check_body(
     let Some(stored) = &r.request_fingerprint else {
         return Err(fail(
             Exit::Usage,
-            format!(
-                "key {} has no stored request fingerprint ({} is NULL), so --body cannot be checked",
-                sanitize(&r.key),
-                sanitize(column)
-            ),
+            output::no_stored_fingerprint(&r.key, column),
         ));
     };
     let how = args
         .canonical
         .unwrap_or_else(|| Canonical::default_for_column(stored.sql_type()));
-    let digest = fingerprint::fingerprint(body, how).map_err(|e| {
-        fail(
-            Exit::Usage,
-            format!(
-                "{e} (--canonical {} was chosen from the fingerprint column's type)",
-                how.name()
-            ),
-        )
-    })?;
+    let digest = fingerprint::fingerprint(body, how)
+        .map_err(|e| fail(Exit::Usage, output::canonical_refused(&e, how)))?;
     let fingerprint_matches = stored.matches(&digest);
     let compare = |stored: &Option<String>, given: &Option<String>| {
         given.as_ref().map(|g| Compared {
@@ -292,17 +251,6 @@ fn check_body(
     })
 }
 
-fn not_found_message(args: &InspectArgs) -> String {
-    match &args.api_key_id {
-        Some(t) => format!(
-            "key {} not found for api_key_id {}",
-            sanitize(&args.key),
-            sanitize(t)
-        ),
-        None => format!("key {} not found under any tenant", sanitize(&args.key)),
-    }
-}
-
 async fn by_tenant(
     client: &Session,
     table: &KeyTable,
@@ -311,14 +259,7 @@ async fn by_tenant(
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     if !table.has_tenant_key_index() {
-        return Err(fail(
-            Exit::Usage,
-            format!(
-                "table {} has no index on (tenant, key), so a key cannot be looked up without a scan; create it with: {}",
-                table.display(),
-                table.identity_index_fix()
-            ),
-        ));
+        return Err(fail(Exit::Usage, output::no_identity_index(table)));
     }
     record::by_tenant(client, table, tenant, key, stuck_secs).await
 }
@@ -337,14 +278,7 @@ async fn by_key(
             record::by_key_through_tenants(client, table, key, stuck_secs, MAX_TENANTS_PROBED).await
         }
         KeyLookup::Unindexed => {
-            return Err(fail(
-                Exit::Usage,
-                format!(
-                    "table {} has no index that finds a key without its tenant; pass --api-key-id, or create: {}",
-                    table.display(),
-                    table.identity_index_fix()
-                ),
-            ));
+            return Err(fail(Exit::Usage, output::no_key_index(table)));
         }
     }?;
     if found.truncated {

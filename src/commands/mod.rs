@@ -27,10 +27,7 @@ pub async fn run(cli: Cli) -> Result<Exit> {
         _ => {}
     }
     if cli.global.output == OutputFormat::Prometheus && !matches!(cli.command, Command::Stats(_)) {
-        return Err(fail(
-            Exit::Usage,
-            "--output prometheus is only available for stats; use table, plain or json",
-        ));
+        return Err(fail(Exit::Usage, crate::output::PROMETHEUS_ONLY_FOR_STATS));
     }
     let pool_size = match &cli.command {
         Command::Evict(a) => usize::from(a.effective_jobs()) + 1,

@@ -111,14 +111,7 @@ fn profile_action(table: &KeyTable, req: &Request, args: &ReclaimArgs) -> Result
     let p = &table.profile;
     let allowed = &p.actions;
     let Some(&default) = allowed.first() else {
-        return Err(fail(
-            Exit::Usage,
-            format!(
-                "profile {} has no safe reclaim action for table {}: its mapping lists none (set actions in the config file)",
-                p.name,
-                table.display()
-            ),
-        ));
+        return Err(fail(Exit::Usage, output::no_safe_action(table)));
     };
     let chosen = if args.action.is_none() && args.apply.is_none() {
         default
@@ -126,17 +119,7 @@ fn profile_action(table: &KeyTable, req: &Request, args: &ReclaimArgs) -> Result
         req.action
     };
     if !allowed.contains(&chosen) {
-        let names: Vec<&str> = p.actions.iter().map(|a| action_name(*a)).collect();
-        return Err(fail(
-            Exit::Usage,
-            format!(
-                "--action {} does not fit table {} (profile {}): it allows {}",
-                action_name(chosen),
-                table.display(),
-                p.name,
-                names.join(", ")
-            ),
-        ));
+        return Err(fail(Exit::Usage, output::action_unfit(chosen, table)));
     }
     if chosen != ReclaimAction::Fail && args.action.is_none() {
         let flag = if args.body_file.is_some() {
@@ -149,25 +132,17 @@ fn profile_action(table: &KeyTable, req: &Request, args: &ReclaimArgs) -> Result
         if let Some(flag) = flag {
             return Err(fail(
                 Exit::Usage,
-                format!(
-                    "{flag} only applies to --action fail, and the default action on table {} (profile {}) is {}; drop it or pass --action fail",
-                    table.display(),
-                    p.name,
-                    action_name(chosen)
-                ),
+                output::only_for_fail_by_default(flag, table, chosen),
             ));
         }
     }
     if chosen == ReclaimAction::Fail && req.body.is_none() {
-        return Err(fail(
-            Exit::Usage,
-            "--action fail needs a response body; pass --action fail explicitly",
-        ));
+        return Err(fail(Exit::Usage, output::FAIL_NEEDS_A_BODY));
     }
     Ok(chosen)
 }
 
-fn action_name(a: ReclaimAction) -> &'static str {
+pub(crate) fn action_name(a: ReclaimAction) -> &'static str {
     match a {
         ReclaimAction::Delete => "delete",
         ReclaimAction::Fail => "fail",
@@ -199,11 +174,7 @@ fn validate(ctx: &Context, args: &ReclaimArgs) -> Result<Request> {
     let writes = !matches!(req.mode, Mode::Preview(_));
     let terminal = std::io::stdin().is_terminal() && ctx.output.stderr_tty;
     if writes && !args.yes && !terminal {
-        return Err(fail(
-            Exit::Usage,
-            "refusing to reclaim without confirmation: there is no terminal to ask on; review \
-             `idemctl reclaim --dry-run`, then pass --yes",
-        ));
+        return Err(fail(Exit::Usage, output::NO_TERMINAL_TO_CONFIRM));
     }
     Ok(req)
 }
@@ -230,13 +201,7 @@ fn checked_filter(
         path: filter_value("--path", path)?,
         method: match filter_value("--method", method)? {
             Some(m) if !m.bytes().all(is_token_byte) => {
-                return Err(fail(
-                    Exit::Usage,
-                    format!(
-                        "--method {} is not an HTTP method: a method is a token of letters, digits and !#$%&'*+-.^_`|~ (RFC 9110), compared exactly with the stored one (POST, not post)",
-                        shown_value(&m)
-                    ),
-                ));
+                return Err(fail(Exit::Usage, output::not_a_method(&m)));
             }
             m => m,
         },
@@ -247,33 +212,18 @@ fn filter_value(flag: &str, value: Option<&str>) -> Result<Option<String>> {
     let Some(v) = value else {
         return Ok(None);
     };
-    let why = if v.is_empty() {
-        "is empty: give the value as the API stores it, or drop the flag".to_owned()
+    let bad = if v.is_empty() {
+        output::BadFilter::Empty
     } else if v.len() > MAX_FILTER_BYTES {
-        format!(
-            "is {} bytes long: at most {MAX_FILTER_BYTES} are accepted (no server takes a longer request line)",
-            v.len()
-        )
+        output::BadFilter::TooLong {
+            max: MAX_FILTER_BYTES,
+        }
     } else if v.chars().any(char::is_control) {
-        format!(
-            "{} holds a control character (a newline, tab or the like), which no stored value has",
-            shown_value(v)
-        )
+        output::BadFilter::Control
     } else {
         return Ok(Some(v.to_owned()));
     };
-    Err(fail(
-        Exit::Usage,
-        format!("{flag} {why}; nothing was changed"),
-    ))
-}
-
-/// A filter value for an error line, cut after 80 characters, its control characters shown as
-/// escapes here (the error line would turn a newline into a blank, hiding what is wrong).
-fn shown_value(v: &str) -> String {
-    let cut: String = v.chars().take(80).collect();
-    let more = if cut.len() < v.len() { "..." } else { "" };
-    format!("\"{}{more}\"", crate::output::escape_controls(&cut))
+    Err(fail(Exit::Usage, output::bad_filter(flag, v, bad)))
 }
 
 /// An RFC 9110 tchar.
@@ -287,12 +237,7 @@ fn check_floor(older_than: f64, force: bool) -> Result<()> {
     }
     Err(fail(
         Exit::Usage,
-        format!(
-            "--older-than {} is under 1m: a key held that briefly may belong to a request still \
-             running, which would then execute twice; use a value above the longest handler \
-             duration including downstream timeouts, or pass --force to override",
-            human_secs(older_than)
-        ),
+        output::older_than_under_floor(older_than),
     ))
 }
 
@@ -301,15 +246,11 @@ fn check_floor(older_than: f64, force: bool) -> Result<()> {
 /// it is fail, and [`profile_action`] refuses --status or --body-file if it is not.
 fn response_body(args: &ReclaimArgs) -> Result<Option<Value>> {
     match (args.action, &args.body_file) {
-        (Some(ReclaimAction::Delete | ReclaimAction::Release), Some(_)) => Err(fail(
-            Exit::Usage,
-            "--body-file only applies to --action fail; drop it or pass --action fail",
-        )),
+        (Some(ReclaimAction::Delete | ReclaimAction::Release), Some(_)) => {
+            Err(fail(Exit::Usage, output::only_for_fail("--body-file")))
+        }
         (Some(ReclaimAction::Delete | ReclaimAction::Release), None) if args.status.is_some() => {
-            Err(fail(
-                Exit::Usage,
-                "--status only applies to --action fail; drop it or pass --action fail",
-            ))
+            Err(fail(Exit::Usage, output::only_for_fail("--status")))
         }
         (Some(ReclaimAction::Delete | ReclaimAction::Release), None) => Ok(None),
         (Some(ReclaimAction::Fail) | None, Some(path)) => read_body(path).map(Some),
@@ -328,24 +269,14 @@ pub fn problem_document(status: i32) -> Value {
 }
 
 fn read_body(path: &Path) -> Result<Value> {
-    let shown = sanitize(&path.display().to_string());
     let text = std::fs::read_to_string(path)
-        .map_err(|e| fail(Exit::Usage, format!("cannot read --body-file {shown}: {e}")))?;
-    let value: Value = serde_json::from_str(&text).map_err(|e| {
-        fail(
-            Exit::Usage,
-            format!(
-                "--body-file {shown} is not valid JSON ({e}); the stored body must be a JSON object"
-            ),
-        )
-    })?;
+        .map_err(|e| fail(Exit::Usage, output::body_file_unreadable(path, &e)))?;
+    let value: Value = serde_json::from_str(&text)
+        .map_err(|e| fail(Exit::Usage, output::body_file_not_json(path, &e)))?;
     if !value.is_object() {
         return Err(fail(
             Exit::Usage,
-            format!(
-                "--body-file {shown} holds a JSON {}, but the stored response body must be a JSON object",
-                json_kind(&value)
-            ),
+            output::body_file_not_object(path, json_kind(&value)),
         ));
     }
     Ok(value)
@@ -445,17 +376,9 @@ fn request_from_plan(args: &ReclaimArgs, path: &Path) -> Result<Request> {
 }
 
 fn load_plan(path: &Path) -> Result<Plan> {
-    let shown = sanitize(&path.display().to_string());
-    let invalid = |why: String| {
-        fail(
-            Exit::Usage,
-            format!(
-                "plan {shown} is not a valid reclaim plan ({why}); nothing was changed, make a new one with --plan"
-            ),
-        )
-    };
+    let invalid = |why: String| fail(Exit::Usage, output::plan_invalid(path, &why));
     let text = std::fs::read_to_string(path)
-        .map_err(|e| fail(Exit::Usage, format!("cannot read plan {shown}: {e}")))?;
+        .map_err(|e| fail(Exit::Usage, output::plan_unreadable(path, &e)))?;
     let version: PlanVersion = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
     if version.schema_version != Some(PLAN_VERSION) {
         return Err(invalid(format!(
@@ -512,14 +435,7 @@ fn plan_filter(args: &ReclaimArgs, plan: &Plan) -> Result<reclaim_db::Filter> {
         if let (Some(a), Some(b)) = (planned, given)
             && a != b
         {
-            return Err(fail(
-                Exit::Usage,
-                format!(
-                    "{flag} {} differs from the plan's filter {}: its rows were chosen by that one; drop {flag}, or make a new plan with it; nothing was changed",
-                    shown_value(b),
-                    shown_value(a)
-                ),
-            ));
+            return Err(fail(Exit::Usage, output::filter_differs(flag, b, a)));
         }
     }
     let pick = |planned: &Option<String>, given: &Option<String>| {
@@ -556,13 +472,7 @@ fn check_plan_flags(args: &ReclaimArgs, plan: &Plan) -> Result<()> {
     };
     match conflict {
         None => Ok(()),
-        Some(flag) => Err(fail(
-            Exit::Usage,
-            format!(
-                "{flag} differs from the plan: --apply takes action, status, body, cutoff and \
-                 --keep-failed-for from the plan file; drop {flag}, or make a new plan with it"
-            ),
-        )),
+        Some(flag) => Err(fail(Exit::Usage, output::flag_differs_from_plan(flag))),
     }
 }
 
@@ -786,22 +696,10 @@ fn require_stuck_index(table: &KeyTable, allow_scan: bool, quiet: bool) -> Resul
         if quiet {
             return Ok(());
         }
-        crate::output::warn(&format!(
-            "table {} has no index on in_progress keys: reading the whole table (each statement bounded by --statement-timeout)",
-            table.display()
-        ));
+        crate::output::warn(&output::scanning_for_stuck_keys(table));
         return Ok(());
     }
-    Err(fail(
-        Exit::Usage,
-        format!(
-            "table {} has no index on in_progress keys, so finding stuck keys means reading the \
-             whole table; create it with: {} (its cost to the API: sql/maintenance_indexes.sql), \
-             or pass --allow-scan",
-            table.display(),
-            table.stuck_index_fix()
-        ),
-    ))
+    Err(fail(Exit::Usage, output::no_stuck_index(table)))
 }
 
 /// Refuse, before any change and naming the missing grant, a role that lacks what the run needs:
@@ -862,10 +760,7 @@ fn confirm(args: &ReclaimArgs, question: &str) -> Result<()> {
     if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
         return Ok(());
     }
-    Err(fail(
-        Exit::Usage,
-        "reclaim not confirmed; nothing was changed",
-    ))
+    Err(fail(Exit::Usage, output::NOT_CONFIRMED))
 }
 
 fn question(table: &KeyTable, req: &Request, count: &str) -> String {
@@ -1353,14 +1248,7 @@ fn require_identity_index(table: &KeyTable) -> Result<()> {
     if table.has_tenant_key_index() {
         return Ok(());
     }
-    Err(fail(
-        Exit::Usage,
-        format!(
-            "table {} has no index on (api_key_id, key), so plan rows cannot be found without a scan; create it with: {}",
-            table.display(),
-            table.identity_index_fix()
-        ),
-    ))
+    Err(fail(Exit::Usage, output::no_identity_index(table)))
 }
 
 fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
@@ -1370,27 +1258,15 @@ fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
     }
     Err(fail(
         Exit::Usage,
-        format!(
-            "plan {} was made for table {}, not {}; pass --table {} or make a new plan; nothing was changed",
-            sanitize(&path.display().to_string()),
-            sanitize(&plan.table),
-            table.display(),
-            sanitize(&plan.table)
-        ),
+        output::plan_for_another_table(path, &plan.table, table),
     ))
 }
 
 /// A plan applies only to the database it was made on: the same keys can exist in a staging copy
 /// or on another cluster, where its re-checks would find them all "gone" or, worse, match.
 async fn check_plan_database(client: &Session, path: &Path, plan: &Plan) -> Result<()> {
-    let shown = sanitize(&path.display().to_string());
     let Some(made_on) = &plan.database else {
-        return Err(fail(
-            Exit::Usage,
-            format!(
-                "plan {shown} does not record which database it was made on; make a new one with --plan; nothing was changed"
-            ),
-        ));
+        return Err(fail(Exit::Usage, output::plan_without_database(path)));
     };
     let here = queries::database_identity(client).await?;
     if &here == made_on {
@@ -1398,13 +1274,7 @@ async fn check_plan_database(client: &Session, path: &Path, plan: &Plan) -> Resu
     }
     Err(fail(
         Exit::Usage,
-        format!(
-            "plan {shown} was made on database {} of cluster {}, not on {} of cluster {}; connect to that database or make a new plan; nothing was changed",
-            sanitize(&made_on.name),
-            sanitize(&made_on.system_identifier),
-            sanitize(&here.name),
-            here.system_identifier
-        ),
+        output::plan_for_another_database(path, made_on, &here),
     ))
 }
 

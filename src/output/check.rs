@@ -5,6 +5,21 @@
 use crate::commands::check::{Finding, Status};
 use crate::output::{Doc, escape_controls};
 
+/// The error line of a check that found problems: the one finding, or the checks that failed.
+pub(crate) fn failed(failed: &[&Finding]) -> String {
+    match failed {
+        [one] => format!("check failed: {}: {}", one.check, one.detail),
+        many => format!(
+            "{} checks failed: {}",
+            many.len(),
+            many.iter()
+                .map(|f| f.check.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 /// One row a finding: what was checked, its status, the detail and the fix.
 pub(crate) fn findings(findings: &[Finding]) -> Doc {
     let mut d = Doc::default();

@@ -2,8 +2,12 @@
 //! clock), the tenants an ambiguous key exists under, and the verdict of `--body`. Everything the
 //! table holds is escaped here, where it is printed.
 
+use std::path::Path;
+
 use crate::commands::inspect::BodyCheck;
+use crate::db::KeyTable;
 use crate::db::record::{KeyRecord, StoredFingerprint};
+use crate::fingerprint::Canonical;
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
 
 /// A sentence describing the key's state by the database clock.
@@ -167,4 +171,96 @@ pub(crate) fn body_check(c: &BodyCheck) -> Doc {
     let mut doc = Doc::default();
     doc.fields(None, rows);
     doc
+}
+
+// inspect's refusals, worded here from what the command found (the command attaches the exit
+// code); keys, tenants, columns and paths are escaped here.
+
+/// --api-key-id on a table without a tenant column.
+pub(crate) fn no_tenant_column(table: &KeyTable) -> String {
+    format!(
+        "table {} has no tenant column (profile {}), so --api-key-id does not apply; look the key up alone",
+        table.display(),
+        table.profile.name
+    )
+}
+
+/// --body on a table that stores no request fingerprint.
+pub(crate) fn no_fingerprint_column(table: &KeyTable) -> String {
+    format!(
+        "table {} stores no request fingerprint (profile {}), so --body cannot be checked",
+        table.display(),
+        table.profile.name
+    )
+}
+
+/// No such key (for the tenant, when one was given).
+pub(crate) fn not_found(key: &str, tenant: Option<&str>) -> String {
+    match tenant {
+        Some(t) => format!(
+            "key {} not found for api_key_id {}",
+            sanitize(key),
+            sanitize(t)
+        ),
+        None => format!("key {} not found under any tenant", sanitize(key)),
+    }
+}
+
+/// A key that exists under several tenants, looked up without one.
+pub(crate) fn ambiguous(key: &str, tenants: usize) -> String {
+    format!(
+        "key {} exists under {tenants} tenants; pass --api-key-id to choose one",
+        sanitize(key)
+    )
+}
+
+/// --body that cannot be read.
+pub(crate) fn body_unreadable(path: &Path, error: &std::io::Error) -> String {
+    format!(
+        "cannot read the request body from {}: {error}",
+        sanitize(&path.display().to_string())
+    )
+}
+
+/// --body larger than any API takes.
+pub(crate) fn body_too_large(path: &Path) -> String {
+    format!(
+        "the request body in {} is larger than 64 MiB; pass the body the client sent",
+        sanitize(&path.display().to_string())
+    )
+}
+
+/// --body for a key whose fingerprint `column` is NULL.
+pub(crate) fn no_stored_fingerprint(key: &str, column: &str) -> String {
+    format!(
+        "key {} has no stored request fingerprint ({} is NULL), so --body cannot be checked",
+        sanitize(key),
+        sanitize(column)
+    )
+}
+
+/// A body the canonical form chosen from the fingerprint column's type does not accept.
+pub(crate) fn canonical_refused(error: &impl std::fmt::Display, how: Canonical) -> String {
+    format!(
+        "{error} (--canonical {} was chosen from the fingerprint column's type)",
+        how.name()
+    )
+}
+
+/// --api-key-id on a table without an index on (tenant, key).
+pub(crate) fn no_identity_index(table: &KeyTable) -> String {
+    format!(
+        "table {} has no index on (tenant, key), so a key cannot be looked up without a scan; create it with: {}",
+        table.display(),
+        table.identity_index_fix()
+    )
+}
+
+/// A key looked up alone on a table without an index that finds it.
+pub(crate) fn no_key_index(table: &KeyTable) -> String {
+    format!(
+        "table {} has no index that finds a key without its tenant; pass --api-key-id, or create: {}",
+        table.display(),
+        table.identity_index_fix()
+    )
 }

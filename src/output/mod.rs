@@ -285,6 +285,10 @@ pub fn render_table(doc: &Doc, color: bool) -> String {
     out
 }
 
+/// The refusal of `--output prometheus` for a command other than `stats`.
+pub(crate) const PROMETHEUS_ONLY_FOR_STATS: &str =
+    "--output prometheus is only available for stats; use table, plain or json";
+
 /// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
 pub fn warn(message: &str) {
     eprintln!("idemctl: warning: {}", escape_controls(message));

@@ -2,11 +2,15 @@
 //! the summary of a writing run with the plan rows it left alone, and the filters as a summary
 //! names them. Every value from the table is escaped here, where it is printed.
 
+use std::path::Path;
+
 use crate::cli::ReclaimAction;
-use crate::commands::reclaim::{Candidate, LeftAlone, PreviewReport, ReclaimReport};
-use crate::db::queries::Capped;
+use crate::commands::reclaim::{Candidate, LeftAlone, PreviewReport, ReclaimReport, action_name};
+use crate::db::KeyTable;
+use crate::db::citus::Layout;
+use crate::db::queries::{Capped, DatabaseIdentity};
 use crate::db::reclaim::Filter;
-use crate::output::{Doc, human_secs, rfc3339, sanitize};
+use crate::output::{Doc, escape_controls, human_secs, rfc3339, sanitize};
 
 /// The preview: what would be reclaimed, the keys listed, and what the listing leaves out.
 pub(crate) fn preview(r: &PreviewReport) -> Doc {
@@ -189,4 +193,260 @@ fn left_alone_cells(l: &LeftAlone) -> Vec<String> {
         ),
     };
     vec![sanitize(&l.api_key_id), sanitize(&l.key), why]
+}
+
+// reclaim's refusals, worded here from what the command found (the command attaches the exit
+// code): the action, the flags against the plan, the files it reads and writes, the indexes it
+// needs. Paths, names and values are escaped here.
+
+/// --action fail without a body to store.
+pub(crate) const FAIL_NEEDS_A_BODY: &str =
+    "--action fail needs a response body; pass --action fail explicitly";
+
+/// A writing run with neither --yes nor a terminal to ask on.
+pub(crate) const NO_TERMINAL_TO_CONFIRM: &str = "refusing to reclaim without confirmation: there \
+     is no terminal to ask on; review `idemctl reclaim --dry-run`, then pass --yes";
+
+/// The operator answered no.
+pub(crate) const NOT_CONFIRMED: &str = "reclaim not confirmed; nothing was changed";
+
+/// A filter value for an error line, cut after 80 characters, its control characters shown as
+/// escapes (the error line would turn a newline into a blank, hiding what is wrong).
+fn shown_value(v: &str) -> String {
+    let cut: String = v.chars().take(80).collect();
+    let more = if cut.len() < v.len() { "..." } else { "" };
+    format!("\"{}{more}\"", escape_controls(&cut))
+}
+
+fn shown_path(path: &Path) -> String {
+    sanitize(&path.display().to_string())
+}
+
+/// A profile whose mapping lists no reclaim action.
+pub(crate) fn no_safe_action(table: &KeyTable) -> String {
+    format!(
+        "profile {} has no safe reclaim action for table {}: its mapping lists none (set actions in the config file)",
+        table.profile.name,
+        table.display()
+    )
+}
+
+/// An --action the table's profile does not allow.
+pub(crate) fn action_unfit(chosen: ReclaimAction, table: &KeyTable) -> String {
+    let allowed: Vec<&str> = table
+        .profile
+        .actions
+        .iter()
+        .map(|a| action_name(*a))
+        .collect();
+    format!(
+        "--action {} does not fit table {} (profile {}): it allows {}",
+        action_name(chosen),
+        table.display(),
+        table.profile.name,
+        allowed.join(", ")
+    )
+}
+
+/// What is wrong with a filter value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum BadFilter {
+    Empty,
+    TooLong { max: usize },
+    Control,
+}
+
+/// A filter flag's value refused before any change.
+pub(crate) fn bad_filter(flag: &str, value: &str, bad: BadFilter) -> String {
+    let why = match bad {
+        BadFilter::Empty => {
+            "is empty: give the value as the API stores it, or drop the flag".to_owned()
+        }
+        BadFilter::TooLong { max } => format!(
+            "is {} bytes long: at most {max} are accepted (no server takes a longer request line)",
+            value.len()
+        ),
+        BadFilter::Control => format!(
+            "{} holds a control character (a newline, tab or the like), which no stored value has",
+            shown_value(value)
+        ),
+    };
+    format!("{flag} {why}; nothing was changed")
+}
+
+/// A --method that is not an HTTP token.
+pub(crate) fn not_a_method(method: &str) -> String {
+    format!(
+        "--method {} is not an HTTP method: a method is a token of letters, digits and !#$%&'*+-.^_`|~ (RFC 9110), compared exactly with the stored one (POST, not post)",
+        shown_value(method)
+    )
+}
+
+/// --older-than under the floor, without --force.
+pub(crate) fn older_than_under_floor(older_than: f64) -> String {
+    format!(
+        "--older-than {} is under 1m: a key held that briefly may belong to a request still \
+         running, which would then execute twice; use a value above the longest handler \
+         duration including downstream timeouts, or pass --force to override",
+        human_secs(older_than)
+    )
+}
+
+/// A flag only --action fail takes.
+pub(crate) fn only_for_fail(flag: &str) -> String {
+    format!("{flag} only applies to --action fail; drop it or pass --action fail")
+}
+
+/// Without --action, a flag only --action fail takes, on a table whose default action is another.
+pub(crate) fn only_for_fail_by_default(
+    flag: &str,
+    table: &KeyTable,
+    default: ReclaimAction,
+) -> String {
+    format!(
+        "{flag} only applies to --action fail, and the default action on table {} (profile {}) is {}; drop it or pass --action fail",
+        table.display(),
+        table.profile.name,
+        action_name(default)
+    )
+}
+
+pub(crate) fn body_file_unreadable(path: &Path, error: &std::io::Error) -> String {
+    format!("cannot read --body-file {}: {error}", shown_path(path))
+}
+
+pub(crate) fn body_file_not_json(path: &Path, error: &serde_json::Error) -> String {
+    format!(
+        "--body-file {} is not valid JSON ({error}); the stored body must be a JSON object",
+        shown_path(path)
+    )
+}
+
+pub(crate) fn body_file_not_object(path: &Path, kind: &str) -> String {
+    format!(
+        "--body-file {} holds a JSON {kind}, but the stored response body must be a JSON object",
+        shown_path(path)
+    )
+}
+
+pub(crate) fn plan_unreadable(path: &Path, error: &std::io::Error) -> String {
+    format!("cannot read plan {}: {error}", shown_path(path))
+}
+
+/// A plan file idemctl cannot use (`why`: what is wrong with it).
+pub(crate) fn plan_invalid(path: &Path, why: &str) -> String {
+    format!(
+        "plan {} is not a valid reclaim plan ({why}); nothing was changed, make a new one with --plan",
+        shown_path(path)
+    )
+}
+
+/// Under --apply, a filter flag that contradicts the plan's own filter.
+pub(crate) fn filter_differs(flag: &str, given: &str, planned: &str) -> String {
+    format!(
+        "{flag} {} differs from the plan's filter {}: its rows were chosen by that one; drop {flag}, or make a new plan with it; nothing was changed",
+        shown_value(given),
+        shown_value(planned)
+    )
+}
+
+/// Under --apply, a flag that says otherwise than the plan.
+pub(crate) fn flag_differs_from_plan(flag: &str) -> String {
+    format!(
+        "{flag} differs from the plan: --apply takes action, status, body, cutoff and \
+         --keep-failed-for from the plan file; drop {flag}, or make a new plan with it"
+    )
+}
+
+/// The warning of --allow-scan on a table without the in_progress index.
+pub(crate) fn scanning_for_stuck_keys(table: &KeyTable) -> String {
+    format!(
+        "table {} has no index on in_progress keys: reading the whole table (each statement bounded by --statement-timeout)",
+        table.display()
+    )
+}
+
+/// A table without the in_progress index, without --allow-scan.
+pub(crate) fn no_stuck_index(table: &KeyTable) -> String {
+    format!(
+        "table {} has no index on in_progress keys, so finding stuck keys means reading the \
+         whole table; create it with: {} (its cost to the API: sql/maintenance_indexes.sql), \
+         or pass --allow-scan",
+        table.display(),
+        table.stuck_index_fix()
+    )
+}
+
+/// --apply on a table without the index that finds plan rows.
+pub(crate) fn no_identity_index(table: &KeyTable) -> String {
+    format!(
+        "table {} has no index on (api_key_id, key), so plan rows cannot be found without a scan; create it with: {}",
+        table.display(),
+        table.identity_index_fix()
+    )
+}
+
+/// A plan made for another table.
+pub(crate) fn plan_for_another_table(path: &Path, planned: &str, table: &KeyTable) -> String {
+    let planned = sanitize(planned);
+    format!(
+        "plan {} was made for table {planned}, not {}; pass --table {planned} or make a new plan; nothing was changed",
+        shown_path(path),
+        table.display()
+    )
+}
+
+/// A plan that does not say which database it was made on.
+pub(crate) fn plan_without_database(path: &Path) -> String {
+    format!(
+        "plan {} does not record which database it was made on; make a new one with --plan; nothing was changed",
+        shown_path(path)
+    )
+}
+
+/// A plan made on another database.
+pub(crate) fn plan_for_another_database(
+    path: &Path,
+    made_on: &DatabaseIdentity,
+    here: &DatabaseIdentity,
+) -> String {
+    format!(
+        "plan {} was made on database {} of cluster {}, not on {} of cluster {}; connect to that database or make a new plan; nothing was changed",
+        shown_path(path),
+        sanitize(&made_on.name),
+        sanitize(&made_on.system_identifier),
+        sanitize(&here.name),
+        sanitize(&here.system_identifier)
+    )
+}
+
+pub(crate) fn archive_unopened(path: &Path, error: &std::io::Error) -> String {
+    format!(
+        "--archive {}: cannot open it for appending ({error}); nothing was changed",
+        shown_path(path)
+    )
+}
+
+pub(crate) fn archive_unwritten(path: &Path, error: &std::io::Error) -> String {
+    format!(
+        "--archive {}: cannot write it ({error}); the batch was rolled back",
+        shown_path(path)
+    )
+}
+
+/// --apply on a Citus table not distributed by its tenant column.
+pub(crate) fn apply_not_by_tenant(table: &KeyTable, layout: &Layout) -> String {
+    format!(
+        "reclaim --apply sends each plan row to the shard that holds its tenant, but {} is {}, not by its tenant column; nothing was changed: run the sweep (reclaim without --apply), which works shard by shard whatever the column",
+        table.display(),
+        layout.describe()
+    )
+}
+
+/// A plan row's shard with no active placement (a shard move may be under way).
+pub(crate) fn shard_unplaced(shard: i64, table: &KeyTable) -> String {
+    format!(
+        "shard {shard} of {} has no active placement in the coordinator's metadata (a shard move may be under way); nothing was changed, try again",
+        table.display()
+    )
 }

@@ -485,10 +485,10 @@ fn the_rendering_check_sees_text_built_for_people() {
 
 /// Modules whose refusals (an error with its exit code, `crate::exit::fail`) are worded by the
 /// output layer, from what the command found.
-const REFUSALS_WORDED_BY_OUTPUT: &[&str] = &["src/commands/evict"];
+const REFUSALS_WORDED_BY_OUTPUT: &[&str] = &["src/commands"];
 
 /// The `fail(...)` calls of `text` (before its unit tests) that word their message themselves: a
-/// string literal among the call's arguments.
+/// string literal among the call's arguments other than a flag's name (`"--status"`).
 fn worded_failures(shown: &str, text: &str) -> Vec<String> {
     let mut found = Vec::new();
     // Parentheses open in the `fail(` call being read, and the line it began on.
@@ -497,7 +497,10 @@ fn worded_failures(shown: &str, text: &str) -> Vec<String> {
         if line.trim_start().starts_with("#[cfg(test)]") {
             break;
         }
-        let (_, code) = split_line(line);
+        let (literals, code) = split_line(line);
+        let worded = literals.iter().any(|l| {
+            !(l.starts_with("--") && l[2..].chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+        });
         let mut rest = code.as_str();
         if open.is_none() {
             let start = code.match_indices("fail(").find(|(at, _)| {
@@ -525,7 +528,7 @@ fn worded_failures(shown: &str, text: &str) -> Vec<String> {
                 break;
             }
         }
-        if rest[..end].contains('"') {
+        if worded && rest[..end].contains('"') {
             found.push(format!("{shown}:{}: {}", began + 1, line.trim()));
         }
         open = (depth > 0).then_some((depth, began));
@@ -568,6 +571,7 @@ fn the_refusal_check_sees_messages_worded_in_place() {
                       ),\n\
                   ))\n\
                   Err(fail(Exit::Usage, crate::output::evict::refused(flag)))\n\
+                  Err(fail(Exit::Usage, output::only_for_fail(\"--status\")))\n\
                   let x = \"a\"; refuse_or_fail(client, e, context())\n\
                   Err(fail(Exit::Internal, worded(&e))); // \"a comment\"\n";
     let found = worded_failures("x.rs", sample);

@@ -80,11 +80,7 @@ pub async fn apply(
     if !by_tenant {
         return Err(crate::exit::fail(
             crate::exit::Exit::Usage,
-            format!(
-                "reclaim --apply sends each plan row to the shard that holds its tenant, but {} is {}, not by its tenant column; nothing was changed: run the sweep (reclaim without --apply), which works shard by shard whatever the column",
-                table.display(),
-                layout.describe()
-            ),
+            crate::output::reclaim::apply_not_by_tenant(table, &layout),
         ));
     }
     let tenants: Vec<&str> = rows.iter().map(|r| r.api_key_id.as_str()).collect();
@@ -99,10 +95,7 @@ pub async fn apply(
     if let Some(missing) = shard_of.iter().find(|id| !placed(id)) {
         return Err(crate::exit::fail(
             crate::exit::Exit::Failure,
-            format!(
-                "shard {missing} of {} has no active placement in the coordinator's metadata (a shard move may be under way); nothing was changed, try again",
-                table.display()
-            ),
+            crate::output::reclaim::shard_unplaced(*missing, table),
         ));
     }
     for node in &cluster.nodes {
