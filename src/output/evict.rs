@@ -7,6 +7,7 @@ use crate::commands::evict::pace::{
 };
 use crate::commands::evict::partitions;
 use crate::commands::evict::rate::{RateProgress, RateReport};
+use crate::commands::evict::replica::{GaveUp, Lagging};
 use crate::commands::evict::vacuum::{Skipped, VacuumReport};
 use crate::commands::evict::{DryRunReport, EvictReport};
 use crate::db::KeyTable;
@@ -351,6 +352,34 @@ pub(crate) fn vacuum_warning(v: &VacuumReport) -> String {
     format!("evict --vacuum: {}", vacuum_summary(v))
 }
 
+/// The worst replica as the pause and the warning name it.
+fn lagging(r: &Lagging) -> String {
+    format!(
+        "replica {} is {} behind ({} of WAL not replayed)",
+        sanitize(&r.name),
+        human_secs(r.lag_seconds),
+        human_bytes(r.behind_bytes)
+    )
+}
+
+/// The progress bar's line while --max-replica-lag pauses the run.
+pub(crate) fn replica_pause(worst: &Lagging, limit_seconds: f64) -> String {
+    format!(
+        "paused: {} (limit {})",
+        lagging(worst),
+        human_secs(limit_seconds)
+    )
+}
+
+/// The warning after a run --max-replica-wait ended.
+pub(crate) fn replica_gave_up(g: &GaveUp) -> String {
+    format!(
+        "stopped before the backlog was drained: {} after waiting {}; the next run continues",
+        lagging(&g.worst),
+        human_secs(g.waited_seconds)
+    )
+}
+
 /// Why the adaptive pace backed off, in words.
 fn backoff_reason(r: Reason) -> &'static str {
     match r {
@@ -540,5 +569,30 @@ mod tests {
              relation \"a\\nb\\x1b[2J\" is gone"
         );
         assert_eq!(vacuum_warning(&v), format!("evict --vacuum: {line}"));
+    }
+
+    #[test]
+    fn the_replica_lines_escape_the_replica_name() {
+        let worst = Lagging {
+            name: "r\u{1b}[2J\nx".into(),
+            lag_seconds: 90.0,
+            behind_bytes: 2048,
+        };
+        let lagging = "replica r\\x1b[2J\\nx is 1m 30s behind (2.0 KiB of WAL not replayed)";
+        assert_eq!(
+            replica_pause(&worst, 60.0),
+            format!("paused: {lagging} (limit 1m)")
+        );
+        let gave_up = GaveUp {
+            worst,
+            waited_seconds: 300.0,
+        };
+        assert_eq!(
+            replica_gave_up(&gave_up),
+            format!(
+                "stopped before the backlog was drained: {lagging} after waiting 5m; the next run \
+                 continues"
+            )
+        );
     }
 }

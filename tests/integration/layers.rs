@@ -409,6 +409,7 @@ const WORDED_BY_OUTPUT: &[&str] = &[
     "src/commands/evict/citus.rs",
     "src/commands/evict/pace.rs",
     "src/commands/evict/rate.rs",
+    "src/commands/evict/replica.rs",
     "src/commands/evict/vacuum.rs",
     "src/commands/evict/worker.rs",
     "src/commands/shards.rs",

@@ -8,8 +8,8 @@
 pub(crate) mod citus;
 pub(crate) mod pace;
 pub(crate) mod partitions;
-pub mod rate;
-mod replica;
+pub(crate) mod rate;
+pub(crate) mod replica;
 pub(crate) mod vacuum;
 mod worker;
 
@@ -270,9 +270,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         crate::output::warn(&crate::output::evict::vacuum_warning(v));
     }
     if let (EndReason::ReplicaLag, Some(why)) = (report.end_reason, &waits.gave_up_on) {
-        crate::output::warn(&format!(
-            "stopped before the backlog was drained: {why}; the next run continues"
-        ));
+        crate::output::warn(&crate::output::evict::replica_gave_up(why));
     }
     match (report.end_reason, error) {
         (_, Some(e)) => Err(e),

@@ -29,13 +29,12 @@ use super::EndReason;
 use crate::context::Cancel;
 use crate::db::replication;
 use crate::exit::{Exit, fail};
-use crate::output::{human_bytes, human_secs};
 use crate::progress::Progress;
 
 /// How often the lag is read again while waiting.
 const POLL: Duration = Duration::from_millis(500);
 
-/// The worst replica at one reading.
+/// The worst replica at one reading (worded by the output layer).
 #[derive(Debug, Clone)]
 pub struct Lagging {
     pub name: String,
@@ -43,15 +42,11 @@ pub struct Lagging {
     pub behind_bytes: i64,
 }
 
-impl Lagging {
-    fn describe(&self) -> String {
-        format!(
-            "replica {} is {} behind ({} of WAL not replayed)",
-            crate::output::sanitize(&self.name),
-            human_secs(self.lag_seconds),
-            human_bytes(self.behind_bytes)
-        )
-    }
+/// The replica that ended a run: how far behind it was when evict gave up, after how long a wait.
+#[derive(Debug, Clone)]
+pub(crate) struct GaveUp {
+    pub(crate) worst: Lagging,
+    pub(crate) waited_seconds: f64,
 }
 
 /// Waiting totals for the summary.
@@ -65,7 +60,7 @@ pub struct WaitTotals {
     /// The largest lag measured during the run.
     pub max_lag_seconds: f64,
     /// The replica that ended the run, when one did.
-    pub gave_up_on: Option<String>,
+    pub gave_up_on: Option<GaveUp>,
 }
 
 #[derive(Default)]
@@ -131,18 +126,16 @@ impl ReplicaGate {
         let give_up_at =
             run_deadline.map_or(started + self.max_wait, |d| d.min(started + self.max_wait));
         let outcome = loop {
-            progress.note(&format!(
-                "paused: {} (limit {})",
-                worst.describe(),
-                human_secs(self.max_lag.as_secs_f64())
+            progress.note(&crate::output::evict::replica_pause(
+                &worst,
+                self.max_lag.as_secs_f64(),
             ));
             let now = Instant::now();
             if now >= give_up_at {
-                state.totals.gave_up_on = Some(format!(
-                    "{} after waiting {}",
-                    worst.describe(),
-                    human_secs(started.elapsed().as_secs_f64())
-                ));
+                state.totals.gave_up_on = Some(GaveUp {
+                    worst: worst.clone(),
+                    waited_seconds: started.elapsed().as_secs_f64(),
+                });
                 break Some(EndReason::ReplicaLag);
             }
             if cancel.requested() {
