@@ -3,23 +3,25 @@
 -- end), each row once. The last to expire are the newest keys of the longest TTL; the next to
 -- expire hold, beside older long-lived keys, the newest keys of any shorter TTL (a key created now
 -- with a short TTL expires before the others): in a steady state each TTL is represented by its
--- rate of new keys, whatever its length.
+-- rate of new keys, whatever its length. A key in both lists is counted once, known by its identity
+-- (tenant, key): not by its physical address, which on Citus is the address within one shard, shared
+-- by rows of different shards.
 WITH next AS (
-    SELECT ctid AS row_id, {created_at} AS created_at, {expires_at} AS expires_at
+    SELECT {tenant} AS id_tenant, {key} AS id_key, {created_at} AS created_at, {expires_at} AS expires_at
       FROM {table}
      WHERE {expiry} >= now()
      ORDER BY {expiry}
      LIMIT $1
 ), last AS (
-    SELECT ctid AS row_id, {created_at} AS created_at, {expires_at} AS expires_at
+    SELECT {tenant} AS id_tenant, {key} AS id_key, {created_at} AS created_at, {expires_at} AS expires_at
       FROM {table}
      WHERE {expiry} IS NOT NULL
      ORDER BY {expiry} DESC
      LIMIT $1
 ), sample AS (
-    SELECT row_id, created_at, expires_at FROM next
+    SELECT id_tenant, id_key, created_at, expires_at FROM next
     UNION
-    SELECT row_id, created_at, expires_at FROM last
+    SELECT id_tenant, id_key, created_at, expires_at FROM last
 ), ttl AS (
     SELECT extract(epoch FROM expires_at - created_at)::float8 AS seconds, created_at FROM sample
 )

@@ -18,6 +18,9 @@ pub mod sample;
 
 /// The man page as `idemctl man` prints it (a test keeps `man/idemctl.1` in step with it).
 pub use commands::docs::man_page;
+/// A statement template rewritten to find the rows it locked by the key's identity instead of by
+/// ctid, as idemctl runs it on a Citus reference or local table (the EXPLAIN test explains it).
+pub use db::citus::rows_by_identity;
 /// A table profile: which columns play which role (the EXPLAIN test renders statements with it).
 pub use db::profile::Profile;
 /// evict's statements with the parts generated for foreign keys that reference the key table (the

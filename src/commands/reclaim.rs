@@ -83,6 +83,9 @@ struct Request {
     keep_failed: f64,
     /// Only keys of this tenant and route (`--api-key-id`, `--path`, `--method`, and a plan's).
     filter: reclaim_db::Filter,
+    /// How the batches reach the table's rows (set once connected: a Citus reference or local
+    /// table is changed through the coordinator, its rows found by the key's identity).
+    route: reclaim_db::Route,
 }
 
 mod citus;
@@ -97,6 +100,18 @@ pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
     req.action = profile_action(&table, &req, args)?;
     if req.action != ReclaimAction::Fail {
         req.body = None;
+    }
+    let layout = crate::db::citus::layout(&client, &table).await?;
+    if let Some(layout) = layout.as_ref().filter(|l| l.matches_rows_by_identity()) {
+        if !matches!(req.mode, Mode::Preview(_)) {
+            require_rows_by_identity(&table, layout)?;
+        }
+        req.route = reclaim_db::Route {
+            by_identity: true,
+            bound_waits: layout
+                .written_through_coordinator()
+                .then_some(ROW_LOCK_WAIT),
+        };
     }
     match &req.mode {
         Mode::Preview(path) => preview(ctx, &client, &table, &req, args, path.as_deref()).await,
@@ -168,6 +183,7 @@ fn validate(ctx: &Context, args: &ReclaimArgs) -> Result<Request> {
             limit: args.limit,
             keep_failed: args.keep_failed_for().as_secs_f64(),
             filter: filter_from_args(args)?,
+            route: reclaim_db::Route::default(),
         },
     };
     check_floor(req.older_than, args.force)?;
@@ -371,6 +387,7 @@ fn request_from_plan(args: &ReclaimArgs, path: &Path) -> Result<Request> {
         body: plan.body.clone(),
         limit: args.limit,
         keep_failed: plan.keep_failed_for_seconds,
+        route: reclaim_db::Route::default(),
         mode: Mode::Apply(path.to_owned(), Box::new(plan)),
     })
 }
@@ -1048,7 +1065,7 @@ async fn sweep_batches(
     report: &mut ReclaimReport,
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
-    let statements = statements(ctx, table, req);
+    let statements = statements(ctx, table, req)?;
     loop {
         if ctx.cancel.requested() {
             return Ok(EndReason::Interrupted);
@@ -1075,9 +1092,23 @@ async fn sweep_batches(
 
 /// The action's statements for this table and filters, and the client-side deadline of each
 /// answer.
-fn statements(ctx: &Context, table: &KeyTable, req: &Request) -> reclaim_db::Statements {
+fn statements(ctx: &Context, table: &KeyTable, req: &Request) -> Result<reclaim_db::Statements> {
     let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
-    reclaim_db::Statements::new(table, req.action, &req.filter, deadline)
+    reclaim_db::Statements::new(table, req.action, &req.filter, deadline, req.route)
+}
+
+/// On a Citus reference or local table the batches find the rows they locked again by the key's
+/// identity (Citus refuses a change matched by ctid there), which must then name one row: refuse,
+/// before any change, a table without a unique index on it, or a partitioned one (whose unique
+/// indexes also hold the partition key).
+fn require_rows_by_identity(table: &KeyTable, layout: &crate::db::citus::Layout) -> Result<()> {
+    if table.identity_index().is_some() && table.partition_key().is_empty() {
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        output::no_identity_on_citus(table, layout),
+    ))
 }
 
 /// Stuck keys the run may take (its filters applied), counted up to COUNT_CAP.
@@ -1292,7 +1323,7 @@ async fn apply_batches(
     report: &mut ReclaimReport,
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
-    let statements = statements(ctx, table, req);
+    let statements = statements(ctx, table, req)?;
     let size = usize::try_from(args.batch_size).unwrap_or(usize::MAX);
     for chunk in rows.chunks(size) {
         if ctx.cancel.requested() {

@@ -28,6 +28,7 @@ pub enum Layout {
 }
 
 const PROPAGATE_SET_LOCAL_SQL: &str = include_str!("../../sql/citus_propagate_set_local.sql");
+const CUSTOM_PLAN_LOCAL_SQL: &str = include_str!("../../sql/citus_custom_plan_local.sql");
 
 impl Layout {
     /// Whether idemctl writes the table through the coordinator to placements on the workers (a
@@ -36,6 +37,71 @@ impl Layout {
     pub fn written_through_coordinator(&self) -> bool {
         matches!(self, Layout::Reference)
     }
+
+    /// Whether the statements that lock rows and then change them must find those rows again by
+    /// the key's identity rather than by physical address: a reference table or a Citus local
+    /// table, whose statements idemctl runs through the coordinator. Citus plans a statement whose
+    /// rows are locked in a `WITH` (`FOR UPDATE SKIP LOCKED`) by running that part first and
+    /// feeding its rows to the change, and it refuses a change matched by `ctid` then ("Recursively
+    /// planned distributed modifications with ctid on where clause are not supported"); see
+    /// [`rows_by_identity`].
+    pub fn matches_rows_by_identity(&self) -> bool {
+        matches!(self, Layout::Reference | Layout::CitusLocal)
+    }
+}
+
+/// A statement template that locks rows in a `candidates` CTE and then changes them by physical
+/// address (`ctid`, and `tableoid` for a partition), rewritten to find them by the key's identity
+/// (`{tenant}`, `{key}`) instead, for a table Citus runs through the coordinator
+/// ([`Layout::matches_rows_by_identity`]). The identity is unique there (the caller requires the
+/// identity index), so the change touches exactly the rows the `WITH` locked, and re-checks on each
+/// what the template re-checks. `None` when the template does not have the shape this rewrites (a
+/// line other than a comment still naming `ctid`), so a changed template is never run half
+/// rewritten.
+pub fn rows_by_identity(template: &str) -> Option<String> {
+    let mut out = String::with_capacity(template.len());
+    // A join's locking SELECT is wrapped in a subquery: Citus (13.2) hands the rows of a
+    // `SELECT ... JOIN ... FOR UPDATE OF t` in a `WITH` to the change that follows incomplete
+    // ("missing data for column"), and those of a plain SELECT over it intact.
+    let mut wrapped = false;
+    for line in template.lines() {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        let code = line.trim();
+        // A statement's markers for other parts (`/*{candidate_keys}*/`, `/*{ready}*/`) are kept.
+        let rewritten = if let Some(rest) = code.strip_prefix("SELECT tableoid, ctid") {
+            format!("SELECT {{tenant}} AS id_tenant, {{key}} AS id_key{rest}")
+        } else if code == "SELECT t.tableoid, t.ctid" {
+            wrapped = true;
+            "SELECT id_tenant, id_key FROM (SELECT {t.tenant} AS id_tenant, {t.key} AS id_key"
+                .to_owned()
+        } else if code == "FOR UPDATE OF t SKIP LOCKED" && wrapped {
+            wrapped = false;
+            "FOR UPDATE OF t SKIP LOCKED) AS locked".to_owned()
+        } else if let Some(from) = code
+            .strip_prefix("WHERE ctid = ANY (ARRAY(SELECT ctid FROM ")
+            .and_then(|r| r.strip_suffix("candidates))"))
+        {
+            format!(
+                "WHERE ({{tenant}}, {{key}}) IN (SELECT id_tenant, id_key FROM {from}candidates)"
+            )
+        } else if code.starts_with("AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM ")
+            && code.ends_with("candidates)")
+        {
+            continue;
+        } else if code == "WHEN t.ctid IS NULL THEN 'gone'" {
+            "WHEN {t.key} IS NULL THEN 'gone'".to_owned()
+        } else if !code.starts_with("--") && code.contains("ctid") {
+            return None;
+        } else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        out.push_str(indent);
+        out.push_str(&rewritten);
+        out.push('\n');
+    }
+    (!wrapped).then_some(out)
 }
 
 /// Inside a transaction of `session` that writes through the coordinator: keep this
@@ -56,6 +122,55 @@ pub async fn bound_row_waits(session: &Session, wait: Duration) -> Result<()> {
         ))
         .await
         .context("failed to set the batch's lock_timeout")
+}
+
+/// Inside a batch's transaction on a table Citus plans on the coordinator
+/// ([`Layout::matches_rows_by_identity`]): plan the statements with their parameters' values
+/// (`SET LOCAL`: nothing outlives the transaction). Citus cannot plan a statement that locks rows
+/// in a `WITH` and changes them from a generic plan, which evict's sessions ask for.
+pub async fn plan_with_values(session: &Session) -> Result<()> {
+    session
+        .batch_execute(CUSTOM_PLAN_LOCAL_SQL)
+        .await
+        .context("failed to plan the batch with its values")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rows_by_identity;
+
+    /// Every template that changes the rows it locked by ctid has the shape the rewrite knows, and
+    /// the rewrite leaves no ctid outside the comments.
+    #[test]
+    fn every_ctid_template_is_rewritten_to_the_identity() {
+        let templates = [
+            include_str!("../../sql/reclaim_delete.sql"),
+            include_str!("../../sql/reclaim_fail.sql"),
+            include_str!("../../sql/reclaim_release.sql"),
+            include_str!("../../sql/reclaim_apply_delete.sql"),
+            include_str!("../../sql/reclaim_apply_fail.sql"),
+            include_str!("../../sql/reclaim_apply_release.sql"),
+            include_str!("../../sql/evict_batch_skip_locked.sql"),
+        ];
+        for t in templates {
+            let r = rows_by_identity(t).expect("a template of the known shape");
+            let code: Vec<&str> = r
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("--"))
+                .collect();
+            assert!(
+                !code
+                    .iter()
+                    .any(|l| l.contains("ctid") || l.contains("tableoid")),
+                "{r}"
+            );
+            assert!(
+                r.contains("IN (SELECT id_tenant, id_key FROM candidates)"),
+                "{r}"
+            );
+        }
+        assert!(rows_by_identity("SELECT ctid FROM t").is_none());
+    }
 }
 
 /// `None` when Citus is not installed in the database or does not manage the table.

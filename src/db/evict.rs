@@ -54,6 +54,9 @@ pub struct Statements {
     /// On Citus, a table written through the coordinator: each batch's row waits on every node,
     /// and how its fallback waits out a live transaction (see [`Statements::through_coordinator`]).
     coordinator_waits: Option<ThroughCoordinator>,
+    /// On a Citus reference or local table: each batch statement in a transaction of its own that
+    /// plans it with its values ([`super::citus::plan_with_values`]).
+    by_identity: bool,
 }
 
 /// How the batches of a table written through the Citus coordinator (a reference table) wait.
@@ -118,6 +121,7 @@ impl Statements {
             range_in_progress: table.sql(RANGE_IN_PROGRESS_SQL),
             referenced: refs.any_blocking().then(|| render(REFERENCED_SQL)),
             coordinator_waits: None,
+            by_identity: false,
         }
     }
 
@@ -142,6 +146,22 @@ impl Statements {
         count(&row, "referenced")
     }
 
+    /// The table is a Citus reference or local table, whose statements Citus plans on the
+    /// coordinator: the SKIP LOCKED fallback finds the rows it locked again by the key's identity,
+    /// not by ctid, which Citus refuses there ([`super::citus::rows_by_identity`]). Its DELETE
+    /// re-checks expiry and state on every row it removes, as by ctid.
+    pub fn by_identity(mut self, table: &KeyTable) -> Result<Statements> {
+        let template = super::citus::rows_by_identity(SKIP_LOCKED_SQL).ok_or_else(|| {
+            fail(
+                Exit::Internal,
+                "evict's SKIP LOCKED statement has no form that finds its rows by the key's identity",
+            )
+        })?;
+        self.skip_locked = References::none().fill(&table.sql(&template), &table.quoted);
+        self.by_identity = true;
+        Ok(self)
+    }
+
     /// The table is written through the Citus coordinator (a reference table): each batch
     /// statement runs in a transaction of its own that bounds its row waits to `how.wait` on every
     /// node ([`super::citus::bound_row_waits`]), as the session's lock_timeout does on one server.
@@ -156,9 +176,10 @@ impl Statements {
         client: &Session,
         statement: impl std::future::Future<Output = Result<T>>,
     ) -> Result<T> {
-        let Some(wait) = self.coordinator_waits.as_ref().map(|how| how.wait) else {
+        let wait = self.coordinator_waits.as_ref().map(|how| how.wait);
+        if wait.is_none() && !self.by_identity {
             return statement.await;
-        };
+        }
         super::batch::in_transaction(
             client,
             [
@@ -166,7 +187,12 @@ impl Statements {
                 "failed to commit a batch",
             ],
             async {
-                super::citus::bound_row_waits(client, wait).await?;
+                if self.by_identity {
+                    super::citus::plan_with_values(client).await?;
+                }
+                if let Some(wait) = wait {
+                    super::citus::bound_row_waits(client, wait).await?;
+                }
                 statement.await
             },
         )

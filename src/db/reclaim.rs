@@ -230,6 +230,23 @@ pub struct Statements {
     filter: Filter,
     /// How long the client waits for any one answer (statement_timeout plus a margin).
     deadline: Duration,
+    /// On a Citus reference table (written through the coordinator to every placement): each
+    /// batch runs in a transaction of its own that keeps its row waits to this on every node
+    /// ([`super::citus::bound_row_waits`]).
+    bound_waits: Option<Duration>,
+    /// On a Citus reference or local table: each batch in a transaction of its own that plans it
+    /// with its values ([`super::citus::plan_with_values`]).
+    by_identity: bool,
+}
+
+/// How a table's batches reach its rows, for [`Statements::new`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Route {
+    /// Find the rows a batch locked again by the key's identity, not by ctid (a Citus reference
+    /// or local table: [`super::citus::Layout::matches_rows_by_identity`]).
+    pub by_identity: bool,
+    /// Keep each batch's row waits to this on every Citus node (a reference table).
+    pub bound_waits: Option<Duration>,
 }
 
 /// A plan row as apply binds it: (tenant, key, locked_at, created_at).
@@ -248,20 +265,36 @@ impl Statements {
         action: ReclaimAction,
         filter: &Filter,
         deadline: Duration,
-    ) -> Statements {
+        route: Route,
+    ) -> Result<Statements> {
         let (sweep, apply) = match action {
             ReclaimAction::Delete => (DELETE_SQL, APPLY_DELETE_SQL),
             ReclaimAction::Fail => (FAIL_SQL, APPLY_FAIL_SQL),
             ReclaimAction::Release => (RELEASE_SQL, APPLY_RELEASE_SQL),
         };
-        Statements {
-            sweep: table.sql(sweep),
+        let render = |template: &str| -> Result<String> {
+            if !route.by_identity {
+                return Ok(table.sql(template));
+            }
+            super::citus::rows_by_identity(template)
+                .map(|t| table.sql(&t))
+                .ok_or_else(|| {
+                    fail(
+                        Exit::Internal,
+                        "a reclaim statement has no form that finds its rows by the key's identity",
+                    )
+                })
+        };
+        Ok(Statements {
+            sweep: render(sweep)?,
             archive_lock: table.sql(ARCHIVE_LOCK_SQL),
-            apply: table.sql(apply),
+            apply: render(apply)?,
             apply_archive_lock: table.sql(APPLY_ARCHIVE_LOCK_SQL),
             filter: filter.clone(),
             deadline,
-        }
+            bound_waits: route.bound_waits,
+            by_identity: route.by_identity,
+        })
     }
 
     /// A sweep batch's parameters: cutoff, size, what `fail` stores, then the filters.
@@ -431,6 +464,7 @@ impl Statements {
         archive: &std::sync::Mutex<ArchiveSink<'_>>,
         read: TakenBy<'_, T>,
     ) -> Result<T> {
+        self.through_citus(client).await?;
         let (lock_sql, lock_params) = batch.lock;
         let locked =
             super::with_deadline(self.deadline, client.query_reused(lock_sql, lock_params))
@@ -475,8 +509,38 @@ impl Statements {
         sql: &str,
         params: &[Param<'_>],
     ) -> Result<Vec<tokio_postgres::Row>> {
-        batch::retrying(|| super::with_deadline(self.deadline, client.query_reused(sql, params)))
-            .await
+        if !self.by_identity {
+            return batch::retrying(|| {
+                super::with_deadline(self.deadline, client.query_reused(sql, params))
+            })
+            .await;
+        }
+        batch::retrying(|| {
+            batch::in_transaction(
+                client,
+                [
+                    "failed to start a batch's transaction",
+                    "failed to commit a batch",
+                ],
+                async move {
+                    self.through_citus(client).await?;
+                    super::with_deadline(self.deadline, client.query_reused(sql, params)).await
+                },
+            )
+        })
+        .await
+    }
+
+    /// At the start of a batch's transaction on a Citus reference or local table: plan it with
+    /// its values, and on a reference table keep its row waits bounded on every node.
+    async fn through_citus(&self, client: &Session) -> Result<()> {
+        if self.by_identity {
+            super::citus::plan_with_values(client).await?;
+        }
+        if let Some(wait) = self.bound_waits {
+            super::citus::bound_row_waits(client, wait).await?;
+        }
+        Ok(())
     }
 }
 

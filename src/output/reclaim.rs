@@ -386,6 +386,18 @@ pub(crate) fn no_identity_index(table: &KeyTable) -> String {
     )
 }
 
+/// A Citus reference or local table whose rows the batches cannot name by their identity (no
+/// unique index on exactly the identity columns, or a partitioned table).
+pub(crate) fn no_identity_on_citus(table: &KeyTable, layout: &Layout) -> String {
+    format!(
+        "table {} is {}: Citus changes its rows only when they are named by their identity {}, which needs a unique index on exactly those columns on a table that is not partitioned; nothing was changed: create it with: {}",
+        table.display(),
+        layout.describe(),
+        sanitize(&table.identity_columns_text()),
+        table.identity_index_fix()
+    )
+}
+
 /// A plan made for another table.
 pub(crate) fn plan_for_another_table(path: &Path, planned: &str, table: &KeyTable) -> String {
     let planned = sanitize(planned);

@@ -139,12 +139,34 @@ async fn citus_evict_deletes_exactly_expired_completed_rows_of_a_local_table() {
     evicts_exactly_the_expired_completed_rows(Layout::Local).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_deletes_exactly_expired_completed_rows_of_a_citus_local_table() {
+    evicts_exactly_the_expired_completed_rows(Layout::CitusLocal).await;
+}
+
 /// A live request holds an expired completed key (its retry's `SELECT ... FOR UPDATE`, routed by the
 /// coordinator to the shard's worker): the run on that worker skips the row within its lock
 /// timeout instead of waiting, deletes the rest of every shard, and the next run takes the row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_evict_skips_a_row_a_live_request_holds_on_a_worker() {
-    let Some(db) = loaded(Layout::ByTenant, "citus evict beside a held row").await else {
+    skips_a_row_a_live_request_holds(Layout::ByTenant).await;
+}
+
+/// The same on a Citus local table, whose statements Citus plans on the coordinator: the SKIP
+/// LOCKED fallback finds the rows it locked by the key's identity (Citus cannot plan it by ctid
+/// there), skips the held row and deletes the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_skips_a_row_a_live_request_holds_on_a_citus_local_table() {
+    skips_a_row_a_live_request_holds(Layout::CitusLocal).await;
+}
+
+async fn skips_a_row_a_live_request_holds(layout: Layout) {
+    let Some(db) = loaded(
+        layout,
+        &format!("citus evict beside a held row ({layout:?})"),
+    )
+    .await
+    else {
         return;
     };
     let live = db.client().await;
@@ -1590,4 +1612,138 @@ async fn citus_schema_based_sharding_works_on_the_one_shard() {
             assert_eq!(after.get(k), Some(seen), "row {k:?} was deleted or changed");
         }
     }
+}
+
+/// Stuck keys as reclaim's default cutoff-free tests count them (held longer than 30 minutes).
+const STUCK_SQL: &str = "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress' \
+                         AND coalesce(locked_at, created_at) < now() - interval '30 minutes'";
+
+/// reclaim on a table Citus runs through the coordinator (a reference table, a Citus local
+/// table): every writing mode works — a plan applied, the sweep, `--action fail`, `--archive` —
+/// each taking exactly the keys it names or finds, every other row unchanged. (Citus refuses a
+/// change matched by ctid there: each mode failed at its first batch.)
+async fn reclaims_in_every_mode_through_the_coordinator(layout: Layout) {
+    let Some(db) = loaded(layout, &format!("citus reclaim ({layout:?})")).await else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    let client = db.client().await;
+    let stuck: i64 = client.query_one(STUCK_SQL, &[]).await.unwrap().get(0);
+    assert!(stuck >= 40, "fixture: {stuck}");
+    let before = snapshot(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_arg = plan.to_str().unwrap();
+    let archive = dir.path().join("archive.jsonl");
+    let archive_arg = archive.to_str().unwrap();
+    db.idemctl()
+        .args([
+            "reclaim",
+            "--plan",
+            plan_arg,
+            "--older-than",
+            "30m",
+            "--limit",
+            "10",
+        ])
+        .run()
+        .assert_code(0);
+    let mut taken: Vec<(String, String, &str)> = Vec::new();
+    let mut record = |j: &serde_json::Value, how: &'static str| {
+        for k in j["reclaimed"].as_array().unwrap() {
+            taken.push((
+                k["api_key_id"].as_str().unwrap().to_owned(),
+                k["key"].as_str().unwrap().to_owned(),
+                how,
+            ));
+        }
+    };
+    let runs: [(&[&str], &'static str); 4] = [
+        (&["--apply", plan_arg], "delete"),
+        (&["--older-than", "30m", "--limit", "10"], "delete"),
+        (
+            &["--older-than", "30m", "--limit", "10", "--action", "fail"],
+            "fail",
+        ),
+        (&["--older-than", "30m", "--archive", archive_arg], "delete"),
+    ];
+    let mut total = 0;
+    for (flags, how) in runs {
+        let run = db
+            .idemctl()
+            .args(["reclaim", "--yes", "-o", "json", "--batch-size", "4"])
+            .args(flags)
+            .run();
+        run.assert_code(0);
+        let j = run.json();
+        let n = j["rows_reclaimed"].as_i64().unwrap();
+        let want = if flags.contains(&"--archive") {
+            stuck - total
+        } else {
+            10
+        };
+        assert_eq!(n, want, "{flags:?}: {j}");
+        total += n;
+        record(&j, how);
+    }
+    assert_eq!(total, stuck);
+    assert_eq!(
+        client
+            .query_one(STUCK_SQL, &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0),
+        0
+    );
+    let archived = std::fs::read_to_string(&archive).unwrap();
+    assert!(
+        archived.lines().count() as i64 >= stuck - 30,
+        "the archive holds the swept keys:\n{archived}"
+    );
+    let after = snapshot(&db).await;
+    for (k, seen) in &before {
+        match taken.iter().find(|t| t.0 == k.0 && t.1 == k.1) {
+            Some((_, _, "delete")) => assert!(!after.contains_key(k), "{k:?} should be gone"),
+            Some(_) => {
+                let now = after.get(k).expect("a failed key stays");
+                assert_eq!(now.state, "completed", "{k:?}");
+            }
+            None => assert_eq!(after.get(k), Some(seen), "row {k:?} was deleted or changed"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_reclaim_every_mode_on_a_reference_table() {
+    reclaims_in_every_mode_through_the_coordinator(Layout::Reference).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_reclaim_every_mode_on_a_citus_local_table() {
+    reclaims_in_every_mode_through_the_coordinator(Layout::CitusLocal).await;
+}
+
+/// stats' recent-TTL sample on a distributed table counts every key once, however many share a
+/// physical address in their shards: 1,000 keys inserted in bulk, 500 with a one-day TTL and 500
+/// with a two-day TTL (so rows of different shards share a ctid, a creation time and an expiry), are
+/// 1,000 keys in the sample (the 500 that expire next and the 500 that expire last), not the few
+/// dozen distinct (ctid, created_at, expires_at).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_stats_recent_ttl_sample_counts_each_key_once_across_shards() {
+    if skipped("citus stats recent TTL") {
+        return;
+    }
+    let db = CitusDb::new(Some(Layout::ByTenant)).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+         request_fingerprint, state, response_status, response_body, created_at, expires_at) \
+         SELECT 'k' || g, 'tenant_' || (g % 97), 'POST', '/v1/payments', '\\x00', 'completed', 201, \
+         '{}', now(), now() + CASE WHEN g <= 500 THEN interval '1 day' ELSE interval '2 days' END \
+         FROM generate_series(1, 1000) g; ANALYZE idempotency_keys",
+    )
+    .await;
+    let run = db.idemctl().args(["stats", "-o", "json"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["recent_ttl"]["keys"], 1000, "{j}");
 }

@@ -295,6 +295,23 @@ async fn assert_index_backed_as(
     args: &str,
     rels: &KeyRelations,
 ) {
+    // A statement that finds the rows it locked again by ctid also runs, on a Citus reference or
+    // local table, with them found by the key's identity: explained too.
+    if let Some(by_identity) = sql
+        .lines()
+        .any(|l| !l.trim_start().starts_with("--") && l.contains("ctid"))
+        .then(|| idemctl::rows_by_identity(sql).expect("a template of the known shape"))
+    {
+        Box::pin(assert_index_backed_as(
+            db,
+            profile,
+            &by_identity,
+            &format!("{file} (rows by identity)"),
+            args,
+            rels,
+        ))
+        .await;
+    }
     let client = db.client().await;
     let sql = profile.render(sql, "\"public\".\"idempotency_keys\"");
     assert!(

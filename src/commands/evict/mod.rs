@@ -186,9 +186,13 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     }
     // A reference table is written through the coordinator, to every placement:
     // each batch then bounds its row waits on every node, not only on this session.
-    let through_coordinator = crate::db::citus::layout(&client, &table)
-        .await?
+    // A reference or Citus local table is planned by Citus: its SKIP LOCKED fallback finds rows
+    // by the key's identity.
+    let layout = crate::db::citus::layout(&client, &table).await?;
+    let through_coordinator = layout
+        .as_ref()
         .is_some_and(|l| l.written_through_coordinator());
+    let by_identity = layout.is_some_and(|l| l.matches_rows_by_identity());
     let gate = args
         .max_replica_lag
         .map(|max| Arc::new(replica::ReplicaGate::new(max, args.max_replica_wait)));
@@ -214,8 +218,9 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     } else {
         args.effective_jobs()
     };
-    let statements = match through_coordinator {
-        true => statements(&table),
+    // On a reference or Citus local table the batches leave foreign keys to the server, as before.
+    let statements = match by_identity {
+        true => statements(&table).by_identity(&table)?,
         false => statements_with_references(&client, &table).await?,
     };
     let shared = worker::Shared::new(

@@ -177,6 +177,9 @@ pub enum Layout {
     Reference,
     /// A plain table on the coordinator (Citus installed, the table not distributed).
     Local,
+    /// A Citus local table: `citus_add_local_table_to_metadata('idempotency_keys')` (on the
+    /// coordinator, known to Citus; its statements are planned by Citus).
+    CitusLocal,
     /// Schema-based sharding: the table moved into schema `keys`, then
     /// `citus_schema_distribute('keys')` (a single-shard table on one worker). The database's
     /// search_path starts with `keys`, so new sessions find the table by its bare name.
@@ -293,6 +296,10 @@ impl CitusDb {
                  SELECT citus_schema_distribute('keys')",
                 "keys.idempotency_keys",
             ),
+            Layout::CitusLocal => (
+                "SELECT citus_add_local_table_to_metadata('idempotency_keys')",
+                "idempotency_keys",
+            ),
             Layout::Local => return,
         };
         self.exec(sql).await;
@@ -303,7 +310,12 @@ impl CitusDb {
             ))
             .await;
         }
-        // As Citus's notice advises: the rows are in the shards now, the coordinator's copy goes.
+        // As Citus's notice advises: the rows are in the shards now, the coordinator's copy goes
+        // (a Citus local table keeps its rows where they are: its shard is the table itself).
+        if layout == Layout::CitusLocal {
+            self.exec(&format!("ANALYZE {table}")).await;
+            return;
+        }
         self.exec(&format!(
             "SELECT truncate_local_data_after_distributing_table('{table}')"
         ))
