@@ -114,7 +114,27 @@ pub fn one_line(err: &anyhow::Error) -> String {
         }
         parts.push(cause.to_string());
     }
-    parts.join(": ").replace(['\n', '\r'], " ")
+    one_spaced(&parts.join(": "))
+}
+
+/// A message's line breaks, with the indentation that follows them (a server's multi-line text:
+/// libpq's "Connection refused\n\tIs the server running ...", which Citus passes on), as one
+/// space each, so the line reads as one sentence; a tab or space within a line is kept.
+fn one_spaced(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\n' || c == '\r' {
+            while out.ends_with([' ', '\t']) {
+                out.pop();
+            }
+            while chars.next_if(|c| c.is_whitespace()).is_some() {}
+            out.push(' ');
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// A panic is a bug: say so in one line, without a backtrace, and exit with the internal-error code.
@@ -136,4 +156,17 @@ fn install_panic_hook() {
         );
         std::process::exit(i32::from(exit::Exit::Internal.code()));
     }));
+}
+
+#[cfg(test)]
+mod one_line_tests {
+    #[test]
+    fn line_breaks_and_their_indentation_become_one_space() {
+        assert_eq!(
+            super::one_spaced("connection refused\n\tIs the server running?\r\n"),
+            "connection refused Is the server running? "
+        );
+        assert_eq!(super::one_spaced("a\tb"), "a\tb");
+        assert_eq!(super::one_spaced("a \n  \n b"), "a b");
+    }
 }

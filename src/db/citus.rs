@@ -218,6 +218,36 @@ pub async fn not_foreground(client: &Session, node: &str) -> Result<Vec<i64>> {
         .get("gpids"))
 }
 
+/// What the current role may do on one shard (sql/citus_shard_privileges.sql).
+#[derive(Clone, Debug)]
+pub struct ShardGrants {
+    pub role: String,
+    pub select: bool,
+    pub delete: bool,
+    pub lock_rows: bool,
+}
+
+/// The role's grants on the shards `oids` of one worker, in one catalog lookup on that worker.
+pub async fn shard_grants(client: &Session, oids: &Vec<i64>) -> Result<Vec<ShardGrants>> {
+    let rows = client
+        .query(
+            include_str!("../../sql/citus_shard_privileges.sql"),
+            &[p(oids)],
+        )
+        .await
+        .context("failed to read the role's privileges on the shards")?;
+    rows.iter()
+        .map(|r| {
+            Ok(ShardGrants {
+                role: r.try_get("role")?,
+                select: r.try_get("can_select")?,
+                delete: r.try_get("can_delete")?,
+                lock_rows: r.try_get("can_lock_rows")?,
+            })
+        })
+        .collect()
+}
+
 /// One shard and the node that holds it.
 #[derive(Clone, Debug)]
 pub struct Placement {

@@ -474,6 +474,34 @@ pub(crate) fn refused_on_citus(flag: &str, table: &KeyTable, layout: &Layout) ->
     )
 }
 
+/// A shard of a Citus table that lost the expiry index evict's batches walk (dropped on `worker`).
+pub(crate) fn shard_without_expiry_index(shard: i64, table: &KeyTable, worker: &str) -> String {
+    format!(
+        "shard {shard} of {} on worker {worker} has no expiry index (it was dropped on the worker), so every evict batch there would scan the shard whole; nothing was changed: recreate the index on the coordinator, which Citus creates on every shard (`idemctl check` prints the statements)",
+        table.display()
+    )
+}
+
+/// A role that lacks on a shard of a Citus table (on `worker`) grants evict needs, which it has
+/// on the coordinator's table.
+pub(crate) fn shard_grants_missing(
+    role: &str,
+    lacks: &[&str],
+    shard: i64,
+    table: &KeyTable,
+    worker: &str,
+) -> String {
+    format!(
+        "permission denied: role {} lacks {} on shard {shard} of {} on worker {worker}, which evict needs; nothing was changed: grant it on the coordinator, which Citus passes on to every shard: GRANT {} ON {} TO {};",
+        sanitize(role),
+        lacks.join(", "),
+        table.display(),
+        lacks.join(", "),
+        table.quoted,
+        sanitize(&quote_ident(role))
+    )
+}
+
 /// --vacuum for a role that may not vacuum `relations` (the first one owned by `owner`).
 pub(crate) fn vacuum_denied(relations: &[&str], owner: &str) -> String {
     let relations: Vec<String> = relations.iter().map(|r| sanitize(r)).collect();

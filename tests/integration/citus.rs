@@ -929,6 +929,22 @@ async fn citus_table_distributed_by_another_column() {
     );
 }
 
+/// A login role named `prefix` and the database's suffix, granted SELECT, DELETE and UPDATE on the
+/// key table on the coordinator (Citus passes the grants on to every shard).
+async fn maintenance_role(db: &CitusDb, prefix: &str) -> String {
+    let role = format!("{prefix}_{}", &db.name[db.name.len() - 8..]);
+    db.exec_alone(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}"
+    ))
+    .await;
+    role
+}
+
+/// idemctl pointed at the coordinator as `role`.
+fn as_role(db: &CitusDb, role: &str) -> crate::support::cmd::Cmd {
+    crate::support::cmd::Cmd::new().env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", role)]))
+}
+
 /// The finding of `check -o json` named `name`.
 fn finding<'a>(j: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     j["findings"]
@@ -1017,20 +1033,8 @@ async fn citus_check_verifies_the_grants_reached_every_shard() {
     let Some(db) = loaded(Layout::ByTenant, "citus check privileges").await else {
         return;
     };
-    let role = format!("maint_{}", &db.name[db.name.len() - 8..]);
-    db.exec_alone(&format!(
-        "CREATE ROLE {role} LOGIN; GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}"
-    ))
-    .await;
-    let check = || {
-        crate::support::cmd::Cmd::new()
-            .env(
-                "IDEMCTL_DATABASE_URL",
-                db.url_with(&[("user", role.as_str())]),
-            )
-            .args(["check", "-o", "json"])
-            .run()
-    };
+    let role = maintenance_role(&db, "maint").await;
+    let check = || as_role(&db, &role).args(["check", "-o", "json"]).run();
     let run = check();
     run.assert_code(0);
     let j = run.json();
@@ -1043,24 +1047,9 @@ async fn citus_check_verifies_the_grants_reached_every_shard() {
     );
 
     // One shard loses DELETE on its worker.
-    let worker = db.node_client(1).await;
+    let (worker, shard) = shard_on_worker(&db, "").await;
     worker
-        .batch_execute("SET citus.override_table_visibility = off")
-        .await
-        .unwrap();
-    let shard: String = worker
-        .query_one(
-            "SELECT c.relname::text FROM pg_class c WHERE c.relkind = 'r' \
-             AND c.relname ~ '^idempotency_keys_[0-9]+$' ORDER BY c.relname LIMIT 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    worker
-        .batch_execute(&format!(
-            "SET citus.enable_manual_changes_to_shards = on; REVOKE DELETE ON {shard} FROM {role}"
-        ))
+        .batch_execute(&format!("REVOKE DELETE ON {shard} FROM {role}"))
         .await
         .unwrap();
     let run = check();
@@ -1746,4 +1735,202 @@ async fn citus_stats_recent_ttl_sample_counts_each_key_once_across_shards() {
     run.assert_code(0);
     let j = run.json();
     assert_eq!(j["recent_ttl"]["keys"], 1000, "{j}");
+}
+
+/// `--max-batches` on a table whose expired keys are all in the last shards (by worker and shard
+/// id, the order the shards are listed in): a shard with nothing to evict is probed, not counted
+/// as a batch, and the budget goes to the shards that have keys, oldest first, so each of three
+/// runs of `--max-batches 10` evicts 10 batches' worth (every shard before them being empty used to
+/// spend the whole budget: 0 rows, 10 batches, every run). `--max-rows 100` in batches of 20 runs
+/// exactly 5 batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_budget_is_spent_on_shards_with_keys_not_on_empty_ones() {
+    if skipped("citus evict budget past empty shards") {
+        return;
+    }
+    let db = CitusDb::new(Some(Layout::ByTenant)).await;
+    db.exec(
+        "WITH last AS (
+             SELECT s.shardid FROM pg_dist_shard s
+               JOIN pg_dist_placement p ON p.shardid = s.shardid
+               JOIN pg_dist_node n ON n.groupid = p.groupid
+              WHERE s.logicalrelid = 'idempotency_keys'::regclass
+              ORDER BY n.nodename DESC, n.nodeport DESC, s.shardid DESC LIMIT 4
+         ), tenants AS (
+             SELECT array_agg('tenant_' || g) AS t FROM generate_series(1, 3000) g
+              WHERE get_shard_id_for_distribution_column('idempotency_keys', 'tenant_' || g)
+                    IN (SELECT shardid FROM last)
+         )
+         INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path,
+             request_fingerprint, state, response_status, response_body, created_at, expires_at)
+         SELECT 'k' || g, t[1 + g % cardinality(t)], 'POST', '/v1/payments', '\\x00', 'completed',
+                201, '{}', now() - interval '2 days', now() - interval '1 day' + g * interval '1 second'
+           FROM tenants, generate_series(1, 2000) g;
+         ANALYZE idempotency_keys",
+    )
+    .await;
+    let client = db.client().await;
+    let expired = || async {
+        client
+            .query_one(
+                "SELECT count(*) FROM idempotency_keys WHERE expires_at < now() AND state = 'completed'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    assert_eq!(expired().await, 2000);
+    let budgeted = |budget: &[&str]| {
+        let run = db
+            .idemctl()
+            .args(["evict", "-o", "json", "--batch-size", "20"])
+            .args(budget)
+            .run();
+        run.assert_code(0);
+        run.json()
+    };
+    for run_no in 1..=3 {
+        let j = budgeted(&["--max-batches", "10"]);
+        assert_eq!(j["batches"], 10, "run {run_no}: {j}");
+        assert_eq!(j["rows_evicted"], 200, "run {run_no}: {j}");
+        assert_eq!(j["end_reason"], "batch_budget", "run {run_no}: {j}");
+        assert_eq!(expired().await, 2000 - 200 * run_no, "run {run_no}");
+    }
+    let j = budgeted(&["--max-rows", "100"]);
+    assert_eq!(j["rows_evicted"], 100, "{j}");
+    assert_eq!(j["batches"], 5, "{j}");
+}
+
+/// evict on a distributed table as a role that cannot see other sessions (no pg_monitor): the pace
+/// falls back to its fixed duty cycle on every worker, and the warning says so once per run, not
+/// once per worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_says_the_pace_fallback_once_per_run() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict pace fallback once").await else {
+        return;
+    };
+    let role = maintenance_role(&db, "evictor").await;
+    let run = as_role(&db, &role).args(["evict", "-o", "json"]).run();
+    run.assert_code(0);
+    let said = run
+        .stderr
+        .matches("cannot see other sessions' activity")
+        .count();
+    assert_eq!(said, 1, "{run}");
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], MIX.expired, "{j}");
+    for n in j["citus"]["nodes"].as_array().unwrap() {
+        assert_eq!(n["pace"]["mode"], "fixed", "{j}");
+    }
+}
+
+/// The first shard (by name; the last with `order` "DESC") on the first worker, and a session there
+/// with `SET citus.override_table_visibility = off` and manual changes to shards allowed.
+async fn shard_on_worker(db: &CitusDb, order: &str) -> (tokio_postgres::Client, String) {
+    let worker = db.node_client(1).await;
+    worker
+        .batch_execute(
+            "SET citus.override_table_visibility = off; SET citus.enable_manual_changes_to_shards = on",
+        )
+        .await
+        .unwrap();
+    let shard: String = worker
+        .query_one(
+            &format!(
+                "SELECT c.relname::text FROM pg_class c WHERE c.relkind = 'r' \
+                 AND c.relname ~ '^idempotency_keys_[0-9]+$' ORDER BY c.relname {order} LIMIT 1"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    (worker, shard)
+}
+
+/// evict on a distributed table one of whose shards lost its expiry index on its worker: refused
+/// before any change (exit 2), naming the shard, instead of scanning that shard whole every batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_refuses_a_shard_without_its_expiry_index() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict shard index").await else {
+        return;
+    };
+    let (worker, shard) = shard_on_worker(&db, "").await;
+    let id = shard.trim_start_matches("idempotency_keys_").to_owned();
+    worker
+        .batch_execute(&format!("DROP INDEX idempotency_keys_expiry_{id}"))
+        .await
+        .unwrap();
+    let before = snapshot(&db).await;
+    let run = db.idemctl().args(["evict", "-o", "json"]).run();
+    run.assert_code(2)
+        .assert_stderr_contains(&format!("shard {id} of"))
+        .assert_stderr_contains("has no expiry index")
+        .assert_stderr_contains("nothing was changed");
+    assert_eq!(snapshot(&db).await, before);
+}
+
+/// evict as a role whose DELETE was revoked on one shard on its worker: refused before any change
+/// with the permission-denied exit code (6), naming the shard and the GRANT to run on the
+/// coordinator (it used to delete from the shards before it, then fail on that one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_checks_the_grants_on_every_shard_before_any_change() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict shard grants").await else {
+        return;
+    };
+    let role = maintenance_role(&db, "shardless").await;
+    let (_, first) = shard_on_worker(&db, "").await;
+    let id = first.trim_start_matches("idempotency_keys_").to_owned();
+    // The last shard in the order evict takes them, so the shards before it would be evicted first.
+    let (worker, last) = shard_on_worker(&db, "DESC").await;
+    let last_id = last.trim_start_matches("idempotency_keys_").to_owned();
+    assert_ne!(id, last_id);
+    worker
+        .batch_execute(&format!("REVOKE DELETE ON {last} FROM {role}"))
+        .await
+        .unwrap();
+    let before = snapshot(&db).await;
+    let run = as_role(&db, &role).args(["evict", "-o", "json"]).run();
+    run.assert_code(6)
+        .assert_stderr_contains(&format!("lacks DELETE on shard {last_id} of"))
+        .assert_stderr_contains("nothing was changed")
+        .assert_stderr_contains(&format!(
+            "GRANT DELETE ON \"public\".\"idempotency_keys\" TO \"{role}\";"
+        ));
+    assert_eq!(snapshot(&db).await, before);
+}
+
+/// With a worker down, the commands that run through the coordinator fail with the cannot-connect
+/// exit code (5) and one clean line:
+/// Citus's text of the failed worker connection ("Connection refused" and, on the next line,
+/// indented, "Is the server running ...") reads as one sentence, with no escaped tab or line break.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_a_worker_down_fails_with_one_clean_line() {
+    if skipped("citus worker down") {
+        return;
+    }
+    let db = CitusDb::private(Some(Layout::ByTenant)).await;
+    db.exec(&load_sql(MIX)).await;
+    db.exec(IN_PROGRESS_INDEX).await;
+    db.stop_node(2).await;
+    for args in [
+        &["evict", "--dry-run"][..],
+        &["reclaim", "--dry-run", "--older-than", "30m"],
+        &["reclaim", "--yes", "--older-than", "30m"],
+    ] {
+        let run = db.idemctl().args(args).run();
+        assert_eq!(run.code, 5, "{args:?}: the cannot-connect exit code: {run}");
+        let line = run.stderr.trim_end();
+        assert!(!line.contains('\n'), "{args:?}: more than one line: {run}");
+        assert!(
+            !line.contains("\\t") && !line.contains('\t') && !line.contains("\\n"),
+            "{args:?}: {run}"
+        );
+        assert!(line.starts_with("idemctl: "), "{args:?}: {run}");
+        assert!(
+            line.contains("Connection refused Is the server running"),
+            "{args:?}: {run}"
+        );
+    }
 }

@@ -123,6 +123,8 @@ pub async fn run(
     let cluster = shards::connect(ctx, &lock_holder, table, jobs + 2)
         .await
         .context("failed to reach the key table's shards on the Citus workers")?;
+    require_shard_indexes(table, &cluster.nodes)?;
+    require_shard_grants(table, &cluster.nodes).await?;
     let pace = super::pace_mode(args);
     let pace = match pace {
         super::pace::Mode::Adaptive { .. } => {
@@ -136,7 +138,11 @@ pub async fn run(
         Progress::hidden()
     };
     let progress = Arc::new(progress);
-    let outcome = evict_cluster(ctx, args, pace, cluster.nodes, progress.clone(), started).await;
+    let nodes = match args.max_rows.is_some() || args.max_batches.is_some() {
+        true => oldest_first(cluster.nodes).await?,
+        false => cluster.nodes,
+    };
+    let outcome = evict_cluster(ctx, args, pace, nodes, progress.clone(), started).await;
     progress.finish();
     let report = summary(
         table,
@@ -157,6 +163,65 @@ pub async fn run(
         (EndReason::Interrupted, None) => Ok(Exit::Interrupted),
         _ => Ok(Exit::Success),
     }
+}
+
+/// Refuse (exit 2, before any change) a shard that lost the expiry index its batches walk (dropped
+/// on its worker): every batch there would scan the shard whole. Read from the shards' catalogs,
+/// which the connection to the workers already resolved (no extra query). The fix recreates the
+/// index on the coordinator, which Citus creates on every shard again.
+fn require_shard_indexes(table: &KeyTable, nodes: &[Node]) -> Result<()> {
+    for node in nodes {
+        if let Some(shard) = node
+            .shards
+            .iter()
+            .find(|s| s.table.expiry_index().is_none())
+        {
+            let why =
+                crate::output::evict::shard_without_expiry_index(shard.id, table, &node.name());
+            return Err(fail(Exit::Usage, why));
+        }
+    }
+    Ok(())
+}
+
+/// Refuse (exit 6, before any change) a role that lacks on some shard a grant evict needs (SELECT,
+/// DELETE, UPDATE on a column for the row locks), although it has it on the coordinator's table
+/// (a grant revoked on a worker): one catalog lookup per worker. The fix is the GRANT on the
+/// coordinator, which Citus passes on to every shard.
+async fn require_shard_grants(table: &KeyTable, nodes: &[Node]) -> Result<()> {
+    let lock = format!(
+        "UPDATE ({})",
+        crate::db::table::quote_ident_if_needed(
+            table.row_lock_column(crate::db::table::Job::Evict)
+        )
+    );
+    for node in nodes {
+        let session = node.session().await?;
+        let oids: Vec<i64> = node.shards.iter().map(|s| s.table.oid).collect();
+        let grants = citus::shard_grants(&session, &oids).await?;
+        for (shard, g) in node.shards.iter().zip(&grants) {
+            let lacks: Vec<&str> = [
+                ("SELECT", g.select),
+                ("DELETE", g.delete),
+                (lock.as_str(), g.lock_rows),
+            ]
+            .into_iter()
+            .filter(|(_, has)| !has)
+            .map(|(grant, _)| grant)
+            .collect();
+            if !lacks.is_empty() {
+                let why = crate::output::evict::shard_grants_missing(
+                    &g.role,
+                    &lacks,
+                    shard.id,
+                    table,
+                    &node.name(),
+                );
+                return Err(fail(Exit::PermissionDenied, why));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The global pids, on the coordinator and every worker of the run, whose Citus connections are not
@@ -192,6 +257,33 @@ async fn estimate_backlog(nodes: &[Node]) -> u64 {
     sum
 }
 
+/// Under a row or batch budget the shards are taken one at a time: in the order of their oldest
+/// expired completed key (the workers by their oldest shard, each worker's shards likewise; shards
+/// with none last), so each run spends its budget where keys have waited longest, wherever they
+/// are, and does not start again at the same shards every run. One probe of the expiry index per
+/// shard, on its worker.
+async fn oldest_first(nodes: Vec<Node>) -> Result<Vec<Node>> {
+    let mut keyed_nodes = Vec::with_capacity(nodes.len());
+    for mut node in nodes {
+        let session = node.session().await?;
+        let mut keyed = Vec::with_capacity(node.shards.len());
+        for shard in std::mem::take(&mut node.shards) {
+            let at = crate::db::queries::oldest_expired(&session, &shard.table)
+                .await
+                .with_context(|| format!("shard {} on worker {}", shard.id, node.name()))?
+                .map(|k| k.expires_at);
+            keyed.push((at, shard));
+        }
+        // None (no expired key) sorts last.
+        keyed.sort_by_key(|(at, s)| (at.is_none(), *at, s.id));
+        let oldest = keyed.first().and_then(|(at, _)| *at);
+        node.shards = keyed.into_iter().map(|(_, s)| s).collect();
+        keyed_nodes.push((oldest, node));
+    }
+    keyed_nodes.sort_by_key(|(at, _)| (at.is_none(), *at));
+    Ok(keyed_nodes.into_iter().map(|(_, n)| n).collect())
+}
+
 /// What every node's run needs, owned (the nodes run as tasks of their own).
 #[derive(Clone)]
 struct RunPlan {
@@ -205,6 +297,9 @@ struct RunPlan {
     started: Instant,
     /// The run's bar; each shard draws on a part of it.
     progress: Arc<Progress>,
+    /// Set once the pace's fallback (a role that cannot see the sessions) has been said: once
+    /// per run, not once per worker.
+    fallback_said: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Every node in parallel (or one at a time under a row or batch budget), each shard in turn.
@@ -225,6 +320,7 @@ async fn evict_cluster(
         cancel: ctx.cancel.clone(),
         started,
         progress,
+        fallback_said: Arc::default(),
     };
     let budgeted = args.max_rows.is_some() || args.max_batches.is_some();
     let gate = Arc::new(Semaphore::new(if budgeted {
@@ -235,9 +331,14 @@ async fn evict_cluster(
     let spent = Arc::new(Mutex::new(Spent::default()));
     let mut set = tokio::task::JoinSet::new();
     for (index, node) in nodes.into_iter().enumerate() {
-        let (gate, spent, run) = (gate.clone(), spent.clone(), run.clone());
+        let (spent, run) = (spent.clone(), run.clone());
+        // Taken here, in the nodes' order: under a budget the nodes run one after the other in
+        // that order.
+        let Ok(turn) = gate.clone().acquire_owned().await else {
+            break;
+        };
         set.spawn(async move {
-            let _turn = gate.acquire().await;
+            let _turn = turn;
             let (report, totals, result) = evict_node(&run, &node, &spent).await;
             (index, report, totals, result)
         });
@@ -327,9 +428,19 @@ async fn evict_node(
         let control = node.session().await?;
         // Floored by the inserts into this worker's shards: its share of the table's inserts.
         let shards = node.shards.iter().map(|s| s.table.oid).collect();
-        let pacer = Pacer::start(&control, run.pace.clone().with_insert_floor(shards))
-            .await
-            .with_context(|| format!("failed to set up evict's pace on worker {}", node.name()))?;
+        let said = &run.fallback_said;
+        let warn_once = |w: &str| {
+            if !said.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                crate::output::warn(w);
+            }
+        };
+        let pacer = Pacer::start_warning(
+            &control,
+            run.pace.clone().with_insert_floor(shards),
+            &warn_once,
+        )
+        .await
+        .with_context(|| format!("failed to set up evict's pace on worker {}", node.name()))?;
         let pacer = Arc::new(pacer);
         let outcome =
             evict_shards(run, node, &control, &pacer, spent, &mut report, &mut totals).await;

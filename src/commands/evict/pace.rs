@@ -491,6 +491,16 @@ impl Pacer {
     /// Decide the mode: fixed when a flag fixes it, or when this role cannot see other sessions
     /// (said once on stderr), else adaptive (the first sample is taken here).
     pub async fn start(client: &Session, mode: Mode) -> Result<Pacer> {
+        Pacer::start_warning(client, mode, &|w| crate::output::warn(w)).await
+    }
+
+    /// [`Pacer::start`], handing the fallback's warning to `warn` (a run over several Citus
+    /// workers says it once).
+    pub async fn start_warning(
+        client: &Session,
+        mode: Mode,
+        warn: &(dyn Fn(&str) + Sync),
+    ) -> Result<Pacer> {
         let mode = match mode {
             Mode::Adaptive { .. } => {
                 let (role, can_see) = activity::visibility(client).await?;
@@ -500,7 +510,7 @@ impl Pacer {
                     let why = format!(
                         "role {role} cannot see other sessions' activity (grant it pg_monitor)"
                     );
-                    crate::output::warn(&crate::output::evict::pace_fallback(&why));
+                    warn(&crate::output::evict::pace_fallback(&why));
                     Mode::Fixed {
                         duty: 20,
                         pause: Duration::ZERO,

@@ -340,18 +340,18 @@ impl Shared {
             .claim(client, self.plan.deadline, start, limit)
             .await
             .context("failed to find the next batch's range")?;
+        if first.is_none() {
+            // Nothing expired is left from the cursor: no batch runs, so none is counted (an empty
+            // Citus shard spends none of --max-batches).
+            state.drained = true;
+            if let (Some(l), Some(t)) = (&self.limiter, ticket) {
+                l.cancel(t).await;
+            }
+            return Ok((Claim::Stop, None));
+        }
         state.claims += 1;
         state.reserved += u64::try_from(limit).unwrap_or(0);
         let claim = match (first, end) {
-            (None, _) => {
-                state.drained = true;
-                Claim::Range {
-                    start,
-                    end: None,
-                    limit,
-                    size: batch_rows,
-                }
-            }
             (Some(f), Some(e)) if f == e => {
                 state.next = Some(e);
                 Claim::Ties {

@@ -412,6 +412,38 @@ impl CitusDb {
         Cmd::new().env("IDEMCTL_DATABASE_URL", self.url())
     }
 
+    /// Stop a node (0 = coordinator) of this database's cluster (`pg_ctl stop -m fast`): only on a
+    /// cluster of its own ([`CitusDb::private`]), which no other test uses.
+    pub async fn stop_node(&self, node: usize) {
+        assert!(
+            matches!(self.cluster, Hold::Own(_)),
+            "stop a node only of a private cluster"
+        );
+        let dir = self.cluster.nodes[node].dir.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            use std::os::unix::process::CommandExt as _;
+            let bindir = find_bindir().expect("PostgreSQL binaries");
+            let mut cmd = Command::new(bindir.join("pg_ctl"));
+            cmd.arg("-D")
+                .arg(dir.join("data"))
+                .args(["-w", "-t", "60", "stop", "-m", "fast"])
+                .stdin(std::process::Stdio::null());
+            if let Ok(Some((uid, gid))) = cluster_owner() {
+                cmd.uid(uid).gid(gid);
+            }
+            cmd.output()
+        })
+        .await
+        .unwrap()
+        .expect("pg_ctl");
+        assert!(
+            out.status.success(),
+            "pg_ctl stop: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// The cluster this database lives on.
     pub fn cluster(&self) -> &CitusCluster {
         &self.cluster
