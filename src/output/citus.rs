@@ -207,6 +207,18 @@ fn indexes_finding(
     )
 }
 
+/// The grants some shard lacks, each once, in the order first met, of those the role has on the
+/// coordinator's table (`wanted`): the GRANT there passes them on again and gives nothing new.
+fn missing_grants<'a>(short: &'a [ShardLacks], wanted: &[String]) -> Vec<&'a str> {
+    let mut grants: Vec<&str> = Vec::new();
+    for g in short.iter().flat_map(|s| &s.lacks) {
+        if wanted.contains(g) && !grants.contains(&g.as_str()) {
+            grants.push(g);
+        }
+    }
+    grants
+}
+
 fn privileges_finding(
     role: &str,
     shards: usize,
@@ -235,8 +247,8 @@ fn privileges_finding(
         ),
         Some(format!(
             "GRANT {} ON {table} TO {}; -- on the coordinator: Citus passes grants on a distributed table to every shard",
-            wanted.join(", "),
-            crate::db::table::quote_ident(role)
+            missing_grants(short, wanted).join(", "),
+            sanitize(&crate::db::table::quote_ident(role))
         )),
     )
 }
