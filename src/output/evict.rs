@@ -15,7 +15,7 @@ use crate::db::citus::Layout;
 use crate::db::evict::SampleKey;
 use crate::db::queries::Capped;
 use crate::db::table::{quote_ident, quote_ident_if_needed};
-use crate::output::{Doc, human_bytes, human_secs, rfc3339, sanitize};
+use crate::output::{Doc, escape_controls, human_bytes, human_secs, rfc3339, sanitize};
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
 /// workers' table and the partitions it dropped.
@@ -419,7 +419,8 @@ pub(crate) fn pace_summary(r: &PaceReport) -> String {
     if r.mode != "adaptive" {
         let duty = r.duty_cycle.unwrap_or(20);
         return match &r.fallback {
-            Some(why) => format!("fixed {duty}% duty cycle ({why})"),
+            // The reason names the role as the server has it.
+            Some(why) => format!("fixed {duty}% duty cycle ({})", escape_controls(why)),
             None => format!("fixed {duty}% duty cycle"),
         };
     }

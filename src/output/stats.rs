@@ -175,12 +175,14 @@ fn backlog_text(r: &StatsReport) -> String {
     }
 }
 
-/// The summary line for `stats`: when autovacuum next vacuums the table.
+/// The summary line for `stats`: when autovacuum next vacuums the table (the relation, a leaf
+/// partition's name as the catalog holds it, escaped here).
 fn next_autovacuum(o: &Outlook) -> String {
     if !o.autovacuum_enabled {
         return "never: autovacuum is off for this table or the server".into();
     }
-    match (&o.next_autovacuum_seconds, &o.next_autovacuum_relation) {
+    let rel = o.next_autovacuum_relation.as_deref().map(sanitize);
+    match (&o.next_autovacuum_seconds, rel) {
         (Some(s), Some(rel)) if *s <= 0.0 => {
             format!("due now ({rel} is past its threshold, waiting for an autovacuum worker)")
         }
@@ -208,5 +210,27 @@ fn thresholds(o: &Outlook) -> String {
             }
         ),
         many => format!("per partition ({} leaf partitions)", many.len()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_autovacuum_line_escapes_the_relation() {
+        let o = Outlook {
+            dead_tuple_ratio: 0.0,
+            turnover_rows_per_second: None,
+            next_autovacuum_seconds: Some(0.0),
+            next_autovacuum_relation: Some("public.\"p\n\u{1b}[2J\"".into()),
+            cycle_seconds: None,
+            autovacuum_enabled: true,
+            relations: Vec::new(),
+        };
+        assert_eq!(
+            next_autovacuum(&o),
+            "due now (public.\"p\\n\\x1b[2J\" is past its threshold, waiting for an autovacuum worker)"
+        );
     }
 }
