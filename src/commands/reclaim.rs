@@ -33,7 +33,7 @@ use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
 use crate::output::reclaim as output;
-use crate::output::{human_secs, sanitize};
+use crate::output::sanitize;
 
 /// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
 /// only bounds waits on the table itself (DDL), which must not stall the API behind us.
@@ -622,12 +622,7 @@ fn write_plan(
     };
     let mut text = serde_json::to_string_pretty(&plan).context("failed to encode the plan")?;
     text.push('\n');
-    write_atomic(path, &text).with_context(|| {
-        format!(
-            "failed to write plan {}",
-            sanitize(&path.display().to_string())
-        )
-    })
+    write_atomic(path, &text).with_context(|| output::plan_unwritten(path))
 }
 
 /// What a preview found and would do: the `--dry-run` and `--plan` report (also the JSON
@@ -780,18 +775,16 @@ fn confirm(args: &ReclaimArgs, question: &str) -> Result<()> {
     Err(fail(Exit::Usage, output::NOT_CONFIRMED))
 }
 
+/// The confirmation question, worded by the output layer.
 fn question(table: &KeyTable, req: &Request, count: &str) -> String {
-    let what = match req.action {
-        ReclaimAction::Delete => "delete".to_owned(),
-        ReclaimAction::Release => "release".to_owned(),
-        ReclaimAction::Fail => format!("mark completed with status {}", req.status),
-    };
-    let only = output::filter_text(&req.filter).map_or_else(String::new, |f| format!(" ({f})"));
-    format!(
-        "reclaim: {what} {count} in_progress keys of {}{only} held longer than {}?",
-        table.display(),
-        human_secs(req.older_than)
-    )
+    output::question(&output::Asked {
+        table,
+        action: req.action,
+        status: req.status,
+        filter: &req.filter,
+        older_than: req.older_than,
+        count,
+    })
 }
 
 /// Why apply leaves a plan row alone (held: a live owner holds it; filtered: it does not match the

@@ -210,6 +210,38 @@ pub(crate) const NO_TERMINAL_TO_CONFIRM: &str = "refusing to reclaim without con
 /// The operator answered no.
 pub(crate) const NOT_CONFIRMED: &str = "reclaim not confirmed; nothing was changed";
 
+/// What a writing run asks before it changes anything.
+pub(crate) struct Asked<'a> {
+    pub(crate) table: &'a KeyTable,
+    pub(crate) action: ReclaimAction,
+    pub(crate) status: i32,
+    pub(crate) filter: &'a Filter,
+    pub(crate) older_than: f64,
+    /// How many keys, as the question says it ("up to 10 of 42", "the plan's 5").
+    pub(crate) count: &'a str,
+}
+
+/// The confirmation question of a writing run.
+pub(crate) fn question(a: &Asked<'_>) -> String {
+    let what = match a.action {
+        ReclaimAction::Delete => "delete".to_owned(),
+        ReclaimAction::Release => "release".to_owned(),
+        ReclaimAction::Fail => format!("mark completed with status {}", a.status),
+    };
+    let only = filter_text(a.filter).map_or_else(String::new, |f| format!(" ({f})"));
+    format!(
+        "reclaim: {what} {} in_progress keys of {}{only} held longer than {}?",
+        a.count,
+        a.table.display(),
+        human_secs(a.older_than)
+    )
+}
+
+/// The context of a plan file that could not be written.
+pub(crate) fn plan_unwritten(path: &Path) -> String {
+    format!("failed to write plan {}", shown_path(path))
+}
+
 /// A filter value for an error line, cut after 80 characters, its control characters shown as
 /// escapes (the error line would turn a newline into a blank, hiding what is wrong).
 fn shown_value(v: &str) -> String {
