@@ -40,6 +40,7 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     if args.api_key_id.is_some() && table.profile.tenant.is_none() {
         return Err(fail(Exit::Usage, output::no_tenant_column(&table)));
     }
+    refuse_what_the_table_cannot_hold(&table, args)?;
     let fingerprint_column = table.profile.fingerprint.as_ref().map(|(c, _)| c.clone());
     if body.is_some() && fingerprint_column.is_none() {
         return Err(fail(Exit::Usage, output::no_fingerprint_column(&table)));
@@ -94,6 +95,47 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
             Err(fail(Exit::Usage, output::ambiguous(&args.key, many.len())))
         }
     }
+}
+
+/// Refuse, before any lookup, a --method or --path the table has no column for (they would be
+/// compared with nothing), and a tenant or key its column's type cannot hold (the lookup would
+/// fail on the cast).
+fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Result<()> {
+    let p = &table.profile;
+    for (flag, given, column, what) in [
+        ("--method", &args.method, &p.request_method, "request method"),
+        ("--path", &args.path, &p.request_path, "request path"),
+    ] {
+        if given.is_some() && column.is_none() {
+            return Err(fail(
+                Exit::Usage,
+                format!(
+                    "{flag} does not apply to table {} (profile {}): it has no {what} column to compare with; drop {flag}",
+                    table.display(),
+                    p.name
+                ),
+            ));
+        }
+    }
+    let values = [
+        ("--api-key-id", "tenant", args.api_key_id.as_deref(), &p.tenant_type),
+        ("the key", "key", Some(args.key.as_str()), &p.key_type),
+    ];
+    for (what, role, value, ty) in values {
+        if let Some(v) = value
+            && !crate::db::reclaim::fits_type(v, ty)
+        {
+            return Err(fail(
+                Exit::Usage,
+                format!(
+                    "{what} {} cannot be a {role} of table {}: its {role} column is of type {ty}",
+                    sanitize(&format!("{v:?}")),
+                    table.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// On a table Citus distributes: the same lookups on the shards, on their workers (each read and

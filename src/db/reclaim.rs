@@ -91,8 +91,9 @@ impl Filter {
     }
 }
 
-/// Whether `value` is valid input for a tenant column of SQL type `ty` (text types take anything).
-fn fits_type(value: &str, ty: &str) -> bool {
+/// Whether `value` is valid input for a tenant or key column of SQL type `ty` (text types take
+/// anything).
+pub(crate) fn fits_type(value: &str, ty: &str) -> bool {
     match ty {
         "bigint" => value.trim().parse::<i64>().is_ok(),
         "integer" => value.trim().parse::<i32>().is_ok(),

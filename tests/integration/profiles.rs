@@ -399,6 +399,52 @@ async fn inspect_on_rocket_rides_tells_released_keys_from_completed_ones() {
         .assert_stdout_contains("reclaim would take it");
 }
 
+/// inspect refuses, with one line and exit 2, what the table cannot hold: --method and --path on a
+/// table without those columns, a tenant its bigint column cannot hold, a key its uuid column
+/// cannot hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_refuses_what_the_table_cannot_hold() {
+    let db = explainer_db(1, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, "{}").unwrap();
+    for flags in [["--method", "POST"], ["--path", "/charges"]] {
+        let run = db
+            .idemctl()
+            .args(["inspect", "done-old-1", "--body"])
+            .arg(&body)
+            .args(flags)
+            .run();
+        run.assert_code(2)
+            .assert_stderr_contains(&format!("{} does not apply to table", flags[0]));
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    }
+    let db = rocket_rides_db(1, true).await;
+    for tenant in ["t42", "99999999999999999999"] {
+        let run = db
+            .idemctl()
+            .args(["inspect", "finished-old-1", "--api-key-id", tenant])
+            .run();
+        run.assert_code(2).assert_stderr_contains(&format!(
+            "--api-key-id \"{tenant}\" cannot be a tenant of table public.idempotency_keys: its tenant column is of type bigint"
+        ));
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    }
+    db.exec(crate::config_file::JOBS_DDL).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, crate::config_file::JOBS_CONFIG).unwrap();
+    let run = db
+        .idemctl()
+        .arg("--config")
+        .arg(&config)
+        .args(["inspect", "not-a-uuid"])
+        .run();
+    run.assert_code(2).assert_stderr_contains(
+        "the key \"not-a-uuid\" cannot be a key of table public.jobs_keys: its key column is of type uuid",
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_on_rocket_rides_releases_the_lock_and_refuses_delete() {
     let db = rocket_rides_db(6, true).await;
