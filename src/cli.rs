@@ -100,18 +100,29 @@ pub struct GlobalArgs {
     /// A TOML file with connection and table defaults (database_url or service, table, profile,
     /// ttl) and `[profiles.NAME]` mappings of other key tables' columns. Flags win over environment
     /// variables, which win over the file (see the README's "Configuration file").
+    // An empty value (an unset variable in an environment template) means no file (config::apply).
     #[arg(
         long,
         env = "IDEMCTL_CONFIG",
         global = true,
         hide_env_values = true,
-        value_name = "FILE"
+        value_name = "FILE",
+        value_parser = clap::builder::TypedValueParser::map(clap::builder::OsStringValueParser::new(), std::path::PathBuf::from)
     )]
     pub config: Option<std::path::PathBuf>,
 
     /// Whether --table (or IDEMCTL_TABLE) was given; when not, the config file's table applies.
     #[arg(skip)]
     pub table_given: bool,
+
+    /// Where the connection string came from (`--database-url`, `IDEMCTL_DATABASE_URL`,
+    /// `DATABASE_URL`, or the config file), for messages about it.
+    #[arg(skip)]
+    pub database_url_from: String,
+
+    /// Where the profile was named (`--profile`, `IDEMCTL_PROFILE`, or the config file), for messages.
+    #[arg(skip)]
+    pub profile_from: String,
 
     /// The table's profile: `storage`, `explainer`, `rocket-rides` or a mapping of the config
     /// file. Detected from the table's columns when absent (`idemctl check` says which and why).
@@ -868,6 +879,22 @@ fn parse_bytes_rate(s: &str) -> Result<f64, String> {
     } else {
         Err(bad())
     }
+}
+
+/// Where an option's value came from: `flag` when given on the command line, else `env` (the
+/// variable's name) when set in the environment, else None; at the top level or after the
+/// subcommand (global options are accepted at both).
+pub fn given_by(matches: &clap::ArgMatches, id: &str, flag: &str, env: &str) -> Option<String> {
+    use clap::parser::ValueSource;
+    let source = |m: &clap::ArgMatches| match m.value_source(id) {
+        Some(ValueSource::CommandLine) => Some(flag.to_owned()),
+        Some(ValueSource::EnvVariable) => Some(env.to_owned()),
+        _ => None,
+    };
+    matches
+        .subcommand()
+        .and_then(|(_, sub)| source(sub))
+        .or_else(|| source(matches))
 }
 
 /// Whether an option was given on the command line or in its environment variable (not left to its

@@ -352,21 +352,29 @@ fn action_problem(p: &Profile, action: ReclaimAction) -> Option<&'static str> {
 /// DATABASE_URL is set), the table (when --table and IDEMCTL_TABLE are not), the profile and the
 /// TTL. Returns the mapping that applies, if any.
 pub fn apply(global: &mut crate::cli::GlobalArgs) -> Result<Option<Profile>> {
-    let Some(path) = &global.config else {
+    // An empty value names no file and no profile (as an empty connection string is none), so an
+    // environment template may leave IDEMCTL_CONFIG or IDEMCTL_PROFILE empty.
+    if global.profile.as_deref() == Some("") {
+        global.profile = None;
+    }
+    let Some(path) = global.config.clone().filter(|p| !p.as_os_str().is_empty()) else {
+        global.config = None;
         return Ok(None);
     };
-    let c = load(path)?;
+    let c = load(&path)?;
     let env_url = std::env::var("DATABASE_URL").is_ok_and(|v| !v.is_empty());
-    if global.database_url.is_none() && !env_url {
+    if global.database_url.is_none() && !env_url && c.database_url.is_some() {
         global.database_url.clone_from(&c.database_url);
+        global.database_url_from = format!("database_url in config file {}", c.path);
     }
     if !global.table_given
         && let Some(t) = &c.table
     {
         global.table = t.clone();
     }
-    if global.profile.is_none() {
+    if global.profile.is_none() && c.profile.is_some() {
         global.profile.clone_from(&c.profile);
+        global.profile_from = format!("profile in config file {}", c.path);
     }
     if global.ttl.is_none() {
         global.ttl = c.ttl;

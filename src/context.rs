@@ -41,7 +41,15 @@ impl Context {
             lock_timeout: global.lock_timeout,
             idle_in_transaction_timeout: global.idle_in_transaction_timeout,
         };
-        let target = conn::resolve(&settings, &conn::ProcessEnv)?;
+        let target = conn::resolve(&settings, &conn::ProcessEnv).map_err(|e| {
+            // The connection string's errors say --database-url; name where it really came from.
+            let from = &global.database_url_from;
+            if settings.database_url.is_none() || from.is_empty() || from == "--database-url" {
+                return e;
+            }
+            let text = format!("{e:#}").replace("--database-url", from);
+            crate::exit::fail(crate::exit::classify(&e), text)
+        })?;
         let pool = target.pool_with(pool_size, global.pool_mode)?;
         Ok(Context {
             global,
@@ -84,6 +92,7 @@ impl Context {
                 Some(_) => None,
                 None => self.global.profile.clone(),
             },
+            forced_by: self.global.profile_from.clone(),
             mapping: self.mapping.clone(),
             ttl: self.global.ttl,
         };

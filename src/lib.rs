@@ -36,6 +36,12 @@ pub fn main_entry() -> std::process::ExitCode {
         .and_then(|m| {
             let mut cli = <cli::Cli as clap::FromArgMatches>::from_arg_matches(&m)?;
             cli.global.table_given = cli::given(&m, "table");
+            let g = &mut cli.global;
+            g.database_url_from =
+                cli::given_by(&m, "database_url", "--database-url", "IDEMCTL_DATABASE_URL")
+                    .unwrap_or_else(|| "DATABASE_URL".to_owned());
+            g.profile_from =
+                cli::given_by(&m, "profile", "--profile", "IDEMCTL_PROFILE").unwrap_or_default();
             Ok(cli)
         });
     let cli = match parsed {

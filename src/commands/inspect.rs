@@ -103,7 +103,12 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
 fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Result<()> {
     let p = &table.profile;
     for (flag, given, column, what) in [
-        ("--method", &args.method, &p.request_method, "request method"),
+        (
+            "--method",
+            &args.method,
+            &p.request_method,
+            "request method",
+        ),
         ("--path", &args.path, &p.request_path, "request path"),
     ] {
         if given.is_some() && column.is_none() {
@@ -118,7 +123,12 @@ fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Re
         }
     }
     let values = [
-        ("--api-key-id", "tenant", args.api_key_id.as_deref(), &p.tenant_type),
+        (
+            "--api-key-id",
+            "tenant",
+            args.api_key_id.as_deref(),
+            &p.tenant_type,
+        ),
         ("the key", "key", Some(args.key.as_str()), &p.key_type),
     ];
     for (what, role, value, ty) in values {

@@ -349,8 +349,10 @@ pub struct KeyTable {
 /// table whose keys expire at created_at + TTL.
 #[derive(Clone, Debug, Default)]
 pub struct ProfileChoice {
-    /// `--profile NAME`.
+    /// `--profile NAME` (or IDEMCTL_PROFILE, or the config file's `profile`).
     pub forced: Option<String>,
+    /// Where `forced` was named, for messages (`--profile` when empty).
+    pub forced_by: String,
     /// A mapping from the config file, used when `--profile` names it or nothing else matches.
     pub mapping: Option<Profile>,
     pub ttl: Option<std::time::Duration>,
@@ -771,22 +773,27 @@ impl KeyTable {
 /// columns match; none is a usage error naming what each profile missed.
 fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> Result<Profile> {
     if let Some(name) = &choice.forced {
+        let by = if choice.forced_by.is_empty() {
+            "--profile"
+        } else {
+            &choice.forced_by
+        };
         if let Some(m) = choice.mapping.as_ref().filter(|m| &m.name == name) {
             let mut m = m.clone();
-            m.matched_because = "the config file's mapping, chosen by --profile".into();
+            m.matched_because = format!("the config file's mapping, chosen by {by}");
             return Ok(m);
         }
         let mut p = Profile::builtin(name).ok_or_else(|| {
             fail(
                 Exit::Usage,
                 format!(
-                    "unknown profile {}: expected one of {}, or a [profiles.NAME] mapping in a config file (--config)",
+                    "unknown profile {} (named by {by}): expected one of {}, or a [profiles.NAME] mapping in a config file (--config)",
                     name,
                     profile::BUILTIN.join(", ")
                 ),
             )
         })?;
-        p.matched_because = "chosen by --profile".into();
+        p.matched_because = format!("chosen by {by}");
         return Ok(p);
     }
     if let Some(m) = &choice.mapping {

@@ -715,8 +715,9 @@ async fn names_in_messages_are_escaped_once_where_they_are_printed() {
         m.db.idemctl()
             .args(["-t", "request_log", "--profile", "no\u{1b}[2Jsuch", "stats"])
             .run();
-    run.assert_code(2)
-        .assert_stderr_contains("unknown profile no\\x1b[2Jsuch: expected one of");
+    run.assert_code(2).assert_stderr_contains(
+        "unknown profile no\\x1b[2Jsuch (named by --profile): expected one of",
+    );
     assert!(!run.stderr.contains('\u{1b}'), "{run}");
     let odd = m.dir.path().join("odd\u{1b}]0;x\u{7}\\.toml");
     std::fs::write(&odd, "ttl = \"3 fortnights\"\n").unwrap();

@@ -445,6 +445,66 @@ async fn inspect_refuses_what_the_table_cannot_hold() {
     );
 }
 
+/// Messages name where a setting came from: a profile named by IDEMCTL_PROFILE or by the config
+/// file, a connection string from the config file. An empty IDEMCTL_CONFIG or IDEMCTL_PROFILE (an
+/// environment template's unset value) is no file and no profile, as an empty connection string is
+/// none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_name_the_source_of_a_setting_and_empty_variables_are_unset() {
+    let db = explainer_db(1, true).await;
+    let profile_detail = |run: &crate::support::cmd::Run| {
+        finding(&run.json(), "profile")["detail"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_PROFILE", "explainer")
+        .args(["-o", "json", "--ttl", "1d", "check"])
+        .run();
+    assert_eq!(
+        profile_detail(&run),
+        "explainer: chosen by IDEMCTL_PROFILE",
+        "{run}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "profile = \"explainer\"\n").unwrap();
+    let run = db
+        .idemctl()
+        .arg("--config")
+        .arg(&config)
+        .args(["-o", "json", "--ttl", "1d", "check"])
+        .run();
+    assert_eq!(
+        profile_detail(&run),
+        format!(
+            "explainer: chosen by profile in config file {}",
+            config.display()
+        ),
+        "{run}"
+    );
+    std::fs::write(&config, "database_url = \"host=/tmp port=99999\"\n").unwrap();
+    crate::support::cmd::Cmd::new()
+        .arg("--config")
+        .arg(&config)
+        .arg("stats")
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains(&format!(
+            "invalid port in database_url in config file {}: ",
+            config.display()
+        ));
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_CONFIG", "")
+        .env("IDEMCTL_PROFILE", "")
+        .args(["-o", "json", "--ttl", "1d", "stats"])
+        .run();
+    run.assert_success();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_on_rocket_rides_releases_the_lock_and_refuses_delete() {
     let db = rocket_rides_db(6, true).await;
