@@ -114,11 +114,7 @@ fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Re
         if given.is_some() && column.is_none() {
             return Err(fail(
                 Exit::Usage,
-                format!(
-                    "{flag} does not apply to table {} (profile {}): it has no {what} column to compare with; drop {flag}",
-                    table.display(),
-                    p.name
-                ),
+                output::no_column_for_flag(table, flag, what),
             ));
         }
     }
@@ -137,11 +133,7 @@ fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Re
         {
             return Err(fail(
                 Exit::Usage,
-                format!(
-                    "{what} {} cannot be a {role} of table {}: its {role} column is of type {ty}",
-                    sanitize(&format!("{v:?}")),
-                    table.display()
-                ),
+                output::value_type_mismatch(table, what, role, v, ty),
             ));
         }
     }

@@ -185,6 +185,32 @@ pub(crate) fn no_tenant_column(table: &KeyTable) -> String {
     )
 }
 
+/// --method or --path on a table without that column (`what`: "request method", ...).
+pub(crate) fn no_column_for_flag(table: &KeyTable, flag: &str, what: &str) -> String {
+    format!(
+        "{flag} does not apply to table {} (profile {}): it has no {what} column to compare with; drop {flag}",
+        table.display(),
+        table.profile.name
+    )
+}
+
+/// A tenant or key (`role`) that the column's SQL type `ty` cannot hold; `given` names it
+/// (`--api-key-id`, `the key`).
+pub(crate) fn value_type_mismatch(
+    table: &KeyTable,
+    given: &str,
+    role: &str,
+    value: &str,
+    ty: &str,
+) -> String {
+    format!(
+        "{given} {} cannot be a {role} of table {}: its {role} column is of type {}",
+        sanitize(&format!("{value:?}")),
+        table.display(),
+        sanitize(ty)
+    )
+}
+
 /// --body on a table that stores no request fingerprint.
 pub(crate) fn no_fingerprint_column(table: &KeyTable) -> String {
     format!(
