@@ -265,6 +265,10 @@ pub struct StatsArgs {
     #[arg(long)]
     pub allow_scan: bool,
 
+    /// Allow a --ttl under 1 minute (on a table without an expiry column).
+    #[arg(long)]
+    pub force: bool,
+
     #[command(flatten)]
     pub metrics: MetricsArgs,
 
@@ -317,6 +321,11 @@ Every five minutes from cron, metrics for node_exporter's textfile collector:\n 
 */5 * * * * idemctl evict --max-runtime 4m --textfile evict.prom"
 )]
 pub struct EvictArgs {
+    /// Allow a --ttl under 1 minute (on a table without an expiry column), which treats nearly
+    /// every answered key as expired.
+    #[arg(long)]
+    pub force: bool,
+
     /// Rows per batch, fixed. Without it, batches are sized to take about --batch-time each.
     /// Each batch is one statement in its own transaction.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=50_000), allow_negative_numbers = true, value_name = "N")]

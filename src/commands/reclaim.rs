@@ -113,6 +113,21 @@ pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
                 .then_some(ROW_LOCK_WAIT),
         };
     }
+    if req.action == ReclaimAction::Fail && table.profile.expires_by_ttl() {
+        // No expiry column to move: a failed key goes with the next evict once created_at + TTL
+        // has passed, whatever --keep-failed-for says.
+        if args.keep_failed_for.is_some() {
+            return Err(fail(
+                Exit::Usage,
+                output::keep_failed_without_expiry(&table),
+            ));
+        }
+        req.keep_failed = 0.0;
+        crate::output::warn(&output::failed_keys_expire_by_ttl(
+            &table,
+            table.profile.ttl(),
+        ));
+    }
     match &req.mode {
         Mode::Preview(path) => preview(ctx, &client, &table, &req, args, path.as_deref()).await,
         Mode::Sweep => sweep(ctx, &client, &table, &req, args).await,
@@ -872,7 +887,9 @@ impl ReclaimReport {
             older_than_seconds: req.older_than,
             filter: req.filter.clone(),
             response_status: req.body.as_ref().map(|_| req.status),
-            keep_failed_for_seconds: (req.action == ReclaimAction::Fail).then_some(req.keep_failed),
+            keep_failed_for_seconds: (req.action == ReclaimAction::Fail
+                && !table.profile.expires_by_ttl())
+            .then_some(req.keep_failed),
             plan_file: match &req.mode {
                 Mode::Apply(p, _) => Some(p.display().to_string()),
                 _ => None,

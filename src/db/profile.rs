@@ -291,6 +291,14 @@ impl Profile {
         }
     }
 
+    /// The TTL keys expire by (None with an expiry column, or when not given).
+    pub fn ttl(&self) -> Option<Duration> {
+        match self.expiry {
+            Expiry::CreatedPlusTtl { ttl, .. } => ttl,
+            Expiry::Column { .. } => None,
+        }
+    }
+
     /// Whether expiry needs a TTL that was not given.
     pub fn lacks_ttl(&self) -> bool {
         matches!(self.expiry, Expiry::CreatedPlusTtl { ttl: None, .. })
@@ -625,6 +633,13 @@ fn qualify(pred: &str, q: &dyn Fn(&str) -> String) -> String {
     out
 }
 
+/// Why a column type no mapping can make usable is unsupported, for the messages that name it.
+pub fn unsupported_type(found: &str) -> Option<&'static str> {
+    (found == "timestamp without time zone").then_some(
+        "idemctl does not support it: it holds no time zone, so its times cannot be compared with the database clock (now()) without guessing one",
+    )
+}
+
 /// The outcome of matching the built-in profiles against a table's columns.
 pub enum Detected {
     Found(Box<Profile>),
@@ -649,11 +664,27 @@ pub fn detect(columns: &[Column]) -> Detected {
             .collect();
         // The explainer's table is a subset of storage's columns minus state and expiry: it must
         // not be taken for a storage table missing those (the storage check comes first).
-        if missing.is_empty() && p.column_problems(columns).is_empty() {
+        let problems = p.column_problems(columns);
+        if missing.is_empty() && problems.is_empty() {
             let mut p = p;
             let names: Vec<&str> = sig.iter().map(|(c, _)| c.as_str()).collect();
             p.matched_because = format!("the table has the columns {}", names.join(", "));
             return Detected::Found(Box::new(p));
+        }
+        let mut missing = missing;
+        if missing.is_empty() {
+            // Every column is there, some with a type the profile cannot use.
+            missing = problems
+                .iter()
+                .filter_map(|(c, found, types)| {
+                    let found = found.as_deref()?;
+                    Some(format!(
+                        "column {c} as {} (it is {found}{})",
+                        types.join(" or "),
+                        unsupported_type(found).map_or(String::new(), |why| format!("; {why}"))
+                    ))
+                })
+                .collect();
         }
         misses.push((p.name.clone(), missing));
     }

@@ -358,6 +358,9 @@ pub struct ProfileChoice {
     pub ttl: Option<std::time::Duration>,
 }
 
+/// The shortest TTL evict and stats accept without --force.
+pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Quote an identifier the way PostgreSQL's `quote_ident` always would.
 pub fn quote_ident(s: &str) -> String {
     format!("\"{}\"", s.replace('"', "\"\""))
@@ -515,9 +518,11 @@ impl KeyTable {
             None => format!("has no column {name}"),
             Some(t) => format!("column {name} is {t}, expected {}", types.join(" or ")),
         };
-        let advice = match &self.profile.origin {
-            Some(origin) => format!("the mapping in {origin} names it; correct the mapping"),
-            None => "pick another with --profile, or map the table's columns in a config file with --config (see the README's \"Table profiles\")".to_owned(),
+        let advice = match (&self.profile.origin, found.as_deref().and_then(profile::unsupported_type)) {
+            // No mapping can fix the column's type.
+            (_, Some(why)) => why.to_owned(),
+            (Some(origin), None) => format!("the mapping in {origin} names it; correct the mapping"),
+            (None, None) => "pick another with --profile, or map the table's columns in a config file with --config (see the README's \"Table profiles\")".to_owned(),
         };
         Err(fail(
             Exit::Usage,
@@ -543,6 +548,21 @@ impl KeyTable {
                 self.profile.created_at
             ),
         ))
+    }
+
+    /// Fail when keys expire at created_at + TTL and the TTL is under [`MIN_TTL`] without
+    /// `force`: a unit typo (24m for 24h) would make nearly every answered key expired.
+    pub fn require_ttl_floor(&self, command: &str, force: bool) -> Result<()> {
+        match self.profile.ttl() {
+            Some(ttl) if ttl < MIN_TTL && !force => Err(fail(
+                Exit::Usage,
+                format!(
+                    "--ttl {ttl:?} is under 1m (given by --ttl, IDEMCTL_TTL or the config file's ttl): table {} has no expiry column, so {command} would take every answered key created over {ttl:?} ago as expired; give the time the API keeps keys for (e.g. 24h), or pass --force",
+                    self.qualified_name()
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The index that orders rows by the expiry column (`expires_at`, or `created_at` on a TTL
@@ -793,6 +813,23 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
                 ),
             )
         })?;
+        // A forced profile whose columns the table lacks would have every later finding and fix
+        // name columns that do not exist: refuse, naming them all.
+        let missing: Vec<String> = p
+            .column_problems(columns)
+            .into_iter()
+            .filter(|(_, found, _)| found.is_none())
+            .map(|(c, _, _)| c)
+            .collect();
+        if !missing.is_empty() {
+            return Err(fail(
+                Exit::Usage,
+                format!(
+                    "table {display} has no column {}, which profile {name} needs (chosen by {by}); drop {by} to detect the table's profile, or map its columns in a config file (--config)",
+                    missing.join(", column ")
+                ),
+            ));
+        }
         p.matched_because = format!("chosen by {by}");
         return Ok(p);
     }

@@ -134,7 +134,8 @@ pub(crate) fn summary(r: &ReclaimReport) -> Doc {
                 "fail (completed with status {s}, kept at least {} from now)",
                 human_secs(k)
             ),
-            _ => format!("fail (completed with status {s}, expires_at kept)"),
+            Some(_) => format!("fail (completed with status {s}, expires_at kept)"),
+            None => format!("fail (completed with status {s}, kept until created_at + TTL)"),
         },
         (ReclaimAction::Release, _) => "release".to_owned(),
         _ => "delete".to_owned(),
@@ -327,6 +328,33 @@ pub(crate) fn older_than_under_floor(older_than: f64) -> String {
 /// A flag only --action fail takes.
 pub(crate) fn only_for_fail(flag: &str) -> String {
     format!("{flag} only applies to --action fail; drop it or pass --action fail")
+}
+
+/// --keep-failed-for on a table without an expiry column, where it cannot apply.
+pub(crate) fn keep_failed_without_expiry(table: &KeyTable) -> String {
+    format!(
+        "--keep-failed-for does not apply to table {} (profile {}): it has no expiry column to move, so a failed key goes with the first evict after {} + TTL; drop --keep-failed-for",
+        table.display(),
+        table.profile.name,
+        sanitize(&table.profile.created_at)
+    )
+}
+
+/// The warning of --action fail on a table whose keys expire a TTL after creation: a stored error
+/// lives only until then, so a key stuck longer than the TTL loses it at the next evict.
+pub(crate) fn failed_keys_expire_by_ttl(
+    table: &KeyTable,
+    ttl: Option<std::time::Duration>,
+) -> String {
+    let created = sanitize(&table.profile.created_at);
+    let ttl = ttl.map_or_else(
+        || "the TTL".to_owned(),
+        |t| format!("the TTL ({})", human_secs(t.as_secs_f64())),
+    );
+    format!(
+        "table {} has no expiry column: a failed key is kept only until {created} + {ttl}, so a key created longer ago than that goes with the next evict, and a retry after it runs as a new request",
+        table.display()
+    )
 }
 
 /// Without --action, a flag only --action fail takes, on a table whose default action is another.

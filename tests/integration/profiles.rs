@@ -164,6 +164,14 @@ async fn check_names_the_explainer_profile_and_asks_for_a_ttl_not_new_columns() 
             .contains("(created_at)"),
         "{run}"
     );
+    // With what the index costs the API's writes, as for the in_progress index.
+    assert!(
+        finding(&json, "expiry index")["detail"]
+            .as_str()
+            .unwrap()
+            .contains("creating it costs one more index entry per insert"),
+        "{run}"
+    );
     assert!(!run.stdout.contains("ALTER TABLE"), "{run}");
     db.exec(EXPLAINER_INDEXES).await;
     db.idemctl()
@@ -503,6 +511,87 @@ async fn messages_name_the_source_of_a_setting_and_empty_variables_are_unset() {
         .args(["-o", "json", "--ttl", "1d", "stats"])
         .run();
     run.assert_success();
+}
+
+/// A TTL under a minute is refused by evict and stats unless --force: a unit typo (24m for 24h)
+/// would expire nearly every answered key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_under_a_minute_needs_force() {
+    let db = explainer_db(3, true).await;
+    for (ttl, command) in [("10ms", "evict"), ("30s", "stats"), ("30s", "evict")] {
+        let run = db.idemctl().args(["--ttl", ttl, command]).run();
+        run.assert_code(2)
+            .assert_stderr_contains(&format!("--ttl {ttl} is under 1m"))
+            .assert_stderr_contains("pass --force");
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    }
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        15
+    );
+    db.idemctl()
+        .args(["-q", "--ttl", "30s", "stats", "--force"])
+        .run()
+        .assert_success();
+    db.idemctl()
+        .args(["-q", "--ttl", "1m", "evict"])
+        .run()
+        .assert_success();
+}
+
+/// On a table without an expiry column, reclaim --action fail makes no claim about how long a
+/// failed key is kept: --keep-failed-for is refused, and a warning says a failed key goes with
+/// the next evict once created_at + TTL has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_keys_on_a_table_without_expiry_says_what_keeps_them() {
+    let db = explainer_db(2, true).await;
+    db.idemctl()
+        .args(["reclaim", "--yes", "--action", "fail", "--keep-failed-for", "1d"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("--keep-failed-for does not apply to table public.idempotency_keys (profile explainer): it has no expiry column");
+    let run = db
+        .idemctl()
+        .args(["--ttl", "24h", "reclaim", "--yes", "--action", "fail"])
+        .run();
+    run.assert_success().assert_stderr_contains(
+        "has no expiry column: a failed key is kept only until created_at + the TTL (1d)",
+    );
+    assert!(!run.stdout.contains("kept at least"), "{run}");
+    assert!(run.stdout.contains("kept until created_at + TTL"), "{run}");
+}
+
+/// A timestamp without time zone is named as unsupported, in one line, by detection and by a
+/// forced profile (no mapping could fix it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timestamp_without_time_zone_is_named_as_unsupported() {
+    let ddl = EXPLAINER_DDL.replace("created_at      timestamptz", "created_at      timestamp");
+    let db = loaded(&ddl, "", None).await;
+    let run = db.idemctl().args(["--ttl", "1d", "stats"]).run();
+    run.assert_code(2).assert_stderr_contains(
+        "explainer needs column created_at as timestamp with time zone (it is timestamp without time zone; idemctl does not support it: it holds no time zone",
+    );
+    assert!(!run.stderr.contains("needs )"), "{run}");
+    let run = db
+        .idemctl()
+        .args(["--profile", "explainer", "--ttl", "1d", "stats"])
+        .run();
+    run.assert_code(2)
+        .assert_stderr_contains("column created_at is timestamp without time zone, expected timestamp with time zone, which profile explainer needs; idemctl does not support it");
+    assert!(!run.stderr.contains("correct the mapping"), "{run}");
+}
+
+/// A forced profile whose columns the table lacks is refused, naming them all, instead of
+/// findings and fixes about columns that do not exist.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_profile_the_table_lacks_columns_for_is_refused() {
+    let db = explainer_db(1, true).await;
+    let run = db.idemctl().args(["--profile", "storage", "check"]).run();
+    run.assert_code(2).assert_stderr_contains(
+        "table public.idempotency_keys has no column api_key_id, column request_method, column request_path, column expires_at, column state, column request_fingerprint, which profile storage needs (chosen by --profile)",
+    );
+    assert!(!run.stdout.contains("GRANT"), "{run}");
+    assert!(!run.stdout.contains("identifies a row"), "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

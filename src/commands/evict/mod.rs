@@ -147,6 +147,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let table = ctx.table(&client).await?;
     table.require_columns()?;
     table.require_ttl("evict")?;
+    table.require_ttl_floor("evict", args.force)?;
     table.require_expiry_index()?;
     let privileges = table.privileges(&client).await?;
     if args.max_replica_lag.is_some() {
