@@ -61,7 +61,11 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     match records.as_slice() {
         [] => Err(fail(
             Exit::NotFound,
-            output::not_found(&args.key, args.api_key_id.as_deref()),
+            output::not_found(
+                &args.key,
+                args.api_key_id.as_deref(),
+                table.profile.tenant.is_some(),
+            ),
         )),
         [one] => match &body {
             Some(body) => check_body(
@@ -224,7 +228,8 @@ pub(crate) struct Compared {
 /// What `inspect --body` found (also the JSON document).
 #[derive(serde::Serialize)]
 pub(crate) struct BodyCheck {
-    pub(crate) api_key_id: String,
+    /// None on a table without a tenant (null in JSON).
+    pub(crate) api_key_id: Option<String>,
     pub(crate) key: String,
     pub(crate) canonical: Canonical,
     /// The stored fingerprint.

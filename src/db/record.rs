@@ -49,7 +49,8 @@ impl Serialize for StoredFingerprint {
 /// A key's stored record.
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyRecord {
-    pub api_key_id: String,
+    /// None on a table without a tenant column (null in JSON).
+    pub api_key_id: Option<String>,
     pub key: String,
     /// None on a table that does not store the request method.
     pub request_method: Option<String>,
@@ -86,7 +87,7 @@ pub struct KeyRecord {
 impl KeyRecord {
     /// Build a record from a row of the inspect statements (`held` is filled in by
     /// [`KeyRecord::check_holder`]).
-    pub fn from_row(row: &Row) -> Result<KeyRecord> {
+    pub fn from_row(row: &Row, has_tenant: bool) -> Result<KeyRecord> {
         let fingerprint = match row
             .columns()
             .iter()
@@ -101,7 +102,11 @@ impl KeyRecord {
                 .map(StoredFingerprint::Text),
         };
         Ok(KeyRecord {
-            api_key_id: row.try_get("api_key_id")?,
+            api_key_id: if has_tenant {
+                Some(row.try_get("api_key_id")?)
+            } else {
+                None
+            },
             key: row.try_get("key")?,
             request_method: row.try_get("request_method")?,
             request_path: row.try_get("request_path")?,
@@ -210,7 +215,10 @@ pub async fn by_tenant(
         .query(&sql, &[p(&tenant), p(&key), p(&stuck_secs)])
         .await
         .context("failed to read the key")?;
-    rows.iter().map(KeyRecord::from_row).collect()
+    let has_tenant = table.profile.tenant.is_some();
+    rows.iter()
+        .map(|r| KeyRecord::from_row(r, has_tenant))
+        .collect()
 }
 
 /// The records a lookup without a tenant found; `truncated` when it stopped at its tenant cap.
@@ -232,7 +240,7 @@ pub async fn by_key(
         .query(&sql, &[p(&key), p(&stuck_secs), p(&listed)])
         .await
         .context("failed to read the key")?;
-    found(&rows)
+    found(&rows, table.profile.tenant.is_some())
 }
 
 /// A key under every tenant when only a (tenant, key) index exists: the tenants are walked
@@ -249,10 +257,10 @@ pub async fn by_key_through_tenants(
         .query(&sql, &[p(&key), p(&stuck_secs), p(&probed)])
         .await
         .context("failed to read the key")?;
-    found(&rows)
+    found(&rows, table.profile.tenant.is_some())
 }
 
-fn found(rows: &[Row]) -> Result<Found> {
+fn found(rows: &[Row], has_tenant: bool) -> Result<Found> {
     let truncated = rows
         .first()
         .and_then(|r| r.try_get::<_, bool>("truncated").ok())
@@ -260,7 +268,7 @@ fn found(rows: &[Row]) -> Result<Found> {
     Ok(Found {
         records: rows
             .iter()
-            .map(KeyRecord::from_row)
+            .map(|r| KeyRecord::from_row(r, has_tenant))
             .collect::<Result<_>>()?,
         truncated,
     })

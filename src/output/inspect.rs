@@ -61,41 +61,48 @@ fn at_with_age(r: &KeyRecord, ts: time::OffsetDateTime) -> String {
 /// One key's record; `stuck_after` is the age past which reclaim takes an unheld key.
 pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
     let mut doc = Doc::default();
-    let rows = vec![
-        ("api_key_id".to_owned(), sanitize(&r.api_key_id)),
-        ("key".to_owned(), sanitize(&r.key)),
-        ("state".to_owned(), describe_state(r, stuck_after)),
-        (
-            "request".to_owned(),
-            format!(
-                "{} {}",
-                sanitize(r.request_method.as_deref().unwrap_or("-")),
-                sanitize(r.request_path.as_deref().unwrap_or("-"))
+    // A table without a tenant shows no api_key_id row.
+    let tenant = r
+        .api_key_id
+        .as_deref()
+        .map(|t| ("api_key_id".to_owned(), sanitize(t)));
+    let rows = tenant
+        .into_iter()
+        .chain([
+            ("key".to_owned(), sanitize(&r.key)),
+            ("state".to_owned(), describe_state(r, stuck_after)),
+            (
+                "request".to_owned(),
+                format!(
+                    "{} {}",
+                    sanitize(r.request_method.as_deref().unwrap_or("-")),
+                    sanitize(r.request_path.as_deref().unwrap_or("-"))
+                ),
             ),
-        ),
-        (
-            "fingerprint".to_owned(),
-            r.request_fingerprint
-                .as_ref()
-                .map_or_else(|| "-".to_owned(), fingerprint),
-        ),
-        ("created_at".to_owned(), at_with_age(r, r.created_at)),
-        (
-            "locked_at".to_owned(),
-            r.locked_at
-                .map_or_else(|| "-".to_owned(), |t| at_with_age(r, t)),
-        ),
-        (
-            "expires_at".to_owned(),
-            r.expires_at
-                .map_or_else(|| "- (pass --ttl)".to_owned(), |t| at_with_age(r, t)),
-        ),
-        (
-            "response_status".to_owned(),
-            r.response_status
-                .map_or_else(|| "-".to_owned(), |s| s.to_string()),
-        ),
-    ];
+            (
+                "fingerprint".to_owned(),
+                r.request_fingerprint
+                    .as_ref()
+                    .map_or_else(|| "-".to_owned(), fingerprint),
+            ),
+            ("created_at".to_owned(), at_with_age(r, r.created_at)),
+            (
+                "locked_at".to_owned(),
+                r.locked_at
+                    .map_or_else(|| "-".to_owned(), |t| at_with_age(r, t)),
+            ),
+            (
+                "expires_at".to_owned(),
+                r.expires_at
+                    .map_or_else(|| "- (pass --ttl)".to_owned(), |t| at_with_age(r, t)),
+            ),
+            (
+                "response_status".to_owned(),
+                r.response_status
+                    .map_or_else(|| "-".to_owned(), |s| s.to_string()),
+            ),
+        ])
+        .collect::<Vec<_>>();
     doc.fields(None, rows);
     match &r.response_body {
         None => doc.text("response_body: (no stored response)"),
@@ -111,7 +118,7 @@ pub(crate) fn tenants(records: &[KeyRecord]) -> Doc {
         .iter()
         .map(|r| {
             vec![
-                sanitize(&r.api_key_id),
+                sanitize(r.api_key_id.as_deref().unwrap_or_default()),
                 r.state.clone(),
                 rfc3339(r.created_at),
                 r.expires_at.map_or_else(|| "-".to_owned(), rfc3339),
@@ -129,8 +136,13 @@ pub(crate) fn tenants(records: &[KeyRecord]) -> Doc {
 /// The verdict of `inspect --body`: the fingerprint and each compared attribute.
 pub(crate) fn body_check(c: &BodyCheck) -> Doc {
     let verdict = |m: bool| if m { "match" } else { "mismatch" };
-    let mut rows = vec![
-        ("api_key_id".to_owned(), sanitize(&c.api_key_id)),
+    let mut rows: Vec<(String, String)> = c
+        .api_key_id
+        .as_deref()
+        .map(|t| ("api_key_id".to_owned(), sanitize(t)))
+        .into_iter()
+        .collect();
+    rows.extend([
         ("key".to_owned(), sanitize(&c.key)),
         (
             "fingerprint".to_owned(),
@@ -153,7 +165,7 @@ pub(crate) fn body_check(c: &BodyCheck) -> Doc {
                 c.canonical.name()
             ),
         ),
-    ];
+    ]);
     for (name, compared) in [("method", &c.method), ("path", &c.path)] {
         if let Some(c) = compared {
             let text = if c.matches {
@@ -221,14 +233,15 @@ pub(crate) fn no_fingerprint_column(table: &KeyTable) -> String {
 }
 
 /// No such key (for the tenant, when one was given).
-pub(crate) fn not_found(key: &str, tenant: Option<&str>) -> String {
+pub(crate) fn not_found(key: &str, tenant: Option<&str>, has_tenant: bool) -> String {
     match tenant {
         Some(t) => format!(
             "key {} not found for api_key_id {}",
             sanitize(key),
             sanitize(t)
         ),
-        None => format!("key {} not found under any tenant", sanitize(key)),
+        None if has_tenant => format!("key {} not found under any tenant", sanitize(key)),
+        None => format!("key {} not found", sanitize(key)),
     }
 }
 

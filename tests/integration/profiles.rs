@@ -233,6 +233,17 @@ async fn inspect_on_the_explainer_table_reads_the_placeholder_as_in_flight() {
     assert_eq!(json["state"], "in_progress", "{run}");
     assert_eq!(json["stuck"], true, "{run}");
     assert_eq!(json["request_fingerprint"].as_str().unwrap().len(), 64);
+    // No tenant: null in JSON, no row in text, no tenant in the not-found line.
+    assert!(json["api_key_id"].is_null(), "{run}");
+    let run = db
+        .idemctl()
+        .args(["--ttl", "24h", "inspect", "stuck-1"])
+        .run();
+    run.assert_success();
+    assert!(!run.stdout.contains("api_key_id"), "{run}");
+    let run = db.idemctl().args(["inspect", "no-such-key"]).run();
+    run.assert_code(3);
+    assert_eq!(run.stderr, "idemctl: key no-such-key not found\n", "{run}");
     db.idemctl()
         .args(["inspect", "done-old-1", "--api-key-id", "x"])
         .run()
