@@ -62,7 +62,8 @@ pub async fn vacuum(client: &Session, table: &KeyTable) -> Result<Vacuum> {
 /// A key picked out by a stats query.
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyRef {
-    pub api_key_id: String,
+    /// None on a table without a tenant column (null in JSON).
+    pub api_key_id: Option<String>,
     pub key: String,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
@@ -77,7 +78,7 @@ pub async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Option<Ke
         .await
         .context("failed to find the oldest live key")?;
     Ok(r.map(|r| KeyRef {
-        api_key_id: r.get("api_key_id"),
+        api_key_id: table.profile.tenant.is_some().then(|| r.get("api_key_id")),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("age_seconds"),
@@ -94,7 +95,7 @@ pub async fn oldest_expired(client: &Session, table: &KeyTable) -> Result<Option
         .await
         .context("failed to find the oldest expired key")?;
     Ok(r.map(|r| KeyRef {
-        api_key_id: r.get("api_key_id"),
+        api_key_id: table.profile.tenant.is_some().then(|| r.get("api_key_id")),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("lag_seconds"),

@@ -37,7 +37,11 @@ fn ttl_text(t: Option<&crate::db::maintenance::RecentTtl>) -> String {
 }
 
 fn key_label(k: &KeyRef) -> String {
-    format!("{}/{}", sanitize(&k.api_key_id), sanitize(&k.key))
+    match &k.api_key_id {
+        Some(t) => format!("{}/{}", sanitize(t), sanitize(&k.key)),
+        // A table without a tenant: the key alone.
+        None => sanitize(&k.key),
+    }
 }
 
 /// The human-readable report.

@@ -219,6 +219,13 @@ async fn evict_on_the_explainer_table_deletes_expired_answers_and_keeps_placehol
     run.assert_success();
     let json = run.json();
     assert_eq!(json["expired_backlog"]["count"], 0, "{run}");
+    // No tenant: null in JSON, the key alone in text.
+    assert!(json["oldest_live"]["api_key_id"].is_null(), "{run}");
+    let key = json["oldest_live"]["key"].as_str().unwrap().to_owned();
+    let run = db.idemctl().args(["--ttl", "24h", "stats"]).run();
+    run.assert_success();
+    assert!(!run.stdout.contains(&format!("/{key}")), "{run}");
+    assert!(run.stdout.contains(&key), "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
