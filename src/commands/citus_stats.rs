@@ -46,6 +46,8 @@ struct ShardStats {
     oldest_live: Option<KeyRef>,
     oldest_expired: Option<KeyRef>,
     backlog: Capped,
+    /// The planner's estimate of the shard's expired completed keys (None when it cannot be read).
+    backlog_estimate: Option<u64>,
     stuck: Option<Stuck>,
     autovacuum: Vec<crate::db::maintenance::AutovacuumRel>,
 }
@@ -99,6 +101,8 @@ pub async fn gather(
     let mut nodes = Vec::new();
     let mut vacuumed = Some(None);
     let mut analyzed = Some(None);
+    // The shards' estimates added up; None once a shard's could not be read.
+    let mut estimate = Some(0u64);
     for node in &cluster.nodes {
         let session = node.session().await?;
         let mut part = NodeStats {
@@ -140,6 +144,7 @@ pub async fn gather(
             part.live_tuples += s.vacuum.live_tuples;
             part.dead_tuples += s.vacuum.dead_tuples;
             part.expired_backlog = add(part.expired_backlog, s.backlog);
+            estimate = estimate.zip(s.backlog_estimate).map(|(a, b)| a + b);
             report.expired_backlog = Some(add(report.expired_backlog.unwrap_or(ZERO), s.backlog));
             if let Some(k) = &s.oldest_expired {
                 part.eviction_lag_seconds = part.eviction_lag_seconds.max(k.seconds);
@@ -165,6 +170,10 @@ pub async fn gather(
     report.vacuum.last_vacuum = vacuumed.flatten();
     report.vacuum.last_analyze = analyzed.flatten();
     report.eviction_lag_seconds = report.oldest_expired.as_ref().map_or(0.0, |k| k.seconds);
+    report.expired_backlog_estimate = match report.expired_backlog {
+        Some(b) if b.at_least => estimate,
+        _ => None,
+    };
     if report.sizes.never_analyzed {
         report.notes.push(
             "a shard has never been analyzed; the row estimate counts it as empty until ANALYZE runs"
@@ -252,8 +261,13 @@ async fn shard_stats(
         let autovacuum = crate::db::maintenance::autovacuum(session, t).await?;
         let oldest_live = queries::oldest_live(session, t).await?;
         let oldest_expired = queries::oldest_expired(session, t).await?;
-        let backlog = queries::expired_backlog(session, t, budget.backlog_left).await?;
+        let mut backlog = queries::expired_backlog(session, t, budget.backlog_left).await?;
         budget.backlog_left = (budget.backlog_left - backlog.count).max(0);
+        // With the cap spent by the shards before it, a shard still examines one row: when it
+        // found one, it holds at least that one (not "at least 0").
+        if backlog.at_least && backlog.count == 0 {
+            backlog.count = 1;
+        }
         let stuck = if count_stuck {
             let s = queries::stuck(session, t, stuck_after_secs, budget.stuck_left).await?;
             budget.stuck_left = (budget.stuck_left - s.count.count).max(0);
@@ -267,6 +281,7 @@ async fn shard_stats(
             oldest_live,
             oldest_expired,
             backlog,
+            backlog_estimate: None,
             stuck,
             autovacuum,
         })
@@ -274,8 +289,13 @@ async fn shard_stats(
     .await
     .with_context(|| format!("shard {} on worker {}", shard.id, node.name()));
     match result {
-        Ok(s) => {
+        Ok(mut s) => {
             citus::end_catalog_reads(session).await?;
+            // The planner's figure, for a total the cap leaves open ("at least N"), as on one
+            // server; one EXPLAIN of the shard.
+            s.backlog_estimate = crate::db::evict::estimate_backlog(session, &shard.table)
+                .await
+                .ok();
             Ok(s)
         }
         Err(e) => {

@@ -19,7 +19,11 @@ fn workers_table<N>(
     nodes: &[N],
     row: impl Fn(&N) -> Vec<String>,
 ) {
-    let title = format!("Citus workers (table {}):", layout.describe());
+    // "table distributed by ...", else the layout's own noun ("a reference table", ...).
+    let title = match layout {
+        Layout::Distributed { .. } => format!("Citus workers (table {}):", layout.describe()),
+        _ => format!("Citus workers ({}):", layout.describe()),
+    };
     d.rows(Some(&title), header, nodes.iter().map(row).collect());
 }
 
@@ -133,6 +137,17 @@ fn check_finding(outcome: &Outcome) -> Finding {
 
 /// How the table is distributed, and what that means for the commands.
 fn layout_finding(layout: &Layout, tenant_local: bool) -> Finding {
+    if matches!(layout, Layout::SingleShard) {
+        return finding(
+            "citus layout",
+            Status::Note,
+            format!(
+                "{}: evict, stats, inspect and the reclaim sweep work on its one shard on its worker; reclaim --apply is refused (it sends each plan row to its tenant's shard by a distribution column, which this table does not have)",
+                layout.describe()
+            ),
+            None,
+        );
+    }
     if !matches!(layout, Layout::Distributed { .. }) {
         return finding("citus layout", Status::Ok, layout.describe(), None);
     }

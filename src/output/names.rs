@@ -26,7 +26,7 @@ impl Layout {
                 format!("distributed by {} over {shards} shards", sanitize(column))
             }
             Layout::Reference => "a reference table".to_owned(),
-            Layout::SingleShard => "a table of a distributed schema (one shard)".to_owned(),
+            Layout::SingleShard => "a single-shard table of a distributed schema".to_owned(),
             Layout::CitusLocal => "a Citus local table".to_owned(),
         }
     }

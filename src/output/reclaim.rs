@@ -508,6 +508,13 @@ pub(crate) fn archive_unwritten(path: &Path, error: &std::io::Error) -> String {
 
 /// --apply on a Citus table not distributed by its tenant column.
 pub(crate) fn apply_not_by_tenant(table: &KeyTable, layout: &Layout) -> String {
+    if matches!(layout, Layout::SingleShard) {
+        return format!(
+            "reclaim --apply sends each plan row to the shard that holds its tenant by the table's distribution column, but {} is {}, which has none; nothing was changed: run the sweep (reclaim without --apply), which works on its one shard",
+            table.display(),
+            layout.describe()
+        );
+    }
     format!(
         "reclaim --apply sends each plan row to the shard that holds its tenant, but {} is {}, not by its tenant column; nothing was changed: run the sweep (reclaim without --apply), which works shard by shard whatever the column",
         table.display(),
