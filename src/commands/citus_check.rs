@@ -29,6 +29,12 @@ pub(crate) enum Outcome {
         want_stuck: bool,
         missing: Vec<ShardLacks>,
         table: String,
+        /// The statements, on the coordinator, that give every shard the lost expiry and
+        /// in_progress indexes again.
+        fixes: Vec<String>,
+        /// A shard lost the identity index, which backs a constraint: (the coordinator's
+        /// constraint index, its columns as written).
+        identity: Option<(String, String)>,
     },
     /// The role's privileges on the shards could not be read.
     PrivilegesUnread { error: String },
@@ -150,11 +156,37 @@ fn indexes(table: &KeyTable, cluster: &Cluster) -> Outcome {
             }
         }
     }
+    let lost = |what: &str| missing.iter().any(|m| m.lacks.iter().any(|l| l == what));
+    let mut fixes = Vec::new();
+    if lost("expiry") {
+        fixes.push(crate::db::citus::recreate_index(
+            table,
+            table.expiry_index(),
+            &table.expiry_index_fix(),
+        ));
+    }
+    if lost("in_progress") {
+        fixes.push(crate::db::citus::recreate_index(
+            table,
+            table.stuck_index(),
+            &table.stuck_index_fix(),
+        ));
+    }
+    let identity = lost("identity").then(|| {
+        (
+            table
+                .identity_index()
+                .map_or_else(String::new, |i| i.name.clone()),
+            table.identity_columns_text(),
+        )
+    });
     Outcome::Indexes {
         shards,
         want_stuck,
         missing,
         table: table.quoted.clone(),
+        fixes,
+        identity,
     }
 }
 

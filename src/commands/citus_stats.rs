@@ -85,7 +85,11 @@ pub async fn gather(
     table.require_columns()?;
     table.require_ttl("stats")?;
     table.require_expiry_index()?;
-    let cluster = shards::connect(ctx, client, table, 1)
+    // A reference table has a copy on every node, a Citus local table one on the coordinator:
+    // their figures are those of one placement (the first the metadata lists, named in the
+    // per-node table), not of the coordinator's empty shell.
+    let one_placement = matches!(layout, Layout::Reference | Layout::CitusLocal);
+    let cluster = shards::connect_placements(ctx, client, table, 1, one_placement)
         .await
         .context("failed to reach the key table's shards on the Citus workers")?;
     let count_stuck = allow_scan || table.stuck_index().is_some();

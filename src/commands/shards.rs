@@ -72,6 +72,30 @@ pub async fn connect(
     connect_to(ctx, client, table, pool_size, None).await
 }
 
+/// Like [`connect`]; with `first_only`, only the first placement the metadata lists (a reference
+/// table's copy on one node, or a Citus local table's shard).
+pub async fn connect_placements(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    pool_size: usize,
+    first_only: bool,
+) -> Result<Cluster> {
+    if !first_only {
+        return connect(ctx, client, table, pool_size).await;
+    }
+    let first = citus::placements(client, table)
+        .await?
+        .first()
+        .map(|p| (p.node.clone(), p.port));
+    connect_where(ctx, client, table, pool_size, &|p: &Placement| {
+        first
+            .as_ref()
+            .is_some_and(|(node, port)| p.node == *node && p.port == *port)
+    })
+    .await
+}
+
 /// Like [`connect`], with only the shard `only` when given.
 pub async fn connect_to(
     ctx: &Context,
@@ -80,10 +104,24 @@ pub async fn connect_to(
     pool_size: usize,
     only: Option<i64>,
 ) -> Result<Cluster> {
+    connect_where(ctx, client, table, pool_size, &|p: &Placement| {
+        only.is_none_or(|id| id == p.shard_id)
+    })
+    .await
+}
+
+/// Like [`connect`], with only the placements `keep` keeps.
+async fn connect_where(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    pool_size: usize,
+    keep: &(dyn Fn(&Placement) -> bool + Sync),
+) -> Result<Cluster> {
     let placements = citus::placements(client, table).await?;
     let mut nodes: Vec<Node> = Vec::new();
     for placement in placements {
-        if only.is_some_and(|id| id != placement.shard_id) {
+        if !keep(&placement) {
             continue;
         }
         let index = match nodes

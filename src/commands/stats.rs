@@ -149,7 +149,9 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let privileges = table.privileges(&client).await?;
     privileges.require_for(&table, "stats", crate::db::table::Job::Read)?;
     let stuck_after = args.stuck_after.as_secs_f64();
-    let report = match super::shards::distributed(&client, &table).await? {
+    // A reference or Citus local table is read like a distributed one, on one of its placements:
+    // the coordinator's table is an empty shell beside it.
+    let report = match crate::db::citus::layout(&client, &table).await? {
         Some(layout) => {
             super::citus_stats::gather(
                 ctx,

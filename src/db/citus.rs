@@ -215,6 +215,26 @@ pub async fn not_foreground(client: &Session, node: &str) -> Result<Vec<i64>> {
         .get("gpids"))
 }
 
+/// The statements, run on the coordinator, that give every shard of a distributed table an index
+/// again that some shard lost (dropped on its worker): drop the coordinator's index (`existing`)
+/// where it still is (`IF EXISTS`: Citus passes the drop to every shard, and a plain drop fails on
+/// the shard without it, leaving the coordinator's index invalid), then `create` it, which Citus
+/// creates on every shard.
+pub fn recreate_index(
+    table: &KeyTable,
+    existing: Option<&super::table::Index>,
+    create: &str,
+) -> String {
+    let drop = existing.map_or_else(String::new, |i| {
+        format!(
+            "DROP INDEX CONCURRENTLY IF EXISTS {}.{}; ",
+            super::table::quote_ident(&table.schema),
+            super::table::quote_ident(&i.name)
+        )
+    });
+    format!("{drop}{create}")
+}
+
 /// What the current role may do on one shard (sql/citus_shard_privileges.sql).
 #[derive(Clone, Debug)]
 pub struct ShardGrants {

@@ -118,7 +118,9 @@ fn check_finding(outcome: &Outcome) -> Finding {
             want_stuck,
             missing,
             table,
-        } => indexes_finding(*shards, *want_stuck, missing, table),
+            fixes,
+            identity,
+        } => indexes_finding(*shards, *want_stuck, missing, table, fixes, identity.as_ref()),
         Outcome::PrivilegesUnread { error } => finding(
             "citus shard privileges",
             Status::Fail,
@@ -196,6 +198,8 @@ fn indexes_finding(
     want_stuck: bool,
     missing: &[ShardLacks],
     table: &str,
+    fixes: &[String],
+    identity: Option<&(String, String)>,
 ) -> Finding {
     if missing.is_empty() {
         return finding(
@@ -216,9 +220,7 @@ fn indexes_finding(
         "citus shard indexes",
         Status::Fail,
         shards_lacking(missing, |l| format!(" lacks the {} index", l.join(" and "))),
-        Some(format!(
-            "Citus creates a distributed table's indexes on every shard: on the coordinator, drop the index and create it again (DROP INDEX CONCURRENTLY ...; then the CREATE INDEX CONCURRENTLY ... ON {table} check shows for it)"
-        )),
+        Some(index_fix(table, fixes, identity)),
     )
 }
 
@@ -232,6 +234,23 @@ fn missing_grants<'a>(short: &'a [ShardLacks], wanted: &[String]) -> Vec<&'a str
         }
     }
     grants
+}
+
+/// On the coordinator, the statements that recreate each lost index on every shard, and for a
+/// lost identity index (which backs the primary key or a unique constraint, so no index statement
+/// restores it) what restores a constraint.
+fn index_fix(table: &str, fixes: &[String], identity: Option<&(String, String)>) -> String {
+    let mut fix: Vec<String> = fixes.iter().map(|f| sanitize(f)).collect();
+    fix.push("-- on the coordinator: Citus passes each statement to every shard".to_owned());
+    if let Some((index, columns)) = identity {
+        fix.push(format!(
+            "; the identity index {} backs the primary key or a unique constraint on {}, which no index statement restores: drop that constraint and add it again on the same columns (ALTER TABLE {table} DROP CONSTRAINT ..., then ADD PRIMARY KEY or UNIQUE {}), which Citus applies to every shard and which locks the table while the index builds",
+            sanitize(index),
+            sanitize(columns),
+            sanitize(columns)
+        ));
+    }
+    fix.join(" ").replace(" ; ", "; ")
 }
 
 fn privileges_finding(

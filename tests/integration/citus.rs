@@ -1034,6 +1034,29 @@ async fn citus_check_verifies_the_shards() {
             .contains("lacks the expiry index"),
         "{j}"
     );
+    // The fix is the statements to run on the coordinator, as printed: each statement in turn
+    // (CONCURRENTLY runs outside a transaction block, as psql runs a script), then check passes.
+    let fix = f["fix"].as_str().unwrap();
+    let (statements, comment) = fix.split_once(" -- ").expect("statements, then a comment");
+    assert!(
+        statements.starts_with(
+            "DROP INDEX CONCURRENTLY IF EXISTS \"public\".\"idempotency_keys_expiry\"; \
+             CREATE INDEX CONCURRENTLY"
+        ),
+        "{j}"
+    );
+    assert!(comment.starts_with("on the coordinator"), "{j}");
+    for statement in statements
+        .split(';')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        db.exec(statement).await;
+    }
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(finding(&j, "citus shard indexes")["status"], "ok", "{j}");
 }
 
 /// check with a role of its own: on a distributed table it reaches the workers as that role and
@@ -1973,4 +1996,37 @@ async fn citus_a_worker_down_fails_with_one_clean_line() {
             "{args:?}: {run}"
         );
     }
+}
+
+/// stats on a reference table and on a Citus local table reads the figures of the table's
+/// placement (a reference table's copy on the first node the metadata lists, named in the per-node
+/// figures), not the coordinator's empty shell (0 estimated rows, 24 kB).
+async fn stats_read_one_placement(layout: Layout) {
+    let Some(db) = loaded(layout, &format!("citus stats ({layout:?})")).await else {
+        return;
+    };
+    let total = MIX.expired + MIX.live + MIX.fresh + MIX.stuck + MIX.expired_in_progress;
+    let run = db.idemctl().args(["stats", "-o", "json"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["sizes"]["estimated_rows"], total, "{j}");
+    assert!(
+        j["sizes"]["total_bytes"].as_i64().unwrap() > 1024 * 1024,
+        "{j}"
+    );
+    assert_eq!(j["expired_backlog"]["count"], MIX.expired, "{j}");
+    let nodes = j["citus"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{j}");
+    assert_eq!(nodes[0]["shards"], 1, "{j}");
+    assert_eq!(nodes[0]["estimated_rows"], total, "{j}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_stats_reads_a_reference_tables_placement() {
+    stats_read_one_placement(Layout::Reference).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_stats_reads_a_citus_local_tables_placement() {
+    stats_read_one_placement(Layout::CitusLocal).await;
 }
