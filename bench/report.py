@@ -591,12 +591,14 @@ def _citus_section(w, results):
           f"| {_n(x['p99_ms'], 2)} | {_n(x['evictor_rows_per_second'])} "
           f"| {_n(x['evictor_rows'])} ({', '.join(x['evictor_end']) or '–'}) |")
     w("")
-    w("Each worker paces itself from its own `pg_stat_activity`; Citus's own connections between the "
-      "nodes count there as activity, so the workers are paced as busy even when the cluster is idle "
-      "(docs/citus.md). With every node on the same few CPUs, the cluster cannot drain faster than "
-      "those CPUs allow: each batch on a shard costs its worker the same work as on one server, plus "
-      "the TCP/TLS round trips, so the ratio measured here says how the cluster compares on one "
-      "machine, not what two worker machines would do.")
+    w("Each worker paces itself from its own `pg_stat_activity`, where the requests the coordinator "
+      "routes to it run (Citus's own housekeeping connections and idemctl's sessions are left out, "
+      "docs/citus.md). With the servers sharing the CPUs the three nodes compete for them: each batch "
+      "on a shard costs its worker the same work as on one server, plus the round trips, so the "
+      "cluster cannot drain much faster than one server on the same CPUs. With each server on a CPU "
+      "of its own, the two workers add a CPU the single server does not have, as two worker machines "
+      "would; idemctl, the coordinator and the driver still share the machine, so that ratio is an "
+      "estimate of what separate machines would show, not their measurement.")
     w("")
 
 
