@@ -919,7 +919,7 @@ impl ReclaimReport {
     fn batch_error(&self, e: anyhow::Error) -> anyhow::Error {
         let why = if batch::Failure::of(&e) == batch::Failure::LockTimeout {
             format!(
-                "could not get a lock another session holds in {} tries (DDL on the table, or a lock it waits behind)",
+                "could not get a lock another session holds in {} tries (a live transaction holds a row it needs, which on a Citus reference table blocks every write to it, or DDL holds the table)",
                 batch::TRIES
             )
         } else {
