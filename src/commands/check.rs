@@ -220,11 +220,7 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
     out.push(finding(
         "profile",
         Status::Ok,
-        format!(
-            "{}: {}",
-            p.name,
-            crate::output::sanitize(&p.matched_because)
-        ),
+        format!("{}: {}", p.name, &p.matched_because),
         None,
     ));
     let problems = table.column_problems();
@@ -239,12 +235,11 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
     // The table belongs to the application: a mismatch is fixed by choosing or mapping the
     // profile, never by changing the table.
     for (name, found, types) in problems {
-        let name = crate::output::sanitize(&name);
         let detail = match &found {
             None => format!("column {name} (profile {}) is missing", p.name),
             Some(t) => format!(
                 "column {name} is {}, profile {} expects {}",
-                crate::output::sanitize(t),
+                t,
                 p.name,
                 types.join(" or ")
             ),
@@ -261,7 +256,7 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
             Status::Fail,
             format!(
                 "the table has no expiry column: keys expire a TTL after {}, which evict and stats need to know",
-                crate::output::sanitize(&p.created_at)
+                &p.created_at
             ),
             Some("pass --ttl DUR (or set IDEMCTL_TTL, or ttl in the config file)".into()),
         ));
@@ -273,7 +268,7 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
             format!(
                 "{} orders keys by {}",
                 i.name,
-                crate::output::sanitize(table.profile.expiry_column())
+                table.profile.expiry_column()
             ),
             None,
         ),
@@ -282,7 +277,7 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
             Status::Fail,
             format!(
                 "no valid index on {}: eviction, lag and backlog cannot be index-backed{}",
-                crate::output::sanitize(table.profile.expiry_column()),
+                table.profile.expiry_column(),
                 // On a TTL table the index is one the application's own schema does not have:
                 // say what it costs the API, as for the in_progress index.
                 if table.profile.expires_by_ttl() {
@@ -369,16 +364,15 @@ pub fn referencing(
     still_referenced: &[Option<(i64, i64)>],
     role: &str,
 ) -> Vec<Finding> {
-    use crate::output::sanitize;
     keys.iter()
         .enumerate()
         .map(|(i, k)| {
-            let columns = sanitize(&k.columns.join(", "));
-            let referencing = sanitize(&k.referencing_table);
+            let columns = k.columns.join(", ");
+            let referencing = k.referencing_table.clone();
             let what = format!(
                 "{referencing} ({columns}) references the table ON DELETE {} ({})",
                 k.on_delete,
-                sanitize(&k.name)
+                &k.name
             );
             let quoted_columns = k
                 .columns
@@ -464,7 +458,7 @@ fn partitioning(table: &KeyTable, r: &stats::StatsReport) -> Vec<Finding> {
     let (Some(how), Some(parts)) = (&r.partitioning, &r.partitions) else {
         return Vec::new();
     };
-    let definition = crate::output::sanitize(&how.definition);
+    let definition = how.definition.clone();
     let mut out = vec![finding(
         "partitioning",
         Status::Ok,
@@ -515,7 +509,7 @@ fn partitioning(table: &KeyTable, r: &stats::StatsReport) -> Vec<Finding> {
 /// What each command needs, against what the role has. On a session that cannot write, the
 /// evict and reclaim rows say that those commands refuse here (exit 6) instead of "ok".
 pub fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) -> Vec<Finding> {
-    let role = crate::output::sanitize(&p.role);
+    let role = p.role.clone();
     let grant = |what: &str| {
         format!(
             "GRANT {what} ON {} TO {};",

@@ -33,7 +33,6 @@ use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
 use crate::output::reclaim as output;
-use crate::output::sanitize;
 
 /// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
 /// only bounds waits on the table itself (DDL), which must not stall the API behind us.
@@ -444,11 +443,7 @@ fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
     let mut seen = HashSet::new();
     for r in &plan.rows {
         if !seen.insert((r.api_key_id.as_str(), r.key.as_str())) {
-            return Err(format!(
-                "key {} of api_key_id {} is listed twice",
-                sanitize(&r.key),
-                sanitize(&r.api_key_id)
-            ));
+            return Err(output::plan_key_twice(&r.key, &r.api_key_id));
         }
     }
     Ok(())

@@ -401,6 +401,15 @@ pub(crate) fn plan_invalid(path: &Path, why: &str) -> String {
     )
 }
 
+/// A plan file that lists one key twice.
+pub(crate) fn plan_key_twice(key: &str, api_key_id: &str) -> String {
+    format!(
+        "key {} of api_key_id {} is listed twice",
+        sanitize(key),
+        sanitize(api_key_id)
+    )
+}
+
 /// Under --apply, a filter flag that contradicts the plan's own filter.
 pub(crate) fn filter_differs(flag: &str, given: &str, planned: &str) -> String {
     format!(

@@ -166,13 +166,17 @@ fn the_layering_check_sees_statements_and_column_reads() {
     assert!(found[0].starts_with("x.rs:1: .get(\""), "{found:#?}");
 }
 
-/// Escaping for a terminal belongs to the output layer: `src/db/` and the config file hand out
-/// names as the catalog and the file hold them, and a call to the sanitiser there fails this test.
+/// Escaping for a terminal belongs to the output layer: `src/db/`, the commands and the config file
+/// hand out names as the catalog and the file hold them, and a call to the sanitiser there fails
+/// this test.
 #[test]
-fn the_data_layer_and_the_config_file_leave_escaping_to_the_output_layer() {
+fn the_data_layer_the_commands_and_the_config_file_leave_escaping_to_the_output_layer() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     rust_files(&root.join("src/db"), &mut files);
+    let mut commands = Vec::new();
+    rust_files(&root.join("src/commands"), &mut commands);
+    files.extend(commands.iter().cloned());
     files.push(root.join("src/config.rs"));
     files.sort();
     let mut found = Vec::new();
@@ -185,10 +189,13 @@ fn the_data_layer_and_the_config_file_leave_escaping_to_the_output_layer() {
             }
             let (_, code) = split_line(line);
             // `KeyTable::display` is the output layer's (escaped) name; db/ says `qualified_name`.
-            if ["sanitize", "escape_controls", "table.display()"]
-                .iter()
-                .any(|m| code.contains(m))
-            {
+            // (The commands' reports still carry it as the table's name.)
+            let marks: &[&str] = if commands.contains(f) {
+                &["sanitize", "escape_controls"]
+            } else {
+                &["sanitize", "escape_controls", "table.display()"]
+            };
+            if marks.iter().any(|m| code.contains(m)) {
                 found.push(format!("{shown}:{}: {}", n + 1, line.trim()));
             }
         }
