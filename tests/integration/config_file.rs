@@ -707,7 +707,7 @@ async fn check_advises_the_indexes_a_mapping_needs_and_accepts_them() {
 
 /// Names reach messages as they are written, with terminal controls escaped once, where the line
 /// is printed: an unknown profile's name, the config file's path in an error line, and the same
-/// path in check's report (a backslash doubled once, a control character shown as its escape).
+/// path in check's report (exact in JSON; in text a control character shown as its escape).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn names_in_messages_are_escaped_once_where_they_are_printed() {
     let m = Mapped::new(1, &generic_config()).await;
@@ -737,13 +737,21 @@ async fn names_in_messages_are_escaped_once_where_they_are_printed() {
             .args(["-o", "json", "check"])
             .run();
     run.assert_success();
+    // JSON carries the path exactly; the text report escapes its controls where it prints it.
     let detail = finding(&run.json(), "profile")["detail"]
         .as_str()
         .unwrap()
         .to_owned();
     assert!(
-        detail.ends_with("odd\\x1b]0;x\\x07\\\\.toml, [profiles.ledger]"),
+        detail.ends_with("odd\u{1b}]0;x\u{7}\\.toml, [profiles.ledger]"),
         "{detail}"
+    );
+    let run = m.db.idemctl().arg("--config").arg(&odd).arg("check").run();
+    run.assert_success();
+    assert!(run.stdout.contains("odd\\x1b]0;x\\x07\\.toml"), "{run}");
+    assert!(
+        !run.stdout.contains('\u{1b}') && !run.stdout.contains('\u{7}'),
+        "{run}"
     );
 }
 
