@@ -97,7 +97,7 @@ impl Context {
             ttl: self.global.ttl,
         };
         let table = KeyTable::resolve(session, &self.global.table, &choice).await?;
-        self.metrics.set_table(&table.display());
+        self.metrics.set_table(&table.qualified_name());
         Ok(table)
     }
 

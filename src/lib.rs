@@ -94,6 +94,14 @@ fn report(err: &anyhow::Error) -> std::process::ExitCode {
     exit::classify(err).into()
 }
 
+/// A character that moves or recolours a terminal's output or reorders it for the reader: a
+/// control character or a bidirectional override. The output layer escapes these; SQL that names
+/// an identifier holding one writes it in the Unicode-escape form.
+pub fn moves_the_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
 /// The error chain as one line. A server error is shown by its message, detail and hint instead
 /// of the driver's generic "db error" wrapper.
 pub fn one_line(err: &anyhow::Error) -> String {

@@ -129,7 +129,7 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
         findings.extend(partitioning(&table, &report));
         findings.extend(thresholds(&report, args));
     }
-    let json = serde_json::json!({ "table": table.display(), "findings": findings });
+    let json = serde_json::json!({ "table": table.qualified_name(), "findings": findings });
     ctx.output
         .emit(&crate::output::check::findings(&findings), &json)?;
     let failed: Vec<&Finding> = findings

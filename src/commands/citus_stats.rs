@@ -214,7 +214,7 @@ fn empty(table: &KeyTable, stuck_after_secs: f64, count_stuck: bool) -> StatsRep
         ));
     }
     StatsReport {
-        table: table.display(),
+        table: table.qualified_name(),
         sizes: Sizes {
             estimated_rows: 0,
             heap_bytes: 0,

@@ -670,7 +670,7 @@ impl PreviewReport {
         plan_path: Option<&Path>,
     ) -> PreviewReport {
         PreviewReport {
-            table: table.display(),
+            table: table.qualified_name(),
             dry_run: true,
             older_than_seconds: req.older_than,
             filter: req.filter.clone(),
@@ -877,7 +877,7 @@ pub(crate) struct ReclaimReport {
 impl ReclaimReport {
     fn new(table: &KeyTable, req: &Request) -> ReclaimReport {
         ReclaimReport {
-            table: table.display(),
+            table: table.qualified_name(),
             action: req.action,
             older_than_seconds: req.older_than,
             filter: req.filter.clone(),

@@ -112,7 +112,7 @@ pub async fn gather(
         );
     }
     Ok(StatsReport {
-        table: table.display(),
+        table: table.qualified_name(),
         eviction_lag_seconds: oldest_expired.as_ref().map_or(0.0, |k| k.seconds),
         sizes,
         vacuum,

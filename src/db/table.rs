@@ -361,9 +361,32 @@ pub struct ProfileChoice {
 /// The shortest TTL evict and stats accept without --force.
 pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Quote an identifier the way PostgreSQL's `quote_ident` always would.
+/// Quote an identifier the way PostgreSQL's `quote_ident` always would. A name holding a control
+/// character or a bidirectional override is written in the Unicode-escape form (`U&"a\000Ab"`),
+/// the same identifier to the server: a statement printed as a fix then runs as printed and never
+/// carries a raw control to the terminal.
 pub fn quote_ident(s: &str) -> String {
-    format!("\"{}\"", s.replace('"', "\"\""))
+    if !s.chars().any(crate::moves_the_terminal) {
+        return format!("\"{}\"", s.replace('"', "\"\""));
+    }
+    let mut out = String::from("U&\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\"\""),
+            '\\' => out.push_str("\\\\"),
+            c if crate::moves_the_terminal(c) => {
+                let n = c as u32;
+                if n <= 0xffff {
+                    out.push_str(&format!("\\{n:04X}"));
+                } else {
+                    out.push_str(&format!("\\+{n:06X}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 impl KeyTable {
@@ -950,6 +973,16 @@ impl Privileges {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quote_ident_writes_controls_and_overrides_as_unicode_escapes() {
+        assert_eq!(quote_ident("keys"), "\"keys\"");
+        assert_eq!(quote_ident("a\"b\\c"), "\"a\"\"b\\c\"");
+        assert_eq!(
+            quote_ident("k\"\\\n\u{1b}\u{202e}x"),
+            "U&\"k\"\"\\\\\\000A\\001B\\202Ex\""
+        );
+    }
 
     fn index(cols: &[&str], unique: bool, pred: Option<&str>) -> Index {
         Index {

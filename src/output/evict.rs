@@ -23,7 +23,7 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
     let mut d = Doc::default();
     let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
     let mut fields: Vec<(String, String)> = vec![
-        ("table".into(), r.table.clone()),
+        ("table".into(), sanitize(&r.table)),
         ("end reason".into(), r.end_reason.as_str().into()),
         ("rows evicted".into(), r.rows_evicted.to_string()),
         ("batches".into(), r.batches.to_string()),
@@ -161,7 +161,7 @@ fn bound_text(d: &partitions::Dropped) -> String {
 pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     let when = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "-".into(), rfc3339);
     let mut fields: Vec<(String, String)> = vec![
-        ("table".into(), r.table.clone()),
+        ("table".into(), sanitize(&r.table)),
         ("would evict".into(), r.would_evict.to_string()),
         ("oldest candidate".into(), when(r.oldest_candidate)),
         ("newest candidate".into(), when(r.newest_candidate)),
@@ -198,8 +198,8 @@ pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     if let (Some(dropped), Some(kept)) = (&r.would_drop_partitions, &r.partitions_kept) {
         partition_blocks(&mut doc, dropped, kept, "partitions that would be dropped");
     }
-    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{}", r.statement));
-    doc.text(format!("plan:\n{}", r.plan.join("\n")));
+    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{}", escape_controls(&r.statement)));
+    doc.text(format!("plan:\n{}", escape_controls(&r.plan.join("\n"))));
     doc
 }
 

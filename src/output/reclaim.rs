@@ -58,7 +58,7 @@ fn preview_fields(r: &PreviewReport) -> Vec<(String, String)> {
         None => r.would_reclaim.to_string(),
     };
     let mut rows = vec![
-        ("table".to_owned(), r.table.clone()),
+        ("table".to_owned(), sanitize(&r.table)),
         (
             "held longer than".to_owned(),
             format!("{} (database clock)", human_secs(r.older_than_seconds)),
@@ -141,7 +141,7 @@ pub(crate) fn summary(r: &ReclaimReport) -> Doc {
         _ => "delete".to_owned(),
     };
     let mut fields = vec![
-        ("table".to_owned(), r.table.clone()),
+        ("table".to_owned(), sanitize(&r.table)),
         ("action".to_owned(), action),
     ];
     if let Some(only) = filter_text(&r.filter) {

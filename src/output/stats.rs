@@ -5,7 +5,7 @@
 use crate::commands::maintenance::Outlook;
 use crate::commands::stats::StatsReport;
 use crate::db::queries::KeyRef;
-use crate::output::{Doc, human_bytes, human_secs, rfc3339, sanitize};
+use crate::output::{Doc, escape_controls, human_bytes, human_secs, rfc3339, sanitize};
 
 /// The human-readable report; with `partitions`, the table of leaf partitions too.
 pub(crate) fn report(r: &StatsReport, partitions: bool) -> Doc {
@@ -79,7 +79,7 @@ fn doc(r: &StatsReport) -> Doc {
     );
     let when = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "never".to_owned(), rfc3339);
     let mut rows: Vec<(String, String)> = vec![
-        ("table".into(), r.table.clone()),
+        ("table".into(), sanitize(&r.table)),
         ("estimated rows".into(), s.estimated_rows.to_string()),
         ("heap size".into(), human_bytes(s.heap_bytes)),
         ("toast size".into(), human_bytes(s.toast_bytes)),
@@ -131,7 +131,7 @@ fn doc(r: &StatsReport) -> Doc {
         crate::output::citus::stats_workers(&mut d, c);
     }
     for n in &r.notes {
-        d.text(format!("note: {n}"));
+        d.text(format!("note: {}", escape_controls(n)));
     }
     d
 }

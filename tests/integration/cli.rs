@@ -184,6 +184,91 @@ async fn odd_but_legal_table_names_are_quoted() {
     assert_eq!(run.json()["table"], "My Schema.keys; drop");
 }
 
+/// A table name with a backslash and a bidirectional override: every report's JSON carries it
+/// exactly as the catalog holds it, the text reports escape it, and the metrics label is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_carry_the_table_name_exactly_and_text_escapes_it() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        expired: 30,
+        live: 10,
+        stuck: 4,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    let name = "keys\\and\u{202e}rtl";
+    db.exec(&format!(
+        "ALTER TABLE idempotency_keys RENAME TO \"{name}\""
+    ))
+    .await;
+    let exact = format!("public.{name}");
+    let escaped = "public.keys\\\\and\\u{202e}rtl";
+    // The fix stats prints names the table in the Unicode-escape form, and runs as printed.
+    let stats = db
+        .idemctl()
+        .args(["--table", name, "stats", "-o", "plain"])
+        .run_async()
+        .await;
+    let from = stats
+        .stdout
+        .find("CREATE INDEX")
+        .expect("a fix in the note");
+    let fix = &stats.stdout[from..from + stats.stdout[from..].find(';').unwrap() + 1];
+    assert!(fix.contains("U&\"keys\\\\and\\202Ertl\""), "{fix}");
+    db.exec(fix).await;
+    db.idemctl()
+        .args(["--table", name, "stats", "-o", "plain"])
+        .run_async()
+        .await
+        .assert_code(0)
+        .assert_stdout_contains("stuck in_progress (> 5m)  4");
+    let runs: [&[&str]; 6] = [
+        &["stats"],
+        &["check"],
+        &["evict", "--dry-run"],
+        &["evict"],
+        &["reclaim", "--dry-run"],
+        &["reclaim", "--yes"],
+    ];
+    for args in runs {
+        let json = db
+            .idemctl()
+            .args(["--table", name])
+            .args(args)
+            .args(["-o", "json"])
+            .run_async()
+            .await;
+        assert!(matches!(json.code, 0 | 1), "{json}");
+        assert_eq!(json.json()["table"], exact.as_str(), "{args:?}: {json}");
+        let plain = db
+            .idemctl()
+            .args(["--table", name])
+            .args(args)
+            .args(["-o", "plain"])
+            .run_async()
+            .await;
+        assert!(matches!(plain.code, 0 | 1), "{plain}");
+        if args != ["check"] && args != ["evict"] && args != ["reclaim", "--yes"] {
+            plain.assert_stdout_contains(escaped);
+        }
+        assert!(!plain.stdout.contains('\u{202e}'), "{args:?}: {plain}");
+        assert!(!plain.stderr.contains('\u{202e}'), "{args:?}: {plain}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("idemctl.prom");
+    db.idemctl()
+        .args(["--table", name, "stats", "--textfile"])
+        .arg(&path)
+        .run_async()
+        .await
+        .assert_code(0);
+    let written = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        written.contains("table=\"public.keys\\\\and\u{202e}rtl\""),
+        "{written}"
+    );
+}
+
 #[test]
 fn unknown_conninfo_keys_and_malformed_urls_are_usage_errors_without_the_password() {
     for url in [

@@ -233,8 +233,8 @@ async fn insert_steadily(
 }
 
 /// While other sessions are active, the adaptive pace removes keys at most about 20 times as fast
-/// as the table gains them, however much backlog there is: it lengthens its rests for that and
-/// says so. The rate is read from the expired backlog between 2.5 s and 6 s into the run (the
+/// as the table gains them (or, where batches are very fast, what a 2 % duty cycle removes),
+/// however much backlog there is: it lengthens its rests for that and says so. The rate is read from the expired backlog between 2.5 s and 6 s into the run (the
 /// first second runs before the insert rate is known).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn beside_an_active_api_evict_removes_at_most_twenty_times_the_inserts() {
@@ -280,9 +280,17 @@ async fn beside_an_active_api_evict_removes_at_most_twenty_times_the_inserts() {
         pace["ceiling_added_seconds"].as_f64().unwrap() > 0.0,
         "the ceiling never lengthened a rest: {run}"
     );
+    // The ceiling never rests the worker below a 2 % duty cycle: where batches are so fast that
+    // 2 % of the time removes more than 20 times the inserts, that rate is the bound (still a
+    // fifth to a tenth of what the 10-20 % duty cycle alone would remove).
+    let batch_seconds = doc["batch_ms_p50"].as_f64().unwrap() / 1000.0;
+    let batch_rows = doc["batch_rows_p50"].as_f64().unwrap();
+    let at_min_duty = batch_rows / (batch_seconds / 0.02);
+    let ceiling = (20.0 * inserted_per_s).max(at_min_duty);
     assert!(
-        removal < 1.5 * 20.0 * inserted_per_s,
-        "removed {removal:.0} rows/s beside {inserted_per_s:.0} inserts/s: {run}"
+        removal < 1.5 * ceiling,
+        "removed {removal:.0} rows/s beside {inserted_per_s:.0} inserts/s \
+         (ceiling {ceiling:.0} rows/s): {run}"
     );
     assert!(
         removal > 0.5 * 10.0 * inserted_per_s,

@@ -582,7 +582,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
         .unwrap_or(0);
     let rows_max = totals.sizes.last().copied().unwrap_or(0);
     EvictReport {
-        table: table.display(),
+        table: table.qualified_name(),
         end_reason,
         rows_evicted: totals.rows,
         batches: totals.batches,
@@ -662,7 +662,7 @@ async fn dry_run(
         None => None,
     };
     let report = DryRunReport {
-        table: table.display(),
+        table: table.qualified_name(),
         dry_run: true,
         would_evict: count,
         oldest_candidate: oldest,
