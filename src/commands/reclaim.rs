@@ -109,7 +109,11 @@ pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
             by_identity: true,
             bound_waits: layout
                 .written_through_coordinator()
-                .then_some(ROW_LOCK_WAIT),
+                .then(|| batch::ThroughCoordinator {
+                    wait: ROW_LOCK_WAIT,
+                    patience: batch::HELD_REFERENCE_PATIENCE,
+                    cancel: ctx.cancel.clone(),
+                }),
         };
     }
     if req.action == ReclaimAction::Fail && table.profile.expires_by_ttl() {
@@ -912,9 +916,16 @@ impl ReclaimReport {
 
     /// Wrap a batch failure with what had already been done (those batches are committed).
     fn batch_error(&self, e: anyhow::Error) -> anyhow::Error {
+        if e.is::<batch::HeldReferenceRow>() {
+            return e.context(format!(
+                "batch {} was rolled back ({} keys were reclaimed by earlier batches)",
+                self.batches + 1,
+                self.rows_reclaimed
+            ));
+        }
         let why = if batch::Failure::of(&e) == batch::Failure::LockTimeout {
             format!(
-                "could not get a lock another session holds in {} tries (a live transaction holds a row it needs, which on a Citus reference table blocks every write to it, or DDL holds the table)",
+                "could not get a lock another session holds in {} tries (a live transaction holds a row it needs, or DDL holds the table)",
                 batch::TRIES
             )
         } else {
@@ -1099,7 +1110,7 @@ async fn sweep_batches(
 /// answer.
 fn statements(ctx: &Context, table: &KeyTable, req: &Request) -> Result<reclaim_db::Statements> {
     let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
-    reclaim_db::Statements::new(table, req.action, &req.filter, deadline, req.route)
+    reclaim_db::Statements::new(table, req.action, &req.filter, deadline, req.route.clone())
 }
 
 /// On a Citus reference or local table the batches find the rows they locked again by the key's

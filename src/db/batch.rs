@@ -148,6 +148,76 @@ async fn again(e: &anyhow::Error, tries: &mut u32) -> bool {
     true
 }
 
+/// How the batches of a table written through the Citus coordinator (a reference table) wait.
+/// There no statement can skip the one row a live request holds: to keep the placements alike,
+/// Citus serializes every write to a reference table behind a transaction that wrote one of its
+/// rows or locked one `FOR UPDATE` (an exclusive lock on the table's shard), whichever row the
+/// write touches. So a batch that met such a lock is tried again whole ([`waiting_out`]).
+#[derive(Debug, Clone)]
+pub struct ThroughCoordinator {
+    /// The longest any batch statement waits on a lock, on every node.
+    pub wait: Duration,
+    /// How long a batch that met a live transaction's lock keeps being tried again (each try
+    /// waiting at most `wait`), before the run ends.
+    pub patience: Duration,
+    /// Set when the run is interrupted: the batch stops trying at once.
+    pub cancel: crate::context::Cancel,
+}
+
+/// How long a batch on a Citus reference table waits out a live transaction at most.
+pub const HELD_REFERENCE_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The pauses between the tries of a batch that waits out a live transaction: short at first (a
+/// live request's transaction usually ends within milliseconds), then at most this long.
+const HELD_PAUSE_FIRST: Duration = Duration::from_millis(2);
+const HELD_PAUSE_MAX: Duration = Duration::from_millis(100);
+
+/// A live transaction held a row of a Citus reference table for longer than the run waits.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a live transaction held a row of this Citus reference table for more than {} s, and Citus \
+     lets no other write to a reference table proceed until that transaction ends; no request \
+     waited on idemctl longer than its lock_timeout; run it again once that transaction has ended",
+    patience.as_secs_f64()
+)]
+pub struct HeldReferenceRow {
+    pub patience: Duration,
+}
+
+/// Run one batch on a table written through the coordinator: a try that met a lock held past
+/// `how.wait` is made again after a short pause, for up to `how.patience` (then
+/// [`HeldReferenceRow`], which no runner tries again); other transient failures as [`retrying`].
+/// Returns the batch's result and the time spent pausing between tries (not the batch's work).
+pub(crate) async fn waiting_out<T, F, Fut>(
+    how: &ThroughCoordinator,
+    mut attempt: F,
+) -> Result<(T, Duration)>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let since = std::time::Instant::now();
+    let mut pause = HELD_PAUSE_FIRST;
+    let mut paused = Duration::ZERO;
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(e) if Failure::of(&e) == Failure::LockTimeout => {
+                if how.cancel.requested() || since.elapsed() + pause > how.patience {
+                    return Err(anyhow::Error::new(HeldReferenceRow {
+                        patience: how.patience,
+                    }));
+                }
+                tokio::time::sleep(pause).await;
+                paused += pause;
+                pause = (pause * 2).min(HELD_PAUSE_MAX);
+            }
+            Err(e) if again(&e, &mut tries).await => {}
+            other => return other.map(|done| (done, paused)),
+        }
+    }
+}
+
 /// Which statement of [`or_skip_locked`] did the batch.
 pub(crate) enum Ran<T, U> {
     /// The batch statement, which met no held row.

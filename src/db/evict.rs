@@ -3,12 +3,13 @@
 //! dry run's preview, sample and plan, and the planner's estimate for the progress bar. Each batch
 //! statement runs with a client-side deadline (see [`super::with_deadline`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use time::OffsetDateTime;
 
+use super::batch::ThroughCoordinator;
 use super::queries::Capped;
 pub use super::references::References;
 use super::{KeyTable, Param, Session, p, with_deadline};
@@ -28,18 +29,6 @@ const PING_SQL: &str = include_str!("../../sql/ping.sql");
 const ESTIMATE_SQL: &str = include_str!("../../sql/evict_estimate.sql");
 const JIT_OFF_SQL: &str = include_str!("../../sql/jit_off.sql");
 
-/// A live transaction held a row of a Citus reference table for longer than evict waits.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "a live transaction held a row of this Citus reference table for more than {} s, and Citus \
-     lets no other write to a reference table proceed until that transaction ends; evict made no \
-     request wait longer than its lock_timeout and leaves the rest to the next run",
-    patience.as_secs_f64()
-)]
-pub struct HeldReferenceRow {
-    pub patience: Duration,
-}
-
 /// The batch statements of one table, filled from its profile once per run (per shard on Citus).
 #[derive(Debug, Clone)]
 pub struct Statements {
@@ -58,23 +47,6 @@ pub struct Statements {
     /// plans it with its values ([`super::citus::plan_with_values`]).
     by_identity: bool,
 }
-
-/// How the batches of a table written through the Citus coordinator (a reference table) wait.
-#[derive(Debug, Clone)]
-pub struct ThroughCoordinator {
-    /// The longest any batch statement waits on a lock, on every node.
-    pub wait: Duration,
-    /// How long a batch that met a live transaction's row keeps trying the range again (each try
-    /// waiting at most `wait`), before the run ends and leaves the rest to the next one.
-    pub patience: Duration,
-    /// Set when the run is interrupted: the batch stops trying at once.
-    pub cancel: crate::context::Cancel,
-}
-
-/// The pauses between the tries of a range on a reference table: short at first (a live
-/// request's transaction usually ends within milliseconds), then at most this long.
-const HELD_PAUSE_FIRST: Duration = Duration::from_millis(2);
-const HELD_PAUSE_MAX: Duration = Duration::from_millis(100);
 
 /// A claimed range: its first row's expiry (None: nothing left) and where it ends (None: open).
 pub struct Claim {
@@ -273,15 +245,12 @@ impl Statements {
     }
 
     /// The SKIP LOCKED fallback through the Citus coordinator (a reference table). There no
-    /// statement can skip the one row a live request holds: Citus cannot plan the SKIP LOCKED
-    /// statement on a reference table, and, to keep the placements alike, it serializes every
-    /// write to a reference table behind a transaction that wrote one of its rows or locked one
-    /// `FOR UPDATE` (an exclusive lock on the table's shard, on the coordinator and the first
-    /// worker), whichever row a write touches. So the range [first, last] is deleted whole again,
-    /// each try waiting on every node no longer than `how.wait`, with short pauses between tries
-    /// (a live request's transaction usually ends within milliseconds), for up to `how.patience`;
-    /// then the run ends, having made no request wait longer than one try's wait, and leaves the
-    /// rest to the next run. (deleted, present, paused): both the rows deleted, and the time
+    /// statement can skip the one row a live request holds (Citus cannot plan the SKIP LOCKED
+    /// statement on a reference table, and serializes its writes: [`ThroughCoordinator`]), so the
+    /// range [first, last] is deleted whole again ([`super::batch::waiting_out`]), each try
+    /// waiting on every node no longer than `how.wait`, for up to `how.patience`; then the run
+    /// ends, having made no request wait longer than one try's wait, and leaves the rest to the
+    /// next run. (deleted, present, paused): both the rows deleted, and the time
     /// spent pausing between tries (not the statement's work).
     async fn whole_range_again(
         &self,
@@ -293,28 +262,10 @@ impl Statements {
         min_age: Option<f64>,
     ) -> Result<(u64, u64, Duration)> {
         let end = last.map(|l| l + time::Duration::microseconds(1));
-        let since = Instant::now();
-        let mut pause = HELD_PAUSE_FIRST;
-        let mut paused = Duration::ZERO;
-        loop {
-            match self.delete(client, deadline, first, end, min_age).await {
-                Err(e) if super::batch::Failure::of(&e) == super::batch::Failure::LockTimeout => {
-                    if how.cancel.requested() || since.elapsed() + pause > how.patience {
-                        // A new error, not the server's: the batch runner does not try it again.
-                        return Err(anyhow::Error::new(HeldReferenceRow {
-                            patience: how.patience,
-                        }));
-                    }
-                    tokio::time::sleep(pause).await;
-                    paused += pause;
-                    pause = (pause * 2).min(HELD_PAUSE_MAX);
-                }
-                other => {
-                    let deleted = other?;
-                    return Ok((deleted, deleted, paused));
-                }
-            }
-        }
+        let (deleted, paused) =
+            super::batch::waiting_out(how, || self.delete(client, deadline, first, end, min_age))
+                .await?;
+        Ok((deleted, deleted, paused))
     }
 
     /// Expired completed rows of [start, end) kept back by --min-age.

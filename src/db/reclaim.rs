@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
-use super::batch::{self, Rerun};
+use super::batch::{self, Rerun, ThroughCoordinator};
 use super::queries::Capped;
 use super::{KeyTable, Param, Session, p};
 use crate::cli::ReclaimAction;
@@ -232,22 +232,23 @@ pub struct Statements {
     /// How long the client waits for any one answer (statement_timeout plus a margin).
     deadline: Duration,
     /// On a Citus reference table (written through the coordinator to every placement): each
-    /// batch runs in a transaction of its own that keeps its row waits to this on every node
-    /// ([`super::citus::bound_row_waits`]).
-    bound_waits: Option<Duration>,
+    /// batch runs in a transaction of its own that keeps its row waits to `wait` on every node
+    /// ([`super::citus::bound_row_waits`]), and waits out a live transaction's lock.
+    bound_waits: Option<ThroughCoordinator>,
     /// On a Citus reference or local table: each batch in a transaction of its own that plans it
     /// with its values ([`super::citus::plan_with_values`]).
     by_identity: bool,
 }
 
 /// How a table's batches reach its rows, for [`Statements::new`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Route {
     /// Find the rows a batch locked again by the key's identity, not by ctid (a Citus reference
     /// or local table: [`super::citus::Layout::matches_rows_by_identity`]).
     pub by_identity: bool,
-    /// Keep each batch's row waits to this on every Citus node (a reference table).
-    pub bound_waits: Option<Duration>,
+    /// Keep each batch's row waits bounded on every Citus node and wait out a live
+    /// transaction's lock (a reference table).
+    pub bound_waits: Option<ThroughCoordinator>,
 }
 
 /// A plan row as apply binds it: (tenant, key, locked_at, created_at).
@@ -442,11 +443,14 @@ impl Statements {
         ];
         // Each try hands its records to the one archive, one try after another.
         let archive = std::sync::Mutex::new(archive);
-        batch::retrying(|| {
+        let attempt = || {
             let once = self.archived_once(client, batch, &archive, read);
             batch::in_transaction(client, failed, once)
-        })
-        .await
+        };
+        match &self.bound_waits {
+            Some(how) => batch::waiting_out(how, attempt).await.map(|(done, _)| done),
+            None => batch::retrying(attempt).await,
+        }
         .map_err(|e| match batch::Failure::of(&e) {
             batch::Failure::Rerun => fail(
                 Exit::Failure,
@@ -516,7 +520,7 @@ impl Statements {
             })
             .await;
         }
-        batch::retrying(|| {
+        let attempt = || {
             batch::in_transaction(
                 client,
                 [
@@ -528,8 +532,11 @@ impl Statements {
                     super::with_deadline(self.deadline, client.query_reused(sql, params)).await
                 },
             )
-        })
-        .await
+        };
+        match &self.bound_waits {
+            Some(how) => Ok(batch::waiting_out(how, attempt).await?.0),
+            None => batch::retrying(attempt).await,
+        }
     }
 
     /// At the start of a batch's transaction on a Citus reference or local table: plan it with
@@ -538,8 +545,8 @@ impl Statements {
         if self.by_identity {
             super::citus::plan_with_values(client).await?;
         }
-        if let Some(wait) = self.bound_waits {
-            super::citus::bound_row_waits(client, wait).await?;
+        if let Some(how) = &self.bound_waits {
+            super::citus::bound_row_waits(client, how.wait).await?;
         }
         Ok(())
     }

@@ -1770,6 +1770,78 @@ async fn citus_reclaim_every_mode_on_a_reference_table() {
     reclaims_in_every_mode_through_the_coordinator(Layout::Reference).await;
 }
 
+/// reclaim on a reference table while a live request holds one of the stuck keys (`SELECT ... FOR
+/// UPDATE` through the coordinator): Citus lets no write to the table proceed until that
+/// transaction ends, so reclaim cannot skip the row as it does on one server. Each batch tries
+/// again with its lock waits bounded on every node: while the request stays, the run ends after
+/// about ten seconds with an error that says why, no session waited on a lock for a second, and
+/// no row changed; a request that ends while reclaim tries is waited out and every stuck key is
+/// reclaimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_reclaim_waits_out_a_live_request_on_a_reference_table_within_bounds() {
+    let Some(db) = loaded(
+        Layout::Reference,
+        "citus reclaim beside a held reference row",
+    )
+    .await
+    else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    let stuck: i64 = db
+        .client()
+        .await
+        .query_one(STUCK_SQL, &[])
+        .await
+        .unwrap()
+        .get(0);
+    let before = snapshot(&db).await;
+    let live = db.client().await;
+    live.batch_execute(
+        "BEGIN; SELECT 1 FROM idempotency_keys WHERE state = 'in_progress' \
+         AND coalesce(locked_at, created_at) < now() - interval '30 minutes' \
+         ORDER BY api_key_id, key LIMIT 1 FOR UPDATE",
+    )
+    .await
+    .unwrap();
+    let reclaim = || {
+        db.idemctl()
+            .args(["reclaim", "--yes", "-o", "json", "--older-than", "30m"])
+            .timeout(std::time::Duration::from_secs(60))
+    };
+    let started = std::time::Instant::now();
+    let (run, (longest_wait, looks)) = watching_lock_waits(&db, reclaim()).await;
+    let took = started.elapsed();
+    run.assert_code(1)
+        .assert_stderr_contains("held a row of this Citus reference table for more than 10 s");
+    assert!(
+        took >= std::time::Duration::from_secs(9) && took < std::time::Duration::from_secs(30),
+        "reclaim took {took:?} next to a held row"
+    );
+    assert!(looks >= 1, "the lock waits were never looked at");
+    assert!(
+        longest_wait < 1.0,
+        "a session waited {longest_wait:.1} s on a lock while reclaim ran"
+    );
+    assert_eq!(
+        snapshot(&db).await,
+        before,
+        "a row changed while the table was held"
+    );
+
+    let release = async {
+        tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+        live.batch_execute("COMMIT").await.unwrap();
+    };
+    let ((run, (longest_wait, _)), ()) = tokio::join!(watching_lock_waits(&db, reclaim()), release);
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_reclaimed"], stuck, "{run}");
+    assert!(
+        longest_wait < 1.0,
+        "a session waited {longest_wait:.1} s on a lock while reclaim ran"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_reclaim_every_mode_on_a_citus_local_table() {
     reclaims_in_every_mode_through_the_coordinator(Layout::CitusLocal).await;

@@ -24,6 +24,7 @@ use time::OffsetDateTime;
 use crate::cli::{EvictArgs, OutputFormat};
 use crate::context::Context;
 use crate::db::KeyTable;
+use crate::db::batch;
 use crate::db::evict as evict_db;
 use crate::db::lock::{self, LockClass};
 use crate::db::queries::Capped;
@@ -40,10 +41,6 @@ const SAMPLE_SIZE: i64 = 10;
 pub const CATCH_UP_BATCH_TIME: Duration = Duration::from_millis(15);
 /// How long a batch may wait for a row lock before it falls back to skipping locked rows.
 pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
-/// How long a batch on a Citus reference table keeps trying a range a live transaction holds a
-/// row of (each try waiting at most [`ROW_LOCK_WAIT`]) before the run ends; never past
-/// --max-runtime.
-const HELD_REFERENCE_PATIENCE: Duration = Duration::from_secs(10);
 /// Counts in the summary and preview stop here.
 const COUNT_CAP: i64 = 100_000;
 
@@ -227,11 +224,15 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let shared = worker::Shared::new(
         plan(ctx, args),
         match through_coordinator {
-            true => statements.through_coordinator(evict_db::ThroughCoordinator {
+            // A batch on a reference table waits out a live transaction at most this long;
+            // never past --max-runtime.
+            true => statements.through_coordinator(batch::ThroughCoordinator {
                 wait: ROW_LOCK_WAIT,
                 patience: args
                     .max_runtime
-                    .map_or(HELD_REFERENCE_PATIENCE, |m| m.min(HELD_REFERENCE_PATIENCE)),
+                    .map_or(batch::HELD_REFERENCE_PATIENCE, |m| {
+                        m.min(batch::HELD_REFERENCE_PATIENCE)
+                    }),
                 cancel: ctx.cancel.clone(),
             }),
             false => statements,
