@@ -340,7 +340,7 @@ pub(crate) fn vacuum_summary(v: &VacuumReport) -> String {
     for r in v.relations.iter().filter(|r| r.error.is_some()) {
         text.push_str(&format!(
             "; {} failed: {}",
-            sanitize(&r.relation),
+            escape_controls(&r.relation),
             sanitize(r.error.as_deref().unwrap_or(""))
         ));
     }

@@ -362,7 +362,8 @@ async fn after_evict_vacuum_the_pages_are_all_visible_again() {
 
 /// A relation's name in the --vacuum line reaches the terminal escaped: a leaf partition named with
 /// quotes, a newline and an escape sequence, whose VACUUM cannot lock it, is named in the summary
-/// and the warning as `\n` and `\x1b`, never as the raw bytes.
+/// and the warning in SQL's Unicode-escape form (`U&"...\000A\001B..."`, the name as a statement
+/// would write it), never as the raw bytes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_relation_name_in_the_vacuum_line_is_escaped() {
     let db = TestDb::new().await;
@@ -396,7 +397,8 @@ async fn a_hostile_relation_name_in_the_vacuum_line_is_escaped() {
         .run_async()
         .await;
     holder.batch_execute("ROLLBACK").await.unwrap();
-    let shown = "public.\"keys\"\"q'\\n\\x1b[2J\" failed: canceling statement due to lock timeout";
+    let shown =
+        "public.U&\"keys\"\"q'\\000A\\001B[2J\" failed: canceling statement due to lock timeout";
     run.assert_success()
         .assert_stdout_contains(shown)
         .assert_stderr_contains("idemctl: warning: evict --vacuum: VACUUM (ANALYZE) of ")
