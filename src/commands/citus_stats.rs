@@ -232,6 +232,7 @@ fn empty(table: &KeyTable, stuck_after_secs: f64, count_stuck: bool) -> StatsRep
         oldest_live: None,
         oldest_expired: None,
         eviction_lag_seconds: 0.0,
+        referenced_expired: None,
         expired_backlog: Some(ZERO),
         expired_backlog_estimate: None,
         stuck_after_seconds: stuck_after_secs,

@@ -10,6 +10,7 @@ use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::partitions::{self, Partition};
 use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
+use crate::db::references::{self, References};
 use crate::db::table::Partitioning;
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
@@ -23,9 +24,16 @@ pub struct StatsReport {
     pub vacuum: Vacuum,
     /// The live key that expires next, with its age since creation.
     pub oldest_live: Option<KeyRef>,
-    /// The oldest expired completed key, with how long it has waited for eviction.
+    /// The oldest expired completed key evict can delete, with how long it has waited for
+    /// eviction (a key a NO ACTION / RESTRICT foreign key still references is in
+    /// `referenced_expired` instead).
     pub oldest_expired: Option<KeyRef>,
     pub eviction_lag_seconds: f64,
+    /// The expired completed keys evict leaves because a NO ACTION / RESTRICT foreign key still
+    /// references them, among the oldest ones (absent when no such key references the table
+    /// through an indexed column).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub referenced_expired: Option<ReferencedExpired>,
     /// None when not counted (check has no use for it).
     pub expired_backlog: Option<Capped>,
     /// The planner's estimate of the backlog, when the count stopped at its cap.
@@ -50,6 +58,25 @@ pub struct StatsReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub citus: Option<super::citus_stats::CitusStats>,
 }
+
+/// Expired completed keys that a NO ACTION / RESTRICT foreign key still references: evict leaves
+/// them until nothing does, so they are not in the eviction lag.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReferencedExpired {
+    /// How many of the `examined` oldest expired completed keys are still referenced ("at least"
+    /// when the walk stopped at its cap).
+    pub count: Capped,
+    pub examined: i64,
+    /// The oldest of them, with how long it has waited.
+    pub oldest: Option<KeyRef>,
+    /// Every key examined is still referenced and the walk stopped at its cap: the eviction lag
+    /// is the wait of the newest key examined, an upper bound.
+    pub lag_at_most: bool,
+}
+
+/// Stats examines at most this many of the oldest expired keys to tell apart those still
+/// referenced (an index probe each).
+pub const REFERENCED_CAP: i64 = 10_000;
 
 impl StatsReport {
     /// The default partition, if the table has one.
@@ -76,7 +103,9 @@ pub async fn gather(
     let sizes = queries::sizes(c, table).await?;
     let vacuum = queries::vacuum(c, table).await?;
     let oldest_live = queries::oldest_live(c, table).await?;
-    let oldest_expired = queries::oldest_expired(c, table).await?;
+    let mut notes = Vec::new();
+    let (oldest_expired, referenced_expired, eviction_lag_seconds) =
+        eviction_lag(c, table, &mut notes).await?;
     let expired_backlog = match backlog_cap {
         Some(n) => Some(queries::expired_backlog(c, table, n).await?),
         None => None,
@@ -90,7 +119,6 @@ pub async fn gather(
         crate::db::maintenance::autovacuum(c, table).await?,
         recent_ttl.as_ref(),
     );
-    let mut notes = Vec::new();
     let stuck = if table.stuck_index().is_some() || allow_scan {
         Some(queries::stuck(c, table, stuck_after_secs, cap).await?)
     } else {
@@ -113,7 +141,8 @@ pub async fn gather(
     }
     Ok(StatsReport {
         table: table.qualified_name(),
-        eviction_lag_seconds: oldest_expired.as_ref().map_or(0.0, |k| k.seconds),
+        eviction_lag_seconds,
+        referenced_expired,
         sizes,
         vacuum,
         oldest_live,
@@ -129,6 +158,54 @@ pub async fn gather(
         notes,
         citus: None,
     })
+}
+
+/// The oldest expired completed key evict can delete, the expired keys it leaves because a NO
+/// ACTION / RESTRICT foreign key still references them, and the eviction lag. Without such a key,
+/// or when none has an index on its referencing columns, the oldest expired key and its wait, as
+/// evict sees it (check explains a key without an index).
+async fn eviction_lag(
+    c: &Session,
+    table: &KeyTable,
+    notes: &mut Vec<String>,
+) -> Result<(Option<KeyRef>, Option<ReferencedExpired>, f64)> {
+    let refs = References::new(queries::referencing_keys(c, table).await?);
+    for k in refs.unprobed() {
+        notes.push(format!(
+            "the eviction lag includes the expired keys {} ({}) still references ON DELETE {}: {}, so they are not told apart (see check)",
+            k.referencing_table,
+            k.columns.join(", "),
+            k.on_delete,
+            if k.indexed {
+                "this role may not read it"
+            } else {
+                "no index leads with its referencing columns"
+            }
+        ));
+    }
+    let probed = refs.index_backed();
+    if !probed.any_blocking() {
+        let oldest = queries::oldest_expired(c, table).await?;
+        let lag = oldest.as_ref().map_or(0.0, |k| k.seconds);
+        return Ok((oldest, None, lag));
+    }
+    let found = references::oldest_expired_by_reference(c, table, &probed, REFERENCED_CAP).await?;
+    let lag_at_most = found.deletable.is_none() && found.examined >= REFERENCED_CAP;
+    let lag = match (&found.deletable, lag_at_most) {
+        (Some(k), _) => k.seconds,
+        (None, true) => found.newest_examined_seconds.unwrap_or(0.0),
+        (None, false) => 0.0,
+    };
+    let referenced = ReferencedExpired {
+        count: Capped {
+            count: found.referenced_count,
+            at_least: found.examined >= REFERENCED_CAP,
+        },
+        examined: found.examined,
+        oldest: found.referenced,
+        lag_at_most,
+    };
+    Ok((found.deletable, Some(referenced), lag))
 }
 
 /// How a stats run that gathered its report ends.
@@ -242,11 +319,34 @@ pub fn metrics(r: &StatsReport) -> Metrics {
     );
     m.add(
         "idemctl_eviction_lag_seconds",
-        "How long the oldest expired completed key has waited for eviction (0 when none waits).",
+        "How long the oldest expired completed key evict can delete has waited for eviction (0 when none waits).",
         g,
         l,
         r.eviction_lag_seconds,
     );
+    if let Some(refd) = &r.referenced_expired {
+        m.add(
+            "idemctl_expired_referenced_keys",
+            "Expired completed keys evict leaves because a NO ACTION or RESTRICT foreign key still references them, among the oldest examined (not in the eviction lag).",
+            g,
+            l,
+            refd.count.count as f64,
+        );
+        m.add(
+            "idemctl_expired_referenced_capped",
+            "1 when the count of expired keys still referenced stopped at its cap, so it is a lower bound.",
+            g,
+            l,
+            if refd.count.at_least { 1.0 } else { 0.0 },
+        );
+        m.add(
+            "idemctl_expired_referenced_oldest_seconds",
+            "How long the oldest expired completed key a foreign key still references has waited (0 when none).",
+            g,
+            l,
+            refd.oldest.as_ref().map_or(0.0, |k| k.seconds),
+        );
+    }
     m.add(
         "idemctl_expired_backlog_keys",
         "Expired completed keys not yet evicted (exact up to the cap).",

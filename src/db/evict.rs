@@ -348,25 +348,40 @@ pub async fn in_progress_from(
     })
 }
 
-/// What a dry run would evict: the count (up to `cap`) and the expiry range of the candidates.
+/// What a dry run would evict: the count (up to `cap`) and the expiry range of the candidates, and
+/// the candidates it would leave because a NO ACTION / RESTRICT foreign key still references them.
 pub struct Preview {
     pub count: Capped,
+    pub referenced: Capped,
     pub oldest: Option<OffsetDateTime>,
     pub newest: Option<OffsetDateTime>,
 }
 
+/// The dry run's counts. `refs`: the foreign keys probed as the batches probe them (see
+/// [`References::index_backed`]); none leaves the statement the plain count.
 pub async fn preview(
     client: &Session,
     table: &KeyTable,
+    refs: &References,
     cap: i64,
     min_age: Option<f64>,
 ) -> Result<Preview> {
     let row = client
-        .query_one(&table.sql(PREVIEW_SQL), &[p(&cap), p(&min_age)])
+        .query_one(
+            &refs.fill(&table.sql(PREVIEW_SQL), &table.quoted),
+            &[p(&cap), p(&min_age)],
+        )
         .await
         .context("failed to preview the eviction")?;
+    let walked: i64 = row.try_get("walked")?;
+    // Both counts come from one walk of at most cap + 1 candidates: past the cap, each is a floor.
+    let capped = |n: i64| Capped {
+        count: n.min(cap),
+        at_least: walked > cap,
+    };
     Ok(Preview {
-        count: Capped::from_raw(row.try_get("n")?, cap),
+        count: capped(row.try_get("n")?),
+        referenced: capped(row.try_get("referenced")?),
         oldest: row.try_get("oldest")?,
         newest: row.try_get("newest")?,
     })
@@ -392,16 +407,19 @@ pub struct Sample {
     pub walked: i64,
 }
 
+/// The dry run's samples; a key a foreign key of `refs` still references is not among those it
+/// would evict.
 pub async fn preview_sample(
     client: &Session,
     table: &KeyTable,
+    refs: &References,
     cap: i64,
     min_age: Option<f64>,
     size: i64,
 ) -> Result<Sample> {
     let rows = client
         .query(
-            &table.sql(PREVIEW_SAMPLE_SQL),
+            &refs.fill(&table.sql(PREVIEW_SAMPLE_SQL), &table.quoted),
             &[p(&cap), p(&min_age), p(&size)],
         )
         .await

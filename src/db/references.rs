@@ -15,7 +15,7 @@
 //! A key the role may not read (or lock rows of) is left out of the statements: they would fail
 //! on the privilege; `check` names the grant.
 
-use super::queries::ReferencingKey;
+use super::queries::{KeyRef, ReferencingKey};
 use super::table::quote_ident;
 
 /// The alias of a referencing table inside the generated probes (unlikely to shadow a name).
@@ -50,6 +50,29 @@ impl References {
     /// Whether a batch can leave keys behind because they are still referenced.
     pub fn any_blocking(&self) -> bool {
         self.blocking().next().is_some()
+    }
+
+    /// The foreign keys whose probes are index-backed, for the read-only figures (the dry run's
+    /// counts, stats' eviction lag): a NO ACTION / RESTRICT key whose referencing columns no index
+    /// leads with is left out, as each probe would read the whole referencing table (check fails
+    /// on such a key and prints the index).
+    pub fn index_backed(&self) -> References {
+        References {
+            keys: self
+                .keys
+                .iter()
+                .filter(|k| !k.blocks() || k.indexed)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// The NO ACTION / RESTRICT keys [`References::index_backed`] leaves out, or this role may not
+    /// read: the keys they reference are not told apart.
+    pub fn unprobed(&self) -> impl Iterator<Item = &ReferencingKey> {
+        self.keys
+            .iter()
+            .filter(|k| k.blocks() && !(k.indexed && k.may_read))
     }
 
     /// `idemctl_ref.c = <key table>.k AND ...`: a referencing row of the key table's row.
@@ -210,6 +233,18 @@ pub fn statements_for_explain(
             "referenced_expired.sql",
             include_str!("../../sql/referenced_expired.sql"),
         ),
+        (
+            "evict_preview.sql",
+            include_str!("../../sql/evict_preview.sql"),
+        ),
+        (
+            "evict_preview_sample.sql",
+            include_str!("../../sql/evict_preview_sample.sql"),
+        ),
+        (
+            "oldest_expired_referenced.sql",
+            include_str!("../../sql/oldest_expired_referenced.sql"),
+        ),
     ]
     .into_iter()
     .map(|(file, template)| {
@@ -240,6 +275,69 @@ pub async fn referenced_expired(
         .await
         .context("failed to count the expired keys still referenced")?;
     Ok((row.try_get("referenced")?, row.try_get("examined")?))
+}
+
+/// The oldest expired completed keys, told apart by whether a NO ACTION / RESTRICT foreign key
+/// still references them (stats' eviction lag).
+#[derive(Debug, Clone)]
+pub struct ExpiredByReference {
+    /// The oldest key evict can delete (None: none of those examined).
+    pub deletable: Option<KeyRef>,
+    /// The oldest key still referenced (None: none of those examined).
+    pub referenced: Option<KeyRef>,
+    /// How many of the keys examined are still referenced.
+    pub referenced_count: i64,
+    /// The keys examined: the oldest expired completed ones, at most the cap.
+    pub examined: i64,
+    /// How long the newest key examined has waited (None: nothing expired waits).
+    pub newest_examined_seconds: Option<f64>,
+}
+
+/// Of the oldest `cap` expired completed keys, the oldest that evict can delete and those it leaves
+/// because a foreign key of `refs` (NO ACTION / RESTRICT, index-backed: see
+/// [`References::index_backed`]) still references them.
+pub async fn oldest_expired_by_reference(
+    client: &super::Session,
+    table: &super::KeyTable,
+    refs: &References,
+    cap: i64,
+) -> anyhow::Result<ExpiredByReference> {
+    use anyhow::Context as _;
+    let sql = refs.fill(
+        &table.sql(include_str!("../../sql/oldest_expired_referenced.sql")),
+        &table.quoted,
+    );
+    let rows = client
+        .query(&sql, &[super::p(&cap)])
+        .await
+        .context("failed to find the oldest expired key evict can delete")?;
+    let mut out = ExpiredByReference {
+        deletable: None,
+        referenced: None,
+        referenced_count: 0,
+        examined: 0,
+        newest_examined_seconds: None,
+    };
+    for r in &rows {
+        out.referenced_count = r.try_get("referenced_count")?;
+        out.examined = r.try_get("examined")?;
+        out.newest_examined_seconds = r.try_get("newest_examined_seconds")?;
+        let key = KeyRef {
+            api_key_id: match table.profile.tenant {
+                Some(_) => r.try_get("api_key_id")?,
+                None => None,
+            },
+            key: r.try_get("key")?,
+            expires_at: r.try_get("expires_at")?,
+            seconds: r.try_get("lag_seconds")?,
+        };
+        if r.try_get("referenced")? {
+            out.referenced = Some(key);
+        } else {
+            out.deletable = Some(key);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

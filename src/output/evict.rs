@@ -167,6 +167,17 @@ pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
         ("newest candidate".into(), when(r.newest_candidate)),
         ("batch size".into(), r.batch_sizing.clone()),
     ];
+    if let Some(n) = r.would_skip_referenced {
+        fields.insert(
+            2,
+            (
+                "would skip (still referenced)".into(),
+                format!(
+                    "{n} (a NO ACTION / RESTRICT foreign key still references them; they go once nothing does)"
+                ),
+            ),
+        );
+    }
     if r.min_age {
         fields.push((
             "held back by --min-age".into(),

@@ -59,17 +59,7 @@ fn doc(r: &StatsReport) -> Doc {
             )
         },
     );
-    let lag = r.oldest_expired.as_ref().map_or_else(
-        || "0s (nothing expired is waiting)".to_owned(),
-        |k| {
-            format!(
-                "{} (oldest expired: {}, expired {})",
-                human_secs(k.seconds),
-                key_label(k),
-                rfc3339(k.expires_at)
-            )
-        },
-    );
+    let lag = lag_text(r);
     let stuck = r.stuck.as_ref().map_or_else(
         || "not counted (see note)".to_owned(),
         |st| match st.oldest_since {
@@ -126,6 +116,12 @@ fn doc(r: &StatsReport) -> Doc {
             ),
         ));
     }
+    if let Some(refd) = &r.referenced_expired {
+        rows.insert(
+            8,
+            ("expired, still referenced".into(), referenced_text(refd)),
+        );
+    }
     d.fields(None, rows);
     if let Some(c) = &r.citus {
         crate::output::citus::stats_workers(&mut d, c);
@@ -134,6 +130,47 @@ fn doc(r: &StatsReport) -> Doc {
         d.text(format!("note: {}", escape_controls(n)));
     }
     d
+}
+
+/// The eviction lag, with the key it is the wait of. With a NO ACTION / RESTRICT foreign key, that
+/// is the oldest expired key evict can delete (the referenced ones have a line of their own).
+fn lag_text(r: &StatsReport) -> String {
+    let refd = r.referenced_expired.as_ref();
+    match (&r.oldest_expired, refd) {
+        (Some(k), _) => format!(
+            "{} (oldest expired{}: {}, expired {})",
+            human_secs(k.seconds),
+            if refd.is_some() {
+                " not referenced"
+            } else {
+                ""
+            },
+            key_label(k),
+            rfc3339(k.expires_at)
+        ),
+        (None, Some(x)) if x.lag_at_most => format!(
+            "at most {} (each of the oldest {} expired keys is still referenced)",
+            human_secs(r.eviction_lag_seconds),
+            x.examined
+        ),
+        (None, Some(_)) => "0s (no expired key evict can delete is waiting)".to_owned(),
+        (None, None) => "0s (nothing expired is waiting)".to_owned(),
+    }
+}
+
+/// The expired keys a NO ACTION / RESTRICT foreign key still references, one line.
+fn referenced_text(x: &crate::commands::stats::ReferencedExpired) -> String {
+    match &x.oldest {
+        None => format!("{} (among the oldest {} expired keys)", x.count, x.examined),
+        Some(k) => format!(
+            "{} among the oldest {} expired keys (evict leaves them until nothing references them; oldest: {}, waiting {}, expired {})",
+            x.count,
+            x.examined,
+            key_label(k),
+            human_secs(k.seconds),
+            rfc3339(k.expires_at)
+        ),
+    }
 }
 
 /// `stats --partitions`: one row per leaf partition.

@@ -21,6 +21,7 @@ const STATEMENTS: &[(&str, &str)] = &[
     ("inspect_by_tenant.sql", "'tenant_0007', 'no-such-key', 300"),
     ("oldest_live.sql", ""),
     ("oldest_expired.sql", ""),
+    ("oldest_expired_referenced.sql", "10000"),
     ("expired_backlog.sql", "100000"),
     ("expired_in_progress.sql", "100000"),
     ("evict_batch.sql", "NULL, now() - interval '7 days', NULL"),

@@ -20,8 +20,13 @@ use crate::support::TestDb;
 
 /// sql/ files whose markers are filled in for foreign keys: the EXPLAIN test below plans them
 /// as idemctl fills them in.
-pub const EXPLAINED_WITH_FOREIGN_KEYS: &[&str] =
-    &["evict_batch_referenced.sql", "referenced_expired.sql"];
+pub const EXPLAINED_WITH_FOREIGN_KEYS: &[&str] = &[
+    "evict_batch_referenced.sql",
+    "referenced_expired.sql",
+    "evict_preview.sql",
+    "evict_preview_sample.sql",
+    "oldest_expired_referenced.sql",
+];
 
 /// The explainer's table with `n` keys of each kind, and `charges` referencing it ON DELETE
 /// `action` (indexed), one charge on the oldest expired completed key.
@@ -109,6 +114,287 @@ async fn evict_leaves_keys_a_no_action_or_restrict_row_references_and_counts_the
         run.assert_code(0);
         assert_eq!(run.json()["rows_evicted"], 1, "{run}");
         assert_eq!(run.json()["skipped_referenced"], 0, "{run}");
+    }
+}
+
+/// How long (seconds) the explainer's key `key` has waited for eviction with a 1 h TTL.
+async fn waited(db: &TestDb, key: &str) -> f64 {
+    db.client()
+        .await
+        .query_one(
+            "SELECT extract(epoch FROM now() - interval '1 hour' - created_at)::float8 \
+               FROM idempotency_keys WHERE key = $1",
+            &[&key],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The value of the textfile's series `name` (one sample).
+fn sample(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&format!("{name}{{")))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+}
+
+/// A NO ACTION row references three of the oldest expired keys (the 1st, 2nd and 4th oldest):
+/// the dry run's would_evict is what the run then deletes and would_skip_referenced what it
+/// skips, and its sample holds none of them; stats' eviction lag is the wait of the oldest key
+/// evict can delete (the 3rd oldest), and the referenced keys are reported apart in JSON, text and
+/// metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_and_stats_tell_apart_the_keys_a_no_action_row_references() {
+    let db = explainer_with_charges(40, "NO ACTION").await;
+    // The fixture references done-old-40, the oldest; and two more.
+    db.exec(
+        "INSERT INTO charges (idem_key) VALUES ('done-old-39'), ('done-old-37'), ('done-old-37')",
+    )
+    .await;
+    let expired = expired_completed(&db).await;
+    assert_eq!(expired, 80);
+
+    let dry = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "evict", "--dry-run"])
+        .run();
+    dry.assert_code(0);
+    let d = dry.json();
+    assert_eq!(d["would_evict"]["count"], expired - 3, "{d}");
+    assert_eq!(d["would_evict"]["at_least"], false, "{d}");
+    assert_eq!(d["would_skip_referenced"]["count"], 3, "{d}");
+    assert_eq!(d["would_skip_referenced"]["at_least"], false, "{d}");
+    let sampled: Vec<&str> = d["sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(sampled.first(), Some(&"done-old-38"), "{d}");
+    for referenced in ["done-old-40", "done-old-39", "done-old-37"] {
+        assert!(!sampled.contains(&referenced), "{referenced}: {d}");
+    }
+    let plain = db
+        .idemctl()
+        .args(["-o", "plain", "--ttl", "1h", "evict", "--dry-run"])
+        .run();
+    plain.assert_code(0);
+    assert!(
+        plain
+            .stdout
+            .lines()
+            .any(|l| l.contains("would skip (still referenced)") && l.contains(" 3 (")),
+        "{plain}"
+    );
+
+    let stats = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "stats"])
+        .run();
+    stats.assert_code(0);
+    let s = stats.json();
+    let lag = s["eviction_lag_seconds"].as_f64().unwrap();
+    let deletable = waited(&db, "done-old-38").await;
+    assert!((lag - deletable).abs() < 30.0, "{lag} vs {deletable}: {s}");
+    assert!(waited(&db, "done-old-40").await - lag > 90.0, "{s}");
+    assert_eq!(s["oldest_expired"]["key"], "done-old-38", "{s}");
+    let r = &s["referenced_expired"];
+    assert_eq!(r["count"]["count"], 3, "{s}");
+    assert_eq!(r["count"]["at_least"], false, "{s}");
+    assert_eq!(r["examined"], expired, "{s}");
+    assert_eq!(r["oldest"]["key"], "done-old-40", "{s}");
+    assert_eq!(r["lag_at_most"], false, "{s}");
+    let text = db
+        .idemctl()
+        .args(["-o", "plain", "--ttl", "1h", "stats"])
+        .run();
+    text.assert_code(0);
+    assert!(
+        text.stdout
+            .lines()
+            .any(|l| l.contains("expired, still referenced")
+                && l.contains("3 among the oldest 80 expired keys")
+                && l.contains("done-old-40")),
+        "{text}"
+    );
+    assert!(
+        text.stdout
+            .lines()
+            .any(|l| l.contains("eviction lag") && l.contains("done-old-38")),
+        "{text}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let textfile = dir.path().join("stats.prom");
+    db.idemctl()
+        .args(["--ttl", "1h", "stats", "-q", "--textfile"])
+        .arg(&textfile)
+        .run()
+        .assert_code(0);
+    let metrics = std::fs::read_to_string(&textfile).unwrap();
+    assert_eq!(
+        sample(&metrics, "idemctl_expired_referenced_keys"),
+        Some(3.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "idemctl_expired_referenced_capped"),
+        Some(0.0),
+        "{metrics}"
+    );
+    let oldest = sample(&metrics, "idemctl_expired_referenced_oldest_seconds").unwrap();
+    assert!(
+        (oldest - waited(&db, "done-old-40").await).abs() < 30.0,
+        "{metrics}"
+    );
+    let lag = sample(&metrics, "idemctl_eviction_lag_seconds").unwrap();
+    assert!((lag - deletable).abs() < 30.0, "{metrics}");
+
+    // The run does what the dry run said.
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "evict", "--batch-size", "7"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], d["would_evict"]["count"], "{j}");
+    assert_eq!(
+        j["skipped_referenced"], d["would_skip_referenced"]["count"],
+        "{j}"
+    );
+    // Only referenced keys are left: nothing evict can delete waits.
+    let after = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "stats"])
+        .run()
+        .json();
+    assert_eq!(after["eviction_lag_seconds"], 0.0, "{after}");
+    assert_eq!(after["oldest_expired"], serde_json::Value::Null, "{after}");
+    assert_eq!(after["referenced_expired"]["count"]["count"], 3, "{after}");
+
+    // Without an index on the referencing column, stats does not probe: the lag is the oldest
+    // expired key's, and a note says why (check explains the index).
+    db.exec("DROP INDEX charges_idem_key_idx").await;
+    let unindexed = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "stats"])
+        .run()
+        .json();
+    assert!(unindexed.get("referenced_expired").is_none(), "{unindexed}");
+    assert_eq!(
+        unindexed["oldest_expired"]["key"], "done-old-40",
+        "{unindexed}"
+    );
+    assert!(
+        unindexed["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("no index leads with")),
+        "{unindexed}"
+    );
+}
+
+/// More of the oldest expired keys are referenced than stats examines (10,000): the count says
+/// "at least", and the lag is the wait of the newest key examined, an upper bound of the wait of
+/// the oldest key evict can delete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_says_at_least_when_the_referenced_keys_fill_its_walk() {
+    let db = explainer_with_charges(3, "NO ACTION").await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+         SELECT 'ref-' || g, 'h', 201, '{}'::jsonb, now() - interval '3 days' - g * interval '1 second' \
+           FROM generate_series(1, 10100) AS g; \
+         INSERT INTO charges (idem_key) SELECT 'ref-' || g FROM generate_series(1, 10100) AS g; \
+         ANALYZE idempotency_keys; ANALYZE charges",
+    )
+    .await;
+    let s = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "stats"])
+        .run()
+        .json();
+    let r = &s["referenced_expired"];
+    assert_eq!(r["count"]["count"], 10_000, "{s}");
+    assert_eq!(r["count"]["at_least"], true, "{s}");
+    assert_eq!(r["examined"], 10_000, "{s}");
+    assert_eq!(r["oldest"]["key"], "ref-10100", "{s}");
+    assert_eq!(r["lag_at_most"], true, "{s}");
+    assert_eq!(s["oldest_expired"], serde_json::Value::Null, "{s}");
+    // The 10,000th oldest key is ref-101.
+    let lag = s["eviction_lag_seconds"].as_f64().unwrap();
+    assert!((lag - waited(&db, "ref-101").await).abs() < 30.0, "{s}");
+    let text = db
+        .idemctl()
+        .args(["-o", "plain", "--ttl", "1h", "stats"])
+        .run();
+    assert!(
+        text.stdout.lines().any(|l| l.contains("eviction lag")
+            && l.contains("at most")
+            && l.contains("each of the oldest 10000 expired keys is still referenced")),
+        "{text}"
+    );
+    assert!(
+        text.stdout
+            .lines()
+            .any(|l| l.contains("expired, still referenced")
+                && l.contains("at least 10000 among the oldest 10000")),
+        "{text}"
+    );
+    let metrics = db
+        .idemctl()
+        .args(["-o", "prometheus", "--ttl", "1h", "stats"])
+        .run();
+    assert_eq!(
+        sample(&metrics.stdout, "idemctl_expired_referenced_capped"),
+        Some(1.0),
+        "{metrics}"
+    );
+}
+
+/// Without a NO ACTION / RESTRICT foreign key (none at all, or an ON DELETE SET NULL one), the dry
+/// run and stats are as before: no referenced figures, the lag is the oldest expired key's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_no_action_key_the_dry_run_and_stats_are_unchanged() {
+    for action in [None, Some("SET NULL")] {
+        let db = match action {
+            Some(a) => explainer_with_charges(40, a).await,
+            None => loaded(EXPLAINER_DDL, &explainer_rows(40), Some(EXPLAINER_INDEXES)).await,
+        };
+        let expired = expired_completed(&db).await;
+        let d = db
+            .idemctl()
+            .args(["-o", "json", "--ttl", "1h", "evict", "--dry-run"])
+            .run()
+            .json();
+        assert_eq!(d["would_evict"]["count"], expired, "{action:?}: {d}");
+        assert!(d.get("would_skip_referenced").is_none(), "{action:?}: {d}");
+        assert_eq!(d["sample"][0]["key"], "done-old-40", "{action:?}: {d}");
+        let s = db
+            .idemctl()
+            .args(["-o", "json", "--ttl", "1h", "stats"])
+            .run()
+            .json();
+        assert!(s.get("referenced_expired").is_none(), "{action:?}: {s}");
+        assert_eq!(s["oldest_expired"]["key"], "done-old-40", "{action:?}: {s}");
+        let lag = s["eviction_lag_seconds"].as_f64().unwrap();
+        assert!(
+            (lag - waited(&db, "done-old-40").await).abs() < 30.0,
+            "{action:?}: {s}"
+        );
+        let text = db
+            .idemctl()
+            .args(["-o", "plain", "--ttl", "1h", "stats"])
+            .run();
+        assert!(!text.stdout.contains("referenced"), "{action:?}: {text}");
+        let metrics = db
+            .idemctl()
+            .args(["-o", "prometheus", "--ttl", "1h", "stats"])
+            .run();
+        assert!(
+            !metrics.stdout.contains("idemctl_expired_referenced"),
+            "{action:?}: {metrics}"
+        );
     }
 }
 
@@ -437,7 +723,9 @@ async fn every_statement_generated_for_foreign_keys_is_index_backed() {
         "evict_batch.sql" => format!("{range}, NULL"),
         "evict_batch_skip_locked.sql" => format!("{range}, 5000, NULL"),
         "evict_batch_referenced.sql" => range.to_owned(),
-        "referenced_expired.sql" => "10000".to_owned(),
+        "referenced_expired.sql" | "oldest_expired_referenced.sql" => "10000".to_owned(),
+        "evict_preview.sql" => "100000, NULL".to_owned(),
+        "evict_preview_sample.sql" => "100000, 3600, 10".to_owned(),
         other => panic!("no arguments for {other}"),
     };
     let tables = ["idempotency_keys", "rides", "charges", "receipts"];
@@ -450,7 +738,9 @@ async fn every_statement_generated_for_foreign_keys_is_index_backed() {
                 "{sql}"
             );
         }
-        if file.starts_with("evict_batch") && *file != "evict_batch_referenced.sql" {
+        if file.starts_with("evict_batch") && *file != "evict_batch_referenced.sql"
+            || *file == "evict_preview.sql"
+        {
             assert!(
                 sql.contains("NOT EXISTS (SELECT 1 FROM \"public\".\"charges\""),
                 "{sql}"

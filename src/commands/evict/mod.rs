@@ -635,12 +635,22 @@ async fn dry_run(
     can_delete: bool,
 ) -> Result<Exit> {
     let min_age = args.min_age.map(|d| d.as_secs_f64());
+    // The keys the run would leave because a NO ACTION / RESTRICT foreign key still references
+    // them are counted apart, as the batches count them. On Citus the batches leave foreign keys
+    // to the server (see run), and so does the preview.
+    let refs =
+        evict_db::References::new(crate::db::queries::referencing_keys(client, table).await?);
+    let probed = match crate::db::citus::layout(client, table).await? {
+        Some(_) => evict_db::References::none(),
+        None => refs.index_backed(),
+    };
     let evict_db::Preview {
         count,
+        referenced,
         oldest,
         newest,
-    } = evict_db::preview(client, table, COUNT_CAP, min_age).await?;
-    let statements = statements_with_references(client, table).await?;
+    } = evict_db::preview(client, table, &probed, COUNT_CAP, min_age).await?;
+    let statements = worker::Statements::with_references(table, &refs);
     let statement = statements.delete_sql().to_owned();
     // EXPLAIN of a DELETE needs the DELETE privilege; a read-only role still gets the preview.
     let plan = if can_delete {
@@ -652,7 +662,8 @@ async fn dry_run(
                 .to_owned(),
         ]
     };
-    let sample = evict_db::preview_sample(client, table, COUNT_CAP, min_age, SAMPLE_SIZE).await?;
+    let sample =
+        evict_db::preview_sample(client, table, &probed, COUNT_CAP, min_age, SAMPLE_SIZE).await?;
     let drops = if args.drop_partitions {
         Some(partitions::preview(client, table, min_age).await?)
     } else {
@@ -666,6 +677,7 @@ async fn dry_run(
         table: table.qualified_name(),
         dry_run: true,
         would_evict: count,
+        would_skip_referenced: probed.any_blocking().then_some(referenced),
         oldest_candidate: oldest,
         newest_candidate: newest,
         batch_size: args.batch_size,
@@ -697,6 +709,10 @@ pub(crate) struct DryRunReport {
     pub(crate) table: String,
     dry_run: bool,
     pub(crate) would_evict: Capped,
+    /// Candidates the run would leave because a NO ACTION / RESTRICT foreign key still references
+    /// them (absent when none references the table through an indexed column).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) would_skip_referenced: Option<Capped>,
     #[serde(serialize_with = "to_the_second")]
     pub(crate) oldest_candidate: Option<OffsetDateTime>,
     #[serde(serialize_with = "to_the_second")]
