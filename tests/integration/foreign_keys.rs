@@ -232,6 +232,7 @@ async fn dry_run_and_stats_tell_apart_the_keys_a_no_action_row_references() {
         .run()
         .assert_code(0);
     let metrics = std::fs::read_to_string(&textfile).unwrap();
+    crate::metrics::promtool_check_metrics(&metrics);
     assert_eq!(
         sample(&metrics, "idemctl_expired_referenced_keys"),
         Some(3.0),
