@@ -365,11 +365,13 @@ struct Plan {
 }
 
 /// One key of a plan. `locked_at` and `created_at` are exact (microseconds): apply reclaims the
-/// row only if both are unchanged. Method, path and age are for the reviewer only.
+/// row only if both are unchanged. Method, path and age are for the reviewer only. The tenant is
+/// null on a table without a tenant column, and never missing.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PlanRow {
-    api_key_id: String,
+    #[serde(deserialize_with = "Option::deserialize")]
+    api_key_id: Option<String>,
     key: String,
     #[serde(with = "time::serde::rfc3339::option")]
     locked_at: Option<OffsetDateTime>,
@@ -446,8 +448,8 @@ fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
     }
     let mut seen = HashSet::new();
     for r in &plan.rows {
-        if !seen.insert((r.api_key_id.as_str(), r.key.as_str())) {
-            return Err(output::plan_key_twice(&r.key, &r.api_key_id));
+        if !seen.insert((r.api_key_id.as_deref(), r.key.as_str())) {
+            return Err(output::plan_key_twice(&r.key, r.api_key_id.as_deref()));
         }
     }
     Ok(())
@@ -512,7 +514,8 @@ fn check_plan_flags(args: &ReclaimArgs, plan: &Plan) -> Result<()> {
 /// A stuck key as the preview lists it.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Candidate {
-    pub(crate) api_key_id: String,
+    /// None on a table without a tenant column (null in JSON).
+    pub(crate) api_key_id: Option<String>,
     pub(crate) key: String,
     pub(crate) request_method: String,
     pub(crate) request_path: String,
@@ -835,14 +838,16 @@ impl EndReason {
 /// A key identified for the report.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct KeyId {
-    pub(crate) api_key_id: String,
+    /// None on a table without a tenant column (null in JSON).
+    pub(crate) api_key_id: Option<String>,
     pub(crate) key: String,
 }
 
 /// A plan row that apply left alone, and why.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct LeftAlone {
-    pub(crate) api_key_id: String,
+    /// None on a table without a tenant column (null in JSON).
+    pub(crate) api_key_id: Option<String>,
     pub(crate) key: String,
     /// gone, filtered, completed, other_state, changed, too_young or held.
     pub(crate) reason: String,
@@ -1225,6 +1230,7 @@ async fn apply(
     plan: &Plan,
 ) -> Result<Exit> {
     check_plan_table(table, path, plan)?;
+    check_plan_tenants(table, path, plan)?;
     check_plan_database(client, path, plan).await?;
     require_identity_index(table)?;
     require_privileges(client, table, Some(req.action)).await?;
@@ -1307,6 +1313,26 @@ fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
         Exit::Usage,
         output::plan_for_another_table(path, &plan.table, table),
     ))
+}
+
+/// Plan rows carry a tenant exactly when the table has a tenant column: a row with one on a table
+/// without (or without one on a table with) was made for another table, or edited.
+fn check_plan_tenants(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
+    let has_tenant = table.profile.tenant.is_some();
+    match plan
+        .rows
+        .iter()
+        .find(|r| r.api_key_id.is_some() != has_tenant)
+    {
+        None => Ok(()),
+        Some(r) => Err(fail(
+            Exit::Usage,
+            output::plan_invalid(
+                path,
+                &output::plan_row_tenant_unfit(table, &r.key, r.api_key_id.as_deref()),
+            ),
+        )),
+    }
 }
 
 /// A plan applies only to the database it was made on: the same keys can exist in a staging copy
@@ -1410,7 +1436,7 @@ fn plan_keys(chunk: &[PlanRow]) -> Vec<reclaim_db::PlanKey<'_>> {
         .iter()
         .map(|r| {
             (
-                r.api_key_id.as_str(),
+                r.api_key_id.as_deref(),
                 r.key.as_str(),
                 r.locked_at,
                 r.created_at,
@@ -1451,7 +1477,7 @@ mod tests {
     fn plan_rows_round_trip_exact_timestamps() {
         let ts = OffsetDateTime::from_unix_timestamp_nanos(1_767_225_600_123_456_000).unwrap();
         let row = PlanRow {
-            api_key_id: "t".into(),
+            api_key_id: Some("t".into()),
             key: "k".into(),
             locked_at: None,
             created_at: ts,
@@ -1466,10 +1492,30 @@ mod tests {
     }
 
     #[test]
+    fn a_plan_row_without_a_tenant_is_null_and_never_missing() {
+        let row = PlanRow {
+            api_key_id: None,
+            key: "k".into(),
+            locked_at: None,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            request_method: String::new(),
+            request_path: String::new(),
+            age_seconds: 0.0,
+        };
+        let mut value = serde_json::to_value(&row).unwrap();
+        assert_eq!(value["api_key_id"], Value::Null, "{value}");
+        let back: PlanRow = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(back.api_key_id, None);
+        value.as_object_mut().unwrap().remove("api_key_id");
+        let missing = serde_json::from_value::<PlanRow>(value).unwrap_err();
+        assert!(missing.to_string().contains("api_key_id"), "{missing}");
+    }
+
+    #[test]
     fn plans_listing_a_key_twice_are_refused() {
         let ts = OffsetDateTime::UNIX_EPOCH;
         let row = PlanRow {
-            api_key_id: "t".into(),
+            api_key_id: Some("t".into()),
             key: "k".into(),
             locked_at: Some(ts),
             created_at: ts,

@@ -390,7 +390,8 @@ pub async fn preview(
 /// A key the dry run lists.
 #[derive(Debug, Serialize)]
 pub struct SampleKey {
-    pub api_key_id: String,
+    /// None on a table without a tenant column (null in JSON).
+    pub api_key_id: Option<String>,
     pub key: String,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
@@ -430,11 +431,16 @@ pub async fn preview_sample(
         held_back: 0,
         walked: 0,
     };
+    let has_tenant = table.profile.tenant.is_some();
     for r in &rows {
         sample.held_back = r.try_get("held_back_count")?;
         sample.walked = r.try_get("walked")?;
         let key = SampleKey {
-            api_key_id: r.try_get("api_key_id")?,
+            api_key_id: if has_tenant {
+                Some(r.try_get("api_key_id")?)
+            } else {
+                None
+            },
             key: r.try_get("key")?,
             expires_at: r.try_get("expires_at")?,
             created_at: r.try_get("created_at")?,

@@ -129,7 +129,8 @@ pub async fn count_stuck(
 /// A stuck key as the preview reads it.
 #[derive(Debug, Clone)]
 pub struct StuckKey {
-    pub api_key_id: String,
+    /// None on a table without a tenant column.
+    pub api_key_id: Option<String>,
     pub key: String,
     pub request_method: String,
     pub request_path: String,
@@ -180,11 +181,12 @@ pub async fn list_stuck(
         .await
         .context("failed to end the preview's transaction")?;
     let cap = usize::try_from(cap).unwrap_or(usize::MAX);
+    let has_tenant = table.profile.tenant.is_some();
     let rows = rows
         .iter()
         .map(|r| {
             Ok(StuckKey {
-                api_key_id: r.try_get("api_key_id")?,
+                api_key_id: tenant_of(has_tenant, r.try_get("api_key_id")?),
                 key: r.try_get("key")?,
                 request_method: r.try_get("request_method")?,
                 request_path: r.try_get("request_path")?,
@@ -205,7 +207,8 @@ pub async fn list_stuck(
 
 /// A key an archived batch took, with its whole record before the change.
 pub struct ArchivedKey {
-    pub api_key_id: String,
+    /// None on a table without a tenant column.
+    pub api_key_id: Option<String>,
     pub key: String,
     pub record: serde_json::Value,
     /// The database clock at the batch (its transaction's start).
@@ -238,6 +241,9 @@ pub struct Statements {
     /// On a Citus reference or local table: each batch in a transaction of its own that plans it
     /// with its values ([`super::citus::plan_with_values`]).
     by_identity: bool,
+    /// The table has a tenant column (without one, its statements answer '' as the tenant, and
+    /// plan rows without a tenant are bound as '').
+    has_tenant: bool,
 }
 
 /// How a table's batches reach its rows, for [`Statements::new`].
@@ -251,15 +257,24 @@ pub struct Route {
     pub bound_waits: Option<ThroughCoordinator>,
 }
 
-/// A plan row as apply binds it: (tenant, key, locked_at, created_at).
-pub type PlanKey<'a> = (&'a str, &'a str, Option<OffsetDateTime>, OffsetDateTime);
+/// A plan row as apply binds it: (tenant, key, locked_at, created_at); the tenant is None on a
+/// table without a tenant column.
+pub type PlanKey<'a> = (
+    Option<&'a str>,
+    &'a str,
+    Option<OffsetDateTime>,
+    OffsetDateTime,
+);
+
+/// A key a batch took: (tenant, key), the tenant None on a table without a tenant column.
+pub type TakenKey = (Option<String>, String);
 
 /// The archive a batch hands the records of the keys it took to, before it commits.
 pub type ArchiveSink<'a> = &'a mut dyn FnMut(&[ArchivedKey]) -> Result<()>;
 
 /// Reads an archived batch's answer: the (tenant, key) of each key it took, and what the caller
 /// gets back.
-type TakenBy<'a, T> = &'a dyn Fn(&[tokio_postgres::Row]) -> Result<(Vec<(String, String)>, T)>;
+type TakenBy<'a, T> = &'a dyn Fn(&[tokio_postgres::Row]) -> Result<(Vec<TakenKey>, T)>;
 
 impl Statements {
     pub fn new(
@@ -296,6 +311,7 @@ impl Statements {
             deadline,
             bound_waits: route.bound_waits,
             by_identity: route.by_identity,
+            has_tenant: table.profile.tenant.is_some(),
         })
     }
 
@@ -322,10 +338,10 @@ impl Statements {
         older_than: f64,
         limit: i64,
         fail_with: Option<&FailWith<'_>>,
-    ) -> Result<Vec<(String, String)>> {
+    ) -> Result<Vec<TakenKey>> {
         let params = self.sweep_params(&older_than, &limit, fail_with);
         let rows = self.query(client, &self.sweep, &params).await?;
-        taken(&rows)
+        taken(&rows, self.has_tenant)
     }
 
     /// One sweep batch for `--archive`, in a transaction of its own: lock the keys it will take
@@ -340,7 +356,7 @@ impl Statements {
         limit: i64,
         fail_with: Option<&FailWith<'_>>,
         archive: ArchiveSink<'_>,
-    ) -> Result<Vec<(String, String)>> {
+    ) -> Result<Vec<TakenKey>> {
         let mut lock_params = vec![p(&older_than), p(&limit)];
         lock_params.extend(self.filter.params());
         let params = self.sweep_params(&older_than, &limit, fail_with);
@@ -349,7 +365,7 @@ impl Statements {
             change: (&self.sweep, &params),
         };
         self.archived(client, &batch, archive, &|rows| {
-            taken(rows).map(|got| (got.clone(), got))
+            taken(rows, self.has_tenant).map(|got| (got.clone(), got))
         })
         .await
     }
@@ -421,7 +437,7 @@ impl Statements {
                 .iter()
                 .zip(&outcomes)
                 .filter(|(_, (o, _))| o == "reclaimed")
-                .map(|(r, _)| (r.0.to_owned(), r.1.to_owned()))
+                .map(|(r, _)| (r.0.map(str::to_owned), r.1.to_owned()))
                 .collect();
             Ok((got, outcomes))
         })
@@ -477,7 +493,7 @@ impl Statements {
                 .context("failed to read the records of a batch's keys for the archive")?;
         let mut records = std::collections::HashMap::new();
         for r in &locked {
-            let tenant: String = r.try_get("api_key_id")?;
+            let tenant = tenant_of(self.has_tenant, r.try_get("api_key_id")?);
             let key: String = r.try_get("key")?;
             let record: serde_json::Value = r.try_get("record")?;
             let at: OffsetDateTime = r.try_get("at")?;
@@ -559,7 +575,8 @@ struct Archived<'a> {
     change: (&'a str, &'a [Param<'a>]),
 }
 
-/// Plan rows as the parallel arrays the apply statements unnest.
+/// Plan rows as the parallel arrays the apply statements unnest. A row without a tenant (on a
+/// table without a tenant column) is bound as '', which its statements compare the tenant as.
 struct PlanArrays<'a> {
     tenants: Vec<&'a str>,
     keys: Vec<&'a str>,
@@ -570,7 +587,7 @@ struct PlanArrays<'a> {
 impl<'a> PlanArrays<'a> {
     fn of(rows: &[PlanKey<'a>]) -> PlanArrays<'a> {
         PlanArrays {
-            tenants: rows.iter().map(|r| r.0).collect(),
+            tenants: rows.iter().map(|r| r.0.unwrap_or_default()).collect(),
             keys: rows.iter().map(|r| r.1).collect(),
             locked: rows.iter().map(|r| r.2).collect(),
             created: rows.iter().map(|r| r.3).collect(),
@@ -579,13 +596,23 @@ impl<'a> PlanArrays<'a> {
 }
 
 /// The (tenant, key) of each key a sweep batch took, from its one row of arrays.
-fn taken(rows: &[tokio_postgres::Row]) -> Result<Vec<(String, String)>> {
+fn taken(rows: &[tokio_postgres::Row], has_tenant: bool) -> Result<Vec<TakenKey>> {
     let row = rows
         .first()
         .ok_or_else(|| fail(Exit::Internal, "the batch statement returned no row"))?;
     let tenants: Vec<String> = row.try_get("api_key_ids")?;
     let keys: Vec<String> = row.try_get("keys")?;
-    Ok(tenants.into_iter().zip(keys).collect())
+    Ok(tenants
+        .into_iter()
+        .map(|t| tenant_of(has_tenant, t))
+        .zip(keys)
+        .collect())
+}
+
+/// The tenant a statement answered, as its callers get it: None on a table without a tenant
+/// column, whose statements answer '' (a tenant table may hold '' as a tenant).
+fn tenant_of(has_tenant: bool, answered: String) -> Option<String> {
+    has_tenant.then_some(answered)
 }
 
 /// Each plan row's outcome and current state, in the batch's order.

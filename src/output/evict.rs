@@ -15,7 +15,9 @@ use crate::db::citus::Layout;
 use crate::db::evict::SampleKey;
 use crate::db::queries::Capped;
 use crate::db::table::{quote_ident, quote_ident_if_needed};
-use crate::output::{Doc, escape_controls, human_bytes, human_secs, rfc3339, sanitize};
+use crate::output::{
+    Doc, escape_controls, human_bytes, human_secs, key_cells, key_columns, rfc3339, sanitize,
+};
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
 /// workers' table and the partitions it dropped.
@@ -216,15 +218,14 @@ pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
 
 /// Tables of the sampled keys.
 fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey]) {
+    // Keys of a table without a tenant column have none to show.
+    let with_tenant = evict.iter().chain(kept).any(|k| k.api_key_id.is_some());
     let cells = |k: &SampleKey| {
-        vec![
-            sanitize(&k.api_key_id),
-            sanitize(&k.key),
-            rfc3339(k.expires_at),
-            rfc3339(k.created_at),
-        ]
+        let mut cells = key_cells(with_tenant, k.api_key_id.as_deref(), &k.key);
+        cells.extend([rfc3339(k.expires_at), rfc3339(k.created_at)]);
+        cells
     };
-    let header = ["api_key_id", "key", "expires_at", "created_at"];
+    let header = key_columns(with_tenant, &["expires_at", "created_at"]);
     if !evict.is_empty() {
         doc.rows(
             Some("The first keys it would evict (oldest expiry first):"),

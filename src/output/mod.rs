@@ -337,6 +337,24 @@ pub fn human_bytes(n: i64) -> String {
     }
 }
 
+/// The leading columns of a table of keys: `api_key_id` and `key`, or `key` alone when the keys
+/// have no tenant (a table without a tenant column), as inspect shows no api_key_id row for such a
+/// key and stats names it by the key alone.
+pub(crate) fn key_columns<'a>(with_tenant: bool, rest: &[&'a str]) -> Vec<&'a str> {
+    let tenant = with_tenant.then_some("api_key_id");
+    tenant
+        .into_iter()
+        .chain(["key"])
+        .chain(rest.iter().copied())
+        .collect()
+}
+
+/// The cells of [`key_columns`] for one key, escaped.
+pub(crate) fn key_cells(with_tenant: bool, tenant: Option<&str>, key: &str) -> Vec<String> {
+    let tenant = with_tenant.then(|| sanitize(tenant.unwrap_or_default()));
+    tenant.into_iter().chain([sanitize(key)]).collect()
+}
+
 /// Format a timestamp as RFC 3339 (UTC, seconds).
 pub fn rfc3339(ts: time::OffsetDateTime) -> String {
     let ts = ts.to_offset(time::UtcOffset::UTC);

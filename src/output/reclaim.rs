@@ -10,15 +10,21 @@ use crate::db::KeyTable;
 use crate::db::citus::Layout;
 use crate::db::queries::{Capped, DatabaseIdentity};
 use crate::db::reclaim::Filter;
-use crate::output::{Doc, escape_controls, human_secs, rfc3339, sanitize};
+use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
 
 /// The preview: what would be reclaimed, the keys listed, and what the listing leaves out.
 pub(crate) fn preview(r: &PreviewReport) -> Doc {
     let mut doc = Doc::default();
     doc.fields(None, preview_fields(r));
     if !r.rows.is_empty() {
-        let cells = r.rows.iter().map(candidate_cells).collect();
-        doc.rows(None, &CANDIDATE_HEADER, cells);
+        // Keys of a table without a tenant column have none to show.
+        let with_tenant = r.rows.iter().any(|c| c.api_key_id.is_some());
+        let cells = r
+            .rows
+            .iter()
+            .map(|c| candidate_cells(with_tenant, c))
+            .collect();
+        doc.rows(None, &key_columns(with_tenant, &CANDIDATE_COLUMNS), cells);
         preview_notes(&mut doc, r);
     }
     if let Some(p) = &r.plan_file {
@@ -90,26 +96,19 @@ pub(crate) fn filter_text(f: &Filter) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-const CANDIDATE_HEADER: [&str; 7] = [
-    "api_key_id",
-    "key",
-    "method",
-    "path",
-    "held since",
-    "from",
-    "age",
-];
+/// The preview's columns after the key's.
+const CANDIDATE_COLUMNS: [&str; 5] = ["method", "path", "held since", "from", "age"];
 
-fn candidate_cells(c: &Candidate) -> Vec<String> {
-    vec![
-        sanitize(&c.api_key_id),
-        sanitize(&c.key),
+fn candidate_cells(with_tenant: bool, c: &Candidate) -> Vec<String> {
+    let mut cells = key_cells(with_tenant, c.api_key_id.as_deref(), &c.key);
+    cells.extend([
         sanitize(&c.request_method),
         sanitize(&c.request_path),
         rfc3339(c.held_since),
         c.held_since_column.to_owned(),
         human_secs(c.age_seconds),
-    ]
+    ]);
+    cells
 }
 
 fn preview_action(r: &PreviewReport) -> String {
@@ -169,17 +168,22 @@ pub(crate) fn summary(r: &ReclaimReport) -> Doc {
     let mut d = Doc::default();
     d.fields(None, fields);
     if !r.left_alone.is_empty() {
-        let rows = r.left_alone.iter().map(left_alone_cells).collect();
+        let with_tenant = r.left_alone.iter().any(|l| l.api_key_id.is_some());
+        let rows = r
+            .left_alone
+            .iter()
+            .map(|l| left_alone_cells(with_tenant, l))
+            .collect();
         d.rows(
             Some("Plan rows left alone:"),
-            &["api_key_id", "key", "why"],
+            &key_columns(with_tenant, &["why"]),
             rows,
         );
     }
     d
 }
 
-fn left_alone_cells(l: &LeftAlone) -> Vec<String> {
+fn left_alone_cells(with_tenant: bool, l: &LeftAlone) -> Vec<String> {
     let why = match l.reason.as_str() {
         "gone" => "gone: deleted since the plan".to_owned(),
         "filtered" => "does not match --api-key-id, --path or --method".to_owned(),
@@ -193,7 +197,9 @@ fn left_alone_cells(l: &LeftAlone) -> Vec<String> {
             sanitize(l.state.as_deref().unwrap_or("-"))
         ),
     };
-    vec![sanitize(&l.api_key_id), sanitize(&l.key), why]
+    let mut cells = key_cells(with_tenant, l.api_key_id.as_deref(), &l.key);
+    cells.push(why);
+    cells
 }
 
 // reclaim's refusals, worded here from what the command found (the command attaches the exit
@@ -401,13 +407,40 @@ pub(crate) fn plan_invalid(path: &Path, why: &str) -> String {
     )
 }
 
-/// A plan file that lists one key twice.
-pub(crate) fn plan_key_twice(key: &str, api_key_id: &str) -> String {
-    format!(
-        "key {} of api_key_id {} is listed twice",
-        sanitize(key),
-        sanitize(api_key_id)
-    )
+/// A plan file that lists one key twice (`api_key_id` None: keys without a tenant).
+pub(crate) fn plan_key_twice(key: &str, api_key_id: Option<&str>) -> String {
+    match api_key_id {
+        Some(t) => format!(
+            "key {} of api_key_id {} is listed twice",
+            sanitize(key),
+            sanitize(t)
+        ),
+        None => format!("key {} is listed twice", sanitize(key)),
+    }
+}
+
+/// A plan row whose tenant does not fit the table: one (`api_key_id` Some) on a table without a
+/// tenant column, or none on a table with one.
+pub(crate) fn plan_row_tenant_unfit(
+    table: &KeyTable,
+    key: &str,
+    api_key_id: Option<&str>,
+) -> String {
+    match (api_key_id, &table.profile.tenant) {
+        (Some(t), _) => format!(
+            "the row of key {} has api_key_id {}, but table {} (profile {}) has no tenant column",
+            sanitize(key),
+            shown_value(t),
+            table.display(),
+            table.profile.name
+        ),
+        (None, column) => format!(
+            "the row of key {} has no api_key_id, but table {} has a tenant column ({})",
+            sanitize(key),
+            table.display(),
+            sanitize(column.as_deref().unwrap_or_default())
+        ),
+    }
 }
 
 /// Under --apply, a filter flag that contradicts the plan's own filter.

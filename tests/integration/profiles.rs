@@ -3,6 +3,8 @@
 //! profile's own columns and actions; a table no profile fits is refused with what each profile
 //! missed, and check never proposes changing the application's table.
 
+use std::collections::BTreeSet;
+
 use crate::fixtures::{finding, loaded, scalar_i64};
 use crate::support::TestDb;
 
@@ -323,6 +325,175 @@ async fn reclaim_on_the_explainer_table_deletes_stuck_placeholders() {
     assert_eq!(count_like(&db, "key", "stuck").await, 0);
     assert_eq!(count_like(&db, "key", "fresh").await, 5);
     assert_eq!(count_like(&db, "key", "done-old").await, 5);
+}
+
+/// The whole table as one digest, to show a refused run changed nothing.
+async fn digest(db: &TestDb) -> String {
+    db.client()
+        .await
+        .query_one(
+            "SELECT md5(string_agg(t::text, ',' ORDER BY key)) FROM idempotency_keys t",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The keys of a JSON array of rows, each asserted to carry `api_key_id` as null (present, not
+/// missing, not "").
+fn keys_without_tenant(rows: &serde_json::Value) -> BTreeSet<String> {
+    rows.as_array()
+        .unwrap_or_else(|| panic!("not an array: {rows}"))
+        .iter()
+        .map(|r| {
+            assert_eq!(r.get("api_key_id"), Some(&serde_json::Value::Null), "{r}");
+            r["key"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+fn stuck_names(n: i64) -> BTreeSet<String> {
+    (1..=n)
+        .flat_map(|g| [format!("stuck-{g}"), format!("stuck-old-{g}")])
+        .collect()
+}
+
+/// No tenant column: evict's dry-run sample lists keys with a null tenant (not ""), and its text
+/// has no api_key_id column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_dry_run_on_the_explainer_table_samples_keys_without_a_tenant() {
+    let db = explainer_db(40, true).await;
+    // done-old-g was created 2 days and g minutes ago: --min-age 2d 20m holds back g < 20.
+    let args = ["--ttl", "24h", "evict", "--dry-run", "--min-age", "2900m"];
+    let run = db.idemctl().args(args).args(["-o", "json"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    let sample = keys_without_tenant(&j["sample"]);
+    assert!(!sample.is_empty(), "{run}");
+    assert!(sample.iter().all(|k| k.starts_with("done-old-")), "{run}");
+    let held = keys_without_tenant(&j["held_back_sample"]);
+    assert_eq!(j["held_back_by_min_age"], 19, "{run}");
+    assert!(held.contains("done-old-19"), "{run}");
+    let run = db.idemctl().args(args).args(["-o", "plain"]).run();
+    run.assert_code(0)
+        .assert_stdout_contains(
+            "The first keys it would evict (oldest expiry first):\nkey\texpires_at\tcreated_at\n",
+        )
+        .assert_stdout_contains(
+            "The first keys --min-age holds back (created too recently):\nkey\texpires_at\tcreated_at\n",
+        );
+    assert!(!run.stdout.contains("api_key_id"), "{run}");
+}
+
+/// No tenant column: reclaim's preview and plan carry a null tenant, apply takes exactly the plan's
+/// rows (its report naming them with a null tenant), and a plan row given a tenant is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_plan_and_apply_on_the_explainer_table_carry_no_tenant() {
+    let db = explainer_db(3, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let before = digest(&db).await;
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--dry-run", "-o", "json", "--plan"])
+        .arg(&plan)
+        .run();
+    run.assert_code(0);
+    assert_eq!(
+        keys_without_tenant(&run.json()["rows"]),
+        stuck_names(3),
+        "{run}"
+    );
+    let text = std::fs::read_to_string(&plan).unwrap();
+    let written: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        keys_without_tenant(&written["rows"]),
+        stuck_names(3),
+        "{text}"
+    );
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--dry-run", "-o", "plain"])
+        .run();
+    run.assert_code(0)
+        .assert_stdout_contains("\nkey\tmethod\tpath\theld since\tfrom\tage\n")
+        .assert_stdout_contains("stuck-old-1\t");
+    assert!(!run.stdout.contains("api_key_id"), "{run}");
+    assert_eq!(digest(&db).await, before, "the preview changed the table");
+
+    // A row given a tenant, even "", was made for another table or edited: refused, one line.
+    for tenant in ["t42", ""] {
+        let mut edited = written.clone();
+        edited["rows"][0]["api_key_id"] = serde_json::json!(tenant);
+        let path = dir.path().join("edited.json");
+        std::fs::write(&path, edited.to_string()).unwrap();
+        let run = db
+            .idemctl()
+            .args(["reclaim", "--yes", "--apply"])
+            .arg(&path)
+            .run();
+        run.assert_code(2)
+            .assert_stderr_contains("edited.json is not a valid reclaim plan")
+            .assert_stderr_contains(&format!(
+                "has api_key_id \"{tenant}\", but table public.idempotency_keys (profile explainer) has no tenant column"
+            ));
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    }
+    assert_eq!(
+        digest(&db).await,
+        before,
+        "a refused plan changed the table"
+    );
+
+    // One planned key goes before apply: it is left alone as gone, the others are reclaimed.
+    db.exec("DELETE FROM idempotency_keys WHERE key = 'stuck-old-1'")
+        .await;
+    let archive = dir.path().join("archive.jsonl");
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--archive"])
+        .arg(&archive)
+        .arg("--apply")
+        .arg(&plan)
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    let mut reclaimed = stuck_names(3);
+    reclaimed.remove("stuck-old-1");
+    assert_eq!(j["rows_reclaimed"], 5, "{run}");
+    assert_eq!(keys_without_tenant(&j["reclaimed"]), reclaimed, "{run}");
+    assert_eq!(
+        keys_without_tenant(&j["left_alone"]),
+        BTreeSet::from(["stuck-old-1".to_owned()]),
+        "{run}"
+    );
+    assert_eq!(j["left_alone"][0]["reason"], "gone", "{run}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&archive)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &serde_json::Value| l["type"] == "key")
+        .collect();
+    assert_eq!(
+        keys_without_tenant(&serde_json::Value::Array(lines)),
+        reclaimed,
+        "the archive"
+    );
+    assert_eq!(count_like(&db, "key", "stuck").await, 0);
+    assert_eq!(count_like(&db, "key", "fresh").await, 3);
+    assert_eq!(count_like(&db, "key", "done-old").await, 3);
+    assert_eq!(count_like(&db, "key", "done-new").await, 3);
+    // Applied again, every row is gone; the text names them by the key alone.
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "plain", "--apply"])
+        .arg(&plan)
+        .run();
+    run.assert_code(0)
+        .assert_stdout_contains("Plan rows left alone:\nkey\twhy\n")
+        .assert_stdout_contains("stuck-1\tgone: deleted since the plan\n");
+    assert!(!run.stdout.contains("api_key_id"), "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

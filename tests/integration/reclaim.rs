@@ -613,6 +613,51 @@ async fn reclaim_refuses_a_truncated_or_foreign_plan_and_changes_nothing() {
     assert_eq!(snapshot(&db).await, before);
 }
 
+/// On a table with a tenant column a plan row without a tenant (null) is refused, one line, as is a
+/// row that lacks the field; nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_refuses_a_plan_row_without_a_tenant_on_a_tenant_table() {
+    let db = db_with(Schema::Corrected, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_code(0);
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    assert!(written["rows"][0]["api_key_id"].is_string(), "{written}");
+    let before = snapshot(&db).await;
+    let edited = dir.path().join("edited.json");
+    let mut null = written.clone();
+    null["rows"][1]["api_key_id"] = serde_json::Value::Null;
+    let mut missing = written.clone();
+    missing["rows"][1]
+        .as_object_mut()
+        .unwrap()
+        .remove("api_key_id");
+    for (plan, says) in [
+        (
+            null,
+            "has no api_key_id, but table public.idempotency_keys has a tenant column (api_key_id)",
+        ),
+        (missing, "missing field `api_key_id`"),
+    ] {
+        std::fs::write(&edited, plan.to_string()).unwrap();
+        let run = db
+            .idemctl()
+            .args(["reclaim", "--yes", "--apply"])
+            .arg(&edited)
+            .run();
+        run.assert_code(2)
+            .assert_stderr_contains("edited.json is not a valid reclaim plan")
+            .assert_stderr_contains(says);
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    }
+    assert_eq!(snapshot(&db).await, before);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_honours_limit_and_quiet() {
     let db = db_with(Schema::Corrected, true).await;

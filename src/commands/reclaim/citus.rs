@@ -83,7 +83,11 @@ pub async fn apply(
             crate::output::reclaim::apply_not_by_tenant(table, &layout),
         ));
     }
-    let tenants: Vec<&str> = rows.iter().map(|r| r.api_key_id.as_str()).collect();
+    // Distributed by its tenant column: every plan row has a tenant (apply checked the plan).
+    let tenants: Vec<&str> = rows
+        .iter()
+        .map(|r| r.api_key_id.as_deref().unwrap_or_default())
+        .collect();
     let shard_of = citus::shards_for(client, table, &tenants).await?;
     let cluster = cluster(ctx, client, table).await?;
     let placed = |id: &i64| {
