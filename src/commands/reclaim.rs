@@ -1230,6 +1230,7 @@ async fn apply(
     plan: &Plan,
 ) -> Result<Exit> {
     check_plan_table(table, path, plan)?;
+    let plan = &without_empty_tenants(table, plan);
     check_plan_tenants(table, path, plan)?;
     check_plan_database(client, path, plan).await?;
     require_identity_index(table)?;
@@ -1313,6 +1314,20 @@ fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
         Exit::Usage,
         output::plan_for_another_table(path, &plan.table, table),
     ))
+}
+
+/// A plan made for a table without a tenant column by an earlier release gives each row the
+/// tenant `""`: read that as no tenant.
+fn without_empty_tenants(table: &KeyTable, plan: &Plan) -> Plan {
+    let mut plan = plan.clone();
+    if table.profile.tenant.is_none() {
+        for row in &mut plan.rows {
+            if row.api_key_id.as_deref() == Some("") {
+                row.api_key_id = None;
+            }
+        }
+    }
+    plan
 }
 
 /// Plan rows carry a tenant exactly when the table has a tenant column: a row with one on a table
