@@ -265,6 +265,64 @@ pub async fn shard_grants(client: &Session, oids: &Vec<i64>) -> Result<Vec<Shard
         .collect()
 }
 
+/// The foreign keys that reference each of `shards` (shards of one worker, resolved there), read
+/// from that worker's catalog in one read-only transaction that shows the shards: on a worker, a
+/// shard of the key table is referenced by the colocated shards of the distributed tables that
+/// reference the key table, which are what a batch's DELETE there checks or changes. In the order
+/// of `shards`.
+pub async fn shard_referencing_keys(
+    client: &Session,
+    shards: &[&KeyTable],
+) -> Result<Vec<Vec<super::queries::ReferencingKey>>> {
+    begin_catalog_reads(client).await?;
+    let mut keys = Vec::with_capacity(shards.len());
+    let mut read = Ok(());
+    for shard in shards {
+        match super::queries::referencing_keys(client, shard).await {
+            Ok(k) => keys.push(k),
+            Err(e) => {
+                read = Err(e);
+                break;
+            }
+        }
+    }
+    end_catalog_reads(client).await?;
+    read.map(|()| keys)
+}
+
+/// A foreign key with ON DELETE NO ACTION / RESTRICT from a distributed table to a reference key
+/// table (sql/citus_distributed_referencing.sql).
+#[derive(Clone, Debug)]
+pub struct DistributedReference {
+    pub name: String,
+    pub referencing_table: String,
+    pub on_delete: String,
+}
+
+/// The foreign keys with ON DELETE NO ACTION / RESTRICT that reference the reference table `table`
+/// from a distributed table, from the coordinator's catalog.
+pub async fn distributed_blocking_references(
+    client: &Session,
+    table: &KeyTable,
+) -> Result<Vec<DistributedReference>> {
+    let rows = client
+        .query(
+            include_str!("../../sql/citus_distributed_referencing.sql"),
+            &[p(&table.oid)],
+        )
+        .await
+        .context("failed to read the distributed tables' foreign keys that reference the table")?;
+    rows.iter()
+        .map(|r| {
+            Ok(DistributedReference {
+                name: r.try_get("name")?,
+                referencing_table: r.try_get("referencing_table")?,
+                on_delete: r.try_get("on_delete")?,
+            })
+        })
+        .collect()
+}
+
 /// One shard and the node that holds it.
 #[derive(Clone, Debug)]
 pub struct Placement {

@@ -121,15 +121,19 @@ impl Statements {
     /// The table is a Citus reference or local table, whose statements Citus plans on the
     /// coordinator: the SKIP LOCKED fallback finds the rows it locked again by the key's identity,
     /// not by ctid, which Citus refuses there ([`super::citus::rows_by_identity`]). Its DELETE
-    /// re-checks expiry and state on every row it removes, as by ctid.
-    pub fn by_identity(mut self, table: &KeyTable) -> Result<Statements> {
+    /// re-checks expiry and state on every row it removes, as by ctid. It leaves out the keys a
+    /// NO ACTION / RESTRICT row of `refs` still references, as the batch statement does; it does
+    /// not lock the rows an ON DELETE action changes first.
+    pub fn by_identity(mut self, table: &KeyTable, refs: &References) -> Result<Statements> {
         let template = super::citus::rows_by_identity(SKIP_LOCKED_SQL).ok_or_else(|| {
             fail(
                 Exit::Internal,
                 "evict's SKIP LOCKED statement has no form that finds its rows by the key's identity",
             )
         })?;
-        self.skip_locked = References::none().fill(&table.sql(&template), &table.quoted);
+        self.skip_locked = refs
+            .blocking_only()
+            .fill(&table.sql(&template), &table.quoted);
         self.by_identity = true;
         Ok(self)
     }

@@ -47,6 +47,14 @@ impl References {
         self.keys.iter().filter(|k| !k.blocks() && k.may_lock)
     }
 
+    /// Only the NO ACTION / RESTRICT keys: the parts that leave referenced keys out, without the
+    /// fallback's locks of referencing rows (for a statement that cannot take them).
+    pub fn blocking_only(&self) -> References {
+        References {
+            keys: self.keys.iter().filter(|k| k.blocks()).cloned().collect(),
+        }
+    }
+
     /// Whether a batch can leave keys behind because they are still referenced.
     pub fn any_blocking(&self) -> bool {
         self.blocking().next().is_some()

@@ -54,30 +54,39 @@ pub(crate) fn stats_workers(d: &mut Doc, c: &CitusStats) {
     });
 }
 
-/// evict's summary: one row a worker, what its run did and left, and its pace.
+/// evict's summary: one row a worker, what its run did and left, and its pace. The keys left
+/// because a foreign key still references them get a column when any worker left such a key.
 pub(crate) fn evict_workers(d: &mut Doc, c: &CitusReport) {
     let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
-    let header = [
+    let referenced = c.nodes.iter().any(|n| n.skipped_referenced > 0);
+    let mut header = vec![
         "worker",
         "shards drained",
         "rows evicted",
         "batches",
         "skipped (locked)",
-        "backlog left",
-        "in_progress left",
-        "pace",
     ];
+    if referenced {
+        header.push("skipped (still referenced)");
+    }
+    header.extend(["backlog left", "in_progress left", "pace"]);
     workers_table(d, &c.layout, &header, &c.nodes, |n| {
-        vec![
+        let mut row = vec![
             n.node.clone(),
             format!("{} / {}", n.shards_drained, n.shards),
             n.rows_evicted.to_string(),
             n.batches.to_string(),
             n.skipped_locked.to_string(),
+        ];
+        if referenced {
+            row.push(n.skipped_referenced.to_string());
+        }
+        row.extend([
             capped(&n.backlog_left),
             capped(&n.expired_in_progress_left),
             crate::output::evict::pace_summary(&n.pace),
-        ]
+        ]);
+        row
     });
 }
 

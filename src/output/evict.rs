@@ -487,6 +487,23 @@ pub(crate) fn refused_on_citus(flag: &str, table: &KeyTable, layout: &Layout) ->
     )
 }
 
+/// A reference key table that a distributed table references with ON DELETE NO ACTION / RESTRICT:
+/// evict cannot leave the keys still referenced out of its batches there.
+pub(crate) fn reference_table_referenced_by_distributed(
+    table: &KeyTable,
+    key: &crate::db::citus::DistributedReference,
+) -> String {
+    format!(
+        "foreign key {} of distributed table {} references {} (a Citus reference table) with ON DELETE {}: evict would have to leave out the keys it still references, and Citus cannot plan a DELETE on a reference table that reads a distributed table; nothing was changed: distribute {} by the tenant, colocated with {} (evict then leaves those keys on each shard), or make the foreign key ON DELETE CASCADE",
+        sanitize(&key.name),
+        sanitize(&key.referencing_table),
+        table.display(),
+        key.on_delete,
+        table.display(),
+        sanitize(&key.referencing_table),
+    )
+}
+
 /// A shard of a Citus table that lost the expiry index evict's batches walk (dropped on `worker`).
 pub(crate) fn shard_without_expiry_index(shard: i64, table: &KeyTable, worker: &str) -> String {
     format!(

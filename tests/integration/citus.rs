@@ -27,7 +27,7 @@ async fn loaded(layout: Layout, test: &str) -> Option<CitusDb> {
 }
 
 /// Like [`loaded`], with the rows of `mix`.
-async fn loaded_with(layout: Layout, mix: Mix, test: &str) -> Option<CitusDb> {
+pub(crate) async fn loaded_with(layout: Layout, mix: Mix, test: &str) -> Option<CitusDb> {
     if skipped(test) {
         return None;
     }

@@ -47,6 +47,9 @@ pub struct NodeReport {
     pub rows_evicted: u64,
     pub batches: u64,
     pub skipped_locked: u64,
+    /// Left because a NO ACTION / RESTRICT foreign key (from a colocated shard) still references
+    /// them.
+    pub skipped_referenced: u64,
     /// Expired completed keys left on this node after the run.
     pub backlog_left: Option<Capped>,
     /// Expired in_progress keys left on this node.
@@ -142,6 +145,7 @@ pub async fn run(
         true => oldest_first(cluster.nodes).await?,
         false => cluster.nodes,
     };
+    let nodes = with_statements(&lock_holder, table, nodes).await?;
     let outcome = evict_cluster(ctx, args, pace, nodes, progress.clone(), started).await;
     progress.finish();
     let report = summary(
@@ -284,6 +288,54 @@ async fn oldest_first(nodes: Vec<Node>) -> Result<Vec<Node>> {
     Ok(keyed_nodes.into_iter().map(|(_, n)| n).collect())
 }
 
+/// Each node with its shards' batch statements (in the order of its shards), made once per shard
+/// before any change, with the foreign keys that reference that shard on its worker: the shards
+/// of the distributed tables colocated with the key table that reference it. As on one server,
+/// a batch leaves out (and counts) the keys a NO ACTION / RESTRICT row still references, and its
+/// SKIP LOCKED fallback first locks the rows an ON DELETE CASCADE / SET NULL / SET DEFAULT changes;
+/// the change itself stays on the shard's worker, in the batch's own transaction. One catalog
+/// lookup per shard, in one transaction per worker; none when no foreign key references the
+/// distributed table on the coordinator (Citus makes a shard's foreign keys from its table's).
+async fn with_statements(
+    coordinator: &Session,
+    table: &KeyTable,
+    nodes: Vec<Node>,
+) -> Result<Vec<(Node, Vec<worker::Statements>)>> {
+    let referenced = !crate::db::queries::referencing_keys(coordinator, table)
+        .await?
+        .is_empty();
+    let mut out = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        if !referenced {
+            let statements = node
+                .shards
+                .iter()
+                .map(|s| worker::Statements::new(&s.table))
+                .collect();
+            out.push((node, statements));
+            continue;
+        }
+        let session = node.session().await?;
+        let tables: Vec<&KeyTable> = node.shards.iter().map(|s| &s.table).collect();
+        let keys = citus::shard_referencing_keys(&session, &tables)
+            .await
+            .with_context(|| format!("worker {}", node.name()))?;
+        let statements = node
+            .shards
+            .iter()
+            .zip(keys)
+            .map(|(shard, keys)| {
+                worker::Statements::with_references(
+                    &shard.table,
+                    &crate::db::evict::References::new(keys),
+                )
+            })
+            .collect();
+        out.push((node, statements));
+    }
+    Ok(out)
+}
+
 /// What every node's run needs, owned (the nodes run as tasks of their own).
 #[derive(Clone)]
 struct RunPlan {
@@ -307,7 +359,7 @@ async fn evict_cluster(
     ctx: &Context,
     args: &EvictArgs,
     pace: super::pace::Mode,
-    nodes: Vec<Node>,
+    nodes: Vec<(Node, Vec<worker::Statements>)>,
     progress: Arc<Progress>,
     started: Instant,
 ) -> Outcome {
@@ -330,7 +382,7 @@ async fn evict_cluster(
     }));
     let spent = Arc::new(Mutex::new(Spent::default()));
     let mut set = tokio::task::JoinSet::new();
-    for (index, node) in nodes.into_iter().enumerate() {
+    for (index, (node, statements)) in nodes.into_iter().enumerate() {
         let (spent, run) = (spent.clone(), run.clone());
         // Taken here, in the nodes' order: under a budget the nodes run one after the other in
         // that order.
@@ -339,7 +391,7 @@ async fn evict_cluster(
         };
         set.spawn(async move {
             let _turn = turn;
-            let (report, totals, result) = evict_node(&run, &node, &spent).await;
+            let (report, totals, result) = evict_node(&run, &node, statements, &spent).await;
             (index, report, totals, result)
         });
     }
@@ -400,6 +452,7 @@ fn merge(into: &mut worker::Totals, from: worker::Totals) {
     into.batches += from.batches;
     into.skipped_locked += from.skipped_locked;
     into.skipped_min_age += from.skipped_min_age;
+    into.skipped_referenced += from.skipped_referenced;
     into.lock_fallbacks += from.lock_fallbacks;
     into.passed_over += from.passed_over;
     into.latencies_ms.extend(from.latencies_ms);
@@ -410,6 +463,7 @@ fn merge(into: &mut worker::Totals, from: worker::Totals) {
 async fn evict_node(
     run: &RunPlan,
     node: &Node,
+    statements: Vec<worker::Statements>,
     spent: &Mutex<Spent>,
 ) -> (NodeReport, worker::Totals, Result<()>) {
     let mut report = NodeReport {
@@ -419,6 +473,7 @@ async fn evict_node(
         rows_evicted: 0,
         batches: 0,
         skipped_locked: 0,
+        skipped_referenced: 0,
         backlog_left: Some(ZERO),
         expired_in_progress_left: Some(ZERO),
         pace: PaceReport::default(),
@@ -442,8 +497,17 @@ async fn evict_node(
         .await
         .with_context(|| format!("failed to set up evict's pace on worker {}", node.name()))?;
         let pacer = Arc::new(pacer);
-        let outcome =
-            evict_shards(run, node, &control, &pacer, spent, &mut report, &mut totals).await;
+        let outcome = evict_shards(
+            run,
+            node,
+            statements,
+            &control,
+            &pacer,
+            spent,
+            &mut report,
+            &mut totals,
+        )
+        .await;
         report.pace = pacer.report().await;
         outcome
     }
@@ -456,12 +520,15 @@ async fn evict_node(
     report.rows_evicted = totals.rows;
     report.batches = totals.batches;
     report.skipped_locked = totals.skipped_locked;
+    report.skipped_referenced = totals.skipped_referenced;
     (report, totals, result)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn evict_shards(
     run: &RunPlan,
     node: &Node,
+    statements: Vec<worker::Statements>,
     control: &Session,
     pacer: &Arc<Pacer>,
     spent: &Mutex<Spent>,
@@ -473,7 +540,7 @@ async fn evict_shards(
     } else {
         run.jobs
     };
-    for shard in &node.shards {
+    for (shard, statements) in node.shards.iter().zip(statements) {
         let plan = {
             let spent = spent.lock().await;
             if spent.stop.is_some() || run.cancel.requested() {
@@ -492,7 +559,7 @@ async fn evict_shards(
         };
         let shared = worker::Shared::new(
             plan,
-            super::statements(&shard.table),
+            statements,
             run.cancel.clone(),
             run.progress.part(),
             run.started,

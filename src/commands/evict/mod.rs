@@ -191,6 +191,9 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         .as_ref()
         .is_some_and(|l| l.written_through_coordinator());
     let by_identity = layout.is_some_and(|l| l.matches_rows_by_identity());
+    if through_coordinator {
+        require_plannable_references(&client, &table).await?;
+    }
     let gate = args
         .max_replica_lag
         .map(|max| Arc::new(replica::ReplicaGate::new(max, args.max_replica_wait)));
@@ -216,9 +219,13 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     } else {
         args.effective_jobs()
     };
-    // On a reference or Citus local table the batches leave foreign keys to the server, as before.
+    // On a reference or Citus local table the batches leave out the keys a NO ACTION / RESTRICT
+    // row still references; an ON DELETE action's rows are left to the server.
     let statements = match by_identity {
-        true => statements(&table).by_identity(&table)?,
+        true => {
+            let refs = references(&client, &table).await?;
+            worker::Statements::with_references(&table, &refs).by_identity(&table, &refs)?
+        }
         false => statements_with_references(&client, &table).await?,
     };
     let shared = worker::Shared::new(
@@ -387,15 +394,35 @@ fn statements(table: &KeyTable) -> worker::Statements {
     worker::Statements::new(table)
 }
 
+/// Refuse (exit 2, before any change) a reference key table that a distributed table references
+/// with ON DELETE NO ACTION / RESTRICT: the batches leave the keys it still references out with a
+/// probe of the referencing table, and Citus cannot plan a DELETE on a reference table that reads a
+/// distributed one (without the probe, the first such key fails every try of its batch).
+async fn require_plannable_references(client: &Session, table: &KeyTable) -> Result<()> {
+    let keys = crate::db::citus::distributed_blocking_references(client, table).await?;
+    match keys.first() {
+        Some(key) => Err(fail(
+            Exit::Usage,
+            crate::output::evict::reference_table_referenced_by_distributed(table, key),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The foreign keys that reference a table on one server.
+async fn references(client: &Session, table: &KeyTable) -> Result<evict_db::References> {
+    let keys = crate::db::queries::referencing_keys(client, table).await?;
+    Ok(evict_db::References::new(keys))
+}
+
 /// The statements of a table on one server, with the foreign keys that reference it.
 async fn statements_with_references(
     client: &Session,
     table: &KeyTable,
 ) -> Result<worker::Statements> {
-    let keys = crate::db::queries::referencing_keys(client, table).await?;
     Ok(worker::Statements::with_references(
         table,
-        &evict_db::References::new(keys),
+        &references(client, table).await?,
     ))
 }
 
