@@ -8,7 +8,8 @@
 -- holds). $1 = key table oid. Catalog lookup only.
 SELECT c.conname::text AS name,
        c.conrelid::regclass::text AS referencing_table,
-       quote_ident(n.nspname) || '.' || quote_ident(r.relname) AS referencing_quoted,
+       n.nspname::text AS referencing_schema,
+       r.relname::text AS referencing_name,
        cols.columns,
        cols.referenced,
        CASE c.confdeltype WHEN 'a' THEN 'NO ACTION' WHEN 'r' THEN 'RESTRICT' WHEN 'c' THEN 'CASCADE'

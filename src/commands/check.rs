@@ -394,14 +394,14 @@ pub fn referencing(
                     ),
                     Some(format!(
                         "CREATE INDEX CONCURRENTLY ON {} ({quoted_columns});",
-                        k.referencing_table
+                        k.referencing_quoted
                     )),
                 );
             }
             let grant = |what: &str| {
                 Some(format!(
                     "GRANT {what} ON {} TO {};",
-                    k.referencing_table,
+                    k.referencing_quoted,
                     crate::db::table::quote_ident(role)
                 ))
             };

@@ -446,6 +446,11 @@ fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
         }
         (ReclaimAction::Release, None) => {}
     }
+    listed_twice(plan)
+}
+
+/// No key listed twice (checked again once an earlier release's `""` tenants read as none).
+fn listed_twice(plan: &Plan) -> std::result::Result<(), String> {
     let mut seen = HashSet::new();
     for r in &plan.rows {
         if !seen.insert((r.api_key_id.as_deref(), r.key.as_str())) {
@@ -1100,8 +1105,12 @@ async fn sweep_batches(
         let got = match archive.as_deref_mut() {
             Some(a) => archived_batch(&statements, client, req, want, a).await,
             None => sweep_batch(&statements, client, req, want).await,
-        }
-        .map_err(|e| report.batch_error(e))?;
+        };
+        // A batch that failed as the run was interrupted was rolled back whole.
+        let got = match got {
+            Err(_) if ctx.cancel.requested() => return Ok(EndReason::Interrupted),
+            got => got.map_err(|e| report.batch_error(e))?,
+        };
         report.batches += 1;
         let n = u64::try_from(got.len()).unwrap_or(u64::MAX);
         got.into_iter().for_each(|k| report.add_reclaimed(k));
@@ -1231,6 +1240,7 @@ async fn apply(
 ) -> Result<Exit> {
     check_plan_table(table, path, plan)?;
     let plan = &without_empty_tenants(table, plan);
+    listed_twice(plan).map_err(|why| fail(Exit::Usage, output::plan_invalid(path, &why)))?;
     check_plan_tenants(table, path, plan)?;
     check_plan_database(client, path, plan).await?;
     require_identity_index(table)?;
@@ -1389,8 +1399,11 @@ async fn apply_batches(
         let outcomes = match archive.as_deref_mut() {
             Some(a) => archived_apply_batch(&statements, client, req, chunk, a).await,
             None => apply_batch(&statements, client, req, chunk).await,
-        }
-        .map_err(|e| report.batch_error(e))?;
+        };
+        let outcomes = match outcomes {
+            Err(_) if ctx.cancel.requested() => return Ok(EndReason::Interrupted),
+            outcomes => outcomes.map_err(|e| report.batch_error(e))?,
+        };
         report.batches += 1;
         report.record_outcomes(chunk, outcomes);
     }

@@ -186,7 +186,8 @@ pub struct HeldReferenceRow {
 
 /// Run one batch on a table written through the coordinator: a try that met a lock held past
 /// `how.wait` is made again after a short pause, for up to `how.patience` (then
-/// [`HeldReferenceRow`], which no runner tries again); other transient failures as [`retrying`].
+/// [`HeldReferenceRow`], which no runner tries again; or, once the run is interrupted, that
+/// try's own error). Any other failure is returned as it is, for the caller's runner to judge.
 /// Returns the batch's result and the time spent pausing between tries (not the batch's work).
 pub(crate) async fn waiting_out<T, F, Fut>(
     how: &ThroughCoordinator,
@@ -199,11 +200,13 @@ where
     let since = std::time::Instant::now();
     let mut pause = HELD_PAUSE_FIRST;
     let mut paused = Duration::ZERO;
-    let mut tries = 1;
     loop {
         match attempt().await {
             Err(e) if Failure::of(&e) == Failure::LockTimeout => {
-                if how.cancel.requested() || since.elapsed() + pause > how.patience {
+                if how.cancel.requested() {
+                    return Err(e);
+                }
+                if since.elapsed() + pause > how.patience {
                     return Err(anyhow::Error::new(HeldReferenceRow {
                         patience: how.patience,
                     }));
@@ -212,7 +215,6 @@ where
                 paused += pause;
                 pause = (pause * 2).min(HELD_PAUSE_MAX);
             }
-            Err(e) if again(&e, &mut tries).await => {}
             other => return other.map(|done| (done, paused)),
         }
     }

@@ -6,6 +6,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::KeyTable;
+use super::table::quote_ident;
 
 /// Catalog sizes and estimates.
 #[derive(Debug, Clone, Serialize)]
@@ -200,7 +201,8 @@ pub async fn database_identity(client: &Session) -> Result<DatabaseIdentity> {
 pub struct ReferencingKey {
     pub name: String,
     pub referencing_table: String,
-    /// The referencing table, schema-qualified and quoted (for the statements evict generates).
+    /// The referencing table, schema-qualified and quoted (for the statements evict generates and
+    /// the fixes check prints).
     #[serde(skip)]
     pub referencing_quoted: String,
     pub columns: Vec<String>,
@@ -240,7 +242,11 @@ pub async fn referencing_keys(client: &Session, table: &KeyTable) -> Result<Vec<
             Ok(ReferencingKey {
                 name: r.try_get("name")?,
                 referencing_table: r.try_get("referencing_table")?,
-                referencing_quoted: r.try_get("referencing_quoted")?,
+                referencing_quoted: format!(
+                    "{}.{}",
+                    quote_ident(r.try_get("referencing_schema")?),
+                    quote_ident(r.try_get("referencing_name")?)
+                ),
                 columns: r.try_get("columns")?,
                 referenced: r.try_get("referenced")?,
                 on_delete: r.try_get("on_delete")?,

@@ -464,7 +464,9 @@ impl Statements {
             batch::in_transaction(client, failed, once)
         };
         match &self.bound_waits {
-            Some(how) => batch::waiting_out(how, attempt).await.map(|(done, _)| done),
+            Some(how) => {
+                batch::retrying(|| async { Ok(batch::waiting_out(how, &attempt).await?.0) }).await
+            }
             None => batch::retrying(attempt).await,
         }
         .map_err(|e| match batch::Failure::of(&e) {
@@ -550,7 +552,9 @@ impl Statements {
             )
         };
         match &self.bound_waits {
-            Some(how) => Ok(batch::waiting_out(how, attempt).await?.0),
+            Some(how) => {
+                batch::retrying(|| async { Ok(batch::waiting_out(how, &attempt).await?.0) }).await
+            }
             None => batch::retrying(attempt).await,
         }
     }

@@ -1829,6 +1829,25 @@ async fn citus_reclaim_waits_out_a_live_request_on_a_reference_table_within_boun
         "a row changed while the table was held"
     );
 
+    // Interrupted while it waits: it stops at once, says it was interrupted (exit 130), and
+    // changes nothing.
+    let waiting = reclaim().spawn();
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    let signalled = std::time::Instant::now();
+    waiting.signal("INT");
+    let run = waiting.wait_async().await;
+    run.assert_code(130);
+    assert!(
+        signalled.elapsed() < std::time::Duration::from_secs(3),
+        "reclaim took {:?} to stop after SIGINT: {run}",
+        signalled.elapsed()
+    );
+    assert_eq!(
+        snapshot(&db).await,
+        before,
+        "an interrupted run changed a row"
+    );
+
     let release = async {
         tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
         live.batch_execute("COMMIT").await.unwrap();

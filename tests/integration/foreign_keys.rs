@@ -419,7 +419,50 @@ async fn check_fails_a_no_action_reference_without_an_index() {
         "{run}"
     );
     assert_eq!(
-        fk["fix"], "CREATE INDEX CONCURRENTLY ON charges (\"idem_key\");",
+        fk["fix"], "CREATE INDEX CONCURRENTLY ON \"public\".\"charges\" (\"idem_key\");",
+        "{run}"
+    );
+}
+
+/// A referencing table whose name holds a newline and an escape sequence: check's fix names it in
+/// the Unicode-escape form, in the JSON and the text alike, and runs as printed; the finding then
+/// passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fix_for_a_referencing_table_with_controls_in_its_name_runs_as_printed() {
+    let db = explainer_with_charges(3, "NO ACTION").await;
+    db.exec(
+        "DROP INDEX charges_idem_key_idx; ALTER TABLE charges RENAME TO \"ch\narges\u{1b}[31m\"",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "check"])
+        .run();
+    run.assert_code(4);
+    let json = run.json();
+    let fix = finding(&json, "referencing key")["fix"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        fix,
+        "CREATE INDEX CONCURRENTLY ON \"public\".U&\"ch\\000Aarges\\001B[31m\" (\"idem_key\");",
+        "{run}"
+    );
+    let text = db
+        .idemctl()
+        .args(["-o", "plain", "--ttl", "1h", "check"])
+        .run();
+    text.assert_code(4).assert_stdout_contains(&fix);
+    assert!(!text.stdout.contains('\u{1b}'), "{text}");
+    db.exec(&fix).await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "check"])
+        .run();
+    assert_ne!(
+        finding(&run.json(), "referencing key")["status"],
+        "fail",
         "{run}"
     );
 }

@@ -436,6 +436,19 @@ async fn reclaim_plan_and_apply_on_the_explainer_table_carry_no_tenant() {
         .assert_stderr_contains("edited.json is not a valid reclaim plan")
         .assert_stderr_contains("has api_key_id \"t42\", but table public.idempotency_keys (profile explainer) has no tenant column");
     assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    // A key listed twice, once with null and once with an earlier release's "": the same key.
+    let mut twice = written.clone();
+    let mut row = twice["rows"][0].clone();
+    row["api_key_id"] = serde_json::json!("");
+    twice["rows"].as_array_mut().unwrap().push(row);
+    std::fs::write(&path, twice.to_string()).unwrap();
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "--apply"])
+        .arg(&path)
+        .run();
+    run.assert_code(2).assert_stderr_contains("is listed twice");
+    assert_eq!(run.stderr.lines().count(), 1, "{run}");
     assert_eq!(
         digest(&db).await,
         before,
@@ -561,7 +574,7 @@ async fn check_flags_a_referencing_column_without_an_index() {
         .find(|f| f["check"] == "referencing key" && f["status"] == "fail")
         .unwrap_or_else(|| panic!("{run}"));
     assert_eq!(
-        fk["fix"], "CREATE INDEX CONCURRENTLY ON receipts (\"key_id\");",
+        fk["fix"], "CREATE INDEX CONCURRENTLY ON \"public\".\"receipts\" (\"key_id\");",
         "{run}"
     );
 }
