@@ -6,7 +6,7 @@
 -- $1 = --older-than in seconds, $2 = row cap; $3, $4, $5 = --api-key-id, --path, --method (NULL
 -- when not given: each filter only narrows the walk of the in_progress index).
 SELECT {tenant}::text AS api_key_id, {key}::text AS key,
-       coalesce({request_method}, '') AS request_method, coalesce({request_path}, '') AS request_path,
+       {request_method}::text AS request_method, {request_path}::text AS request_path,
        {locked_at} AS locked_at, {created_at} AS created_at,
        extract(epoch FROM now() - {held_since})::float8 AS age_seconds,
        now() AS db_now

@@ -378,9 +378,9 @@ struct PlanRow {
     #[serde(with = "time::serde::rfc3339")]
     created_at: OffsetDateTime,
     #[serde(default)]
-    request_method: String,
+    request_method: Option<String>,
     #[serde(default)]
-    request_path: String,
+    request_path: Option<String>,
     #[serde(default)]
     age_seconds: f64,
 }
@@ -522,8 +522,9 @@ pub(crate) struct Candidate {
     /// None on a table without a tenant column (null in JSON).
     pub(crate) api_key_id: Option<String>,
     pub(crate) key: String,
-    pub(crate) request_method: String,
-    pub(crate) request_path: String,
+    /// None where the table has no such column or the row holds NULL (null in JSON).
+    pub(crate) request_method: Option<String>,
+    pub(crate) request_path: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub(crate) locked_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339")]
@@ -1509,8 +1510,8 @@ mod tests {
             key: "k".into(),
             locked_at: None,
             created_at: ts,
-            request_method: String::new(),
-            request_path: String::new(),
+            request_method: None,
+            request_path: None,
             age_seconds: 0.0,
         };
         let text = serde_json::to_string(&row).unwrap();
@@ -1526,8 +1527,8 @@ mod tests {
             key: "k".into(),
             locked_at: None,
             created_at: OffsetDateTime::UNIX_EPOCH,
-            request_method: String::new(),
-            request_path: String::new(),
+            request_method: None,
+            request_path: None,
             age_seconds: 0.0,
         };
         let mut value = serde_json::to_value(&row).unwrap();
@@ -1547,8 +1548,8 @@ mod tests {
             key: "k".into(),
             locked_at: Some(ts),
             created_at: ts,
-            request_method: String::new(),
-            request_path: String::new(),
+            request_method: None,
+            request_path: None,
             age_seconds: 0.0,
         };
         let plan = Plan {

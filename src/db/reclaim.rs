@@ -132,8 +132,9 @@ pub struct StuckKey {
     /// None on a table without a tenant column.
     pub api_key_id: Option<String>,
     pub key: String,
-    pub request_method: String,
-    pub request_path: String,
+    /// None where the table has no such column or the row holds NULL.
+    pub request_method: Option<String>,
+    pub request_path: Option<String>,
     pub locked_at: Option<OffsetDateTime>,
     pub created_at: OffsetDateTime,
     pub age_seconds: f64,

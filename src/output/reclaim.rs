@@ -102,8 +102,12 @@ const CANDIDATE_COLUMNS: [&str; 5] = ["method", "path", "held since", "from", "a
 fn candidate_cells(with_tenant: bool, c: &Candidate) -> Vec<String> {
     let mut cells = key_cells(with_tenant, c.api_key_id.as_deref(), &c.key);
     cells.extend([
-        sanitize(&c.request_method),
-        sanitize(&c.request_path),
+        c.request_method
+            .as_deref()
+            .map_or_else(|| "-".to_owned(), sanitize),
+        c.request_path
+            .as_deref()
+            .map_or_else(|| "-".to_owned(), sanitize),
         rfc3339(c.held_since),
         c.held_since_column.to_owned(),
         human_secs(c.age_seconds),

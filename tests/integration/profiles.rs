@@ -405,6 +405,11 @@ async fn reclaim_plan_and_apply_on_the_explainer_table_carry_no_tenant() {
         stuck_names(3),
         "{run}"
     );
+    // No method or path columns either: null, not "".
+    for row in run.json()["rows"].as_array().unwrap() {
+        assert!(row["request_method"].is_null(), "{run}");
+        assert!(row["request_path"].is_null(), "{run}");
+    }
     let text = std::fs::read_to_string(&plan).unwrap();
     let written: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(
