@@ -64,13 +64,15 @@ pub struct StatsReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct ReferencedExpired {
     /// How many of the `examined` oldest expired completed keys are still referenced ("at least"
-    /// when the walk stopped at its cap).
+    /// when the walk stopped at its cap with more expired keys beyond it; exact otherwise).
     pub count: Capped,
     pub examined: i64,
     /// The oldest of them, with how long it has waited.
     pub oldest: Option<KeyRef>,
-    /// Every key examined is still referenced and the walk stopped at its cap: the eviction lag
-    /// is the wait of the newest key examined, an upper bound.
+    /// Every key examined is still referenced and more expired keys wait beyond them: the lag is
+    /// unknown, and `eviction_lag_seconds` is the wait of the newest key examined, an upper bound
+    /// of it (check does not call it a breach of evict). When the walk saw every expired key and
+    /// none evict can delete, the lag is 0 and this is false.
     pub lag_at_most: bool,
 }
 
@@ -171,16 +173,9 @@ async fn eviction_lag(
 ) -> Result<(Option<KeyRef>, Option<ReferencedExpired>, f64)> {
     let refs = References::new(queries::referencing_keys(c, table).await?);
     for k in refs.unprobed() {
-        notes.push(format!(
-            "the eviction lag includes the expired keys {} ({}) still references ON DELETE {}: {}, so they are not told apart (see check)",
-            k.referencing_table,
-            k.columns.join(", "),
-            k.on_delete,
-            if k.indexed {
-                "this role may not read it"
-            } else {
-                "no index leads with its referencing columns"
-            }
+        notes.push(crate::output::unprobed_reference_note(
+            k,
+            "the eviction lag",
         ));
     }
     let probed = refs.index_backed();
@@ -190,7 +185,11 @@ async fn eviction_lag(
         return Ok((oldest, None, lag));
     }
     let found = references::oldest_expired_by_reference(c, table, &probed, REFERENCED_CAP).await?;
-    let lag_at_most = found.deletable.is_none() && found.examined >= REFERENCED_CAP;
+    // The walk saw every expired key unless it stopped at its cap: then, when each key it examined
+    // is still referenced, the oldest key evict can delete (if any) is younger than the newest one
+    // examined, whose wait is an upper bound of the lag, not the lag. When it saw every expired
+    // key and none it can delete, nothing evict can delete waits.
+    let lag_at_most = found.deletable.is_none() && found.capped;
     let lag = match (&found.deletable, lag_at_most) {
         (Some(k), _) => k.seconds,
         (None, true) => found.newest_examined_seconds.unwrap_or(0.0),
@@ -199,7 +198,7 @@ async fn eviction_lag(
     let referenced = ReferencedExpired {
         count: Capped {
             count: found.referenced_count,
-            at_least: found.examined >= REFERENCED_CAP,
+            at_least: found.capped,
         },
         examined: found.examined,
         oldest: found.referenced,
@@ -319,7 +318,7 @@ pub fn metrics(r: &StatsReport) -> Metrics {
     );
     m.add(
         "idemctl_eviction_lag_seconds",
-        "How long the oldest expired completed key evict can delete has waited for eviction (0 when none waits).",
+        "How long the oldest expired completed key evict can delete has waited for eviction (0 when none waits; an upper bound when idemctl_eviction_lag_upper_bound is 1).",
         g,
         l,
         r.eviction_lag_seconds,
@@ -338,6 +337,13 @@ pub fn metrics(r: &StatsReport) -> Metrics {
             g,
             l,
             if refd.count.at_least { 1.0 } else { 0.0 },
+        );
+        m.add(
+            "idemctl_eviction_lag_upper_bound",
+            "1 when each of the oldest expired keys examined is still referenced and more wait beyond them, so the eviction lag is an upper bound (the newest examined key's wait), not the lag.",
+            g,
+            l,
+            if refd.lag_at_most { 1.0 } else { 0.0 },
         );
         m.add(
             "idemctl_expired_referenced_oldest_seconds",

@@ -297,13 +297,16 @@ pub struct ExpiredByReference {
     pub referenced_count: i64,
     /// The keys examined: the oldest expired completed ones, at most the cap.
     pub examined: i64,
+    /// More expired completed keys wait beyond those examined (the walk stopped at its cap): the
+    /// counts are of the oldest ones only.
+    pub capped: bool,
     /// How long the newest key examined has waited (None: nothing expired waits).
     pub newest_examined_seconds: Option<f64>,
 }
 
-/// Of the oldest `cap` expired completed keys, the oldest that evict can delete and those it leaves
-/// because a foreign key of `refs` (NO ACTION / RESTRICT, index-backed: see
-/// [`References::index_backed`]) still references them.
+/// Of the oldest `cap` expired completed keys (and whether more wait beyond them), the oldest that
+/// evict can delete and those it leaves because a foreign key of `refs` (NO ACTION / RESTRICT,
+/// index-backed: see [`References::index_backed`]) still references them.
 pub async fn oldest_expired_by_reference(
     client: &super::Session,
     table: &super::KeyTable,
@@ -324,11 +327,13 @@ pub async fn oldest_expired_by_reference(
         referenced: None,
         referenced_count: 0,
         examined: 0,
+        capped: false,
         newest_examined_seconds: None,
     };
     for r in &rows {
         out.referenced_count = r.try_get("referenced_count")?;
         out.examined = r.try_get("examined")?;
+        out.capped = r.try_get("capped")?;
         out.newest_examined_seconds = r.try_get("newest_examined_seconds")?;
         let key = KeyRef {
             api_key_id: match table.profile.tenant {

@@ -3,7 +3,9 @@
 //! the terminal as it is (server messages, the names in a fix's statement).
 
 use crate::commands::check::{Finding, Status};
-use crate::output::{Doc, escape_controls};
+use crate::commands::stats::ReferencedExpired;
+use crate::output::stats::key_label;
+use crate::output::{Doc, escape_controls, human_secs};
 
 /// The error line of a check that found problems: the one finding, or the checks that failed.
 pub(crate) fn failed(failed: &[&Finding]) -> String {
@@ -43,4 +45,30 @@ pub(crate) fn findings(findings: &[Finding]) -> Doc {
         .collect();
     d.rows(None, &["check", "status", "detail", "fix"], rows);
     d
+}
+
+/// The eviction lag in a finding: its wait, or "at most" its wait when each of the oldest expired
+/// keys stats examined is still referenced (`at_most`), so the lag is bounded, not known.
+pub(crate) fn lag(seconds: f64, at_most: Option<&ReferencedExpired>) -> String {
+    match at_most {
+        Some(_) => format!("at most {}", human_secs(seconds)),
+        None => human_secs(seconds),
+    }
+}
+
+/// The eviction lag finding when its upper bound is past --max-eviction-lag but each of the oldest
+/// expired keys stats examined is still referenced: the lag itself is unknown, and what holds the
+/// keys is a NO ACTION / RESTRICT foreign key, not a stopped evict job.
+pub(crate) fn lag_unknown(x: &ReferencedExpired, at_most: f64, max: f64) -> String {
+    format!(
+        "eviction lag unknown: each of the oldest {} expired keys is still referenced by a NO ACTION / RESTRICT foreign key{}, so evict leaves them, and the oldest key it can delete, if any, is younger: it has waited at most {}, which is more than --max-eviction-lag {}; see `idemctl stats` and what still references these keys",
+        x.examined,
+        x.oldest.as_ref().map_or_else(String::new, |k| format!(
+            " (oldest: {}, waiting {})",
+            key_label(k),
+            human_secs(k.seconds)
+        )),
+        human_secs(at_most),
+        human_secs(max)
+    )
 }

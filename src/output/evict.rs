@@ -161,12 +161,17 @@ fn bound_text(d: &partitions::Dropped) -> String {
 /// The dry run: what would go, a sample of it, the partitions and replicas when asked, and the
 /// batch statement with the plan of its first batch.
 pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
-    let when = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "-".into(), rfc3339);
     let mut fields: Vec<(String, String)> = vec![
         ("table".into(), sanitize(&r.table)),
         ("would evict".into(), r.would_evict.to_string()),
-        ("oldest candidate".into(), when(r.oldest_candidate)),
-        ("newest candidate".into(), when(r.newest_candidate)),
+        (
+            "oldest candidate".into(),
+            candidate(r.oldest_candidate, r, "oldest"),
+        ),
+        (
+            "newest candidate".into(),
+            candidate(r.newest_candidate, r, "newest"),
+        ),
         ("batch size".into(), r.batch_sizing.clone()),
     ];
     if let Some(n) = r.would_skip_referenced {
@@ -211,9 +216,25 @@ pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     if let (Some(dropped), Some(kept)) = (&r.would_drop_partitions, &r.partitions_kept) {
         partition_blocks(&mut doc, dropped, kept, "partitions that would be dropped");
     }
+    for n in &r.notes {
+        doc.text(format!("note: {}", escape_controls(n)));
+    }
     doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{}", escape_controls(&r.statement)));
     doc.text(format!("plan:\n{}", escape_controls(&r.plan.join("\n"))));
     doc
+}
+
+/// The oldest or newest candidate (`end`). The dry run seeks each among at most its cap of expired
+/// keys from that end: when every one of them is still referenced, none is found there, though the
+/// run may delete keys beyond them.
+fn candidate(t: Option<time::OffsetDateTime>, r: &DryRunReport, end: &str) -> String {
+    match (t, r.would_skip_referenced) {
+        (Some(t), _) => rfc3339(t),
+        (None, Some(skip)) if skip.at_least => format!(
+            "not found: the {end} expired keys the dry run reads (up to its cap) are all still referenced"
+        ),
+        (None, _) => "-".into(),
+    }
 }
 
 /// Tables of the sampled keys.

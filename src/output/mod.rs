@@ -289,6 +289,27 @@ pub fn render_table(doc: &Doc, color: bool) -> String {
 pub(crate) const PROMETHEUS_ONLY_FOR_STATS: &str =
     "--output prometheus is only available for stats; use table, plain or json";
 
+/// The note of a figure (`figure`: "the eviction lag", "would evict") that counts the expired keys
+/// a NO ACTION / RESTRICT foreign key `k` still references as if evict could delete them, because
+/// they are not probed: no index leads with its referencing columns, or this role may not read the
+/// referencing table. Unescaped, as the JSON carries it; the text report escapes each note.
+pub(crate) fn unprobed_reference_note(
+    k: &crate::db::queries::ReferencingKey,
+    figure: &str,
+) -> String {
+    format!(
+        "{figure} includes the expired keys {} ({}) still references ON DELETE {}: {}, so they are not told apart (see check)",
+        k.referencing_table,
+        k.columns.join(", "),
+        k.on_delete,
+        if k.indexed {
+            "this role may not read it"
+        } else {
+            "no index leads with its referencing columns"
+        }
+    )
+}
+
 /// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
 pub fn warn(message: &str) {
     eprintln!("idemctl: warning: {}", escape_controls(message));

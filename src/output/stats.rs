@@ -36,7 +36,7 @@ fn ttl_text(t: Option<&crate::db::maintenance::RecentTtl>) -> String {
     }
 }
 
-fn key_label(k: &KeyRef) -> String {
+pub(crate) fn key_label(k: &KeyRef) -> String {
     match &k.api_key_id {
         Some(t) => format!("{}/{}", sanitize(t), sanitize(&k.key)),
         // A table without a tenant: the key alone.
@@ -149,7 +149,7 @@ fn lag_text(r: &StatsReport) -> String {
             rfc3339(k.expires_at)
         ),
         (None, Some(x)) if x.lag_at_most => format!(
-            "at most {} (each of the oldest {} expired keys is still referenced)",
+            "unknown, at most {} (each of the oldest {} expired keys is still referenced, and more wait beyond them: the oldest key evict can delete, if any, is younger than those)",
             human_secs(r.eviction_lag_seconds),
             x.examined
         ),

@@ -294,6 +294,40 @@ async fn dry_run_and_stats_tell_apart_the_keys_a_no_action_row_references() {
             .any(|n| n.as_str().unwrap().contains("no index leads with")),
         "{unindexed}"
     );
+    // The dry run counts the referenced keys as would-evict then, and says so as stats does.
+    let dry = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "evict", "--dry-run"])
+        .run()
+        .json();
+    assert!(dry.get("would_skip_referenced").is_none(), "{dry}");
+    assert_eq!(dry["would_evict"]["count"], 3, "{dry}");
+    let note = |n: &serde_json::Value| {
+        let n = n.as_str().unwrap();
+        n.starts_with("would evict includes the expired keys charges (idem_key)")
+            && n.contains("ON DELETE NO ACTION")
+            && n.contains("no index leads with its referencing columns")
+    };
+    assert!(dry["notes"].as_array().unwrap().iter().any(note), "{dry}");
+    let text = db
+        .idemctl()
+        .args(["-o", "plain", "--ttl", "1h", "evict", "--dry-run"])
+        .run();
+    text.assert_code(0);
+    assert!(
+        text.stdout
+            .lines()
+            .any(|l| l.starts_with("note: would evict includes the expired keys charges")),
+        "{text}"
+    );
+    // With the index, no note.
+    db.exec("CREATE INDEX ON charges (idem_key)").await;
+    let dry = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "evict", "--dry-run"])
+        .run()
+        .json();
+    assert!(dry.get("notes").is_none(), "{dry}");
 }
 
 /// More of the oldest expired keys are referenced than stats examines (10,000): the count says
@@ -351,6 +385,296 @@ async fn stats_says_at_least_when_the_referenced_keys_fill_its_walk() {
         Some(1.0),
         "{metrics}"
     );
+    assert_eq!(
+        sample(&metrics.stdout, "idemctl_eviction_lag_upper_bound"),
+        Some(1.0),
+        "{metrics}"
+    );
+    // The lag is unknown, its bound past the threshold: check warns about the referenced keys
+    // instead of calling it a breach of a stopped evict job.
+    let check = db
+        .idemctl()
+        .args([
+            "-o",
+            "json",
+            "--ttl",
+            "1h",
+            "check",
+            "--max-eviction-lag",
+            "1h",
+        ])
+        .run();
+    check.assert_code(0);
+    let json = check.json();
+    let lag = finding(&json, "eviction lag");
+    assert_eq!(lag["status"], "warn", "{check}");
+    let detail = lag["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with(
+            "eviction lag unknown: each of the oldest 10000 expired keys is still referenced"
+        ) && detail.contains("ref-10100")
+            && detail.contains("at most")
+            && !detail.contains("is the evict job running"),
+        "{check}"
+    );
+    // Within the threshold, its upper bound is: the lag is too.
+    let check = db
+        .idemctl()
+        .args([
+            "-o",
+            "json",
+            "--ttl",
+            "1h",
+            "check",
+            "--max-eviction-lag",
+            "30d",
+        ])
+        .run();
+    check.assert_code(0);
+    let lag = finding(&check.json(), "eviction lag").clone();
+    assert_eq!(lag["status"], "ok", "{check}");
+    assert!(
+        lag["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("eviction lag at most "),
+        "{check}"
+    );
+}
+
+/// Exactly as many expired keys as stats examines (10,000), each still referenced, and live keys:
+/// the walk saw every expired key (it is not capped), so nothing evict can delete waits: the lag
+/// is 0, the referenced count exact, check passes its threshold and the dry run agrees. The same
+/// once evict has removed every key it could.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_lag_is_zero_when_every_expired_key_is_referenced_within_its_walk() {
+    let db = explainer_with_charges(3, "NO ACTION").await;
+    db.exec(
+        "DELETE FROM charges; DELETE FROM idempotency_keys; \
+         INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+         SELECT 'ref-' || g, 'h', 201, '{}'::jsonb, now() - interval '3 days' - g * interval '1 second' \
+           FROM generate_series(1, 10000) AS g; \
+         INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+         SELECT 'live-' || g, 'h', 201, '{}'::jsonb, now() - g * interval '1 second' \
+           FROM generate_series(1, 10) AS g; \
+         INSERT INTO charges (idem_key) SELECT 'ref-' || g FROM generate_series(1, 10000) AS g; \
+         ANALYZE idempotency_keys; ANALYZE charges",
+    )
+    .await;
+    for round in ["all referenced", "after evict"] {
+        if round == "after evict" {
+            // Keys evict can delete, older and younger than the referenced ones: it removes them.
+            db.exec(
+                "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+                 SELECT 'gone-' || g, 'h', 201, '{}'::jsonb, now() - interval '2 days' * g \
+                   FROM generate_series(1, 3) AS g",
+            )
+            .await;
+            let run = db
+                .idemctl()
+                .args(["-o", "json", "--ttl", "1h", "evict"])
+                .run();
+            run.assert_code(0);
+            assert_eq!(run.json()["rows_evicted"], 3, "{run}");
+        }
+        let s = db
+            .idemctl()
+            .args(["-o", "json", "--ttl", "1h", "stats"])
+            .run()
+            .json();
+        assert_eq!(s["eviction_lag_seconds"], 0.0, "{round}: {s}");
+        assert_eq!(s["oldest_expired"], serde_json::Value::Null, "{round}: {s}");
+        let r = &s["referenced_expired"];
+        assert_eq!(r["count"]["count"], 10_000, "{round}: {s}");
+        assert_eq!(r["count"]["at_least"], false, "{round}: {s}");
+        assert_eq!(r["examined"], 10_000, "{round}: {s}");
+        assert_eq!(r["lag_at_most"], false, "{round}: {s}");
+        assert_eq!(r["oldest"]["key"], "ref-10000", "{round}: {s}");
+        let text = db
+            .idemctl()
+            .args(["-o", "plain", "--ttl", "1h", "stats"])
+            .run();
+        assert!(
+            text.stdout
+                .lines()
+                .any(|l| l.contains("eviction lag") && l.contains("0s") && !l.contains("at most")),
+            "{round}: {text}"
+        );
+        assert!(
+            text.stdout
+                .lines()
+                .any(|l| l.contains("expired, still referenced")
+                    && l.contains("10000 among the oldest 10000")
+                    && !l.contains("at least")),
+            "{round}: {text}"
+        );
+        let metrics = db
+            .idemctl()
+            .args(["-o", "prometheus", "--ttl", "1h", "stats"])
+            .run();
+        assert_eq!(
+            sample(&metrics.stdout, "idemctl_eviction_lag_seconds"),
+            Some(0.0),
+            "{round}: {metrics}"
+        );
+        assert_eq!(
+            sample(&metrics.stdout, "idemctl_eviction_lag_upper_bound"),
+            Some(0.0),
+            "{round}: {metrics}"
+        );
+        assert_eq!(
+            sample(&metrics.stdout, "idemctl_expired_referenced_capped"),
+            Some(0.0),
+            "{round}: {metrics}"
+        );
+        let check = db
+            .idemctl()
+            .args([
+                "-o",
+                "json",
+                "--ttl",
+                "1h",
+                "check",
+                "--max-eviction-lag",
+                "1h",
+            ])
+            .run();
+        check.assert_code(0);
+        assert_eq!(
+            finding(&check.json(), "eviction lag")["status"],
+            "ok",
+            "{round}: {check}"
+        );
+        let d = db
+            .idemctl()
+            .args(["-o", "json", "--ttl", "1h", "evict", "--dry-run"])
+            .run()
+            .json();
+        assert_eq!(d["would_evict"]["count"], 0, "{round}: {d}");
+        assert_eq!(d["would_skip_referenced"]["count"], 10_000, "{round}: {d}");
+        assert_eq!(
+            d["would_skip_referenced"]["at_least"], false,
+            "{round}: {d}"
+        );
+        assert_eq!(
+            d["oldest_candidate"],
+            serde_json::Value::Null,
+            "{round}: {d}"
+        );
+        assert_eq!(
+            d["newest_candidate"],
+            serde_json::Value::Null,
+            "{round}: {d}"
+        );
+    }
+}
+
+/// The index probes of a plan run with EXPLAIN ANALYZE: the loops of every node that reads
+/// `relation`.
+fn loops_on(plan: &serde_json::Value, relation: &str) -> u64 {
+    match plan {
+        serde_json::Value::Object(map) => {
+            let own = if map.get("Relation Name").and_then(|v| v.as_str()) == Some(relation) {
+                map.get("Actual Loops")
+                    .and_then(|v| v.as_u64())
+                    .unwrap_or(0)
+            } else {
+                0
+            };
+            own + map.values().map(|v| loops_on(v, relation)).sum::<u64>()
+        }
+        serde_json::Value::Array(items) => items.iter().map(|v| loops_on(v, relation)).sum(),
+        _ => 0,
+    }
+}
+
+/// However many expired keys a NO ACTION row references, the dry run's statement probes at most
+/// its cap of them per walk: the count's walk, the oldest candidate within it (not sought when it
+/// found none), the newest within as many rows from the newest end. Here the cap is 100 and 3,000
+/// of the oldest expired keys are referenced: first with unreferenced expired keys after them,
+/// then with every key referenced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dry_runs_candidates_probe_at_most_its_cap_of_referenced_keys() {
+    let db = explainer_with_charges(3, "NO ACTION").await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+         SELECT 'ref-' || g, 'h', 201, '{}'::jsonb, now() - interval '3 days' - g * interval '1 second' \
+           FROM generate_series(1, 3000) AS g; \
+         INSERT INTO charges (idem_key) SELECT 'ref-' || g FROM generate_series(1, 3000) AS g; \
+         ANALYZE idempotency_keys; ANALYZE charges",
+    )
+    .await;
+    let profile = Profile::explainer().with_ttl(Some(Duration::from_secs(3600)));
+    let statements = idemctl::statements_for_explain(
+        &profile,
+        "\"public\".\"idempotency_keys\"",
+        &[(
+            "\"public\".\"charges\"",
+            &["idem_key"],
+            &["key"],
+            "NO ACTION",
+        )],
+    );
+    let sql = &statements
+        .iter()
+        .find(|(f, _)| *f == "evict_preview.sql")
+        .unwrap()
+        .1;
+    let client = db.client().await;
+    client
+        .batch_execute(&format!("PREPARE s AS {sql}"))
+        .await
+        .unwrap_or_else(|e| panic!("{}", crate::support::pg_error_text(&e)));
+    for every_key in [false, true] {
+        if every_key {
+            db.exec(
+                "INSERT INTO charges (idem_key) SELECT key FROM idempotency_keys; ANALYZE charges",
+            )
+            .await;
+        }
+        let row = client.query_one("EXECUTE s(100, NULL)", &[]).await.unwrap();
+        let (n, referenced): (i64, i64) = (row.get("n"), row.get("referenced"));
+        assert_eq!((n, referenced), (0, 101), "every key: {every_key}");
+        let oldest: Option<time::OffsetDateTime> = row.get("oldest");
+        let newest: Option<time::OffsetDateTime> = row.get("newest");
+        assert!(oldest.is_none(), "every key: {every_key}");
+        assert_eq!(newest.is_none(), every_key, "every key: {every_key}");
+        let text: String = client
+            .query_one("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE s(100, NULL)", &[])
+            .await
+            .unwrap()
+            .get::<_, serde_json::Value>(0)
+            .to_string();
+        let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let probes = loops_on(&plan, "charges");
+        // The count's walk probes 101 keys; the newest candidate's stops at the first key not
+        // referenced (a few), or reads as many when every key is.
+        let bound = if every_key { 2 * 101 } else { 101 + 10 };
+        assert!(
+            probes <= bound,
+            "every key: {every_key}: {probes} probes:\n{text}"
+        );
+        // No candidate walk is sorted again (which would probe each of its keys).
+        assert!(!text.contains("\"Sort\""), "{text}");
+    }
+    // Without a foreign key each candidate is the first row of its walk, read through the index.
+    let plain = idemctl::statements_for_explain(&profile, "\"public\".\"idempotency_keys\"", &[]);
+    let sql = &plain
+        .iter()
+        .find(|(f, _)| *f == "evict_preview.sql")
+        .unwrap()
+        .1;
+    client
+        .batch_execute(&format!("DEALLOCATE s; PREPARE s AS {sql}"))
+        .await
+        .unwrap();
+    let text = client
+        .query_one("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE s(100, NULL)", &[])
+        .await
+        .unwrap()
+        .get::<_, serde_json::Value>(0)
+        .to_string();
+    assert!(!text.contains("\"Sort\""), "{text}");
 }
 
 /// Without a NO ACTION / RESTRICT foreign key (none at all, or an ON DELETE SET NULL one), the dry
@@ -782,11 +1106,15 @@ async fn every_statement_generated_for_foreign_keys_is_index_backed() {
                 "{sql}"
             );
         }
-        if file.starts_with("evict_batch") && *file != "evict_batch_referenced.sql"
-            || *file == "evict_preview.sql"
-        {
+        if file.starts_with("evict_batch") && *file != "evict_batch_referenced.sql" {
             assert!(
                 sql.contains("NOT EXISTS (SELECT 1 FROM \"public\".\"charges\""),
+                "{sql}"
+            );
+        }
+        if file.starts_with("evict_preview") {
+            assert!(
+                sql.contains("OR EXISTS (SELECT 1 FROM \"public\".\"charges\""),
                 "{sql}"
             );
         }

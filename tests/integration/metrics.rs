@@ -453,6 +453,13 @@ async fn shipped_alert_rules_pass_promtool_and_use_only_series_idemctl_writes() 
     )
     .await;
     db.exec(&crate::support::partman::stuck_index_ddl()).await;
+    // A NO ACTION foreign key through an indexed column: stats writes the referenced figures.
+    db.exec(
+        "CREATE TABLE charges (id serial PRIMARY KEY, api_key_id text, idem_key text, \
+           FOREIGN KEY (api_key_id, idem_key) REFERENCES idempotency_keys ON DELETE NO ACTION); \
+         CREATE INDEX ON charges (api_key_id, idem_key);",
+    )
+    .await;
     let out = tempfile::tempdir().unwrap();
     let mut written = std::collections::BTreeSet::new();
     for command in ["stats", "evict", "reclaim"] {

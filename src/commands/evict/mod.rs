@@ -667,9 +667,16 @@ async fn dry_run(
     // to the server (see run), and so does the preview.
     let refs =
         evict_db::References::new(crate::db::queries::referencing_keys(client, table).await?);
-    let probed = match crate::db::citus::layout(client, table).await? {
-        Some(_) => evict_db::References::none(),
-        None => refs.index_backed(),
+    let (probed, notes) = match crate::db::citus::layout(client, table).await? {
+        Some(_) => (evict_db::References::none(), Vec::new()),
+        // A key the probes leave out (no index, or a table this role may not read): its keys
+        // are counted as would-evict, and a note says so, as stats' does for the lag.
+        None => (
+            refs.index_backed(),
+            refs.unprobed()
+                .map(|k| crate::output::unprobed_reference_note(k, "would evict"))
+                .collect(),
+        ),
     };
     let evict_db::Preview {
         count,
@@ -721,6 +728,7 @@ async fn dry_run(
         would_drop_partitions: drops.as_ref().map(|d| d.dropped.clone()),
         partitions_kept: drops.map(|d| d.kept),
         replicas,
+        notes,
     };
     let json = serde_json::to_value(&report)?;
     ctx.output
@@ -767,6 +775,10 @@ pub(crate) struct DryRunReport {
     pub(crate) partitions_kept: Option<Vec<partitions::Kept>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) replicas: Option<Vec<crate::db::replication::Replica>>,
+    /// What the figures leave out, such as the keys of a NO ACTION / RESTRICT foreign key that
+    /// are not probed (counted in would_evict).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) notes: Vec<String>,
 }
 
 fn to_the_second<S: serde::Serializer>(
