@@ -884,6 +884,52 @@ async fn a_live_transaction_holding_a_ride_leaves_its_key_to_the_next_run() {
     assert_eq!(scalar_i64(&db, left).await, 0);
 }
 
+/// A CASCADE that goes on to a second table (refunds referencing charges, ON DELETE CASCADE): the
+/// fallback locks only the charges first, so a live transaction holding a refund of the oldest
+/// expired key's charge makes the batch's cascaded delete meet its lock. The batch waits no longer
+/// than its lock_timeout, is tried again, and the run ends with exit 1 naming the lock; nothing is
+/// half deleted, and once the transaction ends the next run evicts every expired key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_row_two_cascades_away_ends_the_run_and_the_next_run_drains() {
+    let db = explainer_with_charges(20, "CASCADE").await;
+    db.exec(
+        "CREATE TABLE refunds (id serial PRIMARY KEY, \
+                               charge_id int REFERENCES charges (id) ON DELETE CASCADE); \
+         CREATE INDEX ON refunds (charge_id); \
+         INSERT INTO refunds (charge_id) SELECT id FROM charges;",
+    )
+    .await;
+    let expired = expired_completed(&db).await;
+    let live = db.client().await;
+    live.batch_execute("BEGIN; SELECT 1 FROM refunds FOR UPDATE;")
+        .await
+        .unwrap();
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "evict"])
+        .timeout(Duration::from_secs(60))
+        .run_async()
+        .await;
+    run.assert_code(1)
+        .assert_stderr_contains("a batch could not lock a row within lock_timeout");
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM charges").await,
+        1,
+        "the held refund's charge stays"
+    );
+    assert_eq!(scalar_i64(&db, "SELECT count(*) FROM refunds").await, 1);
+    live.batch_execute("COMMIT").await.unwrap();
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "--ttl", "1h", "evict"])
+        .run_async()
+        .await;
+    run.assert_code(0);
+    assert_eq!(expired_completed(&db).await, 0, "{run}");
+    assert!(expired > 0);
+    assert_eq!(scalar_i64(&db, "SELECT count(*) FROM refunds").await, 0);
+}
+
 /// brandur's own form of the rides index: partial, on the rows that reference a key.
 const RIDES_PARTIAL_INDEX: &str = "ALTER TABLE rides DROP CONSTRAINT rides_idempotency_key_id_key; \
      CREATE INDEX rides_idempotency_key_id ON rides (idempotency_key_id) \
