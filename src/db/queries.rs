@@ -228,8 +228,12 @@ impl ReferencingKey {
     }
 }
 
-/// The foreign keys that reference the key table.
+/// The foreign keys that reference the key table (none without asking when the catalog said none
+/// does as the table was resolved).
 pub async fn referencing_keys(client: &Session, table: &KeyTable) -> Result<Vec<ReferencingKey>> {
+    if !table.referenced {
+        return Ok(Vec::new());
+    }
     let rows = client
         .query(
             include_str!("../../sql/referencing_keys.sql"),

@@ -343,6 +343,8 @@ pub struct KeyTable {
     pub indexes: Vec<Index>,
     /// Which column plays which role.
     pub profile: Profile,
+    /// Some foreign key references the table (as the catalog said when it was resolved).
+    pub referenced: bool,
 }
 
 /// How to pick the table's profile: forced by name or mapping, else detected; and the TTL for a
@@ -417,6 +419,7 @@ impl KeyTable {
         let schema: String = row.get("schema");
         let relname: String = row.get("name");
         let kind: String = row.get("kind");
+        let referenced: bool = row.get("referenced");
         let columns = read_columns(client, oid).await?;
         let indexes = read_indexes(client, oid).await?;
         let partitioning = if kind == "p" {
@@ -458,6 +461,7 @@ impl KeyTable {
             partitioning,
             columns,
             indexes,
+            referenced,
         })
     }
 
