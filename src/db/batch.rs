@@ -220,6 +220,22 @@ where
     }
 }
 
+/// [`retrying`], with each try waiting out a live transaction ([`waiting_out`]) when the table is
+/// written through the Citus coordinator (`how`).
+pub(crate) async fn retrying_through<T, F, Fut>(
+    how: Option<&ThroughCoordinator>,
+    attempt: F,
+) -> Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    match how {
+        Some(how) => retrying(|| async { Ok(waiting_out(how, &attempt).await?.0) }).await,
+        None => retrying(attempt).await,
+    }
+}
+
 /// Which statement of [`or_skip_locked`] did the batch.
 pub(crate) enum Ran<T, U> {
     /// The batch statement, which met no held row.

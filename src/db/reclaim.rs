@@ -464,13 +464,9 @@ impl Statements {
             let once = self.archived_once(client, batch, &archive, read);
             batch::in_transaction(client, failed, once)
         };
-        match &self.bound_waits {
-            Some(how) => {
-                batch::retrying(|| async { Ok(batch::waiting_out(how, &attempt).await?.0) }).await
-            }
-            None => batch::retrying(attempt).await,
-        }
-        .map_err(|e| match batch::Failure::of(&e) {
+        batch::retrying_through(self.bound_waits.as_ref(), attempt)
+            .await
+            .map_err(|e| match batch::Failure::of(&e) {
             batch::Failure::Rerun => fail(
                 Exit::Failure,
                 "an archived batch kept taking keys other than those it locked; it was rolled back",
@@ -552,12 +548,7 @@ impl Statements {
                 },
             )
         };
-        match &self.bound_waits {
-            Some(how) => {
-                batch::retrying(|| async { Ok(batch::waiting_out(how, &attempt).await?.0) }).await
-            }
-            None => batch::retrying(attempt).await,
-        }
+        batch::retrying_through(self.bound_waits.as_ref(), attempt).await
     }
 
     /// At the start of a batch's transaction on a Citus reference or local table: plan it with
