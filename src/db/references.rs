@@ -55,6 +55,11 @@ impl References {
         }
     }
 
+    /// Every NO ACTION / RESTRICT key, whether or not a statement can probe it.
+    pub fn blocking_keys(&self) -> impl Iterator<Item = &ReferencingKey> {
+        self.keys.iter().filter(|k| k.blocks())
+    }
+
     /// Whether a batch can leave keys behind because they are still referenced.
     pub fn any_blocking(&self) -> bool {
         self.blocking().next().is_some()

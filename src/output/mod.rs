@@ -310,6 +310,21 @@ pub(crate) fn unprobed_reference_note(
     )
 }
 
+/// The note of a Citus dry run on a table a NO ACTION / RESTRICT key `k` references: the preview
+/// counts its keys as `figure`, while the run leaves them (on each shard, or through the
+/// coordinator) and counts them as skipped.
+pub(crate) fn citus_unprobed_reference_note(
+    k: &crate::db::queries::ReferencingKey,
+    figure: &str,
+) -> String {
+    format!(
+        "{figure} includes the expired keys {} ({}) still references ON DELETE {}: on Citus the preview does not tell them apart; the run leaves them and counts them as skipped_referenced",
+        k.referencing_table,
+        k.columns.join(", "),
+        k.on_delete,
+    )
+}
+
 /// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
 pub fn warn(message: &str) {
     eprintln!("idemctl: warning: {}", escape_controls(message));

@@ -88,6 +88,24 @@ async fn citus_evict_leaves_keys_a_colocated_no_action_or_restrict_row_reference
     };
     referencing(&db, "charges", "NO ACTION", 6, 0).await;
     referencing(&db, "refunds", "RESTRICT", 6, 6).await;
+    // The preview, made on the coordinator, counts them and says so for each foreign key.
+    let dry = db
+        .idemctl()
+        .args(["evict", "--dry-run", "-o", "json"])
+        .run();
+    dry.assert_code(0);
+    let notes = dry.json()["notes"].clone();
+    let notes: Vec<&str> = notes
+        .as_array()
+        .unwrap_or_else(|| panic!("{dry}"))
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(notes.len(), 2, "{dry}");
+    assert!(
+        notes.iter().all(|n| n.contains("the run leaves them")),
+        "{dry}"
+    );
     let run = db
         .idemctl()
         .args(["evict", "-o", "json", "--batch-size", "40"])

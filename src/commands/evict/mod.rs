@@ -663,12 +663,18 @@ async fn dry_run(
 ) -> Result<Exit> {
     let min_age = args.min_age.map(|d| d.as_secs_f64());
     // The keys the run would leave because a NO ACTION / RESTRICT foreign key still references
-    // them are counted apart, as the batches count them. On Citus the batches leave foreign keys
-    // to the server (see run), and so does the preview.
+    // them are counted apart, as the batches count them. On Citus the run reads them on each
+    // shard's worker (or leaves them out through the coordinator); the preview, made on the
+    // coordinator, counts them and says so.
     let refs =
         evict_db::References::new(crate::db::queries::referencing_keys(client, table).await?);
     let (probed, notes) = match crate::db::citus::layout(client, table).await? {
-        Some(_) => (evict_db::References::none(), Vec::new()),
+        Some(_) => (
+            evict_db::References::none(),
+            refs.blocking_keys()
+                .map(|k| crate::output::citus_unprobed_reference_note(k, "would evict"))
+                .collect(),
+        ),
         // A key the probes leave out (no index, or a table this role may not read): its keys
         // are counted as would-evict, and a note says so, as stats' does for the lag.
         None => (
