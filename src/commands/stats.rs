@@ -176,6 +176,7 @@ async fn eviction_lag(
         notes.push(crate::output::unprobed_reference_note(
             k,
             "the eviction lag",
+            false,
         ));
     }
     let probed = refs.index_backed();

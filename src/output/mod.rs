@@ -291,34 +291,24 @@ pub(crate) const PROMETHEUS_ONLY_FOR_STATS: &str =
 
 /// The note of a figure (`figure`: "the eviction lag", "would evict") that counts the expired keys
 /// a NO ACTION / RESTRICT foreign key `k` still references as if evict could delete them, because
-/// they are not probed: no index leads with its referencing columns, or this role may not read the
-/// referencing table. Unescaped, as the JSON carries it; the text report escapes each note.
+/// they are not probed: on Citus (`citus`) the coordinator's figures never tell them apart while
+/// the run leaves them; elsewhere no index leads with the referencing columns, or this role may
+/// not read the referencing table. Unescaped, as the JSON carries it; the text report escapes
+/// each note.
 pub(crate) fn unprobed_reference_note(
     k: &crate::db::queries::ReferencingKey,
     figure: &str,
+    citus: bool,
 ) -> String {
+    let why = if citus {
+        "on Citus the preview does not tell them apart; the run leaves them and counts them as skipped_referenced"
+    } else if k.indexed {
+        "this role may not read it, so they are not told apart (see check)"
+    } else {
+        "no index leads with its referencing columns, so they are not told apart (see check)"
+    };
     format!(
-        "{figure} includes the expired keys {} ({}) still references ON DELETE {}: {}, so they are not told apart (see check)",
-        k.referencing_table,
-        k.columns.join(", "),
-        k.on_delete,
-        if k.indexed {
-            "this role may not read it"
-        } else {
-            "no index leads with its referencing columns"
-        }
-    )
-}
-
-/// The note of a Citus dry run on a table a NO ACTION / RESTRICT key `k` references: the preview
-/// counts its keys as `figure`, while the run leaves them (on each shard, or through the
-/// coordinator) and counts them as skipped.
-pub(crate) fn citus_unprobed_reference_note(
-    k: &crate::db::queries::ReferencingKey,
-    figure: &str,
-) -> String {
-    format!(
-        "{figure} includes the expired keys {} ({}) still references ON DELETE {}: on Citus the preview does not tell them apart; the run leaves them and counts them as skipped_referenced",
+        "{figure} includes the expired keys {} ({}) still references ON DELETE {}: {why}",
         k.referencing_table,
         k.columns.join(", "),
         k.on_delete,

@@ -672,7 +672,7 @@ async fn dry_run(
         Some(_) => (
             evict_db::References::none(),
             refs.blocking_keys()
-                .map(|k| crate::output::citus_unprobed_reference_note(k, "would evict"))
+                .map(|k| crate::output::unprobed_reference_note(k, "would evict", true))
                 .collect(),
         ),
         // A key the probes leave out (no index, or a table this role may not read): its keys
@@ -680,7 +680,7 @@ async fn dry_run(
         None => (
             refs.index_backed(),
             refs.unprobed()
-                .map(|k| crate::output::unprobed_reference_note(k, "would evict"))
+                .map(|k| crate::output::unprobed_reference_note(k, "would evict", false))
                 .collect(),
         ),
     };
