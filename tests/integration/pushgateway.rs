@@ -42,14 +42,14 @@ fn groups(samples: &[Sample]) -> Vec<BTreeMap<String, String>> {
         .collect()
 }
 
-/// The CronJob's args in README.md (the example that pushes), with the gateway's URL replaced.
-fn readme_cronjob_args(url: &str) -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let line = readme
+/// The CronJob's args in docs/unattended.md (it pushes), with the gateway's URL replaced.
+fn cronjob_args(url: &str) -> Vec<String> {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/unattended.md"))
+        .unwrap();
+    let line = page
         .lines()
         .find(|l| l.trim_start().starts_with("args: [") && l.contains("--pushgateway"))
-        .expect("README's CronJob example with --pushgateway");
+        .expect("docs/unattended.md's CronJob example with --pushgateway");
     let mut args: Vec<String> = line
         .split('"')
         .skip(1)
@@ -78,8 +78,8 @@ async fn runs_push_into_groups_by_job_database_table_and_labels() {
         db.exec(&crate::support::partman::stuck_index_ddl()).await;
     }
 
-    // Database a: README's CronJob command (with its --label cluster=eu1), then stats and reclaim.
-    let args = readme_cronjob_args(&gw.url());
+    // Database a: the guide's CronJob command (with its --label cluster=eu1), then stats and reclaim.
+    let args = cronjob_args(&gw.url());
     assert!(args.contains(&"cluster=eu1".to_owned()), "{args:?}");
     a.idemctl()
         .args(&args)
