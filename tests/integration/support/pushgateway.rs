@@ -29,7 +29,7 @@ impl Pushgateway {
     pub fn start() -> Pushgateway {
         assert!(
             std::path::Path::new(BINARY).exists(),
-            "{BINARY} is not installed: apt-get install prometheus-pushgateway (the metrics tests need it)"
+            "{BINARY} is not installed: apt-get install prometheus-pushgateway, or run scripts/test, which installs it (the metrics tests need it)"
         );
         let mut last = String::new();
         for _ in 0..5 {
