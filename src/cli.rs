@@ -136,9 +136,20 @@ pub struct GlobalArgs {
     pub profile: Option<String>,
 
     /// For a table without an expiry column: keys expire this long after created_at
-    /// (evict and stats need it there; ignored when the table has an expiry column).
+    /// (evict and stats need it there; ignored when the table has an expiry column). Under 1h,
+    /// evict and stats refuse it without --force.
     #[arg(long, env = "IDEMCTL_TTL", value_parser = parse_positive_duration, allow_hyphen_values = true, global = true, hide_env_values = true, value_name = "DUR")]
     pub ttl: Option<Duration>,
+
+    /// Where the TTL came from (`--ttl`, `IDEMCTL_TTL`, or the config file), for messages and
+    /// reports; empty without a TTL.
+    #[arg(skip)]
+    pub ttl_from: String,
+
+    /// Where a TTL under 1h was allowed without --force (`allow_short_ttl` in the config file),
+    /// if it was.
+    #[arg(skip)]
+    pub short_ttl_allowed_by: Option<String>,
 
     /// Output format. `auto` is a table on a terminal and plain text when piped.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Auto, global = true)]
@@ -265,7 +276,7 @@ pub struct StatsArgs {
     #[arg(long)]
     pub allow_scan: bool,
 
-    /// Allow a --ttl under 1 minute (on a table without an expiry column).
+    /// Allow a --ttl under 1 hour (on a table without an expiry column).
     #[arg(long)]
     pub force: bool,
 
@@ -321,8 +332,8 @@ Every five minutes from cron, metrics for node_exporter's textfile collector:\n 
 */5 * * * * idemctl evict --max-runtime 4m --textfile evict.prom"
 )]
 pub struct EvictArgs {
-    /// Allow a --ttl under 1 minute (on a table without an expiry column), which treats nearly
-    /// every answered key as expired.
+    /// Allow a --ttl under 1 hour (on a table without an expiry column): a unit typo (24m for
+    /// 24h) would treat nearly every answered key as expired.
     #[arg(long)]
     pub force: bool,
 

@@ -29,6 +29,10 @@ pub struct Config {
     pub table: Option<TableName>,
     pub profile: Option<String>,
     pub ttl: Option<Duration>,
+    /// `allow_short_ttl = true` at the top of the file: a TTL under 1h needs no --force.
+    pub allow_short_ttl: bool,
+    /// The mappings whose section sets `allow_short_ttl = true`.
+    pub short_ttl_mappings: Vec<String>,
     /// The `[profiles.NAME]` mappings, by name.
     pub mappings: Vec<Profile>,
 }
@@ -41,6 +45,7 @@ struct RawFile {
     table: Option<String>,
     profile: Option<String>,
     ttl: Option<String>,
+    allow_short_ttl: Option<bool>,
     #[serde(default)]
     profiles: BTreeMap<String, RawMapping>,
 }
@@ -49,6 +54,7 @@ struct RawFile {
 #[serde(deny_unknown_fields)]
 struct RawMapping {
     key: String,
+    allow_short_ttl: Option<bool>,
     tenant: Option<String>,
     created_at: Option<String>,
     expires_at: Option<String>,
@@ -142,7 +148,11 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
         })
         .transpose()?;
     let mut mappings = Vec::new();
+    let mut short_ttl_mappings = Vec::new();
     for (name, m) in raw.profiles {
+        if m.allow_short_ttl == Some(true) {
+            short_ttl_mappings.push(name.clone());
+        }
         mappings.push(mapping(path, &name, m)?);
     }
     if let Some(p) = &raw.profile
@@ -165,6 +175,8 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
         table,
         profile: raw.profile,
         ttl,
+        allow_short_ttl: raw.allow_short_ttl == Some(true),
+        short_ttl_mappings,
         mappings,
     })
 }
@@ -376,10 +388,25 @@ pub fn apply(global: &mut crate::cli::GlobalArgs) -> Result<Option<Profile>> {
         global.profile.clone_from(&c.profile);
         global.profile_from = format!("profile in config file {}", c.path);
     }
-    if global.ttl.is_none() {
+    if global.ttl.is_none() && c.ttl.is_some() {
         global.ttl = c.ttl;
+        global.ttl_from = format!("ttl in config file {}", c.path);
     }
-    c.mapping(global.profile.as_deref())
+    let mapping = c.mapping(global.profile.as_deref())?;
+    global.short_ttl_allowed_by = if c.allow_short_ttl {
+        Some(format!("allow_short_ttl in config file {}", c.path))
+    } else {
+        mapping
+            .as_ref()
+            .filter(|m| c.short_ttl_mappings.contains(&m.name))
+            .map(|m| {
+                format!(
+                    "allow_short_ttl in [profiles.{}] of config file {}",
+                    m.name, c.path
+                )
+            })
+    };
+    Ok(mapping)
 }
 
 impl Config {
@@ -466,7 +493,7 @@ actions = ["release", "delete"]
     fn every_mistake_names_the_file_and_the_key() {
         assert_eq!(
             message("tll = \"1h\"\n"),
-            "config file idemctl.toml: line 1: unknown field `tll`, expected one of `database_url`, `service`, `table`, `profile`, `ttl`, `profiles`; the README's \"Configuration file\" lists the keys"
+            "config file idemctl.toml: line 1: unknown field `tll`, expected one of `database_url`, `service`, `table`, `profile`, `ttl`, `allow_short_ttl`, `profiles`; the README's \"Configuration file\" lists the keys"
         );
         assert!(message("ttl = \"soon\"").starts_with("config file idemctl.toml: ttl: \"soon\""));
         let m = message(&MAPPING.replace(
@@ -519,6 +546,44 @@ actions = ["release", "delete"]
         );
         let m = message("service = \"a b\"\n");
         assert!(m.contains(": service: expected the name"), "{m}");
+    }
+
+    /// `allow_short_ttl` at the top allows a short TTL whatever mapping applies; in a mapping's
+    /// section, only when that mapping applies.
+    #[test]
+    fn allow_short_ttl_names_where_it_was_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let allowed = |text: &str, profile: Option<&str>| {
+            let path = dir.path().join("idemctl.toml");
+            std::fs::write(&path, text).unwrap();
+            let mut args = vec!["idemctl", "--config", path.to_str().unwrap()];
+            args.extend(profile.map(|p| ["--profile", p]).into_iter().flatten());
+            args.push("stats");
+            let mut cli = <crate::cli::Cli as clap::Parser>::try_parse_from(args).unwrap();
+            apply(&mut cli.global).unwrap();
+            cli.global
+                .short_ttl_allowed_by
+                .map(|by| by.replace(path.to_str().unwrap(), "FILE"))
+        };
+        assert_eq!(allowed(MAPPING, None), None);
+        assert_eq!(
+            allowed(&format!("allow_short_ttl = true\n{MAPPING}"), None).as_deref(),
+            Some("allow_short_ttl in config file FILE")
+        );
+        let in_section = MAPPING.replace(
+            "[profiles.billing]\n",
+            "[profiles.billing]\nallow_short_ttl = true\n",
+        );
+        assert_eq!(
+            allowed(&in_section, None).as_deref(),
+            Some("allow_short_ttl in [profiles.billing] of config file FILE")
+        );
+        assert_eq!(allowed(&in_section, Some("explainer")), None);
+        assert_eq!(
+            allowed("allow_short_ttl = false\n", None),
+            None,
+            "false allows nothing"
+        );
     }
 
     #[test]

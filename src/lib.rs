@@ -42,6 +42,7 @@ pub fn main_entry() -> std::process::ExitCode {
                     .unwrap_or_else(|| "DATABASE_URL".to_owned());
             g.profile_from =
                 cli::given_by(&m, "profile", "--profile", "IDEMCTL_PROFILE").unwrap_or_default();
+            g.ttl_from = cli::given_by(&m, "ttl", "--ttl", "IDEMCTL_TTL").unwrap_or_default();
             Ok(cli)
         });
     let cli = match parsed {

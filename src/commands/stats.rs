@@ -222,7 +222,11 @@ const STATS_END: RunEnd = RunEnd {
 pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
-    table.require_ttl_floor("stats", args.force)?;
+    table.require_ttl_floor(
+        "stats",
+        args.force || ctx.global.short_ttl_allowed_by.is_some(),
+        &ctx.global.ttl_from,
+    )?;
     let privileges = table.privileges(&client).await?;
     privileges.require_for(&table, "stats", crate::db::table::Job::Read)?;
     let stuck_after = args.stuck_after.as_secs_f64();

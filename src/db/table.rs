@@ -360,8 +360,21 @@ pub struct ProfileChoice {
     pub ttl: Option<std::time::Duration>,
 }
 
-/// The shortest TTL evict and stats accept without --force.
-pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+/// The shortest TTL evict and stats accept without --force: a unit typo (24m for 24h) stays far
+/// below it, and no API keeps keys for a retry window shorter than an hour.
+pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A TTL as people write it, in the largest unit that divides it: `24h`, `90m`, `30s`, `250ms`.
+pub fn ttl_text(ttl: std::time::Duration) -> String {
+    let ms = ttl.as_millis();
+    match ms {
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms if ms > 0 => format!("{ms}ms"),
+        _ => format!("{}us", ttl.as_micros()),
+    }
+}
 
 /// Quote an identifier the way PostgreSQL's `quote_ident` always would. A name holding a control
 /// character or a bidirectional override is written in the Unicode-escape form (`U&"a\000Ab"`),
@@ -577,17 +590,21 @@ impl KeyTable {
         ))
     }
 
-    /// Fail when keys expire at created_at + TTL and the TTL is under [`MIN_TTL`] without
-    /// `force`: a unit typo (24m for 24h) would make nearly every answered key expired.
-    pub fn require_ttl_floor(&self, command: &str, force: bool) -> Result<()> {
+    /// Fail when keys expire at created_at + TTL and the TTL is under [`MIN_TTL`] unless
+    /// `allowed` (--force, or allow_short_ttl in the config file): a unit typo (24m for 24h) would
+    /// make nearly every answered key expired. `from` says where the TTL came from.
+    pub fn require_ttl_floor(&self, command: &str, allowed: bool, from: &str) -> Result<()> {
         match self.profile.ttl() {
-            Some(ttl) if ttl < MIN_TTL && !force => Err(fail(
-                Exit::Usage,
-                format!(
-                    "--ttl {ttl:?} is under 1m (given by --ttl, IDEMCTL_TTL or the config file's ttl): table {} has no expiry column, so {command} would take every answered key created over {ttl:?} ago as expired; give the time the API keeps keys for (e.g. 24h), or pass --force",
-                    self.qualified_name()
-                ),
-            )),
+            Some(ttl) if ttl < MIN_TTL && !allowed => {
+                let ttl = ttl_text(ttl);
+                Err(fail(
+                    Exit::Usage,
+                    format!(
+                        "the TTL {ttl} (from {from}) is under 1h: table {} has no expiry column, so {command} would take every answered key created over {ttl} ago as expired; give the time the API keeps keys for (e.g. 24h), or pass --force (or allow_short_ttl = true in the config file) if {ttl} is meant",
+                        self.qualified_name()
+                    ),
+                ))
+            }
             _ => Ok(()),
         }
     }

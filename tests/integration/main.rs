@@ -40,5 +40,6 @@ mod snapshots;
 mod stats;
 mod tls_matrix;
 mod transport;
+mod ttl_guard;
 mod vacuum;
 mod workload;

@@ -112,7 +112,7 @@ pub const EXPLAINER_JSON_INDEXES: &str = "CREATE INDEX idempotency_keys_created_
      CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at))) \
      WHERE response_status = 202 AND response_body::jsonb = '{\"status\": \"processing\"}'::jsonb;";
 
-async fn explainer_db(n: i64, indexes: bool) -> TestDb {
+pub async fn explainer_db(n: i64, indexes: bool) -> TestDb {
     let indexes = indexes.then_some(EXPLAINER_INDEXES);
     loaded(EXPLAINER_DDL, &explainer_rows(n), indexes).await
 }
@@ -720,32 +720,6 @@ async fn messages_name_the_source_of_a_setting_and_empty_variables_are_unset() {
         .args(["-o", "json", "--ttl", "1d", "stats"])
         .run();
     run.assert_success();
-}
-
-/// A TTL under a minute is refused by evict and stats unless --force: a unit typo (24m for 24h)
-/// would expire nearly every answered key.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ttl_under_a_minute_needs_force() {
-    let db = explainer_db(3, true).await;
-    for (ttl, command) in [("10ms", "evict"), ("30s", "stats"), ("30s", "evict")] {
-        let run = db.idemctl().args(["--ttl", ttl, command]).run();
-        run.assert_code(2)
-            .assert_stderr_contains(&format!("--ttl {ttl} is under 1m"))
-            .assert_stderr_contains("pass --force");
-        assert_eq!(run.stderr.lines().count(), 1, "{run}");
-    }
-    assert_eq!(
-        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
-        15
-    );
-    db.idemctl()
-        .args(["-q", "--ttl", "30s", "stats", "--force"])
-        .run()
-        .assert_success();
-    db.idemctl()
-        .args(["-q", "--ttl", "1m", "evict"])
-        .run()
-        .assert_success();
 }
 
 /// On a table without an expiry column, reclaim --action fail makes no claim about how long a

@@ -150,6 +150,7 @@ pub async fn run(
     progress.finish();
     let report = summary(
         table,
+        super::Expiry::of(table, &ctx.global),
         layout,
         outcome.nodes,
         outcome.totals,
@@ -621,6 +622,7 @@ async fn drive(node: &Node, shared: &Arc<worker::Shared>, jobs: u8) -> Option<an
 /// The run's summary: the nodes' figures added up.
 async fn summary(
     table: &KeyTable,
+    expiry: super::Expiry,
     layout: Layout,
     nodes: Vec<NodeReport>,
     totals: worker::Totals,
@@ -643,6 +645,7 @@ async fn summary(
     let pace = merged_pace(&nodes);
     let mut report = super::assemble(super::Assembled {
         table,
+        expiry,
         end_reason,
         totals,
         elapsed: started.elapsed().as_secs_f64(),
