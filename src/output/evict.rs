@@ -16,7 +16,8 @@ use crate::db::evict::SampleKey;
 use crate::db::queries::Capped;
 use crate::db::table::{quote_ident, quote_ident_if_needed, ttl_text};
 use crate::output::{
-    Doc, escape_controls, human_bytes, human_secs, key_cells, key_columns, rfc3339, sanitize,
+    Doc, escape_controls, escape_lines, human_bytes, human_secs, key_cells, key_columns, rfc3339,
+    sanitize,
 };
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
@@ -241,8 +242,8 @@ pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     for n in &r.notes {
         doc.text(format!("note: {}", escape_controls(n)));
     }
-    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{}", escape_controls(&r.statement)));
-    doc.text(format!("plan:\n{}", escape_controls(&r.plan.join("\n"))));
+    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{}", escape_lines(&r.statement)));
+    doc.text(format!("plan:\n{}", escape_lines(&r.plan.join("\n"))));
     doc
 }
 

@@ -78,7 +78,12 @@ fn preview_fields(r: &PreviewReport) -> Vec<(String, String)> {
         ("would reclaim".to_owned(), would),
     ]);
     if let Some(body) = &r.response_body {
-        rows.push(("stored body".to_owned(), sanitize(&body.to_string())));
+        // Several lines, as inspect shows a body; escaped once, for the terminal.
+        let text = crate::output::json_text::pretty(
+            &body.to_string(),
+            crate::output::json_text::Escape::Terminal,
+        );
+        rows.push(("stored body".to_owned(), text));
     }
     rows
 }

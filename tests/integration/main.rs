@@ -29,6 +29,7 @@ mod profiles;
 mod pushgateway;
 mod rate_limits;
 mod read_only;
+mod readable;
 mod reclaim;
 mod reclaim_filters;
 mod reclaim_metrics;
