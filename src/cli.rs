@@ -716,11 +716,23 @@ pub struct MetricsArgs {
     #[arg(long, value_name = "PATH")]
     pub textfile: Option<PathBuf>,
 
-    /// Push the same metrics to a Prometheus Pushgateway (http://host:9091), grouped by job
-    /// (idemctl_COMMAND), database, table and each --label: for a Kubernetes CronJob, which has
-    /// no textfile directory. A failed push is one warning line; the run's exit code stands.
+    /// Push the same metrics to a Prometheus Pushgateway (http://host:9091 or https://...),
+    /// grouped by job (idemctl_COMMAND), database, table and each --label: for a Kubernetes
+    /// CronJob, which has no textfile directory. https trusts the system's root certificates.
+    /// user:password@ in the URL is sent as basic auth. A failed push is one warning line; the
+    /// run's exit code stands.
     #[arg(long, env = "IDEMCTL_PUSHGATEWAY", value_parser = crate::metrics::push::parse_push_url, value_name = "URL")]
     pub pushgateway: Option<crate::metrics::PushUrl>,
+
+    /// Trust only the CA certificates in FILE (PEM) for an https:// Pushgateway, instead of the
+    /// system's root certificates.
+    #[arg(long, env = "IDEMCTL_PUSHGATEWAY_CA", value_name = "FILE")]
+    pub pushgateway_ca: Option<PathBuf>,
+
+    /// Send the credentials of an http:// Pushgateway URL although plain http carries them in
+    /// clear (refused otherwise, exit 2).
+    #[arg(long, env = "IDEMCTL_PUSHGATEWAY_ALLOW_HTTP_AUTH")]
+    pub pushgateway_allow_http_auth: bool,
 
     /// Add a label to every series (repeatable), e.g. --label cluster=eu1 to tell apart two
     /// servers whose database and table names are the same. Every series already carries
@@ -734,7 +746,11 @@ impl MetricsArgs {
     pub fn destinations(&self) -> crate::metrics::Destinations {
         crate::metrics::Destinations {
             textfile: self.textfile.clone(),
-            pushgateway: self.pushgateway.clone(),
+            pushgateway: crate::metrics::GatewayArgs {
+                url: self.pushgateway.clone(),
+                ca_file: self.pushgateway_ca.clone(),
+                allow_http_auth: self.pushgateway_allow_http_auth,
+            },
             labels: self.labels.clone(),
         }
     }

@@ -202,6 +202,11 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
         "PGCONNECT_TIMEOUT",
         "Seconds to keep retrying a connection when --connect-timeout is not given.",
     ),
+    (
+        "SSL_CERT_FILE, SSL_CERT_DIR",
+        "The system's root certificates as OpenSSL finds them, which an https:// --pushgateway \
+         trusts unless --pushgateway-ca is given.",
+    ),
     ("NO_COLOR", "Disables colour when set to a non-empty value."),
 ];
 

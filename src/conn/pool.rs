@@ -547,13 +547,6 @@ impl Failure {
                 transient: false,
             };
         }
-        if let Some(reason) = certificate_problem(e) {
-            let reason = format!("TLS handshake failed: {reason}");
-            return Failure {
-                reason,
-                transient: false,
-            };
-        }
         let chain = chain_text(e);
         if let Some(at) = chain.find(auth::REFUSAL) {
             return Failure {
@@ -619,42 +612,6 @@ fn io_failure(e: &tokio_postgres::Error) -> Option<Failure> {
         reason: reason.to_string(),
         transient: true,
     })
-}
-
-/// Why the server's certificate was refused, in words, when that is what failed. rustls shows
-/// several of its verdicts only by variant name ("invalid peer certificate: UnknownIssuer").
-fn certificate_problem(e: &tokio_postgres::Error) -> Option<String> {
-    use rustls::CertificateError as Cert;
-    let rustls_error = sources(e)
-        .filter_map(|s| s.downcast_ref::<io::Error>())
-        .find_map(|io| io.get_ref()?.downcast_ref::<rustls::Error>())?;
-    let rustls::Error::InvalidCertificate(problem) = rustls_error else {
-        return None;
-    };
-    let words = match problem {
-        Cert::UnknownIssuer => {
-            "the server's certificate is not signed by a trusted root certificate (unknown issuer; \
-             check sslrootcert)"
-                .to_string()
-        }
-        Cert::Revoked => "the server's certificate has been revoked (see sslcrl)".to_string(),
-        Cert::UnknownRevocationStatus => "the revocation status of the server's certificate is \
-                                          unknown: no certificate revocation list from its issuer"
-            .to_string(),
-        Cert::BadSignature => "the server's certificate has an invalid signature".to_string(),
-        Cert::BadEncoding => "the server's certificate is malformed".to_string(),
-        Cert::Expired => "the server's certificate has expired".to_string(),
-        Cert::NotValidYet => "the server's certificate is not valid yet".to_string(),
-        Cert::NotValidForName => {
-            "the server's certificate is not valid for the host name connected to".to_string()
-        }
-        Cert::InvalidPurpose => {
-            "the server's certificate is not meant for TLS servers (extended key usage)".to_string()
-        }
-        // The rest display well (names, times and purposes included).
-        other => format!("invalid server certificate: {other}"),
-    };
-    Some(words)
 }
 
 /// The error and its causes joined with ": ", minus the driver's generic top line.

@@ -16,13 +16,13 @@ use crate::cli::TableName;
 use crate::exit::{Exit, classify, fail};
 use crate::output::prometheus::{self, Metrics};
 
-pub use push::PushUrl;
+pub use push::{GatewayArgs, PushUrl};
 
 /// The metrics options of evict, reclaim and stats, once parsed.
 #[derive(Debug, Clone, Default)]
 pub struct Destinations {
     pub textfile: Option<PathBuf>,
-    pub pushgateway: Option<PushUrl>,
+    pub pushgateway: GatewayArgs,
     pub labels: Vec<(String, String)>,
 }
 
@@ -56,6 +56,7 @@ pub struct Recorder {
 struct Inner {
     command: &'static str,
     dest: Destinations,
+    gateway: Option<push::Gateway>,
     database: String,
     table: Mutex<String>,
     started_at: OffsetDateTime,
@@ -88,6 +89,8 @@ impl Recorder {
             }
             None => None,
         };
+        let gateway =
+            push::Gateway::new(&dest.pushgateway).map_err(|why| fail(Exit::Usage, why))?;
         let table = match &table.schema {
             Some(_) => table.to_string(),
             None => format!("public.{}", table.name),
@@ -96,6 +99,7 @@ impl Recorder {
             inner: Some(Arc::new(Inner {
                 command,
                 dest,
+                gateway,
                 database: database.to_owned(),
                 table: Mutex::new(crate::output::sanitize(&table)),
                 started_at: OffsetDateTime::now_utc(),
@@ -110,7 +114,7 @@ impl Recorder {
     pub fn enabled(&self) -> bool {
         self.inner
             .as_ref()
-            .is_some_and(|i| i.dest.textfile.is_some() || i.dest.pushgateway.is_some())
+            .is_some_and(|i| i.dest.textfile.is_some() || i.gateway.is_some())
     }
 
     /// The table's resolved name, for the `table` label.
@@ -161,7 +165,7 @@ impl Recorder {
         let mut m = run_series(i, end, now);
         m.extend(body);
         let common = self.common_labels();
-        if let Some(url) = &i.dest.pushgateway {
+        if let Some(gateway) = &i.gateway {
             let mut pushed = m.clone();
             // A failed run is pushed with POST, which keeps the group's other metrics: the last
             // success stays what the last successful run pushed.
@@ -172,8 +176,9 @@ impl Recorder {
                 ));
             }
             let job = format!("idemctl_{}", i.command);
-            if let Err(e) =
-                push::push(url, &job, &common, &pushed.render(&common), end.success).await
+            if let Err(e) = gateway
+                .push(&job, &common, pushed.render(&common), end.success)
+                .await
             {
                 crate::output::warn(&crate::one_line(&e));
             }
