@@ -39,6 +39,7 @@ mod service_files;
 mod snapshots;
 mod stats;
 mod tls_matrix;
+mod top;
 mod transport;
 mod vacuum;
 mod workload;
