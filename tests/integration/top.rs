@@ -416,3 +416,76 @@ async fn top_figures_agree_with_stats_json() {
     text.assert_code(0);
     assert_eq!(figure(&text.stdout, "backlog"), "1,234", "{}", text.stdout);
 }
+
+/// A request holding a key's row and another waiting for it: top names the waiting session, the
+/// row and the session that holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_names_a_session_waiting_for_a_key_row_and_who_holds_it() {
+    let db = table(10).await;
+    let key = crate::support::stuck::stuck_key(&db, None, 0).await;
+    let holder = crate::support::stuck::hold_row(&db, &key).await;
+    holder
+        .batch_execute("SET application_name = 'api-holder'")
+        .await
+        .unwrap();
+    let holder_pid: i32 = holder
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let waiter = db.client().await;
+    waiter
+        .batch_execute("SET application_name = 'api-waiter'")
+        .await
+        .unwrap();
+    let waiter_pid: i32 = waiter
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let (tenant, k) = key.clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .execute(
+                "UPDATE idempotency_keys SET locked_at = now() WHERE api_key_id = $1 AND key = $2",
+                &[&tenant, &k],
+            )
+            .await
+    });
+    let top = db
+        .idemctl()
+        .args(["top", "--once", "-o", "json", "--interval", "500ms"])
+        .run_async()
+        .await;
+    top.assert_code(0);
+    let waits = top.json()["row_waits"].clone();
+    assert_eq!(waits.as_array().map(Vec::len), Some(1), "{waits}");
+    assert_eq!(waits[0]["pid"], waiter_pid, "{waits}");
+    assert_eq!(waits[0]["application_name"], "api-waiter", "{waits}");
+    assert_eq!(waits[0]["holder_pid"], holder_pid, "{waits}");
+    assert_eq!(waits[0]["holder_application_name"], "api-holder", "{waits}");
+    assert_eq!(waits[0]["holder_state"], "idle in transaction", "{waits}");
+    let text = db
+        .idemctl()
+        .args(["top", "--once", "--interval", "500ms"])
+        .run_async()
+        .await;
+    text.assert_code(0);
+    // The line wraps in 80 columns.
+    let flat = text
+        .stdout
+        .lines()
+        .map(|l| l.trim_matches('│').trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        flat.contains(&format!("pid {waiter_pid} (api-waiter) waits "))
+            && flat.contains(&format!(
+                "held by pid {holder_pid} (api-holder, idle in transaction"
+            )),
+        "{}",
+        text.stdout
+    );
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap(), 1);
+}
