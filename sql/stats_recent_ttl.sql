@@ -32,5 +32,14 @@ SELECT count(*)::bigint AS keys,
        percentile_cont(0.9) WITHIN GROUP (ORDER BY seconds) AS p90_seconds,
        max(seconds) AS max_seconds,
        max(created_at) AS newest_created_at,
-       count(*) FILTER (WHERE seconds < $2::float8)::bigint AS keys_below
+       count(*) FILTER (WHERE seconds < $2::float8)::bigint AS keys_below,
+       -- The sample's TTLs counted in the buckets of src/db/maintenance.rs TTL_BUCKETS (under 1m,
+       -- 10m, 1h, 6h, 1d, 7d, and 7d or more), for top's histogram.
+       ARRAY[count(*) FILTER (WHERE seconds < 60),
+             count(*) FILTER (WHERE seconds >= 60 AND seconds < 600),
+             count(*) FILTER (WHERE seconds >= 600 AND seconds < 3600),
+             count(*) FILTER (WHERE seconds >= 3600 AND seconds < 21600),
+             count(*) FILTER (WHERE seconds >= 21600 AND seconds < 86400),
+             count(*) FILTER (WHERE seconds >= 86400 AND seconds < 604800),
+             count(*) FILTER (WHERE seconds >= 604800)]::int8[] AS buckets
   FROM ttl

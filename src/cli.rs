@@ -206,6 +206,9 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Report table size, oldest live key, eviction lag, expired backlog and stuck keys.
     Stats(StatsArgs),
+    /// Watch the key table live: backlog, eviction lag, insert and eviction rates, stuck keys, waits.
+    #[command(long_about = TOP_LONG_ABOUT)]
+    Top(TopArgs),
     /// Verify the table, its indexes and the role's privileges; alert on thresholds.
     Check(CheckArgs),
     /// Delete expired completed keys in short, lock-safe batches (for cron or a systemd timer).
@@ -287,6 +290,45 @@ pub struct StatsArgs {
     /// (catalog only; JSON output always includes them).
     #[arg(long)]
     pub partitions: bool,
+}
+
+/// What `idemctl top --help` and the man page say about top.
+const TOP_LONG_ABOUT: &str = "Watch the key table live, for the engineer on call when an eviction alert fires: \
+a full-screen view that refreshes every --interval with the expired backlog and the eviction lag \
+(each with its trend over the last minutes), the insert and eviction rates in rows/s from the \
+server's own counters and whether eviction keeps up (evicted ÷ inserted), the stuck keys and the \
+oldest live and oldest stuck key, the TTL of recent keys as a histogram, the table's size, dead \
+tuples and last vacuum, the other idemctl sessions on the database (the command holding the \
+table's lock among them), and every session waiting for a key's row with the session holding it. \
+On a Citus table, one line per worker. Each refresh runs the statements of `idemctl stats` \
+(short, bounded and index-backed) and a few reads of pg_stat_activity and pg_locks, each inside \
+its own transaction, so it works through a transaction pooler too.\n\n\
+Keys: q quits (exit 0), p pauses and resumes, ? shows the help; Ctrl-C exits 130 and SIGTERM 143. \
+The terminal is restored on every way out, a panic included. A lost connection shows in the view \
+and is retried every interval; no refresh waits longer than its deadline.\n\n\
+Off a terminal, top refuses (exit 2) and points to `idemctl stats -o json`; --once prints one \
+frame as text (or JSON with -o json) and exits.";
+
+/// `idemctl top`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Exit status 0 on q, 130 on Ctrl-C or SIGINT, 143 on SIGTERM, 2 off a terminal without --once.\n\n\
+During an eviction-lag alert:\n  idemctl top --stuck-after 2m\n\
+One frame for a ticket or a log:\n  idemctl top --once > top.txt"
+)]
+pub struct TopArgs {
+    /// How often the view refreshes (at least 500ms).
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "2s", value_name = "DUR")]
+    pub interval: Duration,
+
+    /// Age past which an in_progress key counts as stuck.
+    #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
+    pub stuck_after: Duration,
+
+    /// Print one frame as plain text (JSON with -o json) and exit: two refreshes --interval apart,
+    /// so that the rates are measured. Works off a terminal.
+    #[arg(long)]
+    pub once: bool,
 }
 
 /// `idemctl check`.

@@ -23,15 +23,17 @@ pub enum Exit {
     PermissionDenied,
     /// Another idemctl run holds the table's maintenance lock.
     LockBusy,
-    /// SIGINT or SIGTERM stopped the run after the batch in flight.
+    /// SIGINT or SIGTERM stopped the run after the batch in flight (top: `q`'s Ctrl-C or SIGINT).
     Interrupted,
+    /// SIGTERM ended `top` (its terminal restored).
+    Terminated,
     /// A bug in idemctl.
     Internal,
 }
 
 impl Exit {
     /// Every code, in the order the documentation lists them (ascending).
-    pub const ALL: [Exit; 10] = [
+    pub const ALL: [Exit; 11] = [
         Exit::Success,
         Exit::Failure,
         Exit::Usage,
@@ -42,6 +44,7 @@ impl Exit {
         Exit::LockBusy,
         Exit::Internal,
         Exit::Interrupted,
+        Exit::Terminated,
     ];
 
     /// The process exit status.
@@ -56,6 +59,7 @@ impl Exit {
             Exit::PermissionDenied => 6,
             Exit::LockBusy => 7,
             Exit::Interrupted => 130,
+            Exit::Terminated => 143,
             Exit::Internal => 70,
         }
     }
@@ -80,8 +84,9 @@ impl Exit {
             }
             Exit::LockBusy => "another idemctl run holds the maintenance lock for this table",
             Exit::Interrupted => {
-                "interrupted by SIGINT or SIGTERM after finishing the batch in flight"
+                "interrupted by SIGINT or SIGTERM after finishing the batch in flight (top: by Ctrl-C or SIGINT)"
             }
+            Exit::Terminated => "top ended by SIGTERM (the terminal restored)",
             Exit::Internal => "internal error (a bug: please report it)",
         }
     }

@@ -26,6 +26,9 @@ pub struct NodeStats {
     pub total_bytes: i64,
     pub live_tuples: i64,
     pub dead_tuples: i64,
+    /// Rows inserted into and deleted from the worker's shards since its statistics were reset.
+    pub inserted_rows: i64,
+    pub deleted_rows: i64,
     pub expired_backlog: Capped,
     pub eviction_lag_seconds: f64,
     /// None when stuck keys are not counted (no in_progress index and no --allow-scan).
@@ -116,6 +119,8 @@ pub async fn gather(
             total_bytes: 0,
             live_tuples: 0,
             dead_tuples: 0,
+            inserted_rows: 0,
+            deleted_rows: 0,
             expired_backlog: ZERO,
             eviction_lag_seconds: 0.0,
             stuck: count_stuck.then_some(ZERO),
@@ -140,6 +145,8 @@ pub async fn gather(
             sz.never_analyzed |= s.sizes.never_analyzed;
             report.vacuum.live_tuples += s.vacuum.live_tuples;
             report.vacuum.dead_tuples += s.vacuum.dead_tuples;
+            report.vacuum.inserted_rows += s.vacuum.inserted_rows;
+            report.vacuum.deleted_rows += s.vacuum.deleted_rows;
             // The least recent over the shards; never, when a shard never had one.
             vacuumed = least_recent(vacuumed, s.vacuum.last_vacuum);
             analyzed = least_recent(analyzed, s.vacuum.last_analyze);
@@ -147,6 +154,8 @@ pub async fn gather(
             part.total_bytes += s.sizes.total_bytes;
             part.live_tuples += s.vacuum.live_tuples;
             part.dead_tuples += s.vacuum.dead_tuples;
+            part.inserted_rows += s.vacuum.inserted_rows;
+            part.deleted_rows += s.vacuum.deleted_rows;
             part.expired_backlog = add(part.expired_backlog, s.backlog);
             estimate = estimate.zip(s.backlog_estimate).map(|(a, b)| a + b);
             report.expired_backlog = Some(add(report.expired_backlog.unwrap_or(ZERO), s.backlog));
@@ -226,6 +235,8 @@ fn empty(table: &KeyTable, stuck_after_secs: f64, count_stuck: bool) -> StatsRep
         vacuum: Vacuum {
             live_tuples: 0,
             dead_tuples: 0,
+            inserted_rows: 0,
+            deleted_rows: 0,
             last_vacuum: None,
             last_analyze: None,
         },

@@ -11,6 +11,7 @@ pub(crate) mod maintenance;
 pub(crate) mod reclaim;
 pub(crate) mod shards;
 pub(crate) mod stats;
+pub(crate) mod top;
 
 use anyhow::Result;
 
@@ -55,6 +56,7 @@ pub async fn run(cli: Cli) -> Result<Exit> {
     let result = match &cli.command {
         Command::Inspect(a) => inspect::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,
+        Command::Top(a) => top::run(&ctx, a).await,
         Command::Check(a) => check::run(&ctx, a).await,
         Command::Evict(a) => evict::run(&ctx, a).await,
         Command::Reclaim(a) => reclaim::run(&ctx, a).await,

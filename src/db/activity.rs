@@ -73,3 +73,99 @@ pub async fn wal_insert_position(client: &Session) -> Result<i64> {
         .context("failed to read the server's WAL position")?;
     Ok(row.try_get("position")?)
 }
+
+/// Another session of idemctl on this database (see sql/top_sessions.sql).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct IdemctlSession {
+    pub pid: i32,
+    /// pg_stat_activity's state (`active`, `idle`, ...), or `hidden` when this role may not see it.
+    pub state: String,
+    pub connected_seconds: f64,
+    /// How long its transaction has run (None outside one).
+    pub transaction_seconds: Option<f64>,
+    pub wait_event: Option<String>,
+    /// The first word of its current or last statement (`DELETE`, `SELECT`), when visible.
+    pub statement: Option<String>,
+    /// `evict` or `reclaim` when it holds that command's maintenance lock on the key table.
+    pub holds_lock: Option<String>,
+}
+
+/// The other sessions that share this session's application_name, at most `limit`.
+pub async fn idemctl_sessions(
+    client: &Session,
+    table: &crate::db::KeyTable,
+    limit: i64,
+) -> Result<Vec<IdemctlSession>> {
+    use crate::db::lock::{LockClass, table_key};
+    let rows = client
+        .query(
+            include_str!("../../sql/top_sessions.sql"),
+            &[
+                p(&LockClass::Evict.key()),
+                p(&LockClass::Reclaim.key()),
+                p(&table_key(table)),
+                p(&limit),
+            ],
+        )
+        .await
+        .context("failed to list idemctl's sessions")?;
+    Ok(rows
+        .iter()
+        .map(|r| IdemctlSession {
+            pid: r.get("pid"),
+            state: r.get("state"),
+            connected_seconds: r.get::<_, Option<f64>>("connected_seconds").unwrap_or(0.0),
+            transaction_seconds: r.get("transaction_seconds"),
+            wait_event: r.get("wait_event"),
+            statement: r
+                .get::<_, Option<String>>("statement")
+                .filter(|s| !s.is_empty()),
+            holds_lock: r.get("holds_lock"),
+        })
+        .collect())
+}
+
+/// A session waiting for a row of the key table, and the one it waits for (see
+/// sql/top_row_waits.sql).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RowWait {
+    pub pid: i32,
+    /// The relation (the table or a leaf partition) and the row's address in it.
+    pub relation: String,
+    pub row_address: String,
+    pub application_name: Option<String>,
+    pub waiting_seconds: Option<f64>,
+    pub holder_pid: i32,
+    pub holder_application_name: Option<String>,
+    pub holder_state: Option<String>,
+    pub holder_transaction_seconds: Option<f64>,
+}
+
+/// Sessions waiting for a row of `table`, at most `limit`.
+pub async fn row_waits(
+    client: &Session,
+    table: &crate::db::KeyTable,
+    limit: i64,
+) -> Result<Vec<RowWait>> {
+    let rows = client
+        .query(
+            include_str!("../../sql/top_row_waits.sql"),
+            &[p(&table.oid), p(&limit)],
+        )
+        .await
+        .context("failed to list the sessions waiting for a key's row")?;
+    Ok(rows
+        .iter()
+        .map(|r| RowWait {
+            pid: r.get("pid"),
+            relation: r.get("relation"),
+            row_address: r.get("row_address"),
+            application_name: r.get("application_name"),
+            waiting_seconds: r.get("waiting_seconds"),
+            holder_pid: r.get("holder_pid"),
+            holder_application_name: r.get("holder_application_name"),
+            holder_state: r.get("holder_state"),
+            holder_transaction_seconds: r.get("holder_transaction_seconds"),
+        })
+        .collect())
+}

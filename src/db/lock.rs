@@ -49,7 +49,7 @@ pub enum LockClass {
 
 impl LockClass {
     /// The first key of the two-int advisory lock: a constant per command.
-    fn key(self) -> i32 {
+    pub(crate) fn key(self) -> i32 {
         match self {
             LockClass::Evict => 0x1de_c701,
             LockClass::Reclaim => 0x1de_c702,
@@ -65,7 +65,7 @@ impl LockClass {
 }
 
 /// The table's oid folded into the second int4 key (oids are unsigned 32-bit).
-fn table_key(table: &KeyTable) -> i32 {
+pub(crate) fn table_key(table: &KeyTable) -> i32 {
     (table.oid as u32) as i32
 }
 

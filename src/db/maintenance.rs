@@ -85,7 +85,22 @@ pub struct RecentTtl {
     pub newest_created_at: Option<OffsetDateTime>,
     /// Keys that live less than the limit asked about (check --min-ttl; 0 without it).
     pub keys_below: i64,
+    /// The sampled keys counted by TTL, one bucket per [`TTL_BUCKETS`] bound and one past the
+    /// last (empty for "ttl").
+    pub histogram: Vec<TtlBucket>,
 }
+
+/// Keys sampled whose TTL is under `under_seconds` (and at least the bucket before's bound); the
+/// last bucket has no upper bound.
+#[derive(Debug, Clone, Serialize)]
+pub struct TtlBucket {
+    pub under_seconds: Option<f64>,
+    pub keys: i64,
+}
+
+/// The upper bounds of the TTL histogram's buckets, as sql/stats_recent_ttl.sql counts them:
+/// 1 minute, 10 minutes, 1 hour, 6 hours, 1 day, 7 days.
+pub const TTL_BUCKETS: [f64; 6] = [60.0, 600.0, 3_600.0, 21_600.0, 86_400.0, 604_800.0];
 
 /// Keys sampled from each end of the expiry index.
 pub const TTL_SAMPLE: i64 = 500;
@@ -108,6 +123,7 @@ pub async fn recent_ttl(
             max_seconds: t,
             newest_created_at: None,
             keys_below: 0,
+            histogram: Vec::new(),
         }));
     }
     let r = client
@@ -131,5 +147,18 @@ pub async fn recent_ttl(
         max_seconds: r.get("max_seconds"),
         newest_created_at: r.get("newest_created_at"),
         keys_below: r.get("keys_below"),
+        histogram: histogram(&r.get::<_, Vec<i64>>("buckets")),
     }))
+}
+
+/// The statement's bucket counts with their bounds.
+fn histogram(counts: &[i64]) -> Vec<TtlBucket> {
+    counts
+        .iter()
+        .enumerate()
+        .map(|(n, &keys)| TtlBucket {
+            under_seconds: TTL_BUCKETS.get(n).copied(),
+            keys,
+        })
+        .collect()
 }

@@ -40,6 +40,11 @@ pub async fn sizes(client: &Session, table: &KeyTable) -> Result<Sizes> {
 pub struct Vacuum {
     pub live_tuples: i64,
     pub dead_tuples: i64,
+    /// Rows inserted into the table (every leaf partition) since the server's statistics were
+    /// reset: a counter, whose change between two reads is the insert rate.
+    pub inserted_rows: i64,
+    /// Rows deleted from it since then (evict's deletions among them): the eviction rate's counter.
+    pub deleted_rows: i64,
     #[serde(with = "time::serde::rfc3339::option")]
     pub last_vacuum: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339::option")]
@@ -55,6 +60,8 @@ pub async fn vacuum(client: &Session, table: &KeyTable) -> Result<Vacuum> {
     Ok(Vacuum {
         live_tuples: r.get("live_tuples"),
         dead_tuples: r.get("dead_tuples"),
+        inserted_rows: r.get("inserted_rows"),
+        deleted_rows: r.get("deleted_rows"),
         last_vacuum: r.get("last_vacuum"),
         last_analyze: r.get("last_analyze"),
     })
@@ -174,6 +181,29 @@ pub async fn stuck(client: &Session, table: &KeyTable, after_secs: f64, cap: i64
         count: Capped::from_raw(r.get("n"), cap),
         oldest_since: r.get("oldest"),
     })
+}
+
+/// The in_progress key held longest, when held longer than `after_secs` (the oldest stuck key),
+/// with how long it has been held. Like [`stuck`], it needs the optional in_progress index or the
+/// caller's consent to a scan.
+pub async fn oldest_stuck(
+    client: &Session,
+    table: &KeyTable,
+    after_secs: f64,
+) -> Result<Option<KeyRef>> {
+    let r = client
+        .query_opt(
+            &table.sql(include_str!("../../sql/oldest_stuck.sql")),
+            &[p(&after_secs)],
+        )
+        .await
+        .context("failed to find the oldest stuck key")?;
+    Ok(r.map(|r| KeyRef {
+        api_key_id: table.profile.tenant.is_some().then(|| r.get("api_key_id")),
+        key: r.get("key"),
+        expires_at: r.get("expires_at"),
+        seconds: r.get("held_seconds"),
+    }))
 }
 
 /// The cluster (its system identifier) and database a session is connected to.

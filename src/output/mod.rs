@@ -1,7 +1,7 @@
 //! Rendering reports: a table on a terminal, plain `name: value` lines when piped, JSON on request.
 //!
 //! Commands return typed reports; a module here per command (check, evict, inspect, reclaim,
-//! stats, and citus for the Citus parts of check, evict and stats) renders each as a [`Doc`] for
+//! stats, top's live view, and citus for the Citus parts of check, evict and stats) renders each as a [`Doc`] for
 //! people, and the report itself is the JSON for scripts. Nothing else prints data.
 
 pub(crate) mod check;
@@ -14,6 +14,7 @@ pub(crate) mod prometheus;
 pub(crate) mod reclaim;
 mod sanitize;
 pub(crate) mod stats;
+pub(crate) mod top;
 
 use std::io::{IsTerminal, Write};
 

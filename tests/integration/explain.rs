@@ -92,6 +92,7 @@ const STATEMENTS: &[(&str, &str)] = &[
 /// Statements that need the optional in_progress index (run only when it exists, or with --allow-scan).
 const NEEDS_STUCK_INDEX: &[(&str, &str)] = &[
     ("stuck_count.sql", "300, 100000"),
+    ("oldest_stuck.sql", "300"),
     ("reclaim_count.sql", "300, 10000, NULL, NULL, NULL"),
     ("reclaim_preview.sql", "300, 10001, NULL, NULL, NULL"),
     ("reclaim_delete.sql", "300, 500, NULL, NULL, NULL"),

@@ -40,6 +40,7 @@ mod service_files;
 mod snapshots;
 mod stats;
 mod tls_matrix;
+mod top;
 mod transport;
 mod ttl_guard;
 mod vacuum;

@@ -170,6 +170,7 @@ fn every_help_text_is_as_expected() {
         ("help-short", vec!["-h"]),
         ("inspect-help", vec!["inspect", "--help"]),
         ("stats-help", vec!["stats", "--help"]),
+        ("top-help", vec!["top", "--help"]),
         ("check-help", vec!["check", "--help"]),
         ("evict-help", vec!["evict", "--help"]),
         ("reclaim-help", vec!["reclaim", "--help"]),
