@@ -168,7 +168,8 @@ pub struct GlobalArgs {
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, global = true, value_name = "DUR")]
     pub connect_timeout: Option<Duration>,
 
-    /// statement_timeout for every statement idemctl runs.
+    /// statement_timeout for every statement idemctl runs. idemctl waits for any answer at most
+    /// this plus 10s, then gives the connection up (exit 1).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "30s", global = true, value_name = "DUR")]
     pub statement_timeout: Duration,
 
@@ -176,7 +177,9 @@ pub struct GlobalArgs {
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "2s", global = true, value_name = "DUR")]
     pub lock_timeout: Duration,
 
-    /// idle_in_transaction_session_timeout for idemctl's sessions.
+    /// idle_in_transaction_session_timeout for idemctl's sessions; also how long the server keeps
+    /// the session holding evict's or reclaim's table lock once idemctl has gone silent
+    /// (idle_session_timeout, PostgreSQL 14 and later).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "60s", global = true, value_name = "DUR")]
     pub idle_in_transaction_timeout: Duration,
 

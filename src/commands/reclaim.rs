@@ -1124,7 +1124,7 @@ async fn sweep_batches(
 /// The action's statements for this table and filters, and the client-side deadline of each
 /// answer.
 fn statements(ctx: &Context, table: &KeyTable, req: &Request) -> Result<reclaim_db::Statements> {
-    let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
+    let deadline = ctx.answer_deadline();
     reclaim_db::Statements::new(table, req.action, &req.filter, deadline, req.route.clone())
 }
 

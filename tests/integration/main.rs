@@ -9,6 +9,7 @@ mod citus_foreign_keys;
 mod cli;
 mod concurrency;
 mod config_file;
+mod dead_network;
 mod direct_tls;
 mod evict;
 mod explain;

@@ -421,7 +421,7 @@ fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
         max_batches: args.max_batches,
         max_runtime: args.max_runtime,
         min_age_secs: args.min_age.map(|d| d.as_secs_f64()),
-        deadline: ctx.global.statement_timeout + Duration::from_secs(10),
+        deadline: ctx.answer_deadline(),
         caps: args.rate_caps(),
     }
 }

@@ -27,6 +27,7 @@
 // Each test module uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod blackhole;
 pub mod citus;
 pub mod cluster;
 pub mod cmd;
