@@ -276,7 +276,7 @@ impl Profile {
             .filter_map(
                 |(name, types)| match columns.iter().find(|c| c.name == name) {
                     None => Some((name, None, types)),
-                    Some(c) if types.is_empty() || types.contains(&c.sql_type.as_str()) => None,
+                    Some(c) if types.is_empty() || types.contains(&c.base_type.as_str()) => None,
                     Some(c) => Some((name, Some(c.sql_type.clone()), types)),
                 },
             )
@@ -696,13 +696,7 @@ mod tests {
     use super::*;
 
     fn cols(names: &[(&str, &str)]) -> Vec<Column> {
-        names
-            .iter()
-            .map(|(n, t)| Column {
-                name: (*n).to_owned(),
-                sql_type: (*t).to_owned(),
-            })
-            .collect()
+        names.iter().map(|(n, t)| Column::new(n, t)).collect()
     }
 
     #[test]
@@ -743,6 +737,28 @@ mod tests {
         assert_eq!(
             e.render("{r.in_flight}", "t"),
             "(r.response_status = 202 AND r.response_body = '{\"status\": \"processing\"}'::jsonb)"
+        );
+    }
+
+    #[test]
+    fn a_type_modifier_is_accepted_wherever_its_base_type_is() {
+        let mut columns = cols(&[
+            ("key", "character varying"),
+            ("request_hash", "character varying"),
+            ("response_status", "integer"),
+            ("response_body", "jsonb"),
+            ("created_at", "timestamp with time zone"),
+            ("locked_at", "timestamp with time zone"),
+        ]);
+        columns[0].sql_type = "character varying(255)".into();
+        columns[4].sql_type = "timestamp(6) with time zone".into();
+        assert!(Profile::explainer().column_problems(&columns).is_empty());
+        columns[0].base_type = "integer".into();
+        assert_eq!(
+            Profile::explainer().column_problems(&columns)[0]
+                .1
+                .as_deref(),
+            Some("character varying(255)")
         );
     }
 

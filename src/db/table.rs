@@ -12,7 +12,32 @@ use crate::exit::{Exit, fail};
 #[derive(Clone, Debug)]
 pub struct Column {
     pub name: String,
+    /// The type as declared, with its modifier (`character varying(255)`), for messages.
     pub sql_type: String,
+    /// The type without modifier (a domain's base type): what roles are matched against, so a
+    /// modifier is accepted wherever its base type is.
+    pub base_type: String,
+}
+
+impl Column {
+    /// A column of type `ty` with no modifier (tests, and shapes written by hand).
+    pub fn new(name: &str, ty: &str) -> Column {
+        Column {
+            name: name.to_owned(),
+            sql_type: ty.to_owned(),
+            base_type: ty.to_owned(),
+        }
+    }
+
+    /// The type a bound text value is cast to for comparison with this column: the base type
+    /// (an unbounded varchar compares as the column does, where varchar(n) would truncate), with
+    /// `character` written `bpchar` (bare `character` is character(1)).
+    pub fn cast_type(&self) -> String {
+        match self.base_type.as_str() {
+            "character" => "bpchar".to_owned(),
+            t => t.to_owned(),
+        }
+    }
 }
 
 /// One index as the catalog describes it.
@@ -446,14 +471,14 @@ impl KeyTable {
             .response_body
             .as_ref()
             .and_then(|b| columns.iter().find(|c| &c.name == b))
-            .map(|c| c.sql_type.clone());
+            .map(|c| c.base_type.clone());
         if let Some(t) = body_type {
             profile.fit_body_type(&t);
         }
         let type_of = |c: &Option<String>| {
             c.as_ref()
                 .and_then(|c| columns.iter().find(|k| &k.name == c))
-                .map_or_else(|| "text".to_owned(), |k| k.sql_type.clone())
+                .map_or_else(|| "text".to_owned(), Column::cast_type)
         };
         profile.tenant_type = type_of(&profile.tenant);
         profile.key_type = type_of(&Some(profile.key.clone()));
@@ -501,7 +526,7 @@ impl KeyTable {
         let typed = self
             .columns
             .iter()
-            .any(|c| c.name == key.column() && c.sql_type == "timestamp with time zone");
+            .any(|c| c.name == key.column() && c.base_type == "timestamp with time zone");
         typed.then_some(key)
     }
 
@@ -934,6 +959,7 @@ async fn read_columns(client: &Session, oid: i64) -> Result<Vec<Column>> {
         .map(|r| Column {
             name: r.get("name"),
             sql_type: r.get("type"),
+            base_type: r.get("base_type"),
         })
         .collect())
 }

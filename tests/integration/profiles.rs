@@ -764,6 +764,38 @@ async fn a_timestamp_without_time_zone_is_named_as_unsupported() {
     assert!(!run.stderr.contains("correct the mapping"), "{run}");
 }
 
+/// Types as frameworks declare them: a modifier (`varchar(255)`, `timestamptz(6)`, `timestamptz(0)`)
+/// is accepted wherever its base type is, for detection and for every command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn type_modifiers_are_accepted_wherever_the_base_type_is() {
+    let ddl = EXPLAINER_DDL
+        .replace("key             text", "key             varchar(255)")
+        .replace(
+            "created_at      timestamptz NOT NULL",
+            "created_at      timestamptz(6) NOT NULL",
+        )
+        .replace(
+            "locked_at       timestamptz\n",
+            "locked_at       timestamptz(0)\n",
+        );
+    assert_ne!(ddl, EXPLAINER_DDL);
+    let db = loaded(&ddl, &explainer_rows(3), Some(EXPLAINER_INDEXES)).await;
+    db.idemctl()
+        .args(["--ttl", "1d", "check"])
+        .run()
+        .assert_success();
+    db.idemctl()
+        .args(["--ttl", "1d", "inspect", "done-old-1"])
+        .run()
+        .assert_success();
+    db.idemctl()
+        .args(["-q", "--ttl", "1d", "evict"])
+        .run()
+        .assert_success();
+    assert_eq!(count_like(&db, "key", "done-old").await, 0);
+    assert_eq!(count_like(&db, "key", "done-new").await, 3);
+}
+
 /// A forced profile whose columns the table lacks is refused, naming them all, instead of
 /// findings and fixes about columns that do not exist.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
