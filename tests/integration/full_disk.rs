@@ -5,6 +5,7 @@
 
 use std::collections::BTreeSet;
 
+use crate::support::TestDb;
 use crate::support::stuck::{Key, keys_in, stuck_keys};
 use crate::support::tmpfs::Tmpfs;
 
@@ -160,4 +161,78 @@ async fn a_plan_that_does_not_fit_is_not_written_and_changes_nothing() {
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
     assert_eq!(written["rows"].as_array().unwrap().len(), 300);
+}
+
+/// Fill the filesystem at `dir` with a file of zeros until it is full.
+fn fill(dir: &std::path::Path) {
+    use std::io::Write as _;
+    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
+    let block = [0u8; 4096];
+    while f.write_all(&block).is_ok() {}
+    let _ = f.sync_all();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_that_cannot_be_written_leave_the_runs_report_whole_and_exit_8() {
+    let db = TestDb::new().await;
+    let mix = crate::fixtures::Mix {
+        expired: 1000,
+        live: 10,
+        ..Default::default()
+    };
+    crate::fixtures::table_with(&db, crate::fixtures::Schema::Corrected, mix).await;
+    let disk = Tmpfs::mount("64k");
+    let prom = disk.join("evict.prom");
+    // A first run writes the file; then the disk fills up.
+    db.idemctl()
+        .args(["evict", "--max-rows", "10", "--textfile"])
+        .arg(&prom)
+        .run_async()
+        .await
+        .assert_code(0);
+    let earlier = std::fs::read_to_string(&prom).unwrap();
+    fill(disk.path());
+    let run = db
+        .idemctl()
+        .args(["evict", "--textfile"])
+        .arg(&prom)
+        .run_async()
+        .await;
+    run.assert_code(8).assert_stdout_empty();
+    assert_eq!(
+        run.stderr.trim_end(),
+        format!(
+            "idemctl: evict ran: 990 keys deleted, end reason drained; its metrics were not \
+             written: --textfile {}: failed to write a temporary file in {}: No space left on \
+             device (os error 28); the file still holds an earlier run's",
+            prom.display(),
+            disk.path().display()
+        )
+    );
+    assert_eq!(std::fs::read_to_string(&prom).unwrap(), earlier);
+    // With -o json the summary is printed as well.
+    db.exec(&crate::fixtures::expired_rows_sql(5)).await;
+    let run = db
+        .idemctl()
+        .args(["evict", "-o", "json", "--textfile"])
+        .arg(&prom)
+        .run_async()
+        .await;
+    run.assert_code(8);
+    assert_eq!(run.json()["rows_evicted"], 5, "{run}");
+    assert!(
+        run.stderr
+            .contains("evict ran: 5 keys deleted, end reason drained"),
+        "{run}"
+    );
+    // Room again: the next run writes its metrics.
+    std::fs::remove_file(disk.join("filler")).unwrap();
+    db.idemctl()
+        .args(["evict", "--textfile"])
+        .arg(&prom)
+        .run_async()
+        .await
+        .assert_code(0)
+        .assert_stderr_empty();
+    assert_ne!(std::fs::read_to_string(&prom).unwrap(), earlier);
 }
