@@ -60,6 +60,8 @@ pub fn main_entry() -> std::process::ExitCode {
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Room for the deeply nested futures of a batch (a debug build needs more than 2 MiB).
+        .thread_stack_size(8 * 1024 * 1024)
         .enable_all()
         .build()
     {

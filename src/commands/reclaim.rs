@@ -972,6 +972,7 @@ impl ReclaimReport {
             success: self.end_reason != EndReason::Interrupted,
             reason: self.end_reason.as_str(),
             reasons: &["drained", "limit", "interrupted"],
+            rows: Some((self.rows_reclaimed, "keys reclaimed")),
         }
     }
 

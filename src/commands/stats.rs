@@ -216,6 +216,7 @@ const STATS_END: RunEnd = RunEnd {
     success: true,
     reason: "completed",
     reasons: &["completed"],
+    rows: None,
 };
 
 /// Run `stats`.

@@ -168,7 +168,8 @@ impl Session {
         if self.0.given_up.load(Ordering::SeqCst) {
             return Err(anyhow::Error::new(Lost::NoAnswer(self.deadline())));
         }
-        match tokio::time::timeout(deadline, work).await {
+        // On the heap: the statements' futures nest deeply (a batch in a retry in a worker).
+        match tokio::time::timeout(deadline, Box::pin(work)).await {
             Ok(Ok(done)) => Ok(done),
             Ok(Err(e)) => Err(self.explained(e)),
             Err(_) => {

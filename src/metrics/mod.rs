@@ -34,6 +34,19 @@ pub struct RunEnd {
     pub reason: &'static str,
     /// Every end reason of the command (the run series sets one of them to 1, the others to 0).
     pub reasons: &'static [&'static str],
+    /// What the run did, for the line said when its metrics cannot be written: the rows it
+    /// changed and how it says so ("keys deleted"); None for a run that changes nothing.
+    pub rows: Option<(u64, &'static str)>,
+}
+
+/// Metrics that could not be written at the end of a run whose work was done: the line to say,
+/// and the exit code that tells it from a failed run ([`Exit::MetricsUnwritten`]).
+#[derive(Debug, Clone)]
+pub struct Unwritten {
+    pub command: &'static str,
+    pub end: RunEnd,
+    /// The file and why it could not be written.
+    pub why: String,
 }
 
 /// End reasons of a run that failed before it began (or whose failure ended it).
@@ -65,6 +78,8 @@ struct Inner {
     previous_success: Option<f64>,
     /// The run has recorded itself.
     done: Mutex<bool>,
+    /// The textfile could not be written.
+    unwritten: Mutex<Option<Unwritten>>,
 }
 
 impl Recorder {
@@ -106,6 +121,7 @@ impl Recorder {
                 started: Instant::now(),
                 previous_success,
                 done: Mutex::new(false),
+                unwritten: Mutex::new(None),
             })),
         })
     }
@@ -145,8 +161,9 @@ impl Recorder {
         body.render(&self.common_labels())
     }
 
-    /// Record the run: the run series plus `body`, to the textfile (an error if that fails) and
-    /// the Pushgateway (a warning if that fails: the run's outcome stands).
+    /// Record the run: the run series plus `body`, to the textfile and the Pushgateway. A push
+    /// that fails is a warning (the run's outcome stands); a textfile that cannot be written is
+    /// kept for [`Recorder::unwritten`]: the run still reports what it did, then says so.
     pub async fn finish(&self, end: RunEnd, body: Metrics) -> Result<()> {
         let Some(i) = &self.inner else {
             return Ok(());
@@ -183,10 +200,25 @@ impl Recorder {
                 crate::output::warn(&crate::one_line(&e));
             }
         }
-        if let Some(path) = &i.dest.textfile {
-            prometheus::write_atomic(path, &m.render(&common))?;
+        if let Some(path) = &i.dest.textfile
+            && let Err(e) = prometheus::write_atomic(path, &m.render(&common))
+        {
+            *i.unwritten.lock().unwrap_or_else(|e| e.into_inner()) = Some(Unwritten {
+                command: i.command,
+                end,
+                why: format!("--textfile {}: {}", path.display(), crate::one_line(&e)),
+            });
         }
         Ok(())
+    }
+
+    /// The metrics the run could not write, if so.
+    pub fn unwritten(&self) -> Option<Unwritten> {
+        let i = self.inner.as_ref()?;
+        i.unwritten
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Record a run that ended with `err` before recording itself (it failed to connect, lacked a
@@ -213,6 +245,7 @@ pub fn failed_end(err: &anyhow::Error) -> RunEnd {
         success: false,
         reason,
         reasons: &[],
+        rows: None,
     }
 }
 

@@ -557,6 +557,24 @@ pub(crate) fn archive_unwritten(path: &Path, error: &std::io::Error) -> String {
     )
 }
 
+pub(crate) fn archive_commit_unwritten(path: &Path, error: &std::io::Error, keys: usize) -> String {
+    format!(
+        "--archive {}: cannot write it ({error}); the batch of {keys} keys committed, and its key \
+         lines are in the archive without their commit line",
+        shown_path(path)
+    )
+}
+
+/// The warning when the archive ended in a torn line (a write cut short by a crash).
+pub(crate) fn archive_tail_set_aside(path: &Path, aside: &Path, bytes: u64) -> String {
+    format!(
+        "--archive {} ended in an incomplete line ({bytes} bytes, a write cut short); moved it to \
+         {} and continued after the last complete line",
+        shown_path(path),
+        shown_path(aside)
+    )
+}
+
 /// --apply on a Citus table not distributed by its tenant column.
 pub(crate) fn apply_not_by_tenant(table: &KeyTable, layout: &Layout) -> String {
     if matches!(layout, Layout::SingleShard) {

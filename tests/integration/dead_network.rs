@@ -213,7 +213,9 @@ async fn read_only_commands_give_up_a_dead_path_within_the_deadline() {
     // lock is let go, and the answer goes nowhere.
     for args in [&["stats"][..], &["check"], &["inspect", "no-such-key"]] {
         let proxy = BlackHole::to_socket_dir(&socket, db_port(&db));
-        watcher
+        // Its own session: pg_stat_activity stays as first read within a transaction.
+        let holder = db.client().await;
+        holder
             .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE")
             .await
             .unwrap();
@@ -223,7 +225,7 @@ async fn read_only_commands_give_up_a_dead_path_within_the_deadline() {
                        'idemctl' AND wait_event_type = 'Lock'";
         let release = async {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            watcher.batch_execute("COMMIT").await.unwrap();
+            holder.batch_execute("COMMIT").await.unwrap();
         };
         let url = db.url();
         let ((run, took), ()) = tokio::join!(

@@ -952,5 +952,6 @@ fn run_end(r: &EvictReport) -> RunEnd {
         success: !matches!(r.end_reason, EndReason::Error | EndReason::Interrupted),
         reason: r.end_reason.as_str(),
         reasons: &END_REASONS,
+        rows: Some((r.rows_evicted, "keys deleted")),
     }
 }

@@ -41,6 +41,7 @@ pub mod pushgateway;
 pub mod replica;
 pub mod stuck;
 pub mod tcp;
+pub mod tmpfs;
 
 pub use cmd::{Cmd, IDEMCTL, Run, Spawned};
 pub use pg::{TestDb, connect, ident, pg_error_text};
