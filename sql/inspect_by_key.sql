@@ -3,11 +3,11 @@
 SELECT {tenant}::text AS api_key_id, {key}::text AS key, {request_method} AS request_method,
        {request_path} AS request_path, {fingerprint} AS request_fingerprint, {state} AS state,
        {response_status} AS response_status, {response_body} AS response_body,
-       {locked_at} AS locked_at, {created_at} AS created_at, {expires_at} AS expires_at,
+       {locked_at}{zone} AS locked_at, {created_at}{zone} AS created_at, {expires_at}{zone} AS expires_at,
        now() AS db_now, xmax::text::bigint AS row_xmax,
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
        {in_flight}
-         AND {held_since} < now() - make_interval(secs => $2::float8) AS stuck
+         AND {held_since} < (now() - make_interval(secs => $2::float8)){zone} AS stuck
   FROM {table}
  WHERE {key} = $1::text::{key_type}
  ORDER BY {tenant}

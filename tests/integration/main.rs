@@ -15,6 +15,7 @@ mod explain;
 mod faults;
 mod fixtures;
 mod foreign_keys;
+mod frameworks;
 mod harness_selftest;
 mod hostile;
 mod inspect;
