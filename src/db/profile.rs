@@ -425,6 +425,33 @@ impl Profile {
         ))
     }
 
+    /// The role a column plays in this profile (`key`, `tenant`, ...), None for a column it does not
+    /// map; a column read by the in-flight marker is `in_flight`.
+    pub fn role_of(&self, column: &str) -> Option<&'static str> {
+        let is = |c: &Option<String>| c.as_deref() == Some(column);
+        Some(match () {
+            _ if self.key == column => "key",
+            _ if is(&self.tenant) => "tenant",
+            _ if self.created_at == column => "created_at",
+            _ if matches!(&self.expiry, Expiry::Column { column: c } if c == column) => {
+                "expires_at"
+            }
+            _ if is(&self.locked_at) => "locked_at",
+            _ if is(&self.request_method) => "request_method",
+            _ if is(&self.request_path) => "request_path",
+            _ if self.fingerprint.as_ref().is_some_and(|(c, _)| c == column) => "fingerprint",
+            _ if is(&self.response_status) => "response_status",
+            _ if is(&self.response_body) => "response_body",
+            _ => match &self.in_flight {
+                InFlight::State { column: c, .. } if c == column => "in_flight",
+                InFlight::Mapped { parsed, .. } if parsed.columns().iter().any(|c| c == column) => {
+                    "in_flight"
+                }
+                _ => return None,
+            },
+        })
+    }
+
     /// Whether the table tells a key in flight from a finished one (a mapping may have no marker).
     pub fn has_in_flight_marker(&self) -> bool {
         self.in_flight != InFlight::None

@@ -97,6 +97,15 @@ impl StoredBody {
     }
 }
 
+/// One column of the stored row, its value as the server prints it (None for NULL).
+#[derive(Debug, Clone, Serialize)]
+pub struct RowColumn {
+    pub column: String,
+    /// The role the profile gives it (None: a column the profile does not map).
+    pub role: Option<&'static str>,
+    pub value: Option<String>,
+}
+
 /// A key's stored record.
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyRecord {
@@ -124,6 +133,8 @@ pub struct KeyRecord {
     /// timestamptz columns); every time above is that local time turned into an instant.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
+    /// Every column of the row, in the table's order, mapped ones labelled by role.
+    pub row: Vec<RowColumn>,
     /// The database clock when the record was read; every age is relative to it.
     #[serde(with = "time::serde::rfc3339")]
     pub db_now: OffsetDateTime,
@@ -173,6 +184,7 @@ impl KeyRecord {
             locked_at: row.try_get("locked_at")?,
             created_at: row.try_get("created_at")?,
             expires_at: row.try_get("expires_at")?,
+            row: whole_row(row, table)?,
             time_zone: table
                 .profile
                 .naive_times
@@ -228,6 +240,22 @@ impl KeyRecord {
     pub fn held_since(&self) -> OffsetDateTime {
         self.locked_at.unwrap_or(self.created_at)
     }
+}
+
+/// Every column of an inspect row (`row_columns`, `row_values`), each labelled with its role.
+fn whole_row(row: &Row, table: &KeyTable) -> Result<Vec<RowColumn>> {
+    let names: Option<Vec<String>> = row.try_get("row_columns")?;
+    let values: Option<Vec<Option<String>>> = row.try_get("row_values")?;
+    Ok(names
+        .unwrap_or_default()
+        .into_iter()
+        .zip(values.unwrap_or_default())
+        .map(|(column, value)| RowColumn {
+            role: table.profile.role_of(&column),
+            column,
+            value,
+        })
+        .collect())
 }
 
 /// The `response_body` of an inspect row, typed by its column.

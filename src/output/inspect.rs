@@ -123,7 +123,32 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
         None => doc.text("response_body: (no stored response)"),
         Some(body) => response_body(&mut doc, body),
     }
+    whole_row(&mut doc, r);
     doc
+}
+
+/// Every column of the row as stored, mapped ones labelled by role (the body is shown above).
+fn whole_row(doc: &mut Doc, r: &KeyRecord) {
+    if r.row.is_empty() {
+        return;
+    }
+    let rows = r
+        .row
+        .iter()
+        .map(|c| {
+            let name = match c.role {
+                Some(role) if role != c.column => format!("{} ({role})", sanitize(&c.column)),
+                _ => sanitize(&c.column),
+            };
+            let value = match (&c.value, c.role) {
+                (_, Some("response_body")) => "(shown above)".to_owned(),
+                (None, _) => "NULL".to_owned(),
+                (Some(v), _) => sanitize(v),
+            };
+            (name, value)
+        })
+        .collect();
+    doc.fields(Some("The row as stored:"), rows);
 }
 
 /// A stored body as people read it, saying how it is shown: JSON pretty-printed, text escaped,
