@@ -150,6 +150,14 @@ pub struct GlobalArgs {
     /// if it was.
     #[arg(skip)]
     pub short_ttl_allowed_by: Option<String>,
+    /// The zone a table's `timestamp without time zone` columns are written in (an IANA name,
+    /// e.g. UTC); wins over the config file's time_zone. Ignored for timestamptz columns.
+    #[arg(long, env = "IDEMCTL_TIME_ZONE", value_parser = parse_time_zone, global = true, hide_env_values = true, value_name = "ZONE")]
+    pub time_zone: Option<String>,
+
+    /// Where the time zone was named (`--time-zone`, `IDEMCTL_TIME_ZONE` or the config file).
+    #[arg(skip)]
+    pub time_zone_from: String,
 
     /// Output format. `auto` is a table on a terminal and plain text when piped.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Auto, global = true)]
@@ -898,6 +906,22 @@ fn check_identifier(part: &str) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Check the form of a time zone name (`UTC`, `Europe/Paris`, `Etc/GMT+3`): letters first, then
+/// letters, digits, `/`, `_`, `+` and `-`. Whether the server knows it is checked once connected.
+pub fn parse_time_zone(s: &str) -> Result<String, String> {
+    let formed = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '+' | '-'));
+    if formed {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a time zone name: give an IANA name as pg_timezone_names lists it, e.g. UTC or Europe/Paris"
+        ))
+    }
 }
 
 /// Parse a humantime duration such as `30s`, `5m`, `1h30m`, `7d`; zero is refused.

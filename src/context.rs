@@ -107,6 +107,11 @@ impl Context {
             forced_by: self.global.profile_from.clone(),
             mapping: self.mapping.clone(),
             ttl: self.global.ttl,
+            time_zone: self
+                .global
+                .time_zone
+                .clone()
+                .map(|z| (z, self.global.time_zone_from.clone())),
         };
         let table = KeyTable::resolve(session, &self.global.table, &choice).await?;
         self.metrics.set_table(&table.qualified_name());

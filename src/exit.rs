@@ -35,7 +35,7 @@ pub enum Exit {
 
 impl Exit {
     /// Every code, in the order the documentation lists them (ascending).
-    pub const ALL: [Exit; 11] = [
+    pub const ALL: [Exit; 12] = [
         Exit::Success,
         Exit::Failure,
         Exit::Usage,

@@ -43,6 +43,8 @@ pub fn main_entry() -> std::process::ExitCode {
             g.profile_from =
                 cli::given_by(&m, "profile", "--profile", "IDEMCTL_PROFILE").unwrap_or_default();
             g.ttl_from = cli::given_by(&m, "ttl", "--ttl", "IDEMCTL_TTL").unwrap_or_default();
+            g.time_zone_from = cli::given_by(&m, "time_zone", "--time-zone", "IDEMCTL_TIME_ZONE")
+                .unwrap_or_default();
             Ok(cli)
         });
     let cli = match parsed {

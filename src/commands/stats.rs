@@ -121,7 +121,11 @@ pub async fn gather(
         crate::db::maintenance::autovacuum(c, table).await?,
         recent_ttl.as_ref(),
     );
-    let stuck = if table.stuck_index().is_some() || allow_scan {
+    let no_marker = !table.profile.has_in_flight_marker();
+    if no_marker {
+        notes.push(crate::output::stats::no_in_flight_marker(table));
+    }
+    let stuck = if no_marker || table.stuck_index().is_some() || allow_scan {
         Some(queries::stuck(c, table, stuck_after_secs, cap).await?)
     } else {
         notes.push(format!(

@@ -383,6 +383,9 @@ pub struct ProfileChoice {
     /// A mapping from the config file, used when `--profile` names it or nothing else matches.
     pub mapping: Option<Profile>,
     pub ttl: Option<std::time::Duration>,
+    /// The zone of `timestamp without time zone` columns and where it was named (`--time-zone`,
+    /// IDEMCTL_TIME_ZONE or the config file's time_zone); wins over a mapping's own.
+    pub time_zone: Option<(String, String)>,
 }
 
 /// The shortest TTL evict and stats accept without --force: a unit typo (24m for 24h) stays far
@@ -474,12 +477,32 @@ impl KeyTable {
             .map(|c| c.base_type.clone());
         if let Some(t) = body_type {
             profile.fit_body_type(&t);
+            profile.body_type = t;
         }
         let type_of = |c: &Option<String>| {
             c.as_ref()
                 .and_then(|c| columns.iter().find(|k| &k.name == c))
                 .map_or_else(|| "text".to_owned(), Column::cast_type)
         };
+        if let Some((zone, _)) = &choice.time_zone {
+            profile.time_zone = Some(zone.clone());
+        }
+        profile.naive_times = columns
+            .iter()
+            .any(|c| c.name == profile.created_at && c.base_type == "timestamp without time zone");
+        if profile.naive_times
+            && let Some(zone) = &profile.time_zone
+        {
+            let from = match &choice.time_zone {
+                Some((_, from)) if !from.is_empty() => from.clone(),
+                Some(_) => "--time-zone".to_owned(),
+                None => profile
+                    .origin
+                    .as_ref()
+                    .map_or_else(|| "time_zone".to_owned(), |o| format!("time_zone in {o}")),
+            };
+            check_time_zone(client, zone, &from).await?;
+        }
         profile.tenant_type = type_of(&profile.tenant);
         profile.key_type = type_of(&Some(profile.key.clone()));
         if let Some((column, kind)) = &mut profile.fingerprint {
@@ -577,17 +600,15 @@ impl KeyTable {
     pub fn require_columns(&self) -> Result<()> {
         let problems = self.column_problems();
         let Some((name, found, types)) = problems.first() else {
-            return Ok(());
+            return self.require_readable_times();
         };
         let what = match found {
             None => format!("has no column {name}"),
             Some(t) => format!("column {name} is {t}, expected {}", types.join(" or ")),
         };
-        let advice = match (&self.profile.origin, found.as_deref().and_then(profile::unsupported_type)) {
-            // No mapping can fix the column's type.
-            (_, Some(why)) => why.to_owned(),
-            (Some(origin), None) => format!("the mapping in {origin} names it; correct the mapping"),
-            (None, None) => "pick another with --profile, or map the table's columns in a config file with --config (see the README's \"Table profiles\")".to_owned(),
+        let advice = match &self.profile.origin {
+            Some(origin) => format!("the mapping in {origin} names it; correct the mapping"),
+            None => "pick another with --profile, or map the table's columns in a config file with --config (see docs/profiles.md)".to_owned(),
         };
         Err(fail(
             Exit::Usage,
@@ -597,6 +618,21 @@ impl KeyTable {
                 self.profile.name
             ),
         ))
+    }
+
+    /// Fail when the table's times are `timestamp without time zone` and no zone says how to read
+    /// them (or they mix both kinds).
+    pub fn require_readable_times(&self) -> Result<()> {
+        match self.profile.time_problem(&self.columns) {
+            None => Ok(()),
+            Some(why) => Err(fail(
+                Exit::Usage,
+                format!(
+                    "table {}: {why}; nothing was changed",
+                    self.qualified_name()
+                ),
+            )),
+        }
     }
 
     /// Fail when keys expire at created_at + TTL and no TTL was given.
@@ -671,6 +707,20 @@ impl KeyTable {
             .find(|i| i.identifies_rows(part, key, tenant))
     }
 
+    /// A unique index over the key, the tenant and more columns: the table's identity is wider than
+    /// the mapping's, and an index on the mapping's columns alone would refuse the table's rows.
+    pub fn wider_identity_index(&self) -> Option<&Index> {
+        let (key, tenant) = self.identity_columns();
+        self.indexes.iter().find(|i| {
+            i.is_unique
+                && i.is_valid
+                && i.predicate.is_none()
+                && i.plain_columns().is_some_and(|cols| {
+                    cols.contains(&key) && (tenant.is_empty() || cols.contains(&tenant))
+                })
+        })
+    }
+
     /// The statement that creates the identity index (with the partition key's columns added on a
     /// partitioned table, which PostgreSQL requires of a unique index there).
     pub fn identity_index_fix(&self) -> String {
@@ -729,8 +779,12 @@ impl KeyTable {
         }
     }
 
-    /// The optional partial index on in_progress rows, if present.
+    /// The optional partial index on in_progress rows, if present (never on a table without an
+    /// in-flight marker, which needs none).
     pub fn stuck_index(&self) -> Option<&Index> {
+        if !self.profile.has_in_flight_marker() {
+            return None;
+        }
         let held = self.sql("{held_since}");
         let in_flight = self.sql("{in_flight}");
         self.indexes
@@ -814,7 +868,9 @@ impl KeyTable {
         let p = &self.profile;
         let state = match &p.in_flight {
             profile::InFlight::State { column, .. } => Some(column.clone()),
-            profile::InFlight::Predicate { .. } | profile::InFlight::Mapped { .. } => None,
+            profile::InFlight::Predicate { .. }
+            | profile::InFlight::Mapped { .. }
+            | profile::InFlight::None => None,
         };
         let expiry = match &p.expiry {
             profile::Expiry::Column { column } => Some(column.clone()),
@@ -846,9 +902,9 @@ impl KeyTable {
         let p = &self.profile;
         match &p.in_flight {
             profile::InFlight::State { column, .. } => column,
-            profile::InFlight::Predicate { .. } | profile::InFlight::Mapped { .. } => {
-                p.locked_at.as_deref().unwrap_or(&p.key)
-            }
+            profile::InFlight::Predicate { .. }
+            | profile::InFlight::Mapped { .. }
+            | profile::InFlight::None => p.locked_at.as_deref().unwrap_or(&p.key),
         }
     }
 
@@ -914,7 +970,7 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
         Detected::None(misses) => Err(fail(
             Exit::Usage,
             format!(
-                "table {display} matches no table profile ({}); force one with --profile, or map the table's columns in a config file with --config (the README's \"Configuration file\")",
+                "table {display} matches no table profile ({}); force one with --profile, or map the table's columns in a config file with --config (docs/profiles.md)",
                 misses
                     .iter()
                     .map(|(name, missing)| format!("{name} needs {}", missing.join(", ")))
@@ -922,6 +978,32 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
                     .join("; ")
             ),
         )),
+    }
+}
+
+/// Ask the server whether it knows `zone` (cheaply: converting its clock to it), before anything
+/// reads or changes a row; an unknown zone is a usage error naming where it was given.
+async fn check_time_zone(client: &Session, zone: &str, from: &str) -> Result<()> {
+    match client
+        .query_one(include_str!("../../sql/time_zone_check.sql"), &[p(&zone)])
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.chain()
+                .filter_map(|c| c.downcast_ref::<tokio_postgres::Error>())
+                .any(|pg| {
+                    pg.code() == Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE)
+                }) =>
+        {
+            Err(fail(
+                Exit::Usage,
+                format!(
+                    "time zone {zone:?} (given by {from}) is not one the server knows; give an IANA name as pg_timezone_names lists it, e.g. UTC or Europe/Paris; nothing was changed"
+                ),
+            ))
+        }
+        Err(e) => Err(e.context("failed to check the declared time zone")),
     }
 }
 

@@ -122,11 +122,12 @@ fn candidate_cells(with_tenant: bool, c: &Candidate) -> Vec<String> {
 
 fn preview_action(r: &PreviewReport) -> String {
     match r.action {
-        ReclaimAction::Delete => "delete (the retry runs afresh)".to_owned(),
-        ReclaimAction::Release => {
+        None => "none allowed: the profile lists no reclaim action (set actions in the mapping); this preview only lists the keys".to_owned(),
+        Some(ReclaimAction::Delete) => "delete (the retry runs afresh)".to_owned(),
+        Some(ReclaimAction::Release) => {
             "release (lock cleared; the retry resumes from its recovery point)".to_owned()
         }
-        ReclaimAction::Fail => format!(
+        Some(ReclaimAction::Fail) => format!(
             "fail (completed with status {}; the retry gets it replayed)",
             r.status
         ),
@@ -268,6 +269,26 @@ fn shown_value(v: &str) -> String {
 
 fn shown_path(path: &Path) -> String {
     sanitize(&path.display().to_string())
+}
+
+/// A table without an in-flight marker: reclaim refuses to run.
+pub(crate) fn no_in_flight_marker(table: &KeyTable) -> String {
+    format!(
+        "table {} has no in-flight marker (profile {} maps no in_flight): no key is ever in flight, so there is nothing to reclaim; nothing was changed",
+        table.display(),
+        table.profile.name
+    )
+}
+
+/// A dry run on a table without an in-flight marker.
+pub(crate) fn nothing_in_flight(table: &KeyTable) -> Doc {
+    let mut doc = Doc::default();
+    doc.text(format!(
+        "nothing to reclaim: table {} has no in-flight marker (profile {} maps no in_flight), so no key is ever in flight",
+        table.display(),
+        table.profile.name
+    ));
+    doc
 }
 
 /// A profile whose mapping lists no reclaim action.

@@ -16,6 +16,7 @@ mod explain;
 mod faults;
 mod fixtures;
 mod foreign_keys;
+mod frameworks;
 mod full_disk;
 mod harness_selftest;
 mod hostile;

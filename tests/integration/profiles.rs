@@ -744,24 +744,51 @@ async fn failing_keys_on_a_table_without_expiry_says_what_keeps_them() {
     assert!(run.stdout.contains("kept until created_at + TTL"), "{run}");
 }
 
-/// A timestamp without time zone is named as unsupported, in one line, by detection and by a
-/// forced profile (no mapping could fix it).
+/// A built-in profile on `timestamp without time zone` columns: refused in one line naming the key
+/// that declares their zone; read in the zone the config file's `time_zone` declares; a table that
+/// mixes both kinds of timestamp is refused, naming the odd column.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timestamp_without_time_zone_is_named_as_unsupported() {
-    let ddl = EXPLAINER_DDL.replace("created_at      timestamptz", "created_at      timestamp");
-    let db = loaded(&ddl, "", None).await;
+async fn timestamp_without_time_zone_is_read_in_the_declared_zone() {
+    let ddl = EXPLAINER_DDL.replace(" timestamptz", " timestamp");
+    let rows = explainer_rows(2)
+        .replace("now() - interval", "localtimestamp - interval")
+        .replace("now() + interval", "localtimestamp + interval");
+    let db = loaded(&ddl, &rows, Some(EXPLAINER_INDEXES)).await;
     let run = db.idemctl().args(["--ttl", "1d", "stats"]).run();
     run.assert_code(2).assert_stderr_contains(
-        "explainer needs column created_at as timestamp with time zone (it is timestamp without time zone; idemctl does not support it: it holds no time zone",
+        "table public.idempotency_keys: column created_at, column locked_at is timestamp without time zone, which holds no zone: declare the zone the application writes it in with time_zone = \"UTC\" in a config file, --time-zone or IDEMCTL_TIME_ZONE",
     );
-    assert!(!run.stderr.contains("needs )"), "{run}");
-    let run = db
-        .idemctl()
-        .args(["--profile", "explainer", "--ttl", "1d", "stats"])
-        .run();
-    run.assert_code(2)
-        .assert_stderr_contains("column created_at is timestamp without time zone, expected timestamp with time zone, which profile explainer needs; idemctl does not support it");
-    assert!(!run.stderr.contains("correct the mapping"), "{run}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    let zone: String = db
+        .client()
+        .await
+        .query_one("SELECT current_setting('TimeZone')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    std::fs::write(&config, format!("ttl = \"1d\"\ntime_zone = \"{zone}\"\n")).unwrap();
+    let config = config.to_string_lossy().into_owned();
+    db.idemctl()
+        .args(["--config", &config, "check"])
+        .run()
+        .assert_success();
+    db.idemctl()
+        .args(["--config", &config, "-q", "evict"])
+        .run()
+        .assert_success();
+    assert_eq!(count_like(&db, "key", "done-old").await, 0);
+    assert_eq!(count_like(&db, "key", "done-new").await, 2);
+    assert_eq!(count_like(&db, "key", "stuck-old").await, 2);
+    let mixed = EXPLAINER_DDL.replace("created_at      timestamptz", "created_at      timestamp");
+    let db = loaded(&mixed, "", None).await;
+    db.idemctl()
+        .args(["--time-zone", "UTC", "--ttl", "1d", "stats"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains(
+            "column created_at is timestamp without time zone while the other time columns are timestamp with time zone",
+        );
 }
 
 /// Types as frameworks declare them: a modifier (`varchar(255)`, `timestamptz(6)`, `timestamptz(0)`)
