@@ -184,7 +184,7 @@ pub struct GlobalArgs {
     /// like) and then assumes transaction pooling; session keeps session-level settings and the
     /// per-table lock (a direct connection or a session-mode pooler); transaction keeps everything
     /// inside idemctl's own transactions.
-    #[arg(long, value_enum, env = "IDEMCTL_POOL_MODE", default_value_t = PoolMode::Auto, global = true)]
+    #[arg(long, value_enum, env = "IDEMCTL_POOL_MODE", hide_env_values = true, default_value_t = PoolMode::Auto, global = true)]
     pub pool_mode: PoolMode,
 }
 
@@ -329,7 +329,7 @@ pub struct CheckArgs {
     after_help = "Silent on success when not on a terminal (cron mails any output). \
 Exit status 7 when another evict holds the table's lock, 130 when interrupted.\n\n\
 Every five minutes from cron, metrics for node_exporter's textfile collector:\n  \
-*/5 * * * * idemctl evict --max-runtime 4m --textfile evict.prom"
+*/5 * * * * /usr/local/bin/idemctl evict --max-runtime 4m --textfile evict.prom"
 )]
 pub struct EvictArgs {
     /// Allow a --ttl under 1 hour (on a table without an expiry column): a unit typo (24m for
@@ -609,10 +609,15 @@ pub enum ReclaimAction {
 /// `idemctl reclaim`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Walkthrough: idemctl stats; idemctl inspect KEY; idemctl reclaim --dry-run; \
-idemctl reclaim --plan plan.json; idemctl reclaim --apply plan.json. Finding stuck keys needs the \
-optional in_progress index (sql/maintenance_indexes.sql) or --allow-scan.\n\
-One route's stuck keys: idemctl reclaim --dry-run --path /v1/payments --method POST --older-than 15m\n\
+    after_help = "Walkthrough (finding stuck keys needs the optional in_progress index, \
+sql/maintenance_indexes.sql, or --allow-scan):\n  \
+idemctl stats\n  \
+idemctl inspect KEY --api-key-id TENANT\n  \
+idemctl reclaim --dry-run\n  \
+idemctl reclaim --plan plan.json\n  \
+idemctl reclaim --apply plan.json\n\n\
+One route's stuck keys:\n  \
+idemctl reclaim --dry-run --path /v1/payments --method POST --older-than 15m\n\n\
 Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force) \
 or a filter is invalid or does not fit the table (--path on a table without a request path)."
 )]
@@ -719,7 +724,7 @@ pub struct MetricsArgs {
     /// Push the same metrics to a Prometheus Pushgateway (http://host:9091), grouped by job
     /// (idemctl_COMMAND), database, table and each --label: for a Kubernetes CronJob, which has
     /// no textfile directory. A failed push is one warning line; the run's exit code stands.
-    #[arg(long, env = "IDEMCTL_PUSHGATEWAY", value_parser = crate::metrics::push::parse_push_url, value_name = "URL")]
+    #[arg(long, env = "IDEMCTL_PUSHGATEWAY", hide_env_values = true, value_parser = crate::metrics::push::parse_push_url, value_name = "URL")]
     pub pushgateway: Option<crate::metrics::PushUrl>,
 
     /// Add a label to every series (repeatable), e.g. --label cluster=eu1 to tell apart two
@@ -958,6 +963,24 @@ mod tests {
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
         command().debug_assert();
+    }
+
+    /// --help never shows a variable's value: it would print `[env: X=]` for an empty one, and a
+    /// password for a URL that holds one.
+    #[test]
+    fn help_shows_no_environment_value() {
+        let cmd = Cli::command();
+        let args = cmd
+            .get_arguments()
+            .chain(cmd.get_subcommands().flat_map(clap::Command::get_arguments));
+        for a in args.filter(|a| a.get_env().is_some()) {
+            assert!(
+                a.is_hide_env_values_set(),
+                "--{} reads {:?}: give it hide_env_values = true",
+                a.get_long().unwrap_or_default(),
+                a.get_env().unwrap_or_default()
+            );
+        }
     }
 
     #[test]

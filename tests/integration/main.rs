@@ -10,6 +10,7 @@ mod cli;
 mod concurrency;
 mod config_file;
 mod direct_tls;
+mod docs;
 mod evict;
 mod explain;
 mod faults;
