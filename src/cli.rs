@@ -361,8 +361,8 @@ pub struct EvictArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true, value_name = "N")]
     pub max_rows: Option<u64>,
 
-    /// Sleep this long between batches, to leave room for live traffic (fixes the pace: with it
-    /// the duty cycle is --duty-cycle's, 20 by default).
+    /// Rest this long after every batch, on top of the duty cycle's rest (--duty-cycle's, 20% by
+    /// default: after a batch that took T, T * 4 + DUR). Fixes the pace: the adaptive pace is off.
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DUR")]
     pub pause: Option<Duration>,
 

@@ -247,3 +247,40 @@ async fn every_evict_summary_figure_is_what_sql_counts() {
         "{run}"
     );
 }
+
+/// --pause says what it does: a rest after every batch on top of the fixed duty cycle's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_summary_names_the_pause_on_top_of_the_duty_cycle() {
+    let db = table(Mix {
+        expired: 50,
+        ..Mix::default()
+    })
+    .await;
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "--pause",
+            "10ms",
+            "--batch-size",
+            "20",
+            "-o",
+            "plain",
+        ])
+        .run_async()
+        .await;
+    run.assert_success();
+    assert_eq!(
+        field(&run.stdout, "pace"),
+        "fixed 20% duty cycle + a 10ms pause after each batch",
+        "{run}"
+    );
+    let run = db
+        .idemctl()
+        .args(["evict", "--duty-cycle", "50", "-o", "json"])
+        .run_async()
+        .await;
+    let pace = &run.json()["pace"];
+    assert_eq!(pace["duty_cycle"], 50, "{run}");
+    assert!(pace.get("pause_seconds").is_none(), "{run}");
+}
