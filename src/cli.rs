@@ -195,7 +195,7 @@ pub struct GlobalArgs {
     /// like) and then assumes transaction pooling; session keeps session-level settings and the
     /// per-table lock (a direct connection or a session-mode pooler); transaction keeps everything
     /// inside idemctl's own transactions.
-    #[arg(long, value_enum, env = "IDEMCTL_POOL_MODE", default_value_t = PoolMode::Auto, global = true)]
+    #[arg(long, value_enum, env = "IDEMCTL_POOL_MODE", hide_env_values = true, default_value_t = PoolMode::Auto, global = true)]
     pub pool_mode: PoolMode,
 }
 
@@ -382,7 +382,7 @@ pub struct CheckArgs {
     after_help = "Silent on success when not on a terminal (cron mails any output). \
 Exit status 7 when another evict holds the table's lock, 130 when interrupted.\n\n\
 Every five minutes from cron, metrics for node_exporter's textfile collector:\n  \
-*/5 * * * * idemctl evict --max-runtime 4m --textfile evict.prom"
+*/5 * * * * /usr/local/bin/idemctl evict --max-runtime 4m --textfile evict.prom"
 )]
 pub struct EvictArgs {
     /// Allow a --ttl under 1 hour (on a table without an expiry column): a unit typo (24m for
@@ -414,8 +414,8 @@ pub struct EvictArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true, value_name = "N")]
     pub max_rows: Option<u64>,
 
-    /// Sleep this long between batches, to leave room for live traffic (fixes the pace: with it
-    /// the duty cycle is --duty-cycle's, 20 by default).
+    /// Rest this long after every batch, on top of the duty cycle's rest (--duty-cycle's, 20% by
+    /// default: after a batch that took T, T * 4 + DUR). Fixes the pace: the adaptive pace is off.
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DUR")]
     pub pause: Option<Duration>,
 
@@ -662,10 +662,15 @@ pub enum ReclaimAction {
 /// `idemctl reclaim`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Walkthrough: idemctl stats; idemctl inspect KEY; idemctl reclaim --dry-run; \
-idemctl reclaim --plan plan.json; idemctl reclaim --apply plan.json. Finding stuck keys needs the \
-optional in_progress index (sql/maintenance_indexes.sql) or --allow-scan.\n\
-One route's stuck keys: idemctl reclaim --dry-run --path /v1/payments --method POST --older-than 15m\n\
+    after_help = "Walkthrough (finding stuck keys needs the optional in_progress index, \
+sql/maintenance_indexes.sql, or --allow-scan):\n  \
+idemctl stats\n  \
+idemctl inspect KEY --api-key-id TENANT\n  \
+idemctl reclaim --dry-run\n  \
+idemctl reclaim --plan plan.json\n  \
+idemctl reclaim --apply plan.json\n\n\
+One route's stuck keys:\n  \
+idemctl reclaim --dry-run --path /v1/payments --method POST --older-than 15m\n\n\
 Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force) \
 or a filter is invalid or does not fit the table (--path on a table without a request path)."
 )]
@@ -774,17 +779,26 @@ pub struct MetricsArgs {
     /// CronJob, which has no textfile directory. https trusts the system's root certificates.
     /// user:password@ in the URL is sent as basic auth. A failed push is one warning line; the
     /// run's exit code stands.
-    #[arg(long, env = "IDEMCTL_PUSHGATEWAY", value_parser = crate::metrics::push::parse_push_url, value_name = "URL")]
+    #[arg(long, env = "IDEMCTL_PUSHGATEWAY", hide_env_values = true, value_parser = crate::metrics::push::parse_push_url, value_name = "URL")]
     pub pushgateway: Option<crate::metrics::PushUrl>,
 
     /// Trust only the CA certificates in FILE (PEM) for an https:// Pushgateway, instead of the
     /// system's root certificates.
-    #[arg(long, env = "IDEMCTL_PUSHGATEWAY_CA", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "IDEMCTL_PUSHGATEWAY_CA",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
     pub pushgateway_ca: Option<PathBuf>,
 
     /// Send the credentials of an http:// Pushgateway URL although plain http carries them in
     /// clear (refused otherwise, exit 2).
-    #[arg(long, env = "IDEMCTL_PUSHGATEWAY_ALLOW_HTTP_AUTH")]
+    #[arg(
+        long,
+        env = "IDEMCTL_PUSHGATEWAY_ALLOW_HTTP_AUTH",
+        hide_env_values = true
+    )]
     pub pushgateway_allow_http_auth: bool,
 
     /// Add a label to every series (repeatable), e.g. --label cluster=eu1 to tell apart two
@@ -1043,6 +1057,24 @@ mod tests {
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
         command().debug_assert();
+    }
+
+    /// --help never shows a variable's value: it would print `[env: X=]` for an empty one, and a
+    /// password for a URL that holds one.
+    #[test]
+    fn help_shows_no_environment_value() {
+        let cmd = Cli::command();
+        let args = cmd
+            .get_arguments()
+            .chain(cmd.get_subcommands().flat_map(clap::Command::get_arguments));
+        for a in args.filter(|a| a.get_env().is_some()) {
+            assert!(
+                a.is_hide_env_values_set(),
+                "--{} reads {:?}: give it hide_env_values = true",
+                a.get_long().unwrap_or_default(),
+                a.get_env().unwrap_or_default()
+            );
+        }
     }
 
     #[test]

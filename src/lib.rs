@@ -78,6 +78,24 @@ pub fn main_entry() -> std::process::ExitCode {
     }
 }
 
+/// Parse a command line as the binary would, without running it: Ok when idemctl accepts it (or
+/// it asks for --help or --version), else the one line a usage error prints. The documentation
+/// tests hold every example of the README, the guide, --help and the man page to it.
+pub fn check_args<I, T>(args: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let parsed = <cli::Cli as clap::CommandFactory>::command()
+        .try_get_matches_from(args)
+        .and_then(|m| <cli::Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    match parsed {
+        Ok(_) => Ok(()),
+        Err(e) if !e.use_stderr() => Ok(()),
+        Err(e) => Err(usage_error_line(&e)),
+    }
+}
+
 /// clap's usage error as one line: its message without the blank lines, usage block and "For more
 /// information" footer, pointing at `--help` instead.
 fn usage_error_line(e: &clap::Error) -> String {

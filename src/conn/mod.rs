@@ -28,6 +28,7 @@ mod verify;
 mod tests;
 
 pub use env::{Env, ProcessEnv};
+pub(crate) use params::ENV_VARS as LIBPQ_ENV_VARS;
 pub(crate) use pool::setting_millis;
 pub use pool::{Line, Pool, Route};
 

@@ -474,10 +474,19 @@ pub(crate) fn pace_status(p: &PaceStatus) -> String {
 pub(crate) fn pace_summary(r: &PaceReport) -> String {
     if r.mode != "adaptive" {
         let duty = r.duty_cycle.unwrap_or(20);
+        let pause = r
+            .pause_seconds
+            .map(|p| {
+                format!(
+                    " + a {} pause after each batch",
+                    ttl_text(std::time::Duration::from_secs_f64(p))
+                )
+            })
+            .unwrap_or_default();
         return match &r.fallback {
             // The reason names the role as the server has it.
             Some(why) => format!("fixed {duty}% duty cycle ({})", escape_controls(why)),
-            None => format!("fixed {duty}% duty cycle"),
+            None => format!("fixed {duty}% duty cycle{pause}"),
         };
     }
     let mut text = format!(

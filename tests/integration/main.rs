@@ -11,6 +11,7 @@ mod concurrency;
 mod config_file;
 mod dead_network;
 mod direct_tls;
+mod docs;
 mod evict;
 mod explain;
 mod faults;

@@ -246,11 +246,13 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let (drops, drop_result) =
         drop_phase(ctx, args, &table, &client, started, gate.as_deref()).await;
     let progress = if ctx.output.progress_allowed() {
-        Progress::rows(
-            evict_db::estimate_backlog(&client, &table)
-                .await
-                .unwrap_or(0),
-        )
+        // The bar's goal is the backlog counted now, exactly up to the cap (a walk of the expiry
+        // index), not the planner's estimate, which stale statistics can put far off.
+        let goal = backlog_from(&client, &table, None)
+            .await
+            .ok()
+            .map(|c| progress_goal(c, args));
+        Progress::rows(goal, args.max_runtime.map(|m| started + m))
     } else {
         Progress::hidden()
     };
@@ -545,6 +547,15 @@ async fn backlog_from(
     cursor: Option<OffsetDateTime>,
 ) -> Result<Capped> {
     evict_db::backlog_from(client, table, cursor, COUNT_CAP).await
+}
+
+/// The progress bar's goal: the backlog counted (exact, or at least the cap), or --max-rows below it.
+fn progress_goal(counted: Capped, args: &EvictArgs) -> crate::progress::Goal {
+    crate::progress::Goal::new(
+        u64::try_from(counted.count).unwrap_or(0),
+        counted.at_least,
+        args.max_rows,
+    )
 }
 
 /// Expired keys not completed from `cursor` on, examining at most the cap of expired rows.
