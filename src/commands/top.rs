@@ -135,6 +135,8 @@ async fn once(
         help: false,
         color: false,
         once: true,
+        recovered: None,
+        back_at: None,
     };
     crate::output::write_stdout(&view::plain(&v, width))?;
     Ok(Exit::Success)
@@ -167,6 +169,8 @@ async fn live(
         help: false,
         color: ctx.output.color,
         once: false,
+        recovered: None,
+        back_at: None,
     };
     let deadline = refresh_deadline(args.interval);
     let mut session = Some(session);
@@ -187,6 +191,9 @@ async fn live(
                 session = back;
                 match result {
                     Ok(s) => {
+                        if matches!(v.status, Status::Lost { .. }) {
+                            v.back_at = Some(OffsetDateTime::now_utc());
+                        }
                         v.frame = Some(history.absorb(s, args));
                         v.trends = history.trends.clone();
                         v.status = if paused { Status::Paused } else { Status::Live };
@@ -196,7 +203,11 @@ async fn live(
                             Status::Lost { since, .. } => *since,
                             _ => OffsetDateTime::now_utc(),
                         };
-                        v.status = Status::Lost { message: crate::one_line(&e), since };
+                        let message = crate::one_line(&e);
+                        v.recovered = Some((message.clone(), since));
+                        v.status = Status::Lost { message, since };
+                        // The next try waits an interval, so that the loss stays in view.
+                        next = tokio::time::Instant::now() + args.interval;
                     }
                 }
             }
@@ -261,7 +272,7 @@ async fn within<T>(deadline: Duration, work: impl Future<Output = Result<T>>) ->
 }
 
 /// One refresh on `session`, or on a new one when the last refresh failed. A session that failed
-/// is dropped, not handed back.
+/// is closed, not handed back.
 async fn refresh<'a>(
     ctx: &'a Context,
     session: Option<Session>,
@@ -279,7 +290,10 @@ async fn refresh<'a>(
     };
     match within(deadline, sample(ctx, &session, table, layout, args)).await {
         Ok(s) => (Some(session), Ok(s)),
-        Err(e) => (None, Err(e)),
+        Err(e) => {
+            session.discard();
+            (None, Err(e))
+        }
     }
 }
 

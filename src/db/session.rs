@@ -102,6 +102,12 @@ impl Session {
         &self.client
     }
 
+    /// Take the connection out of the pool and close it: a session that stopped answering is
+    /// never handed out again (a recycling check would wait on it first).
+    pub fn discard(self) {
+        drop(deadpool_postgres::Object::take(self.client));
+    }
+
     /// Set a GUC for the rest of this session's work: `SET` on an owned session, `SET LOCAL` in
     /// each later transaction behind a pooler. `value` is idemctl's own (a duration, a keyword).
     pub async fn set(&self, name: &'static str, value: &str) -> Result<(), Error> {

@@ -189,7 +189,14 @@ pub struct View {
     pub color: bool,
     /// One frame printed as text (`--once`): no key hints.
     pub once: bool,
+    /// The last connection lost (why, since when), and when a refresh answered again: shown for
+    /// a minute after.
+    pub recovered: Option<(String, OffsetDateTime)>,
+    pub back_at: Option<OffsetDateTime>,
 }
+
+/// How long the view says a lost connection came back.
+const BACK_SHOWN_SECONDS: f64 = 60.0;
 
 const TITLE_HELP: &str = "q quit  p pause  ? help";
 
@@ -601,6 +608,20 @@ fn bottom_lines(f: &Frame, view: &View) -> Vec<Line<'static>> {
             style(view.color, Color::Red).add_modifier(Modifier::BOLD),
         )));
     }
+    if let (Status::Live | Status::Paused, Some((message, since)), Some(back)) =
+        (&view.status, &view.recovered, view.back_at)
+        && (f.taken_at - back).as_seconds_f64() < BACK_SHOWN_SECONDS
+    {
+        lines.push(Line::from(Span::styled(
+            format!(
+                "connection back at {} (lost at {}: {})",
+                clock(back),
+                clock(*since),
+                escape_controls(message)
+            ),
+            style(view.color, Color::Yellow),
+        )));
+    }
     for w in &f.workers {
         lines.push(Line::from(format!(
             "worker {} ({} shards): backlog {}, lag {}, dead {}, in {} / out {}",
@@ -895,6 +916,8 @@ mod tests {
             help: false,
             color: false,
             once: true,
+            recovered: None,
+            back_at: None,
         }
     }
 

@@ -489,3 +489,69 @@ async fn top_names_a_session_waiting_for_a_key_row_and_who_holds_it() {
     holder.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(waiting.await.unwrap().unwrap(), 1);
 }
+
+/// Resumes a stopped server process when dropped, whatever the test did meanwhile.
+struct Stopped(i32);
+
+impl Stopped {
+    fn stop(pid: i32) -> Stopped {
+        Cmd::of("kill")
+            .args(["-s", "STOP", &pid.to_string()])
+            .run()
+            .assert_code(0);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-s", "CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// A server process that stops answering (as a silent network looks from the client) freezes
+/// nothing: the refresh gives up at its deadline, the view says so, and the next refresh answers
+/// on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_shows_as_lost_at_the_deadline_and_a_new_connection_takes_over() {
+    let db = table(20).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = Tmux::start(&top_script(dir.path(), &db, "--interval 1s"));
+    tmux.wait_for("the view", Duration::from_secs(30), |s| {
+        s.contains("live") && s.contains("backlog")
+    });
+    let backend: i32 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT pid FROM pg_stat_activity \
+              WHERE application_name = 'idemctl' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let stopped = Stopped::stop(backend);
+    let lost = tmux.wait_for("the lost connection", Duration::from_secs(30), |s| {
+        s.contains("CONNECTION LOST")
+    });
+    assert!(
+        lost.contains("no answer from the server within 5s"),
+        "{lost}"
+    );
+    // Keys still work while the server is silent.
+    tmux.keys("?");
+    tmux.wait_for("the help", Duration::from_secs(10), |s| {
+        s.contains("help · ? closes")
+    });
+    tmux.keys("?");
+    let back = tmux.wait_for("the view live again", Duration::from_secs(30), |s| {
+        s.contains(" live") && !s.contains("CONNECTION LOST")
+    });
+    assert!(back.contains("connection back at "), "{back}");
+    drop(stopped);
+    tmux.keys("q");
+    assert_restored(&tmux, 0);
+}
