@@ -555,3 +555,102 @@ async fn a_silent_server_shows_as_lost_at_the_deadline_and_a_new_connection_take
     tmux.keys("q");
     assert_restored(&tmux, 0);
 }
+
+/// Through a transaction pooler top reads what it reads directly, each statement in a transaction
+/// of its own, and says it is behind one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_through_a_transaction_pooler_reads_its_figures_without_session_state() {
+    use crate::support::pgbouncer::{Mode, PgBouncer};
+    let db = table(77).await;
+    let bouncer = PgBouncer::start(&db, Mode::Transaction, 2, &[]).await;
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", bouncer.url())
+        .args(["top", "--once", "-o", "json", "--interval", "500ms"])
+        .run_async()
+        .await;
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["pooled"], true, "{j}");
+    assert_eq!(j["backlog"]["count"], 77, "{j}");
+    assert_eq!(j["stuck"]["count"], 3, "{j}");
+    assert_eq!(j["insert_per_second"], 0.0, "{j}");
+    let text = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", bouncer.url())
+        .args(["top", "--once", "--interval", "500ms"])
+        .run_async()
+        .await;
+    text.assert_code(0)
+        .assert_stdout_contains("through a transaction pooler: each read is a transaction");
+    // No server session is left in a transaction, or with anything prepared.
+    let left = db
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+              AND state LIKE 'idle in transaction%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(left, 0);
+}
+
+/// On a table Citus distributes, top's figures are stats' (the shards added up) and it draws one
+/// line per worker with the worker's part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_citus_top_draws_one_line_per_worker_and_agrees_with_stats() {
+    use crate::support::citus::Layout;
+    let Some(db) = crate::citus::loaded_with(
+        Layout::ByTenant,
+        Mix {
+            expired: 600,
+            live: 200,
+            fresh: 10,
+            stuck: 5,
+            expired_in_progress: 0,
+        },
+        "citus top",
+    )
+    .await
+    else {
+        return;
+    };
+    let stats = db.idemctl().args(["stats", "-o", "json"]).run();
+    stats.assert_code(0);
+    let top = db
+        .idemctl()
+        .args(["top", "--once", "-o", "json", "--interval", "500ms"])
+        .run();
+    top.assert_code(0);
+    let (s, t) = (stats.json(), top.json());
+    assert_eq!(t["backlog"], s["expired_backlog"], "{t}");
+    assert_eq!(t["backlog"]["count"], 600, "{t}");
+    assert_eq!(t["total_bytes"], s["sizes"]["total_bytes"], "{t}");
+    let workers = t["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{t}");
+    let per_worker: i64 = workers
+        .iter()
+        .map(|w| w["backlog"]["count"].as_i64().unwrap())
+        .sum();
+    assert_eq!(per_worker, 600, "{t}");
+    assert!(workers.iter().all(|w| w["insert_per_second"] == 0.0), "{t}");
+    let text = db
+        .idemctl()
+        .args(["top", "--once", "--interval", "500ms"])
+        .run();
+    text.assert_code(0);
+    let lines: Vec<&str> = text
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("│worker "))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", text.stdout);
+    assert!(
+        text.stdout.contains("Citus workers, sessions and waits"),
+        "{}",
+        text.stdout
+    );
+}
