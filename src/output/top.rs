@@ -426,12 +426,40 @@ fn eviction_block(f: &Frame, view: &View, area: Rect, buf: &mut Buffer) {
         let v = if series.is_some() { v } else { v.union(s) };
         Span::styled(fit(&value, usize::from(v.width)), st).render(v, buf);
         if let Some(series) = series {
+            // The backlog and the lag are drawn from their lowest value in view, so that a slow
+            // climb or fall shows; a rate from 0, so that a stop shows.
+            let (data, max) = sparkline_data(tail(series, s.width), n < 2);
             Sparkline::default()
-                .data(tail(series, s.width))
+                .data(data)
+                .max(max)
                 .style(style(view.color, Color::Cyan))
                 .render(s, buf);
         }
     }
+}
+
+/// A trend's bars and their full height: from 0, or (`from_lowest`) from the lowest value shown,
+/// a flat trend then drawn as the lowest bar.
+fn sparkline_data(values: &[u64], from_lowest: bool) -> (Vec<u64>, u64) {
+    let lo = if from_lowest {
+        values.iter().copied().min().unwrap_or(0)
+    } else {
+        0
+    };
+    let hi = values.iter().copied().max().unwrap_or(0);
+    if from_lowest {
+        // The lowest value is an eighth of the height (the lowest bar), the highest the whole.
+        let range = hi - lo;
+        if range == 0 {
+            return (vec![1; values.len()], 8);
+        }
+        let data = values
+            .iter()
+            .map(|v| (v - lo).saturating_mul(7).saturating_add(range))
+            .collect();
+        return (data, range.saturating_mul(8));
+    }
+    (values.to_vec(), hi.max(1))
 }
 
 fn row_of(area: Rect, n: usize) -> Option<Rect> {
@@ -935,6 +963,17 @@ mod tests {
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("12,345"), "{text}");
         assert!(text.contains("0.75  falling behind"), "{text}");
+    }
+
+    #[test]
+    fn a_trend_is_drawn_from_its_lowest_value_or_from_zero() {
+        assert_eq!(
+            sparkline_data(&[100, 104, 108], true),
+            (vec![8, 36, 64], 64)
+        );
+        assert_eq!(sparkline_data(&[7, 7], true), (vec![1, 1], 8));
+        assert_eq!(sparkline_data(&[0, 5], false), (vec![0, 5], 5));
+        assert_eq!(sparkline_data(&[], false), (vec![], 1));
     }
 
     #[test]
