@@ -382,12 +382,20 @@ fn eviction_block(f: &Frame, view: &View, area: Rect, buf: &mut Buffer) {
     } else {
         human_secs(f.eviction_lag_seconds)
     };
+    // Behind: evicting less than is inserted while the backlog grows (fewer evictions than
+    // inserts is normal while the keys inserted have not expired yet).
+    let recent = tail(&view.trends.backlog, 30);
+    let growing = recent.first() < recent.last();
+    let empty = f.backlog.is_some_and(|b| b.count == 0);
     let ratio = match f.removal_ratio() {
-        Some(r) if r >= 0.95 => (format!("{r:.2}  keeps up"), style(view.color, Color::Green)),
-        Some(r) => (
-            format!("{r:.2}  falling behind"),
+        Some(r) if r >= 0.95 || empty => {
+            (format!("{r:.2}  keeps up"), style(view.color, Color::Green))
+        }
+        Some(r) if growing => (
+            format!("{r:.2}  falling behind: the backlog grows"),
             style(view.color, Color::Red),
         ),
+        Some(r) => (format!("{r:.2}"), Style::default()),
         None if f.insert_per_second == Some(0.0) => ("no inserts".into(), Style::default()),
         None => ("measuring…".into(), Style::default()),
     };
@@ -962,7 +970,22 @@ mod tests {
         assert!(text.lines().count() <= 24, "{text}");
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("12,345"), "{text}");
-        assert!(text.contains("0.75  falling behind"), "{text}");
+        assert!(text.contains("0.75\n") || text.contains("0.75 "), "{text}");
+    }
+
+    #[test]
+    fn eviction_falls_behind_only_while_the_backlog_grows() {
+        let mut v = view();
+        v.trends.backlog = vec![100, 100];
+        assert!(!plain(&v, 80).contains("falling behind"));
+        v.trends.backlog = vec![100, 120];
+        let text = plain(&v, 80);
+        assert!(
+            text.contains("0.75  falling behind: the backlog grows"),
+            "{text}"
+        );
+        v.frame.as_mut().unwrap().evict_per_second = Some(240.0);
+        assert!(plain(&v, 80).contains("1.00  keeps up"));
     }
 
     #[test]
