@@ -223,6 +223,9 @@ def goals(results):
     if results["meta"].get("options", {}).get("citus_only"):
         _citus_goals(results, add)
         return out
+    if results["meta"].get("options", {}).get("top_only"):
+        _top_goals(results, add)
+        return out
 
     def catch_up(who, s):
         ra = (s.get("ratio_article") or {}).get("median")
@@ -330,7 +333,55 @@ def goals(results):
     _pace_goals(results, tp, dname, add)
     _rate_goals(results, add)
     _citus_goals(results, add)
+    _top_goals(results, add)
     return out
+
+
+TOP_REFRESH_MS = 50
+TOP_CPU_PCT = 1.0
+
+
+def _top_goals(results, add):
+    """Issue 27's cost goals for idemctl top (when the top phase ran)."""
+    top = results.get("top") or {}
+    if not top.get("refreshes"):
+        return
+    worst = top.get("refresh_ms_max")
+    add("top: database time per refresh", f"< {TOP_REFRESH_MS} ms",
+        f"median {_n(top.get('refresh_ms_median'), 1)} ms, max {_n(worst, 1)} ms "
+        f"({len(top['refreshes'])} refreshes, {top.get('rows', 0):,} rows)",
+        None if worst is None else worst < TOP_REFRESH_MS)
+    live = top.get("live") or {}
+    cpu = live.get("idemctl_cpu_pct")
+    add("top: CPU at the default interval (2 s)", f"< {TOP_CPU_PCT:g} % of one core",
+        f"{_n(cpu, 2)} % (idemctl), {_n(live.get('backend_cpu_pct'), 2)} % (its server backend) "
+        f"over {_n(live.get('seconds'))} s" if cpu is not None else "not measured",
+        None if cpu is None else cpu < TOP_CPU_PCT)
+
+
+def _top_section(w, results):
+    top = results.get("top") or {}
+    if not top.get("refreshes"):
+        return
+    live = top.get("live") or {}
+    w("## 6. idemctl top: the cost of a refresh")
+    w("")
+    w(f"On a fresh copy of the main template ({top.get('rows', 0):,} rows) with idemctl's optional "
+      "in_progress index, so that every statement of a refresh runs. Refresh time: what "
+      "`idemctl top --once -o json` reports as `refresh_ms`, the wall time of one refresh's "
+      "statements (round trips on the unix socket included), the second refresh of each run. CPU: a "
+      "live `idemctl top` at its default interval (2 s) in tmux (80x24), from /proc, for idemctl's "
+      "process and for its server backend.")
+    w("")
+    ms = [r["refresh_ms"] for r in top["refreshes"]]
+    w("| figure | value |")
+    w("|---|---|")
+    w(f"| refresh time, median of {len(ms)} | {_n(top.get('refresh_ms_median'), 1)} ms |")
+    w(f"| refresh time, max | {_n(top.get('refresh_ms_max'), 1)} ms |")
+    if live:
+        w(f"| idemctl's CPU over {_n(live.get('seconds'))} s | {_n(live.get('idemctl_cpu_pct'), 2)} % of one core |")
+        w(f"| its server backend's CPU | {_n(live.get('backend_cpu_pct'), 2)} % of one core |")
+    w("")
 
 
 def _rate_goals(results, add):
@@ -737,6 +788,20 @@ def render(results, json_rel, chosen_defaults=None):
     w(f"| load generator | {m.get('pgbench', '?')}, Python {mach.get('python', '?')} driver "
       "(stdlib wire-protocol client, autocommit) |")
     w("")
+    if o.get("top_only"):
+        # bench/run --top-only: the top phase alone, its goals and failures.
+        w("## Goals (issue 27)")
+        w("")
+        w("| goal | target | measured | met? | note |")
+        w("|---|---|---|---|---|")
+        for g in results.get("goals", []):
+            verdict = {True: "**yes**", False: "**no**", None: "n/a"}[g["met"]]
+            w(f"| {g['goal']} | {g['target']} | {g['measured']} | {verdict} | {g['note']} |")
+        w("")
+        _top_section(w, results)
+        for f in results.get("failures", []):
+            w(f"- failed: {f['where']}: {f['error']}")
+        return "\n".join(L)
     if o.get("citus_only"):
         # bench/run --citus-only: the Citus phase alone, its goals and failures.
         w("## Goals (issue 13)")
@@ -988,6 +1053,9 @@ def render(results, json_rel, chosen_defaults=None):
 
     # ---- Citus
     _citus_section(w, results)
+
+    # ---- top
+    _top_section(w, results)
 
     # ---- failures
     if results.get("failures"):

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 
-use super::stats::{STUCK_CAP, StatsReport};
+use super::stats::StatsReport;
 use crate::cli::{OutputFormat, TopArgs};
 use crate::context::Context;
 use crate::db::activity::{self, IdemctlSession, RowWait};
@@ -25,8 +25,11 @@ use crate::output::top::{
     self as view, Count, Frame, Key, KeyFig, SessionFig, Status, TtlFig, View, WaitFig, WorkerFig,
 };
 
-/// The backlog is counted exactly up to this many keys, as `stats` counts it by default.
-pub const BACKLOG_CAP: i64 = 10_000;
+/// The backlog and the stuck keys are counted exactly up to this many each refresh (`stats`
+/// counts further, once): past it the view says "at least" and shows the planner's estimate of the
+/// backlog, which its trend follows. Each counted key is an index entry, and the backlog's a heap
+/// read too, so the cap is what keeps a refresh short on a table far behind.
+pub const CAP: i64 = 1_000;
 
 /// Sessions and waits listed, at most.
 const LISTED: i64 = 20;
@@ -139,6 +142,8 @@ async fn once(
         help: false,
         color: false,
         once: true,
+        recovered: None,
+        back_at: None,
     };
     crate::output::write_stdout(&view::plain(&v, width))?;
     Ok(Exit::Success)
@@ -171,6 +176,8 @@ async fn live(
         help: false,
         color: ctx.output.color,
         once: false,
+        recovered: None,
+        back_at: None,
     };
     let deadline = refresh_deadline(args.interval);
     let mut session = Some(session);
@@ -191,6 +198,9 @@ async fn live(
                 session = back;
                 match result {
                     Ok(s) => {
+                        if matches!(v.status, Status::Lost { .. }) {
+                            v.back_at = Some(OffsetDateTime::now_utc());
+                        }
                         v.frame = Some(history.absorb(s, args));
                         v.trends = history.trends.clone();
                         v.status = if paused { Status::Paused } else { Status::Live };
@@ -200,7 +210,11 @@ async fn live(
                             Status::Lost { since, .. } => *since,
                             _ => OffsetDateTime::now_utc(),
                         };
-                        v.status = Status::Lost { message: crate::one_line(&e), since };
+                        let message = crate::one_line(&e);
+                        v.recovered = Some((message.clone(), since));
+                        v.status = Status::Lost { message, since };
+                        // The next try waits an interval, so that the loss stays in view.
+                        next = tokio::time::Instant::now() + args.interval;
                     }
                 }
             }
@@ -265,7 +279,7 @@ async fn within<T>(deadline: Duration, work: impl Future<Output = Result<T>>) ->
 }
 
 /// One refresh on `session`, or on a new one when the last refresh failed. A session that failed
-/// is dropped, not handed back.
+/// is closed, not handed back.
 async fn refresh<'a>(
     ctx: &'a Context,
     session: Option<Session>,
@@ -283,7 +297,10 @@ async fn refresh<'a>(
     };
     match within(deadline, sample(ctx, &session, table, layout, args)).await {
         Ok(s) => (Some(session), Ok(s)),
-        Err(e) => (None, Err(e)),
+        Err(e) => {
+            session.discard();
+            (None, Err(e))
+        }
     }
 }
 
@@ -306,23 +323,14 @@ async fn sample(
                 table,
                 layout.clone(),
                 stuck_after,
-                BACKLOG_CAP,
+                CAP,
                 false,
                 None,
             )
             .await?
         }
         None => {
-            super::stats::gather(
-                session,
-                table,
-                stuck_after,
-                Some(BACKLOG_CAP),
-                STUCK_CAP,
-                false,
-                None,
-            )
-            .await?
+            super::stats::gather(session, table, stuck_after, Some(CAP), CAP, false, None).await?
         }
     };
     let any_stuck = stats.stuck.as_ref().is_some_and(|s| s.count.count > 0);
@@ -356,6 +364,15 @@ fn count(c: queries::Capped) -> Count {
     Count {
         count: c.count,
         at_least: c.at_least,
+    }
+}
+
+/// The backlog's trend value: the count, or past the cap the planner's estimate.
+fn backlog_trend(r: &StatsReport) -> u64 {
+    match (r.expired_backlog, r.expired_backlog_estimate) {
+        (Some(b), Some(estimate)) if b.at_least => estimate.max(b.count.max(0) as u64),
+        (Some(b), _) => b.count.max(0) as u64,
+        (None, _) => 0,
     }
 }
 
@@ -419,10 +436,7 @@ impl History {
         self.counters.push_back(now);
         let t = &mut self.trends;
         for (series, value) in [
-            (
-                &mut t.backlog,
-                r.expired_backlog.map_or(0, |b| b.count.max(0) as u64),
-            ),
+            (&mut t.backlog, backlog_trend(r)),
             (&mut t.lag, r.eviction_lag_seconds.max(0.0) as u64),
             (&mut t.insert, insert.unwrap_or(0.0) as u64),
             (&mut t.evict, evict.unwrap_or(0.0) as u64),

@@ -193,6 +193,15 @@ impl Session {
         anyhow::Error::new(e).context(Lost::Ended(reason))
     }
 
+    /// Take the connection out of the pool and close it: a session that stopped answering is
+    /// never handed out again (a recycling check would wait on it first).
+    pub fn discard(self) {
+        self.0.given_up.store(true, Ordering::SeqCst);
+        if let Ok(inner) = Arc::try_unwrap(self.0) {
+            drop(deadpool_postgres::Object::take(inner.client));
+        }
+    }
+
     /// Set a GUC for the rest of this session's work: `SET` on an owned session, `SET LOCAL` in
     /// each later transaction behind a pooler. `value` is idemctl's own (a duration, a keyword).
     pub async fn set(&self, name: &'static str, value: &str) -> Result<()> {

@@ -189,7 +189,14 @@ pub struct View {
     pub color: bool,
     /// One frame printed as text (`--once`): no key hints.
     pub once: bool,
+    /// The last connection lost (why, since when), and when a refresh answered again: shown for
+    /// a minute after.
+    pub recovered: Option<(String, OffsetDateTime)>,
+    pub back_at: Option<OffsetDateTime>,
 }
+
+/// How long the view says a lost connection came back.
+const BACK_SHOWN_SECONDS: f64 = 60.0;
 
 const TITLE_HELP: &str = "q quit  p pause  ? help";
 
@@ -375,12 +382,20 @@ fn eviction_block(f: &Frame, view: &View, area: Rect, buf: &mut Buffer) {
     } else {
         human_secs(f.eviction_lag_seconds)
     };
+    // Behind: evicting less than is inserted while the backlog grows (fewer evictions than
+    // inserts is normal while the keys inserted have not expired yet).
+    let recent = tail(&view.trends.backlog, 30);
+    let growing = recent.first() < recent.last();
+    let empty = f.backlog.is_some_and(|b| b.count == 0);
     let ratio = match f.removal_ratio() {
-        Some(r) if r >= 0.95 => (format!("{r:.2}  keeps up"), style(view.color, Color::Green)),
-        Some(r) => (
-            format!("{r:.2}  falling behind"),
+        Some(r) if r >= 0.95 || empty => {
+            (format!("{r:.2}  keeps up"), style(view.color, Color::Green))
+        }
+        Some(r) if growing => (
+            format!("{r:.2}  falling behind: the backlog grows"),
             style(view.color, Color::Red),
         ),
+        Some(r) => (format!("{r:.2}"), Style::default()),
         None if f.insert_per_second == Some(0.0) => ("no inserts".into(), Style::default()),
         None => ("measuring…".into(), Style::default()),
     };
@@ -419,12 +434,40 @@ fn eviction_block(f: &Frame, view: &View, area: Rect, buf: &mut Buffer) {
         let v = if series.is_some() { v } else { v.union(s) };
         Span::styled(fit(&value, usize::from(v.width)), st).render(v, buf);
         if let Some(series) = series {
+            // The backlog and the lag are drawn from their lowest value in view, so that a slow
+            // climb or fall shows; a rate from 0, so that a stop shows.
+            let (data, max) = sparkline_data(tail(series, s.width), n < 2);
             Sparkline::default()
-                .data(tail(series, s.width))
+                .data(data)
+                .max(max)
                 .style(style(view.color, Color::Cyan))
                 .render(s, buf);
         }
     }
+}
+
+/// A trend's bars and their full height: from 0, or (`from_lowest`) from the lowest value shown,
+/// a flat trend then drawn as the lowest bar.
+fn sparkline_data(values: &[u64], from_lowest: bool) -> (Vec<u64>, u64) {
+    let lo = if from_lowest {
+        values.iter().copied().min().unwrap_or(0)
+    } else {
+        0
+    };
+    let hi = values.iter().copied().max().unwrap_or(0);
+    if from_lowest {
+        // The lowest value is an eighth of the height (the lowest bar), the highest the whole.
+        let range = hi - lo;
+        if range == 0 {
+            return (vec![1; values.len()], 8);
+        }
+        let data = values
+            .iter()
+            .map(|v| (v - lo).saturating_mul(7).saturating_add(range))
+            .collect();
+        return (data, range.saturating_mul(8));
+    }
+    (values.to_vec(), hi.max(1))
 }
 
 fn row_of(area: Rect, n: usize) -> Option<Rect> {
@@ -599,6 +642,20 @@ fn bottom_lines(f: &Frame, view: &View) -> Vec<Line<'static>> {
                 clock(f.taken_at)
             ),
             style(view.color, Color::Red).add_modifier(Modifier::BOLD),
+        )));
+    }
+    if let (Status::Live | Status::Paused, Some((message, since)), Some(back)) =
+        (&view.status, &view.recovered, view.back_at)
+        && (f.taken_at - back).as_seconds_f64() < BACK_SHOWN_SECONDS
+    {
+        lines.push(Line::from(Span::styled(
+            format!(
+                "connection back at {} (lost at {}: {})",
+                clock(back),
+                clock(*since),
+                escape_controls(message)
+            ),
+            style(view.color, Color::Yellow),
         )));
     }
     for w in &f.workers {
@@ -895,6 +952,8 @@ mod tests {
             help: false,
             color: false,
             once: true,
+            recovered: None,
+            back_at: None,
         }
     }
 
@@ -911,7 +970,33 @@ mod tests {
         assert!(text.lines().count() <= 24, "{text}");
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
         assert!(text.contains("12,345"), "{text}");
-        assert!(text.contains("0.75  falling behind"), "{text}");
+        assert!(text.contains("0.75\n") || text.contains("0.75 "), "{text}");
+    }
+
+    #[test]
+    fn eviction_falls_behind_only_while_the_backlog_grows() {
+        let mut v = view();
+        v.trends.backlog = vec![100, 100];
+        assert!(!plain(&v, 80).contains("falling behind"));
+        v.trends.backlog = vec![100, 120];
+        let text = plain(&v, 80);
+        assert!(
+            text.contains("0.75  falling behind: the backlog grows"),
+            "{text}"
+        );
+        v.frame.as_mut().unwrap().evict_per_second = Some(240.0);
+        assert!(plain(&v, 80).contains("1.00  keeps up"));
+    }
+
+    #[test]
+    fn a_trend_is_drawn_from_its_lowest_value_or_from_zero() {
+        assert_eq!(
+            sparkline_data(&[100, 104, 108], true),
+            (vec![8, 36, 64], 64)
+        );
+        assert_eq!(sparkline_data(&[7, 7], true), (vec![1, 1], 8));
+        assert_eq!(sparkline_data(&[0, 5], false), (vec![0, 5], 5));
+        assert_eq!(sparkline_data(&[], false), (vec![], 1));
     }
 
     #[test]

@@ -181,17 +181,17 @@ async fn table(expired: i64) -> TestDb {
     db
 }
 
-/// Expired completed keys, 20 every 100 ms: the backlog grows while nothing evicts.
+/// Expired completed keys, 5 every 100 ms: the backlog grows while nothing evicts.
 const EXPIRED_INSERTS: &str = "INSERT INTO idempotency_keys (key, api_key_id, request_method, \
      request_path, request_fingerprint, state, response_status, response_body, created_at, expires_at) \
      SELECT gen_random_uuid()::text, 'tenant-live', 'POST', '/v1/charges', '\\x00', 'completed', 201, \
-     '{}', now() - interval '2 minutes', now() - interval '1 minute' FROM generate_series(1, 20)";
+     '{}', now() - interval '2 minutes', now() - interval '1 minute' FROM generate_series(1, 5)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_in_a_terminal_follows_inserts_and_evict_and_q_restores_the_terminal() {
     let db = table(300).await;
     let (stop, inserting) =
-        crate::support::inserts::insert_steadily(db.client().await, EXPIRED_INSERTS, 20);
+        crate::support::inserts::insert_steadily(db.client().await, EXPIRED_INSERTS, 5);
     let dir = tempfile::tempdir().unwrap();
     let tmux = Tmux::start(&top_script(dir.path(), &db, "--interval 1s"));
     let limit = Duration::from_secs(30);
@@ -367,7 +367,7 @@ async fn top_once_prints_one_frame_as_plain_text_in_80_columns() {
 /// same, and the text view draws those figures.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_figures_agree_with_stats_json() {
-    let db = table(1234).await;
+    let db = table(734).await;
     let stats = db.idemctl().args(["stats", "-o", "json"]).run();
     stats.assert_code(0);
     let top = db
@@ -378,7 +378,7 @@ async fn top_figures_agree_with_stats_json() {
     let (s, t) = (stats.json(), top.json());
     assert_eq!(t["table"], s["table"]);
     assert_eq!(t["backlog"], s["expired_backlog"], "{t}\n{s}");
-    assert_eq!(t["backlog"]["count"], 1234);
+    assert_eq!(t["backlog"]["count"], 734);
     assert_eq!(t["stuck"], s["stuck"]["count"]);
     assert_eq!(t["estimated_rows"], s["sizes"]["estimated_rows"]);
     assert_eq!(t["total_bytes"], s["sizes"]["total_bytes"]);
@@ -405,16 +405,39 @@ async fn top_figures_agree_with_stats_json() {
     assert_eq!(t["insert_per_second"], 0.0, "{t}");
     assert_eq!(t["evict_per_second"], 0.0, "{t}");
     // The counters stats reads (top's rates are their changes).
-    assert!(
-        s["vacuum"]["inserted_rows"].as_i64().unwrap() >= 1234,
-        "{s}"
-    );
+    assert!(s["vacuum"]["inserted_rows"].as_i64().unwrap() >= 734, "{s}");
     let text = db
         .idemctl()
         .args(["top", "--once", "--interval", "500ms"])
         .run();
     text.assert_code(0);
-    assert_eq!(figure(&text.stdout, "backlog"), "1,234", "{}", text.stdout);
+    assert_eq!(figure(&text.stdout, "backlog"), "734", "{}", text.stdout);
+    // Past top's cap of 1,000 (stats counts to 10,000): at least 1,000, with the estimate.
+    db.exec(&format!(
+        "{}; ANALYZE idempotency_keys",
+        EXPIRED_INSERTS.replace("generate_series(1, 5)", "generate_series(1, 500)")
+    ))
+    .await;
+    let stats = db.idemctl().args(["stats", "-o", "json"]).run();
+    assert_eq!(stats.json()["expired_backlog"]["count"], 1234);
+    let top = db
+        .idemctl()
+        .args(["top", "--once", "-o", "json", "--interval", "500ms"])
+        .run();
+    let t = top.json();
+    assert_eq!(t["backlog"]["count"], 1000, "{t}");
+    assert_eq!(t["backlog"]["at_least"], true, "{t}");
+    let estimate = t["backlog_estimate"].as_i64().unwrap();
+    assert!((600..=2500).contains(&estimate), "{t}");
+    let text = db
+        .idemctl()
+        .args(["top", "--once", "--interval", "500ms"])
+        .run();
+    assert!(
+        figure(&text.stdout, "backlog").starts_with("≥1,000 (~"),
+        "{}",
+        text.stdout
+    );
 }
 
 /// A request holding a key's row and another waiting for it: top names the waiting session, the
@@ -488,4 +511,169 @@ async fn top_names_a_session_waiting_for_a_key_row_and_who_holds_it() {
     );
     holder.batch_execute("ROLLBACK").await.unwrap();
     assert_eq!(waiting.await.unwrap().unwrap(), 1);
+}
+
+/// Resumes a stopped server process when dropped, whatever the test did meanwhile.
+struct Stopped(i32);
+
+impl Stopped {
+    fn stop(pid: i32) -> Stopped {
+        Cmd::of("kill")
+            .args(["-s", "STOP", &pid.to_string()])
+            .run()
+            .assert_code(0);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-s", "CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// A server process that stops answering (as a silent network looks from the client) freezes
+/// nothing: the refresh gives up at its deadline, the view says so, and the next refresh answers
+/// on a new connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_shows_as_lost_at_the_deadline_and_a_new_connection_takes_over() {
+    let db = table(20).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = Tmux::start(&top_script(dir.path(), &db, "--interval 1s"));
+    tmux.wait_for("the view", Duration::from_secs(30), |s| {
+        s.contains("live") && s.contains("backlog")
+    });
+    let backend: i32 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT pid FROM pg_stat_activity \
+              WHERE application_name = 'idemctl' AND datname = current_database()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let stopped = Stopped::stop(backend);
+    let lost = tmux.wait_for("the lost connection", Duration::from_secs(30), |s| {
+        s.contains("CONNECTION LOST")
+    });
+    assert!(
+        lost.contains("no answer from the server within 5s"),
+        "{lost}"
+    );
+    // Keys still work while the server is silent.
+    tmux.keys("?");
+    tmux.wait_for("the help", Duration::from_secs(10), |s| {
+        s.contains("help · ? closes")
+    });
+    tmux.keys("?");
+    let back = tmux.wait_for("the view live again", Duration::from_secs(30), |s| {
+        s.contains(" live") && !s.contains("CONNECTION LOST")
+    });
+    assert!(back.contains("connection back at "), "{back}");
+    drop(stopped);
+    tmux.keys("q");
+    assert_restored(&tmux, 0);
+}
+
+/// Through a transaction pooler top reads what it reads directly, each statement in a transaction
+/// of its own, and says it is behind one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_through_a_transaction_pooler_reads_its_figures_without_session_state() {
+    use crate::support::pgbouncer::{Mode, PgBouncer};
+    let db = table(77).await;
+    let bouncer = PgBouncer::start(&db, Mode::Transaction, 2, &[]).await;
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", bouncer.url())
+        .args(["top", "--once", "-o", "json", "--interval", "500ms"])
+        .run_async()
+        .await;
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["pooled"], true, "{j}");
+    assert_eq!(j["backlog"]["count"], 77, "{j}");
+    assert_eq!(j["stuck"]["count"], 3, "{j}");
+    assert_eq!(j["insert_per_second"], 0.0, "{j}");
+    let text = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", bouncer.url())
+        .args(["top", "--once", "--interval", "500ms"])
+        .run_async()
+        .await;
+    text.assert_code(0)
+        .assert_stdout_contains("through a transaction pooler: each read is a transaction");
+    // No server session is left in a transaction, or with anything prepared.
+    let left = db
+        .client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+              AND state LIKE 'idle in transaction%'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(left, 0);
+}
+
+/// On a table Citus distributes, top's figures are stats' (the shards added up) and it draws one
+/// line per worker with the worker's part.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_citus_top_draws_one_line_per_worker_and_agrees_with_stats() {
+    use crate::support::citus::Layout;
+    let Some(db) = crate::citus::loaded_with(
+        Layout::ByTenant,
+        Mix {
+            expired: 600,
+            live: 200,
+            fresh: 10,
+            stuck: 5,
+            expired_in_progress: 0,
+        },
+        "citus top",
+    )
+    .await
+    else {
+        return;
+    };
+    let stats = db.idemctl().args(["stats", "-o", "json"]).run();
+    stats.assert_code(0);
+    let top = db
+        .idemctl()
+        .args(["top", "--once", "-o", "json", "--interval", "500ms"])
+        .run();
+    top.assert_code(0);
+    let (s, t) = (stats.json(), top.json());
+    assert_eq!(t["backlog"], s["expired_backlog"], "{t}");
+    assert_eq!(t["backlog"]["count"], 600, "{t}");
+    assert_eq!(t["total_bytes"], s["sizes"]["total_bytes"], "{t}");
+    let workers = t["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{t}");
+    let per_worker: i64 = workers
+        .iter()
+        .map(|w| w["backlog"]["count"].as_i64().unwrap())
+        .sum();
+    assert_eq!(per_worker, 600, "{t}");
+    assert!(workers.iter().all(|w| w["insert_per_second"] == 0.0), "{t}");
+    let text = db
+        .idemctl()
+        .args(["top", "--once", "--interval", "500ms"])
+        .run();
+    text.assert_code(0);
+    let lines: Vec<&str> = text
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("│worker "))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", text.stdout);
+    assert!(
+        text.stdout.contains("Citus workers, sessions and waits"),
+        "{}",
+        text.stdout
+    );
 }
