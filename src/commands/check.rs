@@ -6,13 +6,13 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::cli::CheckArgs;
-use crate::cli::ReclaimAction;
 use crate::commands::stats;
 use crate::conn::Route;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::session::Writability;
 use crate::db::table::{Job, Privileges};
+use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 use crate::output::human_secs;
 

@@ -79,7 +79,7 @@ pub(crate) async fn findings(
         Ok(c) => c,
         Err(e) => {
             out.push(Outcome::Unreachable {
-                error: crate::one_line(&e),
+                error: crate::domain::one_line(&e),
             });
             return out;
         }
@@ -89,7 +89,7 @@ pub(crate) async fn findings(
     match shard_privileges(table, coordinator, &cluster).await {
         Ok(f) => out.push(f),
         Err(e) => out.push(Outcome::PrivilegesUnread {
-            error: crate::one_line(&e),
+            error: crate::domain::one_line(&e),
         }),
     }
     out

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-use crate::cli::{OutputFormat, ReclaimAction, ReclaimArgs};
+use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
 use crate::context::Context;
 use crate::db::KeyTable;
@@ -29,6 +29,7 @@ use crate::db::batch;
 use crate::db::lock::{self, LockClass};
 use crate::db::queries::{self, Capped, DatabaseIdentity};
 use crate::db::table::Job;
+use crate::domain::{OutputFormat, ReclaimAction};
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
@@ -1481,7 +1482,7 @@ fn print_report(ctx: &Context, r: &ReclaimReport) -> Result<()> {
     // nothing: cron mails any output.
     let idle =
         r.rows_reclaimed == 0 && r.left_alone.is_empty() && r.end_reason == EndReason::Drained;
-    if !crate::metrics::prints_summary(ctx)
+    if !ctx.prints_summary()
         || idle && ctx.global.output == OutputFormat::Auto && !ctx.output.stdout_tty
     {
         return Ok(());

@@ -5,13 +5,14 @@ use crate::db::Session;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::cli::{OutputFormat, StatsArgs};
+use crate::cli::StatsArgs;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::partitions::{self, Partition};
 use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
 use crate::db::references::{self, References};
 use crate::db::table::Partitioning;
+use crate::domain::OutputFormat;
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics};
@@ -258,7 +259,7 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     ctx.metrics.finish(STATS_END, metrics(&report)).await?;
     if ctx.output.format == OutputFormat::Prometheus {
         crate::output::write_stdout(&ctx.metrics.render(&metrics(&report)))?;
-    } else if crate::metrics::prints_summary(ctx) {
+    } else if ctx.prints_summary() {
         let d = crate::output::stats::report(&report, args.partitions);
         ctx.output.emit(&d, &serde_json::to_value(&report)?)?;
     }

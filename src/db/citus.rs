@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::session::p;
 use super::table::ProfileChoice;
 use super::{KeyTable, Session};
-use crate::cli::TableName;
+use crate::domain::TableName;
 use crate::exit::{Exit, fail};
 
 /// How Citus manages the key table (the output layer describes it for people:
@@ -420,7 +420,7 @@ pub async fn resolve_shard(
                 name,
                 placement.node,
                 placement.port,
-                crate::one_line(&e)
+                crate::domain::one_line(&e)
             ),
         )
     })

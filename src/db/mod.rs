@@ -39,7 +39,7 @@ pub async fn with_deadline<T>(
             Exit::Failure,
             format!(
                 "no answer from the server within {}; giving up on this connection",
-                crate::output::human_secs(deadline.as_secs_f64())
+                crate::domain::human_secs(deadline.as_secs_f64())
             ),
         )),
     }

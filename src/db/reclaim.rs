@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use super::batch::{self, Rerun, ThroughCoordinator};
 use super::queries::Capped;
 use super::{KeyTable, Param, Session, p};
-use crate::cli::ReclaimAction;
+use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 
 /// The preview: stuck keys, oldest first, up to a cap.

@@ -4,12 +4,12 @@
 
 use std::path::Path;
 
-use crate::cli::ReclaimAction;
 use crate::commands::reclaim::{Candidate, LeftAlone, PreviewReport, ReclaimReport, action_name};
 use crate::db::KeyTable;
 use crate::db::citus::Layout;
 use crate::db::queries::{Capped, DatabaseIdentity};
 use crate::db::reclaim::Filter;
+use crate::domain::ReclaimAction;
 use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
 
 /// The preview: what would be reclaimed, the keys listed, and what the listing leaves out.

@@ -345,7 +345,7 @@ struct RunPlan {
     jobs: u8,
     max_rows: Option<u64>,
     max_batches: Option<u64>,
-    cancel: crate::context::Cancel,
+    cancel: crate::domain::Cancel,
     started: Instant,
     /// The run's bar; each shard draws on a part of it.
     progress: Arc<Progress>,

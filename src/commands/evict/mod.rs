@@ -21,13 +21,14 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::cli::{EvictArgs, OutputFormat};
+use crate::cli::EvictArgs;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::batch;
 use crate::db::evict as evict_db;
 use crate::db::lock::{self, LockClass};
 use crate::db::queries::Capped;
+use crate::domain::{CATCH_UP_BATCH_TIME, OutputFormat};
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::Metrics;
@@ -37,8 +38,6 @@ use crate::progress::Progress;
 /// How many keys of each kind the dry run lists.
 const SAMPLE_SIZE: i64 = 10;
 
-/// The batch time of --catch-up, which the adaptive pace also uses while the foreground is idle.
-pub const CATCH_UP_BATCH_TIME: Duration = Duration::from_millis(15);
 /// How long a batch may wait for a row lock before it falls back to skipping locked rows.
 pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
 /// Counts in the summary and preview stop here.

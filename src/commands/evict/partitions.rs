@@ -41,10 +41,10 @@ use serde::Serialize;
 
 use super::EndReason;
 use super::replica::ReplicaGate;
-use crate::context::Cancel;
 use crate::db::KeyTable;
 use crate::db::partitions::{self, Partition, Probe};
 use crate::db::table::{Privileges, RangeKey};
+use crate::domain::Cancel;
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
 

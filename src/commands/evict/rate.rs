@@ -22,8 +22,8 @@ use anyhow::Result;
 use serde::Serialize;
 use tokio::sync::Mutex;
 
-use crate::context::Cancel;
 use crate::db::Session;
+use crate::domain::{Cancel, Caps};
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::Metrics;
 
@@ -33,21 +33,6 @@ pub const GRAIN: Duration = Duration::from_millis(50);
 pub const CATCH_UP: Duration = Duration::from_millis(100);
 /// How often a waiting claim looks at the schedule again (a finished batch may give time back).
 const RECHECK: Duration = Duration::from_millis(10);
-
-/// The caps of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Caps {
-    /// Rows per second.
-    pub rows: Option<f64>,
-    /// WAL bytes per second.
-    pub wal: Option<f64>,
-}
-
-impl Caps {
-    pub fn any(&self) -> bool {
-        self.rows.is_some() || self.wal.is_some()
-    }
-}
 
 /// A claim's reservation, settled when its batch is done.
 #[derive(Debug, Clone, Copy, Default)]

@@ -26,8 +26,8 @@ use anyhow::Result;
 use tokio::sync::Mutex;
 
 use super::EndReason;
-use crate::context::Cancel;
 use crate::db::replication;
+use crate::domain::Cancel;
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
 
