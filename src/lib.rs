@@ -15,6 +15,7 @@ pub(crate) mod fingerprint;
 pub(crate) mod metrics;
 pub(crate) mod output;
 pub(crate) mod progress;
+pub(crate) mod report;
 pub mod sample;
 
 /// The man page as `idemctl man` prints it (a test keeps `man/idemctl.1` in step with it).

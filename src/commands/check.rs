@@ -360,7 +360,7 @@ fn index_write_cost(written_by_completion: bool) -> String {
 /// from being deleted: evict leaves it behind (`still_referenced`: of the oldest expired keys
 /// examined, how many are, when counted).
 pub fn referencing(
-    keys: &[crate::db::queries::ReferencingKey],
+    keys: &[crate::report::rows::ReferencingKey],
     still_referenced: &[Option<(i64, i64)>],
     role: &str,
 ) -> Vec<Finding> {

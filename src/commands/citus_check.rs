@@ -7,10 +7,10 @@
 
 use super::shards::{self, Cluster};
 use crate::context::Context;
-use crate::db::citus::Layout;
 use crate::db::profile::Action;
 use crate::db::table::{Job, Privileges};
 use crate::db::{KeyTable, Session};
+use crate::report::rows::Layout;
 
 /// What one Citus check found.
 #[derive(Debug)]

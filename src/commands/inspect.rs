@@ -10,12 +10,13 @@ use serde_json::json;
 
 use crate::cli::InspectArgs;
 use crate::context::Context;
-use crate::db::record::{self, KeyRecord};
+use crate::db::record;
 use crate::db::{KeyLookup, KeyTable};
 use crate::exit::{Exit, fail};
 use crate::fingerprint::{self, Canonical};
 use crate::output::inspect as output;
 use crate::output::json_text::raw_placeholder;
+use crate::report::rows::KeyRecord;
 
 /// At most this many tenants are listed for an ambiguous key.
 const MAX_TENANTS_LISTED: i64 = 50;
@@ -152,14 +153,14 @@ async fn on_shards(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
-    layout: crate::db::citus::Layout,
+    layout: crate::report::rows::Layout,
     args: &InspectArgs,
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     use crate::commands::shards;
     // The tenant's shard, when the table is distributed by the tenant column; otherwise its keys
     // may be on any shard.
-    let routed_by_tenant = matches!(&layout, crate::db::citus::Layout::Distributed { column, .. }
+    let routed_by_tenant = matches!(&layout, crate::report::rows::Layout::Distributed { column, .. }
         if table.profile.tenant.as_deref() == Some(column.as_str()));
     let only = match &args.api_key_id {
         Some(tenant) if routed_by_tenant => {

@@ -9,8 +9,9 @@ use anyhow::{Context as _, Result};
 
 use crate::conn::Route;
 use crate::context::Context;
-use crate::db::citus::{self, Layout, Placement};
+use crate::db::citus;
 use crate::db::{KeyTable, Session};
+use crate::report::rows::{Layout, Placement};
 
 /// One shard, resolved on its worker.
 #[derive(Clone, Debug)]

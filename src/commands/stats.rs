@@ -9,13 +9,14 @@ use crate::cli::StatsArgs;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::partitions::{self, Partition};
-use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
+use crate::db::queries::{self, Sizes, Stuck, Vacuum};
 use crate::db::references::{self, References};
 use crate::db::table::Partitioning;
 use crate::domain::OutputFormat;
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics};
+use crate::report::rows::{Capped, KeyRef};
 
 /// The stats report (also the JSON document).
 #[derive(Debug, Serialize)]
@@ -51,7 +52,7 @@ pub struct StatsReport {
     /// Dead tuples, autovacuum's thresholds and when it next vacuums the table (estimated).
     pub maintenance: crate::commands::maintenance::Outlook,
     /// How long recent keys live (expires_at − created_at); None for an empty table.
-    pub recent_ttl: Option<crate::db::maintenance::RecentTtl>,
+    pub recent_ttl: Option<crate::report::rows::RecentTtl>,
     /// Why a figure was not computed.
     pub notes: Vec<String>,
     /// On a table Citus distributes: its layout and each worker's part (the figures above are the

@@ -1,19 +1,11 @@
 //! One stored key as `inspect` reads it, with its state judged by the database clock.
 
 use crate::db::{KeyTable, Session, p};
+pub use crate::report::rows::{KeyRecord, StoredFingerprint};
 use anyhow::{Context as _, Result};
-use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
-
-/// The stored request fingerprint: a raw digest (bytea) or text (a hex digest, as a Python
-/// handler's `hexdigest()` writes it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoredFingerprint {
-    Bytes(Vec<u8>),
-    Text(String),
-}
 
 impl StoredFingerprint {
     /// The SQL type of the column it came from, which decides the default canonical form.
@@ -34,54 +26,6 @@ impl StoredFingerprint {
                 .eq_ignore_ascii_case(&crate::fingerprint::hex(digest)),
         }
     }
-}
-
-impl Serialize for StoredFingerprint {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // In JSON: lowercase hex for bytes, the text as stored.
-        match self {
-            StoredFingerprint::Bytes(b) => s.serialize_str(&crate::fingerprint::hex(b)),
-            StoredFingerprint::Text(t) => s.serialize_str(t),
-        }
-    }
-}
-
-/// A key's stored record.
-#[derive(Debug, Clone, Serialize)]
-pub struct KeyRecord {
-    /// None on a table without a tenant column (null in JSON).
-    pub api_key_id: Option<String>,
-    pub key: String,
-    /// None on a table that does not store the request method.
-    pub request_method: Option<String>,
-    pub request_path: Option<String>,
-    /// The request fingerprint (lowercase hex for a bytea column; None when the table stores none).
-    pub request_fingerprint: Option<StoredFingerprint>,
-    pub state: String,
-    pub response_status: Option<i32>,
-    /// The stored body as the server prints it (JSON text, kept exact: numbers are never parsed).
-    #[serde(skip)]
-    pub response_body: Option<String>,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub locked_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
-    /// None on a table whose keys expire a TTL after creation when no TTL was given.
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub expires_at: Option<OffsetDateTime>,
-    /// The database clock when the record was read; every age is relative to it.
-    #[serde(with = "time::serde::rfc3339")]
-    pub db_now: OffsetDateTime,
-    /// in_progress for longer than the stuck-after cutoff.
-    pub stuck: bool,
-    /// A transaction that is still running holds the row (locked it, or is changing it): a live
-    /// request owns the key, and reclaim skips it.
-    pub held: bool,
-    /// The row's xmax and the snapshot's xmax, from which `held` is decided.
-    #[serde(skip)]
-    pub xmax: i64,
-    #[serde(skip)]
-    pub snapshot_xmax: i64,
 }
 
 impl KeyRecord {

@@ -11,13 +11,13 @@ use crate::commands::evict::replica::{GaveUp, Lagging};
 use crate::commands::evict::vacuum::{Skipped, VacuumReport};
 use crate::commands::evict::{DryRunReport, EvictReport};
 use crate::db::KeyTable;
-use crate::db::citus::Layout;
-use crate::db::evict::SampleKey;
-use crate::db::queries::Capped;
 use crate::db::table::{quote_ident, quote_ident_if_needed};
 use crate::output::{
     Doc, escape_controls, human_bytes, human_secs, key_cells, key_columns, rfc3339, sanitize,
 };
+use crate::report::rows::Capped;
+use crate::report::rows::Layout;
+use crate::report::rows::SampleKey;
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
 /// workers' table and the partitions it dropped.
@@ -264,7 +264,7 @@ fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey]) {
 }
 
 /// The replicas as the dry run shows them.
-fn replicas_text(replicas: &[crate::db::replication::Replica]) -> String {
+fn replicas_text(replicas: &[crate::report::rows::Replica]) -> String {
     if replicas.is_empty() {
         return "none visible (nothing would pause)".into();
     }
@@ -512,7 +512,7 @@ pub(crate) fn refused_on_citus(flag: &str, table: &KeyTable, layout: &Layout) ->
 /// evict cannot leave the keys still referenced out of its batches there.
 pub(crate) fn reference_table_referenced_by_distributed(
     table: &KeyTable,
-    key: &crate::db::citus::DistributedReference,
+    key: &crate::report::rows::DistributedReference,
 ) -> String {
     format!(
         "foreign key {} of distributed table {} references {} (a Citus reference table) with ON DELETE {}: evict would have to leave out the keys it still references, and Citus cannot plan a DELETE on a reference table that reads a distributed table; nothing was changed: distribute {} by the tenant, colocated with {} (evict then leaves those keys on each shard), or make the foreign key ON DELETE CASCADE",

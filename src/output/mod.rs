@@ -297,7 +297,7 @@ pub(crate) const PROMETHEUS_ONLY_FOR_STATS: &str =
 /// not read the referencing table. Unescaped, as the JSON carries it; the text report escapes
 /// each note.
 pub(crate) fn unprobed_reference_note(
-    k: &crate::db::queries::ReferencingKey,
+    k: &crate::report::rows::ReferencingKey,
     figure: &str,
     citus: bool,
 ) -> String {

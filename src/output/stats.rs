@@ -4,8 +4,8 @@
 
 use crate::commands::maintenance::Outlook;
 use crate::commands::stats::StatsReport;
-use crate::db::queries::KeyRef;
 use crate::output::{Doc, escape_controls, human_bytes, human_secs, rfc3339, sanitize};
+use crate::report::rows::KeyRef;
 
 /// The human-readable report; with `partitions`, the table of leaf partitions too.
 pub(crate) fn report(r: &StatsReport, partitions: bool) -> Doc {
@@ -17,7 +17,7 @@ pub(crate) fn report(r: &StatsReport, partitions: bool) -> Doc {
 }
 
 /// The recent TTL, one line.
-fn ttl_text(t: Option<&crate::db::maintenance::RecentTtl>) -> String {
+fn ttl_text(t: Option<&crate::report::rows::RecentTtl>) -> String {
     match t {
         None => "no keys to sample".into(),
         Some(t) if t.source == "ttl" => format!(

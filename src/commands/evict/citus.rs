@@ -30,11 +30,12 @@ use super::{EndReason, EvictReport, worker};
 use crate::cli::EvictArgs;
 use crate::commands::shards::{self, Node, Shard};
 use crate::context::Context;
-use crate::db::citus::{self, Layout};
-use crate::db::queries::Capped;
+use crate::db::citus;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
+use crate::report::rows::Capped;
+use crate::report::rows::Layout;
 
 /// What one worker node did.
 #[derive(Debug, Clone, Serialize)]

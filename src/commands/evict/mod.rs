@@ -27,13 +27,13 @@ use crate::db::KeyTable;
 use crate::db::batch;
 use crate::db::evict as evict_db;
 use crate::db::lock::{self, LockClass};
-use crate::db::queries::Capped;
 use crate::domain::{CATCH_UP_BATCH_TIME, OutputFormat};
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::Metrics;
 use crate::output::rfc3339;
 use crate::progress::Progress;
+use crate::report::rows::Capped;
 
 /// How many keys of each kind the dry run lists.
 const SAMPLE_SIZE: i64 = 10;
@@ -779,7 +779,7 @@ pub(crate) struct DryRunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) partitions_kept: Option<Vec<partitions::Kept>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) replicas: Option<Vec<crate::db::replication::Replica>>,
+    pub(crate) replicas: Option<Vec<crate::report::rows::Replica>>,
     /// What the figures leave out, such as the keys of a NO ACTION / RESTRICT foreign key that
     /// are not probed (counted in would_evict).
     #[serde(skip_serializing_if = "Vec::is_empty")]
