@@ -3,7 +3,6 @@
 //! statement that fixes it.
 
 use anyhow::Result;
-use serde::Serialize;
 
 use crate::cli::CheckArgs;
 use crate::commands::stats;
@@ -15,40 +14,7 @@ use crate::db::table::{Job, Privileges};
 use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 use crate::output::human_secs;
-
-/// How one check came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    /// Not required, but worth knowing (an optional index, a privilege a command not run here needs).
-    Note,
-    /// Something idemctl needs is missing or wrong.
-    Fail,
-    /// An alert threshold is breached.
-    Breached,
-    /// Works, but a setting makes it worse than it should be (with the statement that fixes it).
-    Warn,
-}
-
-/// One line of the check report.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    pub check: String,
-    pub status: Status,
-    pub detail: String,
-    /// The statement that fixes it, when one exists.
-    pub fix: Option<String>,
-}
-
-pub(crate) fn finding(check: &str, status: Status, detail: String, fix: Option<String>) -> Finding {
-    Finding {
-        check: check.to_owned(),
-        status,
-        detail,
-        fix,
-    }
-}
+pub use crate::report::check::{Finding, Status, finding};
 
 /// Run `check`.
 pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {

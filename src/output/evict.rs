@@ -5,16 +5,16 @@
 use crate::commands::evict::pace::{
     INSERT_MULTIPLE, PRESENT_MULTIPLE, PaceReport, PaceStatus, Reason, State,
 };
-use crate::commands::evict::partitions;
-use crate::commands::evict::rate::{RateProgress, RateReport};
-use crate::commands::evict::replica::{GaveUp, Lagging};
-use crate::commands::evict::vacuum::{Skipped, VacuumReport};
 use crate::commands::evict::{DryRunReport, EvictReport};
 use crate::db::KeyTable;
 use crate::db::table::{quote_ident, quote_ident_if_needed};
 use crate::output::{
     Doc, escape_controls, human_bytes, human_secs, key_cells, key_columns, rfc3339, sanitize,
 };
+use crate::report::evict::{Dropped, Kept};
+use crate::report::evict::{GaveUp, Lagging};
+use crate::report::evict::{RateProgress, RateReport};
+use crate::report::evict::{Skipped, VacuumReport};
 use crate::report::rows::Capped;
 use crate::report::rows::Layout;
 use crate::report::rows::SampleKey;
@@ -115,12 +115,7 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
 }
 
 /// Tables of dropped (or droppable) partitions and of those left to the batches.
-pub(crate) fn partition_blocks(
-    doc: &mut Doc,
-    dropped: &[partitions::Dropped],
-    kept: &[partitions::Kept],
-    title: &str,
-) {
+pub(crate) fn partition_blocks(doc: &mut Doc, dropped: &[Dropped], kept: &[Kept], title: &str) {
     if !dropped.is_empty() {
         let rows = dropped
             .iter()
@@ -154,7 +149,7 @@ pub(crate) fn partition_blocks(
 
 /// A partition's bound for the human summary: its range when known, else as PostgreSQL prints it
 /// (escaped for a terminal).
-fn bound_text(d: &partitions::Dropped) -> String {
+fn bound_text(d: &Dropped) -> String {
     sanitize(d.bound.strip_prefix("FOR VALUES ").unwrap_or(&d.bound))
 }
 
@@ -626,7 +621,7 @@ pub(crate) fn worker_stopped(error: &tokio::task::JoinError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::evict::vacuum::Vacuumed;
+    use crate::report::evict::Vacuumed;
 
     #[test]
     fn the_vacuum_line_escapes_relation_names_and_server_messages() {

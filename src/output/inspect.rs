@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use crate::commands::inspect::BodyCheck;
 use crate::db::KeyTable;
 use crate::fingerprint::Canonical;
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
+use crate::report::inspect::BodyCheck;
 use crate::report::rows::{KeyRecord, StoredFingerprint};
 
 /// A sentence describing the key's state by the database clock.

@@ -33,6 +33,8 @@ use crate::metrics::RunEnd;
 use crate::output::prometheus::Metrics;
 use crate::output::rfc3339;
 use crate::progress::Progress;
+use crate::report::evict::END_REASONS;
+pub use crate::report::evict::EndReason;
 use crate::report::rows::Capped;
 
 /// How many keys of each kind the dry run lists.
@@ -42,46 +44,6 @@ const SAMPLE_SIZE: i64 = 10;
 pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
 /// Counts in the summary and preview stop here.
 const COUNT_CAP: i64 = 100_000;
-
-/// Why a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EndReason {
-    Drained,
-    TimeBudget,
-    RowBudget,
-    BatchBudget,
-    /// A streaming replica stayed behind --max-replica-lag for --max-replica-wait, or until
-    /// --max-runtime ran out.
-    ReplicaLag,
-    Interrupted,
-    Error,
-}
-
-/// Every end reason's name, for the metrics.
-const END_REASONS: [&str; 7] = [
-    "drained",
-    "time_budget",
-    "row_budget",
-    "batch_budget",
-    "replica_lag",
-    "interrupted",
-    "error",
-];
-
-impl EndReason {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            EndReason::Drained => "drained",
-            EndReason::TimeBudget => "time_budget",
-            EndReason::RowBudget => "row_budget",
-            EndReason::BatchBudget => "batch_budget",
-            EndReason::ReplicaLag => "replica_lag",
-            EndReason::Interrupted => "interrupted",
-            EndReason::Error => "error",
-        }
-    }
-}
 
 /// The run's summary (also the JSON document).
 #[derive(Debug, Clone, Serialize)]
