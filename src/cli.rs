@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
+use crate::domain::{ColorChoice, OutputFormat, PoolMode, ReclaimAction, TableName};
 use crate::exit::Exit;
 
 /// Maintain the PostgreSQL table in which an API stores its idempotency keys.
@@ -197,17 +198,6 @@ pub struct GlobalArgs {
     /// inside idemctl's own transactions.
     #[arg(long, value_enum, env = "IDEMCTL_POOL_MODE", hide_env_values = true, default_value_t = PoolMode::Auto, global = true)]
     pub pool_mode: PoolMode,
-}
-
-/// How the server sessions behind a connection are shared (`--pool-mode`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PoolMode {
-    /// Detect a pooler from the connection and assume transaction pooling behind one.
-    Auto,
-    /// idemctl owns each server session while connected (direct, or a session-mode pooler).
-    Session,
-    /// Server sessions are shared between transactions (a transaction-mode pooler).
-    Transaction,
 }
 
 /// The subcommands.
@@ -515,7 +505,7 @@ impl EvictArgs {
             return BatchSizing::Fixed(rows);
         }
         let (target, start) = if self.catch_up {
-            (crate::commands::evict::CATCH_UP_BATCH_TIME, 1000)
+            (crate::domain::CATCH_UP_BATCH_TIME, 1000)
         } else {
             (Duration::from_millis(2), 100)
         };
@@ -528,8 +518,8 @@ impl EvictArgs {
     }
 
     /// --max-rate and --max-wal-rate.
-    pub fn rate_caps(&self) -> crate::commands::evict::rate::Caps {
-        crate::commands::evict::rate::Caps {
+    pub fn rate_caps(&self) -> crate::domain::Caps {
+        crate::domain::Caps {
             rows: self.max_rate,
             wal: self.max_wal_rate,
         }
@@ -640,23 +630,6 @@ impl BatchSizing {
             ),
         }
     }
-}
-
-/// What reclaim does to a stuck key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReclaimAction {
-    /// Delete the row: the key becomes absent and the client's retry executes afresh. Right when
-    /// the key and the side effect commit in one transaction, so a dead owner's effect was rolled
-    /// back with it.
-    Delete,
-    /// Mark the row completed with a stored error response, so a retry gets that response replayed
-    /// instead of executing again. Right when the effect may have committed outside the key's
-    /// transaction (insert the key first, do the work, then record the response).
-    Fail,
-    /// Clear the key's lock time and leave the row, so the client's retry resumes from the
-    /// recovery point the owner reached (the rocket-rides table's way; its only safe action).
-    Release,
 }
 
 /// `idemctl reclaim`.
@@ -833,45 +806,6 @@ impl MetricsArgs {
 pub struct CompletionsArgs {
     /// The shell to generate completions for.
     pub shell: clap_complete::Shell,
-}
-
-/// Output formats.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
-    /// A table on a terminal, plain text otherwise.
-    Auto,
-    /// A table (comfy-table).
-    Table,
-    /// Plain text: aligned `name  value` lines, tables as tab-separated rows.
-    Plain,
-    /// One JSON document on stdout.
-    Json,
-    /// Prometheus text exposition format (stats only).
-    Prometheus,
-}
-
-/// Colour choice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ColorChoice {
-    Auto,
-    Always,
-    Never,
-}
-
-/// A validated `[schema.]name`, kept unquoted; the database layer quotes each part.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TableName {
-    pub schema: Option<String>,
-    pub name: String,
-}
-
-impl std::fmt::Display for TableName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.schema {
-            Some(s) => write!(f, "{s}.{}", self.name),
-            None => f.write_str(&self.name),
-        }
-    }
 }
 
 /// PostgreSQL truncates identifiers to 63 bytes (NAMEDATALEN - 1).

@@ -14,9 +14,9 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Deserialize;
 
-use crate::cli::{ReclaimAction, TableName};
 use crate::db::predicate::Pred;
 use crate::db::profile::{self, Expiry, FingerprintKind, InFlight, Profile};
+use crate::domain::{ReclaimAction, TableName};
 use crate::exit::{Exit, fail};
 
 /// What a config file sets.

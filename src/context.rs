@@ -2,14 +2,12 @@
 //! settings, the key table, cancellation by SIGINT / SIGTERM, and the clean close of every
 //! connection at the end.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use anyhow::Result;
 
 use crate::cli::GlobalArgs;
 use crate::conn::{self, ConnectSettings, Route, Target};
 use crate::db::{KeyTable, Session};
+use crate::domain::Cancel;
 use crate::output::Output;
 
 /// Everything a command needs.
@@ -118,46 +116,17 @@ impl Context {
         Ok(table)
     }
 
+    /// Whether a command that records metrics prints its summary: not under cron (no terminal, no
+    /// explicit --output) when it writes metrics, since cron mails any output.
+    pub fn prints_summary(&self) -> bool {
+        let explicit = self.global.output != crate::domain::OutputFormat::Auto;
+        !(self.metrics.enabled() && !explicit && !self.output.stdout_tty)
+    }
+
     /// Close the connections, each with its Terminate message, before the process exits. Every
     /// [`Session`] must have been dropped (a session still held closes when it is dropped, too
     /// late to be waited for).
     pub async fn close(&self) {
         self.pool.close().await;
-    }
-}
-
-/// A flag set by SIGINT or SIGTERM once [`Cancel::install`] has run; long-running commands check it
-/// between batches. Commands that never install it keep the default behaviour (the signal ends the
-/// process at once, which is right for a read-only command).
-#[derive(Clone, Default, Debug)]
-pub struct Cancel(Arc<AtomicBool>);
-
-impl Cancel {
-    /// Start listening for SIGINT and SIGTERM.
-    pub fn install(&self) -> Result<()> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut int = signal(SignalKind::interrupt())?;
-        let mut term = signal(SignalKind::terminate())?;
-        let flag = self.0.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = int.recv() => {},
-                _ = term.recv() => {},
-            }
-            flag.store(true, Ordering::SeqCst);
-        });
-        Ok(())
-    }
-
-    /// Whether a stop was requested.
-    pub fn requested(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-
-    /// Wait until a stop is requested (polling is fine at this granularity).
-    pub async fn wait(&self) {
-        while !self.requested() {
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
     }
 }

@@ -9,11 +9,13 @@ pub mod config;
 pub(crate) mod conn;
 pub(crate) mod context;
 pub(crate) mod db;
+pub(crate) mod domain;
 pub(crate) mod exit;
 pub(crate) mod fingerprint;
 pub(crate) mod metrics;
 pub(crate) mod output;
 pub(crate) mod progress;
+pub(crate) mod report;
 pub mod sample;
 
 /// The man page as `idemctl man` prints it (a test keeps `man/idemctl.1` in step with it).
@@ -117,63 +119,6 @@ fn report(err: &anyhow::Error) -> std::process::ExitCode {
     exit::classify(err).into()
 }
 
-/// A character that moves or recolours a terminal's output or reorders it for the reader: a
-/// control character or a bidirectional override. The output layer escapes these; SQL that names
-/// an identifier holding one writes it in the Unicode-escape form.
-pub fn moves_the_terminal(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
-/// The error chain as one line. A server error is shown by its message, detail and hint instead
-/// of the driver's generic "db error" wrapper.
-pub fn one_line(err: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut skip_db_error = false;
-    for cause in err.chain() {
-        if skip_db_error && cause.is::<tokio_postgres::error::DbError>() {
-            continue;
-        }
-        if let Some(db) = cause
-            .downcast_ref::<tokio_postgres::Error>()
-            .and_then(tokio_postgres::Error::as_db_error)
-        {
-            let mut text = db.message().to_owned();
-            if let Some(detail) = db.detail() {
-                text.push_str(&format!(" ({detail})"));
-            }
-            if let Some(hint) = db.hint() {
-                text.push_str(&format!("; hint: {hint}"));
-            }
-            parts.push(text);
-            skip_db_error = true;
-            continue;
-        }
-        parts.push(cause.to_string());
-    }
-    one_spaced(&parts.join(": "))
-}
-
-/// A message's line breaks, with the indentation that follows them (a server's multi-line text:
-/// libpq's "Connection refused\n\tIs the server running ...", which Citus passes on), as one
-/// space each, so the line reads as one sentence; a tab or space within a line is kept.
-fn one_spaced(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\n' || c == '\r' {
-            while out.ends_with([' ', '\t']) {
-                out.pop();
-            }
-            while chars.next_if(|c| c.is_whitespace()).is_some() {}
-            out.push(' ');
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// A panic is a bug: say so in one line, without a backtrace, and exit with the internal-error code.
 fn install_panic_hook() {
     std::panic::set_hook(Box::new(|info| {
@@ -193,17 +138,4 @@ fn install_panic_hook() {
         );
         std::process::exit(i32::from(exit::Exit::Internal.code()));
     }));
-}
-
-#[cfg(test)]
-mod one_line_tests {
-    #[test]
-    fn line_breaks_and_their_indentation_become_one_space() {
-        assert_eq!(
-            super::one_spaced("connection refused\n\tIs the server running?\r\n"),
-            "connection refused Is the server running? "
-        );
-        assert_eq!(super::one_spaced("a\tb"), "a\tb");
-        assert_eq!(super::one_spaced("a \n  \n b"), "a b");
-    }
 }

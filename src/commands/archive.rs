@@ -29,9 +29,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use serde_json::json;
 
-use crate::db::reclaim::{ArchivedKey, Filter};
+use crate::db::reclaim::ArchivedKey;
 use crate::exit::{Exit, fail};
 use crate::output::rfc3339;
+use crate::report::rows::Filter;
 
 /// Why the run takes its keys, for each key line.
 pub struct Why<'a> {

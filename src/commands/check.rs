@@ -3,52 +3,18 @@
 //! statement that fixes it.
 
 use anyhow::Result;
-use serde::Serialize;
 
 use crate::cli::CheckArgs;
-use crate::cli::ReclaimAction;
 use crate::commands::stats;
 use crate::conn::Route;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::session::Writability;
 use crate::db::table::{Job, Privileges};
+use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 use crate::output::human_secs;
-
-/// How one check came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    /// Not required, but worth knowing (an optional index, a privilege a command not run here needs).
-    Note,
-    /// Something idemctl needs is missing or wrong.
-    Fail,
-    /// An alert threshold is breached.
-    Breached,
-    /// Works, but a setting makes it worse than it should be (with the statement that fixes it).
-    Warn,
-}
-
-/// One line of the check report.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    pub check: String,
-    pub status: Status,
-    pub detail: String,
-    /// The statement that fixes it, when one exists.
-    pub fix: Option<String>,
-}
-
-pub(crate) fn finding(check: &str, status: Status, detail: String, fix: Option<String>) -> Finding {
-    Finding {
-        check: check.to_owned(),
-        status,
-        detail,
-        fix,
-    }
-}
+pub use crate::report::check::{Finding, Status, finding};
 
 /// Run `check`.
 pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
@@ -343,7 +309,7 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
         None if !p.has_in_flight_marker() => finding(
             "in_progress index",
             Status::Ok,
-            crate::output::stats::no_in_flight_marker(table),
+            crate::output::stats::no_in_flight_marker(&table.qualified_name(), &table.profile.name),
             None,
         ),
         Some(i) => finding(
@@ -382,7 +348,7 @@ fn index_write_cost(written_by_completion: bool) -> String {
 /// from being deleted: evict leaves it behind (`still_referenced`: of the oldest expired keys
 /// examined, how many are, when counted).
 pub fn referencing(
-    keys: &[crate::db::queries::ReferencingKey],
+    keys: &[crate::report::rows::ReferencingKey],
     still_referenced: &[Option<(i64, i64)>],
     role: &str,
 ) -> Vec<Finding> {

@@ -7,64 +7,12 @@
 
 use super::shards::{self, Cluster};
 use crate::context::Context;
-use crate::db::citus::Layout;
 use crate::db::profile::Action;
 use crate::db::table::{Job, Privileges};
 use crate::db::{KeyTable, Session};
-
-/// What one Citus check found.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    /// How the table is distributed; `tenant_local` when by the tenant column, which the identity
-    /// index holds (a tenant's keys then live on one shard).
-    Layout { layout: Layout, tenant_local: bool },
-    /// The shards could not be reached (the error chain, as one line).
-    Unreachable { error: String },
-    /// Every worker holding shards was reached.
-    Workers { workers: Vec<Worker> },
-    /// The shards' indexes: how many shards there are, whether the in_progress index is wanted
-    /// (the coordinator's table has it), and what each shard lacks.
-    Indexes {
-        shards: usize,
-        want_stuck: bool,
-        missing: Vec<ShardLacks>,
-        table: String,
-        /// The statements, on the coordinator, that give every shard the lost expiry and
-        /// in_progress indexes again.
-        fixes: Vec<String>,
-        /// A shard lost the identity index, which backs a constraint: (the coordinator's
-        /// constraint index, its columns as written).
-        identity: Option<(String, String)>,
-    },
-    /// The role's privileges on the shards could not be read.
-    PrivilegesUnread { error: String },
-    /// The role's grants on the shards: those it has on the coordinator's table that the commands
-    /// need (`wanted`), and the shards missing some of them.
-    Privileges {
-        role: String,
-        shards: usize,
-        wanted: Vec<String>,
-        short: Vec<ShardLacks>,
-        table: String,
-    },
-}
-
-/// A worker holding shards of the table.
-#[derive(Debug)]
-pub(crate) struct Worker {
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    pub(crate) shards: usize,
-}
-
-/// What one shard lacks (indexes, or grants), and where it is.
-#[derive(Debug)]
-pub(crate) struct ShardLacks {
-    pub(crate) shard: i64,
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    pub(crate) lacks: Vec<String>,
-}
+pub(crate) use crate::report::citus::Worker;
+pub(crate) use crate::report::citus::{Outcome, ShardLacks};
+use crate::report::rows::Layout;
 
 /// The Citus checks of the distributed `table`, in the order check reports them.
 pub(crate) async fn findings(
@@ -79,7 +27,7 @@ pub(crate) async fn findings(
         Ok(c) => c,
         Err(e) => {
             out.push(Outcome::Unreachable {
-                error: crate::one_line(&e),
+                error: crate::domain::one_line(&e),
             });
             return out;
         }
@@ -89,7 +37,7 @@ pub(crate) async fn findings(
     match shard_privileges(table, coordinator, &cluster).await {
         Ok(f) => out.push(f),
         Err(e) => out.push(Outcome::PrivilegesUnread {
-            error: crate::one_line(&e),
+            error: crate::domain::one_line(&e),
         }),
     }
     out

@@ -12,9 +12,11 @@ use serde::Serialize;
 use super::shards::{self, Node, Shard};
 use super::stats::StatsReport;
 use crate::context::Context;
-use crate::db::citus::{self, Layout};
-use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
+use crate::db::citus;
+use crate::db::queries::{self, Sizes, Stuck, Vacuum};
 use crate::db::{KeyTable, Session};
+use crate::report::rows::Layout;
+use crate::report::rows::{Capped, KeyRef};
 
 /// One worker's part.
 #[derive(Debug, Clone, Serialize)]

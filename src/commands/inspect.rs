@@ -10,12 +10,15 @@ use serde_json::json;
 
 use crate::cli::InspectArgs;
 use crate::context::Context;
-use crate::db::record::{self, KeyRecord, StoredBody};
+use crate::db::record;
 use crate::db::{KeyLookup, KeyTable};
 use crate::exit::{Exit, fail};
 use crate::fingerprint::{self, Canonical};
 use crate::output::inspect as output;
 use crate::output::json_text::raw_placeholder;
+pub(crate) use crate::report::inspect::BodyCheck;
+pub(crate) use crate::report::inspect::Compared;
+use crate::report::rows::{KeyRecord, StoredBody};
 
 /// At most this many tenants are listed for an ambiguous key.
 const MAX_TENANTS_LISTED: i64 = 50;
@@ -152,14 +155,14 @@ async fn on_shards(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
-    layout: crate::db::citus::Layout,
+    layout: crate::report::rows::Layout,
     args: &InspectArgs,
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     use crate::commands::shards;
     // The tenant's shard, when the table is distributed by the tenant column; otherwise its keys
     // may be on any shard.
-    let routed_by_tenant = matches!(&layout, crate::db::citus::Layout::Distributed { column, .. }
+    let routed_by_tenant = matches!(&layout, crate::report::rows::Layout::Distributed { column, .. }
         if table.profile.tenant.as_deref() == Some(column.as_str()));
     let only = match &args.api_key_id {
         Some(tenant) if routed_by_tenant => {
@@ -234,34 +237,6 @@ fn read_body(path: &std::path::Path) -> Result<Vec<u8>> {
         return Err(fail(Exit::Usage, output::body_too_large(path)));
     }
     Ok(body)
-}
-
-/// One compared request attribute: what is stored and what the caller says was sent.
-#[derive(serde::Serialize)]
-pub(crate) struct Compared {
-    pub(crate) stored: String,
-    pub(crate) given: String,
-    pub(crate) matches: bool,
-}
-
-/// What `inspect --body` found (also the JSON document).
-#[derive(serde::Serialize)]
-pub(crate) struct BodyCheck {
-    /// None on a table without a tenant (null in JSON).
-    pub(crate) api_key_id: Option<String>,
-    pub(crate) key: String,
-    pub(crate) canonical: Canonical,
-    /// The stored fingerprint.
-    pub(crate) stored: record::StoredFingerprint,
-    /// The column it is stored in.
-    #[serde(skip)]
-    pub(crate) column: String,
-    /// The body's digest, in hex.
-    pub(crate) computed: String,
-    pub(crate) fingerprint_matches: bool,
-    pub(crate) method: Option<Compared>,
-    pub(crate) path: Option<Compared>,
-    pub(crate) matches: bool,
 }
 
 /// Compare a request body (and optionally method and path) with the stored request.

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::db::maintenance::{AutovacuumRel, RecentTtl};
+use crate::db::maintenance::AutovacuumRel;
 use crate::output::human_secs;
+use crate::report::rows::RecentTtl;
 
 /// One relation's outlook.
 #[derive(Debug, Clone, Serialize)]

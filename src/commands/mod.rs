@@ -15,8 +15,9 @@ pub(crate) mod top;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Command, OutputFormat};
+use crate::cli::{Cli, Command};
 use crate::context::Context;
+use crate::domain::OutputFormat;
 use crate::exit::{Exit, fail};
 use crate::metrics::Recorder;
 

@@ -21,18 +21,20 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-use crate::cli::{OutputFormat, ReclaimAction, ReclaimArgs};
+use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::batch;
 use crate::db::lock::{self, LockClass};
-use crate::db::queries::{self, Capped, DatabaseIdentity};
+use crate::db::queries;
 use crate::db::table::Job;
+use crate::domain::{OutputFormat, ReclaimAction};
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
 use crate::output::reclaim as output;
+use crate::report::rows::{Capped, DatabaseIdentity};
 
 /// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
 /// only bounds waits on the table itself (DDL), which must not stall the API behind us.
@@ -1172,7 +1174,7 @@ fn statements(ctx: &Context, table: &KeyTable, req: &Request) -> Result<reclaim_
 /// identity (Citus refuses a change matched by ctid there), which must then name one row: refuse,
 /// before any change, a table without a unique index on it, or a partitioned one (whose unique
 /// indexes also hold the partition key).
-fn require_rows_by_identity(table: &KeyTable, layout: &crate::db::citus::Layout) -> Result<()> {
+fn require_rows_by_identity(table: &KeyTable, layout: &crate::report::rows::Layout) -> Result<()> {
     if table.identity_index().is_some() && table.partition_key().is_empty() {
         return Ok(());
     }
@@ -1521,7 +1523,7 @@ fn print_report(ctx: &Context, r: &ReclaimReport) -> Result<()> {
     // nothing: cron mails any output.
     let idle =
         r.rows_reclaimed == 0 && r.left_alone.is_empty() && r.end_reason == EndReason::Drained;
-    if !crate::metrics::prints_summary(ctx)
+    if !ctx.prints_summary()
         || idle && ctx.global.output == OutputFormat::Auto && !ctx.output.stdout_tty
     {
         return Ok(());

@@ -9,16 +9,9 @@ use anyhow::{Context as _, Result};
 
 use crate::conn::Route;
 use crate::context::Context;
-use crate::db::citus::{self, Layout, Placement};
+use crate::db::citus;
 use crate::db::{KeyTable, Session};
-
-/// One shard, resolved on its worker.
-#[derive(Clone, Debug)]
-pub struct Shard {
-    pub id: i64,
-    /// The shard as a table on its worker (its own oid, columns and indexes).
-    pub table: KeyTable,
-}
+use crate::report::rows::{Layout, Placement};
 
 /// A worker and the shards of the key table it holds (the output layer names it, `Node::name`).
 pub struct Node {
@@ -27,6 +20,14 @@ pub struct Node {
     pub pool: crate::conn::Pool,
     pub target: crate::conn::Target,
     pub shards: Vec<Shard>,
+}
+
+/// One shard, resolved on its worker.
+#[derive(Clone, Debug)]
+pub struct Shard {
+    pub id: i64,
+    /// The shard as a table on its worker (its own oid, columns and indexes).
+    pub table: KeyTable,
 }
 
 impl Node {

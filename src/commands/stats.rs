@@ -5,16 +5,18 @@ use crate::db::Session;
 use anyhow::Result;
 use serde::Serialize;
 
-use crate::cli::{OutputFormat, StatsArgs};
+use crate::cli::StatsArgs;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::partitions::{self, Partition};
-use crate::db::queries::{self, Capped, KeyRef, Sizes, Stuck, Vacuum};
+use crate::db::queries::{self, Sizes, Stuck, Vacuum};
 use crate::db::references::{self, References};
 use crate::db::table::Partitioning;
+use crate::domain::OutputFormat;
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics};
+use crate::report::rows::{Capped, KeyRef};
 
 /// The stats report (also the JSON document).
 #[derive(Debug, Serialize)]
@@ -50,7 +52,7 @@ pub struct StatsReport {
     /// Dead tuples, autovacuum's thresholds and when it next vacuums the table (estimated).
     pub maintenance: crate::commands::maintenance::Outlook,
     /// How long recent keys live (expires_at − created_at); None for an empty table.
-    pub recent_ttl: Option<crate::db::maintenance::RecentTtl>,
+    pub recent_ttl: Option<crate::report::rows::RecentTtl>,
     /// Why a figure was not computed.
     pub notes: Vec<String>,
     /// On a table Citus distributes: its layout and each worker's part (the figures above are the
@@ -123,7 +125,10 @@ pub async fn gather(
     );
     let no_marker = !table.profile.has_in_flight_marker();
     if no_marker {
-        notes.push(crate::output::stats::no_in_flight_marker(table));
+        notes.push(crate::output::stats::no_in_flight_marker(
+            &table.qualified_name(),
+            &table.profile.name,
+        ));
     }
     let stuck = if no_marker || table.stuck_index().is_some() || allow_scan {
         Some(queries::stuck(c, table, stuck_after_secs, cap).await?)
@@ -267,7 +272,7 @@ pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     ctx.metrics.finish(STATS_END, metrics(&report)).await?;
     if ctx.output.format == OutputFormat::Prometheus {
         crate::output::write_stdout(&ctx.metrics.render(&metrics(&report)))?;
-    } else if crate::metrics::prints_summary(ctx) {
+    } else if ctx.prints_summary() {
         let d = crate::output::stats::report(&report, args.partitions);
         ctx.output.emit(&d, &serde_json::to_value(&report)?)?;
     }

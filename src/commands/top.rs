@@ -14,12 +14,13 @@ use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 
 use super::stats::StatsReport;
-use crate::cli::{OutputFormat, TopArgs};
+use crate::cli::TopArgs;
 use crate::context::Context;
 use crate::db::activity::{self, IdemctlSession, RowWait};
 use crate::db::citus::Layout;
 use crate::db::queries::{self, KeyRef};
 use crate::db::{KeyTable, Session};
+use crate::domain::OutputFormat;
 use crate::exit::{Exit, fail};
 use crate::output::top::{
     self as view, Count, Frame, Key, KeyFig, SessionFig, Status, TtlFig, View, WaitFig, WorkerFig,
@@ -210,7 +211,7 @@ async fn live(
                             Status::Lost { since, .. } => *since,
                             _ => OffsetDateTime::now_utc(),
                         };
-                        let message = crate::one_line(&e);
+                        let message = crate::domain::one_line(&e);
                         v.recovered = Some((message.clone(), since));
                         v.status = Status::Lost { message, since };
                         // The next try waits an interval, so that the loss stays in view.

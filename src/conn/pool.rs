@@ -8,7 +8,7 @@ use super::attrs::{Mismatch, SessionAttrs};
 use super::auth;
 use super::tls_stream::MakeTls;
 use super::{SessionTimeouts, Target};
-use crate::cli::PoolMode;
+use crate::domain::PoolMode;
 use crate::exit::{Exit, fail};
 use deadpool_postgres::{
     Connect, Hook, HookError, Manager, ManagerConfig, Object, PoolError, RecyclingMethod, Runtime,

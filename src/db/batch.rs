@@ -161,7 +161,7 @@ pub struct ThroughCoordinator {
     /// waiting at most `wait`), before the run ends.
     pub patience: Duration,
     /// Set when the run is interrupted: the batch stops trying at once.
-    pub cancel: crate::context::Cancel,
+    pub cancel: crate::domain::Cancel,
 }
 
 /// How long a batch on a Citus reference table waits out a live transaction at most.

@@ -4,28 +4,13 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use serde::Serialize;
 
 use super::session::p;
 use super::table::ProfileChoice;
 use super::{KeyTable, Session};
-use crate::cli::TableName;
+use crate::domain::TableName;
 use crate::exit::{Exit, fail};
-
-/// How Citus manages the key table (the output layer describes it for people:
-/// `Layout::describe`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "type")]
-pub enum Layout {
-    /// Hash-distributed by `column` over `shards` shards.
-    Distributed { column: String, shards: i64 },
-    /// A reference table: one shard with a copy on every node.
-    Reference,
-    /// A table of a distributed schema (schema-based sharding): one shard on one node.
-    SingleShard,
-    /// A Citus local table: on the coordinator, known to Citus.
-    CitusLocal,
-}
+pub use crate::report::rows::{DistributedReference, Layout, Placement};
 
 const PROPAGATE_SET_LOCAL_SQL: &str = include_str!("../../sql/citus_propagate_set_local.sql");
 const CUSTOM_PLAN_LOCAL_SQL: &str = include_str!("../../sql/citus_custom_plan_local.sql");
@@ -290,15 +275,6 @@ pub async fn shard_referencing_keys(
     read.map(|()| keys)
 }
 
-/// A foreign key with ON DELETE NO ACTION / RESTRICT from a distributed table to a reference key
-/// table (sql/citus_distributed_referencing.sql).
-#[derive(Clone, Debug)]
-pub struct DistributedReference {
-    pub name: String,
-    pub referencing_table: String,
-    pub on_delete: String,
-}
-
 /// The foreign keys with ON DELETE NO ACTION / RESTRICT that reference the reference table `table`
 /// from a distributed table, from the coordinator's catalog.
 pub async fn distributed_blocking_references(
@@ -321,14 +297,6 @@ pub async fn distributed_blocking_references(
             })
         })
         .collect()
-}
-
-/// One shard and the node that holds it.
-#[derive(Clone, Debug)]
-pub struct Placement {
-    pub shard_id: i64,
-    pub node: String,
-    pub port: u16,
 }
 
 /// Every shard of a distributed table with its node, ordered by node then shard.
@@ -420,7 +388,7 @@ pub async fn resolve_shard(
                 name,
                 placement.node,
                 placement.port,
-                crate::one_line(&e)
+                crate::domain::one_line(&e)
             ),
         )
     })

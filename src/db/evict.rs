@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::batch::ThroughCoordinator;
@@ -14,6 +13,7 @@ use super::queries::Capped;
 pub use super::references::References;
 use super::{KeyTable, Param, Session, p, with_deadline};
 use crate::exit::{Exit, fail};
+pub use crate::report::rows::SampleKey;
 
 const CLAIM_SQL: &str = include_str!("../../sql/evict_range_end.sql");
 const BATCH_SQL: &str = include_str!("../../sql/evict_batch.sql");
@@ -389,18 +389,6 @@ pub async fn preview(
         oldest: row.try_get("oldest")?,
         newest: row.try_get("newest")?,
     })
-}
-
-/// A key the dry run lists.
-#[derive(Debug, Serialize)]
-pub struct SampleKey {
-    /// None on a table without a tenant column (null in JSON).
-    pub api_key_id: Option<String>,
-    pub key: String,
-    #[serde(with = "time::serde::rfc3339")]
-    pub expires_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
 }
 
 /// The dry run's samples: keys that would go, keys --min-age holds back and how many among the

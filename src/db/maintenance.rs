@@ -6,6 +6,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::db::{KeyTable, Session, p};
+pub use crate::report::rows::{RecentTtl, TtlBucket};
 
 /// The autovacuum statement (catalog only).
 pub const AUTOVACUUM_SQL: &str = include_str!("../../sql/stats_autovacuum.sql");
@@ -66,36 +67,6 @@ pub async fn autovacuum(client: &Session, table: &KeyTable) -> Result<Vec<Autova
             }
         })
         .collect())
-}
-
-/// How long recent keys live (expires_at − created_at).
-#[derive(Debug, Clone, Serialize)]
-pub struct RecentTtl {
-    /// "sample": measured on the keys sampled; "ttl": every key lives --ttl (a table without an
-    /// expiry column).
-    pub source: &'static str,
-    /// Keys sampled (0 for "ttl").
-    pub keys: i64,
-    pub min_seconds: f64,
-    pub p10_seconds: f64,
-    pub p50_seconds: f64,
-    pub p90_seconds: f64,
-    pub max_seconds: f64,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub newest_created_at: Option<OffsetDateTime>,
-    /// Keys that live less than the limit asked about (check --min-ttl; 0 without it).
-    pub keys_below: i64,
-    /// The sampled keys counted by TTL, one bucket per [`TTL_BUCKETS`] bound and one past the
-    /// last (empty for "ttl").
-    pub histogram: Vec<TtlBucket>,
-}
-
-/// Keys sampled whose TTL is under `under_seconds` (and at least the bucket before's bound); the
-/// last bucket has no upper bound.
-#[derive(Debug, Clone, Serialize)]
-pub struct TtlBucket {
-    pub under_seconds: Option<f64>,
-    pub keys: i64,
 }
 
 /// The upper bounds of the TTL histogram's buckets, as sql/stats_recent_ttl.sql counts them:

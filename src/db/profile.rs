@@ -70,7 +70,7 @@ pub enum Expiry {
 }
 
 /// What reclaim may do with a stuck key (`delete`, `fail`, `release`).
-pub use crate::cli::ReclaimAction as Action;
+pub use crate::domain::ReclaimAction as Action;
 
 /// How the request fingerprint is stored.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]

@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 
 use super::KeyTable;
 use super::table::quote_ident;
+pub use crate::report::rows::{Capped, DatabaseIdentity, KeyRef, ReferencingKey};
 
 /// Catalog sizes and estimates.
 #[derive(Debug, Clone, Serialize)]
@@ -67,18 +68,6 @@ pub async fn vacuum(client: &Session, table: &KeyTable) -> Result<Vacuum> {
     })
 }
 
-/// A key picked out by a stats query.
-#[derive(Debug, Clone, Serialize)]
-pub struct KeyRef {
-    /// None on a table without a tenant column (null in JSON).
-    pub api_key_id: Option<String>,
-    pub key: String,
-    #[serde(with = "time::serde::rfc3339")]
-    pub expires_at: OffsetDateTime,
-    /// Age (oldest live key) or wait since expiry (eviction lag), in seconds.
-    pub seconds: f64,
-}
-
 /// The live key that expires next, and its age since creation.
 pub async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Option<KeyRef>> {
     let r = client
@@ -110,15 +99,6 @@ pub async fn oldest_expired(client: &Session, table: &KeyTable) -> Result<Option
     }))
 }
 
-/// A count that stops at a cap.
-#[derive(Debug, Clone, Copy, Serialize)]
-pub struct Capped {
-    /// The count, or the cap when `at_least` is set.
-    pub count: i64,
-    /// True when there are more than `count` rows.
-    pub at_least: bool,
-}
-
 impl Capped {
     /// Interpret a count taken with `LIMIT cap + 1`.
     pub fn from_raw(n: i64, cap: i64) -> Capped {
@@ -132,16 +112,6 @@ impl Capped {
                 count: n,
                 at_least: false,
             }
-        }
-    }
-}
-
-impl std::fmt::Display for Capped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.at_least {
-            write!(f, "at least {}", self.count)
-        } else {
-            write!(f, "{}", self.count)
         }
     }
 }
@@ -213,14 +183,6 @@ pub async fn oldest_stuck(
     }))
 }
 
-/// The cluster (its system identifier) and database a session is connected to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DatabaseIdentity {
-    pub system_identifier: String,
-    pub name: String,
-}
-
 /// Read the connected database's identity.
 pub async fn database_identity(client: &Session) -> Result<DatabaseIdentity> {
     let row = client
@@ -231,31 +193,6 @@ pub async fn database_identity(client: &Session) -> Result<DatabaseIdentity> {
         system_identifier: row.try_get("system_identifier")?,
         name: row.try_get("name")?,
     })
-}
-
-/// A foreign key that references the key table: deleting a key runs its ON DELETE action.
-#[derive(Debug, Clone, Serialize)]
-pub struct ReferencingKey {
-    pub name: String,
-    pub referencing_table: String,
-    /// The referencing table, schema-qualified and quoted (for the statements evict generates and
-    /// the fixes check prints).
-    #[serde(skip)]
-    pub referencing_quoted: String,
-    pub columns: Vec<String>,
-    /// The key table's columns they reference, in the same order.
-    #[serde(skip)]
-    pub referenced: Vec<String>,
-    /// `NO ACTION`, `RESTRICT`, `CASCADE`, `SET NULL` or `SET DEFAULT`.
-    pub on_delete: String,
-    /// An index on the referencing table leads with the referencing columns (a partial one only
-    /// when `col IS NOT NULL` implies its predicate).
-    pub indexed: bool,
-    /// This role may read the referencing table, and lock its rows.
-    #[serde(skip)]
-    pub may_read: bool,
-    #[serde(skip)]
-    pub may_lock: bool,
 }
 
 impl ReferencingKey {

@@ -7,14 +7,14 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
 use super::batch::{self, Rerun, ThroughCoordinator};
 use super::queries::Capped;
 use super::{KeyTable, Param, Session, p};
-use crate::cli::ReclaimAction;
+use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
+pub use crate::report::rows::Filter;
 
 /// The preview: stuck keys, oldest first, up to a cap.
 const PREVIEW_SQL: &str = include_str!("../../sql/reclaim_preview.sql");
@@ -27,20 +27,6 @@ const APPLY_RELEASE_SQL: &str = include_str!("../../sql/reclaim_apply_release.sq
 const ARCHIVE_LOCK_SQL: &str = include_str!("../../sql/reclaim_archive_lock.sql");
 const APPLY_ARCHIVE_LOCK_SQL: &str = include_str!("../../sql/reclaim_apply_archive_lock.sql");
 const COUNT_SQL: &str = include_str!("../../sql/reclaim_count.sql");
-
-/// Which stuck keys a run may take besides their age: one tenant, one route (path, method). Every
-/// reclaim statement binds all three as its last parameters, NULL for a filter not given, so a
-/// filter only narrows the rows the statement walks through the in_progress index.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Filter {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub method: Option<String>,
-}
 
 impl Filter {
     pub fn is_empty(&self) -> bool {

@@ -1,19 +1,11 @@
 //! One stored key as `inspect` reads it, with its state judged by the database clock.
 
 use crate::db::{KeyTable, Session, p};
+pub use crate::report::rows::{KeyRecord, RowColumn, StoredBody, StoredFingerprint};
 use anyhow::{Context as _, Result};
-use serde::Serialize;
 use time::OffsetDateTime;
 use tokio_postgres::Row;
 use tokio_postgres::types::Type;
-
-/// The stored request fingerprint: a raw digest (bytea) or text (a hex digest, as a Python
-/// handler's `hexdigest()` writes it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoredFingerprint {
-    Bytes(Vec<u8>),
-    Text(String),
-}
 
 impl StoredFingerprint {
     /// The SQL type of the column it came from, which decides the default canonical form.
@@ -34,120 +26,6 @@ impl StoredFingerprint {
                 .eq_ignore_ascii_case(&crate::fingerprint::hex(digest)),
         }
     }
-}
-
-impl Serialize for StoredFingerprint {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // In JSON: lowercase hex for bytes, the text as stored.
-        match self {
-            StoredFingerprint::Bytes(b) => s.serialize_str(&crate::fingerprint::hex(b)),
-            StoredFingerprint::Text(t) => s.serialize_str(t),
-        }
-    }
-}
-
-/// A stored response body, as its column holds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoredBody {
-    /// A json or jsonb column: JSON text as the server prints it (numbers never parsed).
-    Json(String),
-    /// A text or varchar column.
-    Text(String),
-    /// A bytea column: the bytes exactly.
-    Bytes(Vec<u8>),
-}
-
-impl StoredBody {
-    /// The body as text when it is text, JSON, or bytes that are valid UTF-8.
-    pub fn as_text(&self) -> Option<&str> {
-        match self {
-            StoredBody::Json(t) | StoredBody::Text(t) => Some(t),
-            StoredBody::Bytes(b) => std::str::from_utf8(b).ok(),
-        }
-    }
-
-    /// Whether the body's text parses as JSON.
-    pub fn is_json(&self) -> bool {
-        match self {
-            StoredBody::Json(_) => true,
-            _ => self
-                .as_text()
-                .is_some_and(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok()),
-        }
-    }
-
-    /// How `-o json` carries it: `json` (spliced as is), `text` (a string), `utf8` (bytea that is
-    /// valid UTF-8, as a string) or `hex` (other bytea, as lowercase hex).
-    pub fn encoding(&self) -> &'static str {
-        match self {
-            StoredBody::Json(_) => "json",
-            StoredBody::Text(_) => "text",
-            StoredBody::Bytes(b) if std::str::from_utf8(b).is_ok() => "utf8",
-            StoredBody::Bytes(_) => "hex",
-        }
-    }
-
-    /// The column's SQL type, in words.
-    pub fn column_kind(&self) -> &'static str {
-        match self {
-            StoredBody::Json(_) => "json",
-            StoredBody::Text(_) => "text",
-            StoredBody::Bytes(_) => "bytea",
-        }
-    }
-}
-
-/// One column of the stored row, its value as the server prints it (None for NULL).
-#[derive(Debug, Clone, Serialize)]
-pub struct RowColumn {
-    pub column: String,
-    /// The role the profile gives it (None: a column the profile does not map).
-    pub role: Option<&'static str>,
-    pub value: Option<String>,
-}
-
-/// A key's stored record.
-#[derive(Debug, Clone, Serialize)]
-pub struct KeyRecord {
-    /// None on a table without a tenant column (null in JSON).
-    pub api_key_id: Option<String>,
-    pub key: String,
-    /// None on a table that does not store the request method.
-    pub request_method: Option<String>,
-    pub request_path: Option<String>,
-    /// The request fingerprint (lowercase hex for a bytea column; None when the table stores none).
-    pub request_fingerprint: Option<StoredFingerprint>,
-    pub state: String,
-    pub response_status: Option<i32>,
-    /// The stored body, exact (JSON text as the server prints it; bytes as stored).
-    #[serde(skip)]
-    pub response_body: Option<StoredBody>,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub locked_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
-    /// None on a table whose keys expire a TTL after creation when no TTL was given.
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub expires_at: Option<OffsetDateTime>,
-    /// The zone the table's `timestamp without time zone` columns were read in (None for
-    /// timestamptz columns); every time above is that local time turned into an instant.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub time_zone: Option<String>,
-    /// Every column of the row, in the table's order, mapped ones labelled by role.
-    pub row: Vec<RowColumn>,
-    /// The database clock when the record was read; every age is relative to it.
-    #[serde(with = "time::serde::rfc3339")]
-    pub db_now: OffsetDateTime,
-    /// in_progress for longer than the stuck-after cutoff.
-    pub stuck: bool,
-    /// A transaction that is still running holds the row (locked it, or is changing it): a live
-    /// request owns the key, and reclaim skips it.
-    pub held: bool,
-    /// The row's xmax and the snapshot's xmax, from which `held` is decided.
-    #[serde(skip)]
-    pub xmax: i64,
-    #[serde(skip)]
-    pub snapshot_xmax: i64,
 }
 
 impl KeyRecord {

@@ -2,6 +2,7 @@
 //! `evict --max-replica-lag`.
 
 use crate::db::Session;
+pub use crate::report::rows::Replica;
 use anyhow::{Context as _, Result};
 
 /// Whether the role may read the replay positions, and its name for messages.
@@ -11,23 +12,6 @@ pub async fn visibility(client: &Session) -> Result<(String, bool)> {
         .await
         .context("failed to check whether this role may read pg_stat_replication")?;
     Ok((row.get("role"), row.get("can_see")))
-}
-
-/// One physical standby's replay position, as last reported to the primary.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Replica {
-    #[serde(skip)]
-    pub pid: i32,
-    /// application_name, else the client address, else the walsender's pid.
-    pub name: String,
-    pub state: String,
-    /// The replay LSN as a byte offset (compared between readings to see whether replay moves).
-    #[serde(skip)]
-    pub replay_position: i64,
-    /// WAL flushed on the primary that the standby has not replayed yet.
-    pub behind_bytes: i64,
-    /// PostgreSQL's replay_lag: NULL after an idle spell, frozen while replay is stuck.
-    pub replay_lag_seconds: Option<f64>,
 }
 
 /// Every physical standby streaming from this server.

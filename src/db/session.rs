@@ -94,8 +94,8 @@ struct Inner {
 pub enum Lost {
     #[error(
         "no answer from the server within {} (statement_timeout plus {}); the connection was given up",
-        crate::output::human_secs(.0.as_secs_f64()),
-        crate::output::human_secs(crate::conn::ANSWER_MARGIN.as_secs_f64())
+        crate::domain::human_secs(.0.as_secs_f64()),
+        crate::domain::human_secs(crate::conn::ANSWER_MARGIN.as_secs_f64())
     )]
     NoAnswer(Duration),
     #[error("the server ended the connection: {0}")]

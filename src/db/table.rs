@@ -4,8 +4,8 @@
 use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 
-use crate::cli::TableName;
 use crate::db::profile::{self, Action, Detected, Profile};
+use crate::domain::TableName;
 use crate::exit::{Exit, fail};
 
 /// One column as the catalog describes it.
@@ -409,7 +409,7 @@ pub fn ttl_text(ttl: std::time::Duration) -> String {
 /// the same identifier to the server: a statement printed as a fix then runs as printed and never
 /// carries a raw control to the terminal.
 pub fn quote_ident(s: &str) -> String {
-    if !s.chars().any(crate::moves_the_terminal) {
+    if !s.chars().any(crate::domain::moves_the_terminal) {
         return format!("\"{}\"", s.replace('"', "\"\""));
     }
     let mut out = String::from("U&\"");
@@ -417,7 +417,7 @@ pub fn quote_ident(s: &str) -> String {
         match c {
             '"' => out.push_str("\"\""),
             '\\' => out.push_str("\\\\"),
-            c if crate::moves_the_terminal(c) => {
+            c if crate::domain::moves_the_terminal(c) => {
                 let n = c as u32;
                 if n <= 0xffff {
                     out.push_str(&format!("\\{n:04X}"));

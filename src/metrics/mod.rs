@@ -12,7 +12,7 @@ use std::time::Instant;
 use anyhow::Result;
 use time::OffsetDateTime;
 
-use crate::cli::TableName;
+use crate::domain::TableName;
 use crate::exit::{Exit, classify, fail};
 use crate::output::prometheus::{self, Metrics};
 
@@ -197,7 +197,7 @@ impl Recorder {
                 .push(&job, &common, pushed.render(&common), end.success)
                 .await
             {
-                crate::output::warn(&crate::one_line(&e));
+                crate::output::warn(&crate::domain::one_line(&e));
             }
         }
         if let Some(path) = &i.dest.textfile
@@ -206,7 +206,11 @@ impl Recorder {
             *i.unwritten.lock().unwrap_or_else(|e| e.into_inner()) = Some(Unwritten {
                 command: i.command,
                 end,
-                why: format!("--textfile {}: {}", path.display(), crate::one_line(&e)),
+                why: format!(
+                    "--textfile {}: {}",
+                    path.display(),
+                    crate::domain::one_line(&e)
+                ),
             });
         }
         Ok(())
@@ -226,7 +230,7 @@ impl Recorder {
     /// `err` is what the operator must see.
     pub async fn finish_failed(&self, err: &anyhow::Error) {
         if let Err(e) = self.finish(failed_end(err), Metrics::default()).await {
-            crate::output::warn(&crate::one_line(&e));
+            crate::output::warn(&crate::domain::one_line(&e));
         }
     }
 }
@@ -329,13 +333,6 @@ pub fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
         return Err(format!("label {k} has a control character in its value"));
     }
     Ok((k.to_owned(), v.to_owned()))
-}
-
-/// Whether a command that records metrics prints its summary: not under cron (no terminal, no
-/// explicit --output) when it writes metrics, since cron mails any output.
-pub fn prints_summary(ctx: &crate::context::Context) -> bool {
-    let explicit = ctx.global.output != crate::cli::OutputFormat::Auto;
-    !(ctx.metrics.enabled() && !explicit && !ctx.output.stdout_tty)
 }
 
 #[cfg(test)]

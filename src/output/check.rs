@@ -2,10 +2,10 @@
 //! values escaped) where each check is judged; this renders them, escaping once more what reaches
 //! the terminal as it is (server messages, the names in a fix's statement).
 
-use crate::commands::check::{Finding, Status};
 use crate::commands::stats::ReferencedExpired;
 use crate::output::stats::key_label;
 use crate::output::{Doc, escape_controls, escape_lines, human_secs};
+use crate::report::check::{Finding, Status};
 
 /// The error line of a check that found problems: the one finding, or the checks that failed.
 pub(crate) fn failed(failed: &[&Finding]) -> String {

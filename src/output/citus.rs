@@ -2,14 +2,14 @@
 //! tables of `stats` and of evict's summary. Worker names, the role and the distribution column are
 //! escaped here, where they are printed.
 
-use crate::commands::check::{Finding, Status, finding};
-use crate::commands::citus_check::{Outcome, ShardLacks};
 use crate::commands::citus_stats::CitusStats;
 use crate::commands::evict::citus::CitusReport;
-use crate::db::citus::Layout;
-use crate::db::queries::Capped;
 use crate::output::names::worker;
 use crate::output::{Doc, human_bytes, human_secs, sanitize};
+use crate::report::check::{Finding, Status, finding};
+use crate::report::citus::{Outcome, ShardLacks};
+use crate::report::rows::Capped;
+use crate::report::rows::Layout;
 
 /// A table of one row a worker, titled with the table's layout.
 fn workers_table<N>(

@@ -5,20 +5,21 @@
 use crate::commands::evict::pace::{
     INSERT_MULTIPLE, PRESENT_MULTIPLE, PaceReport, PaceStatus, Reason, State,
 };
-use crate::commands::evict::partitions;
-use crate::commands::evict::rate::{RateProgress, RateReport};
-use crate::commands::evict::replica::{GaveUp, Lagging};
-use crate::commands::evict::vacuum::{Skipped, VacuumReport};
-use crate::commands::evict::{DryRunReport, EvictReport, Expiry};
+use crate::commands::evict::{DryRunReport, EvictReport};
 use crate::db::KeyTable;
-use crate::db::citus::Layout;
-use crate::db::evict::SampleKey;
-use crate::db::queries::Capped;
 use crate::db::table::{quote_ident, quote_ident_if_needed, ttl_text};
 use crate::output::{
     Doc, escape_controls, escape_lines, human_bytes, human_secs, key_cells, key_columns, rfc3339,
     sanitize,
 };
+use crate::report::evict::Expiry;
+use crate::report::evict::{Dropped, Kept};
+use crate::report::evict::{GaveUp, Lagging};
+use crate::report::evict::{RateProgress, RateReport};
+use crate::report::evict::{Skipped, VacuumReport};
+use crate::report::rows::Capped;
+use crate::report::rows::Layout;
+use crate::report::rows::SampleKey;
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
 /// workers' table and the partitions it dropped.
@@ -137,12 +138,7 @@ pub(crate) fn expiry_text(e: &Expiry) -> String {
 }
 
 /// Tables of dropped (or droppable) partitions and of those left to the batches.
-pub(crate) fn partition_blocks(
-    doc: &mut Doc,
-    dropped: &[partitions::Dropped],
-    kept: &[partitions::Kept],
-    title: &str,
-) {
+pub(crate) fn partition_blocks(doc: &mut Doc, dropped: &[Dropped], kept: &[Kept], title: &str) {
     if !dropped.is_empty() {
         let rows = dropped
             .iter()
@@ -176,7 +172,7 @@ pub(crate) fn partition_blocks(
 
 /// A partition's bound for the human summary: its range when known, else as PostgreSQL prints it
 /// (escaped for a terminal).
-fn bound_text(d: &partitions::Dropped) -> String {
+fn bound_text(d: &Dropped) -> String {
     sanitize(d.bound.strip_prefix("FOR VALUES ").unwrap_or(&d.bound))
 }
 
@@ -287,7 +283,7 @@ fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey]) {
 }
 
 /// The replicas as the dry run shows them.
-fn replicas_text(replicas: &[crate::db::replication::Replica]) -> String {
+fn replicas_text(replicas: &[crate::report::rows::Replica]) -> String {
     if replicas.is_empty() {
         return "none visible (nothing would pause)".into();
     }
@@ -544,7 +540,7 @@ pub(crate) fn refused_on_citus(flag: &str, table: &KeyTable, layout: &Layout) ->
 /// evict cannot leave the keys still referenced out of its batches there.
 pub(crate) fn reference_table_referenced_by_distributed(
     table: &KeyTable,
-    key: &crate::db::citus::DistributedReference,
+    key: &crate::report::rows::DistributedReference,
 ) -> String {
     format!(
         "foreign key {} of distributed table {} references {} (a Citus reference table) with ON DELETE {}: evict would have to leave out the keys it still references, and Citus cannot plan a DELETE on a reference table that reads a distributed table; nothing was changed: distribute {} by the tenant, colocated with {} (evict then leaves those keys on each shard), or make the foreign key ON DELETE CASCADE",
@@ -658,7 +654,7 @@ pub(crate) fn worker_stopped(error: &tokio::task::JoinError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::commands::evict::vacuum::Vacuumed;
+    use crate::report::evict::Vacuumed;
 
     #[test]
     fn the_vacuum_line_escapes_relation_names_and_server_messages() {

@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use crate::commands::inspect::BodyCheck;
 use crate::db::KeyTable;
-use crate::db::record::{KeyRecord, StoredBody, StoredFingerprint};
 use crate::fingerprint::Canonical;
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
+use crate::report::inspect::BodyCheck;
+use crate::report::rows::{KeyRecord, StoredBody, StoredFingerprint};
 
 /// A sentence describing the key's state by the database clock.
 fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {

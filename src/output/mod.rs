@@ -21,8 +21,9 @@ use std::io::{IsTerminal, Write};
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, ContentArrangement, Table};
 
-use crate::cli::{ColorChoice, OutputFormat};
+use crate::domain::{ColorChoice, OutputFormat};
 
+pub use crate::domain::human_secs;
 pub use sanitize::{escape_controls, escape_lines, sanitize};
 
 /// One block of human-readable output.
@@ -299,7 +300,7 @@ pub(crate) const PROMETHEUS_ONLY_FOR_STATS: &str =
 /// not read the referencing table. Unescaped, as the JSON carries it; the text report escapes
 /// each note.
 pub(crate) fn unprobed_reference_note(
-    k: &crate::db::queries::ReferencingKey,
+    k: &crate::report::rows::ReferencingKey,
     figure: &str,
     citus: bool,
 ) -> String {
@@ -340,28 +341,7 @@ pub fn warn(message: &str) {
 /// An error chain as the one line `idemctl:` prints on stderr: newlines folded, terminal controls
 /// escaped (messages carry names and server text as they are; escaping them is this layer's job).
 pub fn error_line(err: &anyhow::Error) -> String {
-    escape_controls(&crate::one_line(err))
-}
-
-/// Format seconds as people write durations: the largest unit and the next one when it is not
-/// zero (`6d 23h`, `3h 2m`, `7d`, `45s`).
-pub fn human_secs(secs: f64) -> String {
-    if !secs.is_finite() {
-        return "-".into();
-    }
-    let negative = secs < 0.0;
-    let mut rest = secs.abs().round() as u64;
-    let mut parts: Vec<(u64, &str)> = Vec::new();
-    for (size, unit) in [(86_400, "d"), (3_600, "h"), (60, "m"), (1, "s")] {
-        parts.push((rest / size, unit));
-        rest %= size;
-    }
-    let first = parts.iter().position(|(n, _)| *n > 0).unwrap_or(3);
-    let mut text = format!("{}{}", parts[first].0, parts[first].1);
-    if let Some((n, unit)) = parts.get(first + 1).filter(|(n, _)| *n > 0) {
-        text.push_str(&format!(" {n}{unit}"));
-    }
-    if negative { format!("-{text}") } else { text }
+    escape_controls(&crate::domain::one_line(err))
 }
 
 /// Format a byte count with binary units.

@@ -4,7 +4,7 @@
 use super::sanitize;
 use crate::commands::shards::Node;
 use crate::db::KeyTable;
-use crate::db::citus::{Layout, Placement};
+use crate::report::rows::{Layout, Placement};
 
 impl KeyTable {
     /// The table's name for reports: `schema.name`, control characters escaped.

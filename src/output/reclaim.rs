@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use crate::cli::ReclaimAction;
 use crate::commands::reclaim::{Candidate, LeftAlone, PreviewReport, ReclaimReport, action_name};
 use crate::db::KeyTable;
-use crate::db::citus::Layout;
-use crate::db::queries::{Capped, DatabaseIdentity};
-use crate::db::reclaim::Filter;
+use crate::domain::ReclaimAction;
 use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
+use crate::report::rows::Filter;
+use crate::report::rows::Layout;
+use crate::report::rows::{Capped, DatabaseIdentity};
 
 /// The preview: what would be reclaimed, the keys listed, and what the listing leaves out.
 pub(crate) fn preview(r: &PreviewReport) -> Doc {

@@ -33,7 +33,7 @@ fn escape(s: &str, backslash: bool) -> String {
             c if (c as u32) < 0x20 || c == '\u{7f}' => {
                 out.push_str(&format!("\\x{:02x}", c as u32))
             }
-            c if crate::moves_the_terminal(c) => {
+            c if crate::domain::moves_the_terminal(c) => {
                 out.push_str(&format!("\\u{{{:x}}}", c as u32));
             }
             c => out.push(c),

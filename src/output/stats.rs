@@ -4,8 +4,8 @@
 
 use crate::commands::maintenance::Outlook;
 use crate::commands::stats::StatsReport;
-use crate::db::queries::KeyRef;
 use crate::output::{Doc, escape_controls, human_bytes, human_secs, rfc3339, sanitize};
+use crate::report::rows::KeyRef;
 
 /// The human-readable report; with `partitions`, the table of leaf partitions too.
 pub(crate) fn report(r: &StatsReport, partitions: bool) -> Doc {
@@ -17,7 +17,7 @@ pub(crate) fn report(r: &StatsReport, partitions: bool) -> Doc {
 }
 
 /// The recent TTL, one line.
-fn ttl_text(t: Option<&crate::db::maintenance::RecentTtl>) -> String {
+fn ttl_text(t: Option<&crate::report::rows::RecentTtl>) -> String {
     match t {
         None => "no keys to sample".into(),
         Some(t) if t.source == "ttl" => format!(
@@ -255,11 +255,11 @@ fn thresholds(o: &Outlook) -> String {
 }
 
 /// The table has no in-flight marker (a mapping without `in_flight`).
-pub(crate) fn no_in_flight_marker(table: &crate::db::KeyTable) -> String {
+pub(crate) fn no_in_flight_marker(table: &str, profile: &str) -> String {
     format!(
         "table {} has no in-flight marker (profile {} maps no in_flight): no key is ever in flight, so none is stuck, reclaim has nothing to do and no in_progress index is needed; evict removes every expired key no live transaction holds",
-        table.display(),
-        table.profile.name
+        sanitize(table),
+        sanitize(profile)
     )
 }
 

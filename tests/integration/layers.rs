@@ -581,3 +581,387 @@ fn the_refusal_check_sees_messages_worded_in_place() {
     assert!(found[0].starts_with("x.rs:1: "), "{found:#?}");
     assert!(found[1].starts_with("x.rs:2: "), "{found:#?}");
 }
+
+/// The layer of a file under `src/`, and the layers it may import. Imports run one way:
+/// entry -> commands -> cli -> output/metrics -> bottom, and commands -> db -> conn -> bottom,
+/// where the bottom is the plain domain types, exit codes and the data the reports are made of.
+fn layer_of(file: &str) -> (&'static str, &'static [&'static str]) {
+    const BOTTOM: &[&str] = &["bottom"];
+    if file == "src/main.rs" || file == "src/lib.rs" {
+        (
+            "entry",
+            &["entry", "commands", "cli", "output", "db", "conn", "bottom"],
+        )
+    } else if file.starts_with("src/commands/")
+        || ["src/context.rs", "src/progress.rs", "src/config.rs"].contains(&file)
+    {
+        (
+            "commands",
+            &["commands", "cli", "output", "db", "conn", "bottom"],
+        )
+    } else if file == "src/cli.rs" {
+        ("cli", &["cli", "output", "bottom"])
+    } else if file.starts_with("src/output/") || file.starts_with("src/metrics/") {
+        ("output", &["output", "bottom"])
+    } else if file.starts_with("src/db/") {
+        ("db", &["db", "conn", "bottom"])
+    } else if file.starts_with("src/conn/") {
+        ("conn", &["conn", "bottom"])
+    } else {
+        // src/domain.rs, src/exit.rs, src/fingerprint.rs, src/sample.rs, src/report/...
+        ("bottom", BOTTOM)
+    }
+}
+
+/// Imports against the layers that remain, each `(importing file, imported file)`: reports the
+/// output layer words are still defined beside the commands and db rows that make them. The
+/// list only shrinks: an import fixed must leave it, and a new one fails the test.
+const KNOWN_AGAINST_THE_LAYERS: &[(&str, &str)] = &[
+    ("src/output/check.rs", "src/commands/stats.rs"),
+    ("src/output/citus.rs", "src/commands/citus_stats.rs"),
+    ("src/output/citus.rs", "src/commands/evict/citus.rs"),
+    ("src/output/citus.rs", "src/db/table.rs"),
+    ("src/output/evict.rs", "src/commands/evict/mod.rs"),
+    ("src/output/evict.rs", "src/commands/evict/pace.rs"),
+    ("src/output/evict.rs", "src/db/mod.rs"),
+    ("src/output/evict.rs", "src/db/table.rs"),
+    ("src/output/inspect.rs", "src/db/mod.rs"),
+    ("src/output/names.rs", "src/commands/shards.rs"),
+    ("src/output/names.rs", "src/db/mod.rs"),
+    ("src/output/reclaim.rs", "src/commands/reclaim.rs"),
+    ("src/output/reclaim.rs", "src/db/mod.rs"),
+    ("src/output/stats.rs", "src/commands/maintenance.rs"),
+    ("src/output/stats.rs", "src/commands/stats.rs"),
+];
+
+/// Circles of more than two files that remain (sorted members), also only to shrink.
+const KNOWN_CIRCLES: &[&[&str]] = &[
+    &[
+        "src/commands/evict/citus.rs",
+        "src/commands/evict/mod.rs",
+        "src/commands/evict/partitions.rs",
+        "src/commands/evict/replica.rs",
+        "src/commands/evict/worker.rs",
+    ],
+    &[
+        "src/db/mod.rs",
+        "src/db/predicate.rs",
+        "src/db/profile.rs",
+        "src/db/table.rs",
+    ],
+];
+
+/// The module path of a file under `src/` (`src/db/mod.rs` is `db`; lib.rs and main.rs the root).
+fn module_of(file: &str) -> Vec<String> {
+    let path = file.trim_start_matches("src/").trim_end_matches(".rs");
+    let mut parts: Vec<String> = path.split('/').map(str::to_owned).collect();
+    if parts.last().is_some_and(|p| p == "mod") || parts == ["lib"] || parts == ["main"] {
+        parts.pop();
+    }
+    parts
+}
+
+/// The file that defines what a module path names: the longest prefix that is a module file, else
+/// lib.rs (an item defined there).
+fn file_of(path: &[String], files: &std::collections::BTreeSet<String>) -> String {
+    for k in (1..=path.len()).rev() {
+        let base = format!("src/{}", path[..k].join("/"));
+        for candidate in [format!("{base}.rs"), format!("{base}/mod.rs")] {
+            if files.contains(&candidate) {
+                return candidate;
+            }
+        }
+    }
+    "src/lib.rs".to_owned()
+}
+
+/// The paths a file's code names (`crate::`, `super::`, `self::`, and its own child modules), as
+/// module paths from the crate root, with `use` groups expanded. Comments and unit tests are left
+/// out.
+fn named_paths(file: &str, text: &str) -> Vec<Vec<String>> {
+    let mut code = String::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        let (_, outside) = split_line(line);
+        code.push_str(&outside);
+        code.push('\n');
+    }
+    let children: Vec<String> = code
+        .lines()
+        .filter_map(|l| {
+            let l = l
+                .trim()
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub ");
+            l.strip_prefix("mod ")?.strip_suffix(';').map(str::to_owned)
+        })
+        .collect();
+    let me = module_of(file);
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let boundary = i == 0
+            || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_' || chars[i - 1] == ':');
+        let word: String = chars[i..]
+            .iter()
+            .take_while(|c| c.is_alphanumeric() || **c == '_')
+            .collect();
+        if !boundary || word.is_empty() {
+            i += 1;
+            continue;
+        }
+        let starts =
+            ["crate", "super", "self"].contains(&word.as_str()) || children.contains(&word);
+        let after = i + word.len();
+        if !starts || chars.get(after..after + 2) != Some(&[':', ':']) {
+            i = after;
+            continue;
+        }
+        // Read the path and, for a `use` group, its items (one level of nesting is enough here).
+        let mut j = after;
+        let mut segments = vec![word.clone()];
+        let mut group = Vec::new();
+        while chars.get(j..j + 2) == Some(&[':', ':']) {
+            j += 2;
+            if chars.get(j) == Some(&'{') {
+                let mut depth = 0;
+                let start = j + 1;
+                while j < chars.len() {
+                    match chars[j] {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    if depth == 0 {
+                        break;
+                    }
+                    j += 1;
+                }
+                let inner: String = chars[start..j.min(chars.len())].iter().collect();
+                let mut depth = 0;
+                let mut item = String::new();
+                for c in inner.chars().chain([',']) {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            let head = item
+                                .trim()
+                                .split(['{', ' '])
+                                .next()
+                                .unwrap_or("")
+                                .trim()
+                                .to_owned();
+                            group.push(
+                                head.split("::")
+                                    .filter(|s| !s.is_empty() && *s != "self")
+                                    .map(str::to_owned)
+                                    .collect::<Vec<_>>(),
+                            );
+                            item.clear();
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    item.push(c);
+                }
+                break;
+            }
+            let next: String = chars[j..]
+                .iter()
+                .take_while(|c| c.is_alphanumeric() || **c == '_')
+                .collect();
+            if next.is_empty() {
+                break;
+            }
+            j += next.len();
+            segments.push(next);
+        }
+        i = j;
+        // Resolve the head against the crate root.
+        let mut resolved: Vec<String> = Vec::new();
+        let mut rest = segments.as_slice();
+        if rest[0] == "crate" {
+            rest = &rest[1..];
+        } else {
+            resolved = me.clone();
+            while let Some(first) = rest.first() {
+                match first.as_str() {
+                    "super" => {
+                        resolved.pop();
+                    }
+                    "self" => {}
+                    _ => break,
+                }
+                rest = &rest[1..];
+            }
+        }
+        resolved.extend(rest.iter().cloned());
+        if group.is_empty() {
+            out.push(resolved);
+        } else {
+            for g in group {
+                let mut p = resolved.clone();
+                p.extend(g);
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Every import between two files of `src/`, as (importing file, imported file).
+fn import_graph() -> std::collections::BTreeSet<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut paths = Vec::new();
+    rust_files(&root.join("src"), &mut paths);
+    let files: std::collections::BTreeSet<String> = paths
+        .iter()
+        .map(|p| p.strip_prefix(root).unwrap().to_string_lossy().into_owned())
+        .collect();
+    let mut edges = std::collections::BTreeSet::new();
+    for file in &files {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        for path in named_paths(file, &text) {
+            let target = file_of(&path, &files);
+            if &target != file {
+                edges.insert((file.clone(), target));
+            }
+        }
+    }
+    edges
+}
+
+/// The groups of files that import each other in a circle (strongly connected, more than one).
+fn circles(edges: &std::collections::BTreeSet<(String, String)>) -> Vec<Vec<String>> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut next: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        next.entry(a).or_default().push(b);
+    }
+    // What each file reaches; two files are in one circle when each reaches the other.
+    let reach = |start: &str| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![start.to_owned()];
+        while let Some(f) = todo.pop() {
+            for n in next.get(f.as_str()).into_iter().flatten() {
+                if seen.insert((*n).to_owned()) {
+                    todo.push((*n).to_owned());
+                }
+            }
+        }
+        seen
+    };
+    let nodes: BTreeSet<&str> = edges
+        .iter()
+        .flat_map(|(a, b)| [a.as_str(), b.as_str()])
+        .collect();
+    let reaches: BTreeMap<&str, BTreeSet<String>> = nodes.iter().map(|n| (*n, reach(n))).collect();
+    let mut done = BTreeSet::new();
+    let mut out = Vec::new();
+    for n in &nodes {
+        if done.contains(*n) || !reaches[n].contains(*n) {
+            continue;
+        }
+        let group: Vec<String> = nodes
+            .iter()
+            .filter(|m| reaches[n].contains(**m) && reaches[*m].contains(*n))
+            .map(|m| (*m).to_owned())
+            .collect();
+        done.extend(group.iter().cloned());
+        out.push(group);
+    }
+    out
+}
+
+#[test]
+fn imports_run_one_way_through_the_layers() {
+    let edges = import_graph();
+    assert!(
+        edges.len() > 100,
+        "the import graph looks too small: {edges:#?}"
+    );
+    let mut against = Vec::new();
+    let mut known_seen = Vec::new();
+    for (from, to) in &edges {
+        let (_, allowed) = layer_of(from);
+        let (layer, _) = layer_of(to);
+        let to_lib = to == "src/lib.rs" && from != "src/main.rs";
+        if !(allowed.contains(&layer)) || to_lib {
+            if KNOWN_AGAINST_THE_LAYERS.contains(&(from.as_str(), to.as_str())) {
+                known_seen.push((from.as_str(), to.as_str()));
+            } else {
+                against.push(format!(
+                    "{from} ({}) imports {to} ({layer})",
+                    layer_of(from).0
+                ));
+            }
+        }
+    }
+    assert!(
+        against.is_empty(),
+        "imports against the layers (see CONTRIBUTING.md: move the type down to src/domain.rs or \
+         the report data, or the code up):\n{}",
+        against.join("\n")
+    );
+    let gone: Vec<_> = KNOWN_AGAINST_THE_LAYERS
+        .iter()
+        .filter(|k| !known_seen.contains(k))
+        .collect();
+    assert!(
+        gone.is_empty(),
+        "fixed, so take them off KNOWN_AGAINST_THE_LAYERS: {gone:?}"
+    );
+
+    // Circles beyond the imports already listed above.
+    let rest: std::collections::BTreeSet<(String, String)> = edges
+        .iter()
+        .filter(|(a, b)| !KNOWN_AGAINST_THE_LAYERS.contains(&(a.as_str(), b.as_str())))
+        .cloned()
+        .collect();
+    let big: Vec<Vec<String>> = circles(&rest).into_iter().filter(|c| c.len() > 2).collect();
+    let new: Vec<&Vec<String>> = big
+        .iter()
+        .filter(|c| !KNOWN_CIRCLES.iter().any(|k| k.iter().eq(c.iter())))
+        .collect();
+    assert!(
+        new.is_empty(),
+        "import circles of more than two files:\n{new:#?}"
+    );
+    let fixed: Vec<_> = KNOWN_CIRCLES
+        .iter()
+        .filter(|k| !big.iter().any(|c| k.iter().eq(c.iter())))
+        .collect();
+    assert!(
+        fixed.is_empty(),
+        "gone, so take them off KNOWN_CIRCLES: {fixed:?}"
+    );
+}
+
+#[test]
+fn the_import_check_resolves_paths_groups_and_child_modules() {
+    let text = "mod pace;\n\
+                use crate::db::{self, KeyTable, queries::Capped};\n\
+                use super::rate::Caps;\n\
+                let s = pace::State::Idle; // crate::output::x in a comment\n\
+                crate::domain::one_line(&e);\n";
+    let found = named_paths("src/commands/evict/mod.rs", text);
+    let shown: Vec<String> = found.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        shown,
+        [
+            "db",
+            "db::KeyTable",
+            "db::queries::Capped",
+            "commands::rate::Caps",
+            "commands::evict::pace::State::Idle",
+            "domain::one_line",
+        ],
+        "{found:?}"
+    );
+    assert_eq!(layer_of("src/output/evict.rs").0, "output");
+    assert!(!layer_of("src/db/mod.rs").1.contains(&"output"));
+}

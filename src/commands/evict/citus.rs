@@ -30,11 +30,12 @@ use super::{EndReason, EvictReport, worker};
 use crate::cli::EvictArgs;
 use crate::commands::shards::{self, Node, Shard};
 use crate::context::Context;
-use crate::db::citus::{self, Layout};
-use crate::db::queries::Capped;
+use crate::db::citus;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
+use crate::report::rows::Capped;
+use crate::report::rows::Layout;
 
 /// What one worker node did.
 #[derive(Debug, Clone, Serialize)]
@@ -153,7 +154,7 @@ pub async fn run(
     progress.finish();
     let report = summary(
         table,
-        super::Expiry::of(table, &ctx.global),
+        super::expiry_of(table, &ctx.global),
         layout,
         outcome.nodes,
         outcome.totals,
@@ -354,7 +355,7 @@ struct RunPlan {
     jobs: u8,
     max_rows: Option<u64>,
     max_batches: Option<u64>,
-    cancel: crate::context::Cancel,
+    cancel: crate::domain::Cancel,
     started: Instant,
     /// The run's bar; each shard draws on a part of it.
     progress: Arc<Progress>,
@@ -630,7 +631,7 @@ async fn drive(node: &Node, shared: &Arc<worker::Shared>, jobs: u8) -> Option<an
 /// The run's summary: the nodes' figures added up.
 async fn summary(
     table: &KeyTable,
-    expiry: super::Expiry,
+    expiry: crate::report::evict::Expiry,
     layout: Layout,
     nodes: Vec<NodeReport>,
     totals: worker::Totals,

@@ -21,104 +21,48 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use crate::cli::{EvictArgs, OutputFormat};
+use crate::cli::EvictArgs;
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::batch;
 use crate::db::evict as evict_db;
 use crate::db::lock::{self, LockClass};
-use crate::db::queries::Capped;
+use crate::domain::{CATCH_UP_BATCH_TIME, OutputFormat};
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::output::prometheus::Metrics;
 use crate::output::rfc3339;
 use crate::progress::Progress;
+pub use crate::report::evict::EndReason;
+use crate::report::evict::{END_REASONS, Expiry};
+use crate::report::rows::Capped;
 
 /// How many keys of each kind the dry run lists.
 const SAMPLE_SIZE: i64 = 10;
 
-/// The batch time of --catch-up, which the adaptive pace also uses while the foreground is idle.
-pub const CATCH_UP_BATCH_TIME: Duration = Duration::from_millis(15);
 /// How long a batch may wait for a row lock before it falls back to skipping locked rows.
 pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
 /// Counts in the summary and preview stop here.
 const COUNT_CAP: i64 = 100_000;
 
-/// Why a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EndReason {
-    Drained,
-    TimeBudget,
-    RowBudget,
-    BatchBudget,
-    /// A streaming replica stayed behind --max-replica-lag for --max-replica-wait, or until
-    /// --max-runtime ran out.
-    ReplicaLag,
-    Interrupted,
-    Error,
-}
-
-/// Every end reason's name, for the metrics.
-const END_REASONS: [&str; 7] = [
-    "drained",
-    "time_budget",
-    "row_budget",
-    "batch_budget",
-    "replica_lag",
-    "interrupted",
-    "error",
-];
-
-impl EndReason {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            EndReason::Drained => "drained",
-            EndReason::TimeBudget => "time_budget",
-            EndReason::RowBudget => "row_budget",
-            EndReason::BatchBudget => "batch_budget",
-            EndReason::ReplicaLag => "replica_lag",
-            EndReason::Interrupted => "interrupted",
-            EndReason::Error => "error",
-        }
-    }
-}
-
-/// How the run's keys expire (also in the JSON): at the table's expiry column, or a TTL after
-/// `created_at`, with where that TTL came from.
-#[derive(Debug, Clone, Serialize)]
-pub struct Expiry {
-    /// The expiry column, or the column the TTL is added to.
-    pub column: String,
-    /// The TTL (None when the table has an expiry column).
-    pub ttl_seconds: Option<f64>,
-    /// Where the TTL (applied or not) came from: `--ttl`, `IDEMCTL_TTL` or `ttl in config file
-    /// PATH`.
-    pub ttl_from: Option<String>,
-    /// A TTL given for a table with an expiry column, where it does not apply.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ttl_ignored_seconds: Option<f64>,
-}
-
-impl Expiry {
-    /// The rule `table` follows, given the TTL the flags, the environment or the config file set.
-    pub fn of(table: &KeyTable, global: &crate::cli::GlobalArgs) -> Expiry {
-        let from = (!global.ttl_from.is_empty()).then(|| global.ttl_from.clone());
-        match table.profile.ttl() {
-            Some(ttl) => Expiry {
+/// The expiry rule `table` follows, given the TTL the flags, the environment or the config file
+/// set.
+pub(crate) fn expiry_of(table: &KeyTable, global: &crate::cli::GlobalArgs) -> Expiry {
+    let from = (!global.ttl_from.is_empty()).then(|| global.ttl_from.clone());
+    match table.profile.ttl() {
+        Some(ttl) => Expiry {
+            column: table.profile.expiry_column().to_owned(),
+            ttl_seconds: Some(ttl.as_secs_f64()),
+            ttl_from: from,
+            ttl_ignored_seconds: None,
+        },
+        None => {
+            let ignored = global.ttl.filter(|_| !table.profile.expires_by_ttl());
+            Expiry {
                 column: table.profile.expiry_column().to_owned(),
-                ttl_seconds: Some(ttl.as_secs_f64()),
-                ttl_from: from,
-                ttl_ignored_seconds: None,
-            },
-            None => {
-                let ignored = global.ttl.filter(|_| !table.profile.expires_by_ttl());
-                Expiry {
-                    column: table.profile.expiry_column().to_owned(),
-                    ttl_seconds: None,
-                    ttl_from: from.filter(|_| ignored.is_some()),
-                    ttl_ignored_seconds: ignored.map(|t| t.as_secs_f64()),
-                }
+                ttl_seconds: None,
+                ttl_from: from.filter(|_| ignored.is_some()),
+                ttl_ignored_seconds: ignored.map(|t| t.as_secs_f64()),
             }
         }
     }
@@ -318,7 +262,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         None => replica::WaitTotals::default(),
     };
     let failed = error.is_some();
-    let expiry = Expiry::of(&table, &ctx.global);
+    let expiry = expiry_of(&table, &ctx.global);
     let mut report = report(
         &table,
         expiry,
@@ -788,7 +732,7 @@ async fn dry_run(
     let report = DryRunReport {
         table: table.qualified_name(),
         dry_run: true,
-        expiry: Expiry::of(table, &ctx.global),
+        expiry: expiry_of(table, &ctx.global),
         would_evict: count,
         would_skip_referenced: probed.any_blocking().then_some(referenced),
         oldest_candidate: oldest,
@@ -855,7 +799,7 @@ pub(crate) struct DryRunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) partitions_kept: Option<Vec<partitions::Kept>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) replicas: Option<Vec<crate::db::replication::Replica>>,
+    pub(crate) replicas: Option<Vec<crate::report::rows::Replica>>,
     /// What the figures leave out, such as the keys of a NO ACTION / RESTRICT foreign key that
     /// are not probed (counted in would_evict).
     #[serde(skip_serializing_if = "Vec::is_empty")]

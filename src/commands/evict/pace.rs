@@ -46,9 +46,9 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use tokio::sync::Mutex;
 
-use crate::context::Cancel;
 use crate::db::Session;
 use crate::db::activity::{self, Foreground};
+use crate::domain::Cancel;
 use crate::output::prometheus::{Kind, Metrics};
 
 /// How often the foreground is sampled, at most.

@@ -41,33 +41,17 @@ use serde::Serialize;
 
 use super::EndReason;
 use super::replica::ReplicaGate;
-use crate::context::Cancel;
 use crate::db::KeyTable;
 use crate::db::partitions::{self, Partition, Probe};
 use crate::db::table::{Privileges, RangeKey};
+use crate::domain::Cancel;
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
+pub use crate::report::evict::{Dropped, Kept};
 
 /// After this many partitions in a row whose locks were not granted, the table is busy: the rest are
 /// not tried in this run (each try may hold up live requests for the lock_timeout).
 const MAX_LOCK_MISSES_IN_A_ROW: u32 = 3;
-
-/// A partition that went (or, in a dry run, would go).
-#[derive(Debug, Clone, Serialize)]
-pub struct Dropped {
-    pub name: String,
-    pub bound: String,
-    /// `pg_class.reltuples` before the drop: an estimate.
-    pub estimated_rows: i64,
-    pub total_bytes: i64,
-}
-
-/// A partition that was tried and left to the batches, and why.
-#[derive(Debug, Clone, Serialize)]
-pub struct Kept {
-    pub name: String,
-    pub reason: String,
-}
 
 /// What the drop phase did.
 #[derive(Debug, Clone, Default, Serialize)]

@@ -19,13 +19,13 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use serde::Serialize;
 use tokio::sync::Mutex;
 
-use crate::context::Cancel;
 use crate::db::Session;
+use crate::domain::{Cancel, Caps};
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::Metrics;
+pub use crate::report::evict::{RateProgress, RateReport};
 
 /// A batch holds at most this much of a second's budget.
 pub const GRAIN: Duration = Duration::from_millis(50);
@@ -33,21 +33,6 @@ pub const GRAIN: Duration = Duration::from_millis(50);
 pub const CATCH_UP: Duration = Duration::from_millis(100);
 /// How often a waiting claim looks at the schedule again (a finished batch may give time back).
 const RECHECK: Duration = Duration::from_millis(10);
-
-/// The caps of a run.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Caps {
-    /// Rows per second.
-    pub rows: Option<f64>,
-    /// WAL bytes per second.
-    pub wal: Option<f64>,
-}
-
-impl Caps {
-    pub fn any(&self) -> bool {
-        self.rows.is_some() || self.wal.is_some()
-    }
-}
 
 /// A claim's reservation, settled when its batch is done.
 #[derive(Debug, Clone, Copy, Default)]
@@ -79,26 +64,6 @@ struct Inner {
 pub struct Limiter {
     caps: Caps,
     inner: Mutex<Inner>,
-}
-
-/// What the caps did, for the summary, JSON and metrics.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RateReport {
-    /// --max-rate, rows per second.
-    pub max_rows_per_second: Option<f64>,
-    /// --max-wal-rate, bytes per second.
-    pub max_wal_bytes_per_second: Option<f64>,
-    /// From the first claim to the end of the last batch: the stretch the caps held.
-    pub seconds: f64,
-    /// Rows deleted per second over it.
-    pub rows_per_second: f64,
-    /// WAL the batches wrote (measured with --max-wal-rate only).
-    pub wal_bytes: Option<u64>,
-    /// wal_bytes per second over the same stretch.
-    pub wal_bytes_per_second: Option<f64>,
-    /// Claims that waited for the caps, and how long in all.
-    pub waits: u64,
-    pub wait_seconds: f64,
 }
 
 impl Limiter {
@@ -296,17 +261,6 @@ impl Limiter {
             wal_bytes_per_second,
         }
     }
-}
-
-/// Where the caps stand during a run (the output layer words it for the progress bar).
-#[derive(Debug, Clone, Copy)]
-pub struct RateProgress {
-    /// --max-rate, rows per second.
-    pub max_rows_per_second: Option<f64>,
-    /// --max-wal-rate, bytes per second.
-    pub max_wal_bytes_per_second: Option<f64>,
-    /// WAL the batches wrote per second so far (0 without --max-wal-rate).
-    pub wal_bytes_per_second: f64,
 }
 
 /// With --max-wal-rate, check before any change that the server gives its WAL position.

@@ -26,28 +26,14 @@ use anyhow::Result;
 use tokio::sync::Mutex;
 
 use super::EndReason;
-use crate::context::Cancel;
 use crate::db::replication;
+use crate::domain::Cancel;
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
+pub(crate) use crate::report::evict::{GaveUp, Lagging};
 
 /// How often the lag is read again while waiting.
 const POLL: Duration = Duration::from_millis(500);
-
-/// The worst replica at one reading (worded by the output layer).
-#[derive(Debug, Clone)]
-pub struct Lagging {
-    pub name: String,
-    pub lag_seconds: f64,
-    pub behind_bytes: i64,
-}
-
-/// The replica that ended a run: how far behind it was when evict gave up, after how long a wait.
-#[derive(Debug, Clone)]
-pub(crate) struct GaveUp {
-    pub(crate) worst: Lagging,
-    pub(crate) waited_seconds: f64,
-}
 
 /// Waiting totals for the summary.
 #[derive(Debug, Clone, Default)]

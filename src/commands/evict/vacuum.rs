@@ -15,12 +15,13 @@ use std::time::Instant;
 use anyhow::Result;
 use serde::Serialize;
 
-use super::EndReason;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::Metrics;
 
 pub use crate::db::vacuum::Target;
+pub use crate::report::evict::Vacuumed;
+pub use crate::report::evict::{Skipped, VacuumReport};
 
 /// The relations of `table` to vacuum; refuses (exit 6) when the role may not vacuum any of them.
 pub async fn require_privilege(client: &Session, table: &KeyTable) -> Result<Vec<Target>> {
@@ -36,43 +37,10 @@ pub async fn require_privilege(client: &Session, table: &KeyTable) -> Result<Vec
     Ok(targets)
 }
 
-/// One relation's VACUUM.
-#[derive(Debug, Clone, Serialize)]
-pub struct Vacuumed {
-    pub relation: String,
-    pub seconds: f64,
-    /// Why it failed (it was rolled back; the next relation was still tried).
-    pub error: Option<String>,
-}
-
-/// Why --vacuum did not run (worded by the output layer, in the summary and the JSON alike).
-#[derive(Debug, Clone, Copy)]
-pub enum Skipped {
-    /// The run ended with an error or was interrupted.
-    RunEnded(EndReason),
-    /// The run evicted `evicted` keys, not more than `min_rows` (--vacuum-min-rows).
-    TooFew { evicted: u64, min_rows: u64 },
-    /// No session was left to run it on.
-    NoSession,
-}
-
 impl Serialize for Skipped {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(&crate::output::evict::vacuum_skipped(self))
     }
-}
-
-/// What --vacuum did.
-#[derive(Debug, Clone, Serialize)]
-pub struct VacuumReport {
-    /// --vacuum-min-rows.
-    pub min_rows: u64,
-    /// Whether VACUUM ran (the run evicted more than min_rows and ended well).
-    pub ran: bool,
-    /// Why it did not run.
-    pub skipped: Option<Skipped>,
-    pub relations: Vec<Vacuumed>,
-    pub seconds: f64,
 }
 
 impl VacuumReport {

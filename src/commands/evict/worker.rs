@@ -25,7 +25,7 @@ use super::pace::Pacer;
 use super::rate::{self, Limiter, Ticket};
 use super::replica::ReplicaGate;
 use crate::cli::BatchSizing;
-use crate::context::Cancel;
+use crate::domain::Cancel;
 use crate::progress::Progress;
 
 /// The validated limits and pace of a run.
@@ -39,7 +39,7 @@ pub struct Plan {
     /// Client-side limit on one statement (statement_timeout plus a margin).
     pub deadline: Duration,
     /// --max-rate and --max-wal-rate.
-    pub caps: rate::Caps,
+    pub caps: crate::domain::Caps,
 }
 
 pub use crate::db::evict::Statements;

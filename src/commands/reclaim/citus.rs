@@ -14,8 +14,9 @@ use super::{EndReason, PlanRow, ROW_LOCK_WAIT, ReclaimArgs, ReclaimReport, Reque
 use crate::commands::archive::Archive;
 use crate::commands::shards::{self, Cluster};
 use crate::context::Context;
-use crate::db::citus::{self, Layout};
+use crate::db::citus;
 use crate::db::{KeyTable, Session};
+use crate::report::rows::Layout;
 
 async fn cluster(ctx: &Context, client: &Session, table: &KeyTable) -> Result<Cluster> {
     shards::connect(ctx, client, table, 1)

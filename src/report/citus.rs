@@ -1,0 +1,57 @@
+//! What `check` found on a Citus table: the layout, the workers, and what each shard lacks.
+
+use crate::report::rows::Layout;
+
+/// What one Citus check found.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// How the table is distributed; `tenant_local` when by the tenant column, which the identity
+    /// index holds (a tenant's keys then live on one shard).
+    Layout { layout: Layout, tenant_local: bool },
+    /// The shards could not be reached (the error chain, as one line).
+    Unreachable { error: String },
+    /// Every worker holding shards was reached.
+    Workers { workers: Vec<Worker> },
+    /// The shards' indexes: how many shards there are, whether the in_progress index is wanted
+    /// (the coordinator's table has it), and what each shard lacks.
+    Indexes {
+        shards: usize,
+        want_stuck: bool,
+        missing: Vec<ShardLacks>,
+        table: String,
+        /// The statements, on the coordinator, that give every shard the lost expiry and
+        /// in_progress indexes again.
+        fixes: Vec<String>,
+        /// A shard lost the identity index, which backs a constraint: (the coordinator's
+        /// constraint index, its columns as written).
+        identity: Option<(String, String)>,
+    },
+    /// The role's privileges on the shards could not be read.
+    PrivilegesUnread { error: String },
+    /// The role's grants on the shards: those it has on the coordinator's table that the commands
+    /// need (`wanted`), and the shards missing some of them.
+    Privileges {
+        role: String,
+        shards: usize,
+        wanted: Vec<String>,
+        short: Vec<ShardLacks>,
+        table: String,
+    },
+}
+
+/// What one shard lacks (indexes, or grants), and where it is.
+#[derive(Debug)]
+pub(crate) struct ShardLacks {
+    pub(crate) shard: i64,
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) lacks: Vec<String>,
+}
+
+/// A worker holding shards of the table.
+#[derive(Debug)]
+pub(crate) struct Worker {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) shards: usize,
+}

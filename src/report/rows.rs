@@ -1,0 +1,298 @@
+//! The rows the database layer reads that reports carry as they are: counts that may stop at a
+//! cap, keys and their records, foreign keys, the Citus layout, replicas, reclaim's filter and the
+//! recent TTL. What the database layer does with them stays in `src/db/`; the output layer words
+//! them from here.
+
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+
+/// A count that stops at a cap.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Capped {
+    /// The count, or the cap when `at_least` is set.
+    pub count: i64,
+    /// True when there are more than `count` rows.
+    pub at_least: bool,
+}
+
+impl std::fmt::Display for Capped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.at_least {
+            write!(f, "at least {}", self.count)
+        } else {
+            write!(f, "{}", self.count)
+        }
+    }
+}
+
+/// A key picked out by a stats query.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyRef {
+    /// None on a table without a tenant column (null in JSON).
+    pub api_key_id: Option<String>,
+    pub key: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    /// Age (oldest live key) or wait since expiry (eviction lag), in seconds.
+    pub seconds: f64,
+}
+
+/// A foreign key that references the key table: deleting a key runs its ON DELETE action.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReferencingKey {
+    pub name: String,
+    pub referencing_table: String,
+    /// The referencing table, schema-qualified and quoted (for the statements evict generates and
+    /// the fixes check prints).
+    #[serde(skip)]
+    pub referencing_quoted: String,
+    pub columns: Vec<String>,
+    /// The key table's columns they reference, in the same order.
+    #[serde(skip)]
+    pub referenced: Vec<String>,
+    /// `NO ACTION`, `RESTRICT`, `CASCADE`, `SET NULL` or `SET DEFAULT`.
+    pub on_delete: String,
+    /// An index on the referencing table leads with the referencing columns (a partial one only
+    /// when `col IS NOT NULL` implies its predicate).
+    pub indexed: bool,
+    /// This role may read the referencing table, and lock its rows.
+    #[serde(skip)]
+    pub may_read: bool,
+    #[serde(skip)]
+    pub may_lock: bool,
+}
+
+/// The cluster (its system identifier) and database a session is connected to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseIdentity {
+    pub system_identifier: String,
+    pub name: String,
+}
+
+/// How Citus manages the key table (the output layer describes it for people:
+/// `Layout::describe`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub enum Layout {
+    /// Hash-distributed by `column` over `shards` shards.
+    Distributed { column: String, shards: i64 },
+    /// A reference table: one shard with a copy on every node.
+    Reference,
+    /// A table of a distributed schema (schema-based sharding): one shard on one node.
+    SingleShard,
+    /// A Citus local table: on the coordinator, known to Citus.
+    CitusLocal,
+}
+
+/// One shard and the node that holds it.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    pub shard_id: i64,
+    pub node: String,
+    pub port: u16,
+}
+
+/// A foreign key with ON DELETE NO ACTION / RESTRICT from a distributed table to a reference key
+/// table (sql/citus_distributed_referencing.sql).
+#[derive(Clone, Debug)]
+pub struct DistributedReference {
+    pub name: String,
+    pub referencing_table: String,
+    pub on_delete: String,
+}
+
+/// A key the dry run lists.
+#[derive(Debug, Serialize)]
+pub struct SampleKey {
+    /// None on a table without a tenant column (null in JSON).
+    pub api_key_id: Option<String>,
+    pub key: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// One physical standby's replay position, as last reported to the primary.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Replica {
+    #[serde(skip)]
+    pub pid: i32,
+    /// application_name, else the client address, else the walsender's pid.
+    pub name: String,
+    pub state: String,
+    /// The replay LSN as a byte offset (compared between readings to see whether replay moves).
+    #[serde(skip)]
+    pub replay_position: i64,
+    /// WAL flushed on the primary that the standby has not replayed yet.
+    pub behind_bytes: i64,
+    /// PostgreSQL's replay_lag: NULL after an idle spell, frozen while replay is stuck.
+    pub replay_lag_seconds: Option<f64>,
+}
+
+/// A stored response body, as its column holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredBody {
+    /// A json or jsonb column: JSON text as the server prints it (numbers never parsed).
+    Json(String),
+    /// A text or varchar column.
+    Text(String),
+    /// A bytea column: the bytes exactly.
+    Bytes(Vec<u8>),
+}
+
+impl StoredBody {
+    /// The body as text when it is text, JSON, or bytes that are valid UTF-8.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            StoredBody::Json(t) | StoredBody::Text(t) => Some(t),
+            StoredBody::Bytes(b) => std::str::from_utf8(b).ok(),
+        }
+    }
+
+    /// Whether the body's text parses as JSON.
+    pub fn is_json(&self) -> bool {
+        match self {
+            StoredBody::Json(_) => true,
+            _ => self
+                .as_text()
+                .is_some_and(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok()),
+        }
+    }
+
+    /// How `-o json` carries it: `json` (spliced as is), `text` (a string), `utf8` (bytea that is
+    /// valid UTF-8, as a string) or `hex` (other bytea, as lowercase hex).
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            StoredBody::Json(_) => "json",
+            StoredBody::Text(_) => "text",
+            StoredBody::Bytes(b) if std::str::from_utf8(b).is_ok() => "utf8",
+            StoredBody::Bytes(_) => "hex",
+        }
+    }
+
+    /// The column's SQL type, in words.
+    pub fn column_kind(&self) -> &'static str {
+        match self {
+            StoredBody::Json(_) => "json",
+            StoredBody::Text(_) => "text",
+            StoredBody::Bytes(_) => "bytea",
+        }
+    }
+}
+
+/// One column of the stored row, its value as the server prints it (None for NULL).
+#[derive(Debug, Clone, Serialize)]
+pub struct RowColumn {
+    pub column: String,
+    /// The role the profile gives it (None: a column the profile does not map).
+    pub role: Option<&'static str>,
+    pub value: Option<String>,
+}
+
+/// A key's stored record.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeyRecord {
+    /// None on a table without a tenant column (null in JSON).
+    pub api_key_id: Option<String>,
+    pub key: String,
+    /// None on a table that does not store the request method.
+    pub request_method: Option<String>,
+    pub request_path: Option<String>,
+    /// The request fingerprint (lowercase hex for a bytea column; None when the table stores none).
+    pub request_fingerprint: Option<StoredFingerprint>,
+    pub state: String,
+    pub response_status: Option<i32>,
+    /// The stored body, exact (JSON text as the server prints it; bytes as stored).
+    #[serde(skip)]
+    pub response_body: Option<StoredBody>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub locked_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// None on a table whose keys expire a TTL after creation when no TTL was given.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub expires_at: Option<OffsetDateTime>,
+    /// The zone the table's `timestamp without time zone` columns were read in (None for
+    /// timestamptz columns); every time above is that local time turned into an instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// Every column of the row, in the table's order, mapped ones labelled by role.
+    pub row: Vec<RowColumn>,
+    /// The database clock when the record was read; every age is relative to it.
+    #[serde(with = "time::serde::rfc3339")]
+    pub db_now: OffsetDateTime,
+    /// in_progress for longer than the stuck-after cutoff.
+    pub stuck: bool,
+    /// A transaction that is still running holds the row (locked it, or is changing it): a live
+    /// request owns the key, and reclaim skips it.
+    pub held: bool,
+    /// The row's xmax and the snapshot's xmax, from which `held` is decided.
+    #[serde(skip)]
+    pub xmax: i64,
+    #[serde(skip)]
+    pub snapshot_xmax: i64,
+}
+
+/// The stored request fingerprint: a raw digest (bytea) or text (a hex digest, as a Python
+/// handler's `hexdigest()` writes it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredFingerprint {
+    Bytes(Vec<u8>),
+    Text(String),
+}
+
+impl Serialize for StoredFingerprint {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // In JSON: lowercase hex for bytes, the text as stored.
+        match self {
+            StoredFingerprint::Bytes(b) => s.serialize_str(&crate::fingerprint::hex(b)),
+            StoredFingerprint::Text(t) => s.serialize_str(t),
+        }
+    }
+}
+
+/// Which stuck keys a run may take besides their age: one tenant, one route (path, method). Every
+/// reclaim statement binds all three as its last parameters, NULL for a filter not given, so a
+/// filter only narrows the rows the statement walks through the in_progress index.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Filter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+}
+
+/// How long recent keys live (expires_at − created_at).
+#[derive(Debug, Clone, Serialize)]
+pub struct RecentTtl {
+    /// "sample": measured on the keys sampled; "ttl": every key lives --ttl (a table without an
+    /// expiry column).
+    pub source: &'static str,
+    /// Keys sampled (0 for "ttl").
+    pub keys: i64,
+    pub min_seconds: f64,
+    pub p10_seconds: f64,
+    pub p50_seconds: f64,
+    pub p90_seconds: f64,
+    pub max_seconds: f64,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub newest_created_at: Option<OffsetDateTime>,
+    /// Keys that live less than the limit asked about (check --min-ttl; 0 without it).
+    pub keys_below: i64,
+    /// The sampled keys counted by TTL, one bucket per bound of the histogram and one past the
+    /// last (empty for "ttl").
+    pub histogram: Vec<TtlBucket>,
+}
+
+/// Keys sampled whose TTL is under `under_seconds` (and at least the bucket before's bound); the
+/// last bucket has no upper bound.
+#[derive(Debug, Clone, Serialize)]
+pub struct TtlBucket {
+    pub under_seconds: Option<f64>,
+    pub keys: i64,
+}
