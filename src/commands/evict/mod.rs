@@ -11,6 +11,7 @@ pub(crate) mod partitions;
 pub(crate) mod rate;
 pub(crate) mod replica;
 pub(crate) mod vacuum;
+mod walk;
 mod worker;
 
 use crate::db::Session;
@@ -136,6 +137,36 @@ pub struct EvictReport {
     pub rate_limit: Option<rate::RateReport>,
     /// --vacuum: what it did (None without it).
     pub vacuum: Option<vacuum::VacuumReport>,
+    /// Without an expiry index: the unique index walked and what the walk read (None when the
+    /// batches went through the expiry index).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub walk: Option<WalkReport>,
+}
+
+/// What a walk of a unique index read, beside what it deleted.
+#[derive(Debug, Clone, Serialize)]
+pub struct WalkReport {
+    pub index: String,
+    /// Index entries (rows) the pages examined.
+    pub rows_examined: u64,
+    /// The walk follows age and stopped at a page in which nothing had expired.
+    pub stopped_early: bool,
+}
+
+/// A report of nothing done yet, for a run that fills in its own figures.
+fn empty_report(table: &KeyTable, end_reason: EndReason, elapsed: f64) -> EvictReport {
+    assemble(Assembled {
+        table,
+        end_reason,
+        totals: worker::Totals::default(),
+        elapsed,
+        backlog_left: None,
+        expired_in_progress_left: None,
+        drops: partitions::DropReport::default(),
+        waits: &replica::WaitTotals::default(),
+        pace: pace::PaceReport::default(),
+        rate_limit: None,
+    })
 }
 
 /// Run `evict`.
@@ -145,12 +176,17 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     table.require_columns()?;
     table.require_ttl("evict")?;
     table.require_ttl_floor("evict", args.force)?;
-    table.require_expiry_index()?;
+    // Without an index on expiry, evict walks a unique index instead, on one server, in its plain
+    // batches; everything else it does needs the index.
+    let walks = table.expiry_index().is_none();
+    let distributed = crate::commands::shards::distributed(&client, &table).await?;
+    if walks && (distributed.is_some() || args.drop_partitions || args.dry_run || args.vacuum) {
+        table.require_expiry_index()?;
+    }
     let privileges = table.privileges(&client).await?;
     if args.max_replica_lag.is_some() {
         replica::require_visibility(&client).await?;
     }
-    let distributed = crate::commands::shards::distributed(&client, &table).await?;
     if let Some(layout) = &distributed {
         citus::require_supported(args, &table, layout)?;
     }
@@ -179,6 +215,9 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     }
     ctx.cancel.install()?;
     let started = Instant::now();
+    if walks {
+        return walk::run(ctx, args, &client, &table, started).await;
+    }
     if let Some(layout) = distributed {
         return citus::run(ctx, args, client, &table, layout, started).await;
     }
@@ -642,6 +681,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
         citus: None,
         rate_limit,
         vacuum: None,
+        walk: None,
     }
 }
 
