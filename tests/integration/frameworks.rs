@@ -660,3 +660,59 @@ async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
         4 + 4 + 20
     );
 }
+
+/// A mapping that allows no reclaim action: the dry run still lists the stuck keys and says none is
+/// allowed; a run refuses. stats works on a table without an expiry column and no --ttl, reporting
+/// the figures that need none and marking the others unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_without_an_action_and_stats_without_a_ttl() {
+    let rows = format!(
+        "INSERT INTO idempotency_record SELECT 'busy-' || g, 'payment', 'client-1', 'IN_PROGRESS', NULL, {}, {} \
+         FROM generate_series(1, 3) g;",
+        utc("-1 hour"),
+        utc("1 day")
+    );
+    let s = Shape::new("JDBC (Flyway)", &rows).await;
+    let config = doc_block("JDBC (Flyway)", "toml").replace("actions = [\"delete\"]\n", "");
+    std::fs::write(s.dir.path().join("idemctl.toml"), config).unwrap();
+    let run = s
+        .idemctl()
+        .args(["reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success().assert_stdout_contains(
+        "none allowed: the profile lists no reclaim action (set actions in the mapping); this preview only lists the keys",
+    );
+    let run = s
+        .idemctl()
+        .args(["-o", "json", "reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["action"], serde_json::Value::Null, "{run}");
+    assert_eq!(run.json()["would_reclaim"]["count"], 3, "{run}");
+    s.idemctl()
+        .args(["reclaim", "--yes", "--allow-scan"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("its mapping lists none");
+
+    let db = loaded(
+        crate::profiles::EXPLAINER_DDL,
+        &crate::profiles::explainer_rows(2),
+        None,
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "stats", "--allow-scan"])
+        .run();
+    run.assert_success();
+    let j = run.json();
+    assert_eq!(j["expiry_figures"], "unknown", "{run}");
+    assert_eq!(j["stuck"]["count"]["count"], 4, "{run}");
+    assert!(j["sizes"]["total_bytes"].as_i64().unwrap() > 0, "{run}");
+    db.idemctl()
+        .args(["stats"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("unknown (no expiry column and no --ttl)");
+}
