@@ -152,6 +152,15 @@ pub(crate) fn walking(
     )
 }
 
+/// Something the walk (no expiry index) does not handle yet.
+pub(crate) fn walk_refuses(table: &KeyTable, what: &str, fix: &str) -> String {
+    format!(
+        "table {} has no index on {}, so evict would walk its unique index, which does not handle {what} yet; nothing was changed; create the index with: {fix}",
+        table.display(),
+        sanitize(table.profile.expiry_column())
+    )
+}
+
 /// Neither an expiry index nor a unique index to walk.
 pub(crate) fn nothing_to_walk(table: &KeyTable, fix: &str) -> String {
     format!(

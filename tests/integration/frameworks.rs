@@ -631,6 +631,11 @@ async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
             ("stuck-old".to_owned(), 3),
         ]
     );
+    db.idemctl()
+        .args(["--ttl", "1d", "evict", "--min-age", "1h"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --min-age yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
     let db = loaded(ROCKET_RIDES_DDL, &rocket_rides_rows(4), None).await;
     db.exec(
         "INSERT INTO idempotency_keys (created_at, idempotency_key, last_run_at, request_method, request_params, \

@@ -34,6 +34,34 @@ pub(super) async fn run(
             crate::output::evict::nothing_to_walk(table, &table.expiry_index_fix()),
         ));
     };
+    // What the walk does not do yet: refused, before anything is deleted, naming the index that
+    // lets evict do it.
+    let unsupported = [
+        ("--min-age", args.min_age.is_some()),
+        ("--max-rate", args.max_rate.is_some()),
+        ("--max-wal-rate", args.max_wal_rate.is_some()),
+        ("--max-replica-lag", args.max_replica_lag.is_some()),
+        ("--max-batches", args.max_batches.is_some()),
+    ];
+    if let Some((flag, _)) = unsupported.iter().find(|(_, given)| *given) {
+        return Err(fail(
+            Exit::Usage,
+            crate::output::evict::walk_refuses(table, flag, &table.expiry_index_fix()),
+        ));
+    }
+    // A key a NO ACTION / RESTRICT foreign key still references would fail the page's DELETE:
+    // the batches through the expiry index leave such keys out; the walk does not.
+    let keys = crate::db::queries::referencing_keys(client, table).await?;
+    if keys.iter().any(|k| k.blocks()) {
+        return Err(fail(
+            Exit::Usage,
+            crate::output::evict::walk_refuses(
+                table,
+                "a NO ACTION / RESTRICT foreign key referencing the table",
+                &table.expiry_index_fix(),
+            ),
+        ));
+    }
     let walk = Walk::new(table, index);
     let follows_age = table.walk_follows_age(index);
     let size = args.batch_size.unwrap_or(PAGE);
