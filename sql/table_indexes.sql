@@ -1,8 +1,10 @@
 -- Indexes of the key table: key columns (expressions as text), the column each key column is (its
--- name as the catalog spells it, unquoted; NULL for an expression), uniqueness, validity, predicate.
+-- name as the catalog spells it, unquoted; NULL for an expression), uniqueness, primary key,
+-- validity, predicate.
 -- $1 = table oid. Catalog lookup only.
 SELECT i.indexrelid::regclass::text AS name,
        i.indisunique AS is_unique,
+       i.indisprimary AS is_primary,
        i.indisvalid AND i.indisready AS is_valid,
        pg_catalog.pg_get_expr(i.indpred, i.indrelid) AS predicate,
        ARRAY(SELECT pg_catalog.pg_get_indexdef(i.indexrelid, k, true)

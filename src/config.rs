@@ -567,6 +567,30 @@ actions = ["release", "delete"]
     }
 
     #[test]
+    fn a_mapping_may_omit_in_flight_and_declare_a_time_zone() {
+        let c = parse(
+            "f.toml",
+            "time_zone = \"Europe/Paris\"\n[profiles.x]\nkey = \"k\"\ntime_zone = \"UTC\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.time_zone.as_deref(), Some("Europe/Paris"));
+        let p = &c.mappings[0];
+        assert!(!p.has_in_flight_marker());
+        assert_eq!(p.time_zone.as_deref(), Some("UTC"));
+        assert_eq!(p.render("{done} {in_flight}", "t"), "true false");
+        let m = message("[profiles.x]\nkey = \"k\"\nactions = [\"delete\"]\n");
+        assert!(
+            m.contains("profiles.x.actions: reclaim acts on keys stuck in flight"),
+            "{m}"
+        );
+        let m = message("time_zone = \"UTC'; x\"\n");
+        assert!(
+            m.contains("time_zone: \"UTC'; x\" is not a time zone name"),
+            "{m}"
+        );
+    }
+
+    #[test]
     fn a_service_is_a_conninfo_and_excludes_a_url() {
         let c = parse("f.toml", "service = \"app\"\n").unwrap();
         assert_eq!(c.database_url.as_deref(), Some("service=app"));

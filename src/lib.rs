@@ -24,6 +24,7 @@ pub use commands::docs::man_page;
 /// ctid, as idemctl runs it on a Citus reference or local table (the EXPLAIN test explains it).
 pub use db::citus::rows_by_identity;
 /// A table profile: which columns play which role (the EXPLAIN test renders statements with it).
+pub use db::evict::Walk;
 pub use db::profile::Profile;
 /// evict's statements with the parts generated for foreign keys that reference the key table (the
 /// EXPLAIN test plans them).

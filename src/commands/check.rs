@@ -240,6 +240,21 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
             ),
             None,
         ),
+        None if let Some(walked) = table.walk_index() => finding(
+            "expiry index",
+            Status::Warn,
+            format!(
+                "no valid index on {}: evict walks {} instead, reading every key of the table in bounded pages each run to find the expired ones (its summary counts the rows examined per row evicted), and stats estimates the backlog and cannot tell the lag{}",
+                table.profile.expiry_column(),
+                walked.name,
+                if table.profile.expires_by_ttl() {
+                    format!("; creating the index costs {}", index_write_cost(false))
+                } else {
+                    String::new()
+                }
+            ),
+            Some(table.expiry_index_fix()),
+        ),
         None => finding(
             "expiry index",
             Status::Fail,
@@ -632,6 +647,14 @@ pub fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) ->
 
 fn thresholds(r: &stats::StatsReport, args: &CheckArgs) -> Vec<Finding> {
     let mut out = Vec::new();
+    if r.expiry_figures != stats::ExpiryFigures::Exact && args.max_eviction_lag.is_some() {
+        out.push(finding(
+            "eviction lag",
+            Status::Note,
+            "not checked: the lag is unknown without the expiry index (or a TTL)".into(),
+            None,
+        ));
+    }
     let lag = r.eviction_lag_seconds;
     // Each of the oldest expired keys stats examined is still referenced and more wait beyond
     // them: the lag is at most the newest one's wait, and past the threshold it is not evict's.

@@ -226,6 +226,7 @@ fn empty(table: &KeyTable, stuck_after_secs: f64, count_stuck: bool) -> StatsRep
         ));
     }
     StatsReport {
+        expiry_figures: super::stats::ExpiryFigures::Exact,
         table: table.qualified_name(),
         sizes: Sizes {
             estimated_rows: 0,

@@ -30,6 +30,9 @@ pub struct StatsReport {
     /// eviction (a key a NO ACTION / RESTRICT foreign key still references is in
     /// `referenced_expired` instead).
     pub oldest_expired: Option<KeyRef>,
+    /// How the figures about expiry (oldest live key, lag, backlog, recent TTL) were found.
+    pub expiry_figures: ExpiryFigures,
+    /// 0 unless `expiry_figures` is exact.
     pub eviction_lag_seconds: f64,
     /// The expired completed keys evict leaves because a NO ACTION / RESTRICT foreign key still
     /// references them, among the oldest ones (absent when no such key references the table
@@ -59,6 +62,18 @@ pub struct StatsReport {
     /// shards' added up).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub citus: Option<super::citus_stats::CitusStats>,
+}
+
+/// How stats found the figures about expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpiryFigures {
+    /// Counted through the expiry index.
+    Exact,
+    /// No expiry index: the backlog is the planner's estimate; the lag and the oldest keys unknown.
+    Estimated,
+    /// No expiry column and no TTL: nothing about expiry is known.
+    Unknown,
 }
 
 /// Expired completed keys that a NO ACTION / RESTRICT foreign key still references: evict leaves
@@ -101,24 +116,47 @@ pub async fn gather(
     below_ttl: Option<f64>,
 ) -> Result<StatsReport> {
     table.require_columns()?;
-    table.require_ttl("stats")?;
-    table.require_expiry_index()?;
     let c: &Session = client;
     let sizes = queries::sizes(c, table).await?;
     let vacuum = queries::vacuum(c, table).await?;
-    let oldest_live = queries::oldest_live(c, table).await?;
     let mut notes = Vec::new();
-    let (oldest_expired, referenced_expired, eviction_lag_seconds) =
-        eviction_lag(c, table, &mut notes).await?;
-    let expired_backlog = match backlog_cap {
-        Some(n) => Some(queries::expired_backlog(c, table, n).await?),
-        None => None,
+    // The figures about expiry need a TTL where keys expire by one, and the expiry index to be
+    // counted; without it the backlog is the planner's estimate, and what only a walk of the index
+    // tells is unknown.
+    let expiry_figures = if table.profile.lacks_ttl() {
+        notes.push(crate::output::stats::expiry_unknown_without_ttl(table));
+        ExpiryFigures::Unknown
+    } else if table.expiry_index().is_none() {
+        notes.push(crate::output::stats::expiry_estimated_without_index(
+            table,
+            &table.expiry_index_fix(),
+        ));
+        ExpiryFigures::Estimated
+    } else {
+        ExpiryFigures::Exact
     };
-    let expired_backlog_estimate = match expired_backlog {
-        Some(b) if b.at_least => Some(crate::db::evict::estimate_backlog(c, table).await?),
+    let exact = expiry_figures == ExpiryFigures::Exact;
+    let oldest_live = match exact {
+        true => queries::oldest_live(c, table).await?,
+        false => None,
+    };
+    let (oldest_expired, referenced_expired, eviction_lag_seconds) = match exact {
+        true => eviction_lag(c, table, &mut notes).await?,
+        false => (None, None, 0.0),
+    };
+    let expired_backlog = match backlog_cap {
+        Some(n) if exact => Some(queries::expired_backlog(c, table, n).await?),
         _ => None,
     };
-    let recent_ttl = crate::db::maintenance::recent_ttl(c, table, below_ttl).await?;
+    let expired_backlog_estimate = match (expired_backlog, expiry_figures) {
+        (Some(b), _) if b.at_least => Some(crate::db::evict::estimate_backlog(c, table).await?),
+        (_, ExpiryFigures::Estimated) => Some(crate::db::evict::estimate_backlog(c, table).await?),
+        _ => None,
+    };
+    let recent_ttl = match exact {
+        true => crate::db::maintenance::recent_ttl(c, table, below_ttl).await?,
+        false => None,
+    };
     let maintenance = crate::commands::maintenance::outlook(
         crate::db::maintenance::autovacuum(c, table).await?,
         recent_ttl.as_ref(),
@@ -152,6 +190,7 @@ pub async fn gather(
     }
     Ok(StatsReport {
         table: table.qualified_name(),
+        expiry_figures,
         eviction_lag_seconds,
         referenced_expired,
         sizes,

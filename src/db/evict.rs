@@ -11,6 +11,7 @@ use time::OffsetDateTime;
 use super::batch::ThroughCoordinator;
 use super::queries::Capped;
 pub use super::references::References;
+use super::table::quote_ident;
 use super::{KeyTable, Param, Session, p, with_deadline};
 use crate::exit::{Exit, fail};
 pub use crate::report::rows::SampleKey;
@@ -28,6 +29,107 @@ const IN_PROGRESS_FROM_SQL: &str = include_str!("../../sql/expired_in_progress_f
 const PING_SQL: &str = include_str!("../../sql/ping.sql");
 const ESTIMATE_SQL: &str = include_str!("../../sql/evict_estimate.sql");
 const JIT_OFF_SQL: &str = include_str!("../../sql/jit_off.sql");
+const WALK_SQL: &str = include_str!("../../sql/evict_walk.sql");
+
+/// evict's statements on a table without an expiry index: pages of a unique index walked in order
+/// ([`WALK_SQL`]), the first page's and the next ones'.
+#[derive(Debug, Clone)]
+pub struct Walk {
+    first: String,
+    next: String,
+    /// The index walked, for messages.
+    pub index: String,
+}
+
+/// What one page of the walk did.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    pub examined: u64,
+    pub expired: u64,
+    pub deleted: u64,
+    /// The page's last key, as text (None: the page was empty).
+    pub last_key: Option<Vec<String>>,
+    /// No row of the page had expired.
+    pub none_past: bool,
+}
+
+impl Walk {
+    /// The statements walking `index` of `table`.
+    pub fn new(table: &KeyTable, index: &super::table::Index) -> Walk {
+        let mut walk = Walk::of(&table.profile, &table.quoted, &table.walk_columns(index));
+        walk.index.clone_from(&index.name);
+        walk
+    }
+
+    /// The statements walking an index of `columns` (name, type) of the table `quoted`, whose
+    /// roles `profile` gives.
+    pub fn of(profile: &crate::Profile, quoted: &str, columns: &[(String, String)]) -> Walk {
+        let quoted_columns: Vec<String> = columns.iter().map(|(c, _)| quote_ident(c)).collect();
+        let list = quoted_columns.join(", ");
+        let each = |suffix: &str| {
+            quoted_columns
+                .iter()
+                .map(|c| format!("{c}{suffix}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let after = format!(
+            "({list}) > ({})",
+            columns
+                .iter()
+                .enumerate()
+                .map(|(n, (_, ty))| format!("${}::text::{ty}", n + 2))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let fill = |after: &str| {
+            profile.render(
+                &WALK_SQL
+                    .replace("{walk_columns}", &list)
+                    .replace("{walk_desc}", &each(" DESC"))
+                    .replace("{walk_text}", &each("::text"))
+                    .replace("{walk_after}", after),
+                quoted,
+            )
+        };
+        Walk {
+            first: fill("true"),
+            next: fill(&after),
+            index: String::new(),
+        }
+    }
+
+    /// The statement of the first page, or of the page after a key (for the EXPLAIN test).
+    pub fn sql(&self, after_a_key: bool) -> &str {
+        if after_a_key { &self.next } else { &self.first }
+    }
+
+    /// Walk one page of at most `size` index entries after `after` (None: from the start).
+    pub async fn page(
+        &self,
+        client: &Session,
+        deadline: Duration,
+        size: i64,
+        after: Option<&[String]>,
+    ) -> Result<Page> {
+        let mut params: Vec<Param<'_>> = vec![p(&size)];
+        let sql = match after {
+            None => &self.first,
+            Some(key) => {
+                params.extend(key.iter().map(p));
+                &self.next
+            }
+        };
+        let row = one_row(client, deadline, sql, &params).await?;
+        Ok(Page {
+            examined: count(&row, "examined")?,
+            expired: count(&row, "expired")?,
+            deleted: count(&row, "deleted")?,
+            last_key: row.try_get("last_key")?,
+            none_past: row.try_get("none_past")?,
+        })
+    }
+}
 
 /// The batch statements of one table, filled from its profile once per run (per shard on Citus).
 #[derive(Debug, Clone)]

@@ -621,3 +621,17 @@ fn outcomes(
         .map(|r| Ok((r.try_get("outcome")?, r.try_get("state")?)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fits_type;
+
+    #[test]
+    fn a_bytea_key_is_written_as_psql_prints_it() {
+        assert!(fits_type("\\x9f86d0", "bytea"));
+        assert!(fits_type("\\x", "bytea"));
+        assert!(!fits_type("9f86d0", "bytea"));
+        assert!(!fits_type("\\x9f8", "bytea"));
+        assert!(!fits_type("\\xzz", "bytea"));
+    }
+}

@@ -17,6 +17,8 @@ pub struct Column {
     /// The type without modifier (a domain's base type): what roles are matched against, so a
     /// modifier is accepted wherever its base type is.
     pub base_type: String,
+    /// Its values come from a sequence (serial, bigserial, identity): they follow insertion.
+    pub serial: bool,
 }
 
 impl Column {
@@ -26,6 +28,7 @@ impl Column {
             name: name.to_owned(),
             sql_type: ty.to_owned(),
             base_type: ty.to_owned(),
+            serial: false,
         }
     }
 
@@ -45,6 +48,7 @@ impl Column {
 pub struct Index {
     pub name: String,
     pub is_unique: bool,
+    pub is_primary: bool,
     pub is_valid: bool,
     pub predicate: Option<String>,
     /// The key columns as PostgreSQL prints them (quoted where needed; expressions as text).
@@ -692,6 +696,45 @@ impl KeyTable {
         })
     }
 
+    /// The index evict walks when there is no expiry index: the primary key, else another unique
+    /// index, of plain columns only (keyset pagination compares them as a row).
+    pub fn walk_index(&self) -> Option<&Index> {
+        let usable = |i: &&Index| {
+            i.is_unique && i.is_valid && i.predicate.is_none() && i.plain_columns().is_some()
+        };
+        self.indexes
+            .iter()
+            .filter(usable)
+            .find(|i| i.is_primary)
+            .or_else(|| self.indexes.iter().find(usable))
+    }
+
+    /// The walk index's columns with the type a text cursor value is cast back to.
+    pub fn walk_columns(&self, index: &Index) -> Vec<(String, String)> {
+        index
+            .attnames
+            .iter()
+            .flatten()
+            .map(|c| {
+                let ty = self
+                    .columns
+                    .iter()
+                    .find(|k| &k.name == c)
+                    .map_or_else(|| "text".to_owned(), Column::cast_type);
+                (c.clone(), ty)
+            })
+            .collect()
+    }
+
+    /// Whether walking `index` visits rows in the order they were written (one column filled from
+    /// a sequence), so a page of keys none of which has expired means the rest has not either.
+    pub fn walk_follows_age(&self, index: &Index) -> bool {
+        match index.attnames.as_slice() {
+            [Some(c)] => self.columns.iter().any(|k| &k.name == c && k.serial),
+            _ => false,
+        }
+    }
+
     /// The statement that creates the expiry index.
     pub fn expiry_index_fix(&self) -> String {
         let column = quote_ident_if_needed(self.profile.expiry_column());
@@ -1042,6 +1085,7 @@ async fn read_columns(client: &Session, oid: i64) -> Result<Vec<Column>> {
             name: r.get("name"),
             sql_type: r.get("type"),
             base_type: r.get("base_type"),
+            serial: r.get("serial"),
         })
         .collect())
 }
@@ -1056,6 +1100,7 @@ async fn read_indexes(client: &Session, oid: i64) -> Result<Vec<Index>> {
         .map(|r| Index {
             name: r.get("name"),
             is_unique: r.get("is_unique"),
+            is_primary: r.get("is_primary"),
             is_valid: r.get("is_valid"),
             predicate: r.get("predicate"),
             columns: r.get("columns"),
@@ -1117,6 +1162,7 @@ mod tests {
         Index {
             name: "i".into(),
             is_unique: unique,
+            is_primary: false,
             is_valid: true,
             predicate: pred.map(str::to_owned),
             columns: cols.iter().map(|c| (*c).to_owned()).collect(),

@@ -97,7 +97,24 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
             ),
         ));
     }
-    extra.push(("pace".into(), pace_summary(&r.pace)));
+    match &r.walk {
+        Some(w) => extra.push((
+            "walked (no expiry index)".into(),
+            format!(
+                "{}: {} rows examined for {} evicted ({:.1} index entries per evicted row){}",
+                sanitize(&w.index),
+                w.rows_examined,
+                r.rows_evicted,
+                w.rows_examined as f64 / r.rows_evicted.max(1) as f64,
+                if w.stopped_early {
+                    "; stopped at a page in which nothing had expired (the key follows age)"
+                } else {
+                    ""
+                }
+            ),
+        )),
+        None => extra.push(("pace".into(), pace_summary(&r.pace))),
+    }
     if let Some(rate) = &r.rate_limit {
         extra.push(("rate limit".into(), rate_summary(rate)));
     }
@@ -135,6 +152,45 @@ pub(crate) fn expiry_text(e: &Expiry) -> String {
         ),
         (None, None) => format!("{column} (the table's expiry column)"),
     }
+}
+
+/// The note a walk prints once: which index it walks, and what the expiry index would save.
+pub(crate) fn walking(
+    table: &KeyTable,
+    index: &str,
+    page: u32,
+    follows_age: bool,
+    fix: &str,
+) -> String {
+    format!(
+        "table {} has no index on {}: evict walks {} in pages of {page} entries, reading every key to find the expired ones{}; the index would let each batch read only expired keys: {fix}",
+        table.display(),
+        sanitize(table.profile.expiry_column()),
+        sanitize(index),
+        if follows_age {
+            " (it stops at the first page in which nothing has expired: the key follows age)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// Something the walk (no expiry index) does not handle yet.
+pub(crate) fn walk_refuses(table: &KeyTable, what: &str, fix: &str) -> String {
+    format!(
+        "table {} has no index on {}, so evict would walk its unique index, which does not handle {what} yet; nothing was changed; create the index with: {fix}",
+        table.display(),
+        sanitize(table.profile.expiry_column())
+    )
+}
+
+/// Neither an expiry index nor a unique index to walk.
+pub(crate) fn nothing_to_walk(table: &KeyTable, fix: &str) -> String {
+    format!(
+        "table {} has no index on {} and no unique index of plain columns to walk, so expired keys cannot be found in bounded batches; create the index with: {fix}",
+        table.display(),
+        sanitize(table.profile.expiry_column())
+    )
 }
 
 /// Tables of dropped (or droppable) partitions and of those left to the batches.

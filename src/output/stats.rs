@@ -49,7 +49,10 @@ fn doc(r: &StatsReport) -> Doc {
     let mut d = Doc::default();
     let s = &r.sizes;
     let oldest_live = r.oldest_live.as_ref().map_or_else(
-        || "none (no live keys)".to_owned(),
+        || match r.expiry_figures {
+            crate::commands::stats::ExpiryFigures::Exact => "none (no live keys)".to_owned(),
+            _ => "unknown (see note)".to_owned(),
+        },
         |k| {
             format!(
                 "{} age {}, expires {}",
@@ -135,6 +138,12 @@ fn doc(r: &StatsReport) -> Doc {
 /// The eviction lag, with the key it is the wait of. With a NO ACTION / RESTRICT foreign key, that
 /// is the oldest expired key evict can delete (the referenced ones have a line of their own).
 fn lag_text(r: &StatsReport) -> String {
+    use crate::commands::stats::ExpiryFigures;
+    match r.expiry_figures {
+        ExpiryFigures::Unknown => return "unknown (no expiry column and no --ttl)".into(),
+        ExpiryFigures::Estimated => return "unknown (no index on expiry to find it)".into(),
+        ExpiryFigures::Exact => {}
+    }
     let refd = r.referenced_expired.as_ref();
     match (&r.oldest_expired, refd) {
         (Some(k), _) => format!(
@@ -207,6 +216,17 @@ fn partitions_block(d: &mut Doc, r: &StatsReport) {
 
 /// The backlog as the report shows it: exact, or "at least" the cap with the planner's estimate.
 fn backlog_text(r: &StatsReport) -> String {
+    use crate::commands::stats::ExpiryFigures;
+    match r.expiry_figures {
+        ExpiryFigures::Unknown => return "unknown (no expiry column and no --ttl)".into(),
+        ExpiryFigures::Estimated => {
+            return format!(
+                "about {} (estimated: the planner's estimate, no index on expiry)",
+                r.expired_backlog_estimate.unwrap_or(0)
+            );
+        }
+        ExpiryFigures::Exact => {}
+    }
     match (r.expired_backlog, r.expired_backlog_estimate) {
         (None, _) => "not counted".into(),
         (Some(b), Some(est)) if b.at_least => {
@@ -252,6 +272,25 @@ fn thresholds(o: &Outlook) -> String {
         ),
         many => format!("per partition ({} leaf partitions)", many.len()),
     }
+}
+
+/// stats on a table whose keys expire by a TTL that was not given.
+pub(crate) fn expiry_unknown_without_ttl(table: &crate::db::KeyTable) -> String {
+    format!(
+        "table {} has no expiry column (profile {}): keys expire a TTL after {}; the oldest live key, eviction lag, expired backlog and recent TTL need --ttl DUR (or IDEMCTL_TTL)",
+        table.display(),
+        table.profile.name,
+        sanitize(&table.profile.created_at)
+    )
+}
+
+/// stats on a table without an index on its expiry column.
+pub(crate) fn expiry_estimated_without_index(table: &crate::db::KeyTable, fix: &str) -> String {
+    format!(
+        "table {} has no index on {}: the expired backlog is the planner's estimate, and the eviction lag and the oldest live key are unknown (finding them would read the whole table); evict walks the table's unique index meanwhile. The index makes them exact: {fix}",
+        table.display(),
+        sanitize(table.profile.expiry_column())
+    )
 }
 
 /// The table has no in-flight marker (a mapping without `in_flight`).

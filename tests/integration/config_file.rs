@@ -634,10 +634,10 @@ async fn a_mapping_with_a_bytea_fingerprint() {
 async fn check_advises_the_indexes_a_mapping_needs_and_accepts_them() {
     let m = Mapped::with(2, &generic_config(), None).await;
     let run = m.idemctl().args(["-o", "json", "check"]).run();
-    run.assert_code(4);
     let json = run.json();
+    // evict walks the primary key meanwhile: the missing index is a warning, with its fix.
     let expiry = finding(&json, "expiry index");
-    assert_eq!(expiry["status"], "fail", "{run}");
+    assert_eq!(expiry["status"], "warn", "{run}");
     assert_eq!(
         expiry["fix"],
         "CREATE INDEX CONCURRENTLY \"request_log_expiry\" ON \"public\".\"request_log\" (valid_until);",
@@ -795,7 +795,12 @@ pub fn quoted_rows(n: i64, busy: i64) -> String {
             "COMPLETED",
             "now() - interval '1 day' - g * interval '1 second'",
         ),
-        row("new", n, "COMPLETED", "now() + g * interval '1 second'"),
+        row(
+            "new",
+            n,
+            "COMPLETED",
+            "now() + interval '1 hour' + g * interval '1 second'",
+        ),
         row(
             "busy",
             busy,

@@ -233,13 +233,44 @@ impl Shape {
         rows.iter().map(|r| (r.get(0), r.get(1))).collect()
     }
 
-    /// check, stats (its backlog), then evict: exactly the `kept` kinds stay.
-    async fn evicts_exactly(&self, table: &str, kind: &str, backlog: i64, kept: &[(&str, i64)]) {
-        self.idemctl().arg("check").run().assert_success();
+    /// check, stats (its backlog), then evict: exactly the `kept` kinds stay. `backlog`: the
+    /// expired backlog stats counts through the expiry index; None on a table without one, where
+    /// the backlog is estimated and evict walks the primary key in pages of 5 entries, reading each
+    /// row once.
+    async fn evicts_exactly(
+        &self,
+        table: &str,
+        kind: &str,
+        backlog: Option<i64>,
+        kept: &[(&str, i64)],
+    ) {
+        let run = self.idemctl().arg("check").run();
+        run.assert_success();
         let run = self.idemctl().args(["-o", "json", "stats"]).run();
         run.assert_success();
-        assert_eq!(run.json()["expired_backlog"]["count"], backlog, "{run}");
-        self.idemctl().args(["-q", "evict"]).run().assert_success();
+        match backlog {
+            Some(n) => assert_eq!(run.json()["expired_backlog"]["count"], n, "{run}"),
+            None => {
+                assert_eq!(run.json()["expiry_figures"], "estimated", "{run}");
+                assert!(run.stdout.contains("\"expired_backlog_estimate\""), "{run}");
+            }
+        }
+        let rows = scalar_i64(&self.db, &format!("SELECT count(*) FROM {table}")).await;
+        let run = self
+            .idemctl()
+            .args(["-o", "json", "evict", "--batch-size", "5"])
+            .run();
+        run.assert_success();
+        let report = run.json();
+        if backlog.is_none() {
+            assert!(
+                run.stderr.contains("evict walks") && run.stderr.contains("CREATE INDEX"),
+                "{run}"
+            );
+            assert_eq!(report["walk"]["rows_examined"], rows, "{run}");
+        } else {
+            assert!(report.get("walk").is_none(), "{run}");
+        }
         let kept: Vec<(String, i64)> = kept.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect();
         assert_eq!(self.kinds(table, kind).await, kept);
     }
@@ -271,8 +302,11 @@ async fn a_typeorm_table_is_maintained_as_shipped() {
     let s = Shape::new("TypeORM", &rows).await;
     let run = s.idemctl().arg("check").run();
     run.assert_success()
-        .assert_stdout_contains("has no in-flight marker (profile typeorm maps no in_flight)");
-    assert!(!run.stdout.contains("CREATE INDEX"), "{run}");
+        .assert_stdout_contains("has no in-flight marker (profile typeorm maps no in_flight)")
+        .assert_stdout_contains("evict walks \"PK_idempotency_key_id\" instead")
+        .assert_stdout_contains("CREATE INDEX CONCURRENTLY \"idempotency_key_expiry\" ON \"public\".\"idempotency_key\" (\"createdAt\");");
+    // No in-flight index is proposed: the table has no marker.
+    assert!(!run.stdout.contains(" WHERE "), "{run}");
     let run = s
         .idemctl()
         .args([
@@ -309,7 +343,7 @@ async fn a_typeorm_table_is_maintained_as_shipped() {
     s.evicts_exactly(
         "idempotency_key",
         "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)",
-        8,
+        None,
         &[("near-new", 4)],
     )
     .await;
@@ -358,7 +392,7 @@ async fn a_jdbc_table_is_maintained_as_shipped() {
     s.evicts_exactly(
         "idempotency_record",
         "split_part(idempotency_key, '-', 1) || '-' || split_part(idempotency_key, '-', 2)",
-        6,
+        None,
         &[("busy-old", 3), ("near-new", 3)],
     )
     .await;
@@ -450,7 +484,7 @@ async fn a_rails_table_is_maintained_as_shipped() {
     s.evicts_exactly(
         "idempotency_keys",
         "split_part(request_path, '/', 3)",
-        8,
+        Some(8),
         &[("busy-old", 4), ("near-new", 4)],
     )
     .await;
@@ -509,7 +543,7 @@ async fn an_ecto_table_is_maintained_as_shipped() {
     s.evicts_exactly(
         "idempotency_keys",
         "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)",
-        8,
+        None,
         &[("near-new", 4)],
     )
     .await;
@@ -550,7 +584,7 @@ async fn a_sqlx_table_is_maintained_as_shipped() {
     s.evicts_exactly(
         "idempotency",
         "split_part(idempotency_key, '-', 1) || '-' || split_part(idempotency_key, '-', 2)",
-        8,
+        None,
         &[("busy-old", 4), ("near-new", 4)],
     )
     .await;
@@ -567,4 +601,123 @@ async fn a_sqlx_table_is_maintained_as_shipped() {
         .await,
         4
     );
+}
+
+/// The explainer's and rocket-rides' tables exactly as printed (no index on created_at): evict
+/// walks the primary key and removes exactly the expired finished keys; on rocket-rides, whose
+/// key is a bigserial (it follows age), the walk stops at the first page in which nothing has
+/// expired, before the end of the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
+    use crate::profiles::{EXPLAINER_DDL, ROCKET_RIDES_DDL, explainer_rows, rocket_rides_rows};
+    let db = loaded(EXPLAINER_DDL, &explainer_rows(3), None).await;
+    let run = db
+        .idemctl()
+        .args(["--ttl", "1d", "-o", "json", "evict", "--batch-size", "4"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["walk"]["rows_examined"], 15, "{run}");
+    assert_eq!(run.json()["walk"]["stopped_early"], false, "{run}");
+    assert_eq!(
+        kinds_left(&db, "idempotency_keys", "key").await,
+        [
+            ("done-new".to_owned(), 3),
+            ("fresh-1".to_owned(), 1),
+            ("fresh-2".to_owned(), 1),
+            ("fresh-3".to_owned(), 1),
+            ("stuck-1".to_owned(), 1),
+            ("stuck-2".to_owned(), 1),
+            ("stuck-3".to_owned(), 1),
+            ("stuck-old".to_owned(), 3),
+        ]
+    );
+    db.idemctl()
+        .args(["--ttl", "1d", "evict", "--min-age", "1h"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --min-age yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
+    let db = loaded(ROCKET_RIDES_DDL, &rocket_rides_rows(4), None).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (created_at, idempotency_key, last_run_at, request_method, request_params, \
+         request_path, recovery_point, user_id) \
+         SELECT now(), 'later-' || g, now(), 'POST', '{}', '/rides', 'finished', 1 FROM generate_series(1, 20) g",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["--ttl", "1d", "-o", "json", "evict", "--batch-size", "5"])
+        .run();
+    run.assert_success();
+    let report = run.json();
+    assert_eq!(report["walk"]["stopped_early"], true, "{run}");
+    assert_eq!(report["walk"]["rows_examined"], 20, "{run}");
+    assert_eq!(report["rows_evicted"], 8, "{run}");
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE idempotency_key ~ '^(finished-old|released-old)-'"
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        4 + 4 + 20
+    );
+}
+
+/// A mapping that allows no reclaim action: the dry run still lists the stuck keys and says none is
+/// allowed; a run refuses. stats works on a table without an expiry column and no --ttl, reporting
+/// the figures that need none and marking the others unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_without_an_action_and_stats_without_a_ttl() {
+    let rows = format!(
+        "INSERT INTO idempotency_record SELECT 'busy-' || g, 'payment', 'client-1', 'IN_PROGRESS', NULL, {}, {} \
+         FROM generate_series(1, 3) g;",
+        utc("-1 hour"),
+        utc("1 day")
+    );
+    let s = Shape::new("JDBC (Flyway)", &rows).await;
+    let config = doc_block("JDBC (Flyway)", "toml").replace("actions = [\"delete\"]\n", "");
+    std::fs::write(s.dir.path().join("idemctl.toml"), config).unwrap();
+    let run = s
+        .idemctl()
+        .args(["reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success().assert_stdout_contains(
+        "none allowed: the profile lists no reclaim action (set actions in the mapping); this preview only lists the keys",
+    );
+    let run = s
+        .idemctl()
+        .args(["-o", "json", "reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["action"], serde_json::Value::Null, "{run}");
+    assert_eq!(run.json()["would_reclaim"]["count"], 3, "{run}");
+    s.idemctl()
+        .args(["reclaim", "--yes", "--allow-scan"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("its mapping lists none");
+
+    let db = loaded(
+        crate::profiles::EXPLAINER_DDL,
+        &crate::profiles::explainer_rows(2),
+        None,
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "stats", "--allow-scan"])
+        .run();
+    run.assert_success();
+    let j = run.json();
+    assert_eq!(j["expiry_figures"], "unknown", "{run}");
+    assert_eq!(j["stuck"]["count"]["count"], 4, "{run}");
+    assert!(j["sizes"]["total_bytes"].as_i64().unwrap() > 0, "{run}");
+    db.idemctl()
+        .args(["stats"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("unknown (no expiry column and no --ttl)");
 }

@@ -176,12 +176,18 @@ async fn check_prints_the_fix_for_a_missing_expiry_index() {
     .await;
     db.exec("DROP INDEX idempotency_keys_expiry").await;
     let run = db.idemctl().args(["check"]).run();
-    run.assert_code(4)
+    run.assert_success()
         .assert_stdout_contains("CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at);")
-        .assert_stderr_contains("expiry index");
-    // Evict refuses rather than scanning the table.
+        .assert_stdout_contains("evict walks idempotency_keys_pkey instead");
+    // evict walks the primary key in bounded pages, saying once what the index would save; its
+    // dry run needs the index and refuses rather than scanning the table.
+    let run = db.idemctl().args(["-o", "json", "evict"]).run();
+    run.assert_success().assert_stderr_contains(
+        "has no index on expires_at: evict walks idempotency_keys_pkey in pages of 2000 entries",
+    );
+    assert_eq!(run.json()["walk"]["rows_examined"], 10, "{run}");
     db.idemctl()
-        .args(["evict"])
+        .args(["evict", "--dry-run"])
         .run()
         .assert_code(2)
         .assert_stderr_contains("no valid index on expires_at");

@@ -11,6 +11,7 @@ pub(crate) mod partitions;
 pub(crate) mod rate;
 pub(crate) mod replica;
 pub(crate) mod vacuum;
+mod walk;
 mod worker;
 
 use crate::db::Session;
@@ -122,6 +123,42 @@ pub struct EvictReport {
     pub rate_limit: Option<rate::RateReport>,
     /// --vacuum: what it did (None without it).
     pub vacuum: Option<vacuum::VacuumReport>,
+    /// Without an expiry index: the unique index walked and what the walk read (None when the
+    /// batches went through the expiry index).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub walk: Option<WalkReport>,
+}
+
+/// What a walk of a unique index read, beside what it deleted.
+#[derive(Debug, Clone, Serialize)]
+pub struct WalkReport {
+    pub index: String,
+    /// Index entries (rows) the pages examined.
+    pub rows_examined: u64,
+    /// The walk follows age and stopped at a page in which nothing had expired.
+    pub stopped_early: bool,
+}
+
+/// A report of nothing done yet, for a run that fills in its own figures.
+fn empty_report(
+    table: &KeyTable,
+    expiry: Expiry,
+    end_reason: EndReason,
+    elapsed: f64,
+) -> EvictReport {
+    assemble(Assembled {
+        table,
+        expiry,
+        end_reason,
+        totals: worker::Totals::default(),
+        elapsed,
+        backlog_left: None,
+        expired_in_progress_left: None,
+        drops: partitions::DropReport::default(),
+        waits: &replica::WaitTotals::default(),
+        pace: pace::PaceReport::default(),
+        rate_limit: None,
+    })
 }
 
 /// Run `evict`.
@@ -135,12 +172,17 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         args.force || ctx.global.short_ttl_allowed_by.is_some(),
         &ctx.global.ttl_from,
     )?;
-    table.require_expiry_index()?;
+    // Without an index on expiry, evict walks a unique index instead, on one server, in its plain
+    // batches; everything else it does needs the index.
+    let walks = table.expiry_index().is_none();
+    let distributed = crate::commands::shards::distributed(&client, &table).await?;
+    if walks && (distributed.is_some() || args.drop_partitions || args.dry_run || args.vacuum) {
+        table.require_expiry_index()?;
+    }
     let privileges = table.privileges(&client).await?;
     if args.max_replica_lag.is_some() {
         replica::require_visibility(&client).await?;
     }
-    let distributed = crate::commands::shards::distributed(&client, &table).await?;
     if let Some(layout) = &distributed {
         citus::require_supported(args, &table, layout)?;
     }
@@ -169,6 +211,9 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     }
     ctx.cancel.install()?;
     let started = Instant::now();
+    if walks {
+        return walk::run(ctx, args, &client, &table, started).await;
+    }
     if let Some(layout) = distributed {
         return citus::run(ctx, args, client, &table, layout, started).await;
     }
@@ -658,6 +703,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
         citus: None,
         rate_limit,
         vacuum: None,
+        walk: None,
     }
 }
 
