@@ -100,6 +100,9 @@ pub enum Lost {
     NoAnswer(Duration),
     #[error("the server ended the connection: {0}")]
     Ended(String),
+    /// The server's FATAL error, whose message follows in the chain.
+    #[error("the server ended the connection (SQLSTATE {0})")]
+    Fatal(String),
 }
 
 impl Session {
@@ -181,7 +184,15 @@ impl Session {
 
     /// A driver error, with the connection's end when that is what it means.
     fn explained(&self, e: Error) -> anyhow::Error {
-        if e.as_db_error().is_some() || !(e.is_closed() || self.client().is_closed()) {
+        if let Some(db) = e.as_db_error() {
+            // A FATAL error ends the connection (pg_terminate_backend, a shutdown): say so.
+            if matches!(db.severity(), "FATAL" | "PANIC") {
+                let code = db.code().code().to_owned();
+                return anyhow::Error::new(e).context(Lost::Fatal(code));
+            }
+            return anyhow::Error::new(e);
+        }
+        if !(e.is_closed() || self.client().is_closed()) {
             return anyhow::Error::new(e);
         }
         let reason = self

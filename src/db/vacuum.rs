@@ -61,6 +61,14 @@ pub async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
         .await;
 }
 
+/// Make every asynchronous commit written before now durable (one small transaction committed
+/// synchronously flushes the WAL written before it; with synchronous standbys, it waits for them).
+pub async fn flush_commits(session: &Session) -> anyhow::Result<()> {
+    session
+        .batch_execute(include_str!("../../sql/vacuum_flush_commits.sql"))
+        .await
+}
+
 /// How long idemctl waits for one VACUUM, which runs without statement_timeout: the one round
 /// trip whose deadline is not the session's (a dead path is still noticed by the TCP keepalives,
 /// unless a proxy keeps it open).

@@ -120,6 +120,9 @@ async fn next_run_works(db: &TestDb, args: &[&str]) -> (Run, Duration) {
     }
 }
 
+const EXPIRED_LEFT: &str = "SELECT count(*) FROM idempotency_keys WHERE state = 'completed' \
+                            AND expires_at < now()";
+
 const SOME_EVICTED: &str = "SELECT count(*) < 3000 FROM idempotency_keys WHERE state = 'completed' \
                             AND expires_at < now()";
 
@@ -135,6 +138,19 @@ async fn evict_cut_off(pace: &[&str], what: &str) {
     assert_gave_up(what, &run, took);
     let summary = run.json();
     assert_eq!(summary["end_reason"], "error", "{what}\n{run}");
+    assert!(
+        run.stderr
+            .starts_with("idemctl: evict lost its connection: "),
+        "{what}\n{run}"
+    );
+    // Never more claimed durable than is gone.
+    let evicted = summary["rows_evicted"].as_u64().unwrap();
+    let unconfirmed = summary["rows_unconfirmed"].as_u64().unwrap();
+    let gone = 3000 - fixtures::scalar_i64(&db, EXPIRED_LEFT).await as u64;
+    assert!(
+        unconfirmed <= evicted && evicted - unconfirmed <= gone,
+        "{what}: {evicted} evicted, {unconfirmed} unconfirmed, {gone} gone\n{run}"
+    );
     let (next, freed) = next_run_works(&db, &["evict", "-q"]).await;
     next.assert_code(0).assert_stderr_empty();
     let after = fixtures::snapshot(&db).await;
@@ -270,4 +286,81 @@ async fn evict_behind_pgbouncer_gives_up_a_dead_path_within_the_deadline() {
         took.as_secs_f64()
     );
     let _ = chaos::advisory_locks(&watcher).await;
+}
+
+async fn reclaim_cut_off(apply: bool) {
+    let what = if apply { "reclaim --apply" } else { "reclaim" };
+    let db = crate::support::stuck::db_with_stuck(2000, 20).await;
+    let before = crate::support::stuck::stuck_keys(&db).await;
+    let watcher = db.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive.jsonl");
+    let plan = dir.path().join("plan.json");
+    if apply {
+        db.idemctl()
+            .args(["reclaim", "--plan"])
+            .arg(&plan)
+            .run_async()
+            .await
+            .assert_code(0);
+    }
+    let proxy = BlackHole::to_socket_dir(&db.socket_dir().expect("a local server"), db_port(&db));
+    let archive_arg = archive.display().to_string();
+    let plan_arg = plan.display().to_string();
+    let mut args = vec![
+        "reclaim",
+        "--yes",
+        "-q",
+        "--batch-size",
+        "1",
+        "--archive",
+        &archive_arg,
+    ];
+    if apply {
+        args.extend(["--apply", &plan_arg]);
+    }
+    let some_reclaimed = "SELECT count(*) < 2000 FROM idempotency_keys WHERE state = 'in_progress'";
+    let (run, took) = cut_during(&db.url(), &proxy, &args, &watcher, Some(some_reclaimed)).await;
+    assert_gave_up(what, &run, took);
+    // Every line of the archive parses, and every key reclaimed has its line.
+    let text = std::fs::read_to_string(&archive).unwrap();
+    assert!(text.ends_with('\n'), "{what}: a torn archive");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let archived = crate::support::stuck::keys_in(lines.iter().filter(|l| l["type"] == "key"));
+    let left = crate::support::stuck::stuck_keys(&db).await;
+    let reclaimed: std::collections::BTreeSet<_> = before.difference(&left).cloned().collect();
+    assert!(!reclaimed.is_empty(), "{what}: cut mid-run");
+    assert!(
+        archived.is_superset(&reclaimed),
+        "{what}: a reclaimed key without its line"
+    );
+    let mut next = vec!["reclaim", "--yes", "-q", "--archive", &archive_arg];
+    if apply {
+        next.extend(["--apply", &plan_arg]);
+    }
+    let (next_run, freed) = next_run_works(&db, &next).await;
+    next_run.assert_code(0);
+    assert!(
+        crate::support::stuck::stuck_keys(&db).await.is_empty(),
+        "{what}: drained"
+    );
+    println!(
+        "measured: {what} --batch-size 1 --archive: exit 1 {:.1} s after the cut; guard free \
+         {:.1} s after the exit",
+        took.as_secs_f64(),
+        freed.as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_sweeping_with_an_archive_gives_up_a_dead_path_within_the_deadline() {
+    reclaim_cut_off(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_applying_a_plan_gives_up_a_dead_path_within_the_deadline() {
+    reclaim_cut_off(true).await;
 }

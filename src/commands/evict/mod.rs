@@ -90,6 +90,10 @@ pub struct EvictReport {
     pub table: String,
     pub end_reason: EndReason,
     pub rows_evicted: u64,
+    /// Of rows_evicted, those deleted after the last point known durable (their commits are
+    /// asynchronous): a crash or a failover may bring them back, and the next run deletes them
+    /// again. 0 after a run that ended well (its end is a durable point).
+    pub rows_unconfirmed: u64,
     pub batches: u64,
     pub elapsed_seconds: f64,
     pub rows_per_second: f64,
@@ -269,8 +273,16 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         Some(g) => g.totals().await,
         None => replica::WaitTotals::default(),
     };
+    // The run's end is a durable point: every batch committed so far is flushed.
+    let error = match (error, &client) {
+        (None, Some(c)) => shared.confirm(c, true).await.err(),
+        (error, _) => error,
+    };
     let failed = error.is_some();
     let mut report = report(&table, &shared, client.as_ref(), failed, drops, &waits).await;
+    report.rows_unconfirmed =
+        report.rows_evicted - shared.confirmed().await.min(report.rows_evicted);
+    let error = error.map(|e| lost_context(e, &report));
     if let Some(targets) = &vacuum_targets {
         let lock_timeout = ctx.global.lock_timeout;
         report.vacuum =
@@ -291,6 +303,19 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         (EndReason::Interrupted, None) => Ok(Exit::Interrupted),
         _ => Ok(Exit::Success),
     }
+}
+
+/// A run that lost its connection says how much of its work is durable: the rows deleted up to
+/// its last durable point, those deleted since (a crash or failover may bring them back), and the
+/// batch in flight, whose commit may or may not have happened.
+fn lost_context(e: anyhow::Error, report: &EvictReport) -> anyhow::Error {
+    if !e.chain().any(|c| c.is::<crate::db::session::Lost>()) {
+        return e;
+    }
+    e.context(crate::output::evict::lost_connection(
+        report.rows_evicted - report.rows_unconfirmed,
+        report.rows_unconfirmed,
+    ))
 }
 
 /// --vacuum after the run: VACUUM (ANALYZE) when the run ended well and evicted more than
@@ -613,6 +638,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
         table: table.qualified_name(),
         end_reason,
         rows_evicted: totals.rows,
+        rows_unconfirmed: 0,
         batches: totals.batches,
         elapsed_seconds: elapsed,
         rows_per_second: if elapsed > 0.0 {

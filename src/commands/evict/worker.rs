@@ -158,7 +158,14 @@ pub struct Shared {
     /// The rate caps' schedule (with --max-rate or --max-wal-rate).
     limiter: Option<Limiter>,
     state: Mutex<State>,
+    /// The last point known durable: when it was made, and the rows deleted up to it.
+    durable: Mutex<(Instant, u64)>,
 }
+
+/// How often a worker makes the batches committed so far durable (their commits are
+/// asynchronous): one small synchronous commit, which flushes the WAL written before it. The rows
+/// deleted since the last such point are the ones a crash or a failover may bring back.
+pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
 
 impl Shared {
     /// `started` is when the run began (budgets count from it); `gate` pauses claims while replicas
@@ -183,6 +190,7 @@ impl Shared {
             gate,
             pacer,
             state: Mutex::new(State::default()),
+            durable: Mutex::new((started, 0)),
         })
     }
 
@@ -207,6 +215,30 @@ impl Shared {
                 }
             })
         }
+    }
+
+    /// Make the batches committed so far durable, when [`DURABLE_EVERY`] has passed since the last
+    /// time (or `now`): the rows counted before it began are then confirmed.
+    pub async fn confirm(&self, client: &Session, now: bool) -> Result<()> {
+        {
+            let mut durable = self.durable.lock().await;
+            if !now && durable.0.elapsed() < DURABLE_EVERY {
+                return Ok(());
+            }
+            durable.0 = Instant::now();
+        }
+        let rows = self.state.lock().await.totals.rows;
+        crate::db::vacuum::flush_commits(client)
+            .await
+            .context("failed to make the deleted rows durable")?;
+        let mut durable = self.durable.lock().await;
+        durable.1 = durable.1.max(rows);
+        Ok(())
+    }
+
+    /// Rows deleted up to the last point known durable.
+    pub async fn confirmed(&self) -> u64 {
+        self.durable.lock().await.1
     }
 
     /// The totals so far.
@@ -532,6 +564,7 @@ pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<
             l.settle(&client, t, outcome.deleted).await?;
         }
         shared.record(limit, size, &outcome, took, rtt).await;
+        shared.confirm(&client, false).await?;
         let until = shared.plan.max_runtime.map(|m| shared.started + m);
         shared
             .pacer
