@@ -168,15 +168,22 @@ impl Session {
         deadline: Duration,
         work: impl Future<Output = Result<T, Error>>,
     ) -> Result<T> {
-        if self.0.given_up.load(Ordering::SeqCst) {
+        let mut silent = self.0.line.silent.subscribe();
+        if self.0.given_up.load(Ordering::SeqCst) || *silent.borrow() {
+            self.0.given_up.store(true, Ordering::SeqCst);
             return Err(anyhow::Error::new(Lost::NoAnswer(self.deadline())));
         }
         // On the heap: the statements' futures nest deeply (a batch in a retry in a worker).
-        match tokio::time::timeout(deadline, Box::pin(work)).await {
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(deadline, Box::pin(work)) => answered.map_err(drop),
+            _ = silent.wait_for(|dead| *dead) => Err(()),
+        };
+        match answered {
             Ok(Ok(done)) => Ok(done),
             Ok(Err(e)) => Err(self.explained(e)),
             Err(_) => {
                 self.0.given_up.store(true, Ordering::SeqCst);
+                self.0.line.silent.send_replace(true);
                 Err(anyhow::Error::new(Lost::NoAnswer(deadline)))
             }
         }

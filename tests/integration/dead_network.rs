@@ -165,9 +165,10 @@ async fn evict_cut_off(pace: &[&str], what: &str) {
         "{what}: the next run drained"
     );
     println!(
-        "measured: {what}: exit 1 {:.1} s after the cut; guard free {:.1} s after the exit",
+        "measured: {what}: exit 1 {:.1} s after the cut; guard free {:.1} s after the exit; {}",
         took.as_secs_f64(),
-        freed.as_secs_f64()
+        freed.as_secs_f64(),
+        run.stderr.trim_end()
     );
 }
 
