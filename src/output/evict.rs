@@ -637,6 +637,15 @@ pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64) -> String {
     text
 }
 
+/// The line of a run whose smallest batch (one row) still exceeded statement_timeout.
+pub(crate) fn smallest_batch_timed_out(statement_timeout: std::time::Duration) -> String {
+    format!(
+        "a batch of one row exceeded statement_timeout ({}, set by --statement-timeout) after the \
+         batches were made smaller; nothing of it was deleted: raise --statement-timeout",
+        humantime::format_duration(statement_timeout)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
