@@ -365,3 +365,80 @@ async fn reclaim_sweeping_with_an_archive_gives_up_a_dead_path_within_the_deadli
 async fn reclaim_applying_a_plan_gives_up_a_dead_path_within_the_deadline() {
     reclaim_cut_off(true).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_across_an_immediate_stop_and_a_promoted_standby_claims_no_more_than_is_durable() {
+    use crate::support::replica::ReplicaPair;
+    let pair = ReplicaPair::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let primary = crate::support::connect(&pair.primary_url()).await;
+    primary
+        .batch_execute(fixtures::Schema::Corrected.ddl())
+        .await
+        .unwrap();
+    primary
+        .batch_execute(&fixtures::expired_rows_sql(3000))
+        .await
+        .unwrap();
+    // Synchronous replication: a durable point is on the standby too.
+    for sql in [
+        "ALTER SYSTEM SET synchronous_standby_names = '*'",
+        "SELECT pg_reload_conf()",
+    ] {
+        primary.batch_execute(sql).await.unwrap();
+    }
+    pair.wait_caught_up(&primary).await;
+    let child = crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", pair.primary_url())
+        .args(["evict", "-o", "json", "--max-rate", "600"])
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    let started = Instant::now();
+    loop {
+        let left: i64 = primary.query_one(EXPIRED_LEFT, &[]).await.unwrap().get(0);
+        if left < 2000 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "evict never got going"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pair.pg_ctl("primary", &["-m", "immediate", "-w", "stop"]);
+    let stopped = Instant::now();
+    pair.pg_ctl("standby", &["-w", "promote"]);
+    let run = child.wait_async().await;
+    let took = stopped.elapsed();
+    run.assert_code(1);
+    assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    assert!(
+        run.stderr
+            .starts_with("idemctl: evict lost its connection: "),
+        "{run}"
+    );
+    let summary = run.json();
+    let evicted = summary["rows_evicted"].as_u64().unwrap();
+    let unconfirmed = summary["rows_unconfirmed"].as_u64().unwrap();
+    let promoted = crate::support::connect(&pair.standby_url()).await;
+    let left: i64 = promoted.query_one(EXPIRED_LEFT, &[]).await.unwrap().get(0);
+    let gone = 3000 - left as u64;
+    assert!(
+        unconfirmed <= evicted && evicted - unconfirmed <= gone,
+        "{evicted} evicted, {unconfirmed} unconfirmed, {gone} gone on the promoted standby\n{run}"
+    );
+    crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", pair.standby_url())
+        .args(["evict", "-q"])
+        .run_async()
+        .await
+        .assert_code(0)
+        .assert_stderr_empty();
+    let left: i64 = promoted.query_one(EXPIRED_LEFT, &[]).await.unwrap().get(0);
+    assert_eq!(left, 0, "the next run drained on the promoted standby");
+    println!(
+        "measured: evict across an immediate stop and a promoted standby: exit 1 {:.1} s after \
+         the stop; {evicted} keys reported deleted, {unconfirmed} of them unconfirmed, {gone} gone \
+         on the promoted standby",
+        took.as_secs_f64()
+    );
+}

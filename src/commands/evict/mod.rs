@@ -309,7 +309,7 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
 /// its last durable point, those deleted since (a crash or failover may bring them back), and the
 /// batch in flight, whose commit may or may not have happened.
 fn lost_context(e: anyhow::Error, report: &EvictReport) -> anyhow::Error {
-    if !e.chain().any(|c| c.is::<crate::db::session::Lost>()) {
+    if e.downcast_ref::<crate::db::session::Lost>().is_none() {
         return e;
     }
     e.context(crate::output::evict::lost_connection(

@@ -809,7 +809,7 @@ async fn or_shrinking<T>(
 /// What a failed batch was: rolled back by the server, or, when its connection was lost, a batch
 /// whose end is unknown (the run's line says so).
 fn batch_failed(e: anyhow::Error) -> anyhow::Error {
-    if e.chain().any(|c| c.is::<crate::db::session::Lost>()) {
+    if e.downcast_ref::<crate::db::session::Lost>().is_some() {
         e.context("a batch lost its connection")
     } else {
         e.context("a batch failed and was rolled back")
