@@ -314,19 +314,18 @@ impl Session {
 
     /// Statements without parameters (DDL, utility commands), through the simple protocol.
     pub async fn batch_execute(&self, script: &str) -> Result<()> {
-        self.batch_execute_within(self.deadline(), script).await
-    }
-
-    /// [`Session::batch_execute`] with a deadline of its own, for a statement that runs without
-    /// statement_timeout (VACUUM); it must not be shorter than the session's.
-    pub async fn batch_execute_within(&self, deadline: Duration, script: &str) -> Result<()> {
-        let deadline = deadline.max(self.deadline());
         if self.wraps() {
             let script = format!("{}; {script}; COMMIT", self.prelude("BEGIN"));
-            return self
-                .answered_within(deadline, self.client().batch_execute(&script))
-                .await;
+            return self.answered(self.client().batch_execute(&script)).await;
         }
+        self.answered(self.client().batch_execute(script)).await
+    }
+
+    /// A script sent as it is, never wrapped in a transaction behind a pooler (a script that is a
+    /// transaction of its own, or VACUUM, which cannot run in one), within `deadline` (not shorter
+    /// than the session's).
+    pub async fn script_within(&self, deadline: Duration, script: &str) -> Result<()> {
+        let deadline = deadline.max(self.deadline());
         self.answered_within(deadline, self.client().batch_execute(script))
             .await
     }
