@@ -91,6 +91,8 @@ struct Shared {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// How each connection ended, by the process id its login announced (see [`Line`]).
     ended: Mutex<HashMap<i32, Arc<Ended>>>,
+    /// Set when a round trip on any of the pool's connections went unanswered (see [`Line`]).
+    silent: tokio::sync::watch::Sender<bool>,
 }
 
 impl Shared {
@@ -141,6 +143,7 @@ impl Pool {
         Line {
             deadline: self.answer_deadline(),
             idle: self.shared.timeouts.idle_in_transaction,
+            silent: self.shared.silent.clone(),
             ended: ended.unwrap_or_default(),
         }
     }
@@ -203,6 +206,7 @@ impl Target {
             route: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
             ended: Mutex::new(HashMap::new()),
+            silent: tokio::sync::watch::Sender::new(false),
         });
         let config = self.config.clone();
         // idemctl's own host loop (`auth::connect`) for every connection: it judges
@@ -390,6 +394,10 @@ pub struct Line {
     pub deadline: Duration,
     /// The idle_in_transaction_session_timeout idemctl sets (also the guard's idle limit).
     pub idle: Duration,
+    /// Shared by the pool's connections: once one round trip went unanswered, the path to the
+    /// server is taken for dead and every connection's round trips give up at once, so a run ends
+    /// one deadline after its network died, not one deadline per session in turn.
+    pub silent: tokio::sync::watch::Sender<bool>,
     pub ended: Arc<Ended>,
 }
 

@@ -100,6 +100,9 @@ pub enum Lost {
     NoAnswer(Duration),
     #[error("the server ended the connection: {0}")]
     Ended(String),
+    /// The server's FATAL error, whose message follows in the chain.
+    #[error("the server ended the connection (SQLSTATE {0})")]
+    Fatal(String),
 }
 
 impl Session {
@@ -165,15 +168,22 @@ impl Session {
         deadline: Duration,
         work: impl Future<Output = Result<T, Error>>,
     ) -> Result<T> {
-        if self.0.given_up.load(Ordering::SeqCst) {
+        let mut silent = self.0.line.silent.subscribe();
+        if self.0.given_up.load(Ordering::SeqCst) || *silent.borrow() {
+            self.0.given_up.store(true, Ordering::SeqCst);
             return Err(anyhow::Error::new(Lost::NoAnswer(self.deadline())));
         }
         // On the heap: the statements' futures nest deeply (a batch in a retry in a worker).
-        match tokio::time::timeout(deadline, Box::pin(work)).await {
+        let answered = tokio::select! {
+            answered = tokio::time::timeout(deadline, Box::pin(work)) => answered.map_err(drop),
+            _ = silent.wait_for(|dead| *dead) => Err(()),
+        };
+        match answered {
             Ok(Ok(done)) => Ok(done),
             Ok(Err(e)) => Err(self.explained(e)),
             Err(_) => {
                 self.0.given_up.store(true, Ordering::SeqCst);
+                self.0.line.silent.send_replace(true);
                 Err(anyhow::Error::new(Lost::NoAnswer(deadline)))
             }
         }
@@ -181,7 +191,15 @@ impl Session {
 
     /// A driver error, with the connection's end when that is what it means.
     fn explained(&self, e: Error) -> anyhow::Error {
-        if e.as_db_error().is_some() || !(e.is_closed() || self.client().is_closed()) {
+        if let Some(db) = e.as_db_error() {
+            // A FATAL error ends the connection (pg_terminate_backend, a shutdown): say so.
+            if matches!(db.severity(), "FATAL" | "PANIC") {
+                let code = db.code().code().to_owned();
+                return anyhow::Error::new(e).context(Lost::Fatal(code));
+            }
+            return anyhow::Error::new(e);
+        }
+        if !(e.is_closed() || self.client().is_closed()) {
             return anyhow::Error::new(e);
         }
         let reason = self
@@ -305,19 +323,18 @@ impl Session {
 
     /// Statements without parameters (DDL, utility commands), through the simple protocol.
     pub async fn batch_execute(&self, script: &str) -> Result<()> {
-        self.batch_execute_within(self.deadline(), script).await
-    }
-
-    /// [`Session::batch_execute`] with a deadline of its own, for a statement that runs without
-    /// statement_timeout (VACUUM); it must not be shorter than the session's.
-    pub async fn batch_execute_within(&self, deadline: Duration, script: &str) -> Result<()> {
-        let deadline = deadline.max(self.deadline());
         if self.wraps() {
             let script = format!("{}; {script}; COMMIT", self.prelude("BEGIN"));
-            return self
-                .answered_within(deadline, self.client().batch_execute(&script))
-                .await;
+            return self.answered(self.client().batch_execute(&script)).await;
         }
+        self.answered(self.client().batch_execute(script)).await
+    }
+
+    /// A script sent as it is, never wrapped in a transaction behind a pooler (a script that is a
+    /// transaction of its own, or VACUUM, which cannot run in one), within `deadline` (not shorter
+    /// than the session's).
+    pub async fn script_within(&self, deadline: Duration, script: &str) -> Result<()> {
+        let deadline = deadline.max(self.deadline());
         self.answered_within(deadline, self.client().batch_execute(script))
             .await
     }

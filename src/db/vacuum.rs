@@ -50,15 +50,27 @@ pub async fn targets(client: &Session, table: &KeyTable) -> Result<Vec<Target>> 
 pub async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
     if !session.pooled() {
         let _ = session
-            .batch_execute(&format!(
-                "SET statement_timeout = 0; SET lock_timeout = '{}ms'",
-                lock_timeout.as_millis()
-            ))
+            .script_within(
+                session.deadline(),
+                &format!(
+                    "SET statement_timeout = 0; SET lock_timeout = '{}ms'",
+                    lock_timeout.as_millis()
+                ),
+            )
             .await;
     }
-    let _ = session
-        .batch_execute(include_str!("../../sql/vacuum_flush_commits.sql"))
-        .await;
+    let _ = flush_commits(session).await;
+}
+
+/// Make every asynchronous commit written before now durable (one small transaction committed
+/// synchronously flushes the WAL written before it; with synchronous standbys, it waits for them).
+pub async fn flush_commits(session: &Session) -> anyhow::Result<()> {
+    session
+        .script_within(
+            session.deadline(),
+            include_str!("../../sql/vacuum_flush_commits.sql"),
+        )
+        .await
 }
 
 /// How long idemctl waits for one VACUUM, which runs without statement_timeout: the one round
@@ -69,7 +81,7 @@ pub const VACUUM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(
 /// `VACUUM (ANALYZE) relation`, alone and in autocommit; the server's message when it fails.
 pub async fn vacuum_analyze(session: &Session, relation: &str) -> Result<(), String> {
     session
-        .batch_execute_within(VACUUM_DEADLINE, &format!("VACUUM (ANALYZE) {relation}"))
+        .script_within(VACUUM_DEADLINE, &format!("VACUUM (ANALYZE) {relation}"))
         .await
         .map_err(|e| {
             let db = e

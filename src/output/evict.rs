@@ -707,6 +707,29 @@ pub(crate) fn worker_stopped(error: &tokio::task::JoinError) -> String {
     format!("an evict worker stopped unexpectedly: {error}")
 }
 
+/// The head of the line of a run that lost its connection: what is durable, what is not.
+pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64) -> String {
+    let mut text =
+        format!("evict lost its connection: {confirmed} keys deleted and confirmed durable");
+    if unconfirmed > 0 {
+        text.push_str(&format!(
+            ", {unconfirmed} more deleted since the last durable point (a crash or failover may \
+             bring them back; the next run deletes them again)"
+        ));
+    }
+    text.push_str("; the batch in flight may or may not have committed");
+    text
+}
+
+/// The line of a run whose smallest batch (one row) still exceeded statement_timeout.
+pub(crate) fn smallest_batch_timed_out(statement_timeout: std::time::Duration) -> String {
+    format!(
+        "a batch of one row exceeded statement_timeout ({}, set by --statement-timeout) after the \
+         batches were made smaller; nothing of it was deleted: raise --statement-timeout",
+        humantime::format_duration(statement_timeout)
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

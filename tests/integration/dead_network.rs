@@ -120,6 +120,9 @@ async fn next_run_works(db: &TestDb, args: &[&str]) -> (Run, Duration) {
     }
 }
 
+const EXPIRED_LEFT: &str = "SELECT count(*) FROM idempotency_keys WHERE state = 'completed' \
+                            AND expires_at < now()";
+
 const SOME_EVICTED: &str = "SELECT count(*) < 3000 FROM idempotency_keys WHERE state = 'completed' \
                             AND expires_at < now()";
 
@@ -135,6 +138,19 @@ async fn evict_cut_off(pace: &[&str], what: &str) {
     assert_gave_up(what, &run, took);
     let summary = run.json();
     assert_eq!(summary["end_reason"], "error", "{what}\n{run}");
+    assert!(
+        run.stderr
+            .starts_with("idemctl: evict lost its connection: "),
+        "{what}\n{run}"
+    );
+    // Never more claimed durable than is gone.
+    let evicted = summary["rows_evicted"].as_u64().unwrap();
+    let unconfirmed = summary["rows_unconfirmed"].as_u64().unwrap();
+    let gone = 3000 - fixtures::scalar_i64(&db, EXPIRED_LEFT).await as u64;
+    assert!(
+        unconfirmed <= evicted && evicted - unconfirmed <= gone,
+        "{what}: {evicted} evicted, {unconfirmed} unconfirmed, {gone} gone\n{run}"
+    );
     let (next, freed) = next_run_works(&db, &["evict", "-q"]).await;
     next.assert_code(0).assert_stderr_empty();
     let after = fixtures::snapshot(&db).await;
@@ -149,9 +165,10 @@ async fn evict_cut_off(pace: &[&str], what: &str) {
         "{what}: the next run drained"
     );
     println!(
-        "measured: {what}: exit 1 {:.1} s after the cut; guard free {:.1} s after the exit",
+        "measured: {what}: exit 1 {:.1} s after the cut; guard free {:.1} s after the exit; {}",
         took.as_secs_f64(),
-        freed.as_secs_f64()
+        freed.as_secs_f64(),
+        run.stderr.trim_end()
     );
 }
 
@@ -270,4 +287,158 @@ async fn evict_behind_pgbouncer_gives_up_a_dead_path_within_the_deadline() {
         took.as_secs_f64()
     );
     let _ = chaos::advisory_locks(&watcher).await;
+}
+
+async fn reclaim_cut_off(apply: bool) {
+    let what = if apply { "reclaim --apply" } else { "reclaim" };
+    let db = crate::support::stuck::db_with_stuck(2000, 20).await;
+    let before = crate::support::stuck::stuck_keys(&db).await;
+    let watcher = db.client().await;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = dir.path().join("archive.jsonl");
+    let plan = dir.path().join("plan.json");
+    if apply {
+        db.idemctl()
+            .args(["reclaim", "--plan"])
+            .arg(&plan)
+            .run_async()
+            .await
+            .assert_code(0);
+    }
+    let proxy = BlackHole::to_socket_dir(&db.socket_dir().expect("a local server"), db_port(&db));
+    let archive_arg = archive.display().to_string();
+    let plan_arg = plan.display().to_string();
+    let mut args = vec![
+        "reclaim",
+        "--yes",
+        "-q",
+        "--batch-size",
+        "1",
+        "--archive",
+        &archive_arg,
+    ];
+    if apply {
+        args.extend(["--apply", &plan_arg]);
+    }
+    let some_reclaimed = "SELECT count(*) < 2000 FROM idempotency_keys WHERE state = 'in_progress'";
+    let (run, took) = cut_during(&db.url(), &proxy, &args, &watcher, Some(some_reclaimed)).await;
+    assert_gave_up(what, &run, took);
+    // Every line of the archive parses, and every key reclaimed has its line.
+    let text = std::fs::read_to_string(&archive).unwrap();
+    assert!(text.ends_with('\n'), "{what}: a torn archive");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let archived = crate::support::stuck::keys_in(lines.iter().filter(|l| l["type"] == "key"));
+    let left = crate::support::stuck::stuck_keys(&db).await;
+    let reclaimed: std::collections::BTreeSet<_> = before.difference(&left).cloned().collect();
+    assert!(!reclaimed.is_empty(), "{what}: cut mid-run");
+    assert!(
+        archived.is_superset(&reclaimed),
+        "{what}: a reclaimed key without its line"
+    );
+    let mut next = vec!["reclaim", "--yes", "-q", "--archive", &archive_arg];
+    if apply {
+        next.extend(["--apply", &plan_arg]);
+    }
+    let (next_run, freed) = next_run_works(&db, &next).await;
+    next_run.assert_code(0);
+    assert!(
+        crate::support::stuck::stuck_keys(&db).await.is_empty(),
+        "{what}: drained"
+    );
+    println!(
+        "measured: {what} --batch-size 1 --archive: exit 1 {:.1} s after the cut; guard free \
+         {:.1} s after the exit",
+        took.as_secs_f64(),
+        freed.as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_sweeping_with_an_archive_gives_up_a_dead_path_within_the_deadline() {
+    reclaim_cut_off(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_applying_a_plan_gives_up_a_dead_path_within_the_deadline() {
+    reclaim_cut_off(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_across_an_immediate_stop_and_a_promoted_standby_claims_no_more_than_is_durable() {
+    use crate::support::replica::ReplicaPair;
+    let pair = ReplicaPair::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let primary = crate::support::connect(&pair.primary_url()).await;
+    primary
+        .batch_execute(fixtures::Schema::Corrected.ddl())
+        .await
+        .unwrap();
+    primary
+        .batch_execute(&fixtures::expired_rows_sql(3000))
+        .await
+        .unwrap();
+    // Synchronous replication: a durable point is on the standby too.
+    for sql in [
+        "ALTER SYSTEM SET synchronous_standby_names = '*'",
+        "SELECT pg_reload_conf()",
+    ] {
+        primary.batch_execute(sql).await.unwrap();
+    }
+    pair.wait_caught_up(&primary).await;
+    let child = crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", pair.primary_url())
+        .args(["evict", "-o", "json", "--max-rate", "600"])
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    let started = Instant::now();
+    loop {
+        let left: i64 = primary.query_one(EXPIRED_LEFT, &[]).await.unwrap().get(0);
+        if left < 2000 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "evict never got going"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pair.pg_ctl("primary", &["-m", "immediate", "-w", "stop"]);
+    let stopped = Instant::now();
+    pair.pg_ctl("standby", &["-w", "promote"]);
+    let run = child.wait_async().await;
+    let took = stopped.elapsed();
+    run.assert_code(1);
+    assert_eq!(run.stderr.lines().count(), 1, "{run}");
+    assert!(
+        run.stderr
+            .starts_with("idemctl: evict lost its connection: "),
+        "{run}"
+    );
+    let summary = run.json();
+    let evicted = summary["rows_evicted"].as_u64().unwrap();
+    let unconfirmed = summary["rows_unconfirmed"].as_u64().unwrap();
+    let promoted = crate::support::connect(&pair.standby_url()).await;
+    let left: i64 = promoted.query_one(EXPIRED_LEFT, &[]).await.unwrap().get(0);
+    let gone = 3000 - left as u64;
+    assert!(
+        unconfirmed <= evicted && evicted - unconfirmed <= gone,
+        "{evicted} evicted, {unconfirmed} unconfirmed, {gone} gone on the promoted standby\n{run}"
+    );
+    crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", pair.standby_url())
+        .args(["evict", "-q"])
+        .run_async()
+        .await
+        .assert_code(0)
+        .assert_stderr_empty();
+    let left: i64 = promoted.query_one(EXPIRED_LEFT, &[]).await.unwrap().get(0);
+    assert_eq!(left, 0, "the next run drained on the promoted standby");
+    println!(
+        "measured: evict across an immediate stop and a promoted standby: exit 1 {:.1} s after \
+         the stop; {evicted} keys reported deleted, {unconfirmed} of them unconfirmed, {gone} gone \
+         on the promoted standby",
+        took.as_secs_f64()
+    );
 }

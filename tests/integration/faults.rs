@@ -495,6 +495,15 @@ async fn evict_whose_backend_is_terminated_exits_1_with_one_line_and_the_next_ru
             assert!(run.code == 1 || run.code == 5, "{what}\n{run}");
             assert_eq!(run.stderr.lines().count(), 1, "{what}: one line\n{run}");
             assert!(run.stderr.contains("connection"), "{what}\n{run}");
+            // The server's reason and SQLSTATE, whether a statement was waiting or not.
+            if run.code == 1 {
+                assert!(
+                    run.stderr
+                        .contains("terminating connection due to administrator command")
+                        && run.stderr.contains("SQLSTATE 57P01"),
+                    "{what}\n{run}"
+                );
+            }
         }
         tally.faults += 1;
         tally

@@ -43,6 +43,7 @@ mod roles;
 mod service_files;
 mod snapshots;
 mod stats;
+mod tight_timeouts;
 mod tls_matrix;
 mod top;
 mod transport;

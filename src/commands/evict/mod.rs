@@ -77,6 +77,10 @@ pub struct EvictReport {
     pub expiry: Expiry,
     pub end_reason: EndReason,
     pub rows_evicted: u64,
+    /// Of rows_evicted, those deleted after the last point known durable (their commits are
+    /// asynchronous): a crash or a failover may bring them back, and the next run deletes them
+    /// again. 0 after a run that ended well (its end is a durable point).
+    pub rows_unconfirmed: u64,
     pub batches: u64,
     pub elapsed_seconds: f64,
     pub rows_per_second: f64,
@@ -306,6 +310,11 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         Some(g) => g.totals().await,
         None => replica::WaitTotals::default(),
     };
+    // The run's end is a durable point: every batch committed so far is flushed.
+    let error = match (error, &client) {
+        (None, Some(c)) => shared.confirm(c, true).await.err(),
+        (error, _) => error,
+    };
     let failed = error.is_some();
     let expiry = expiry_of(&table, &ctx.global);
     let mut report = report(
@@ -318,6 +327,9 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         &waits,
     )
     .await;
+    report.rows_unconfirmed =
+        report.rows_evicted - shared.confirmed().await.min(report.rows_evicted);
+    let error = error.map(|e| lost_context(e, &report));
     if let Some(targets) = &vacuum_targets {
         let lock_timeout = ctx.global.lock_timeout;
         report.vacuum =
@@ -338,6 +350,19 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         (EndReason::Interrupted, None) => Ok(Exit::Interrupted),
         _ => Ok(Exit::Success),
     }
+}
+
+/// A run that lost its connection says how much of its work is durable: the rows deleted up to
+/// its last durable point, those deleted since (a crash or failover may bring them back), and the
+/// batch in flight, whose commit may or may not have happened.
+fn lost_context(e: anyhow::Error, report: &EvictReport) -> anyhow::Error {
+    if e.downcast_ref::<crate::db::session::Lost>().is_none() {
+        return e;
+    }
+    e.context(crate::output::evict::lost_connection(
+        report.rows_evicted - report.rows_unconfirmed,
+        report.rows_unconfirmed,
+    ))
 }
 
 /// --vacuum after the run: VACUUM (ANALYZE) when the run ended well and evicted more than
@@ -674,6 +699,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
         expiry,
         end_reason,
         rows_evicted: totals.rows,
+        rows_unconfirmed: 0,
         batches: totals.batches,
         elapsed_seconds: elapsed,
         rows_per_second: if elapsed > 0.0 {

@@ -158,7 +158,14 @@ pub struct Shared {
     /// The rate caps' schedule (with --max-rate or --max-wal-rate).
     limiter: Option<Limiter>,
     state: Mutex<State>,
+    /// The last point known durable: when it was made, and the rows deleted up to it.
+    durable: Mutex<(Instant, u64)>,
 }
+
+/// How often a worker makes the batches committed so far durable (their commits are
+/// asynchronous): one small synchronous commit, which flushes the WAL written before it. The rows
+/// deleted since the last such point are the ones a crash or a failover may bring back.
+pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
 
 impl Shared {
     /// `started` is when the run began (budgets count from it); `gate` pauses claims while replicas
@@ -183,6 +190,7 @@ impl Shared {
             gate,
             pacer,
             state: Mutex::new(State::default()),
+            durable: Mutex::new((started, 0)),
         })
     }
 
@@ -207,6 +215,37 @@ impl Shared {
                 }
             })
         }
+    }
+
+    /// Make the batches committed so far durable, when [`DURABLE_EVERY`] has passed since the last
+    /// time (or `now`): the rows counted before it began are then confirmed.
+    pub async fn confirm(&self, client: &Session, now: bool) -> Result<()> {
+        {
+            let mut durable = self.durable.lock().await;
+            if !now && durable.0.elapsed() < DURABLE_EVERY {
+                return Ok(());
+            }
+            durable.0 = Instant::now();
+        }
+        let rows = self.state.lock().await.totals.rows;
+        crate::db::vacuum::flush_commits(client)
+            .await
+            .context("failed to make the deleted rows durable")?;
+        let mut durable = self.durable.lock().await;
+        durable.1 = durable.1.max(rows);
+        Ok(())
+    }
+
+    /// Start later claims at no more than `rows` (a batch of more exceeded statement_timeout).
+    pub async fn shrink_to(&self, rows: i64) {
+        let rows = u32::try_from(rows.max(1)).unwrap_or(u32::MAX);
+        let mut state = self.state.lock().await;
+        state.batch_rows = state.batch_rows.min(rows).max(1);
+    }
+
+    /// Rows deleted up to the last point known durable.
+    pub async fn confirmed(&self) -> u64 {
+        self.durable.lock().await.1
     }
 
     /// The totals so far.
@@ -276,7 +315,22 @@ impl Shared {
     /// batch's reservation too.
     async fn claim(&self, client: &Session) -> Result<(Claim, Option<Ticket>)> {
         let mut state = self.state.lock().await;
-        if self.should_stop(&mut state) {
+        let claimed = self.claim_in(&mut state, client).await;
+        if claimed.is_err() {
+            // Stop every worker before letting the next one claim: a round trip that failed here
+            // (a dead path, a lost server) would likely fail theirs too, one deadline after another.
+            state.stop.get_or_insert(EndReason::Error);
+        }
+        claimed
+    }
+
+    async fn claim_in(
+        &self,
+        state: &mut tokio::sync::MutexGuard<'_, State>,
+        client: &Session,
+    ) -> Result<(Claim, Option<Ticket>)> {
+        let state = &mut **state;
+        if self.should_stop(state) {
             return Ok((Claim::Stop, None));
         }
         if let Some(gate) = &self.gate {
@@ -288,7 +342,7 @@ impl Shared {
                 state.stop.get_or_insert(reason);
                 return Ok((Claim::Stop, None));
             }
-            if self.should_stop(&mut state) {
+            if self.should_stop(state) {
                 return Ok((Claim::Stop, None));
             }
         }
@@ -316,7 +370,7 @@ impl Shared {
                     .acquire(u64::try_from(limit).unwrap_or(0), &self.cancel, deadline)
                     .await;
                 match ticket {
-                    Some(mut t) if !self.should_stop(&mut state) => {
+                    Some(mut t) if !self.should_stop(state) => {
                         // From here on the server's WAL is this batch's, the claim's probe
                         // included (reading a range prunes the dead rows of earlier batches).
                         l.before_batch(client, &mut t).await?;
@@ -327,7 +381,7 @@ impl Shared {
                         return Ok((Claim::Stop, None));
                     }
                     None => {
-                        self.should_stop(&mut state);
+                        self.should_stop(state);
                         return Ok((Claim::Stop, None));
                     }
                 }
@@ -532,6 +586,7 @@ pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<
             l.settle(&client, t, outcome.deleted).await?;
         }
         shared.record(limit, size, &outcome, took, rtt).await;
+        shared.confirm(&client, false).await?;
         let until = shared.plan.max_runtime.map(|m| shared.started + m);
         shared
             .pacer
@@ -636,26 +691,31 @@ async fn delete_range(
 ) -> Result<Outcome> {
     let min_age = shared.plan.min_age_secs;
     let last = end.map(|e| e - time::Duration::microseconds(1));
-    let ran = batch::or_skip_locked(
-        || async move {
-            let t0 = Instant::now();
-            let deleted = shared
-                .sql
-                .delete(client, shared.plan.deadline, start, end, min_age)
-                .await
-                .context("a batch failed and was rolled back")?;
-            Ok((deleted, t0.elapsed()))
-        },
-        || async move {
-            let t0 = Instant::now();
-            let counts = skip_locked(shared, client, start, last, limit)
-                .await
-                .map_err(|e| {
-                    let why = batch::lock_failure(&e);
-                    e.context(why)
-                })?;
-            Ok((counts, t0.elapsed()))
-        },
+    let ran = or_shrinking(
+        shared,
+        client,
+        (start, last, limit),
+        batch::or_skip_locked(
+            || async move {
+                let t0 = Instant::now();
+                let deleted = shared
+                    .sql
+                    .delete(client, shared.plan.deadline, start, end, min_age)
+                    .await
+                    .map_err(batch_failed)?;
+                Ok((deleted, t0.elapsed()))
+            },
+            || async move {
+                let t0 = Instant::now();
+                let counts = skip_locked(shared, client, start, last, limit)
+                    .await
+                    .map_err(|e| {
+                        let why = batch::lock_failure(&e);
+                        e.context(why)
+                    })?;
+                Ok((counts, t0.elapsed()))
+            },
+        ),
     )
     .await?;
     let skipped_min_age = match min_age {
@@ -687,6 +747,75 @@ async fn delete_range(
     Ok(outcome)
 }
 
+/// A batch that exceeded statement_timeout (not a signal's cancel) is done again in batches half
+/// as large, then half as large again, through the SKIP LOCKED statement over the same range,
+/// until its range is done; only a batch of one row that still exceeds it ends the run, in one line
+/// naming the setting. Later claims start at the size that worked.
+async fn or_shrinking<T>(
+    shared: &Shared,
+    client: &Session,
+    (first, last, limit): (Option<OffsetDateTime>, Option<OffsetDateTime>, i64),
+    batch: impl std::future::Future<Output = Result<Ran<T, ((u64, u64, Duration), Duration)>>>,
+) -> Result<Ran<T, ((u64, u64, Duration), Duration)>> {
+    let e = match batch.await {
+        Err(e)
+            if batch::Failure::of(&e) == batch::Failure::Canceled && !shared.cancel.requested() =>
+        {
+            e
+        }
+        other => return other,
+    };
+    let t0 = Instant::now();
+    let mut size = (limit / 2).max(1);
+    let mut last_error = e;
+    let mut deleted = 0u64;
+    loop {
+        match skip_locked(shared, client, first, last, size).await {
+            Ok((d, present, paused)) => {
+                deleted += d;
+                if d < u64::try_from(size).unwrap_or(u64::MAX) {
+                    shared.shrink_to(size).await;
+                    let skipped = present.saturating_sub(d);
+                    return Ok(Ran::SkippedLocked((
+                        (deleted, deleted + skipped, paused),
+                        t0.elapsed(),
+                    )));
+                }
+            }
+            Err(e)
+                if batch::Failure::of(&e) == batch::Failure::Canceled
+                    && !shared.cancel.requested()
+                    && size > 1 =>
+            {
+                size = (size / 2).max(1);
+                last_error = e;
+            }
+            Err(e) if batch::Failure::of(&e) == batch::Failure::Canceled => {
+                return Err(e.context(crate::output::evict::smallest_batch_timed_out(
+                    shared
+                        .plan
+                        .deadline
+                        .saturating_sub(crate::conn::ANSWER_MARGIN),
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+        if shared.cancel.requested() {
+            return Err(last_error);
+        }
+    }
+}
+
+/// What a failed batch was: rolled back by the server, or, when its connection was lost, a batch
+/// whose end is unknown (the run's line says so).
+fn batch_failed(e: anyhow::Error) -> anyhow::Error {
+    if e.downcast_ref::<crate::db::session::Lost>().is_some() {
+        e.context("a batch lost its connection")
+    } else {
+        e.context("a batch failed and was rolled back")
+    }
+}
+
 /// One SKIP LOCKED batch of the rows expiring at exactly `at`, through the batch runner.
 async fn delete_ties(
     shared: &Shared,
@@ -698,7 +827,7 @@ async fn delete_ties(
     let (deleted, present, paused) =
         batch::retrying(|| skip_locked(shared, client, Some(at), Some(at), limit))
             .await
-            .context("a batch failed and was rolled back")?;
+            .map_err(batch_failed)?;
     let statement = t0.elapsed().saturating_sub(paused);
     let exhausted = deleted < u64::try_from(limit).unwrap_or(u64::MAX);
     Ok(Outcome {

@@ -201,6 +201,17 @@ impl ReplicaPair {
         )
     }
 
+    /// Run `pg_ctl ARGS -D <primary|standby>` as the cluster's owner (`which`: "primary" or
+    /// "standby"), e.g. `&["-m", "immediate", "-w", "stop"]` or `&["-w", "promote"]`.
+    pub fn pg_ctl(&self, which: &str, args: &[&str]) {
+        let bindir = find_bindir().expect("the server binaries");
+        let owner = cluster_owner().expect("the cluster's owner");
+        let mut cmd = Command::new(bindir.join("pg_ctl"));
+        as_owner(&mut cmd, owner);
+        cmd.arg("-D").arg(self.dir.join(which)).args(args);
+        run(&mut cmd, "pg_ctl").unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// Wait until the standby streams and has replayed everything the primary has flushed.
     pub async fn wait_caught_up(&self, primary: &tokio_postgres::Client) {
         let deadline = Instant::now() + Duration::from_secs(30);
