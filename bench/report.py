@@ -382,6 +382,18 @@ def _top_section(w, results):
         w(f"| idemctl's CPU over {_n(live.get('seconds'))} s | {_n(live.get('idemctl_cpu_pct'), 2)} % of one core |")
         w(f"| its server backend's CPU | {_n(live.get('backend_cpu_pct'), 2)} % of one core |")
     w("")
+    st = top.get("statements") or []
+    if st:
+        w("Where the time goes: each statement's duration in the server's log "
+          "(`log_min_duration_statement = 0` during the runs above; both refreshes of each run), "
+          "by the first comment line of its `sql/` file, most expensive first.")
+        w("")
+        w("| statement | runs per `--once` | median ms | max ms | ms per `--once` |")
+        w("|---|---|---|---|---|")
+        for r in st[:12]:
+            w(f"| {r['statement']} | {r['per_run']:.1f} | {r['median_ms']:.2f} | {r['max_ms']:.2f} | "
+              f"{r['total_ms_per_run']:.2f} |")
+        w("")
 
 
 def _rate_goals(results, add):
