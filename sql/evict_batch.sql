@@ -16,8 +16,8 @@
 -- No RETURNING: the command tag carries the count, and RETURNING would read every deleted row a
 -- second time (it doubled the statement's buffer accesses).
 DELETE FROM {table}
- WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-   AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz)
+ WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz){zone}
+   AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz){zone}
    AND {expiry} < {cutoff}
    AND {done}
-   AND ($3::float8 IS NULL OR {created_at} < now() - make_interval(secs => $3::float8))/*{not_referenced}*/
+   AND ($3::float8 IS NULL OR {created_at} < (now() - make_interval(secs => $3::float8)){zone})/*{not_referenced}*/

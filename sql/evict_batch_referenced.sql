@@ -5,8 +5,8 @@
 -- batch did not empty. One index range of at most a batch.
 SELECT count(*)::bigint AS referenced
   FROM {table}
- WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-   AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz)
+ WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz){zone}
+   AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz){zone}
    AND {expiry} < {cutoff}
    AND {done}
    AND (false/*{referenced}*/)

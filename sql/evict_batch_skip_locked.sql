@@ -18,11 +18,11 @@
 WITH candidates AS (
     SELECT tableoid, ctid/*{candidate_keys}*/
       FROM {table}
-     WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-       AND {expiry} <= coalesce($2::timestamptz, 'infinity'::timestamptz)
+     WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz){zone}
+       AND {expiry} <= coalesce($2::timestamptz, 'infinity'::timestamptz){zone}
        AND {expiry} < {cutoff}
        AND {done}
-       AND ($4::float8 IS NULL OR {created_at} < now() - make_interval(secs => $4::float8))/*{not_referenced}*/
+       AND ($4::float8 IS NULL OR {created_at} < (now() - make_interval(secs => $4::float8)){zone})/*{not_referenced}*/
      ORDER BY {expiry}
      LIMIT $3::bigint
        FOR UPDATE SKIP LOCKED
@@ -32,17 +32,17 @@ WITH candidates AS (
        AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM /*{ready}*/candidates)
        AND {expiry} < {cutoff}
        AND {done}
-       AND ($4::float8 IS NULL OR {created_at} < now() - make_interval(secs => $4::float8))
+       AND ($4::float8 IS NULL OR {created_at} < (now() - make_interval(secs => $4::float8)){zone})
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM deleted)::bigint AS deleted,
        (SELECT count(*)
           FROM (SELECT 1
                   FROM {table}
-                 WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-                   AND {expiry} <= coalesce($2::timestamptz, 'infinity'::timestamptz)
+                 WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz){zone}
+                   AND {expiry} <= coalesce($2::timestamptz, 'infinity'::timestamptz){zone}
                    AND {expiry} < {cutoff}
                    AND {done}
-                   AND ($4::float8 IS NULL OR {created_at} < now() - make_interval(secs => $4::float8))/*{not_referenced}*/
+                   AND ($4::float8 IS NULL OR {created_at} < (now() - make_interval(secs => $4::float8)){zone})/*{not_referenced}*/
                  ORDER BY {expiry}
                  LIMIT $3::bigint) AS present)::bigint AS present

@@ -3,8 +3,8 @@
 -- of at most a batch.
 SELECT count(*)::bigint AS too_young
   FROM {table}
- WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-   AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz)
+ WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz){zone}
+   AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz){zone}
    AND {expiry} < {cutoff}
    AND {done}
-   AND {created_at} >= now() - make_interval(secs => $3::float8)
+   AND {created_at} >= (now() - make_interval(secs => $3::float8)){zone}

@@ -16,24 +16,24 @@ SELECT walked.n - walked.referenced AS n,
        walked.n AS walked,
        CASE WHEN walked.n > walked.referenced THEN
          (SELECT w.expires_at
-            FROM (SELECT {expires_at} AS expires_at, {expiry} AS expiry,
+            FROM (SELECT {expires_at}{zone} AS expires_at, {expiry} AS expiry,
                          (false/*{referenced}*/) AS referenced
                     FROM {table}
                    WHERE {expiry} < {cutoff} AND {done}
-                     AND ($2::float8 IS NULL OR {created_at} < now() - make_interval(secs => $2::float8))
-                   ORDER BY {expiry}
+                     AND ($2::float8 IS NULL OR {created_at} < (now() - make_interval(secs => $2::float8)){zone})
+                   ORDER BY {table}.{expiry}
                    LIMIT $1::bigint + 1) AS w
            WHERE NOT w.referenced
            ORDER BY w.expiry LIMIT 1)
        END AS oldest,
        CASE WHEN walked.n > walked.referenced OR walked.n > $1::bigint THEN
          (SELECT w.expires_at
-            FROM (SELECT {expires_at} AS expires_at, {expiry} AS expiry,
+            FROM (SELECT {expires_at}{zone} AS expires_at, {expiry} AS expiry,
                          (false/*{referenced}*/) AS referenced
                     FROM {table}
                    WHERE {expiry} < {cutoff} AND {done}
-                     AND ($2::float8 IS NULL OR {created_at} < now() - make_interval(secs => $2::float8))
-                   ORDER BY {expiry} DESC
+                     AND ($2::float8 IS NULL OR {created_at} < (now() - make_interval(secs => $2::float8)){zone})
+                   ORDER BY {table}.{expiry} DESC
                    LIMIT $1::bigint + 1) AS w
            WHERE NOT w.referenced
            ORDER BY w.expiry DESC LIMIT 1)
@@ -43,6 +43,6 @@ SELECT walked.n - walked.referenced AS n,
           FROM (SELECT (false/*{referenced}*/) AS referenced
                   FROM {table}
                  WHERE {expiry} < {cutoff} AND {done}
-                   AND ($2::float8 IS NULL OR {created_at} < now() - make_interval(secs => $2::float8))
-                 ORDER BY {expiry}
+                   AND ($2::float8 IS NULL OR {created_at} < (now() - make_interval(secs => $2::float8)){zone})
+                 ORDER BY {table}.{expiry}
                  LIMIT $1::bigint + 1) AS capped) AS walked

@@ -6,14 +6,14 @@
 -- filled in as in evict's batches (an index probe per key, see src/db/references.rs): a key still
 -- referenced, which the run would leave behind, is not in the sample of keys it would delete.
 WITH walked AS MATERIALIZED (
-    SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at} AS expires_at,
-           {created_at} AS created_at,
+    SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at}{zone} AS expires_at,
+           {created_at}{zone} AS created_at,
            $2::float8 IS NOT NULL
-             AND {created_at} >= now() - make_interval(secs => $2::float8) AS held_back,
+             AND {created_at} >= (now() - make_interval(secs => $2::float8)){zone} AS held_back,
            (false/*{referenced}*/) AS referenced
       FROM {table}
      WHERE {expiry} < {cutoff} AND {done}
-     ORDER BY {expiry}
+     ORDER BY {table}.{expiry}
      LIMIT $1::bigint
 ), numbered AS (
     SELECT *, row_number() OVER (PARTITION BY held_back ORDER BY expires_at) AS n

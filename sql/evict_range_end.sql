@@ -3,15 +3,15 @@
 -- are left). The range [$1, range_end) then holds at most $2 rows; when first = range_end, more
 -- than $2 rows share that one instant and are taken with evict_batch_skip_locked.sql instead.
 -- Two index-only probes of the expiry index; no row is locked or changed.
-SELECT (SELECT {expiry}
+SELECT (SELECT {expiry}{zone}
           FROM {table}
-         WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+         WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz){zone}
            AND {expiry} < {cutoff}
          ORDER BY {expiry}
          LIMIT 1) AS first,
-       (SELECT {expiry}
+       (SELECT {expiry}{zone}
           FROM {table}
-         WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
+         WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz){zone}
            AND {expiry} < {cutoff}
          ORDER BY {expiry}
         OFFSET $2::bigint

@@ -7,6 +7,6 @@ SELECT count(*) FILTER (WHERE done)::bigint AS completed,
        count(*) FILTER (WHERE NOT done)::bigint AS passed_over
   FROM (SELECT ({done}) AS done
           FROM {table}
-         WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz)
-           AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz)
+         WHERE {expiry} >= coalesce($1::timestamptz, '-infinity'::timestamptz){zone}
+           AND {expiry} < coalesce($2::timestamptz, 'infinity'::timestamptz){zone}
            AND {expiry} < {cutoff}) AS range_rows

@@ -5,7 +5,7 @@
 SELECT count(*)::bigint AS n
   FROM (SELECT 1
           FROM {table}
-         WHERE {expiry} >= coalesce($2::timestamptz, '-infinity'::timestamptz)
+         WHERE {expiry} >= coalesce($2::timestamptz, '-infinity'::timestamptz){zone}
            AND {expiry} < {cutoff}
            AND {done}
          ORDER BY {expiry}

@@ -6,7 +6,7 @@ SELECT count(*) FILTER (WHERE NOT done)::bigint AS n,
        count(*)::bigint AS examined
   FROM (SELECT ({done}) AS done
           FROM {table}
-         WHERE {expiry} >= coalesce($2::timestamptz, '-infinity'::timestamptz)
+         WHERE {expiry} >= coalesce($2::timestamptz, '-infinity'::timestamptz){zone}
            AND {expiry} < {cutoff}
          ORDER BY {expiry}
          LIMIT $1::bigint) AS ahead

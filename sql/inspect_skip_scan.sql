@@ -13,13 +13,15 @@ WITH RECURSIVE tenants(id, n) AS (
 SELECT {r.tenant}::text AS api_key_id, {r.key}::text AS key, {r.request_method} AS request_method,
        {r.request_path} AS request_path, {r.fingerprint} AS request_fingerprint, {r.state} AS state,
        {r.response_status} AS response_status, {r.response_body} AS response_body,
-       {r.locked_at} AS locked_at, {r.created_at} AS created_at, {r.expires_at} AS expires_at,
+       {r.locked_at}{zone} AS locked_at, {r.created_at}{zone} AS created_at, {r.expires_at}{zone} AS expires_at,
+       (SELECT array_agg(e.key ORDER BY e.n) FROM json_each_text(r.row_json) WITH ORDINALITY AS e(key, value, n)) AS row_columns,
+       (SELECT array_agg(e.value ORDER BY e.n) FROM json_each_text(r.row_json) WITH ORDINALITY AS e(key, value, n)) AS row_values,
        now() AS db_now, r.row_xmax,
        pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS snapshot_xmax,
        {r.in_flight}
-         AND {r.held_since} < now() - make_interval(secs => $2::float8) AS stuck,
+         AND {r.held_since} < (now() - make_interval(secs => $2::float8)){zone} AS stuck,
        (SELECT max(n) FROM tenants) > $3::int AS truncated
   FROM tenants
-  CROSS JOIN LATERAL (SELECT k.*, k.xmax::text::bigint AS row_xmax FROM {table} k WHERE {k.tenant} = tenants.id AND {k.key} = $1::text::{key_type}) r
+  CROSS JOIN LATERAL (SELECT k.*, k.xmax::text::bigint AS row_xmax, row_to_json(k) AS row_json FROM {table} k WHERE {k.tenant} = tenants.id AND {k.key} = $1::text::{key_type}) r
  WHERE tenants.id IS NOT NULL
  ORDER BY 1

@@ -8,12 +8,12 @@
 -- business) are passed over. Returns at most two rows, the oldest key of each kind, each with the
 -- walk's counts (none when nothing expired waits).
 WITH walked_all AS MATERIALIZED (
-    SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at} AS expires_at,
+    SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at}{zone} AS expires_at,
            extract(epoch FROM {cutoff} - {expiry})::float8 AS lag_seconds,
            (false/*{referenced}*/) AS referenced
       FROM {table}
      WHERE {expiry} < {cutoff} AND {done}
-     ORDER BY {expiry}
+     ORDER BY {table}.{expiry}
      LIMIT $1::bigint + 1
 ), walked AS MATERIALIZED (
     SELECT * FROM walked_all ORDER BY lag_seconds DESC LIMIT $1::bigint

@@ -1,9 +1,9 @@
 -- stats: the live key that expires next (with one TTL for every key, also the oldest live key),
 -- first entry of the expiry index at or after now().
-SELECT {tenant}::text AS api_key_id, {key}::text AS key, {created_at} AS created_at,
-       {expires_at} AS expires_at,
-       extract(epoch FROM now() - {created_at})::float8 AS age_seconds
+SELECT {tenant}::text AS api_key_id, {key}::text AS key, {created_at}{zone} AS created_at,
+       {expires_at}{zone} AS expires_at,
+       extract(epoch FROM now() - {created_at}{zone})::float8 AS age_seconds
   FROM {table}
  WHERE {expiry} >= {cutoff}
- ORDER BY {expiry}
+ ORDER BY {table}.{expiry}
  LIMIT 1

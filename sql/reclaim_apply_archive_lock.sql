@@ -15,9 +15,9 @@ SELECT {t.tenant}::text AS api_key_id, {t.key}::text AS key, to_jsonb(t) AS reco
   FROM planned p
   JOIN {table} t ON {t.tenant} = p.api_key_id::{tenant_type} AND {t.key} = p.key::{key_type}
  WHERE {t.in_flight}
-   AND {t.locked_at} IS NOT DISTINCT FROM p.locked_at
-   AND {t.created_at} = p.created_at
-   AND {t.held_since} < now() - make_interval(secs => $5::float8)
+   AND {t.locked_at}{zone} IS NOT DISTINCT FROM p.locked_at
+   AND {t.created_at}{zone} = p.created_at
+   AND {t.held_since} < (now() - make_interval(secs => $5::float8)){zone}
    AND ($6::text IS NULL OR {t.tenant} = $6::text::{tenant_type})
    AND ($7::text IS NULL OR {t.request_path} = $7::text)
    AND ($8::text IS NULL OR {t.request_method} = $8::text)

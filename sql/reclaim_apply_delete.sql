@@ -22,9 +22,9 @@ WITH planned AS (
       FROM planned p
       JOIN {table} t ON {t.tenant} = p.api_key_id::{tenant_type} AND {t.key} = p.key::{key_type}
      WHERE {t.in_flight}
-       AND {t.locked_at} IS NOT DISTINCT FROM p.locked_at
-       AND {t.created_at} = p.created_at
-       AND {t.held_since} < now() - make_interval(secs => $5::float8)
+       AND {t.locked_at}{zone} IS NOT DISTINCT FROM p.locked_at
+       AND {t.created_at}{zone} = p.created_at
+       AND {t.held_since} < (now() - make_interval(secs => $5::float8)){zone}
        AND ($6::text IS NULL OR {t.tenant} = $6::text::{tenant_type})
        AND ($7::text IS NULL OR {t.request_path} = $7::text)
        AND ($8::text IS NULL OR {t.request_method} = $8::text)
@@ -34,7 +34,7 @@ WITH planned AS (
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
        AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
        AND {in_flight}
-       AND {held_since} < now() - make_interval(secs => $5::float8)
+       AND {held_since} < (now() - make_interval(secs => $5::float8)){zone}
     RETURNING {tenant}::text AS api_key_id, {key}::text AS key
 )
 SELECT p.ord,
@@ -45,8 +45,8 @@ SELECT p.ord,
                   AND ($8::text IS NULL OR {t.request_method} = $8::text)) IS NOT TRUE THEN 'filtered'
             WHEN {t.done} AND NOT {t.in_flight} THEN 'completed'
             WHEN NOT {t.in_flight} THEN 'other_state'
-            WHEN {t.locked_at} IS DISTINCT FROM p.locked_at OR {t.created_at} <> p.created_at THEN 'changed'
-            WHEN {t.held_since} >= now() - make_interval(secs => $5::float8) THEN 'too_young'
+            WHEN {t.locked_at}{zone} IS DISTINCT FROM p.locked_at OR {t.created_at}{zone} <> p.created_at THEN 'changed'
+            WHEN {t.held_since} >= (now() - make_interval(secs => $5::float8)){zone} THEN 'too_young'
             ELSE 'held'
        END AS outcome,
        {t.state} AS state

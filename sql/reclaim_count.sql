@@ -5,10 +5,10 @@
 -- $1 = --older-than in seconds, $2 = cap, $3, $4, $5 = --api-key-id, --path, --method (NULL when
 -- not given).
 SELECT count(*)::bigint AS n, min(since) AS oldest
-  FROM (SELECT {held_since} AS since
+  FROM (SELECT {held_since}{zone} AS since
           FROM {table}
          WHERE {in_flight}
-           AND {held_since} < now() - make_interval(secs => $1::float8)
+           AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
            AND ($3::text IS NULL OR {tenant} = $3::text::{tenant_type})
            AND ($4::text IS NULL OR {request_path} = $4::text)
            AND ($5::text IS NULL OR {request_method} = $5::text)

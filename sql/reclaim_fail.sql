@@ -16,7 +16,7 @@ WITH candidates AS (
     SELECT tableoid, ctid
       FROM {table}
      WHERE {in_flight}
-       AND {held_since} < now() - make_interval(secs => $1::float8)
+       AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
        AND ($6::text IS NULL OR {tenant} = $6::text::{tenant_type})
        AND ($7::text IS NULL OR {request_path} = $7::text)
        AND ($8::text IS NULL OR {request_method} = $8::text)
@@ -27,11 +27,11 @@ WITH candidates AS (
     UPDATE {table}
        SET {fail_state}
            {response_status_col} = $3::int,
-           {response_body_col} = $4::jsonb{keep_failed_p5}
+           {response_body_col} = {fail_body_p4_k5}{keep_failed_p5}
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
        AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
        AND {in_flight}
-       AND {held_since} < now() - make_interval(secs => $1::float8)
+       AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
     RETURNING {tenant}::text AS api_key_id, {key}::text AS key
 )
 SELECT count(*)::bigint AS reclaimed,

@@ -7,14 +7,14 @@
 -- when not given: each filter only narrows the walk of the in_progress index).
 SELECT {tenant}::text AS api_key_id, {key}::text AS key,
        {request_method}::text AS request_method, {request_path}::text AS request_path,
-       {locked_at} AS locked_at, {created_at} AS created_at,
-       extract(epoch FROM now() - {held_since})::float8 AS age_seconds,
+       {locked_at}{zone} AS locked_at, {created_at}{zone} AS created_at,
+       extract(epoch FROM now() - {held_since}{zone})::float8 AS age_seconds,
        now() AS db_now
-  FROM {table}
+  FROM {table} k
  WHERE {in_flight}
-   AND {held_since} < now() - make_interval(secs => $1::float8)
+   AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
    AND ($3::text IS NULL OR {tenant} = $3::text::{tenant_type})
    AND ($4::text IS NULL OR {request_path} = $4::text)
    AND ($5::text IS NULL OR {request_method} = $5::text)
- ORDER BY {held_since}
+ ORDER BY {k.held_since}
  LIMIT $2::bigint

@@ -8,7 +8,7 @@ WITH candidates AS (
     SELECT tableoid, ctid
       FROM {table}
      WHERE {in_flight}
-       AND {held_since} < now() - make_interval(secs => $1::float8)
+       AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
        AND ($3::text IS NULL OR {tenant} = $3::text::{tenant_type})
        AND ($4::text IS NULL OR {request_path} = $4::text)
        AND ($5::text IS NULL OR {request_method} = $5::text)
@@ -21,7 +21,7 @@ WITH candidates AS (
      WHERE ctid = ANY (ARRAY(SELECT ctid FROM candidates))
        AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM candidates)
        AND {in_flight}
-       AND {held_since} < now() - make_interval(secs => $1::float8)
+       AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
     RETURNING {tenant}::text AS api_key_id, {key}::text AS key
 )
 SELECT count(*)::bigint AS reclaimed,

@@ -1,5 +1,15 @@
--- Session limits idemctl sets on every new connection; $1..$3 are durations such as '30000ms'
--- ('0ms' = no limit). Set after login rather than as startup options, which PgBouncer rejects.
+-- Session limits idemctl sets on every new connection whose server session it owns; $1..$3 are
+-- durations such as '30000ms' ('0ms' = no limit). Set after login rather than as startup options,
+-- which PgBouncer rejects. $4..$8 ask the server to notice a dead client quickly: TCP keepalives
+-- ($4 idle s, $5 interval s, $6 count; '0' = the system's default), tcp_user_timeout ($7, ms) and,
+-- where the server has it (PostgreSQL 14 and later), client_connection_check_interval ($8).
 SELECT set_config('statement_timeout', $1, false),
        set_config('lock_timeout', $2, false),
-       set_config('idle_in_transaction_session_timeout', $3, false)
+       set_config('idle_in_transaction_session_timeout', $3, false),
+       set_config('tcp_keepalives_idle', $4, false),
+       set_config('tcp_keepalives_interval', $5, false),
+       set_config('tcp_keepalives_count', $6, false),
+       set_config('tcp_user_timeout', $7, false),
+       CASE WHEN pg_catalog.current_setting('server_version_num')::int >= 140000
+            THEN pg_catalog.set_config('client_connection_check_interval', $8, false) END
+            AS client_connection_check_interval

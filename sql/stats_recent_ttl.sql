@@ -7,16 +7,16 @@
 -- (tenant, key): not by its physical address, which on Citus is the address within one shard, shared
 -- by rows of different shards.
 WITH next AS (
-    SELECT {tenant} AS id_tenant, {key} AS id_key, {created_at} AS created_at, {expires_at} AS expires_at
+    SELECT {tenant} AS id_tenant, {key} AS id_key, {created_at}{zone} AS created_at, {expires_at}{zone} AS expires_at
       FROM {table}
-     WHERE {expiry} >= now()
-     ORDER BY {expiry}
+     WHERE {expiry} >= now(){zone}
+     ORDER BY {table}.{expiry}
      LIMIT $1
 ), last AS (
-    SELECT {tenant} AS id_tenant, {key} AS id_key, {created_at} AS created_at, {expires_at} AS expires_at
+    SELECT {tenant} AS id_tenant, {key} AS id_key, {created_at}{zone} AS created_at, {expires_at}{zone} AS expires_at
       FROM {table}
      WHERE {expiry} IS NOT NULL
-     ORDER BY {expiry} DESC
+     ORDER BY {table}.{expiry} DESC
      LIMIT $1
 ), sample AS (
     SELECT id_tenant, id_key, created_at, expires_at FROM next

@@ -2,9 +2,9 @@
 -- cap, with the oldest. Served by the optional partial index in maintenance_indexes.sql; without it,
 -- only run when the operator passes --allow-scan. $1 = stuck-after seconds, $2 = cap.
 SELECT count(*)::bigint AS n, min(since) AS oldest
-  FROM (SELECT {held_since} AS since
+  FROM (SELECT {held_since}{zone} AS since
           FROM {table}
          WHERE {in_flight}
-           AND {held_since} < now() - make_interval(secs => $1::float8)
+           AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
          ORDER BY {held_since}
          LIMIT $2::bigint + 1) AS capped

@@ -136,9 +136,28 @@ pub struct GlobalArgs {
     pub profile: Option<String>,
 
     /// For a table without an expiry column: keys expire this long after created_at
-    /// (evict and stats need it there; ignored when the table has an expiry column).
+    /// (evict and stats need it there; ignored when the table has an expiry column). Under 1h,
+    /// evict and stats refuse it without --force.
     #[arg(long, env = "IDEMCTL_TTL", value_parser = parse_positive_duration, allow_hyphen_values = true, global = true, hide_env_values = true, value_name = "DUR")]
     pub ttl: Option<Duration>,
+
+    /// Where the TTL came from (`--ttl`, `IDEMCTL_TTL`, or the config file), for messages and
+    /// reports; empty without a TTL.
+    #[arg(skip)]
+    pub ttl_from: String,
+
+    /// Where a TTL under 1h was allowed without --force (`allow_short_ttl` in the config file),
+    /// if it was.
+    #[arg(skip)]
+    pub short_ttl_allowed_by: Option<String>,
+    /// The zone a table's `timestamp without time zone` columns are written in (an IANA name,
+    /// e.g. UTC); wins over the config file's time_zone. Ignored for timestamptz columns.
+    #[arg(long, env = "IDEMCTL_TIME_ZONE", value_parser = parse_time_zone, global = true, hide_env_values = true, value_name = "ZONE")]
+    pub time_zone: Option<String>,
+
+    /// Where the time zone was named (`--time-zone`, `IDEMCTL_TIME_ZONE` or the config file).
+    #[arg(skip)]
+    pub time_zone_from: String,
 
     /// Output format. `auto` is a table on a terminal and plain text when piped.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Auto, global = true)]
@@ -157,7 +176,8 @@ pub struct GlobalArgs {
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, global = true, value_name = "DUR")]
     pub connect_timeout: Option<Duration>,
 
-    /// statement_timeout for every statement idemctl runs.
+    /// statement_timeout for every statement idemctl runs. idemctl waits for any answer at most
+    /// this plus 10s, then gives the connection up (exit 1).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "30s", global = true, value_name = "DUR")]
     pub statement_timeout: Duration,
 
@@ -165,7 +185,9 @@ pub struct GlobalArgs {
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "2s", global = true, value_name = "DUR")]
     pub lock_timeout: Duration,
 
-    /// idle_in_transaction_session_timeout for idemctl's sessions.
+    /// idle_in_transaction_session_timeout for idemctl's sessions; also how long the server keeps
+    /// the session holding evict's or reclaim's table lock once idemctl has gone silent
+    /// (idle_session_timeout, PostgreSQL 14 and later).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "60s", global = true, value_name = "DUR")]
     pub idle_in_transaction_timeout: Duration,
 
@@ -173,7 +195,7 @@ pub struct GlobalArgs {
     /// like) and then assumes transaction pooling; session keeps session-level settings and the
     /// per-table lock (a direct connection or a session-mode pooler); transaction keeps everything
     /// inside idemctl's own transactions.
-    #[arg(long, value_enum, env = "IDEMCTL_POOL_MODE", default_value_t = PoolMode::Auto, global = true)]
+    #[arg(long, value_enum, env = "IDEMCTL_POOL_MODE", hide_env_values = true, default_value_t = PoolMode::Auto, global = true)]
     pub pool_mode: PoolMode,
 }
 
@@ -268,7 +290,7 @@ pub struct StatsArgs {
     #[arg(long)]
     pub allow_scan: bool,
 
-    /// Allow a --ttl under 1 minute (on a table without an expiry column).
+    /// Allow a --ttl under 1 hour (on a table without an expiry column).
     #[arg(long)]
     pub force: bool,
 
@@ -360,11 +382,11 @@ pub struct CheckArgs {
     after_help = "Silent on success when not on a terminal (cron mails any output). \
 Exit status 7 when another evict holds the table's lock, 130 when interrupted.\n\n\
 Every five minutes from cron, metrics for node_exporter's textfile collector:\n  \
-*/5 * * * * idemctl evict --max-runtime 4m --textfile evict.prom"
+*/5 * * * * /usr/local/bin/idemctl evict --max-runtime 4m --textfile evict.prom"
 )]
 pub struct EvictArgs {
-    /// Allow a --ttl under 1 minute (on a table without an expiry column), which treats nearly
-    /// every answered key as expired.
+    /// Allow a --ttl under 1 hour (on a table without an expiry column): a unit typo (24m for
+    /// 24h) would treat nearly every answered key as expired.
     #[arg(long)]
     pub force: bool,
 
@@ -392,8 +414,8 @@ pub struct EvictArgs {
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..), allow_negative_numbers = true, value_name = "N")]
     pub max_rows: Option<u64>,
 
-    /// Sleep this long between batches, to leave room for live traffic (fixes the pace: with it
-    /// the duty cycle is --duty-cycle's, 20 by default).
+    /// Rest this long after every batch, on top of the duty cycle's rest (--duty-cycle's, 20% by
+    /// default: after a batch that took T, T * 4 + DUR). Fixes the pace: the adaptive pace is off.
     #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, value_name = "DUR")]
     pub pause: Option<Duration>,
 
@@ -640,10 +662,15 @@ pub enum ReclaimAction {
 /// `idemctl reclaim`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Walkthrough: idemctl stats; idemctl inspect KEY; idemctl reclaim --dry-run; \
-idemctl reclaim --plan plan.json; idemctl reclaim --apply plan.json. Finding stuck keys needs the \
-optional in_progress index (sql/maintenance_indexes.sql) or --allow-scan.\n\
-One route's stuck keys: idemctl reclaim --dry-run --path /v1/payments --method POST --older-than 15m\n\
+    after_help = "Walkthrough (finding stuck keys needs the optional in_progress index, \
+sql/maintenance_indexes.sql, or --allow-scan):\n  \
+idemctl stats\n  \
+idemctl inspect KEY --api-key-id TENANT\n  \
+idemctl reclaim --dry-run\n  \
+idemctl reclaim --plan plan.json\n  \
+idemctl reclaim --apply plan.json\n\n\
+One route's stuck keys:\n  \
+idemctl reclaim --dry-run --path /v1/payments --method POST --older-than 15m\n\n\
 Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force) \
 or a filter is invalid or does not fit the table (--path on a table without a request path)."
 )]
@@ -747,11 +774,32 @@ pub struct MetricsArgs {
     #[arg(long, value_name = "PATH")]
     pub textfile: Option<PathBuf>,
 
-    /// Push the same metrics to a Prometheus Pushgateway (http://host:9091), grouped by job
-    /// (idemctl_COMMAND), database, table and each --label: for a Kubernetes CronJob, which has
-    /// no textfile directory. A failed push is one warning line; the run's exit code stands.
-    #[arg(long, env = "IDEMCTL_PUSHGATEWAY", value_parser = crate::metrics::push::parse_push_url, value_name = "URL")]
+    /// Push the same metrics to a Prometheus Pushgateway (http://host:9091 or https://...),
+    /// grouped by job (idemctl_COMMAND), database, table and each --label: for a Kubernetes
+    /// CronJob, which has no textfile directory. https trusts the system's root certificates.
+    /// user:password@ in the URL is sent as basic auth. A failed push is one warning line; the
+    /// run's exit code stands.
+    #[arg(long, env = "IDEMCTL_PUSHGATEWAY", hide_env_values = true, value_parser = crate::metrics::push::parse_push_url, value_name = "URL")]
     pub pushgateway: Option<crate::metrics::PushUrl>,
+
+    /// Trust only the CA certificates in FILE (PEM) for an https:// Pushgateway, instead of the
+    /// system's root certificates.
+    #[arg(
+        long,
+        env = "IDEMCTL_PUSHGATEWAY_CA",
+        hide_env_values = true,
+        value_name = "FILE"
+    )]
+    pub pushgateway_ca: Option<PathBuf>,
+
+    /// Send the credentials of an http:// Pushgateway URL although plain http carries them in
+    /// clear (refused otherwise, exit 2).
+    #[arg(
+        long,
+        env = "IDEMCTL_PUSHGATEWAY_ALLOW_HTTP_AUTH",
+        hide_env_values = true
+    )]
+    pub pushgateway_allow_http_auth: bool,
 
     /// Add a label to every series (repeatable), e.g. --label cluster=eu1 to tell apart two
     /// servers whose database and table names are the same. Every series already carries
@@ -765,7 +813,11 @@ impl MetricsArgs {
     pub fn destinations(&self) -> crate::metrics::Destinations {
         crate::metrics::Destinations {
             textfile: self.textfile.clone(),
-            pushgateway: self.pushgateway.clone(),
+            pushgateway: crate::metrics::GatewayArgs {
+                url: self.pushgateway.clone(),
+                ca_file: self.pushgateway_ca.clone(),
+                allow_http_auth: self.pushgateway_allow_http_auth,
+            },
             labels: self.labels.clone(),
         }
     }
@@ -868,6 +920,22 @@ fn check_identifier(part: &str) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// Check the form of a time zone name (`UTC`, `Europe/Paris`, `Etc/GMT+3`): letters first, then
+/// letters, digits, `/`, `_`, `+` and `-`. Whether the server knows it is checked once connected.
+pub fn parse_time_zone(s: &str) -> Result<String, String> {
+    let formed = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && s.len() <= 64
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '_' | '+' | '-'));
+    if formed {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a time zone name: give an IANA name as pg_timezone_names lists it, e.g. UTC or Europe/Paris"
+        ))
+    }
 }
 
 /// Parse a humantime duration such as `30s`, `5m`, `1h30m`, `7d`; zero is refused.
@@ -989,6 +1057,24 @@ mod tests {
     fn clap_definition_is_consistent() {
         Cli::command().debug_assert();
         command().debug_assert();
+    }
+
+    /// --help never shows a variable's value: it would print `[env: X=]` for an empty one, and a
+    /// password for a URL that holds one.
+    #[test]
+    fn help_shows_no_environment_value() {
+        let cmd = Cli::command();
+        let args = cmd
+            .get_arguments()
+            .chain(cmd.get_subcommands().flat_map(clap::Command::get_arguments));
+        for a in args.filter(|a| a.get_env().is_some()) {
+            assert!(
+                a.is_hide_env_values_set(),
+                "--{} reads {:?}: give it hide_env_values = true",
+                a.get_long().unwrap_or_default(),
+                a.get_env().unwrap_or_default()
+            );
+        }
     }
 
     #[test]

@@ -29,6 +29,12 @@ pub struct Config {
     pub table: Option<TableName>,
     pub profile: Option<String>,
     pub ttl: Option<Duration>,
+    /// `allow_short_ttl = true` at the top of the file: a TTL under 1h needs no --force.
+    pub allow_short_ttl: bool,
+    /// The mappings whose section sets `allow_short_ttl = true`.
+    pub short_ttl_mappings: Vec<String>,
+    /// The zone `timestamp without time zone` columns are written in, for any profile.
+    pub time_zone: Option<String>,
     /// The `[profiles.NAME]` mappings, by name.
     pub mappings: Vec<Profile>,
 }
@@ -41,6 +47,8 @@ struct RawFile {
     table: Option<String>,
     profile: Option<String>,
     ttl: Option<String>,
+    allow_short_ttl: Option<bool>,
+    time_zone: Option<String>,
     #[serde(default)]
     profiles: BTreeMap<String, RawMapping>,
 }
@@ -49,16 +57,18 @@ struct RawFile {
 #[serde(deny_unknown_fields)]
 struct RawMapping {
     key: String,
+    allow_short_ttl: Option<bool>,
     tenant: Option<String>,
     created_at: Option<String>,
     expires_at: Option<String>,
-    in_flight: RawInFlight,
+    in_flight: Option<RawInFlight>,
     locked_at: Option<String>,
     request_method: Option<String>,
     request_path: Option<String>,
     fingerprint: Option<String>,
     response_status: Option<String>,
     response_body: Option<String>,
+    time_zone: Option<String>,
     #[serde(default)]
     actions: Vec<ReclaimAction>,
 }
@@ -104,7 +114,7 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
         fail(
             Exit::Usage,
             format!(
-                "config file {}: {at}: {}; the README's \"Configuration file\" lists the keys",
+                "config file {}: {at}: {}; docs/profiles.md lists the keys",
                 path, message
             ),
         )
@@ -141,8 +151,16 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
                 .map_err(|e| bad(path, "ttl", format!("{t:?} {e}")))
         })
         .transpose()?;
+    let time_zone = raw
+        .time_zone
+        .map(|z| zone(path, "time_zone", z))
+        .transpose()?;
     let mut mappings = Vec::new();
+    let mut short_ttl_mappings = Vec::new();
     for (name, m) in raw.profiles {
+        if m.allow_short_ttl == Some(true) {
+            short_ttl_mappings.push(name.clone());
+        }
         mappings.push(mapping(path, &name, m)?);
     }
     if let Some(p) = &raw.profile
@@ -165,8 +183,17 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
         table,
         profile: raw.profile,
         ttl,
+        allow_short_ttl: raw.allow_short_ttl == Some(true),
+        short_ttl_mappings,
+        time_zone,
         mappings,
     })
+}
+
+/// A time zone as written in the file: its form is checked here, the name by the server once
+/// connected (before any change).
+fn zone(path: &str, key: &str, z: String) -> Result<String> {
+    crate::cli::parse_time_zone(&z).map_err(|e| bad(path, key, e))
 }
 
 fn column(path: &str, key: &str, name: String) -> Result<String> {
@@ -198,12 +225,13 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
     }
     let opt = |k: &str, v: Option<String>| v.map(|v| column(path, &at(k), v)).transpose();
     let in_flight = match m.in_flight {
-        RawInFlight {
+        None => InFlight::None,
+        Some(RawInFlight {
             predicate: Some(text),
             column: None,
             values: None,
             done: None,
-        } => {
+        }) => {
             let parsed = Pred::parse(&text).map_err(|e| {
                 bad(
                     path,
@@ -218,12 +246,12 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
                 parsed,
             }
         }
-        RawInFlight {
+        Some(RawInFlight {
             predicate: None,
             column: Some(c),
             values,
             done,
-        } => {
+        }) => {
             let values = values.unwrap_or_default();
             let done = done.unwrap_or_default();
             if values.is_empty() {
@@ -255,18 +283,18 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
                 done,
             }
         }
-        RawInFlight {
+        Some(RawInFlight {
             predicate: None,
             column: None,
             ..
-        } => {
+        }) => {
             return Err(bad(
                 path,
                 &at("in_flight"),
                 "give predicate = \"...\", or column = \"...\" with values = [...] (in flight) and done = [...] (finished)",
             ));
         }
-        _ => {
+        Some(_) => {
             return Err(bad(
                 path,
                 &at("in_flight"),
@@ -298,9 +326,15 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
         fingerprint: opt("fingerprint", m.fingerprint)?.map(|c| (c, FingerprintKind::Hex)),
         response_status: opt("response_status", m.response_status)?,
         response_body: opt("response_body", m.response_body)?,
+        time_zone: m
+            .time_zone
+            .map(|z| zone(path, &at("time_zone"), z))
+            .transpose()?,
+        naive_times: false,
         actions: Vec::new(),
         tenant_type: "text".to_owned(),
         key_type: "text".to_owned(),
+        body_type: "jsonb".to_owned(),
         matched_because: String::new(),
         origin: Some(format!("config file {}, [profiles.{name}]", path)),
     };
@@ -325,6 +359,11 @@ fn action_problem(p: &Profile, action: ReclaimAction) -> Option<&'static str> {
             _ => false,
         })
     };
+    if !p.has_in_flight_marker() {
+        return Some(
+            "reclaim acts on keys stuck in flight, and the mapping has no in_flight marker (no key is ever in flight): drop actions, or map in_flight",
+        );
+    }
     match action {
         ReclaimAction::Delete => None,
         ReclaimAction::Fail if p.response_status.is_none() || p.response_body.is_none() => Some(
@@ -376,10 +415,29 @@ pub fn apply(global: &mut crate::cli::GlobalArgs) -> Result<Option<Profile>> {
         global.profile.clone_from(&c.profile);
         global.profile_from = format!("profile in config file {}", c.path);
     }
-    if global.ttl.is_none() {
+    if global.ttl.is_none() && c.ttl.is_some() {
         global.ttl = c.ttl;
+        global.ttl_from = format!("ttl in config file {}", c.path);
     }
-    c.mapping(global.profile.as_deref())
+    if global.time_zone.is_none() && c.time_zone.is_some() {
+        global.time_zone.clone_from(&c.time_zone);
+        global.time_zone_from = format!("time_zone in config file {}", c.path);
+    }
+    let mapping = c.mapping(global.profile.as_deref())?;
+    global.short_ttl_allowed_by = if c.allow_short_ttl {
+        Some(format!("allow_short_ttl in config file {}", c.path))
+    } else {
+        mapping
+            .as_ref()
+            .filter(|m| c.short_ttl_mappings.contains(&m.name))
+            .map(|m| {
+                format!(
+                    "allow_short_ttl in [profiles.{}] of config file {}",
+                    m.name, c.path
+                )
+            })
+    };
+    Ok(mapping)
 }
 
 impl Config {
@@ -466,7 +524,7 @@ actions = ["release", "delete"]
     fn every_mistake_names_the_file_and_the_key() {
         assert_eq!(
             message("tll = \"1h\"\n"),
-            "config file idemctl.toml: line 1: unknown field `tll`, expected one of `database_url`, `service`, `table`, `profile`, `ttl`, `profiles`; the README's \"Configuration file\" lists the keys"
+            "config file idemctl.toml: line 1: unknown field `tll`, expected one of `database_url`, `service`, `table`, `profile`, `ttl`, `allow_short_ttl`, `time_zone`, `profiles`; docs/profiles.md lists the keys"
         );
         assert!(message("ttl = \"soon\"").starts_with("config file idemctl.toml: ttl: \"soon\""));
         let m = message(&MAPPING.replace(
@@ -519,6 +577,44 @@ actions = ["release", "delete"]
         );
         let m = message("service = \"a b\"\n");
         assert!(m.contains(": service: expected the name"), "{m}");
+    }
+
+    /// `allow_short_ttl` at the top allows a short TTL whatever mapping applies; in a mapping's
+    /// section, only when that mapping applies.
+    #[test]
+    fn allow_short_ttl_names_where_it_was_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let allowed = |text: &str, profile: Option<&str>| {
+            let path = dir.path().join("idemctl.toml");
+            std::fs::write(&path, text).unwrap();
+            let mut args = vec!["idemctl", "--config", path.to_str().unwrap()];
+            args.extend(profile.map(|p| ["--profile", p]).into_iter().flatten());
+            args.push("stats");
+            let mut cli = <crate::cli::Cli as clap::Parser>::try_parse_from(args).unwrap();
+            apply(&mut cli.global).unwrap();
+            cli.global
+                .short_ttl_allowed_by
+                .map(|by| by.replace(path.to_str().unwrap(), "FILE"))
+        };
+        assert_eq!(allowed(MAPPING, None), None);
+        assert_eq!(
+            allowed(&format!("allow_short_ttl = true\n{MAPPING}"), None).as_deref(),
+            Some("allow_short_ttl in config file FILE")
+        );
+        let in_section = MAPPING.replace(
+            "[profiles.billing]\n",
+            "[profiles.billing]\nallow_short_ttl = true\n",
+        );
+        assert_eq!(
+            allowed(&in_section, None).as_deref(),
+            Some("allow_short_ttl in [profiles.billing] of config file FILE")
+        );
+        assert_eq!(allowed(&in_section, Some("explainer")), None);
+        assert_eq!(
+            allowed("allow_short_ttl = false\n", None),
+            None,
+            "false allows nothing"
+        );
     }
 
     #[test]

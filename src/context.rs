@@ -68,7 +68,19 @@ impl Context {
     pub async fn session(&self) -> Result<Session> {
         let client = self.target.connect(&self.pool).await?;
         let pooled = !self.route().is_some_and(Route::owns_session);
-        Ok(Session::new(client, pooled, self.pool.session_settings()))
+        let line = self.pool.line(&client).await;
+        Ok(Session::new(
+            client,
+            pooled,
+            self.pool.session_settings(),
+            line,
+        ))
+    }
+
+    /// The deadline of one round trip: the statement_timeout idemctl sets plus a margin (see
+    /// `conn::SessionTimeouts::answer_deadline`). Every session applies it to every round trip.
+    pub fn answer_deadline(&self) -> std::time::Duration {
+        self.pool.answer_deadline()
     }
 
     /// How the sessions reach the server (known once one has connected).
@@ -95,6 +107,11 @@ impl Context {
             forced_by: self.global.profile_from.clone(),
             mapping: self.mapping.clone(),
             ttl: self.global.ttl,
+            time_zone: self
+                .global
+                .time_zone
+                .clone()
+                .map(|z| (z, self.global.time_zone_from.clone())),
         };
         let table = KeyTable::resolve(session, &self.global.table, &choice).await?;
         self.metrics.set_table(&table.qualified_name());

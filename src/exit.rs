@@ -23,6 +23,8 @@ pub enum Exit {
     PermissionDenied,
     /// Another idemctl run holds the table's maintenance lock.
     LockBusy,
+    /// The work was done and reported, but its metrics could not be written (`--textfile`).
+    MetricsUnwritten,
     /// SIGINT or SIGTERM stopped the run after the batch in flight (top: `q`'s Ctrl-C or SIGINT).
     Interrupted,
     /// SIGTERM ended `top` (its terminal restored).
@@ -33,7 +35,7 @@ pub enum Exit {
 
 impl Exit {
     /// Every code, in the order the documentation lists them (ascending).
-    pub const ALL: [Exit; 11] = [
+    pub const ALL: [Exit; 12] = [
         Exit::Success,
         Exit::Failure,
         Exit::Usage,
@@ -42,6 +44,7 @@ impl Exit {
         Exit::CannotConnect,
         Exit::PermissionDenied,
         Exit::LockBusy,
+        Exit::MetricsUnwritten,
         Exit::Internal,
         Exit::Interrupted,
         Exit::Terminated,
@@ -58,6 +61,7 @@ impl Exit {
             Exit::CannotConnect => 5,
             Exit::PermissionDenied => 6,
             Exit::LockBusy => 7,
+            Exit::MetricsUnwritten => 8,
             Exit::Interrupted => 130,
             Exit::Terminated => 143,
             Exit::Internal => 70,
@@ -68,7 +72,9 @@ impl Exit {
     pub fn meaning(self) -> &'static str {
         match self {
             Exit::Success => "success, including nothing to do",
-            Exit::Failure => "runtime failure (query failed, connection lost mid-run, timeout)",
+            Exit::Failure => {
+                "runtime failure (query failed, timeout, connection lost mid-run or no answer within statement_timeout + 10s)"
+            }
             Exit::Usage => {
                 "usage error: bad flag, value, conninfo, table name or config file; unsafe request refused"
             }
@@ -83,6 +89,9 @@ impl Exit {
                 "permission denied: the role lacks a needed privilege, or a writing command met a read-only session or a standby"
             }
             Exit::LockBusy => "another idemctl run holds the maintenance lock for this table",
+            Exit::MetricsUnwritten => {
+                "the work was done and reported, but its metrics could not be written (--textfile)"
+            }
             Exit::Interrupted => {
                 "interrupted by SIGINT or SIGTERM after finishing the batch in flight (top: by Ctrl-C or SIGINT)"
             }

@@ -42,6 +42,9 @@ pub fn main_entry() -> std::process::ExitCode {
                     .unwrap_or_else(|| "DATABASE_URL".to_owned());
             g.profile_from =
                 cli::given_by(&m, "profile", "--profile", "IDEMCTL_PROFILE").unwrap_or_default();
+            g.ttl_from = cli::given_by(&m, "ttl", "--ttl", "IDEMCTL_TTL").unwrap_or_default();
+            g.time_zone_from = cli::given_by(&m, "time_zone", "--time-zone", "IDEMCTL_TIME_ZONE")
+                .unwrap_or_default();
             Ok(cli)
         });
     let cli = match parsed {
@@ -59,6 +62,8 @@ pub fn main_entry() -> std::process::ExitCode {
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Room for the deeply nested futures of a batch (a debug build needs more than 2 MiB).
+        .thread_stack_size(8 * 1024 * 1024)
         .enable_all()
         .build()
     {
@@ -70,6 +75,24 @@ pub fn main_entry() -> std::process::ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => code.into(),
         Err(e) => report(&e),
+    }
+}
+
+/// Parse a command line as the binary would, without running it: Ok when idemctl accepts it (or
+/// it asks for --help or --version), else the one line a usage error prints. The documentation
+/// tests hold every example of the README, the guide, --help and the man page to it.
+pub fn check_args<I, T>(args: I) -> Result<(), String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let parsed = <cli::Cli as clap::CommandFactory>::command()
+        .try_get_matches_from(args)
+        .and_then(|m| <cli::Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    match parsed {
+        Ok(_) => Ok(()),
+        Err(e) if !e.use_stderr() => Ok(()),
+        Err(e) => Err(usage_error_line(&e)),
     }
 }
 

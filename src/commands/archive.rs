@@ -13,10 +13,17 @@
 //! * after the batch commits: `{"type": "commit", "batch": "<pid>-<n>", "keys": N}` (fsynced too).
 //!   A key line whose batch has no commit line may describe a key that was not reclaimed.
 //!
-//! The file is opened for appending (created if missing, mode 0600) before anything changes.
+//! The file is opened for appending (created if missing, mode 0600) before anything changes. It
+//! stays whole: every line is one complete JSON object ending in a newline.
+//! * A write that fails (a full disk) is cut back to the end of the last complete write, so no
+//!   partial line is left; the batch it was for is rolled back (a key batch) or has committed
+//!   (its commit line: its key lines stay, "committed": "unknown").
+//! * A tail without its newline, left by a crash or a power loss mid-write, is set aside before
+//!   the run writes anything: its bytes move to `FILE.torn-<unix time>` (a new file) and the
+//!   archive is cut back to its last complete line. Nothing is ever appended to a torn line.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -39,6 +46,8 @@ pub struct Archive {
     /// The plan an apply takes its keys from (None for a sweep).
     plan: Option<String>,
     file: File,
+    /// The length of the file up to its last complete write.
+    len: u64,
     batches: u64,
     /// Key lines written.
     pub keys: u64,
@@ -49,22 +58,25 @@ impl Archive {
     /// `plan`: the plan file an apply reclaims from.
     pub fn open(path: &Path, plan: Option<&Path>) -> Result<Archive> {
         let mut options = OpenOptions::new();
-        options.create(true).append(true);
+        options.create(true).read(true).append(true);
         #[cfg(unix)]
         {
             use std::os::unix::fs::OpenOptionsExt;
             options.mode(0o600);
         }
-        let file = options.open(path).map_err(|e| {
+        let unopened = |e: &std::io::Error| {
             fail(
                 Exit::Usage,
-                crate::output::reclaim::archive_unopened(path, &e),
+                crate::output::reclaim::archive_unopened(path, e),
             )
-        })?;
+        };
+        let mut file = options.open(path).map_err(|e| unopened(&e))?;
+        let len = set_aside_torn_tail(path, &mut file).map_err(|e| unopened(&e))?;
         Ok(Archive {
             path: path.to_owned(),
             plan: plan.map(|p| p.display().to_string()),
             file,
+            len,
             batches: 0,
             keys: 0,
         })
@@ -109,23 +121,103 @@ impl Archive {
         Ok(batch)
     }
 
-    /// Record that a batch committed.
+    /// Record that a batch committed. When that fails the batch has committed all the same: the
+    /// error says so.
     pub fn write_commit(&mut self, batch: &str, keys: usize) -> Result<()> {
         let mut buf = serde_json::to_vec(&json!({"type": "commit", "batch": batch, "keys": keys}))?;
         buf.push(b'\n');
-        self.append(&buf)
+        self.write_whole(&buf).map_err(|e| {
+            fail(
+                Exit::Failure,
+                crate::output::reclaim::archive_commit_unwritten(&self.path, &e, keys),
+            )
+        })
     }
 
     fn append(&mut self, buf: &[u8]) -> Result<()> {
-        self.file
+        self.write_whole(buf).map_err(|e| {
+            fail(
+                Exit::Failure,
+                crate::output::reclaim::archive_unwritten(&self.path, &e),
+            )
+        })
+    }
+
+    /// Append `buf` and make it durable, or cut the file back to its last complete write.
+    fn write_whole(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        let written = self
+            .file
             .write_all(buf)
             .and_then(|()| self.file.flush())
-            .and_then(|()| self.file.sync_data())
-            .map_err(|e| {
-                fail(
-                    Exit::Failure,
-                    crate::output::reclaim::archive_unwritten(&self.path, &e),
-                )
-            })
+            .and_then(|()| self.file.sync_data());
+        match written {
+            Ok(()) => {
+                self.len += buf.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = self.file.set_len(self.len);
+                let _ = self.file.sync_data();
+                Err(e)
+            }
+        }
     }
+}
+
+/// Where the archive's last complete line ends; a tail after it (no newline: a write cut short by
+/// a crash) is moved to a new file beside the archive and cut off, with a warning naming it.
+fn set_aside_torn_tail(path: &Path, file: &mut File) -> std::io::Result<u64> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(0);
+    }
+    let end = last_line_end(file, len)?;
+    if end == len {
+        return Ok(len);
+    }
+    let mut torn = Vec::new();
+    file.seek(SeekFrom::Start(end))?;
+    file.take(len - end).read_to_end(&mut torn)?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut aside_name = path.as_os_str().to_owned();
+    aside_name.push(format!(".torn-{stamp}"));
+    let aside = PathBuf::from(aside_name);
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut out = options.open(&aside)?;
+    out.write_all(&torn)?;
+    out.sync_all()?;
+    file.set_len(end)?;
+    file.sync_all()?;
+    crate::output::warn(&crate::output::reclaim::archive_tail_set_aside(
+        path,
+        &aside,
+        len - end,
+    ));
+    Ok(end)
+}
+
+/// The offset just after the last newline of the file's first `len` bytes (0 when none).
+fn last_line_end(file: &mut File, len: u64) -> std::io::Result<u64> {
+    const CHUNK: u64 = 64 * 1024;
+    let mut end = len;
+    let mut buf = vec![0u8; CHUNK as usize];
+    while end > 0 {
+        let start = end.saturating_sub(CHUNK);
+        let n = usize::try_from(end - start).unwrap_or(0);
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut buf[..n])?;
+        if let Some(at) = buf[..n].iter().rposition(|b| *b == b'\n') {
+            return Ok(start + at as u64 + 1);
+        }
+        end = start;
+    }
+    Ok(0)
 }

@@ -64,6 +64,7 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
             && k.indexed
             && k.may_read
             && !table.profile.lacks_ttl()
+            && table.profile.time_problem(&table.columns).is_none()
             && table.expiry_index().is_some();
         still_referenced.push(if cheap {
             Some(
@@ -224,7 +225,8 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
         None,
     ));
     let problems = table.column_problems();
-    if problems.is_empty() {
+    let time_problem = p.time_problem(&table.columns);
+    if problems.is_empty() && time_problem.is_none() {
         out.push(finding(
             "columns",
             Status::Ok,
@@ -244,11 +246,11 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
                 types.join(" or ")
             ),
         };
-        let fix = match found.as_deref().and_then(crate::db::profile::unsupported_type) {
-            Some(why) => format!("unsupported: {why}"),
-            None => "choose the profile that fits with --profile, or map the table's columns in a config file (--config)".into(),
-        };
+        let fix = "choose the profile that fits with --profile, or map the table's columns in a config file (--config)".to_owned();
         out.push(finding("columns", Status::Fail, detail, Some(fix)));
+    }
+    if let Some(why) = time_problem {
+        out.push(finding("columns", Status::Fail, why, None));
     }
     if p.lacks_ttl() {
         out.push(finding(
@@ -313,6 +315,20 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
             ),
             None,
         ),
+        // The table's own identity is wider than the mapping's (a primary key of more columns):
+        // an index on the mapping's columns would refuse rows the application writes.
+        None if let Some(i) = table.wider_identity_index() => finding(
+            "identity index",
+            Status::Warn,
+            format!(
+                "{} makes a key unique only within ({}), wider than the mapping's {}: the same key may exist under several values of the other columns (inspect lists them); no index is proposed, since one on {} would refuse the application's rows",
+                i.name,
+                i.columns.join(", "),
+                table.identity_label(),
+                table.identity_label()
+            ),
+            None,
+        ),
         None => finding(
             "identity index",
             Status::Fail,
@@ -324,6 +340,12 @@ pub fn structure(table: &KeyTable) -> Vec<Finding> {
         ),
     });
     out.push(match table.stuck_index() {
+        None if !p.has_in_flight_marker() => finding(
+            "in_progress index",
+            Status::Ok,
+            crate::output::stats::no_in_flight_marker(table),
+            None,
+        ),
         Some(i) => finding(
             "in_progress index",
             Status::Ok,
@@ -486,7 +508,7 @@ fn partitioning(table: &KeyTable, r: &stats::StatsReport) -> Vec<Finding> {
             format!("not available: it needs RANGE partitioning on expires_at or created_at, not {definition}; evict deletes in batches"),
             None,
         ),
-        Some(_) if table.stuck_index().is_none() => finding(
+        Some(_) if table.stuck_index().is_none() && table.profile.has_in_flight_marker() => finding(
             "evict --drop-partitions",
             Status::Note,
             "not available without the optional in_progress index, which proves a partition holds no in_progress key while it is locked".into(),

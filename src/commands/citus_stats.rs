@@ -95,7 +95,8 @@ pub async fn gather(
     let cluster = shards::connect_placements(ctx, client, table, 1, one_placement)
         .await
         .context("failed to reach the key table's shards on the Citus workers")?;
-    let count_stuck = allow_scan || table.stuck_index().is_some();
+    let count_stuck =
+        allow_scan || table.stuck_index().is_some() || !table.profile.has_in_flight_marker();
     let mut budget = Budget {
         backlog_left: cap,
         stuck_left: cap,

@@ -158,8 +158,8 @@ fn extra_sections() -> String {
         ));
     }
     s.push_str(".SH ENVIRONMENT\n");
-    for (var, meaning) in ENVIRONMENT {
-        s.push_str(&format!(".TP\n.B {var}\n{}\n", roff_escape(meaning)));
+    for (var, meaning) in environment() {
+        s.push_str(&format!(".TP\n.B {var}\n{}\n", roff_escape(&meaning)));
     }
     s.push_str(".SH EXAMPLES\n");
     for (what, cmd) in EXAMPLES {
@@ -172,17 +172,59 @@ fn extra_sections() -> String {
     s
 }
 
-/// Environment variables idemctl reads.
-pub const ENVIRONMENT: &[(&str, &str)] = &[
-    (
-        "IDEMCTL_DATABASE_URL",
-        "Connection string, as --database-url.",
-    ),
-    (
-        "DATABASE_URL",
-        "Connection string used when neither --database-url nor IDEMCTL_DATABASE_URL is set.",
-    ),
-    ("IDEMCTL_TABLE", "The key table, as --table."),
+/// Every environment variable idemctl reads, with what it does: each option's variable (from the
+/// option's own definition), the connection's (libpq's, from the list the connection code reads),
+/// then the rest. A test holds the README's list to this one and both to the source.
+pub fn environment() -> Vec<(String, String)> {
+    let cmd = Cli::command();
+    let mut out: Vec<(String, String)> = Vec::new();
+    let args = cmd
+        .get_arguments()
+        .chain(cmd.get_subcommands().flat_map(clap::Command::get_arguments));
+    for a in args {
+        let (Some(env), Some(long)) = (a.get_env(), a.get_long()) else {
+            continue;
+        };
+        let name = env.to_string_lossy().into_owned();
+        if out.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        let help = a.get_help().map(ToString::to_string).unwrap_or_default();
+        out.push((name, format!("As --{long}: {}", help.trim_end_matches('.'))));
+        if long == "database-url" {
+            out.push((
+                "DATABASE_URL".to_owned(),
+                "Connection string used when neither --database-url nor IDEMCTL_DATABASE_URL is set (nor database_url in the config file)".to_owned(),
+            ));
+        }
+    }
+    let mut described = Vec::new();
+    for (vars, meaning) in CONNECTION {
+        described.extend(vars.split(", "));
+        out.push(((*vars).to_owned(), (*meaning).to_owned()));
+    }
+    let (rest, keywords): (Vec<&str>, Vec<&str>) = crate::conn::LIBPQ_ENV_VARS
+        .iter()
+        .filter(|(var, _)| !described.contains(var))
+        .copied()
+        .unzip();
+    out.push((
+        rest.join(", "),
+        format!(
+            "The libpq connection keywords {} respectively, for what the connection string leaves out, read as libpq reads them; a keyword idemctl does not support is refused, naming it and the variable",
+            keywords.join(", ")
+        ),
+    ));
+    out.extend(
+        OTHERS
+            .iter()
+            .map(|(v, m)| ((*v).to_owned(), (*m).to_owned())),
+    );
+    out
+}
+
+/// The libpq variables described one by one; the others are listed together.
+const CONNECTION: &[(&str, &str)] = &[
     (
         "PGHOST, PGHOSTADDR, PGPORT, PGDATABASE, PGUSER",
         "Where and as whom to connect, as in libpq, for anything the connection string leaves out.",
@@ -197,10 +239,37 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
          or direct: TLS from the first byte with ALPN postgresql, for PostgreSQL 17+ and \
          TLS-terminating proxies; needs require, verify-ca or verify-full) and root certificates.",
     ),
+    (
+        "PGSERVICE, PGSERVICEFILE",
+        "A section of the connection service file, and that file (default ~/.pg_service.conf, then \
+         pg_service.conf in PGSYSCONFDIR).",
+    ),
     ("PGAPPNAME", "application_name (default idemctl)."),
     (
         "PGCONNECT_TIMEOUT",
         "Seconds to keep retrying a connection when --connect-timeout is not given.",
+    ),
+    (
+        "PGTARGETSESSIONATTRS, PGLOADBALANCEHOSTS",
+        "Which of several hosts to use (primary, standby, read-write, read-only, prefer-standby, any), \
+         and whether to try them in a random order.",
+    ),
+    (
+        "PGREQUIREAUTH",
+        "The authentication methods the server may ask for (password, md5, scram-sha-256, none, ...).",
+    ),
+];
+
+/// The variables read outside the connection string and the options.
+const OTHERS: &[(&str, &str)] = &[
+    (
+        "PGSYSCONFDIR",
+        "The directory of the system-wide pg_service.conf (default /etc/postgresql-common).",
+    ),
+    (
+        "SSL_CERT_FILE, SSL_CERT_DIR",
+        "OpenSSL's default certificate store, used with sslrootcert=system, and by an https:// \
+         --pushgateway unless --pushgateway-ca is given.",
     ),
     ("NO_COLOR", "Disables colour when set to a non-empty value."),
 ];
@@ -224,8 +293,8 @@ pub const EXAMPLES: &[(&str, &str)] = &[
         "idemctl inspect 8e0f0c2a-3b7d --api-key-id tenant_42",
     ),
     (
-        "Evict from cron every five minutes (silent on success; exit 7 when a previous run still holds the table):",
-        "*/5 * * * * idemctl evict --max-runtime 4m --textfile /var/lib/node_exporter/textfile/idemctl_evict.prom",
+        "Evict from cron every five minutes (silent on success; exit 7 when a previous run still holds the table; cargo install --path . --root /usr/local puts idemctl there):",
+        "*/5 * * * * /usr/local/bin/idemctl evict --max-runtime 4m --textfile /var/lib/node_exporter/textfile/idemctl_evict.prom",
     ),
     (
         "Evict from a systemd timer: a Type=oneshot service running the same command, and a timer with OnCalendar=*:0/5:",

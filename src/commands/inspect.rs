@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::cli::InspectArgs;
 use crate::context::Context;
-use crate::db::record::{self, KeyRecord};
+use crate::db::record::{self, KeyRecord, StoredBody};
 use crate::db::{KeyLookup, KeyTable};
 use crate::exit::{Exit, fail};
 use crate::fingerprint::{self, Canonical};
@@ -79,7 +79,7 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
                 ctx.output.emit_with_raw(
                     &output::record(one, args.stuck_after.as_secs_f64()),
                     &record_json(one, 0),
-                    &[one.response_body.as_deref()],
+                    &[raw_json(one)],
                 )?;
                 Ok(Exit::Success)
             }
@@ -90,7 +90,7 @@ pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
                 .enumerate()
                 .map(|(n, r)| record_json(r, n))
                 .collect();
-            let raws: Vec<Option<&str>> = many.iter().map(|r| r.response_body.as_deref()).collect();
+            let raws: Vec<Option<&str>> = many.iter().map(raw_json).collect();
             ctx.output.emit_with_raw(
                 &output::tenants(many),
                 &json!({ "ambiguous": true, "matches": matches }),
@@ -189,15 +189,34 @@ async fn on_shards(
     Ok(records)
 }
 
-/// The record for `-o json`, its stored body to be spliced in exactly as raw JSON text `n`.
+/// The record for `-o json`: a JSON body spliced in exactly as raw JSON text `n`; any other body
+/// as a string, losslessly (text as stored, bytea as UTF-8 text when it is valid UTF-8, else hex),
+/// with its encoding named.
 fn record_json(r: &KeyRecord, n: usize) -> serde_json::Value {
     let mut v = json!(r);
-    v["response_body"] = if r.response_body.is_some() {
-        raw_placeholder(n)
-    } else {
-        serde_json::Value::Null
+    let (body, encoding) = match &r.response_body {
+        None => (serde_json::Value::Null, serde_json::Value::Null),
+        Some(StoredBody::Json(_)) => (raw_placeholder(n), json!("json")),
+        Some(b) => (
+            match (b, b.as_text()) {
+                (_, Some(t)) => json!(t),
+                (StoredBody::Bytes(bytes), None) => json!(fingerprint::hex(bytes)),
+                (_, None) => serde_json::Value::Null,
+            },
+            json!(b.encoding()),
+        ),
     };
+    v["response_body"] = body;
+    v["response_body_encoding"] = encoding;
     v
+}
+
+/// The stored body's raw JSON text, for splicing into `-o json` (JSON columns only).
+fn raw_json(r: &KeyRecord) -> Option<&str> {
+    match &r.response_body {
+        Some(StoredBody::Json(t)) => Some(t),
+        _ => None,
+    }
 }
 
 /// The request body from a file, or from stdin for `-`.

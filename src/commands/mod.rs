@@ -67,6 +67,16 @@ pub async fn run(cli: Cli) -> Result<Exit> {
     if let Err(e) = &result {
         ctx.metrics.finish_failed(e).await;
     }
+    let result = match (result, ctx.metrics.unwritten()) {
+        (result, None) => result,
+        (result, Some(unwritten)) => {
+            eprintln!("idemctl: {}", crate::output::metrics_unwritten(&unwritten));
+            match result {
+                Ok(Exit::Success) => Ok(Exit::MetricsUnwritten),
+                other => other,
+            }
+        }
+    };
     ctx.close().await;
     result
 }

@@ -85,6 +85,8 @@ struct Request {
     /// How the batches reach the table's rows (set once connected: a Citus reference or local
     /// table is changed through the coordinator, its rows found by the key's identity).
     route: reclaim_db::Route,
+    /// The profile allows no action: a dry run previews the stuck keys and says so.
+    no_action: bool,
 }
 
 mod citus;
@@ -96,7 +98,13 @@ pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
     let table = ctx.table(&client).await?;
     table.require_columns()?;
     req.filter.check(&table)?;
-    req.action = profile_action(&table, &req, args)?;
+    if !table.profile.has_in_flight_marker() {
+        return nothing_in_flight(ctx, &table, &req);
+    }
+    match profile_action(&table, &req, args)? {
+        Some(action) => req.action = action,
+        None => req.no_action = true,
+    }
     if req.action != ReclaimAction::Fail {
         req.body = None;
     }
@@ -140,10 +148,18 @@ pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
 
 /// The action the run takes on this table: --action (or the plan's) when the profile allows it,
 /// else the profile's default; a profile with no safe action refuses.
-fn profile_action(table: &KeyTable, req: &Request, args: &ReclaimArgs) -> Result<ReclaimAction> {
+fn profile_action(
+    table: &KeyTable,
+    req: &Request,
+    args: &ReclaimArgs,
+) -> Result<Option<ReclaimAction>> {
     let p = &table.profile;
     let allowed = &p.actions;
     let Some(&default) = allowed.first() else {
+        // A preview changes nothing: it lists the stuck keys, and says no action is allowed.
+        if matches!(req.mode, Mode::Preview(None)) && args.action.is_none() {
+            return Ok(None);
+        }
         return Err(fail(Exit::Usage, output::no_safe_action(table)));
     };
     let chosen = if args.action.is_none() && args.apply.is_none() {
@@ -172,7 +188,24 @@ fn profile_action(table: &KeyTable, req: &Request, args: &ReclaimArgs) -> Result
     if chosen == ReclaimAction::Fail && req.body.is_none() {
         return Err(fail(Exit::Usage, output::FAIL_NEEDS_A_BODY));
     }
-    Ok(chosen)
+    Ok(Some(chosen))
+}
+
+/// A table without an in-flight marker: no key is ever in flight, so a dry run finds nothing
+/// (without reading the table) and a run that would change something refuses.
+fn nothing_in_flight(ctx: &Context, table: &KeyTable, req: &Request) -> Result<Exit> {
+    if !matches!(req.mode, Mode::Preview(None)) {
+        return Err(fail(Exit::Usage, output::no_in_flight_marker(table)));
+    }
+    let json = serde_json::json!({
+        "table": table.qualified_name(),
+        "dry_run": true,
+        "in_flight_marker": false,
+        "would_reclaim": Capped::from_raw(0, 0),
+        "rows": [],
+    });
+    ctx.output.emit(&output::nothing_in_flight(table), &json)?;
+    Ok(Exit::Success)
 }
 
 pub(crate) fn action_name(a: ReclaimAction) -> &'static str {
@@ -202,6 +235,7 @@ fn validate(ctx: &Context, args: &ReclaimArgs) -> Result<Request> {
             keep_failed: args.keep_failed_for().as_secs_f64(),
             filter: filter_from_args(args)?,
             route: reclaim_db::Route::default(),
+            no_action: false,
         },
     };
     check_floor(req.older_than, args.force)?;
@@ -408,6 +442,7 @@ fn request_from_plan(args: &ReclaimArgs, path: &Path) -> Result<Request> {
         limit: args.limit,
         keep_failed: plan.keep_failed_for_seconds,
         route: reclaim_db::Route::default(),
+        no_action: false,
         mode: Mode::Apply(path.to_owned(), Box::new(plan)),
     })
 }
@@ -588,6 +623,9 @@ async fn preview(
 ) -> Result<Exit> {
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, None).await?;
+    if plan_path.is_some() && req.no_action {
+        return Err(fail(Exit::Usage, output::no_safe_action(table)));
+    }
     let cap = req.limit.map_or(LIST_CAP, |l| {
         i64::try_from(l).unwrap_or(i64::MAX).min(LIST_CAP)
     });
@@ -658,7 +696,8 @@ pub(crate) struct PreviewReport {
     /// The filters (null without any).
     #[serde(serialize_with = "filter_or_null")]
     pub(crate) filter: reclaim_db::Filter,
-    pub(crate) action: ReclaimAction,
+    /// None when the profile allows no action (the preview only lists the keys).
+    pub(crate) action: Option<ReclaimAction>,
     pub(crate) response_status: Option<i32>,
     pub(crate) response_body: Option<Value>,
     pub(crate) limit: Option<u64>,
@@ -687,7 +726,7 @@ impl PreviewReport {
             dry_run: true,
             older_than_seconds: req.older_than,
             filter: req.filter.clone(),
-            action: req.action,
+            action: (!req.no_action).then_some(req.action),
             response_status: req.body.as_ref().map(|_| req.status),
             response_body: req.body.clone(),
             limit: req.limit,
@@ -972,6 +1011,7 @@ impl ReclaimReport {
             success: self.end_reason != EndReason::Interrupted,
             reason: self.end_reason.as_str(),
             reasons: &["drained", "limit", "interrupted"],
+            rows: Some((self.rows_reclaimed, "keys reclaimed")),
         }
     }
 
@@ -1124,7 +1164,7 @@ async fn sweep_batches(
 /// The action's statements for this table and filters, and the client-side deadline of each
 /// answer.
 fn statements(ctx: &Context, table: &KeyTable, req: &Request) -> Result<reclaim_db::Statements> {
-    let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
+    let deadline = ctx.answer_deadline();
     reclaim_db::Statements::new(table, req.action, &req.filter, deadline, req.route.clone())
 }
 

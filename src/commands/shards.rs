@@ -38,7 +38,13 @@ impl Node {
             .await
             .with_context(|| format!("failed to connect to Citus worker {}", self.name()))?;
         let pooled = !self.pool.route().is_some_and(Route::owns_session);
-        Ok(Session::new(client, pooled, self.pool.session_settings()))
+        let line = self.pool.line(&client).await;
+        Ok(Session::new(
+            client,
+            pooled,
+            self.pool.session_settings(),
+            line,
+        ))
     }
 }
 

@@ -121,7 +121,11 @@ pub async fn gather(
         crate::db::maintenance::autovacuum(c, table).await?,
         recent_ttl.as_ref(),
     );
-    let stuck = if table.stuck_index().is_some() || allow_scan {
+    let no_marker = !table.profile.has_in_flight_marker();
+    if no_marker {
+        notes.push(crate::output::stats::no_in_flight_marker(table));
+    }
+    let stuck = if no_marker || table.stuck_index().is_some() || allow_scan {
         Some(queries::stuck(c, table, stuck_after_secs, cap).await?)
     } else {
         notes.push(format!(
@@ -216,13 +220,18 @@ const STATS_END: RunEnd = RunEnd {
     success: true,
     reason: "completed",
     reasons: &["completed"],
+    rows: None,
 };
 
 /// Run `stats`.
 pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
-    table.require_ttl_floor("stats", args.force)?;
+    table.require_ttl_floor(
+        "stats",
+        args.force || ctx.global.short_ttl_allowed_by.is_some(),
+        &ctx.global.ttl_from,
+    )?;
     let privileges = table.privileges(&client).await?;
     privileges.require_for(&table, "stats", crate::db::table::Job::Read)?;
     let stuck_after = args.stuck_after.as_secs_f64();

@@ -93,7 +93,11 @@ pub async fn run(ctx: &Context, args: &TopArgs) -> Result<Exit> {
     table.require_columns()?;
     table.require_ttl("top")?;
     table.require_expiry_index()?;
-    table.require_ttl_floor("top", false)?;
+    table.require_ttl_floor(
+        "top",
+        ctx.global.short_ttl_allowed_by.is_some(),
+        &ctx.global.ttl_from,
+    )?;
     let privileges = table.privileges(&session).await?;
     privileges.require_for(&table, "top", crate::db::table::Job::Read)?;
     let layout = crate::db::citus::layout(&session, &table).await?;

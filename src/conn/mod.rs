@@ -28,7 +28,9 @@ mod verify;
 mod tests;
 
 pub use env::{Env, ProcessEnv};
-pub use pool::{Pool, Route};
+pub(crate) use params::ENV_VARS as LIBPQ_ENV_VARS;
+pub(crate) use pool::setting_millis;
+pub use pool::{Line, Pool, Route};
 
 use std::fmt;
 use std::time::Duration;
@@ -56,6 +58,52 @@ pub(crate) struct SessionTimeouts {
     pub(crate) statement: Duration,
     pub(crate) lock: Duration,
     pub(crate) idle_in_transaction: Duration,
+    /// How quickly the server notices that idemctl's end of a direct connection is gone.
+    pub(crate) liveness: Liveness,
+}
+
+/// How long idemctl waits for any answer beyond the statement_timeout it sets: the time the
+/// answer of a statement cancelled by the server at its statement_timeout needs to arrive.
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(10);
+
+impl SessionTimeouts {
+    /// The deadline of one round trip on an open connection (a statement, `BEGIN`, `COMMIT`,
+    /// `ROLLBACK`, a sample or a probe): the statement_timeout idemctl sets, which the server
+    /// enforces, plus [`ANSWER_MARGIN`]. No answer by then means the path to the server is gone,
+    /// and the connection is given up. This is the one definition every command uses.
+    pub(crate) fn answer_deadline(&self) -> Duration {
+        self.statement + ANSWER_MARGIN
+    }
+}
+
+/// TCP keepalive and user-timeout settings, applied to idemctl's own sockets and asked of the
+/// server for its end of a direct connection (never of a pooler's server sessions), with
+/// `client_connection_check_interval` where the server has it (PostgreSQL 14 and later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Liveness {
+    /// `keepalives=0` turns the probes off (both ends keep the system's defaults).
+    pub(crate) keepalives: bool,
+    pub(crate) idle: Duration,
+    pub(crate) interval: Duration,
+    pub(crate) count: u32,
+    /// Unacknowledged data older than this aborts the connection (`tcp_user_timeout`).
+    pub(crate) user_timeout: Duration,
+    /// How often the server checks, while a statement runs, that idemctl is still connected.
+    pub(crate) check_interval: Duration,
+}
+
+impl Liveness {
+    /// Defaults for a cron job: a silent peer is noticed within about 25 s
+    /// (`keepalives_idle=10 keepalives_interval=5 keepalives_count=3`), unacknowledged data
+    /// within 30 s (`tcp_user_timeout=30000`); the server checks every 10 s during a statement.
+    pub(crate) const DEFAULT: Liveness = Liveness {
+        keepalives: true,
+        idle: Duration::from_secs(10),
+        interval: Duration::from_secs(5),
+        count: 3,
+        user_timeout: Duration::from_secs(30),
+        check_interval: Duration::from_secs(10),
+    };
 }
 
 /// A resolved connection: driver config, TLS connector, timeouts, and warnings met on the way.

@@ -69,8 +69,9 @@ const KEYWORDS: &[&str] = &[
     "oauth_scope",
 ];
 
-/// libpq's environment variables and the keyword each one supplies when the URL leaves it unset.
-const ENV_VARS: &[(&str, &str)] = &[
+/// libpq's environment variables and the keyword each one supplies when the URL leaves it unset
+/// (the man page's ENVIRONMENT lists them from here).
+pub(crate) const ENV_VARS: &[(&str, &str)] = &[
     ("PGHOST", "host"),
     ("PGHOSTADDR", "hostaddr"),
     ("PGPORT", "port"),

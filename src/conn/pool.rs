@@ -13,6 +13,7 @@ use crate::exit::{Exit, fail};
 use deadpool_postgres::{
     Connect, Hook, HookError, Manager, ManagerConfig, Object, PoolError, RecyclingMethod, Runtime,
 };
+use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::io;
@@ -88,6 +89,8 @@ struct Shared {
     /// The least owning route any connection has shown (a pooler seen once is assumed throughout).
     route: Mutex<Option<Route>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
+    /// How each connection ended, by the process id its login announced (see [`Line`]).
+    ended: Mutex<HashMap<i32, Arc<Ended>>>,
 }
 
 impl Shared {
@@ -114,6 +117,32 @@ impl Pool {
             .route
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The deadline of one round trip on this pool's connections (see
+    /// [`super::SessionTimeouts::answer_deadline`]).
+    pub fn answer_deadline(&self) -> Duration {
+        self.shared.timeouts.answer_deadline()
+    }
+
+    /// What a session on `client` needs to know about its connection: the deadline of a round
+    /// trip and, once the connection has ended, why.
+    pub async fn line(&self, client: &tokio_postgres::Client) -> Line {
+        let ended = match announced_pid(client).await {
+            Some(pid) => self
+                .shared
+                .ended
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(&pid)
+                .cloned(),
+            None => None,
+        };
+        Line {
+            deadline: self.answer_deadline(),
+            idle: self.shared.timeouts.idle_in_transaction,
+            ended: ended.unwrap_or_default(),
+        }
     }
 
     /// The settings a session behind a transaction pooler applies with `SET LOCAL` in each of its
@@ -173,6 +202,7 @@ impl Target {
             timeouts: self.session,
             route: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
+            ended: Mutex::new(HashMap::new()),
         });
         let config = self.config.clone();
         // idemctl's own host loop (`auth::connect`) for every connection: it judges
@@ -284,29 +314,83 @@ impl Watched {
         attrs: SessionAttrs,
     ) -> Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error> {
         let rule = self.rule.clone();
-        Ok(match &self.tls {
+        let ended = Arc::new(Ended::default());
+        let (client, task) = match &self.tls {
             Some(tls) => {
                 let (client, connection) =
                     auth::connect(config, tls.clone(), rule, attrs, self.shared.allow).await?;
-                (
-                    client,
-                    tokio::spawn(async move {
-                        let _ = connection.await;
-                    }),
-                )
+                (client, watch_end(connection, ended.clone()))
             }
             None => {
                 let (client, connection) =
                     auth::connect(config, NoTls, rule, attrs, self.shared.allow).await?;
-                (
-                    client,
-                    tokio::spawn(async move {
-                        let _ = connection.await;
-                    }),
-                )
+                (client, watch_end(connection, ended.clone()))
             }
-        })
+        };
+        if let Some(pid) = announced_pid(&client).await {
+            self.shared
+                .ended
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(pid, ended);
+        }
+        Ok((client, task))
     }
+}
+
+/// Drive a connection to its end and keep why it ended (a server's FATAL error that came when no
+/// statement was waiting, such as `pg_terminate_backend`'s, reaches no statement otherwise: the
+/// driver then says only "connection closed"). The reason is recorded before the connection is
+/// dropped, so a statement that learns of the end finds it.
+fn watch_end<F>(connection: F, ended: Arc<Ended>) -> JoinHandle<()>
+where
+    F: Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut connection = std::pin::pin!(connection);
+        if let Err(e) = connection.as_mut().await {
+            ended.record(&e);
+        }
+    })
+}
+
+/// Why a connection ended, when the server or the socket said.
+#[derive(Debug, Default)]
+pub struct Ended(Mutex<Option<String>>);
+
+impl Ended {
+    fn record(&self, e: &tokio_postgres::Error) {
+        let reason = match e.as_db_error() {
+            Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+            None => {
+                let text = chain_text(e);
+                if text.is_empty() || e.is_closed() {
+                    return;
+                }
+                text
+            }
+        };
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
+    }
+
+    /// The server's reason (with its SQLSTATE), or the socket's, once the connection has ended.
+    pub fn reason(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// One connection as a session sees it: how long to wait for an answer, and why the connection
+/// ended (once it has).
+#[derive(Debug, Clone)]
+pub struct Line {
+    /// See [`super::SessionTimeouts::answer_deadline`].
+    pub deadline: Duration,
+    /// The idle_in_transaction_session_timeout idemctl sets (also the guard's idle limit).
+    pub idle: Duration,
+    pub ended: Arc<Ended>,
 }
 
 impl Connect for Watched {
@@ -345,20 +429,17 @@ fn session_hook(shared: Arc<Shared>) -> Hook {
     Hook::async_fn(move |client, _metrics| {
         let shared = shared.clone();
         Box::pin(async move {
-            let t = shared.timeouts;
-            let values = [t.statement, t.lock, t.idle_in_transaction].map(setting_millis);
-            let limits = [
-                (&values[0] as &(dyn ToSql + Sync), Type::TEXT),
-                (&values[1], Type::TEXT),
-                (&values[2], Type::TEXT),
-            ];
+            let values = owned_session_settings(&shared.timeouts);
+            let mut params: Vec<(&(dyn ToSql + Sync), Type)> = values
+                .iter()
+                .map(|v| (v as &(dyn ToSql + Sync), Type::TEXT))
+                .collect();
             let route = match shared.mode {
                 PoolMode::Session => Route::DeclaredSession,
                 PoolMode::Transaction => Route::DeclaredTransaction,
                 PoolMode::Auto => {
-                    // Detection and, on a session idemctl owns, the limits: one round trip.
+                    // Detection and, on a session idemctl owns, the settings: one round trip.
                     let announced = announced_pid(client).await;
-                    let mut params = limits.to_vec();
                     params.push((&announced, Type::INT4));
                     let rows = client
                         .query_typed(DETECT_SQL, &params)
@@ -371,7 +452,7 @@ fn session_hook(shared: Arc<Shared>) -> Hook {
             };
             if route.owns_session() {
                 client
-                    .query_typed(SESSION_SQL, &limits)
+                    .query_typed(SESSION_SQL, &params)
                     .await
                     .map_err(HookError::Backend)?;
             }
@@ -379,6 +460,33 @@ fn session_hook(shared: Arc<Shared>) -> Hook {
             Ok(())
         })
     })
+}
+
+/// The values of `session_settings.sql`'s `$1..$8`: the session limits, then what asks the
+/// server to notice a dead client (`'0'`: the system's default, with `keepalives=0`).
+fn owned_session_settings(t: &SessionTimeouts) -> [String; 8] {
+    let live = t.liveness;
+    let (idle, interval, count) = match live.keepalives {
+        true => (
+            live.idle.as_secs().to_string(),
+            live.interval.as_secs().to_string(),
+            live.count.to_string(),
+        ),
+        false => ("0".to_owned(), "0".to_owned(), "0".to_owned()),
+    };
+    [
+        setting_millis(t.statement),
+        setting_millis(t.lock),
+        setting_millis(t.idle_in_transaction),
+        idle,
+        interval,
+        count,
+        live.user_timeout
+            .as_millis()
+            .min(i32::MAX as u128)
+            .to_string(),
+        setting_millis(live.check_interval),
+    ]
 }
 
 /// A pooler answers the login itself, with a cancel key of its own making (PgBouncer's is random),
@@ -547,13 +655,6 @@ impl Failure {
                 transient: false,
             };
         }
-        if let Some(reason) = certificate_problem(e) {
-            let reason = format!("TLS handshake failed: {reason}");
-            return Failure {
-                reason,
-                transient: false,
-            };
-        }
         let chain = chain_text(e);
         if let Some(at) = chain.find(auth::REFUSAL) {
             return Failure {
@@ -619,42 +720,6 @@ fn io_failure(e: &tokio_postgres::Error) -> Option<Failure> {
         reason: reason.to_string(),
         transient: true,
     })
-}
-
-/// Why the server's certificate was refused, in words, when that is what failed. rustls shows
-/// several of its verdicts only by variant name ("invalid peer certificate: UnknownIssuer").
-fn certificate_problem(e: &tokio_postgres::Error) -> Option<String> {
-    use rustls::CertificateError as Cert;
-    let rustls_error = sources(e)
-        .filter_map(|s| s.downcast_ref::<io::Error>())
-        .find_map(|io| io.get_ref()?.downcast_ref::<rustls::Error>())?;
-    let rustls::Error::InvalidCertificate(problem) = rustls_error else {
-        return None;
-    };
-    let words = match problem {
-        Cert::UnknownIssuer => {
-            "the server's certificate is not signed by a trusted root certificate (unknown issuer; \
-             check sslrootcert)"
-                .to_string()
-        }
-        Cert::Revoked => "the server's certificate has been revoked (see sslcrl)".to_string(),
-        Cert::UnknownRevocationStatus => "the revocation status of the server's certificate is \
-                                          unknown: no certificate revocation list from its issuer"
-            .to_string(),
-        Cert::BadSignature => "the server's certificate has an invalid signature".to_string(),
-        Cert::BadEncoding => "the server's certificate is malformed".to_string(),
-        Cert::Expired => "the server's certificate has expired".to_string(),
-        Cert::NotValidYet => "the server's certificate is not valid yet".to_string(),
-        Cert::NotValidForName => {
-            "the server's certificate is not valid for the host name connected to".to_string()
-        }
-        Cert::InvalidPurpose => {
-            "the server's certificate is not meant for TLS servers (extended key usage)".to_string()
-        }
-        // The rest display well (names, times and purposes included).
-        other => format!("invalid server certificate: {other}"),
-    };
-    Some(words)
 }
 
 /// The error and its causes joined with ": ", minus the driver's generic top line.

@@ -15,7 +15,7 @@ use super::hosts::{self, Endpoint};
 use super::params::Params;
 use super::pgpass;
 use super::tls;
-use super::{ConnectSettings, SessionTimeouts, Target};
+use super::{ConnectSettings, Liveness, SessionTimeouts, Target};
 use crate::exit::{Exit, fail};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -95,7 +95,7 @@ fn resolve_pairs(
     if let Some(options) = params.get("options") {
         config.options(options);
     }
-    apply_tcp_options(&params, &mut config)?;
+    let liveness = apply_tcp_options(&params, &mut config)?;
     let attrs = apply_session_options(&params, &tls_plan, &mut config)?;
     let require_auth = match params.get("require_auth") {
         Some(value) => Some(std::sync::Arc::new(
@@ -114,6 +114,7 @@ fn resolve_pairs(
             statement: settings.statement_timeout,
             lock: settings.lock_timeout,
             idle_in_transaction: settings.idle_in_transaction_timeout,
+            liveness,
         },
         attrs,
         require_auth,
@@ -225,32 +226,44 @@ fn connect_timeout(settings: &ConnectSettings, params: &Params) -> anyhow::Resul
 }
 
 /// Keepalive and TCP user timeout settings, with libpq's units (`tcp_user_timeout` is in
-/// milliseconds; the driver's own parser would read seconds).
-fn apply_tcp_options(params: &Params, config: &mut tokio_postgres::Config) -> anyhow::Result<()> {
+/// milliseconds; the driver's own parser would read seconds). What the conninfo leaves unset takes
+/// [`Liveness::DEFAULT`] (libpq would leave the system's two hours): a cron job must notice a dead
+/// path in seconds. The same values are asked of the server for its end of a direct connection.
+fn apply_tcp_options(
+    params: &Params,
+    config: &mut tokio_postgres::Config,
+) -> anyhow::Result<Liveness> {
     let positive = |key: &str| -> anyhow::Result<Option<u64>> {
         Ok(params
             .int(key)?
             .and_then(|n| u64::try_from(n).ok())
             .filter(|n| *n > 0))
     };
+    let mut live = Liveness::DEFAULT;
     if let Some(on) = params.flag("keepalives")? {
-        config.keepalives(on);
+        live.keepalives = on;
     }
     if let Some(secs) = positive("keepalives_idle")? {
-        config.keepalives_idle(Duration::from_secs(secs));
+        live.idle = Duration::from_secs(secs);
     }
     if let Some(secs) = positive("keepalives_interval")? {
-        config.keepalives_interval(Duration::from_secs(secs));
+        live.interval = Duration::from_secs(secs);
     }
     for key in ["keepalives_count", "keepalives_retries"] {
         if let Some(count) = positive(key)? {
-            config.keepalives_retries(u32::try_from(count).unwrap_or(u32::MAX));
+            live.count = u32::try_from(count).unwrap_or(u32::MAX);
         }
     }
     if let Some(ms) = positive("tcp_user_timeout")? {
-        config.tcp_user_timeout(Duration::from_millis(ms));
+        live.user_timeout = Duration::from_millis(ms);
     }
-    Ok(())
+    config
+        .keepalives(live.keepalives)
+        .keepalives_idle(live.idle)
+        .keepalives_interval(live.interval)
+        .keepalives_retries(live.count)
+        .tcp_user_timeout(live.user_timeout);
+    Ok(live)
 }
 
 /// Options the driver has natively, and `target_session_attrs`, which idemctl's host loop judges

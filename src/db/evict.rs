@@ -503,7 +503,7 @@ pub async fn explain_first_batch(
         }
         Err(e) => {
             client.rollback_then("DEALLOCATE idemctl_evict_batch").await;
-            return Err(anyhow::Error::new(e).context("failed to explain the batch statement"));
+            return Err(e.context("failed to explain the batch statement"));
         }
     };
     Ok(messages
@@ -546,7 +546,7 @@ pub async fn estimate_backlog(client: &Session, table: &KeyTable) -> Result<u64>
         }
         Err(e) => {
             let _ = client.rollback().await;
-            return Err(e.into());
+            return Err(e);
         }
     };
     let plan: serde_json::Value = row.try_get(0)?;

@@ -1,6 +1,15 @@
 //! The per-table maintenance lock: a session-level advisory lock, so that two evicts (or two
 //! reclaims) never work on one table at once, and a crashed run's lock dies with its session.
 //!
+//! A run whose path to the server dies leaves its session behind on the server, lock and all, for
+//! as long as the server believes the client is there (hours, when a proxy keeps the dead
+//! connection open). So the session that holds the lock asks the server to end it after
+//! `--idle-in-transaction-timeout` of silence (`idle_session_timeout`, PostgreSQL 14 and later),
+//! and a keeper pings it four times as often while the run lives ([`keep`]). A dead run's lock is
+//! then free at most statement_timeout plus that timeout after the run went silent (90 s with the
+//! defaults): the statement in flight ends at its statement_timeout, and the session, idle or
+//! idle in a transaction, is ended after the other.
+//!
 //! Behind a transaction pooler no lock may outlive a transaction (it would stay with a pooled
 //! server session, held for the API's clients), so none is taken there: runs of one command may
 //! then overlap, and keep apart row by row instead (claimed ranges, a lock_timeout of a few
@@ -83,6 +92,12 @@ pub async fn acquire(client: &Session, table: &KeyTable, class: LockClass) -> Re
         .await
         .context("failed to take the maintenance lock")?;
     if row.get::<_, bool>("acquired") {
+        let idle = crate::conn::setting_millis(client.idle_limit());
+        client
+            .query_one(include_str!("../../sql/guard_idle.sql"), &[p(&idle)])
+            .await
+            .context("failed to bound how long the maintenance lock outlives a silent run")?;
+        keep(client.clone());
         return Ok(LockScope::Run);
     }
     let holder = client
@@ -120,4 +135,27 @@ pub async fn acquire(client: &Session, table: &KeyTable, class: LockClass) -> Re
          when it has finished"
     );
     Err(fail(Exit::LockBusy, message))
+}
+
+/// Ping the session that holds the lock four times per its idle limit while the run holds the
+/// session (the keeper's copy aside), so the server's idle_session_timeout ends it only once the
+/// run is gone or silent. The keeper stops when the run has let the session go or lost it.
+fn keep(session: Session) {
+    let every = (session.idle_limit() / 4).max(std::time::Duration::from_millis(100));
+    let tick = every.min(std::time::Duration::from_millis(250));
+    tokio::spawn(async move {
+        let mut since = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(tick).await;
+            if session.only_holder() || session.lost() {
+                return;
+            }
+            if since.elapsed() >= every {
+                // A server error (a transaction of the run's aborted) is no reason to stop; a lost
+                // connection is seen above.
+                let _ = session.query_one("SELECT 1", &[]).await;
+                since = std::time::Instant::now();
+            }
+        }
+    });
 }

@@ -24,35 +24,16 @@ pub(crate) use table::{KeyLookup, KeyTable};
 
 use std::time::Duration;
 
-use crate::exit::{Exit, fail};
-
-/// Await a statement with a client-side deadline. Each batch statement runs in autocommit, so it
-/// is its own short transaction: committed, or rolled back by the server on any error. The deadline
-/// guards against a dead network path, which the server-side statement_timeout cannot see.
+/// Await a batch statement. The session bounds every round trip with its deadline (see
+/// [`Session`]); `deadline` is that same deadline, kept here only as a backstop a little later, so
+/// the session is the one that gives the connection up. Each batch statement runs in autocommit,
+/// so it is its own short transaction: committed, or rolled back by the server on any error.
 pub async fn with_deadline<T>(
     deadline: Duration,
-    work: impl std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
-    match tokio::time::timeout(deadline, work).await {
-        Ok(r) => r.map_err(|e| connection_context(e.into())),
-        Err(_) => Err(fail(
-            Exit::Failure,
-            format!(
-                "no answer from the server within {}; giving up on this connection",
-                crate::output::human_secs(deadline.as_secs_f64())
-            ),
-        )),
-    }
-}
-
-fn connection_context(e: anyhow::Error) -> anyhow::Error {
-    let closed = e.chain().any(|c| {
-        c.downcast_ref::<tokio_postgres::Error>()
-            .is_some_and(tokio_postgres::Error::is_closed)
-    });
-    if closed {
-        e.context("lost the connection to the server; the batch in flight was rolled back and the next run continues")
-    } else {
-        e
+    match tokio::time::timeout(deadline + Duration::from_secs(1), work).await {
+        Ok(r) => r,
+        Err(_) => Err(anyhow::Error::new(session::Lost::NoAnswer(deadline))),
     }
 }

@@ -124,7 +124,7 @@ pub async fn probe(client: &Session, table: &KeyTable, partition: &Partition) ->
 pub async fn set_local_lock_timeout(
     client: &Session,
     timeout: std::time::Duration,
-) -> Result<(), tokio_postgres::Error> {
+) -> anyhow::Result<()> {
     client
         .batch_execute(&format!(
             "SET LOCAL lock_timeout = '{}ms'",
@@ -138,7 +138,7 @@ pub async fn detach(
     client: &Session,
     table: &KeyTable,
     partition: &Partition,
-) -> Result<(), tokio_postgres::Error> {
+) -> anyhow::Result<()> {
     client
         .batch_execute(&partition.sql(table, DETACH_SQL))
         .await
@@ -149,11 +149,11 @@ pub async fn drop_detached(
     client: &Session,
     table: &KeyTable,
     partition: &Partition,
-) -> Result<(), tokio_postgres::Error> {
+) -> anyhow::Result<()> {
     client.batch_execute(&partition.sql(table, DROP_SQL)).await
 }
 
 /// Start the transaction that detaches, proves and drops one partition.
-pub async fn begin(client: &Session) -> Result<(), tokio_postgres::Error> {
+pub async fn begin(client: &Session) -> anyhow::Result<()> {
     client.begin("BEGIN").await
 }

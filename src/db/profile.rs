@@ -4,6 +4,14 @@
 //! [`Profile::render`] fills them in, quoting identifiers. Markers that a partial index must match
 //! (`state = 'in_progress'`) are spliced as escaped literals, because a bound parameter cannot prove
 //! a partial index's predicate in a generic plan; every value the operator passes stays bound.
+//!
+//! A table whose times are `timestamp without time zone` is read in the zone the application writes
+//! them in (`time_zone`, `--time-zone`): `{zone}` is then ` AT TIME ZONE 'Zone'`, which turns the
+//! clock or a bound `timestamptz` into the columns' type where a statement compares it with a
+//! column (so the column stays bare and its index usable), and turns a column into `timestamptz`
+//! where a statement returns it. On a `timestamptz` table `{zone}` is empty. A statement that
+//! returns a time column under the column's own name orders by the table-qualified column
+//! (`{table}.{expiry}`): ORDER BY would take a bare name for the converted output column.
 
 use std::time::Duration;
 
@@ -42,6 +50,9 @@ pub enum InFlight {
         #[serde(skip)]
         parsed: Pred,
     },
+    /// No in-flight marker (the row exists only once answered, or its state is opaque): no key is
+    /// ever in flight, every expired key is evictable, reclaim has nothing to do.
+    None,
 }
 
 /// When a key expires.
@@ -85,6 +96,13 @@ pub struct Profile {
     pub fingerprint: Option<(String, FingerprintKind)>,
     pub response_status: Option<String>,
     pub response_body: Option<String>,
+    /// The zone a table's `timestamp without time zone` columns are written in (an IANA name,
+    /// checked by the server), from the mapping's `time_zone`, `--time-zone` or IDEMCTL_TIME_ZONE.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// The table's time columns are `timestamp without time zone` (from the catalog).
+    #[serde(skip)]
+    pub naive_times: bool,
     /// The reclaim actions that are safe on this table, the default first.
     pub actions: Vec<Action>,
     /// The SQL types of the tenant and key columns (from the catalog), to cast bound text to.
@@ -92,6 +110,9 @@ pub struct Profile {
     pub tenant_type: String,
     #[serde(skip)]
     pub key_type: String,
+    /// The response body column's base type (jsonb, json, text, character varying or bytea).
+    #[serde(skip)]
+    pub body_type: String,
     /// Why this profile was chosen (`--profile`, or the columns that matched).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub matched_because: String,
@@ -132,10 +153,13 @@ impl Profile {
             response_status: Some(s("response_status")),
             response_body: Some(s("response_body")),
             actions: vec![Action::Delete, Action::Fail],
+            time_zone: None,
+            naive_times: false,
             matched_because: String::new(),
             origin: None,
             tenant_type: s("text"),
             key_type: s("text"),
+            body_type: s("jsonb"),
         }
     }
 
@@ -158,10 +182,13 @@ impl Profile {
             response_status: Some(s("response_status")),
             response_body: Some(s("response_body")),
             actions: vec![Action::Delete, Action::Fail],
+            time_zone: None,
+            naive_times: false,
             matched_because: String::new(),
             origin: None,
             tenant_type: s("text"),
             key_type: s("text"),
+            body_type: s("jsonb"),
         }
     }
 
@@ -189,10 +216,13 @@ impl Profile {
             response_status: Some(s("response_code")),
             response_body: Some(s("response_body")),
             actions: vec![Action::Release],
+            time_zone: None,
+            naive_times: false,
             matched_because: String::new(),
             origin: None,
             tenant_type: s("text"),
             key_type: s("text"),
+            body_type: s("jsonb"),
         }
     }
 
@@ -214,6 +244,11 @@ impl Profile {
         }
     }
 
+    /// Whether the response body column holds JSON (json or jsonb).
+    pub fn body_is_json(&self) -> bool {
+        matches!(self.body_type.as_str(), "json" | "jsonb")
+    }
+
     /// Give a `created_at + TTL` profile its TTL (a table with an expiry column ignores it).
     pub fn with_ttl(mut self, ttl: Option<Duration>) -> Profile {
         if let Expiry::CreatedPlusTtl { .. } = self.expiry {
@@ -229,11 +264,27 @@ impl Profile {
     pub fn required_columns(&self) -> Vec<(String, &'static [&'static str])> {
         const TEXT: &[&str] = &["text", "character varying", "uuid"];
         const TENANT: &[&str] = &["text", "character varying", "uuid", "bigint", "integer"];
-        const TS: &[&str] = &["timestamp with time zone"];
+        // Without a zone, `timestamp without time zone` is refused by [`Profile::time_problem`].
+        const TS: &[&str] = &["timestamp with time zone", "timestamp without time zone"];
         const INT: &[&str] = &["integer", "smallint"];
         const JSON: &[&str] = &["jsonb", "json"];
+        const BODY: &[&str] = &["jsonb", "json", "text", "character varying", "bytea"];
+        const KEY: &[&str] = &[
+            "text",
+            "character varying",
+            "character",
+            "uuid",
+            "bigint",
+            "integer",
+            "smallint",
+            "bytea",
+        ];
         const ANY: &[&str] = &[];
-        let mut out = vec![(self.key.clone(), TEXT), (self.created_at.clone(), TS)];
+        // The built-in profiles keep the types they were written for (the explainer compares its
+        // body as jsonb); a mapping takes any key and body type idemctl can read.
+        let mapped = self.origin.is_some();
+        let (key_types, body_types) = if mapped { (KEY, BODY) } else { (TEXT, JSON) };
+        let mut out = vec![(self.key.clone(), key_types), (self.created_at.clone(), TS)];
         let mut opt = |c: &Option<String>, t: &'static [&'static str]| {
             if let Some(c) = c {
                 out.push((c.clone(), t));
@@ -244,7 +295,7 @@ impl Profile {
         opt(&self.request_method, &["text", "character varying"]);
         opt(&self.request_path, &["text", "character varying"]);
         opt(&self.response_status, INT);
-        opt(&self.response_body, JSON);
+        opt(&self.response_body, body_types);
         if let Expiry::Column { column } = &self.expiry {
             out.push((column.clone(), TS));
         }
@@ -256,7 +307,7 @@ impl Profile {
             InFlight::Mapped { parsed, .. } => {
                 out.extend(parsed.columns().into_iter().map(|c| (c, ANY)));
             }
-            InFlight::Predicate { .. } => {}
+            InFlight::Predicate { .. } | InFlight::None => {}
         }
         if let Some((c, _)) = &self.fingerprint {
             // A raw digest (bytea) or its hex text: which one is read from the catalog.
@@ -276,7 +327,7 @@ impl Profile {
             .filter_map(
                 |(name, types)| match columns.iter().find(|c| c.name == name) {
                     None => Some((name, None, types)),
-                    Some(c) if types.is_empty() || types.contains(&c.sql_type.as_str()) => None,
+                    Some(c) if types.is_empty() || types.contains(&c.base_type.as_str()) => None,
                     Some(c) => Some((name, Some(c.sql_type.clone()), types)),
                 },
             )
@@ -309,6 +360,103 @@ impl Profile {
         matches!(self.expiry, Expiry::CreatedPlusTtl { .. })
     }
 
+    /// ` AT TIME ZONE 'Zone'` on a table of `timestamp without time zone` columns, empty on a
+    /// `timestamptz` one; None when the zone a naive table needs was not declared (statements that
+    /// name `{zone}` are then left unfilled, and never run: [`Profile::time_problem`] refuses first).
+    fn zone(&self) -> Option<String> {
+        match (self.naive_times, &self.time_zone) {
+            (false, _) => Some(String::new()),
+            (true, Some(z)) => Some(format!(" AT TIME ZONE {}", literal(z))),
+            (true, None) => None,
+        }
+    }
+
+    /// The SQL type of the table's time columns.
+    fn time_type(&self) -> &'static str {
+        if self.naive_times {
+            "timestamp"
+        } else {
+            "timestamptz"
+        }
+    }
+
+    /// The time columns the profile names: creation, lock and expiry.
+    pub fn time_columns(&self) -> Vec<&str> {
+        let mut out = vec![self.created_at.as_str()];
+        out.extend(self.locked_at.as_deref());
+        if let Expiry::Column { column } = &self.expiry {
+            out.push(column);
+        }
+        out
+    }
+
+    /// Why the table's time columns cannot be read, given the catalog: a mix of `timestamptz`
+    /// and `timestamp without time zone`, or the latter without a declared zone (naming the key
+    /// that declares it, as `origin` says where the mapping lives).
+    pub fn time_problem(&self, columns: &[Column]) -> Option<String> {
+        let naive: Vec<&str> = self
+            .time_columns()
+            .into_iter()
+            .filter(|c| {
+                columns
+                    .iter()
+                    .any(|k| &k.name == c && k.base_type == "timestamp without time zone")
+            })
+            .collect();
+        if naive.is_empty() {
+            return None;
+        }
+        if naive.len() < self.time_columns().len() {
+            return Some(format!(
+                "column {} is timestamp without time zone while the other time columns are timestamp with time zone; idemctl reads a table's times in one kind: map columns of one kind",
+                naive.join(", column ")
+            ));
+        }
+        if self.time_zone.is_some() {
+            return None;
+        }
+        let key = match &self.origin {
+            Some(origin) => format!("time_zone = \"UTC\" in the mapping ({origin})"),
+            None => "time_zone = \"UTC\" in a config file".to_owned(),
+        };
+        Some(format!(
+            "column {} is timestamp without time zone, which holds no zone: declare the zone the application writes it in with {key}, --time-zone or IDEMCTL_TIME_ZONE (any IANA name, e.g. UTC)",
+            naive.join(", column ")
+        ))
+    }
+
+    /// The role a column plays in this profile (`key`, `tenant`, ...), None for a column it does not
+    /// map; a column read by the in-flight marker is `in_flight`.
+    pub fn role_of(&self, column: &str) -> Option<&'static str> {
+        let is = |c: &Option<String>| c.as_deref() == Some(column);
+        Some(match () {
+            _ if self.key == column => "key",
+            _ if is(&self.tenant) => "tenant",
+            _ if self.created_at == column => "created_at",
+            _ if matches!(&self.expiry, Expiry::Column { column: c } if c == column) => {
+                "expires_at"
+            }
+            _ if is(&self.locked_at) => "locked_at",
+            _ if is(&self.request_method) => "request_method",
+            _ if is(&self.request_path) => "request_path",
+            _ if self.fingerprint.as_ref().is_some_and(|(c, _)| c == column) => "fingerprint",
+            _ if is(&self.response_status) => "response_status",
+            _ if is(&self.response_body) => "response_body",
+            _ => match &self.in_flight {
+                InFlight::State { column: c, .. } if c == column => "in_flight",
+                InFlight::Mapped { parsed, .. } if parsed.columns().iter().any(|c| c == column) => {
+                    "in_flight"
+                }
+                _ => return None,
+            },
+        })
+    }
+
+    /// Whether the table tells a key in flight from a finished one (a mapping may have no marker).
+    pub fn has_in_flight_marker(&self) -> bool {
+        self.in_flight != InFlight::None
+    }
+
     /// The in-flight predicate, unqualified, as an index predicate would read.
     fn in_flight_sql(&self, q: &dyn Fn(&str) -> String) -> String {
         match &self.in_flight {
@@ -317,6 +465,7 @@ impl Profile {
             } => in_values(&q(column), in_flight),
             InFlight::Predicate { in_flight, .. } => qualify(in_flight, q),
             InFlight::Mapped { parsed, .. } => parsed.render(q),
+            InFlight::None => "false".to_owned(),
         }
     }
 
@@ -325,6 +474,7 @@ impl Profile {
             InFlight::State { column, done, .. } => in_values(&q(column), done),
             InFlight::Predicate { done, .. } => qualify(done, q),
             InFlight::Mapped { parsed, .. } => format!("{} IS NOT TRUE", parsed.render(q)),
+            InFlight::None => "true".to_owned(),
         }
     }
 
@@ -345,16 +495,25 @@ impl Profile {
             c.as_deref()
                 .map_or_else(|| format!("NULL::{ty}"), |c| format!("{}::{ty}", q(c)))
         };
-        let cutoff = || match &self.expiry {
-            Expiry::Column { .. } => Some("now()".to_owned()),
-            Expiry::CreatedPlusTtl { ttl, .. } => {
+        let zone = self.zone();
+        let ts = self.time_type();
+        let cutoff = || match (&self.expiry, zone.as_deref()?) {
+            (Expiry::Column { .. }, "") => Some("now()".to_owned()),
+            (Expiry::Column { .. }, zone) => Some(format!("(now(){zone})")),
+            (Expiry::CreatedPlusTtl { ttl, .. }, "") => {
                 ttl.map(|t| format!("(now() - make_interval(secs => {}))", t.as_secs_f64()))
             }
+            (Expiry::CreatedPlusTtl { ttl, .. }, zone) => ttl.map(|t| {
+                format!(
+                    "((now() - make_interval(secs => {})){zone})",
+                    t.as_secs_f64()
+                )
+            }),
         };
         let locked = self
             .locked_at
             .as_deref()
-            .map_or_else(|| "NULL::timestamptz".to_owned(), &q);
+            .map_or_else(|| format!("NULL::{ts}"), &q);
         Some(match role {
             "table" if alias.is_none() => table.to_owned(),
             "key" => q(&self.key),
@@ -370,7 +529,7 @@ impl Profile {
                 Expiry::Column { column } => q(column),
                 // Without a TTL a key's expiry is unknown: shown as NULL (inspect), while
                 // {cutoff} stays unfilled so nothing that acts on expiry can run.
-                Expiry::CreatedPlusTtl { ttl: None, .. } => "NULL::timestamptz".to_owned(),
+                Expiry::CreatedPlusTtl { ttl: None, .. } => format!("NULL::{ts}"),
                 Expiry::CreatedPlusTtl { ttl: Some(t), .. } => format!(
                     "({} + make_interval(secs => {}))",
                     q(&self.created_at),
@@ -386,6 +545,7 @@ impl Profile {
             // idemctl's states, from the profile's own definition of in flight and done (as
             // evict and reclaim read it): in_progress, released (rocket-rides: unfinished, lock
             // cleared), completed; a value of a state column that is neither stays as stored.
+            "state" if self.in_flight == InFlight::None => "'unmarked'::text".to_owned(),
             "state" => {
                 let released = match &self.in_flight {
                     InFlight::Predicate {
@@ -395,7 +555,9 @@ impl Profile {
                 };
                 let other = match &self.in_flight {
                     InFlight::State { column, .. } => format!("{}::text", q(column)),
-                    InFlight::Predicate { .. } | InFlight::Mapped { .. } => "'other'".to_owned(),
+                    InFlight::Predicate { .. } | InFlight::Mapped { .. } | InFlight::None => {
+                        "'other'".to_owned()
+                    }
                 };
                 format!(
                     "(CASE WHEN {} THEN 'in_progress' {released}WHEN {} THEN 'completed' ELSE {other} END)",
@@ -411,38 +573,62 @@ impl Profile {
                 None => "NULL::text".to_owned(),
             },
             "response_status" => or_null(&self.response_status, "int"),
-            "response_body" => or_null(&self.response_body, "text"),
+            // Bytes stay bytes (inspect tells text from binary); every other type reads as text.
+            "response_body" => match &self.response_body {
+                Some(c) if self.body_type == "bytea" => q(c),
+                c => or_null(c, "text"),
+            },
             "fail_state" => match &self.in_flight {
                 InFlight::State { column, done, .. } => format!(
                     "{} = {},",
                     quote_ident(column),
                     literal(done.first().map_or("completed", String::as_str))
                 ),
-                InFlight::Predicate { .. } | InFlight::Mapped { .. } => String::new(),
+                InFlight::Predicate { .. } | InFlight::Mapped { .. } | InFlight::None => {
+                    String::new()
+                }
             },
             "response_status_col" => quote_ident(self.response_status.as_deref()?),
             "response_body_col" => quote_ident(self.response_body.as_deref()?),
             "locked_at_col" => quote_ident(self.locked_at.as_deref()?),
+            r if r.starts_with("fail_body_p") => {
+                // reclaim --action fail's error body ($N, JSON) as the body column's type; on a
+                // table without an expiry column it also references --keep-failed-for ($K), a
+                // no-op there, so every profile binds the same parameters.
+                let (n, k) = r["fail_body_p".len()..].split_once("_k")?;
+                let (n, k): (u32, u32) = (n.parse().ok()?, k.parse().ok()?);
+                let json = match &self.expiry {
+                    Expiry::Column { .. } => format!("${n}::jsonb"),
+                    Expiry::CreatedPlusTtl { .. } => format!(
+                        "(CASE WHEN ${k}::float8 > 0 THEN ${n}::jsonb ELSE ${n}::jsonb END)"
+                    ),
+                };
+                match self.body_type.as_str() {
+                    "json" => format!("{json}::json"),
+                    "text" | "character varying" => format!("{json}::text"),
+                    "bytea" => format!("convert_to({json}::text, 'UTF8')"),
+                    _ => json,
+                }
+            }
             r if r.starts_with("keep_failed_p") => {
                 // reclaim --action fail keeps the stored error at least --keep-failed-for (the
                 // parameter numbered after `_p`) by moving the expiry column. A table without one
                 // keeps it until created_at + TTL; the parameter is still referenced (as a no-op
                 // on the body, a JSON object) so every profile binds the same parameters.
                 let n: u32 = r["keep_failed_p".len()..].parse().ok()?;
+                let zone = zone?;
                 match &self.expiry {
                     Expiry::Column { column } => {
                         let c = quote_ident(column);
                         format!(
-                            ",\n           {c} = CASE WHEN ${n}::float8 > 0\n                THEN greatest({c}, now() + make_interval(secs => ${n}::float8))\n                ELSE {c} END"
+                            ",\n           {c} = CASE WHEN ${n}::float8 > 0\n                THEN greatest({c}, (now() + make_interval(secs => ${n}::float8)){zone})\n                ELSE {c} END"
                         )
                     }
-                    Expiry::CreatedPlusTtl { .. } => {
-                        format!(
-                            " || (CASE WHEN ${n}::float8 > 0 THEN '{{}}' ELSE '{{}}' END)::jsonb"
-                        )
-                    }
+                    // Referenced by {fail_body_pN_kK} instead.
+                    Expiry::CreatedPlusTtl { .. } => String::new(),
                 }
             }
+            "zone" if alias.is_none() => zone?,
             "tenant_type" => self.tenant_type.clone(),
             "key_type" => self.key_type.clone(),
             _ => return None,
@@ -514,7 +700,7 @@ impl Profile {
         }
         match &self.in_flight {
             InFlight::State { column, .. } => cols.push((column.clone(), "in-flight state")),
-            InFlight::Predicate { .. } | InFlight::Mapped { .. } => {
+            InFlight::Predicate { .. } | InFlight::Mapped { .. } | InFlight::None => {
                 cols.extend(self.response_status.clone().map(|c| (c, "response status")));
                 cols.extend(self.response_body.clone().map(|c| (c, "response body")));
                 cols.extend(self.locked_at.clone().map(|c| (c, "lock time")));
@@ -633,13 +819,6 @@ fn qualify(pred: &str, q: &dyn Fn(&str) -> String) -> String {
     out
 }
 
-/// Why a column type no mapping can make usable is unsupported, for the messages that name it.
-pub fn unsupported_type(found: &str) -> Option<&'static str> {
-    (found == "timestamp without time zone").then_some(
-        "idemctl does not support it: it holds no time zone, so its times cannot be compared with the database clock (now()) without guessing one",
-    )
-}
-
 /// The outcome of matching the built-in profiles against a table's columns.
 pub enum Detected {
     Found(Box<Profile>),
@@ -679,9 +858,8 @@ pub fn detect(columns: &[Column]) -> Detected {
                 .filter_map(|(c, found, types)| {
                     let found = found.as_deref()?;
                     Some(format!(
-                        "column {c} as {} (it is {found}{})",
-                        types.join(" or "),
-                        unsupported_type(found).map_or(String::new(), |why| format!("; {why}"))
+                        "column {c} as {} (it is {found})",
+                        types.join(" or ")
                     ))
                 })
                 .collect();
@@ -696,13 +874,7 @@ mod tests {
     use super::*;
 
     fn cols(names: &[(&str, &str)]) -> Vec<Column> {
-        names
-            .iter()
-            .map(|(n, t)| Column {
-                name: (*n).to_owned(),
-                sql_type: (*t).to_owned(),
-            })
-            .collect()
+        names.iter().map(|(n, t)| Column::new(n, t)).collect()
     }
 
     #[test]
@@ -743,6 +915,28 @@ mod tests {
         assert_eq!(
             e.render("{r.in_flight}", "t"),
             "(r.response_status = 202 AND r.response_body = '{\"status\": \"processing\"}'::jsonb)"
+        );
+    }
+
+    #[test]
+    fn a_type_modifier_is_accepted_wherever_its_base_type_is() {
+        let mut columns = cols(&[
+            ("key", "character varying"),
+            ("request_hash", "character varying"),
+            ("response_status", "integer"),
+            ("response_body", "jsonb"),
+            ("created_at", "timestamp with time zone"),
+            ("locked_at", "timestamp with time zone"),
+        ]);
+        columns[0].sql_type = "character varying(255)".into();
+        columns[4].sql_type = "timestamp(6) with time zone".into();
+        assert!(Profile::explainer().column_problems(&columns).is_empty());
+        columns[0].base_type = "integer".into();
+        assert_eq!(
+            Profile::explainer().column_problems(&columns)[0]
+                .1
+                .as_deref(),
+            Some("character varying(255)")
         );
     }
 

@@ -170,6 +170,13 @@ pub struct Stuck {
 
 /// Stuck in_progress keys, exact up to `cap`. The caller decides whether a scan is acceptable.
 pub async fn stuck(client: &Session, table: &KeyTable, after_secs: f64, cap: i64) -> Result<Stuck> {
+    if !table.profile.has_in_flight_marker() {
+        // No key is ever in flight: none is stuck, and nothing need be read to say so.
+        return Ok(Stuck {
+            count: Capped::from_raw(0, cap),
+            oldest_since: None,
+        });
+    }
     let r = client
         .query_one(
             &table.sql(include_str!("../../sql/stuck_count.sql")),

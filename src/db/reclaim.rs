@@ -98,6 +98,10 @@ pub(crate) fn fits_type(value: &str, ty: &str) -> bool {
         "bigint" => value.trim().parse::<i64>().is_ok(),
         "integer" => value.trim().parse::<i32>().is_ok(),
         "smallint" => value.trim().parse::<i16>().is_ok(),
+        // As psql prints it: \x and an even number of hex digits.
+        "bytea" => value
+            .strip_prefix("\\x")
+            .is_some_and(|hex| hex.len() % 2 == 0 && hex.chars().all(|c| c.is_ascii_hexdigit())),
         "uuid" => {
             let hex: Vec<char> = value
                 .chars()

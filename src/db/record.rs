@@ -46,6 +46,66 @@ impl Serialize for StoredFingerprint {
     }
 }
 
+/// A stored response body, as its column holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredBody {
+    /// A json or jsonb column: JSON text as the server prints it (numbers never parsed).
+    Json(String),
+    /// A text or varchar column.
+    Text(String),
+    /// A bytea column: the bytes exactly.
+    Bytes(Vec<u8>),
+}
+
+impl StoredBody {
+    /// The body as text when it is text, JSON, or bytes that are valid UTF-8.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            StoredBody::Json(t) | StoredBody::Text(t) => Some(t),
+            StoredBody::Bytes(b) => std::str::from_utf8(b).ok(),
+        }
+    }
+
+    /// Whether the body's text parses as JSON.
+    pub fn is_json(&self) -> bool {
+        match self {
+            StoredBody::Json(_) => true,
+            _ => self
+                .as_text()
+                .is_some_and(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).is_ok()),
+        }
+    }
+
+    /// How `-o json` carries it: `json` (spliced as is), `text` (a string), `utf8` (bytea that is
+    /// valid UTF-8, as a string) or `hex` (other bytea, as lowercase hex).
+    pub fn encoding(&self) -> &'static str {
+        match self {
+            StoredBody::Json(_) => "json",
+            StoredBody::Text(_) => "text",
+            StoredBody::Bytes(b) if std::str::from_utf8(b).is_ok() => "utf8",
+            StoredBody::Bytes(_) => "hex",
+        }
+    }
+
+    /// The column's SQL type, in words.
+    pub fn column_kind(&self) -> &'static str {
+        match self {
+            StoredBody::Json(_) => "json",
+            StoredBody::Text(_) => "text",
+            StoredBody::Bytes(_) => "bytea",
+        }
+    }
+}
+
+/// One column of the stored row, its value as the server prints it (None for NULL).
+#[derive(Debug, Clone, Serialize)]
+pub struct RowColumn {
+    pub column: String,
+    /// The role the profile gives it (None: a column the profile does not map).
+    pub role: Option<&'static str>,
+    pub value: Option<String>,
+}
+
 /// A key's stored record.
 #[derive(Debug, Clone, Serialize)]
 pub struct KeyRecord {
@@ -59,9 +119,9 @@ pub struct KeyRecord {
     pub request_fingerprint: Option<StoredFingerprint>,
     pub state: String,
     pub response_status: Option<i32>,
-    /// The stored body as the server prints it (JSON text, kept exact: numbers are never parsed).
+    /// The stored body, exact (JSON text as the server prints it; bytes as stored).
     #[serde(skip)]
-    pub response_body: Option<String>,
+    pub response_body: Option<StoredBody>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub locked_at: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339")]
@@ -69,6 +129,12 @@ pub struct KeyRecord {
     /// None on a table whose keys expire a TTL after creation when no TTL was given.
     #[serde(with = "time::serde::rfc3339::option")]
     pub expires_at: Option<OffsetDateTime>,
+    /// The zone the table's `timestamp without time zone` columns were read in (None for
+    /// timestamptz columns); every time above is that local time turned into an instant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    /// Every column of the row, in the table's order, mapped ones labelled by role.
+    pub row: Vec<RowColumn>,
     /// The database clock when the record was read; every age is relative to it.
     #[serde(with = "time::serde::rfc3339")]
     pub db_now: OffsetDateTime,
@@ -87,7 +153,8 @@ pub struct KeyRecord {
 impl KeyRecord {
     /// Build a record from a row of the inspect statements (`held` is filled in by
     /// [`KeyRecord::check_holder`]).
-    pub fn from_row(row: &Row, has_tenant: bool) -> Result<KeyRecord> {
+    pub fn from_row(row: &Row, table: &KeyTable) -> Result<KeyRecord> {
+        let has_tenant = table.profile.tenant.is_some();
         let fingerprint = match row
             .columns()
             .iter()
@@ -113,10 +180,16 @@ impl KeyRecord {
             request_fingerprint: fingerprint,
             state: row.try_get("state")?,
             response_status: row.try_get("response_status")?,
-            response_body: row.try_get("response_body")?,
+            response_body: body(row, table)?,
             locked_at: row.try_get("locked_at")?,
             created_at: row.try_get("created_at")?,
             expires_at: row.try_get("expires_at")?,
+            row: whole_row(row, table)?,
+            time_zone: table
+                .profile
+                .naive_times
+                .then(|| table.profile.time_zone.clone())
+                .flatten(),
             db_now: row.try_get("db_now")?,
             stuck: row.try_get::<_, Option<bool>>("stuck")?.unwrap_or(false),
             held: false,
@@ -169,6 +242,43 @@ impl KeyRecord {
     }
 }
 
+/// Every column of an inspect row (`row_columns`, `row_values`), each labelled with its role.
+fn whole_row(row: &Row, table: &KeyTable) -> Result<Vec<RowColumn>> {
+    let names: Option<Vec<String>> = row.try_get("row_columns")?;
+    let values: Option<Vec<Option<String>>> = row.try_get("row_values")?;
+    Ok(names
+        .unwrap_or_default()
+        .into_iter()
+        .zip(values.unwrap_or_default())
+        .map(|(column, value)| RowColumn {
+            role: table.profile.role_of(&column),
+            column,
+            value,
+        })
+        .collect())
+}
+
+/// The `response_body` of an inspect row, typed by its column.
+fn body(row: &Row, table: &KeyTable) -> Result<Option<StoredBody>> {
+    let bytes = row
+        .columns()
+        .iter()
+        .any(|c| c.name() == "response_body" && *c.type_() == Type::BYTEA);
+    if bytes {
+        return Ok(row
+            .try_get::<_, Option<Vec<u8>>>("response_body")?
+            .map(StoredBody::Bytes));
+    }
+    let text: Option<String> = row.try_get("response_body")?;
+    Ok(text.map(|t| {
+        if table.profile.body_is_json() {
+            StoredBody::Json(t)
+        } else {
+            StoredBody::Text(t)
+        }
+    }))
+}
+
 /// Where a row's 32-bit xmax stands relative to the snapshot's xmax (the first transaction id not
 /// yet completed when the statement's snapshot was taken).
 #[derive(Debug, PartialEq, Eq)]
@@ -215,10 +325,7 @@ pub async fn by_tenant(
         .query(&sql, &[p(&tenant), p(&key), p(&stuck_secs)])
         .await
         .context("failed to read the key")?;
-    let has_tenant = table.profile.tenant.is_some();
-    rows.iter()
-        .map(|r| KeyRecord::from_row(r, has_tenant))
-        .collect()
+    rows.iter().map(|r| KeyRecord::from_row(r, table)).collect()
 }
 
 /// The records a lookup without a tenant found; `truncated` when it stopped at its tenant cap.
@@ -240,7 +347,7 @@ pub async fn by_key(
         .query(&sql, &[p(&key), p(&stuck_secs), p(&listed)])
         .await
         .context("failed to read the key")?;
-    found(&rows, table.profile.tenant.is_some())
+    found(&rows, table)
 }
 
 /// A key under every tenant when only a (tenant, key) index exists: the tenants are walked
@@ -257,10 +364,10 @@ pub async fn by_key_through_tenants(
         .query(&sql, &[p(&key), p(&stuck_secs), p(&probed)])
         .await
         .context("failed to read the key")?;
-    found(&rows, table.profile.tenant.is_some())
+    found(&rows, table)
 }
 
-fn found(rows: &[Row], has_tenant: bool) -> Result<Found> {
+fn found(rows: &[Row], table: &KeyTable) -> Result<Found> {
     let truncated = rows
         .first()
         .and_then(|r| r.try_get::<_, bool>("truncated").ok())
@@ -268,7 +375,7 @@ fn found(rows: &[Row], has_tenant: bool) -> Result<Found> {
     Ok(Found {
         records: rows
             .iter()
-            .map(|r| KeyRecord::from_row(r, has_tenant))
+            .map(|r| KeyRecord::from_row(r, table))
             .collect::<Result<_>>()?,
         truncated,
     })

@@ -11,12 +11,17 @@
 //!   outside [`Session::begin`] is then wrapped in `BEGIN; SET LOCAL ...; <statement>; COMMIT`,
 //!   pipelined, so it still costs one round trip.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Result;
 
 use time::OffsetDateTime;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Error, Row, SimpleQueryMessage};
+
+use crate::conn::Line;
 
 /// A parameter and its PostgreSQL type; make one with [`p`].
 pub type Param<'a> = (&'a (dyn ToSql + Sync), Type);
@@ -65,8 +70,13 @@ impl<T: Typed> Typed for Option<T> {
     }
 }
 
-/// One connection of idemctl's, with the rules above.
-pub struct Session {
+/// One connection of idemctl's, with the rules above. Every round trip has a deadline (see
+/// [`crate::conn::Line`]): a connection that gives no answer in time is given up, and every later
+/// statement on it fails at once. Clones share the connection (a lock's keeper pings it).
+#[derive(Clone)]
+pub struct Session(Arc<Inner>);
+
+struct Inner {
     client: deadpool_postgres::Object,
     /// Behind a transaction pooler: nothing session-level, ever.
     pooled: bool,
@@ -74,50 +84,137 @@ pub struct Session {
     local: Mutex<Vec<(&'static str, String)>>,
     /// Inside [`Session::begin`] .. [`Session::commit`].
     in_transaction: AtomicBool,
+    line: Line,
+    /// Set when a round trip passed its deadline: the connection is given up.
+    given_up: AtomicBool,
+}
+
+/// The connection under a session was lost: no answer within the deadline, or it ended.
+#[derive(Debug, thiserror::Error)]
+pub enum Lost {
+    #[error(
+        "no answer from the server within {} (statement_timeout plus {}); the connection was given up",
+        crate::output::human_secs(.0.as_secs_f64()),
+        crate::output::human_secs(crate::conn::ANSWER_MARGIN.as_secs_f64())
+    )]
+    NoAnswer(Duration),
+    #[error("the server ended the connection: {0}")]
+    Ended(String),
 }
 
 impl Session {
     /// `pooled`: the server session is shared between transactions; `settings` are then applied
-    /// in each transaction (on an owned session they were set at login).
+    /// in each transaction (on an owned session they were set at login). `line`: the deadline of a
+    /// round trip and where the connection's end is recorded.
     pub fn new(
         client: deadpool_postgres::Object,
         pooled: bool,
         settings: Vec<(&'static str, String)>,
+        line: Line,
     ) -> Session {
-        Session {
+        Session(Arc::new(Inner {
             client,
             pooled,
             local: Mutex::new(if pooled { settings } else { Vec::new() }),
             in_transaction: AtomicBool::new(false),
-        }
+            line,
+            given_up: AtomicBool::new(false),
+        }))
     }
 
     /// Whether the server session is shared between transactions (a transaction pooler).
     pub fn pooled(&self) -> bool {
-        self.pooled
+        self.0.pooled
     }
 
-    /// The driver's client, for what is not a statement (a cancel token).
-    pub fn client(&self) -> &tokio_postgres::Client {
-        &self.client
+    /// The deadline of one round trip on this session.
+    pub fn deadline(&self) -> Duration {
+        self.0.line.deadline
+    }
+
+    /// How long the server may keep this session when idemctl has gone silent (the
+    /// idle_in_transaction_session_timeout idemctl sets; see `db::lock`).
+    pub fn idle_limit(&self) -> Duration {
+        self.0.line.idle
+    }
+
+    /// Whether no other copy of this session is left (the run has let it go).
+    pub fn only_holder(&self) -> bool {
+        Arc::strong_count(&self.0) == 1
+    }
+
+    /// Whether the connection was given up or has ended.
+    pub fn lost(&self) -> bool {
+        self.0.given_up.load(Ordering::SeqCst) || self.0.client.is_closed()
+    }
+
+    fn client(&self) -> &deadpool_postgres::ClientWrapper {
+        &self.0.client
+    }
+
+    /// Await one round trip within the session's deadline; see [`Session::answered_within`].
+    async fn answered<T>(&self, work: impl Future<Output = Result<T, Error>>) -> Result<T> {
+        self.answered_within(self.deadline(), work).await
+    }
+
+    /// Await one round trip within `deadline`. A connection given up before fails at once; one
+    /// that gives no answer in time is given up ([`Lost::NoAnswer`]); one that ended carries the
+    /// server's reason and SQLSTATE ([`Lost::Ended`]) when the server gave one.
+    async fn answered_within<T>(
+        &self,
+        deadline: Duration,
+        work: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T> {
+        if self.0.given_up.load(Ordering::SeqCst) {
+            return Err(anyhow::Error::new(Lost::NoAnswer(self.deadline())));
+        }
+        // On the heap: the statements' futures nest deeply (a batch in a retry in a worker).
+        match tokio::time::timeout(deadline, Box::pin(work)).await {
+            Ok(Ok(done)) => Ok(done),
+            Ok(Err(e)) => Err(self.explained(e)),
+            Err(_) => {
+                self.0.given_up.store(true, Ordering::SeqCst);
+                Err(anyhow::Error::new(Lost::NoAnswer(deadline)))
+            }
+        }
+    }
+
+    /// A driver error, with the connection's end when that is what it means.
+    fn explained(&self, e: Error) -> anyhow::Error {
+        if e.as_db_error().is_some() || !(e.is_closed() || self.client().is_closed()) {
+            return anyhow::Error::new(e);
+        }
+        let reason = self
+            .0
+            .line
+            .ended
+            .reason()
+            .unwrap_or_else(|| "the connection was closed without a reason".to_owned());
+        anyhow::Error::new(e).context(Lost::Ended(reason))
     }
 
     /// Take the connection out of the pool and close it: a session that stopped answering is
     /// never handed out again (a recycling check would wait on it first).
     pub fn discard(self) {
-        drop(deadpool_postgres::Object::take(self.client));
+        self.0.given_up.store(true, Ordering::SeqCst);
+        if let Ok(inner) = Arc::try_unwrap(self.0) {
+            drop(deadpool_postgres::Object::take(inner.client));
+        }
     }
 
     /// Set a GUC for the rest of this session's work: `SET` on an owned session, `SET LOCAL` in
     /// each later transaction behind a pooler. `value` is idemctl's own (a duration, a keyword).
-    pub async fn set(&self, name: &'static str, value: &str) -> Result<(), Error> {
-        if !self.pooled {
+    pub async fn set(&self, name: &'static str, value: &str) -> Result<()> {
+        if !self.0.pooled {
             return self
-                .client
-                .batch_execute(&format!("SET {name} = {}", literal(value)))
+                .answered(
+                    self.client()
+                        .batch_execute(&format!("SET {name} = {}", literal(value))),
+                )
                 .await;
         }
         let mut local = self
+            .0
             .local
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -128,101 +225,120 @@ impl Session {
 
     /// `BEGIN ...` (e.g. `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`) followed, behind a
     /// pooler, by the session's `SET LOCAL`s. Statements up to [`Session::commit`] run in it.
-    pub async fn begin(&self, begin: &str) -> Result<(), Error> {
+    pub async fn begin(&self, begin: &str) -> Result<()> {
         let script = self.prelude(begin);
-        self.client.batch_execute(&script).await?;
-        self.in_transaction.store(true, Ordering::SeqCst);
+        self.answered(self.client().batch_execute(&script)).await?;
+        self.0.in_transaction.store(true, Ordering::SeqCst);
         Ok(())
     }
 
     /// End the transaction [`Session::begin`] started.
-    pub async fn commit(&self) -> Result<(), Error> {
-        self.in_transaction.store(false, Ordering::SeqCst);
-        self.client.batch_execute("COMMIT").await
+    pub async fn commit(&self) -> Result<()> {
+        self.0.in_transaction.store(false, Ordering::SeqCst);
+        self.answered(self.client().batch_execute("COMMIT")).await
     }
 
     /// Roll back the transaction [`Session::begin`] started.
-    pub async fn rollback(&self) -> Result<(), Error> {
-        self.in_transaction.store(false, Ordering::SeqCst);
-        self.client.batch_execute("ROLLBACK").await
+    pub async fn rollback(&self) -> Result<()> {
+        self.0.in_transaction.store(false, Ordering::SeqCst);
+        self.answered(self.client().batch_execute("ROLLBACK")).await
     }
 
     /// Roll back a transaction that failed and, in the same message (so on the same server
     /// session behind a pooler), run `cleanup` (e.g. a DEALLOCATE); its errors are ignored.
     pub async fn rollback_then(&self, cleanup: &str) {
-        self.in_transaction.store(false, Ordering::SeqCst);
-        let _ = self
-            .client
-            .batch_execute(&format!("ROLLBACK; {cleanup}"))
-            .await;
+        self.0.in_transaction.store(false, Ordering::SeqCst);
+        let script = format!("ROLLBACK; {cleanup}");
+        let _ = self.answered(self.client().batch_execute(&script)).await;
     }
 
     /// All rows of one statement.
-    pub async fn query(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, Error> {
-        self.scoped(self.client.query_typed(sql, params)).await
+    pub async fn query(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
+        self.scoped(self.client().query_typed(sql, params)).await
     }
 
     /// The one row of a statement that returns exactly one.
-    pub async fn query_one(&self, sql: &str, params: &[Param<'_>]) -> Result<Row, Error> {
-        self.scoped(self.client.query_typed_one(sql, params)).await
+    pub async fn query_one(&self, sql: &str, params: &[Param<'_>]) -> Result<Row> {
+        self.scoped(self.client().query_typed_one(sql, params))
+            .await
     }
 
     /// The row of a statement that returns at most one.
-    pub async fn query_opt(&self, sql: &str, params: &[Param<'_>]) -> Result<Option<Row>, Error> {
-        self.scoped(self.client.query_typed_opt(sql, params)).await
+    pub async fn query_opt(&self, sql: &str, params: &[Param<'_>]) -> Result<Option<Row>> {
+        self.scoped(self.client().query_typed_opt(sql, params))
+            .await
     }
 
     /// Rows a statement changed.
-    pub async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, Error> {
-        self.scoped(self.client.execute_typed(sql, params)).await
+    pub async fn execute(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
+        self.scoped(self.client().execute_typed(sql, params)).await
     }
 
     /// A hot statement (a batch): on a session idemctl owns, prepared once and reused (its generic
     /// plan, no parse per batch); behind a pooler, like [`Session::query`].
-    pub async fn query_reused(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>, Error> {
-        if self.pooled {
+    pub async fn query_reused(&self, sql: &str, params: &[Param<'_>]) -> Result<Vec<Row>> {
+        if self.0.pooled {
             return self.query(sql, params).await;
         }
         let (types, values) = split(params);
-        let statement = self.client.prepare_typed_cached(sql, &types).await?;
-        self.client.query(&statement, &values).await
+        let client = self.client();
+        self.answered(async {
+            let statement = client.prepare_typed_cached(sql, &types).await?;
+            client.query(&statement, &values).await
+        })
+        .await
     }
 
     /// Like [`Session::query_reused`], for a statement without rows: how many it changed.
-    pub async fn execute_reused(&self, sql: &str, params: &[Param<'_>]) -> Result<u64, Error> {
-        if self.pooled {
+    pub async fn execute_reused(&self, sql: &str, params: &[Param<'_>]) -> Result<u64> {
+        if self.0.pooled {
             return self.execute(sql, params).await;
         }
         let (types, values) = split(params);
-        let statement = self.client.prepare_typed_cached(sql, &types).await?;
-        self.client.execute(&statement, &values).await
+        let client = self.client();
+        self.answered(async {
+            let statement = client.prepare_typed_cached(sql, &types).await?;
+            client.execute(&statement, &values).await
+        })
+        .await
     }
 
     /// Statements without parameters (DDL, utility commands), through the simple protocol.
-    pub async fn batch_execute(&self, script: &str) -> Result<(), Error> {
+    pub async fn batch_execute(&self, script: &str) -> Result<()> {
+        self.batch_execute_within(self.deadline(), script).await
+    }
+
+    /// [`Session::batch_execute`] with a deadline of its own, for a statement that runs without
+    /// statement_timeout (VACUUM); it must not be shorter than the session's.
+    pub async fn batch_execute_within(&self, deadline: Duration, script: &str) -> Result<()> {
+        let deadline = deadline.max(self.deadline());
         if self.wraps() {
             let script = format!("{}; {script}; COMMIT", self.prelude("BEGIN"));
-            return self.client.batch_execute(&script).await;
+            return self
+                .answered_within(deadline, self.client().batch_execute(&script))
+                .await;
         }
-        self.client.batch_execute(script).await
+        self.answered_within(deadline, self.client().batch_execute(script))
+            .await
     }
 
     /// Like [`Session::batch_execute`], returning the rows as text (EXPLAIN).
-    pub async fn simple_query(&self, script: &str) -> Result<Vec<SimpleQueryMessage>, Error> {
+    pub async fn simple_query(&self, script: &str) -> Result<Vec<SimpleQueryMessage>> {
         if self.wraps() {
             let script = format!("{}; {script}; COMMIT", self.prelude("BEGIN"));
-            return self.client.simple_query(&script).await;
+            return self.answered(self.client().simple_query(&script)).await;
         }
-        self.client.simple_query(script).await
+        self.answered(self.client().simple_query(script)).await
     }
 
     fn wraps(&self) -> bool {
-        self.pooled && !self.in_transaction.load(Ordering::SeqCst)
+        self.0.pooled && !self.0.in_transaction.load(Ordering::SeqCst)
     }
 
     /// `BEGIN ...; SET LOCAL a = 'x'; ...` (just `begin` on an owned session).
     fn prelude(&self, begin: &str) -> String {
         let local = self
+            .0
             .local
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -235,23 +351,27 @@ impl Session {
 
     /// Run `work` as it is on an owned session or inside [`Session::begin`]; otherwise in a
     /// transaction of its own that starts with the session's settings. The three messages are
-    /// sent at once (`biased`: in this order), so the wrapper adds no round trip. A failed
-    /// statement makes the COMMIT a rollback.
-    async fn scoped<T>(&self, work: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+    /// sent at once (`biased`: in this order), so the wrapper adds no round trip (and they share
+    /// one deadline). A failed statement makes the COMMIT a rollback.
+    async fn scoped<T>(&self, work: impl Future<Output = Result<T, Error>>) -> Result<T> {
         if !self.wraps() {
-            return work.await;
+            return self.answered(work).await;
         }
         let begin = self.prelude("BEGIN");
-        let (begun, result, committed) = tokio::join!(
-            biased;
-            self.client.batch_execute(&begin),
-            work,
-            self.client.batch_execute("COMMIT"),
-        );
-        begun?;
-        let value = result?;
-        committed?;
-        Ok(value)
+        let client = self.client();
+        self.answered(async {
+            let (begun, result, committed) = tokio::join!(
+                biased;
+                client.batch_execute(&begin),
+                work,
+                client.batch_execute("COMMIT"),
+            );
+            begun?;
+            let value = result?;
+            committed?;
+            Ok(value)
+        })
+        .await
     }
 }
 

@@ -12,7 +12,32 @@ use crate::exit::{Exit, fail};
 #[derive(Clone, Debug)]
 pub struct Column {
     pub name: String,
+    /// The type as declared, with its modifier (`character varying(255)`), for messages.
     pub sql_type: String,
+    /// The type without modifier (a domain's base type): what roles are matched against, so a
+    /// modifier is accepted wherever its base type is.
+    pub base_type: String,
+}
+
+impl Column {
+    /// A column of type `ty` with no modifier (tests, and shapes written by hand).
+    pub fn new(name: &str, ty: &str) -> Column {
+        Column {
+            name: name.to_owned(),
+            sql_type: ty.to_owned(),
+            base_type: ty.to_owned(),
+        }
+    }
+
+    /// The type a bound text value is cast to for comparison with this column: the base type
+    /// (an unbounded varchar compares as the column does, where varchar(n) would truncate), with
+    /// `character` written `bpchar` (bare `character` is character(1)).
+    pub fn cast_type(&self) -> String {
+        match self.base_type.as_str() {
+            "character" => "bpchar".to_owned(),
+            t => t.to_owned(),
+        }
+    }
 }
 
 /// One index as the catalog describes it.
@@ -358,10 +383,26 @@ pub struct ProfileChoice {
     /// A mapping from the config file, used when `--profile` names it or nothing else matches.
     pub mapping: Option<Profile>,
     pub ttl: Option<std::time::Duration>,
+    /// The zone of `timestamp without time zone` columns and where it was named (`--time-zone`,
+    /// IDEMCTL_TIME_ZONE or the config file's time_zone); wins over a mapping's own.
+    pub time_zone: Option<(String, String)>,
 }
 
-/// The shortest TTL evict and stats accept without --force.
-pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+/// The shortest TTL evict and stats accept without --force: a unit typo (24m for 24h) stays far
+/// below it, and no API keeps keys for a retry window shorter than an hour.
+pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A TTL as people write it, in the largest unit that divides it: `24h`, `90m`, `30s`, `250ms`.
+pub fn ttl_text(ttl: std::time::Duration) -> String {
+    let ms = ttl.as_millis();
+    match ms {
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms if ms > 0 => format!("{ms}ms"),
+        _ => format!("{}us", ttl.as_micros()),
+    }
+}
 
 /// Quote an identifier the way PostgreSQL's `quote_ident` always would. A name holding a control
 /// character or a bidirectional override is written in the Unicode-escape form (`U&"a\000Ab"`),
@@ -433,15 +474,35 @@ impl KeyTable {
             .response_body
             .as_ref()
             .and_then(|b| columns.iter().find(|c| &c.name == b))
-            .map(|c| c.sql_type.clone());
+            .map(|c| c.base_type.clone());
         if let Some(t) = body_type {
             profile.fit_body_type(&t);
+            profile.body_type = t;
         }
         let type_of = |c: &Option<String>| {
             c.as_ref()
                 .and_then(|c| columns.iter().find(|k| &k.name == c))
-                .map_or_else(|| "text".to_owned(), |k| k.sql_type.clone())
+                .map_or_else(|| "text".to_owned(), Column::cast_type)
         };
+        if let Some((zone, _)) = &choice.time_zone {
+            profile.time_zone = Some(zone.clone());
+        }
+        profile.naive_times = columns
+            .iter()
+            .any(|c| c.name == profile.created_at && c.base_type == "timestamp without time zone");
+        if profile.naive_times
+            && let Some(zone) = &profile.time_zone
+        {
+            let from = match &choice.time_zone {
+                Some((_, from)) if !from.is_empty() => from.clone(),
+                Some(_) => "--time-zone".to_owned(),
+                None => profile
+                    .origin
+                    .as_ref()
+                    .map_or_else(|| "time_zone".to_owned(), |o| format!("time_zone in {o}")),
+            };
+            check_time_zone(client, zone, &from).await?;
+        }
         profile.tenant_type = type_of(&profile.tenant);
         profile.key_type = type_of(&Some(profile.key.clone()));
         if let Some((column, kind)) = &mut profile.fingerprint {
@@ -488,7 +549,7 @@ impl KeyTable {
         let typed = self
             .columns
             .iter()
-            .any(|c| c.name == key.column() && c.sql_type == "timestamp with time zone");
+            .any(|c| c.name == key.column() && c.base_type == "timestamp with time zone");
         typed.then_some(key)
     }
 
@@ -539,17 +600,15 @@ impl KeyTable {
     pub fn require_columns(&self) -> Result<()> {
         let problems = self.column_problems();
         let Some((name, found, types)) = problems.first() else {
-            return Ok(());
+            return self.require_readable_times();
         };
         let what = match found {
             None => format!("has no column {name}"),
             Some(t) => format!("column {name} is {t}, expected {}", types.join(" or ")),
         };
-        let advice = match (&self.profile.origin, found.as_deref().and_then(profile::unsupported_type)) {
-            // No mapping can fix the column's type.
-            (_, Some(why)) => why.to_owned(),
-            (Some(origin), None) => format!("the mapping in {origin} names it; correct the mapping"),
-            (None, None) => "pick another with --profile, or map the table's columns in a config file with --config (see the README's \"Table profiles\")".to_owned(),
+        let advice = match &self.profile.origin {
+            Some(origin) => format!("the mapping in {origin} names it; correct the mapping"),
+            None => "pick another with --profile, or map the table's columns in a config file with --config (see docs/profiles.md)".to_owned(),
         };
         Err(fail(
             Exit::Usage,
@@ -559,6 +618,21 @@ impl KeyTable {
                 self.profile.name
             ),
         ))
+    }
+
+    /// Fail when the table's times are `timestamp without time zone` and no zone says how to read
+    /// them (or they mix both kinds).
+    pub fn require_readable_times(&self) -> Result<()> {
+        match self.profile.time_problem(&self.columns) {
+            None => Ok(()),
+            Some(why) => Err(fail(
+                Exit::Usage,
+                format!(
+                    "table {}: {why}; nothing was changed",
+                    self.qualified_name()
+                ),
+            )),
+        }
     }
 
     /// Fail when keys expire at created_at + TTL and no TTL was given.
@@ -577,17 +651,21 @@ impl KeyTable {
         ))
     }
 
-    /// Fail when keys expire at created_at + TTL and the TTL is under [`MIN_TTL`] without
-    /// `force`: a unit typo (24m for 24h) would make nearly every answered key expired.
-    pub fn require_ttl_floor(&self, command: &str, force: bool) -> Result<()> {
+    /// Fail when keys expire at created_at + TTL and the TTL is under [`MIN_TTL`] unless
+    /// `allowed` (--force, or allow_short_ttl in the config file): a unit typo (24m for 24h) would
+    /// make nearly every answered key expired. `from` says where the TTL came from.
+    pub fn require_ttl_floor(&self, command: &str, allowed: bool, from: &str) -> Result<()> {
         match self.profile.ttl() {
-            Some(ttl) if ttl < MIN_TTL && !force => Err(fail(
-                Exit::Usage,
-                format!(
-                    "--ttl {ttl:?} is under 1m (given by --ttl, IDEMCTL_TTL or the config file's ttl): table {} has no expiry column, so {command} would take every answered key created over {ttl:?} ago as expired; give the time the API keeps keys for (e.g. 24h), or pass --force",
-                    self.qualified_name()
-                ),
-            )),
+            Some(ttl) if ttl < MIN_TTL && !allowed => {
+                let ttl = ttl_text(ttl);
+                Err(fail(
+                    Exit::Usage,
+                    format!(
+                        "the TTL {ttl} (from {from}) is under 1h: table {} has no expiry column, so {command} would take every answered key created over {ttl} ago as expired; give the time the API keeps keys for (e.g. 24h), or pass --force (or allow_short_ttl = true in the config file) if {ttl} is meant",
+                        self.qualified_name()
+                    ),
+                ))
+            }
             _ => Ok(()),
         }
     }
@@ -627,6 +705,20 @@ impl KeyTable {
         self.indexes
             .iter()
             .find(|i| i.identifies_rows(part, key, tenant))
+    }
+
+    /// A unique index over the key, the tenant and more columns: the table's identity is wider than
+    /// the mapping's, and an index on the mapping's columns alone would refuse the table's rows.
+    pub fn wider_identity_index(&self) -> Option<&Index> {
+        let (key, tenant) = self.identity_columns();
+        self.indexes.iter().find(|i| {
+            i.is_unique
+                && i.is_valid
+                && i.predicate.is_none()
+                && i.plain_columns().is_some_and(|cols| {
+                    cols.contains(&key) && (tenant.is_empty() || cols.contains(&tenant))
+                })
+        })
     }
 
     /// The statement that creates the identity index (with the partition key's columns added on a
@@ -687,8 +779,12 @@ impl KeyTable {
         }
     }
 
-    /// The optional partial index on in_progress rows, if present.
+    /// The optional partial index on in_progress rows, if present (never on a table without an
+    /// in-flight marker, which needs none).
     pub fn stuck_index(&self) -> Option<&Index> {
+        if !self.profile.has_in_flight_marker() {
+            return None;
+        }
         let held = self.sql("{held_since}");
         let in_flight = self.sql("{in_flight}");
         self.indexes
@@ -772,7 +868,9 @@ impl KeyTable {
         let p = &self.profile;
         let state = match &p.in_flight {
             profile::InFlight::State { column, .. } => Some(column.clone()),
-            profile::InFlight::Predicate { .. } | profile::InFlight::Mapped { .. } => None,
+            profile::InFlight::Predicate { .. }
+            | profile::InFlight::Mapped { .. }
+            | profile::InFlight::None => None,
         };
         let expiry = match &p.expiry {
             profile::Expiry::Column { column } => Some(column.clone()),
@@ -804,9 +902,9 @@ impl KeyTable {
         let p = &self.profile;
         match &p.in_flight {
             profile::InFlight::State { column, .. } => column,
-            profile::InFlight::Predicate { .. } | profile::InFlight::Mapped { .. } => {
-                p.locked_at.as_deref().unwrap_or(&p.key)
-            }
+            profile::InFlight::Predicate { .. }
+            | profile::InFlight::Mapped { .. }
+            | profile::InFlight::None => p.locked_at.as_deref().unwrap_or(&p.key),
         }
     }
 
@@ -872,7 +970,7 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
         Detected::None(misses) => Err(fail(
             Exit::Usage,
             format!(
-                "table {display} matches no table profile ({}); force one with --profile, or map the table's columns in a config file with --config (the README's \"Configuration file\")",
+                "table {display} matches no table profile ({}); force one with --profile, or map the table's columns in a config file with --config (docs/profiles.md)",
                 misses
                     .iter()
                     .map(|(name, missing)| format!("{name} needs {}", missing.join(", ")))
@@ -880,6 +978,32 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
                     .join("; ")
             ),
         )),
+    }
+}
+
+/// Ask the server whether it knows `zone` (cheaply: converting its clock to it), before anything
+/// reads or changes a row; an unknown zone is a usage error naming where it was given.
+async fn check_time_zone(client: &Session, zone: &str, from: &str) -> Result<()> {
+    match client
+        .query_one(include_str!("../../sql/time_zone_check.sql"), &[p(&zone)])
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.chain()
+                .filter_map(|c| c.downcast_ref::<tokio_postgres::Error>())
+                .any(|pg| {
+                    pg.code() == Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE)
+                }) =>
+        {
+            Err(fail(
+                Exit::Usage,
+                format!(
+                    "time zone {zone:?} (given by {from}) is not one the server knows; give an IANA name as pg_timezone_names lists it, e.g. UTC or Europe/Paris; nothing was changed"
+                ),
+            ))
+        }
+        Err(e) => Err(e.context("failed to check the declared time zone")),
     }
 }
 
@@ -917,6 +1041,7 @@ async fn read_columns(client: &Session, oid: i64) -> Result<Vec<Column>> {
         .map(|r| Column {
             name: r.get("name"),
             sql_type: r.get("type"),
+            base_type: r.get("base_type"),
         })
         .collect())
 }

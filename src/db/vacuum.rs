@@ -50,7 +50,6 @@ pub async fn targets(client: &Session, table: &KeyTable) -> Result<Vec<Target>> 
 pub async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
     if !session.pooled() {
         let _ = session
-            .client()
             .batch_execute(&format!(
                 "SET statement_timeout = 0; SET lock_timeout = '{}ms'",
                 lock_timeout.as_millis()
@@ -58,19 +57,28 @@ pub async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
             .await;
     }
     let _ = session
-        .client()
         .batch_execute(include_str!("../../sql/vacuum_flush_commits.sql"))
         .await;
 }
 
+/// How long idemctl waits for one VACUUM, which runs without statement_timeout: the one round
+/// trip whose deadline is not the session's (a dead path is still noticed by the TCP keepalives,
+/// unless a proxy keeps it open).
+pub const VACUUM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// `VACUUM (ANALYZE) relation`, alone and in autocommit; the server's message when it fails.
 pub async fn vacuum_analyze(session: &Session, relation: &str) -> Result<(), String> {
     session
-        .client()
-        .batch_execute(&format!("VACUUM (ANALYZE) {relation}"))
+        .batch_execute_within(VACUUM_DEADLINE, &format!("VACUUM (ANALYZE) {relation}"))
         .await
-        .map_err(|e| match e.as_db_error() {
-            Some(db) => db.message().to_owned(),
-            None => e.to_string(),
+        .map_err(|e| {
+            let db = e
+                .chain()
+                .find_map(|c| c.downcast_ref::<tokio_postgres::Error>())
+                .and_then(tokio_postgres::Error::as_db_error);
+            match db {
+                Some(db) => db.message().to_owned(),
+                None => format!("{e:#}"),
+            }
         })
 }

@@ -16,13 +16,13 @@ use crate::cli::TableName;
 use crate::exit::{Exit, classify, fail};
 use crate::output::prometheus::{self, Metrics};
 
-pub use push::PushUrl;
+pub use push::{GatewayArgs, PushUrl};
 
 /// The metrics options of evict, reclaim and stats, once parsed.
 #[derive(Debug, Clone, Default)]
 pub struct Destinations {
     pub textfile: Option<PathBuf>,
-    pub pushgateway: Option<PushUrl>,
+    pub pushgateway: GatewayArgs,
     pub labels: Vec<(String, String)>,
 }
 
@@ -34,6 +34,19 @@ pub struct RunEnd {
     pub reason: &'static str,
     /// Every end reason of the command (the run series sets one of them to 1, the others to 0).
     pub reasons: &'static [&'static str],
+    /// What the run did, for the line said when its metrics cannot be written: the rows it
+    /// changed and how it says so ("keys deleted"); None for a run that changes nothing.
+    pub rows: Option<(u64, &'static str)>,
+}
+
+/// Metrics that could not be written at the end of a run whose work was done: the line to say,
+/// and the exit code that tells it from a failed run ([`Exit::MetricsUnwritten`]).
+#[derive(Debug, Clone)]
+pub struct Unwritten {
+    pub command: &'static str,
+    pub end: RunEnd,
+    /// The file and why it could not be written.
+    pub why: String,
 }
 
 /// End reasons of a run that failed before it began (or whose failure ended it).
@@ -56,6 +69,7 @@ pub struct Recorder {
 struct Inner {
     command: &'static str,
     dest: Destinations,
+    gateway: Option<push::Gateway>,
     database: String,
     table: Mutex<String>,
     started_at: OffsetDateTime,
@@ -64,6 +78,8 @@ struct Inner {
     previous_success: Option<f64>,
     /// The run has recorded itself.
     done: Mutex<bool>,
+    /// The textfile could not be written.
+    unwritten: Mutex<Option<Unwritten>>,
 }
 
 impl Recorder {
@@ -88,6 +104,8 @@ impl Recorder {
             }
             None => None,
         };
+        let gateway =
+            push::Gateway::new(&dest.pushgateway).map_err(|why| fail(Exit::Usage, why))?;
         let table = match &table.schema {
             Some(_) => table.to_string(),
             None => format!("public.{}", table.name),
@@ -96,12 +114,14 @@ impl Recorder {
             inner: Some(Arc::new(Inner {
                 command,
                 dest,
+                gateway,
                 database: database.to_owned(),
                 table: Mutex::new(crate::output::sanitize(&table)),
                 started_at: OffsetDateTime::now_utc(),
                 started: Instant::now(),
                 previous_success,
                 done: Mutex::new(false),
+                unwritten: Mutex::new(None),
             })),
         })
     }
@@ -110,7 +130,7 @@ impl Recorder {
     pub fn enabled(&self) -> bool {
         self.inner
             .as_ref()
-            .is_some_and(|i| i.dest.textfile.is_some() || i.dest.pushgateway.is_some())
+            .is_some_and(|i| i.dest.textfile.is_some() || i.gateway.is_some())
     }
 
     /// The table's resolved name, for the `table` label.
@@ -141,8 +161,9 @@ impl Recorder {
         body.render(&self.common_labels())
     }
 
-    /// Record the run: the run series plus `body`, to the textfile (an error if that fails) and
-    /// the Pushgateway (a warning if that fails: the run's outcome stands).
+    /// Record the run: the run series plus `body`, to the textfile and the Pushgateway. A push
+    /// that fails is a warning (the run's outcome stands); a textfile that cannot be written is
+    /// kept for [`Recorder::unwritten`]: the run still reports what it did, then says so.
     pub async fn finish(&self, end: RunEnd, body: Metrics) -> Result<()> {
         let Some(i) = &self.inner else {
             return Ok(());
@@ -161,7 +182,7 @@ impl Recorder {
         let mut m = run_series(i, end, now);
         m.extend(body);
         let common = self.common_labels();
-        if let Some(url) = &i.dest.pushgateway {
+        if let Some(gateway) = &i.gateway {
             let mut pushed = m.clone();
             // A failed run is pushed with POST, which keeps the group's other metrics: the last
             // success stays what the last successful run pushed.
@@ -172,16 +193,32 @@ impl Recorder {
                 ));
             }
             let job = format!("idemctl_{}", i.command);
-            if let Err(e) =
-                push::push(url, &job, &common, &pushed.render(&common), end.success).await
+            if let Err(e) = gateway
+                .push(&job, &common, pushed.render(&common), end.success)
+                .await
             {
                 crate::output::warn(&crate::one_line(&e));
             }
         }
-        if let Some(path) = &i.dest.textfile {
-            prometheus::write_atomic(path, &m.render(&common))?;
+        if let Some(path) = &i.dest.textfile
+            && let Err(e) = prometheus::write_atomic(path, &m.render(&common))
+        {
+            *i.unwritten.lock().unwrap_or_else(|e| e.into_inner()) = Some(Unwritten {
+                command: i.command,
+                end,
+                why: format!("--textfile {}: {}", path.display(), crate::one_line(&e)),
+            });
         }
         Ok(())
+    }
+
+    /// The metrics the run could not write, if so.
+    pub fn unwritten(&self) -> Option<Unwritten> {
+        let i = self.inner.as_ref()?;
+        i.unwritten
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Record a run that ended with `err` before recording itself (it failed to connect, lacked a
@@ -208,6 +245,7 @@ pub fn failed_end(err: &anyhow::Error) -> RunEnd {
         success: false,
         reason,
         reasons: &[],
+        rows: None,
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::commands::check::{Finding, Status};
 use crate::commands::stats::ReferencedExpired;
 use crate::output::stats::key_label;
-use crate::output::{Doc, escape_controls, human_secs};
+use crate::output::{Doc, escape_controls, escape_lines, human_secs};
 
 /// The error line of a check that found problems: the one finding, or the checks that failed.
 pub(crate) fn failed(failed: &[&Finding]) -> String {
@@ -22,29 +22,52 @@ pub(crate) fn failed(failed: &[&Finding]) -> String {
     }
 }
 
-/// One row a finding: what was checked, its status, the detail and the fix.
+/// One row a finding: what was checked, its status and the detail; the fixes follow the table,
+/// each whole on lines of its own under an SQL comment naming its check, so a fix can be copied
+/// at any terminal width (a table cell would wrap it inside an identifier) and the block pastes
+/// into psql as it is.
 pub(crate) fn findings(findings: &[Finding]) -> Doc {
     let mut d = Doc::default();
+    let mut fixes = Vec::new();
     let rows = findings
         .iter()
         .map(|f| {
-            let status = match f.status {
-                Status::Ok => "ok",
-                Status::Note => "note",
-                Status::Fail => "FAIL",
-                Status::Breached => "BREACHED",
-                Status::Warn => "WARN",
+            let status = status_word(f.status);
+            let fix = match f.fix.as_deref().filter(|fix| !fix.is_empty()) {
+                Some(fix) => {
+                    fixes.push(format!(
+                        "-- fix {}: {} ({status})\n{}",
+                        fixes.len() + 1,
+                        escape_controls(&f.check),
+                        escape_lines(fix)
+                    ));
+                    format!("fix {} below", fixes.len())
+                }
+                None => String::new(),
             };
             vec![
                 f.check.clone(),
                 status.to_owned(),
                 escape_controls(&f.detail),
-                escape_controls(f.fix.as_deref().unwrap_or_default()),
+                fix,
             ]
         })
         .collect();
     d.rows(None, &["check", "status", "detail", "fix"], rows);
+    if !fixes.is_empty() {
+        d.text(fixes.join("\n\n"));
+    }
     d
+}
+
+fn status_word(status: Status) -> &'static str {
+    match status {
+        Status::Ok => "ok",
+        Status::Note => "note",
+        Status::Fail => "FAIL",
+        Status::Breached => "BREACHED",
+        Status::Warn => "WARN",
+    }
 }
 
 /// The eviction lag in a finding: its wait, or "at most" its wait when each of the oldest expired

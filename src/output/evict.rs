@@ -9,14 +9,15 @@ use crate::commands::evict::partitions;
 use crate::commands::evict::rate::{RateProgress, RateReport};
 use crate::commands::evict::replica::{GaveUp, Lagging};
 use crate::commands::evict::vacuum::{Skipped, VacuumReport};
-use crate::commands::evict::{DryRunReport, EvictReport};
+use crate::commands::evict::{DryRunReport, EvictReport, Expiry};
 use crate::db::KeyTable;
 use crate::db::citus::Layout;
 use crate::db::evict::SampleKey;
 use crate::db::queries::Capped;
-use crate::db::table::{quote_ident, quote_ident_if_needed};
+use crate::db::table::{quote_ident, quote_ident_if_needed, ttl_text};
 use crate::output::{
-    Doc, escape_controls, human_bytes, human_secs, key_cells, key_columns, rfc3339, sanitize,
+    Doc, escape_controls, escape_lines, human_bytes, human_secs, key_cells, key_columns, rfc3339,
+    sanitize,
 };
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
@@ -26,6 +27,7 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
     let capped = |c: &Option<Capped>| c.map_or_else(|| "-".to_owned(), |c| c.to_string());
     let mut fields: Vec<(String, String)> = vec![
         ("table".into(), sanitize(&r.table)),
+        ("expiry".into(), expiry_text(&r.expiry)),
         ("end reason".into(), r.end_reason.as_str().into()),
         ("rows evicted".into(), r.rows_evicted.to_string()),
         ("batches".into(), r.batches.to_string()),
@@ -114,6 +116,26 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
     d
 }
 
+/// How keys expire: `created_at + 24h (TTL from --ttl)`, or `expires_at (the table's expiry
+/// column)`, naming a TTL that was given but does not apply.
+pub(crate) fn expiry_text(e: &Expiry) -> String {
+    let ttl = |secs: f64| ttl_text(std::time::Duration::from_secs_f64(secs));
+    let from = e
+        .ttl_from
+        .as_deref()
+        .map(|f| format!(" from {}", sanitize(f)))
+        .unwrap_or_default();
+    let column = sanitize(&e.column);
+    match (e.ttl_seconds, e.ttl_ignored_seconds) {
+        (Some(t), _) => format!("{column} + {} (TTL{from})", ttl(t)),
+        (None, Some(t)) => format!(
+            "{column} (the table's expiry column; the TTL {}{from} does not apply)",
+            ttl(t)
+        ),
+        (None, None) => format!("{column} (the table's expiry column)"),
+    }
+}
+
 /// Tables of dropped (or droppable) partitions and of those left to the batches.
 pub(crate) fn partition_blocks(
     doc: &mut Doc,
@@ -163,6 +185,7 @@ fn bound_text(d: &partitions::Dropped) -> String {
 pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     let mut fields: Vec<(String, String)> = vec![
         ("table".into(), sanitize(&r.table)),
+        ("expiry".into(), expiry_text(&r.expiry)),
         ("would evict".into(), r.would_evict.to_string()),
         (
             "oldest candidate".into(),
@@ -219,8 +242,8 @@ pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     for n in &r.notes {
         doc.text(format!("note: {}", escape_controls(n)));
     }
-    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{}", escape_controls(&r.statement)));
-    doc.text(format!("plan:\n{}", escape_controls(&r.plan.join("\n"))));
+    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{}", escape_lines(&r.statement)));
+    doc.text(format!("plan:\n{}", escape_lines(&r.plan.join("\n"))));
     doc
 }
 
@@ -451,10 +474,19 @@ pub(crate) fn pace_status(p: &PaceStatus) -> String {
 pub(crate) fn pace_summary(r: &PaceReport) -> String {
     if r.mode != "adaptive" {
         let duty = r.duty_cycle.unwrap_or(20);
+        let pause = r
+            .pause_seconds
+            .map(|p| {
+                format!(
+                    " + a {} pause after each batch",
+                    ttl_text(std::time::Duration::from_secs_f64(p))
+                )
+            })
+            .unwrap_or_default();
         return match &r.fallback {
             // The reason names the role as the server has it.
             Some(why) => format!("fixed {duty}% duty cycle ({})", escape_controls(why)),
-            None => format!("fixed {duty}% duty cycle"),
+            None => format!("fixed {duty}% duty cycle{pause}"),
         };
     }
     let mut text = format!(

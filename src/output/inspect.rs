@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::commands::inspect::BodyCheck;
 use crate::db::KeyTable;
-use crate::db::record::{KeyRecord, StoredFingerprint};
+use crate::db::record::{KeyRecord, StoredBody, StoredFingerprint};
 use crate::fingerprint::Canonical;
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
 
@@ -20,6 +20,12 @@ fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
     match r.state.as_str() {
         "completed" if r.expired() => format!("completed, {expiry}, waiting for eviction"),
         "completed" => format!("completed and live, {expiry}"),
+        "unmarked" if r.expired() => format!(
+            "no in-flight marker (the table has none, so idemctl takes every key as finished), {expiry}, waiting for eviction"
+        ),
+        "unmarked" => format!(
+            "no in-flight marker (the table has none, so idemctl takes every key as finished), {expiry}"
+        ),
         "in_progress" => {
             let held_for = human_secs(r.secs_since(r.held_since()));
             let cutoff = human_secs(stuck_after);
@@ -102,13 +108,69 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
                     .map_or_else(|| "-".to_owned(), |s| s.to_string()),
             ),
         ])
+        .chain(r.time_zone.as_deref().map(|z| {
+            (
+                "time_zone".to_owned(),
+                format!(
+                    "times stored without zone, read as {} (shown above in UTC)",
+                    sanitize(z)
+                ),
+            )
+        }))
         .collect::<Vec<_>>();
     doc.fields(None, rows);
     match &r.response_body {
         None => doc.text("response_body: (no stored response)"),
-        Some(body) => doc.json("response_body", body.as_str()),
+        Some(body) => response_body(&mut doc, body),
     }
+    whole_row(&mut doc, r);
     doc
+}
+
+/// Every column of the row as stored, mapped ones labelled by role (the body is shown above).
+fn whole_row(doc: &mut Doc, r: &KeyRecord) {
+    if r.row.is_empty() {
+        return;
+    }
+    let rows = r
+        .row
+        .iter()
+        .map(|c| {
+            let name = match c.role {
+                Some(role) if role != c.column => format!("{} ({role})", sanitize(&c.column)),
+                _ => sanitize(&c.column),
+            };
+            let value = match (&c.value, c.role) {
+                (_, Some("response_body")) => "(shown above)".to_owned(),
+                (None, _) => "NULL".to_owned(),
+                (Some(v), _) => sanitize(v),
+            };
+            (name, value)
+        })
+        .collect();
+    doc.fields(Some("The row as stored:"), rows);
+}
+
+/// A stored body as people read it, saying how it is shown: JSON pretty-printed, text escaped,
+/// bytes as text when they are valid UTF-8, else as hex with their size.
+fn response_body(doc: &mut Doc, body: &StoredBody) {
+    let kind = body.column_kind();
+    match (body, body.as_text()) {
+        (StoredBody::Json(t), _) => doc.json("response_body", t.as_str()),
+        (_, Some(t)) if body.is_json() => {
+            doc.json(&format!("response_body ({kind}, shown as JSON)"), t)
+        }
+        (_, Some(t)) => doc.text(format!(
+            "response_body ({kind}, shown as text):\n{}",
+            sanitize(t)
+        )),
+        (StoredBody::Bytes(b), None) => doc.text(format!(
+            "response_body (bytea, {} bytes, not UTF-8, shown as hex):\n{}",
+            b.len(),
+            crate::fingerprint::hex(b)
+        )),
+        (_, None) => {}
+    }
 }
 
 /// The tenants an ambiguous key exists under.

@@ -23,7 +23,7 @@ use comfy_table::{Cell, ContentArrangement, Table};
 
 use crate::cli::{ColorChoice, OutputFormat};
 
-pub use sanitize::{escape_controls, sanitize};
+pub use sanitize::{escape_controls, escape_lines, sanitize};
 
 /// One block of human-readable output.
 #[derive(Debug, Clone)]
@@ -191,8 +191,10 @@ pub fn render_plain(doc: &Doc) -> String {
                     .map(|(k, _)| k.chars().count())
                     .max()
                     .unwrap_or(0);
+                // A value of several lines continues under its first line.
+                let indent = format!("\n{:width$}  ", "");
                 for (k, v) in rows {
-                    out.push_str(&format!("{k:<width$}  {v}\n"));
+                    out.push_str(&format!("{k:<width$}  {}\n", v.replace('\n', &indent)));
                 }
             }
             Block::Rows {
@@ -317,6 +319,20 @@ pub(crate) fn unprobed_reference_note(
 }
 
 /// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
+/// The line of a run whose metrics could not be written: what it did, its end, the file and why.
+pub fn metrics_unwritten(u: &crate::metrics::Unwritten) -> String {
+    let did = match u.end.rows {
+        Some((rows, what)) => format!("{} ran: {rows} {what}", u.command),
+        None => format!("{} ran", u.command),
+    };
+    format!(
+        "{did}, end reason {}; its metrics were not written: {}; the file still holds an earlier \
+         run's",
+        u.end.reason,
+        sanitize(&u.why)
+    )
+}
+
 pub fn warn(message: &str) {
     eprintln!("idemctl: warning: {}", escape_controls(message));
 }
@@ -415,5 +431,21 @@ mod tests {
             vec![("a".into(), "1".into()), ("long".into(), "2".into())],
         );
         assert_eq!(render_plain(&d), "a     1\nlong  2\n");
+    }
+
+    #[test]
+    fn a_plain_value_of_several_lines_continues_under_its_first_line() {
+        let mut d = Doc::default();
+        d.fields(
+            None,
+            vec![
+                ("body".into(), "{\n  \"a\": 1\n}".into()),
+                ("long".into(), "2".into()),
+            ],
+        );
+        assert_eq!(
+            render_plain(&d),
+            "body  {\n        \"a\": 1\n      }\nlong  2\n"
+        );
     }
 }

@@ -224,13 +224,15 @@ pub fn check_writable(path: &Path) -> std::result::Result<(), String> {
 /// Replace `path` atomically with `contents`: readers see the old file or the new one, never half.
 pub fn write_atomic(path: &Path, contents: &str) -> Result<()> {
     let dir = parent_dir(path);
-    let mut tmp = tempfile::Builder::new()
+    let tmp = tempfile::Builder::new()
         .prefix(".idemctl-")
         .suffix(".tmp")
         .tempfile_in(dir)
         .with_context(|| format!("failed to create a temporary file in {}", dir.display()))?;
-    tmp.write_all(contents.as_bytes())
-        .and_then(|()| tmp.as_file().sync_all())
+    // The file itself, not the wrapper, whose errors name its random path.
+    let mut file = tmp.as_file();
+    file.write_all(contents.as_bytes())
+        .and_then(|()| file.sync_all())
         .with_context(|| format!("failed to write a temporary file in {}", dir.display()))?;
     set_readable(tmp.as_file());
     tmp.persist(path)

@@ -78,7 +78,12 @@ fn preview_fields(r: &PreviewReport) -> Vec<(String, String)> {
         ("would reclaim".to_owned(), would),
     ]);
     if let Some(body) = &r.response_body {
-        rows.push(("stored body".to_owned(), sanitize(&body.to_string())));
+        // Several lines, as inspect shows a body; escaped once, for the terminal.
+        let text = crate::output::json_text::pretty(
+            &body.to_string(),
+            crate::output::json_text::Escape::Terminal,
+        );
+        rows.push(("stored body".to_owned(), text));
     }
     rows
 }
@@ -117,11 +122,12 @@ fn candidate_cells(with_tenant: bool, c: &Candidate) -> Vec<String> {
 
 fn preview_action(r: &PreviewReport) -> String {
     match r.action {
-        ReclaimAction::Delete => "delete (the retry runs afresh)".to_owned(),
-        ReclaimAction::Release => {
+        None => "none allowed: the profile lists no reclaim action (set actions in the mapping); this preview only lists the keys".to_owned(),
+        Some(ReclaimAction::Delete) => "delete (the retry runs afresh)".to_owned(),
+        Some(ReclaimAction::Release) => {
             "release (lock cleared; the retry resumes from its recovery point)".to_owned()
         }
-        ReclaimAction::Fail => format!(
+        Some(ReclaimAction::Fail) => format!(
             "fail (completed with status {}; the retry gets it replayed)",
             r.status
         ),
@@ -263,6 +269,26 @@ fn shown_value(v: &str) -> String {
 
 fn shown_path(path: &Path) -> String {
     sanitize(&path.display().to_string())
+}
+
+/// A table without an in-flight marker: reclaim refuses to run.
+pub(crate) fn no_in_flight_marker(table: &KeyTable) -> String {
+    format!(
+        "table {} has no in-flight marker (profile {} maps no in_flight): no key is ever in flight, so there is nothing to reclaim; nothing was changed",
+        table.display(),
+        table.profile.name
+    )
+}
+
+/// A dry run on a table without an in-flight marker.
+pub(crate) fn nothing_in_flight(table: &KeyTable) -> Doc {
+    let mut doc = Doc::default();
+    doc.text(format!(
+        "nothing to reclaim: table {} has no in-flight marker (profile {} maps no in_flight), so no key is ever in flight",
+        table.display(),
+        table.profile.name
+    ));
+    doc
 }
 
 /// A profile whose mapping lists no reclaim action.
@@ -549,6 +575,24 @@ pub(crate) fn archive_unwritten(path: &Path, error: &std::io::Error) -> String {
     format!(
         "--archive {}: cannot write it ({error}); the batch was rolled back",
         shown_path(path)
+    )
+}
+
+pub(crate) fn archive_commit_unwritten(path: &Path, error: &std::io::Error, keys: usize) -> String {
+    format!(
+        "--archive {}: cannot write it ({error}); the batch of {keys} keys committed, and its key \
+         lines are in the archive without their commit line",
+        shown_path(path)
+    )
+}
+
+/// The warning when the archive ended in a torn line (a write cut short by a crash).
+pub(crate) fn archive_tail_set_aside(path: &Path, aside: &Path, bytes: u64) -> String {
+    format!(
+        "--archive {} ended in an incomplete line ({bytes} bytes, a write cut short); moved it to \
+         {} and continued after the last complete line",
+        shown_path(path),
+        shown_path(aside)
     )
 }
 

@@ -13,6 +13,15 @@ pub fn escape_controls(s: &str) -> String {
     escape(s, false)
 }
 
+/// [`escape_controls`] for a value that is several lines (a statement, a plan, a body): each line
+/// escaped, the line breaks kept, so it prints as lines and never as a literal `\n`.
+pub fn escape_lines(s: &str) -> String {
+    s.lines()
+        .map(escape_controls)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn escape(s: &str, backslash: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -44,6 +53,16 @@ mod tests {
         assert_eq!(sanitize("a\\b"), "a\\\\b");
         assert_eq!(sanitize("\u{202e}evil"), "\\u{202e}evil");
         assert_eq!(sanitize("plain-key_123"), "plain-key_123");
+    }
+
+    #[test]
+    fn multi_line_values_keep_their_lines() {
+        assert_eq!(
+            escape_lines("DELETE\n  FROM t\r\nWHERE a\x1b"),
+            "DELETE\n  FROM t\nWHERE a\\x1b"
+        );
+        assert_eq!(escape_lines("one line"), "one line");
+        assert_eq!(escape_lines("a\tb\n"), "a\\tb");
     }
 
     #[test]

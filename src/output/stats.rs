@@ -254,6 +254,15 @@ fn thresholds(o: &Outlook) -> String {
     }
 }
 
+/// The table has no in-flight marker (a mapping without `in_flight`).
+pub(crate) fn no_in_flight_marker(table: &crate::db::KeyTable) -> String {
+    format!(
+        "table {} has no in-flight marker (profile {} maps no in_flight): no key is ever in flight, so none is stuck, reclaim has nothing to do and no in_progress index is needed; evict removes every expired key no live transaction holds",
+        table.display(),
+        table.profile.name
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

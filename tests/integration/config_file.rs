@@ -14,15 +14,19 @@ pub const GENERIC_INDEXES: &str = "CREATE INDEX request_log_valid_until ON reque
      CREATE INDEX request_log_in_flight ON request_log ((coalesce(claimed_at, inserted_at))) \
      WHERE http_status IS NULL AND claimed_at IS NOT NULL;";
 
-/// The mapping of `request_log`: the example of README's "Configuration file" section, as printed,
-/// so the documented example is the one the tests run.
+/// docs/profiles.md, where the table profiles and the configuration file are documented.
+pub fn profiles_doc() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/profiles.md")).unwrap()
+}
+
+/// The mapping of `request_log`: the example of docs/profiles.md's "Configuration file" section,
+/// as printed, so the documented example is the one the tests run.
 pub fn generic_config() -> String {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = profiles_doc();
     let section = readme
         .split("\n## Configuration file\n")
         .nth(1)
-        .expect("README has a Configuration file section");
+        .expect("docs/profiles.md has a Configuration file section");
     let block = section
         .split("```toml\n")
         .nth(1)
@@ -212,14 +216,13 @@ async fn check_names_the_mapping_it_used_and_finds_the_tables_indexes() {
         .assert_stderr_contains("[profiles.ledger] names it; correct the mapping");
 }
 
-/// The commands of README's "Configuration file" section, as printed, run against the mapped
+/// The commands of docs/profiles.md's "Configuration file" section, as printed, run against the mapped
 /// table (the file named idemctl.toml in the working directory), and reclaim's dry run with the
 /// mapping's default action: each succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_configuration_examples_run_as_written() {
     let m = Mapped::new(3, &generic_config()).await;
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let readme = profiles_doc();
     let section = readme
         .split("\n## Configuration file\n")
         .nth(1)

@@ -273,23 +273,23 @@ async fn the_default_negotiation_against_a_direct_tls_proxy_fails_in_one_clear_l
     }
 }
 
-/// README's Connecting section: its direct TLS example, run as printed except for where the
-/// proxy, database, role and root file really are; and the messages it quotes are idemctl's.
+/// The guide's Connecting page (docs/connecting.md): its direct TLS example, run as printed except
+/// for where the proxy, database, role and root file really are; and the messages it quotes are
+/// idemctl's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_example_for_direct_tls_works_as_written() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = readme
-        .split("\n## Connecting\n")
-        .nth(1)
-        .and_then(|s| s.split("\n## ").next())
-        .expect("README has a Connecting section");
+async fn the_connecting_page_example_for_direct_tls_works_as_written() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/connecting.md"))
+        .unwrap();
+    let section = page
+        .split("\n## Behind PgBouncer")
+        .next()
+        .expect("docs/connecting.md is there");
     // Markdown wraps lines; the quoted spans are compared with the wrapping undone.
     let flat = section.split_whitespace().collect::<Vec<_>>().join(" ");
     let example = flat
         .split('`')
         .find(|span| span.starts_with("host=") && span.contains("sslnegotiation=direct"))
-        .expect("the Connecting section shows a direct TLS conninfo");
+        .expect("docs/connecting.md shows a direct TLS conninfo");
     let (db, proxy) = setup().await;
     let port = proxy.port.to_string();
     let ca = proxy.ca_cert();
@@ -317,7 +317,7 @@ async fn the_readme_example_for_direct_tls_works_as_written() {
         "{example}"
     );
     assert_stats_ok(&idemctl(&db, &["stats", "-o", "json"], &conninfo.join(" ")));
-    // The refusals README quotes, as idemctl words them.
+    // The refusals the page quotes, as idemctl words them.
     let weak = idemctl(
         &db,
         &["check"],
@@ -349,7 +349,10 @@ async fn the_readme_example_for_direct_tls_works_as_written() {
         ),
         (&default, "connect with sslnegotiation=direct"),
     ] {
-        assert!(flat.contains(quoted), "README does not quote {quoted:?}");
+        assert!(
+            flat.contains(quoted),
+            "docs/connecting.md does not quote {quoted:?}"
+        );
         run.assert_stderr_contains(quoted);
     }
 }

@@ -608,6 +608,61 @@ fn on_terminal(db: &TestDb, args: &str) -> crate::support::Run {
         .run()
 }
 
+/// The bar's length is the backlog counted when the run starts, not the planner's estimate:
+/// statistics gathered while the table was nearly empty would put it far off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_progress_counts_towards_the_backlog_counted_at_the_start() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 10,
+            ..Mix::default()
+        },
+    )
+    .await;
+    db.exec(
+        "ALTER TABLE idempotency_keys SET (autovacuum_enabled = off); ANALYZE idempotency_keys",
+    )
+    .await;
+    fixtures::load(
+        &db,
+        Mix {
+            expired: 3990,
+            live: 100,
+            ..Mix::default()
+        },
+    )
+    .await;
+    // A wide terminal, so the bar's message is drawn whole.
+    let cmd = format!(
+        "stty cols 250; {} evict --batch-size 100 --pause 20ms",
+        crate::support::IDEMCTL
+    );
+    let run = db.command("script").args(["-qec", &cmd, "/dev/null"]).run();
+    run.assert_code(0);
+    let drawn: Vec<(u64, String)> = run
+        .stdout
+        .split("evicted ")
+        .skip(1)
+        .filter_map(|s| {
+            let (pos, rest) = s.split_once(" of ")?;
+            let (len, rest) = rest.split_once(" rows [")?;
+            let pos = pos.replace(',', "").parse().ok()?;
+            Some((pos, format!("{len} rows [{}", rest.lines().next()?)))
+        })
+        .collect();
+    assert!(drawn.len() > 1, "a bar drawn more than once: {run}");
+    for (pos, rest) in &drawn {
+        assert!(rest.starts_with("4,000 rows ["), "{pos}: {rest}");
+        // Once rows are evicted, the time left is the rows left at the rate so far.
+        if (1..4000).contains(pos) {
+            assert!(rest.contains(" rows/s, about "), "{pos}: {rest}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evict_draws_progress_only_on_an_attended_terminal() {
     let db = TestDb::new().await;

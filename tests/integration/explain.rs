@@ -317,7 +317,7 @@ async fn assert_index_backed_as(
     let client = db.client().await;
     let sql = profile.render(sql, "\"public\".\"idempotency_keys\"");
     assert!(
-        !sql.contains("{cutoff}") && !sql.contains("{keep_failed"),
+        !sql.contains("{cutoff}") && !sql.contains("{keep_failed") && !sql.contains("{zone}"),
         "{file}: a role is left unfilled for profile {}:\n{sql}",
         profile.name
     );
@@ -434,6 +434,35 @@ async fn every_statement_is_index_backed_on_the_corrected_table() {
         assert_index_backed(&db, file, args).await;
     }
     assert_planned(&db, &Profile::storage()).await;
+}
+
+/// The storage table with `timestamp without time zone` columns read in a declared zone: the clock
+/// and every bound time are converted to the columns' type, never the column, so each statement
+/// keeps its index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_statement_is_index_backed_on_a_timestamp_table_read_in_a_declared_zone() {
+    let db = load_ddl(
+        &Schema::Corrected
+            .ddl()
+            .replace("timestamptz", "timestamp(6)"),
+        true,
+    )
+    .await;
+    let rels = key_relations(&db).await;
+    let mut profile = Profile::storage();
+    profile.naive_times = true;
+    profile.time_zone = Some("America/New_York".into());
+    let with_filters = filtered(&profile, STATEMENTS.iter().chain(NEEDS_STUCK_INDEX));
+    let plain = STATEMENTS
+        .iter()
+        .chain(NEEDS_STUCK_INDEX)
+        .chain([&SKIP_SCAN])
+        .map(|(f, a)| (*f, (*a).to_owned()));
+    for (file, args) in plain.chain(with_filters) {
+        let sql = sql_file(file);
+        assert_index_backed_as(&db, &profile, &sql, file, &args, &rels).await;
+    }
+    assert_planned(&db, &profile).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

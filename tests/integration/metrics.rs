@@ -47,7 +47,7 @@ pub fn promtool() -> &'static str {
     let path = "/usr/bin/promtool";
     assert!(
         std::path::Path::new(path).exists() || which("promtool"),
-        "promtool is not installed: apt-get install prometheus (the metrics tests need it)"
+        "promtool is not installed: apt-get install prometheus, or run scripts/test, which installs it (the metrics tests need it)"
     );
     if std::path::Path::new(path).exists() {
         path

@@ -112,7 +112,7 @@ pub const EXPLAINER_JSON_INDEXES: &str = "CREATE INDEX idempotency_keys_created_
      CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at))) \
      WHERE response_status = 202 AND response_body::jsonb = '{\"status\": \"processing\"}'::jsonb;";
 
-async fn explainer_db(n: i64, indexes: bool) -> TestDb {
+pub async fn explainer_db(n: i64, indexes: bool) -> TestDb {
     let indexes = indexes.then_some(EXPLAINER_INDEXES);
     loaded(EXPLAINER_DDL, &explainer_rows(n), indexes).await
 }
@@ -722,32 +722,6 @@ async fn messages_name_the_source_of_a_setting_and_empty_variables_are_unset() {
     run.assert_success();
 }
 
-/// A TTL under a minute is refused by evict and stats unless --force: a unit typo (24m for 24h)
-/// would expire nearly every answered key.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ttl_under_a_minute_needs_force() {
-    let db = explainer_db(3, true).await;
-    for (ttl, command) in [("10ms", "evict"), ("30s", "stats"), ("30s", "evict")] {
-        let run = db.idemctl().args(["--ttl", ttl, command]).run();
-        run.assert_code(2)
-            .assert_stderr_contains(&format!("--ttl {ttl} is under 1m"))
-            .assert_stderr_contains("pass --force");
-        assert_eq!(run.stderr.lines().count(), 1, "{run}");
-    }
-    assert_eq!(
-        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
-        15
-    );
-    db.idemctl()
-        .args(["-q", "--ttl", "30s", "stats", "--force"])
-        .run()
-        .assert_success();
-    db.idemctl()
-        .args(["-q", "--ttl", "1m", "evict"])
-        .run()
-        .assert_success();
-}
-
 /// On a table without an expiry column, reclaim --action fail makes no claim about how long a
 /// failed key is kept: --keep-failed-for is refused, and a warning says a failed key goes with
 /// the next evict once created_at + TTL has passed.
@@ -770,24 +744,83 @@ async fn failing_keys_on_a_table_without_expiry_says_what_keeps_them() {
     assert!(run.stdout.contains("kept until created_at + TTL"), "{run}");
 }
 
-/// A timestamp without time zone is named as unsupported, in one line, by detection and by a
-/// forced profile (no mapping could fix it).
+/// A built-in profile on `timestamp without time zone` columns: refused in one line naming the key
+/// that declares their zone; read in the zone the config file's `time_zone` declares; a table that
+/// mixes both kinds of timestamp is refused, naming the odd column.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_timestamp_without_time_zone_is_named_as_unsupported() {
-    let ddl = EXPLAINER_DDL.replace("created_at      timestamptz", "created_at      timestamp");
-    let db = loaded(&ddl, "", None).await;
+async fn timestamp_without_time_zone_is_read_in_the_declared_zone() {
+    let ddl = EXPLAINER_DDL.replace(" timestamptz", " timestamp");
+    let rows = explainer_rows(2)
+        .replace("now() - interval", "localtimestamp - interval")
+        .replace("now() + interval", "localtimestamp + interval");
+    let db = loaded(&ddl, &rows, Some(EXPLAINER_INDEXES)).await;
     let run = db.idemctl().args(["--ttl", "1d", "stats"]).run();
     run.assert_code(2).assert_stderr_contains(
-        "explainer needs column created_at as timestamp with time zone (it is timestamp without time zone; idemctl does not support it: it holds no time zone",
+        "table public.idempotency_keys: column created_at, column locked_at is timestamp without time zone, which holds no zone: declare the zone the application writes it in with time_zone = \"UTC\" in a config file, --time-zone or IDEMCTL_TIME_ZONE",
     );
-    assert!(!run.stderr.contains("needs )"), "{run}");
-    let run = db
-        .idemctl()
-        .args(["--profile", "explainer", "--ttl", "1d", "stats"])
-        .run();
-    run.assert_code(2)
-        .assert_stderr_contains("column created_at is timestamp without time zone, expected timestamp with time zone, which profile explainer needs; idemctl does not support it");
-    assert!(!run.stderr.contains("correct the mapping"), "{run}");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    let zone: String = db
+        .client()
+        .await
+        .query_one("SELECT current_setting('TimeZone')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    std::fs::write(&config, format!("ttl = \"1d\"\ntime_zone = \"{zone}\"\n")).unwrap();
+    let config = config.to_string_lossy().into_owned();
+    db.idemctl()
+        .args(["--config", &config, "check"])
+        .run()
+        .assert_success();
+    db.idemctl()
+        .args(["--config", &config, "-q", "evict"])
+        .run()
+        .assert_success();
+    assert_eq!(count_like(&db, "key", "done-old").await, 0);
+    assert_eq!(count_like(&db, "key", "done-new").await, 2);
+    assert_eq!(count_like(&db, "key", "stuck-old").await, 2);
+    let mixed = EXPLAINER_DDL.replace("created_at      timestamptz", "created_at      timestamp");
+    let db = loaded(&mixed, "", None).await;
+    db.idemctl()
+        .args(["--time-zone", "UTC", "--ttl", "1d", "stats"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains(
+            "column created_at is timestamp without time zone while the other time columns are timestamp with time zone",
+        );
+}
+
+/// Types as frameworks declare them: a modifier (`varchar(255)`, `timestamptz(6)`, `timestamptz(0)`)
+/// is accepted wherever its base type is, for detection and for every command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn type_modifiers_are_accepted_wherever_the_base_type_is() {
+    let ddl = EXPLAINER_DDL
+        .replace("key             text", "key             varchar(255)")
+        .replace(
+            "created_at      timestamptz NOT NULL",
+            "created_at      timestamptz(6) NOT NULL",
+        )
+        .replace(
+            "locked_at       timestamptz\n",
+            "locked_at       timestamptz(0)\n",
+        );
+    assert_ne!(ddl, EXPLAINER_DDL);
+    let db = loaded(&ddl, &explainer_rows(3), Some(EXPLAINER_INDEXES)).await;
+    db.idemctl()
+        .args(["--ttl", "1d", "check"])
+        .run()
+        .assert_success();
+    db.idemctl()
+        .args(["--ttl", "1d", "inspect", "done-old-1"])
+        .run()
+        .assert_success();
+    db.idemctl()
+        .args(["-q", "--ttl", "1d", "evict"])
+        .run()
+        .assert_success();
+    assert_eq!(count_like(&db, "key", "done-old").await, 0);
+    assert_eq!(count_like(&db, "key", "done-new").await, 3);
 }
 
 /// A forced profile whose columns the table lacks is refused, naming them all, instead of

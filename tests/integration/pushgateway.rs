@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use crate::fixtures::{self, Mix, Schema, scalar_i64};
 use crate::support::TestDb;
-use crate::support::pushgateway::{Pushgateway, Sample, free_port, parse_samples};
+use crate::support::pushgateway::{
+    PASSWORD, Pushgateway, Sample, USER, Web, free_port, parse_samples,
+};
 
 const TABLE: &str = "public.idempotency_keys";
 
@@ -42,14 +44,14 @@ fn groups(samples: &[Sample]) -> Vec<BTreeMap<String, String>> {
         .collect()
 }
 
-/// The CronJob's args in README.md (the example that pushes), with the gateway's URL replaced.
-fn readme_cronjob_args(url: &str) -> Vec<String> {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let line = readme
+/// The CronJob's args in docs/unattended.md (it pushes), with the gateway's URL replaced.
+fn cronjob_args(url: &str) -> Vec<String> {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/unattended.md"))
+        .unwrap();
+    let line = page
         .lines()
         .find(|l| l.trim_start().starts_with("args: [") && l.contains("--pushgateway"))
-        .expect("README's CronJob example with --pushgateway");
+        .expect("docs/unattended.md's CronJob example with --pushgateway");
     let mut args: Vec<String> = line
         .split('"')
         .skip(1)
@@ -78,8 +80,8 @@ async fn runs_push_into_groups_by_job_database_table_and_labels() {
         db.exec(&crate::support::partman::stuck_index_ddl()).await;
     }
 
-    // Database a: README's CronJob command (with its --label cluster=eu1), then stats and reclaim.
-    let args = readme_cronjob_args(&gw.url());
+    // Database a: the guide's CronJob command (with its --label cluster=eu1), then stats and reclaim.
+    let args = cronjob_args(&gw.url());
     assert!(args.contains(&"cluster=eu1".to_owned()), "{args:?}");
     a.idemctl()
         .args(&args)
@@ -310,4 +312,246 @@ async fn an_unreachable_pushgateway_costs_one_warning_line_and_keeps_the_exit_co
         assert_eq!(run.stderr.lines().count(), 1, "{run}");
         assert!(run.stderr.starts_with(&warning), "{run}");
     }
+}
+
+/// A table with 20 expired keys and 5 live ones, and the stuck-key index stats and reclaim use.
+async fn twenty_expired(db: &TestDb) {
+    fixtures::table_with(
+        db,
+        Schema::Corrected,
+        Mix {
+            expired: 20,
+            live: 5,
+            ..Mix::default()
+        },
+    )
+    .await;
+    db.exec(&crate::support::partman::stuck_index_ddl()).await;
+}
+
+/// The value of `name` in the stats group of `db`, if the gateway holds it.
+fn stats_success(gw: &Pushgateway, db: &TestDb) -> Option<f64> {
+    parse_samples(&gw.metrics())
+        .into_iter()
+        .find(|s| {
+            s.name == "idemctl_stats_last_run_success"
+                && s.labels.get("database").map(String::as_str) == Some(db.name())
+        })
+        .map(|s| s.value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_pushgateway_is_trusted_through_the_system_roots_or_only_the_ca_file() {
+    let gw = Pushgateway::start_with(Web {
+        tls: true,
+        basic_auth: true,
+    });
+    let db = TestDb::new().await;
+    twenty_expired(&db).await;
+    let url = gw.url_with(USER, PASSWORD);
+    let shown = gw.url();
+
+    // The CA file: the push lands, the credentials went with it (the gateway demands them).
+    db.idemctl()
+        .args(["evict", "--pushgateway", &url, "--pushgateway-ca"])
+        .arg(gw.ca_cert())
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr_empty();
+    let s = parse_samples(&gw.metrics());
+    assert_eq!(
+        value(
+            &s,
+            "idemctl_evict_rows_evicted",
+            "idemctl_evict",
+            db.name(),
+            &[]
+        ),
+        20.0
+    );
+
+    // The system's roots (OpenSSL's SSL_CERT_FILE stands for the system store here), and the
+    // options from the environment.
+    db.idemctl()
+        .arg("stats")
+        .env("IDEMCTL_PUSHGATEWAY", &url)
+        .env("SSL_CERT_FILE", gw.ca_cert())
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr_empty();
+    assert_eq!(stats_success(&gw, &db), Some(1.0));
+
+    // A CA file replaces the system's roots: one that did not sign the gateway's certificate
+    // fails the push (a warning; the run's exit code stands), whatever the system trusts.
+    let warning =
+        format!("idemctl: warning: failed to push metrics to the Pushgateway at {shown}:");
+    for (ca, system) in [
+        (Some(gw.other_ca_cert()), gw.ca_cert()),
+        (None, gw.other_ca_cert()),
+    ] {
+        let mut cmd = db
+            .idemctl()
+            .args(["stats", "--pushgateway", &url])
+            .env("SSL_CERT_FILE", system);
+        if let Some(ca) = ca {
+            cmd = cmd.env("IDEMCTL_PUSHGATEWAY_CA", ca);
+        }
+        let run = cmd.run();
+        run.assert_code(0).assert_stdout_empty();
+        assert_eq!(run.stderr.lines().count(), 1, "{run}");
+        assert!(
+            run.stderr
+                .starts_with(&format!("{warning} TLS handshake failed: ")),
+            "{run}"
+        );
+        run.assert_stderr_contains("certificate verify failed");
+    }
+
+    // A wrong password is the gateway's refusal, in one warning line.
+    let wrong = gw.url_with(USER, "wrong");
+    db.idemctl()
+        .args(["stats", "--pushgateway", &wrong, "--pushgateway-ca"])
+        .arg(gw.ca_cert())
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr(&format!("{warning} HTTP 401: Unauthorized\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_are_never_sent_over_plain_http_without_the_opt_in() {
+    let gw = Pushgateway::start_with(Web {
+        tls: false,
+        basic_auth: true,
+    });
+    let db = TestDb::new().await;
+    twenty_expired(&db).await;
+    let url = gw.url_with(USER, PASSWORD);
+    let refusal = format!(
+        "the Pushgateway URL {} carries credentials, which plain http would send in clear; use \
+         https://, or pass --pushgateway-allow-http-auth to send them anyway",
+        gw.url()
+    );
+
+    // Refused before anything changes: exit 2, one line, no password, no row evicted.
+    for command in [vec!["evict"], vec!["stats"], vec!["reclaim", "--yes"]] {
+        let run = db
+            .idemctl()
+            .args(&command)
+            .args(["--pushgateway", &url])
+            .run();
+        run.assert_error(2, &refusal);
+        assert!(!run.stderr.contains(PASSWORD), "{run}");
+    }
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        25
+    );
+    assert_eq!(stats_success(&gw, &db), None, "nothing was pushed");
+
+    // The opt-in, as a flag or from the environment, sends them.
+    db.idemctl()
+        .args([
+            "evict",
+            "--pushgateway",
+            &url,
+            "--pushgateway-allow-http-auth",
+        ])
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr_empty();
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        5
+    );
+    db.idemctl()
+        .args(["stats", "--pushgateway", &url])
+        .env("IDEMCTL_PUSHGATEWAY_ALLOW_HTTP_AUTH", "true")
+        .run()
+        .assert_code(0)
+        .assert_stdout_empty()
+        .assert_stderr_empty();
+    assert_eq!(stats_success(&gw, &db), Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pushgateway_ca_that_cannot_be_used_is_refused_before_any_change() {
+    let db = TestDb::new().await;
+    twenty_expired(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let not_pem = dir.path().join("not-a-certificate.pem");
+    std::fs::write(&not_pem, "hello\n").unwrap();
+    let missing = dir.path().join("missing.crt");
+    let https = "https://127.0.0.1:9";
+    for (url, ca, message) in [
+        (
+            https,
+            &missing,
+            format!(
+                "cannot read --pushgateway-ca {}: No such file or directory (os error 2)",
+                missing.display()
+            ),
+        ),
+        (
+            https,
+            &not_pem,
+            format!(
+                "--pushgateway-ca {} holds no PEM certificate (-----BEGIN CERTIFICATE-----)",
+                not_pem.display()
+            ),
+        ),
+        (
+            "http://127.0.0.1:9",
+            &not_pem,
+            "--pushgateway-ca applies to an https:// Pushgateway, and http://127.0.0.1:9 is \
+             plain http"
+                .to_owned(),
+        ),
+    ] {
+        db.idemctl()
+            .args(["evict", "--pushgateway", url, "--pushgateway-ca"])
+            .arg(ca)
+            .run()
+            .assert_error(2, &message);
+    }
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        25
+    );
+    // A URL that is neither http:// nor https:// is clap's usage error.
+    db.idemctl()
+        .args(["evict", "--pushgateway", "pgw:9091"])
+        .run()
+        .assert_error(
+            2,
+            "invalid value 'pgw:9091' for '--pushgateway <URL>': expected an http:// or \
+             https:// URL such as https://pushgateway:9091 (see --help)",
+        );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pushgateway_that_never_answers_costs_one_warning_line_at_the_deadline() {
+    let db = TestDb::new().await;
+    twenty_expired(&db).await;
+    // The kernel completes the handshakes in the listen backlog; nothing ever reads or answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    for url in [
+        format!("http://127.0.0.1:{port}"),
+        format!("https://127.0.0.1:{port}"),
+    ] {
+        db.idemctl()
+            .args(["stats", "--pushgateway", &url])
+            .run()
+            .assert_code(0)
+            .assert_stdout_empty()
+            .assert_stderr(&format!(
+                "idemctl: warning: failed to push metrics to the Pushgateway at {url}: no answer \
+                 within 10s\n"
+            ));
+    }
+    drop(silent);
 }

@@ -26,7 +26,7 @@ struct Case {
 fn psql(dir: &Path, case: &Case) -> Run {
     assert!(
         Path::new(PSQL).exists(),
-        "{PSQL} is missing: install postgresql-client"
+        "{PSQL} is missing: apt-get install postgresql-client, or run scripts/test, which installs it"
     );
     let mut cmd = Cmd::of(PSQL).args(["-X", "-w", "-A", "-t", "-c", "select 1"]);
     if !case.conninfo.is_empty() {

@@ -243,7 +243,7 @@ fn path(p: &Path) -> &str {
 fn psql(conninfo: &str, home: &Path) -> Run {
     assert!(
         Path::new(PSQL).exists(),
-        "{PSQL} is missing: install postgresql-client"
+        "{PSQL} is missing: apt-get install postgresql-client, or run scripts/test, which installs it"
     );
     Cmd::of(PSQL)
         .env("HOME", home)

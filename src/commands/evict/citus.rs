@@ -136,7 +136,10 @@ pub async fn run(
         fixed => fixed,
     };
     let progress = if ctx.output.progress_allowed() {
-        Progress::rows(estimate_backlog(&cluster.nodes).await)
+        let goal = count_backlog(&cluster.nodes)
+            .await
+            .map(|c| super::progress_goal(c, args));
+        Progress::rows(goal, args.max_runtime.map(|m| started + m))
     } else {
         Progress::hidden()
     };
@@ -150,6 +153,7 @@ pub async fn run(
     progress.finish();
     let report = summary(
         table,
+        super::Expiry::of(table, &ctx.global),
         layout,
         outcome.nodes,
         outcome.totals,
@@ -244,21 +248,26 @@ async fn not_foreground(coordinator: &Session, nodes: &[Node]) -> Result<Vec<i64
     Ok(gpids)
 }
 
-/// The planner's estimates of the shards' expired completed rows, added up (for the progress bar;
-/// 0 when none can be read).
-async fn estimate_backlog(nodes: &[Node]) -> u64 {
-    let mut sum = 0;
+/// The expired backlog for the progress bar, counted on each shard's worker up to a share of the
+/// cap (so the whole count stays bounded however many shards there are), and added up: "at least"
+/// when any shard's count stopped at its share. None when a worker cannot be asked.
+async fn count_backlog(nodes: &[Node]) -> Option<Capped> {
+    let shards = nodes.iter().map(|n| n.shards.len()).sum::<usize>().max(1);
+    let share = (super::COUNT_CAP / i64::try_from(shards).unwrap_or(i64::MAX)).max(1_000);
+    let mut sum = ZERO;
     for node in nodes {
-        let Ok(session) = node.session().await else {
-            continue;
-        };
+        let session = node.session().await.ok()?;
         for shard in &node.shards {
-            sum += crate::db::evict::estimate_backlog(&session, &shard.table)
+            let c = crate::db::evict::backlog_from(&session, &shard.table, None, share)
                 .await
-                .unwrap_or(0);
+                .ok()?;
+            sum = Capped {
+                count: sum.count.saturating_add(c.count),
+                at_least: sum.at_least || c.at_least,
+            };
         }
     }
-    sum
+    Some(sum)
 }
 
 /// Under a row or batch budget the shards are taken one at a time: in the order of their oldest
@@ -621,6 +630,7 @@ async fn drive(node: &Node, shared: &Arc<worker::Shared>, jobs: u8) -> Option<an
 /// The run's summary: the nodes' figures added up.
 async fn summary(
     table: &KeyTable,
+    expiry: super::Expiry,
     layout: Layout,
     nodes: Vec<NodeReport>,
     totals: worker::Totals,
@@ -643,6 +653,7 @@ async fn summary(
     let pace = merged_pace(&nodes);
     let mut report = super::assemble(super::Assembled {
         table,
+        expiry,
         end_reason,
         totals,
         elapsed: started.elapsed().as_secs_f64(),

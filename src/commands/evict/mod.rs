@@ -84,10 +84,52 @@ impl EndReason {
     }
 }
 
+/// How the run's keys expire (also in the JSON): at the table's expiry column, or a TTL after
+/// `created_at`, with where that TTL came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Expiry {
+    /// The expiry column, or the column the TTL is added to.
+    pub column: String,
+    /// The TTL (None when the table has an expiry column).
+    pub ttl_seconds: Option<f64>,
+    /// Where the TTL (applied or not) came from: `--ttl`, `IDEMCTL_TTL` or `ttl in config file
+    /// PATH`.
+    pub ttl_from: Option<String>,
+    /// A TTL given for a table with an expiry column, where it does not apply.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl_ignored_seconds: Option<f64>,
+}
+
+impl Expiry {
+    /// The rule `table` follows, given the TTL the flags, the environment or the config file set.
+    pub fn of(table: &KeyTable, global: &crate::cli::GlobalArgs) -> Expiry {
+        let from = (!global.ttl_from.is_empty()).then(|| global.ttl_from.clone());
+        match table.profile.ttl() {
+            Some(ttl) => Expiry {
+                column: table.profile.expiry_column().to_owned(),
+                ttl_seconds: Some(ttl.as_secs_f64()),
+                ttl_from: from,
+                ttl_ignored_seconds: None,
+            },
+            None => {
+                let ignored = global.ttl.filter(|_| !table.profile.expires_by_ttl());
+                Expiry {
+                    column: table.profile.expiry_column().to_owned(),
+                    ttl_seconds: None,
+                    ttl_from: from.filter(|_| ignored.is_some()),
+                    ttl_ignored_seconds: ignored.map(|t| t.as_secs_f64()),
+                }
+            }
+        }
+    }
+}
+
 /// The run's summary (also the JSON document).
 #[derive(Debug, Clone, Serialize)]
 pub struct EvictReport {
     pub table: String,
+    /// How keys expire: the expiry column, or created_at + the TTL and where it came from.
+    pub expiry: Expiry,
     pub end_reason: EndReason,
     pub rows_evicted: u64,
     pub batches: u64,
@@ -144,7 +186,11 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let table = ctx.table(&client).await?;
     table.require_columns()?;
     table.require_ttl("evict")?;
-    table.require_ttl_floor("evict", args.force)?;
+    table.require_ttl_floor(
+        "evict",
+        args.force || ctx.global.short_ttl_allowed_by.is_some(),
+        &ctx.global.ttl_from,
+    )?;
     table.require_expiry_index()?;
     let privileges = table.privileges(&client).await?;
     if args.max_replica_lag.is_some() {
@@ -200,11 +246,13 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let (drops, drop_result) =
         drop_phase(ctx, args, &table, &client, started, gate.as_deref()).await;
     let progress = if ctx.output.progress_allowed() {
-        Progress::rows(
-            evict_db::estimate_backlog(&client, &table)
-                .await
-                .unwrap_or(0),
-        )
+        // The bar's goal is the backlog counted now, exactly up to the cap (a walk of the expiry
+        // index), not the planner's estimate, which stale statistics can put far off.
+        let goal = backlog_from(&client, &table, None)
+            .await
+            .ok()
+            .map(|c| progress_goal(c, args));
+        Progress::rows(goal, args.max_runtime.map(|m| started + m))
     } else {
         Progress::hidden()
     };
@@ -270,7 +318,17 @@ pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         None => replica::WaitTotals::default(),
     };
     let failed = error.is_some();
-    let mut report = report(&table, &shared, client.as_ref(), failed, drops, &waits).await;
+    let expiry = Expiry::of(&table, &ctx.global);
+    let mut report = report(
+        &table,
+        expiry,
+        &shared,
+        client.as_ref(),
+        failed,
+        drops,
+        &waits,
+    )
+    .await;
     if let Some(targets) = &vacuum_targets {
         let lock_timeout = ctx.global.lock_timeout;
         report.vacuum =
@@ -365,7 +423,7 @@ fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
         max_batches: args.max_batches,
         max_runtime: args.max_runtime,
         min_age_secs: args.min_age.map(|d| d.as_secs_f64()),
-        deadline: ctx.global.statement_timeout + Duration::from_secs(10),
+        deadline: ctx.answer_deadline(),
         caps: args.rate_caps(),
     }
 }
@@ -491,6 +549,15 @@ async fn backlog_from(
     evict_db::backlog_from(client, table, cursor, COUNT_CAP).await
 }
 
+/// The progress bar's goal: the backlog counted (exact, or at least the cap), or --max-rows below it.
+fn progress_goal(counted: Capped, args: &EvictArgs) -> crate::progress::Goal {
+    crate::progress::Goal::new(
+        u64::try_from(counted.count).unwrap_or(0),
+        counted.at_least,
+        args.max_rows,
+    )
+}
+
 /// Expired keys not completed from `cursor` on, examining at most the cap of expired rows.
 async fn in_progress_from(
     client: &Session,
@@ -531,6 +598,7 @@ async fn leftovers(
 /// The summary: totals from the workers, leftovers counted on a fresh session.
 async fn report(
     table: &KeyTable,
+    expiry: Expiry,
     shared: &worker::Shared,
     client: Option<&Session>,
     failed: bool,
@@ -558,6 +626,7 @@ async fn report(
     };
     assemble(Assembled {
         table,
+        expiry,
         end_reason,
         totals,
         elapsed: shared.elapsed().as_secs_f64(),
@@ -573,6 +642,7 @@ async fn report(
 /// The parts of a summary.
 struct Assembled<'a> {
     table: &'a KeyTable,
+    expiry: Expiry,
     end_reason: EndReason,
     totals: worker::Totals,
     elapsed: f64,
@@ -587,6 +657,7 @@ struct Assembled<'a> {
 fn assemble(a: Assembled<'_>) -> EvictReport {
     let Assembled {
         table,
+        expiry,
         end_reason,
         mut totals,
         elapsed,
@@ -611,6 +682,7 @@ fn assemble(a: Assembled<'_>) -> EvictReport {
     let rows_max = totals.sizes.last().copied().unwrap_or(0);
     EvictReport {
         table: table.qualified_name(),
+        expiry,
         end_reason,
         rows_evicted: totals.rows,
         batches: totals.batches,
@@ -716,6 +788,7 @@ async fn dry_run(
     let report = DryRunReport {
         table: table.qualified_name(),
         dry_run: true,
+        expiry: Expiry::of(table, &ctx.global),
         would_evict: count,
         would_skip_referenced: probed.any_blocking().then_some(referenced),
         oldest_candidate: oldest,
@@ -749,6 +822,8 @@ async fn dry_run(
 pub(crate) struct DryRunReport {
     pub(crate) table: String,
     dry_run: bool,
+    /// How keys expire: the expiry column, or created_at + the TTL and where it came from.
+    pub(crate) expiry: Expiry,
     pub(crate) would_evict: Capped,
     /// Candidates the run would leave because a NO ACTION / RESTRICT foreign key still references
     /// them (absent when none references the table through an indexed column).
@@ -888,5 +963,6 @@ fn run_end(r: &EvictReport) -> RunEnd {
         success: !matches!(r.end_reason, EndReason::Error | EndReason::Interrupted),
         reason: r.end_reason.as_str(),
         reasons: &END_REASONS,
+        rows: Some((r.rows_evicted, "keys deleted")),
     }
 }

@@ -363,6 +363,9 @@ pub struct PaceReport {
     pub mode: &'static str,
     /// The fixed duty cycle (fixed mode).
     pub duty_cycle: Option<u8>,
+    /// --pause: the rest added after every batch on top of the duty cycle's (fixed mode).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause_seconds: Option<f64>,
     /// Why an adaptive pace was not possible (fixed mode by fallback).
     pub fallback: Option<String>,
     /// What the adaptive pace watched.
@@ -521,9 +524,14 @@ impl Pacer {
             fixed => fixed,
         };
         let report = match &mode {
-            Mode::Fixed { duty, fallback, .. } => PaceReport {
+            Mode::Fixed {
+                duty,
+                pause,
+                fallback,
+            } => PaceReport {
                 mode: "fixed",
                 duty_cycle: Some(*duty),
+                pause_seconds: (!pause.is_zero()).then_some(pause.as_secs_f64()),
                 fallback: fallback.clone(),
                 ..PaceReport::default()
             },

@@ -283,16 +283,20 @@ async fn try_drop(client: &Session, run: &DropRun<'_>, p: &Partition) -> Result<
 /// error ends the run. Either way the transaction rolls back, undoing the detach.
 async fn refuse_or_fail(
     client: &Session,
-    e: tokio_postgres::Error,
+    e: anyhow::Error,
     context: String,
 ) -> Result<Option<Refused>> {
     use crate::db::batch::Failure;
     use tokio_postgres::error::SqlState;
     let rolled_back = client.rollback().await;
-    let refused = match e.code() {
-        _ if Failure::of_statement(&e) == Failure::LockTimeout => Refused::Lock,
+    let code = e
+        .chain()
+        .find_map(|c| c.downcast_ref::<tokio_postgres::Error>())
+        .and_then(tokio_postgres::Error::code);
+    let refused = match code {
+        _ if Failure::of(&e) == Failure::LockTimeout => Refused::Lock,
         Some(c) if *c == SqlState::DEPENDENT_OBJECTS_STILL_EXIST => Refused::Dependents,
-        _ => return Err(anyhow::Error::new(e).context(context)),
+        _ => return Err(e.context(context)),
     };
     rolled_back.context(context)?;
     Ok(Some(refused))

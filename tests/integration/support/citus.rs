@@ -11,7 +11,7 @@
 //! with its own watchdog, exactly like the shared cluster (`cluster.rs`), so a crashed run leaves
 //! nothing and `.ci/run`'s leak check covers them.
 //!
-//! Citus must be installed into the server the tests run (`scripts/citus`, as root; `.ci/run` does
+//! Citus must be installed into the server the tests run (`scripts/citus`, as root; `scripts/test` does
 //! it): without it every Citus test panics with that instruction. The one opt-out is explicit:
 //! `IDEMCTL_TEST_CITUS=skip` makes each Citus test print that it did not run and return (for a
 //! developer machine without the Citus source); nothing else skips them.
@@ -108,7 +108,7 @@ fn require_citus(bindir: &Path) -> Result<(), String> {
     }
     Err(format!(
         "Citus is not installed for the PostgreSQL server in {} ({} is missing). Build and install \
-         it with `scripts/citus` (as root; it needs the Citus source in ../shared/citus or \
+         it with `scripts/citus` (as root; scripts/test does; it needs the Citus source in ../shared/citus or \
          IDEMCTL_CITUS_SRC, and postgresql-server-dev-15), or set IDEMCTL_TEST_CITUS=skip to leave \
          the Citus tests out explicitly. They never pass without a cluster.",
         bindir.display(),

@@ -23,7 +23,7 @@ const SETTINGS: &[(&str, &str)] = &[
 ];
 
 const HOW_TO_PROVIDE: &str = "the integration tests need a PostgreSQL server. Either install the server \
-binaries (Debian/Ubuntu: apt-get install postgresql), or set IDEMCTL_TEST_PGBIN to a directory holding \
+binaries (Debian/Ubuntu: apt-get install postgresql; scripts/test installs them), or set IDEMCTL_TEST_PGBIN to a directory holding \
 initdb, pg_ctl and postgres, or set IDEMCTL_TEST_DATABASE_URL to a superuser conninfo/URL of a running \
 server (databases named idemctl_t_* are created and dropped there)";
 

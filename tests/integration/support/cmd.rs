@@ -350,6 +350,25 @@ impl Run {
         self
     }
 
+    /// Assert stderr is exactly this.
+    #[track_caller]
+    pub fn assert_stderr(&self, expected: &str) -> &Self {
+        assert!(
+            self.stderr == expected,
+            "stderr differs\n--- expected stderr ---\n{expected}\n{self}"
+        );
+        self
+    }
+
+    /// Assert a refusal or error: this exit code, nothing on stdout, and exactly one stderr line
+    /// `idemctl: MESSAGE`.
+    #[track_caller]
+    pub fn assert_error(&self, code: i32, message: &str) -> &Self {
+        self.assert_code(code)
+            .assert_stdout_empty()
+            .assert_stderr(&format!("idemctl: {message}\n"))
+    }
+
     /// Assert stdout contains this.
     #[track_caller]
     pub fn assert_stdout_contains(&self, needle: &str) -> &Self {

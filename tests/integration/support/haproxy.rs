@@ -44,7 +44,7 @@ impl HaProxy {
         assert!(
             binary.exists(),
             "HAProxy is missing: {} does not exist; install it (Debian/Ubuntu: apt-get install \
-             haproxy; .ci/run does) or set IDEMCTL_TEST_HAPROXY to its path",
+             haproxy; scripts/test installs it) or set IDEMCTL_TEST_HAPROXY to its path",
             binary.display()
         );
         let dir = tempfile::Builder::new()

@@ -27,6 +27,7 @@
 // Each test module uses a different part of the harness.
 #![allow(dead_code, unused_imports)]
 
+pub mod blackhole;
 pub mod citus;
 pub mod cluster;
 pub mod cmd;
@@ -40,6 +41,7 @@ pub mod pushgateway;
 pub mod replica;
 pub mod stuck;
 pub mod tcp;
+pub mod tmpfs;
 
 pub use cmd::{Cmd, IDEMCTL, Run, Spawned};
 pub use pg::{TestDb, connect, ident, pg_error_text};

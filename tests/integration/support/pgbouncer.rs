@@ -55,7 +55,7 @@ impl PgBouncer {
         assert!(
             binary.exists(),
             "PgBouncer is missing: {} does not exist; install it (Debian/Ubuntu: apt-get install \
-             pgbouncer; .ci/run does) or set IDEMCTL_TEST_PGBOUNCER to its path",
+             pgbouncer; scripts/test installs it) or set IDEMCTL_TEST_PGBOUNCER to its path",
             binary.display()
         );
         let upstream = db

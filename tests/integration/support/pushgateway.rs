@@ -1,19 +1,43 @@
 //! A real Prometheus Pushgateway (Debian package `prometheus-pushgateway`) for the metrics tests:
 //! one per test, on a free 127.0.0.1 port, in memory only (no persistence file), stopped when the
-//! `Pushgateway` is dropped. It runs under `timeout`, so a test process killed before dropping it
-//! cannot leave it running for more than ten minutes. A missing binary fails the test loudly.
+//! `Pushgateway` is dropped; optionally behind TLS (a test CA made with the openssl command) and
+//! basic auth, through its `--web.config.file`. It runs under `timeout`, so a test process killed
+//! before dropping it cannot leave it running for more than ten minutes. A missing binary fails the
+//! test loudly.
 
-use std::io::{Read as _, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::io::Read as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use ureq::tls::{PemItem, RootCerts, TlsConfig, TlsProvider};
+
 const BINARY: &str = "/usr/bin/prometheus-pushgateway";
+
+/// The user and password the gateway accepts under `Web::basic_auth`.
+pub const USER: &str = "idemctl";
+pub const PASSWORD: &str = "push-secret";
+/// bcrypt of `PASSWORD` (cost 4), as the gateway's web config takes it.
+const PASSWORD_BCRYPT: &str = "$2b$04$GeTRHMWvK19.US7xBzegme4lSc/w3pKndn5vIbKEcOBc0FBZE5jXG";
+
+/// How the gateway listens: plain http by default.
+#[derive(Default, Clone, Copy)]
+pub struct Web {
+    /// https, with a certificate for 127.0.0.1 signed by the test CA (`Pushgateway::ca_cert`).
+    pub tls: bool,
+    /// Only requests with `USER` and `PASSWORD` (basic auth) are answered.
+    pub basic_auth: bool,
+}
 
 /// A running Pushgateway.
 pub struct Pushgateway {
     child: Child,
     port: u16,
+    web: Web,
+    /// The web config and certificates (removed on drop).
+    dir: std::sync::Arc<tempfile::TempDir>,
 }
 
 /// A free port on 127.0.0.1 (nothing listens there once this returns).
@@ -25,18 +49,26 @@ pub fn free_port() -> u16 {
 }
 
 impl Pushgateway {
-    /// Start one and wait until it answers.
+    /// Start one on plain http and wait until it answers.
     pub fn start() -> Pushgateway {
+        Pushgateway::start_with(Web::default())
+    }
+
+    /// Start one as `web` says and wait until it answers.
+    pub fn start_with(web: Web) -> Pushgateway {
         assert!(
-            std::path::Path::new(BINARY).exists(),
-            "{BINARY} is not installed: apt-get install prometheus-pushgateway (the metrics tests need it)"
+            Path::new(BINARY).exists(),
+            "{BINARY} is not installed: apt-get install prometheus-pushgateway, or run scripts/test, which installs it (the metrics tests need it)"
         );
+        let dir = std::sync::Arc::new(tempfile::tempdir().expect("tempdir for the Pushgateway"));
+        let config = web_config(dir.path(), web);
         let mut last = String::new();
         for _ in 0..5 {
             let port = free_port();
             let child = Command::new("timeout")
                 .args(["-s", "TERM", "600", BINARY])
                 .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+                .arg(format!("--web.config.file={}", config.display()))
                 .arg("--persistence.file=")
                 .arg("--log.level=warn")
                 .stdin(Stdio::null())
@@ -44,7 +76,12 @@ impl Pushgateway {
                 .stderr(Stdio::piped())
                 .spawn()
                 .expect("failed to start the Pushgateway under timeout(1)");
-            let mut gw = Pushgateway { child, port };
+            let mut gw = Pushgateway {
+                child,
+                port,
+                web,
+                dir: dir.clone(),
+            };
             let deadline = Instant::now() + Duration::from_secs(15);
             while Instant::now() < deadline {
                 if let Ok(Some(status)) = gw.child.try_wait() {
@@ -67,9 +104,26 @@ impl Pushgateway {
         panic!("the Pushgateway did not start: {last}");
     }
 
-    /// Its URL, for --pushgateway.
+    /// Its URL, for --pushgateway (no credentials).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.web.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// Its URL with `user:password@`.
+    pub fn url_with(&self, user: &str, password: &str) -> String {
+        self.url()
+            .replacen("://", &format!("://{user}:{password}@"), 1)
+    }
+
+    /// The test CA that signed its certificate (under `Web::tls`).
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.path().join("certs/ca.crt")
+    }
+
+    /// A CA that did not sign it.
+    pub fn other_ca_cert(&self) -> PathBuf {
+        self.dir.path().join("certs/other-ca.crt")
     }
 
     /// The exposition text of GET /metrics.
@@ -79,46 +133,62 @@ impl Pushgateway {
     }
 
     fn try_metrics(&self) -> Result<String, String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).map_err(|e| e.to_string())?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))
+        let mut tls = TlsConfig::builder().provider(TlsProvider::NativeTls);
+        if self.web.tls {
+            let pem = std::fs::read(self.ca_cert()).map_err(|e| e.to_string())?;
+            let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+                .filter_map(|i| match i {
+                    Ok(PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            tls = tls.root_certs(RootCerts::new_with_certs(&certs));
+        }
+        let agent = ureq::Agent::config_builder()
+            .tls_config(tls.build())
+            .timeout_global(Some(Duration::from_secs(10)))
+            .proxy(None)
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        let mut request = agent.get(format!("{}/metrics", self.url()));
+        if self.web.basic_auth {
+            let token =
+                base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{PASSWORD}"));
+            request = request.header("Authorization", format!("Basic {token}"));
+        }
+        let mut response = request.call().map_err(|e| e.to_string())?;
+        let body = response
+            .body_mut()
+            .read_to_string()
             .map_err(|e| e.to_string())?;
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
-            self.port
-        )
-        .map_err(|e| e.to_string())?;
-        let mut response = Vec::new();
-        s.read_to_end(&mut response).map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&response).into_owned();
-        let (head, body) = text
-            .split_once("\r\n\r\n")
-            .ok_or_else(|| format!("not an HTTP answer: {text}"))?;
-        if !head.starts_with("HTTP/1.1 200") {
-            return Err(format!("answered {head}\n{body}"));
+        if response.status() != 200 {
+            return Err(format!("answered {}\n{body}", response.status()));
         }
-        if head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            return Ok(dechunk(body));
-        }
-        Ok(body.to_owned())
+        Ok(body)
     }
 }
 
-/// Undo HTTP/1.1 chunked transfer encoding.
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
+/// The gateway's `--web.config.file` for `web` (certificates made in `dir/certs` under TLS).
+fn web_config(dir: &Path, web: Web) -> PathBuf {
+    let mut text = String::new();
+    if web.tls {
+        let certs = dir.join("certs");
+        super::tcp::make_certificates(&certs).expect("test certificates for the Pushgateway");
+        text.push_str(&format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n",
+            certs.join("server.crt").display(),
+            certs.join("server.key").display()
+        ));
     }
-    out
+    if web.basic_auth {
+        text.push_str(&format!(
+            "basic_auth_users:\n  {USER}: '{PASSWORD_BCRYPT}'\n"
+        ));
+    }
+    let path = dir.join("web.yml");
+    std::fs::write(&path, text).expect("write the Pushgateway's web config");
+    path
 }
 
 impl Drop for Pushgateway {

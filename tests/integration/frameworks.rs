@@ -1,0 +1,570 @@
+//! Key tables as frameworks create them: `timestamp without time zone` read in a declared zone,
+//! with the clock converted to the columns' type (never the column); each command end to end, and
+//! evict checked by SQL to remove exactly the expired rows, half an hour either side of the cut-off.
+
+use crate::fixtures::{loaded, scalar_i64};
+use crate::support::TestDb;
+
+/// The storage table with `timestamp without time zone` columns, as Rails, Ecto and JDBC write them.
+fn storage_naive_ddl() -> String {
+    include_str!("../../sql/schema.sql").replace("timestamptz", "timestamp(6)")
+}
+
+/// Rows of the storage table, written in local time of `zone` as an application in that zone
+/// would: `near-old` expired 30 minutes ago, `near-new` expiring in 30 minutes, `done-old` expired
+/// a day ago, `busy-old` in flight and expired a day ago.
+fn storage_naive_rows(zone: &str) -> String {
+    let local = |at: &str| format!("(({at}) AT TIME ZONE '{zone}')");
+    let row = |kind: &str, state: &str, expires: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, request_fingerprint, \
+             state, response_status, response_body, locked_at, created_at, expires_at) \
+             SELECT '{kind}-' || g, 'tenant_' || g % 3, 'POST', '/v1/payments', sha256(g::text::bytea), '{state}', \
+             CASE WHEN '{state}' = 'completed' THEN 201 END, CASE WHEN '{state}' = 'completed' THEN '{{}}'::jsonb END, \
+             {}, {}, {} FROM generate_series(1, 4) AS g;",
+            local("now() - interval '2 days'"),
+            local("now() - interval '2 days'"),
+            local(expires),
+        )
+    };
+    [
+        row("near-old", "completed", "now() - interval '30 minutes'"),
+        row("near-new", "completed", "now() + interval '30 minutes'"),
+        row("done-old", "completed", "now() - interval '1 day'"),
+        row("busy-old", "in_progress", "now() - interval '1 day'"),
+    ]
+    .concat()
+}
+
+/// The keys left, in order, by kind prefix.
+pub async fn kinds_left(db: &TestDb, table: &str, key: &str) -> Vec<(String, i64)> {
+    let rows = db
+        .client()
+        .await
+        .query(
+            &format!(
+                "SELECT split_part({key}::text, '-', 1) || '-' || split_part({key}::text, '-', 2) AS kind, count(*) \
+                 FROM {table} GROUP BY 1 ORDER BY 1"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+}
+
+/// A database whose sessions default to a zone far from the one the application writes in, so a
+/// statement that read the columns in the session's zone would evict the wrong rows.
+async fn far_session_zone(db: &TestDb) {
+    db.exec(
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET timezone = %L', current_database(), 'Asia/Tokyo'); END $$",
+    )
+    .await;
+}
+
+/// Without a declared zone every command refuses, naming the key that declares it; with a zone the
+/// server does not know, too, before anything is read or changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timestamp_without_time_zone_needs_a_declared_zone() {
+    let db = loaded(&storage_naive_ddl(), &storage_naive_rows("UTC"), None).await;
+    for command in [
+        &["stats"][..],
+        &["evict"],
+        &["inspect", "near-old-1", "--api-key-id", "tenant_1"],
+        &["reclaim", "--dry-run"],
+    ] {
+        db.idemctl().args(command).run().assert_code(2).assert_stderr_contains(
+            "table public.idempotency_keys: column created_at, column locked_at, column expires_at is timestamp without time zone, which holds no zone: declare the zone the application writes it in with time_zone = \"UTC\" in a config file, --time-zone or IDEMCTL_TIME_ZONE (any IANA name, e.g. UTC); nothing was changed",
+        );
+    }
+    let run = db.idemctl().args(["check"]).run();
+    run.assert_code(4)
+        .assert_stdout_contains("is timestamp without time zone, which holds no zone");
+    assert!(!run.stdout.contains("{held_since}"), "{run}");
+    let run = db
+        .idemctl()
+        .args(["--time-zone", "Nowhere/Else", "evict"])
+        .run();
+    run.assert_code(2).assert_stderr_contains(
+        "time zone \"Nowhere/Else\" (given by --time-zone) is not one the server knows; give an IANA name as pg_timezone_names lists it, e.g. UTC or Europe/Paris; nothing was changed",
+    );
+    db.idemctl()
+        .args(["--time-zone", "UTC; DROP TABLE x", "evict"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("is not a time zone name");
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        16
+    );
+}
+
+/// With the zone declared (flag, environment), evict removes exactly the expired completed rows,
+/// those expired 30 minutes ago included and those expiring in 30 minutes not, whatever zone the
+/// session defaults to; stats, inspect and reclaim read the same times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_zone_reads_timestamp_columns_in_that_zone() {
+    let zone = "America/New_York";
+    let db = loaded(&storage_naive_ddl(), &storage_naive_rows(zone), None).await;
+    far_session_zone(&db).await;
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_TIME_ZONE", zone)
+        .args(["-o", "json", "stats"])
+        .run();
+    run.assert_success();
+    let stats = run.json();
+    assert_eq!(stats["expired_backlog"]["count"], 8, "{run}");
+    let run = db
+        .idemctl()
+        .args([
+            "--time-zone",
+            zone,
+            "-o",
+            "json",
+            "inspect",
+            "near-new-1",
+            "--api-key-id",
+            "tenant_1",
+        ])
+        .run();
+    run.assert_success();
+    let record = run.json();
+    assert_eq!(record["state"], "completed", "{run}");
+    assert_eq!(record["time_zone"], zone, "{run}");
+    let expires = time::OffsetDateTime::parse(
+        record["expires_at"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let ahead = (expires - now).whole_minutes();
+    assert!((25..=31).contains(&ahead), "expires in {ahead} min: {run}");
+    let run = db
+        .idemctl()
+        .args([
+            "--time-zone",
+            zone,
+            "inspect",
+            "near-new-1",
+            "--api-key-id",
+            "tenant_1",
+        ])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("completed and live, expires in")
+        .assert_stdout_contains("times stored without zone, read as America/New_York");
+    db.idemctl()
+        .args(["--time-zone", zone, "-q", "evict"])
+        .run()
+        .assert_success();
+    assert_eq!(
+        kinds_left(&db, "idempotency_keys", "key").await,
+        [("busy-old".to_owned(), 4), ("near-new".to_owned(), 4)]
+    );
+    let run = db
+        .idemctl()
+        .args([
+            "--time-zone",
+            zone,
+            "-o",
+            "json",
+            "reclaim",
+            "--dry-run",
+            "--allow-scan",
+        ])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["would_reclaim"]["count"], 4, "{run}");
+}
+
+/// A framework's table and mapping as docs/profiles.md prints them (its `### NAME` section's first
+/// sql and toml blocks), loaded with `rows` and analyzed, the mapping in a file.
+struct Shape {
+    db: TestDb,
+    dir: tempfile::TempDir,
+}
+
+/// The first ```lang block of docs/profiles.md's `### name` section.
+fn doc_block(name: &str, lang: &str) -> String {
+    let doc = crate::config_file::profiles_doc();
+    let section = doc
+        .split(&format!("\n### {name}\n"))
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .and_then(|s| s.split("\n### ").next())
+        .unwrap_or_else(|| panic!("docs/profiles.md has no section ### {name}"));
+    section
+        .split(&format!("```{lang}\n"))
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .unwrap_or_else(|| panic!("### {name} has no {lang} block"))
+        .to_owned()
+}
+
+impl Shape {
+    async fn new(name: &str, rows: &str) -> Shape {
+        let db = loaded(&doc_block(name, "sql"), rows, None).await;
+        far_session_zone(&db).await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("idemctl.toml"), doc_block(name, "toml")).unwrap();
+        Shape { db, dir }
+    }
+
+    fn idemctl(&self) -> crate::support::cmd::Cmd {
+        let config = self.dir.path().join("idemctl.toml");
+        self.db
+            .idemctl()
+            .args(["--config", &config.to_string_lossy()])
+    }
+
+    /// Rows left, counted by the kind `expr` yields (`near-old`, ...).
+    async fn kinds(&self, table: &str, expr: &str) -> Vec<(String, i64)> {
+        let rows = self
+            .db
+            .client()
+            .await
+            .query(
+                &format!("SELECT {expr} AS kind, count(*) FROM {table} GROUP BY 1 ORDER BY 1"),
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter().map(|r| (r.get(0), r.get(1))).collect()
+    }
+
+    /// check, stats (its backlog), then evict: exactly the `kept` kinds stay.
+    async fn evicts_exactly(&self, table: &str, kind: &str, backlog: i64, kept: &[(&str, i64)]) {
+        self.idemctl().arg("check").run().assert_success();
+        let run = self.idemctl().args(["-o", "json", "stats"]).run();
+        run.assert_success();
+        assert_eq!(run.json()["expired_backlog"]["count"], backlog, "{run}");
+        self.idemctl().args(["-q", "evict"]).run().assert_success();
+        let kept: Vec<(String, i64)> = kept.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect();
+        assert_eq!(self.kinds(table, kind).await, kept);
+    }
+}
+
+/// The clock in UTC as a `timestamp without time zone` application writes it, shifted by `by`.
+fn utc(by: &str) -> String {
+    format!("((now() AT TIME ZONE 'UTC') + interval '{by}')")
+}
+
+/// TypeORM: character varying, jsonb, timestamp without time zone, no expiry column, no in-flight
+/// marker: evict removes every key older than the TTL (30 minutes past it included, 30 minutes
+/// short of it not); reclaim has nothing to do; inspect and check say there is no marker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typeorm_table_is_maintained_as_shipped() {
+    let row = |kind: &str, created: &str| {
+        format!(
+            "INSERT INTO idempotency_key (\"key\", \"userId\", \"statusCode\", response, \"createdAt\") \
+             SELECT '{kind}-' || g, 'user-' || g % 2, 201, jsonb_build_object('id', g), {created} \
+             FROM generate_series(1, 4) g;"
+        )
+    };
+    let rows = [
+        row("near-old", &utc("-24 hours -30 minutes")),
+        row("near-new", &utc("-23 hours -30 minutes")),
+        row("done-old", &utc("-3 days")),
+    ]
+    .concat();
+    let s = Shape::new("TypeORM", &rows).await;
+    let run = s.idemctl().arg("check").run();
+    run.assert_success()
+        .assert_stdout_contains("has no in-flight marker (profile typeorm maps no in_flight)");
+    assert!(!run.stdout.contains("CREATE INDEX"), "{run}");
+    let run = s
+        .idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "near-new-1",
+            "--api-key-id",
+            "user-1",
+        ])
+        .run();
+    run.assert_success();
+    let j = run.json();
+    assert_eq!(j["state"], "unmarked", "{run}");
+    assert_eq!(j["response_body"]["id"], 1, "{run}");
+    assert_eq!(j["response_body_encoding"], "json", "{run}");
+    s.idemctl()
+        .args(["inspect", "near-old-1", "--api-key-id", "user-1"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("no in-flight marker (the table has none, so idemctl takes every key as finished), expired");
+    s.idemctl()
+        .args(["reclaim", "--dry-run"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains(
+            "nothing to reclaim: table public.idempotency_key has no in-flight marker",
+        );
+    s.idemctl()
+        .args(["reclaim", "--yes"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("table public.idempotency_key has no in-flight marker (profile typeorm maps no in_flight): no key is ever in flight, so there is nothing to reclaim; nothing was changed");
+    s.evicts_exactly(
+        "idempotency_key",
+        "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)",
+        8,
+        &[("near-new", 4)],
+    )
+    .await;
+}
+
+/// JDBC/Flyway: TIMESTAMP columns, a three-column primary key, a state column and a bytea result:
+/// evict keeps in-flight and live keys; inspect shows the bytea result as JSON; check does not
+/// propose an index the three-column identity would break.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jdbc_table_is_maintained_as_shipped() {
+    let row = |kind: &str, status: &str, expires: &str| {
+        format!(
+            "INSERT INTO idempotency_record (idempotency_key, request_type, client_id, status, result, created_at, expires_at) \
+             SELECT '{kind}-' || g, 'payment', 'client-' || g % 2, '{status}', \
+             CASE WHEN '{status}' = 'COMPLETED' THEN convert_to('{{\"ok\": ' || g || '}}', 'UTF8') END, \
+             {}, {expires} FROM generate_series(1, 3) g;",
+            utc("-2 days")
+        )
+    };
+    let rows = [
+        row("near-old", "COMPLETED", &utc("-30 minutes")),
+        row("near-new", "COMPLETED", &utc("30 minutes")),
+        row("done-old", "COMPLETED", &utc("-1 day")),
+        row("busy-old", "IN_PROGRESS", &utc("-1 day")),
+    ]
+    .concat();
+    let s = Shape::new("JDBC (Flyway)", &rows).await;
+    let run = s.idemctl().arg("check").run();
+    run.assert_success().assert_stdout_contains(
+        "pk_idempotency_record makes a key unique only within (idempotency_key, request_type, client_id), wider than the mapping's (client_id, idempotency_key)",
+    );
+    assert!(!run.stdout.contains("CREATE UNIQUE INDEX"), "{run}");
+    let run = s
+        .idemctl()
+        .args(["inspect", "near-new-1", "--api-key-id", "client-1"])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("response_body (bytea, shown as JSON)")
+        .assert_stdout_contains("\"ok\": 1");
+    let run = s
+        .idemctl()
+        .args(["-o", "json", "reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["would_reclaim"]["count"], 3, "{run}");
+    s.evicts_exactly(
+        "idempotency_record",
+        "split_part(idempotency_key, '-', 1) || '-' || split_part(idempotency_key, '-', 2)",
+        6,
+        &[("busy-old", 3), ("near-new", 3)],
+    )
+    .await;
+}
+
+/// Rails 7: timestamp(6) without time zone, a bytea digest key given as psql prints it, a bytea
+/// body (text or binary), a recovery point released by reclaim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rails_table_is_maintained_as_shipped() {
+    let row = |kind: &str, point: &str, created: &str, locked: &str, body: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (account_id, key_digest, request_method, request_path, recovery_point, \
+             locked_at, response_code, response_body, created_at, updated_at) \
+             SELECT g % 2, sha256(('{kind}-' || g)::bytea), 'POST', '/charges/{kind}', '{point}', {locked}, \
+             CASE WHEN '{point}' = 'finished' THEN 201 END, {body}, {created}, {created} \
+             FROM generate_series(1, 4) g;"
+        )
+    };
+    let json = "convert_to('{\"charge\": ' || g || '}', 'UTF8')";
+    let rows = [
+        row(
+            "near-old",
+            "finished",
+            &utc("-24 hours -30 minutes"),
+            "NULL",
+            json,
+        ),
+        row(
+            "near-new",
+            "finished",
+            &utc("-23 hours -30 minutes"),
+            "NULL",
+            "'\\xfffe00'::bytea",
+        ),
+        row("done-old", "finished", &utc("-3 days"), "NULL", json),
+        row(
+            "busy-old",
+            "started",
+            &utc("-3 days"),
+            &utc("-3 days"),
+            "NULL",
+        ),
+    ]
+    .concat();
+    let s = Shape::new("Rails 7", &rows).await;
+    let digest: String =
+        s.db.client()
+            .await
+            .query_one(
+                "SELECT '\\x' || encode(sha256('near-new-1'::bytea), 'hex')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+    let run = s
+        .idemctl()
+        .args(["-o", "json", "inspect", &digest, "--api-key-id", "1"])
+        .run();
+    run.assert_success();
+    let j = run.json();
+    assert_eq!(j["key"], digest.as_str(), "{run}");
+    assert_eq!(j["response_body"], "fffe00", "{run}");
+    assert_eq!(j["response_body_encoding"], "hex", "{run}");
+    assert_eq!(j["time_zone"], "UTC", "{run}");
+    let row = j["row"].as_array().unwrap();
+    let column = |name: &str| row.iter().find(|c| c["column"] == name).unwrap().clone();
+    assert_eq!(column("recovery_point")["role"], "in_flight", "{run}");
+    assert_eq!(column("recovery_point")["value"], "finished", "{run}");
+    assert_eq!(
+        column("updated_at")["role"],
+        serde_json::Value::Null,
+        "{run}"
+    );
+    assert_eq!(column("key_digest")["role"], "key", "{run}");
+    assert_eq!(column("key_digest")["value"], digest.as_str(), "{run}");
+    assert_eq!(column("response_body")["value"], "\\xfffe00", "{run}");
+    s.idemctl()
+        .args(["inspect", &digest, "--api-key-id", "1"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("response_body (bytea, 3 bytes, not UTF-8, shown as hex):\nfffe00")
+        .assert_stdout_contains("recovery_point (in_flight)")
+        .assert_stdout_contains("updated_at");
+    s.idemctl()
+        .args(["inspect", "near-new-1", "--api-key-id", "1"])
+        .run()
+        .assert_code(2);
+    s.evicts_exactly(
+        "idempotency_keys",
+        "split_part(request_path, '/', 3)",
+        8,
+        &[("busy-old", 4), ("near-new", 4)],
+    )
+    .await;
+    s.idemctl()
+        .args(["-q", "reclaim", "--yes", "--allow-scan"])
+        .run()
+        .assert_success();
+    assert_eq!(
+        scalar_i64(
+            &s.db,
+            "SELECT count(*) FROM idempotency_keys WHERE locked_at IS NOT NULL"
+        )
+        .await,
+        0
+    );
+}
+
+/// Ecto: varchar(255), utc_datetime_usec (timestamp), an opaque bytea state and no in-flight
+/// marker: every expired key goes; inspect shows the binary state as hex with its size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ecto_table_is_maintained_as_shipped() {
+    let row = |kind: &str, expires: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (scope, \"key\", state, expires_at, inserted_at, updated_at) \
+             SELECT 'scope-' || g % 2, '{kind}-' || g, '\\x836803'::bytea || int4send(g), {expires}, {now}, {now} \
+             FROM generate_series(1, 4) g;",
+            now = utc("-2 days")
+        )
+    };
+    let rows = [
+        row("near-old", &utc("-30 minutes")),
+        row("near-new", &utc("30 minutes")),
+        row("done-old", &utc("-1 day")),
+    ]
+    .concat();
+    let s = Shape::new("Ecto", &rows).await;
+    let run = s
+        .idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "near-new-1",
+            "--api-key-id",
+            "scope-1",
+        ])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["response_body"], "83680300000001", "{run}");
+    assert_eq!(run.json()["response_body_encoding"], "hex", "{run}");
+    s.idemctl()
+        .args(["reclaim", "--dry-run"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("nothing to reclaim");
+    s.evicts_exactly(
+        "idempotency_keys",
+        "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)",
+        8,
+        &[("near-new", 4)],
+    )
+    .await;
+}
+
+/// sqlx: a composite (uuid, text) primary key, timestamptz, a bytea body and a NULL status while in
+/// flight: evict keeps in-flight keys; reclaim --action fail writes its JSON error into the bytea
+/// body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sqlx_table_is_maintained_as_shipped() {
+    let row = |kind: &str, status: &str, created: &str| {
+        format!(
+            "INSERT INTO idempotency (user_id, idempotency_key, response_status_code, response_headers, response_body, created_at) \
+             SELECT ('00000000-0000-0000-0000-00000000000' || g % 2)::uuid, '{kind}-' || g, {status}, \
+             CASE WHEN {status} IS NOT NULL THEN ARRAY[ROW('content-type', 'text/plain'::bytea)::header_pair] END, \
+             CASE WHEN {status} IS NOT NULL THEN convert_to('paid ' || g, 'UTF8') END, {created} \
+             FROM generate_series(1, 4) g;"
+        )
+    };
+    let rows = [
+        row("near-old", "200", "now() - interval '24 hours 30 minutes'"),
+        row("near-new", "200", "now() - interval '23 hours 30 minutes'"),
+        row("done-old", "200", "now() - interval '3 days'"),
+        row("busy-old", "NULL", "now() - interval '3 days'"),
+    ]
+    .concat();
+    let s = Shape::new("sqlx", &rows).await;
+    s.idemctl()
+        .args([
+            "inspect",
+            "near-new-1",
+            "--api-key-id",
+            "00000000-0000-0000-0000-000000000001",
+        ])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("response_body (bytea, shown as text):\npaid 1");
+    s.evicts_exactly(
+        "idempotency",
+        "split_part(idempotency_key, '-', 1) || '-' || split_part(idempotency_key, '-', 2)",
+        8,
+        &[("busy-old", 4), ("near-new", 4)],
+    )
+    .await;
+    s.idemctl()
+        .args(["-q", "reclaim", "--yes", "--action", "fail", "--allow-scan"])
+        .run()
+        .assert_success();
+    assert_eq!(
+        scalar_i64(
+            &s.db,
+            "SELECT count(*) FROM idempotency WHERE idempotency_key LIKE 'busy-old-%' \
+             AND response_status_code = 500 AND convert_from(response_body, 'UTF8')::jsonb ? 'type'"
+        )
+        .await,
+        4
+    );
+}
