@@ -1,10 +1,10 @@
 -- top: the in_progress key held longest, when held longer than the cutoff (the oldest stuck key),
 -- with how long it has been held: the first entry of the optional in_progress index. Runs only
 -- where stuck_count.sql does (that index, or --allow-scan). $1 = stuck-after seconds.
-SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at} AS expires_at,
-       extract(epoch FROM now() - {held_since})::float8 AS held_seconds
+SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at}{zone} AS expires_at,
+       extract(epoch FROM now() - {held_since}{zone})::float8 AS held_seconds
   FROM {table}
  WHERE {in_flight}
-   AND {held_since} < now() - make_interval(secs => $1::float8)
+   AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
  ORDER BY {held_since}
  LIMIT 1

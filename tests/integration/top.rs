@@ -677,3 +677,64 @@ async fn on_citus_top_draws_one_line_per_worker_and_agrees_with_stats() {
         text.stdout
     );
 }
+
+/// A table whose times are `timestamp without time zone`, read in its declared zone: top's own
+/// statements (the oldest stuck key) convert as stats' do, and the figures agree with stats'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_reads_a_timestamp_table_in_its_declared_zone() {
+    let db = TestDb::new().await;
+    db.exec(&Schema::Corrected.ddl().replace("timestamptz", "timestamp"))
+        .await;
+    fixtures::load(
+        &db,
+        Mix {
+            expired: 30,
+            live: 20,
+            fresh: 2,
+            stuck: 4,
+            expired_in_progress: 0,
+        },
+    )
+    .await;
+    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
+        .await;
+    let zone: String = db
+        .client()
+        .await
+        .query_one("SELECT current_setting('TimeZone')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let stats = db
+        .idemctl()
+        .args(["--time-zone", &zone, "stats", "-o", "json"])
+        .run();
+    stats.assert_code(0);
+    let top = db
+        .idemctl()
+        .args([
+            "--time-zone",
+            &zone,
+            "top",
+            "--once",
+            "-o",
+            "json",
+            "--interval",
+            "500ms",
+        ])
+        .run();
+    top.assert_code(0);
+    let (s, t) = (stats.json(), top.json());
+    assert_eq!(t["backlog"], s["expired_backlog"], "{t}");
+    assert_eq!(t["stuck"]["count"], 4, "{t}");
+    let held = t["oldest_stuck"]["seconds"].as_f64().unwrap();
+    let oldest = s["stuck"]["oldest_since"].as_str().unwrap();
+    assert!(
+        held > 60.0,
+        "the oldest stuck key was taken over a minute ago: {t}"
+    );
+    assert_eq!(
+        t["oldest_live"]["key"], s["oldest_live"]["key"],
+        "{t}\n{oldest}"
+    );
+}
