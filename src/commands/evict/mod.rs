@@ -33,9 +33,8 @@ use crate::metrics::RunEnd;
 use crate::output::prometheus::Metrics;
 use crate::output::rfc3339;
 use crate::progress::Progress;
-use crate::report::evict::END_REASONS;
-pub use crate::report::evict::EndReason;
 use crate::report::rows::Capped;
+pub use crate::report::run::EndReason;
 
 /// How many keys of each kind the dry run lists.
 const SAMPLE_SIZE: i64 = 10;
@@ -847,7 +846,7 @@ fn metrics(r: &EvictReport) -> Metrics {
 fn run_end(r: &EvictReport) -> RunEnd {
     RunEnd {
         success: !matches!(r.end_reason, EndReason::Error | EndReason::Interrupted),
-        reason: r.end_reason.as_str(),
-        reasons: &END_REASONS,
+        reason: r.end_reason,
+        reasons: EndReason::EVICT,
     }
 }
