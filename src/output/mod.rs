@@ -319,7 +319,6 @@ pub(crate) fn unprobed_reference_note(
     )
 }
 
-/// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
 /// The line of a run whose metrics could not be written: what it did, its end, the file and why.
 pub fn metrics_unwritten(u: &crate::metrics::Unwritten) -> String {
     let did = match u.end.rows {
@@ -329,11 +328,12 @@ pub fn metrics_unwritten(u: &crate::metrics::Unwritten) -> String {
     format!(
         "{did}, end reason {}; its metrics were not written: {}; the file still holds an earlier \
          run's",
-        u.end.reason,
+        u.end.reason.as_str(),
         sanitize(&u.why)
     )
 }
 
+/// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
 pub fn warn(message: &str) {
     eprintln!("idemctl: warning: {}", escape_controls(message));
 }
