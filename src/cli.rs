@@ -100,7 +100,7 @@ pub struct GlobalArgs {
 
     /// A TOML file with connection and table defaults (database_url or service, table, profile,
     /// ttl) and `[profiles.NAME]` mappings of other key tables' columns. Flags win over environment
-    /// variables, which win over the file (see the README's "Configuration file").
+    /// variables, which win over the file (see docs/profiles.md).
     // An empty value (an unset variable in an environment template) means no file (config::apply).
     #[arg(
         long,
