@@ -649,13 +649,15 @@ pub fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) ->
 
 fn thresholds(r: &stats::StatsReport, args: &CheckArgs) -> Vec<Finding> {
     let mut out = Vec::new();
-    if r.expiry_figures != stats::ExpiryFigures::Exact && args.max_eviction_lag.is_some() {
+    if r.expiry_figures != stats::ExpiryFigures::Exact {
         out.push(finding(
             "eviction lag",
             Status::Note,
             "not checked: the lag is unknown without the expiry index (or a TTL)".into(),
             None,
         ));
+        out.extend(stuck_and_ttl(r, args));
+        return out;
     }
     let lag = r.eviction_lag_seconds;
     // Each of the oldest expired keys stats examined is still referenced and more wait beyond
@@ -696,6 +698,13 @@ fn thresholds(r: &stats::StatsReport, args: &CheckArgs) -> Vec<Finding> {
             None,
         )),
     }
+    out.extend(stuck_and_ttl(r, args));
+    out
+}
+
+/// The stuck-key, autovacuum and recent-TTL threshold rows.
+fn stuck_and_ttl(r: &stats::StatsReport, args: &CheckArgs) -> Vec<Finding> {
+    let mut out = Vec::new();
     let stuck_label = format!("stuck keys (> {})", human_secs(r.stuck_after_seconds));
     match (&r.stuck, args.max_stuck) {
         (None, Some(_)) => out.push(finding(
