@@ -34,8 +34,13 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
             && table.expiry_index().is_some();
         still_referenced.push(if cheap {
             Some(
-                crate::db::references::referenced_expired(&client, &table, k, REFERENCED_CAP)
-                    .await?,
+                crate::db::references::referenced_expired(
+                    &client,
+                    &table,
+                    k,
+                    stats::REFERENCED_CAP,
+                )
+                .await?,
             )
         } else {
             None
@@ -74,7 +79,7 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
                     &table,
                     layout,
                     stuck_after,
-                    100_000,
+                    stats::STUCK_CAP,
                     args.allow_scan,
                     min_ttl,
                 )
@@ -114,9 +119,6 @@ pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
 
 /// Failing checks that do not keep the statistics from being read safely.
 const THRESHOLDS_READ_DESPITE: &[&str] = &["referencing key", "identity index"];
-
-/// Expired keys check examines, at most, to count those still referenced.
-const REFERENCED_CAP: i64 = 10_000;
 
 /// The threshold rows, each marked as not checked, when a failure above makes reading the
 /// statistics unsafe (they would scan the key table) or impossible.

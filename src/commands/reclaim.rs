@@ -35,6 +35,7 @@ use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics, write_atomic};
 use crate::output::reclaim as output;
 use crate::report::rows::{Capped, DatabaseIdentity};
+use crate::report::run::EndReason;
 
 /// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
 /// only bounds waits on the table itself (DDL), which must not stall the API behind us.
@@ -863,25 +864,6 @@ const LEFT_ALONE_REASONS: [&str; 7] = [
     "held",
 ];
 
-/// Why a writing run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum EndReason {
-    Drained,
-    Limit,
-    Interrupted,
-}
-
-impl EndReason {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            EndReason::Drained => "drained",
-            EndReason::Limit => "limit",
-            EndReason::Interrupted => "interrupted",
-        }
-    }
-}
-
 /// A key identified for the report.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct KeyId {
@@ -1011,8 +993,8 @@ impl ReclaimReport {
     fn run_end(&self) -> RunEnd {
         RunEnd {
             success: self.end_reason != EndReason::Interrupted,
-            reason: self.end_reason.as_str(),
-            reasons: &["drained", "limit", "interrupted"],
+            reason: self.end_reason,
+            reasons: EndReason::RECLAIM,
             rows: Some((self.rows_reclaimed, "keys reclaimed")),
         }
     }

@@ -17,6 +17,7 @@ use crate::exit::Exit;
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics};
 use crate::report::rows::{Capped, KeyRef};
+use crate::report::run::EndReason;
 
 /// The stats report (also the JSON document).
 #[derive(Debug, Serialize)]
@@ -93,8 +94,8 @@ pub struct ReferencedExpired {
     pub lag_at_most: bool,
 }
 
-/// Stats examines at most this many of the oldest expired keys to tell apart those still
-/// referenced (an index probe each).
+/// Stats and check examine at most this many of the oldest expired keys to tell apart those
+/// still referenced (an index probe each).
 pub const REFERENCED_CAP: i64 = 10_000;
 
 impl StatsReport {
@@ -262,8 +263,8 @@ pub const STUCK_CAP: i64 = 100_000;
 
 const STATS_END: RunEnd = RunEnd {
     success: true,
-    reason: "completed",
-    reasons: &["completed"],
+    reason: EndReason::Completed,
+    reasons: EndReason::STATS,
     rows: None,
 };
 

@@ -15,6 +15,7 @@ use time::OffsetDateTime;
 use crate::domain::TableName;
 use crate::exit::{Exit, classify, fail};
 use crate::output::prometheus::{self, Metrics};
+use crate::report::run::EndReason;
 
 pub use push::{GatewayArgs, PushUrl};
 
@@ -31,9 +32,10 @@ pub struct Destinations {
 pub struct RunEnd {
     pub success: bool,
     /// One of `reasons`.
-    pub reason: &'static str,
-    /// Every end reason of the command (the run series sets one of them to 1, the others to 0).
-    pub reasons: &'static [&'static str],
+    pub reason: EndReason,
+    /// Every end reason of the command (the run series sets one of them to 1, the others to 0,
+    /// and lists `EndReason::FAILURES` too).
+    pub reasons: &'static [EndReason],
     /// What the run did, for the line said when its metrics cannot be written: the rows it
     /// changed and how it says so ("keys deleted"); None for a run that changes nothing.
     pub rows: Option<(u64, &'static str)>,
@@ -48,16 +50,6 @@ pub struct Unwritten {
     /// The file and why it could not be written.
     pub why: String,
 }
-
-/// End reasons of a run that failed before it began (or whose failure ended it).
-pub const FAILURE_REASONS: [&str; 6] = [
-    "cannot_connect",
-    "permission_denied",
-    "table_not_found",
-    "lock_busy",
-    "interrupted",
-    "error",
-];
 
 /// Records one run's metrics. Cheap to clone; a default recorder has no destination (and writes
 /// nothing), but still knows the labels for `stats -o prometheus`.
@@ -238,12 +230,12 @@ impl Recorder {
 /// The end of a run that failed with `err`.
 pub fn failed_end(err: &anyhow::Error) -> RunEnd {
     let reason = match classify(err) {
-        Exit::CannotConnect => "cannot_connect",
-        Exit::PermissionDenied => "permission_denied",
-        Exit::NotFound => "table_not_found",
-        Exit::LockBusy => "lock_busy",
-        Exit::Interrupted => "interrupted",
-        _ => "error",
+        Exit::CannotConnect => EndReason::CannotConnect,
+        Exit::PermissionDenied => EndReason::PermissionDenied,
+        Exit::NotFound => EndReason::TableNotFound,
+        Exit::LockBusy => EndReason::LockBusy,
+        Exit::Interrupted => EndReason::Interrupted,
+        _ => EndReason::Error,
     };
     RunEnd {
         success: false,
@@ -296,15 +288,21 @@ fn run_series(i: &Inner, end: RunEnd, now: f64) -> Metrics {
     );
     let name = format!("idemctl_{c}_end_reason");
     let help = format!("Why the last {c} run ended (1 for the reason that applied).");
-    let mut reasons: Vec<&str> = end.reasons.to_vec();
-    for r in FAILURE_REASONS.iter().chain([&end.reason]) {
+    let mut reasons: Vec<EndReason> = end.reasons.to_vec();
+    for r in EndReason::FAILURES.iter().chain([&end.reason]) {
         if !reasons.contains(r) {
-            reasons.push(r);
+            reasons.push(*r);
         }
     }
     for r in reasons {
         let v = if r == end.reason { 1.0 } else { 0.0 };
-        m.add(&name, &help, prometheus::Kind::Gauge, &[("reason", r)], v);
+        m.add(
+            &name,
+            &help,
+            prometheus::Kind::Gauge,
+            &[("reason", r.as_str())],
+            v,
+        );
     }
     m
 }

@@ -329,7 +329,7 @@ pub fn metrics_unwritten(u: &crate::metrics::Unwritten) -> String {
     format!(
         "{did}, end reason {}; its metrics were not written: {}; the file still holds an earlier \
          run's",
-        u.end.reason,
+        u.end.reason.as_str(),
         sanitize(&u.why)
     )
 }

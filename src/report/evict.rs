@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+use crate::report::run::EndReason;
+
 /// The worst replica at one reading (worded by the output layer).
 #[derive(Debug, Clone)]
 pub struct Lagging {
@@ -98,46 +100,6 @@ pub struct Vacuumed {
     /// Why it failed (it was rolled back; the next relation was still tried).
     pub error: Option<String>,
 }
-/// Why a run ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EndReason {
-    Drained,
-    TimeBudget,
-    RowBudget,
-    BatchBudget,
-    /// A streaming replica stayed behind --max-replica-lag for --max-replica-wait, or until
-    /// --max-runtime ran out.
-    ReplicaLag,
-    Interrupted,
-    Error,
-}
-
-/// Every end reason's name, for the metrics.
-pub(crate) const END_REASONS: [&str; 7] = [
-    "drained",
-    "time_budget",
-    "row_budget",
-    "batch_budget",
-    "replica_lag",
-    "interrupted",
-    "error",
-];
-
-impl EndReason {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            EndReason::Drained => "drained",
-            EndReason::TimeBudget => "time_budget",
-            EndReason::RowBudget => "row_budget",
-            EndReason::BatchBudget => "batch_budget",
-            EndReason::ReplicaLag => "replica_lag",
-            EndReason::Interrupted => "interrupted",
-            EndReason::Error => "error",
-        }
-    }
-}
-
 /// How the run's keys expire (also in the JSON): at the table's expiry column, or a TTL after
 /// `created_at`, with where that TTL came from.
 #[derive(Debug, Clone, Serialize)]

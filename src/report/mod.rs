@@ -6,3 +6,4 @@ pub mod citus;
 pub mod evict;
 pub mod inspect;
 pub mod rows;
+pub mod run;

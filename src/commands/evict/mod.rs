@@ -34,9 +34,9 @@ use crate::metrics::RunEnd;
 use crate::output::prometheus::Metrics;
 use crate::output::rfc3339;
 use crate::progress::Progress;
-pub use crate::report::evict::EndReason;
-use crate::report::evict::{END_REASONS, Expiry};
+use crate::report::evict::Expiry;
 use crate::report::rows::Capped;
+pub use crate::report::run::EndReason;
 
 /// How many keys of each kind the dry run lists.
 const SAMPLE_SIZE: i64 = 10;
@@ -977,8 +977,8 @@ fn metrics(r: &EvictReport) -> Metrics {
 fn run_end(r: &EvictReport) -> RunEnd {
     RunEnd {
         success: !matches!(r.end_reason, EndReason::Error | EndReason::Interrupted),
-        reason: r.end_reason.as_str(),
-        reasons: &END_REASONS,
+        reason: r.end_reason,
+        reasons: EndReason::EVICT,
         rows: Some((r.rows_evicted, "keys deleted")),
     }
 }
