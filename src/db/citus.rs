@@ -101,10 +101,7 @@ pub async fn bound_row_waits(session: &Session, wait: Duration) -> Result<()> {
         .await
         .context("failed to pass the batch's settings on to the Citus workers")?;
     session
-        .batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{}ms'",
-            wait.as_millis()
-        ))
+        .set_local("lock_timeout", &format!("{}ms", wait.as_millis()))
         .await
         .context("failed to set the batch's lock_timeout")
 }

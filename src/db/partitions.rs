@@ -125,11 +125,9 @@ pub async fn set_local_lock_timeout(
     client: &Session,
     timeout: std::time::Duration,
 ) -> anyhow::Result<()> {
+    let millis = timeout.as_millis().max(1);
     client
-        .batch_execute(&format!(
-            "SET LOCAL lock_timeout = '{}ms'",
-            timeout.as_millis().max(1)
-        ))
+        .set_local("lock_timeout", &format!("{millis}ms"))
         .await
 }
 

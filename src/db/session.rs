@@ -241,6 +241,15 @@ impl Session {
         Ok(())
     }
 
+    /// Set a GUC for the transaction in progress only (`SET LOCAL`), owned session or pooled.
+    pub async fn set_local(&self, name: &'static str, value: &str) -> Result<()> {
+        self.answered(
+            self.client()
+                .batch_execute(&format!("SET LOCAL {name} = {}", literal(value))),
+        )
+        .await
+    }
+
     /// `BEGIN ...` (e.g. `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`) followed, behind a
     /// pooler, by the session's `SET LOCAL`s. Statements up to [`Session::commit`] run in it.
     pub async fn begin(&self, begin: &str) -> Result<()> {

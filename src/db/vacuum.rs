@@ -49,14 +49,9 @@ pub async fn targets(client: &Session, table: &KeyTable) -> Result<Vec<Target>> 
 /// written before it): VACUUM cannot mark a page all-visible while a commit on it may be lost.
 pub async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
     if !session.pooled() {
+        let _ = session.set("statement_timeout", "0").await;
         let _ = session
-            .script_within(
-                session.deadline(),
-                &format!(
-                    "SET statement_timeout = 0; SET lock_timeout = '{}ms'",
-                    lock_timeout.as_millis()
-                ),
-            )
+            .set("lock_timeout", &format!("{}ms", lock_timeout.as_millis()))
             .await;
     }
     let _ = flush_commits(session).await;
