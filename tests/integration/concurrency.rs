@@ -120,7 +120,10 @@ fn sum_of(runs: &[Run], field: &str, busy: &str) -> u64 {
 /// What the live traffic suffered from idemctl: no error, no deadlock, no lock held by idemctl
 /// between statements, no wait on an idemctl session longer than WAIT_LIMIT_MS (or one batch).
 /// Prints the figures.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each figure of the traffic is its own input to the verdict, named at the call"
+)]
 fn judge_traffic(
     what: &str,
     pooled: bool,

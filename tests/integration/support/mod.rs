@@ -25,7 +25,11 @@
 //! must interact with sessions the test holds open.
 
 // Each test module uses a different part of the harness.
-#![allow(dead_code, unused_imports)]
+#![allow(
+    dead_code,
+    unused_imports,
+    reason = "each test module uses a different part of the harness"
+)]
 
 pub mod blackhole;
 pub mod citus;
