@@ -63,7 +63,11 @@ impl Walk {
 
     /// The statements walking an index of `columns` (name, type) of the table `quoted`, whose
     /// roles `profile` gives.
-    pub fn of(profile: &crate::Profile, quoted: &str, columns: &[(String, String)]) -> Walk {
+    pub fn of(
+        profile: &crate::db::profile::Profile,
+        quoted: &str,
+        columns: &[(String, String)],
+    ) -> Walk {
         let quoted_columns: Vec<String> = columns.iter().map(|(c, _)| quote_ident(c)).collect();
         let list = quoted_columns.join(", ");
         let each = |suffix: &str| {

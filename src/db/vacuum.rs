@@ -51,13 +51,7 @@ pub async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
     if !session.pooled() {
         let _ = session.set("statement_timeout", "0").await;
         let _ = session
-            .script_within(
-                session.deadline(),
-                &format!(
-                    "SET statement_timeout = 0; SET lock_timeout = '{}ms'",
-                    lock_timeout.as_millis()
-                ),
-            )
+            .set("lock_timeout", &format!("{}ms", lock_timeout.as_millis()))
             .await;
     }
     let _ = flush_commits(session).await;

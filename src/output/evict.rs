@@ -184,6 +184,16 @@ pub(crate) fn walk_refuses(table: &KeyTable, what: &str, fix: &str) -> String {
     )
 }
 
+/// The walk refused a table that a NO ACTION / RESTRICT foreign key references (a referenced key
+/// would fail the page's DELETE).
+pub(crate) fn walk_refuses_blocking_key(table: &KeyTable, fix: &str) -> String {
+    walk_refuses(
+        table,
+        "a NO ACTION / RESTRICT foreign key referencing the table",
+        fix,
+    )
+}
+
 /// Neither an expiry index nor a unique index to walk.
 pub(crate) fn nothing_to_walk(table: &KeyTable, fix: &str) -> String {
     format!(

@@ -323,10 +323,16 @@ async fn an_unknown_database_is_a_connection_error() {
 async fn prometheus_output_is_only_for_stats() {
     let db = TestDb::new().await;
     fixtures::table_with(&db, Schema::Corrected, Mix::default()).await;
-    db.idemctl()
-        .args(["evict", "-o", "prometheus"])
-        .run()
-        .assert_code(2);
+    for command in [&["evict"][..], &["inspect", "k"], &["check"], &["reclaim"]] {
+        db.idemctl()
+            .args(command)
+            .args(["-o", "prometheus"])
+            .run()
+            .assert_error(
+                2,
+                "--output prometheus is only available for stats; use table, plain or json",
+            );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,11 +55,7 @@ pub(super) async fn run(
     if keys.iter().any(|k| k.blocks()) {
         return Err(fail(
             Exit::Usage,
-            crate::output::evict::walk_refuses(
-                table,
-                "a NO ACTION / RESTRICT foreign key referencing the table",
-                &table.expiry_index_fix(),
-            ),
+            crate::output::evict::walk_refuses_blocking_key(table, &table.expiry_index_fix()),
         ));
     }
     let walk = Walk::new(table, index);
