@@ -24,7 +24,7 @@ use crate::exit::Exit;
     after_long_help = after_help(),
     after_help = "Run `idemctl help <command>` for a command's options; `--help` also lists the exit codes."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(flatten)]
     pub global: GlobalArgs,
 
@@ -49,7 +49,7 @@ fn after_help() -> &'static str {
 /// The clap command for generated documentation (completions, man page), with what the derive
 /// cannot say: `completions` takes none of the connection and output options (they would do
 /// nothing there), so what is generated for it offers only its shell argument.
-pub fn command() -> clap::Command {
+pub(crate) fn command() -> clap::Command {
     use clap::CommandFactory;
     let mut cmd = Cli::command();
     cmd.build();
@@ -202,7 +202,7 @@ pub struct GlobalArgs {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Show one key's stored record and response.
     Inspect(InspectArgs),
     /// Report table size, oldest live key, eviction lag, expired backlog and stuck keys.
@@ -230,7 +230,7 @@ pub enum Command {
 Did the client really send the same request? (it got 422 Unprocessable Content)\n  \
 idemctl inspect KEY --api-key-id TENANT --body request.json --method POST --path /v1/payments"
 )]
-pub struct InspectArgs {
+pub(crate) struct InspectArgs {
     /// The idempotency key, as the client sent it.
     pub key: String,
 
@@ -266,7 +266,7 @@ pub struct InspectArgs {
 
 /// `idemctl stats`.
 #[derive(Debug, Args)]
-pub struct StatsArgs {
+pub(crate) struct StatsArgs {
     /// Age past which an in_progress key counts as stuck.
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
     pub stuck_after: Duration,
@@ -317,7 +317,7 @@ frame as text (or JSON with -o json) and exits.";
 During an eviction-lag alert:\n  idemctl top --stuck-after 2m\n\
 One frame for a ticket or a log:\n  idemctl top --once > top.txt"
 )]
-pub struct TopArgs {
+pub(crate) struct TopArgs {
     /// How often the view refreshes (at least 500ms).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "2s", value_name = "DUR")]
     pub interval: Duration,
@@ -337,7 +337,7 @@ pub struct TopArgs {
 #[command(
     after_help = "Exit status 4 when a threshold is breached; the breached figures are printed."
 )]
-pub struct CheckArgs {
+pub(crate) struct CheckArgs {
     /// Fail (exit 4) when the oldest expired key has waited longer than this for eviction.
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, value_name = "DUR")]
     pub max_eviction_lag: Option<Duration>,
@@ -374,7 +374,7 @@ Exit status 7 when another evict holds the table's lock, 130 when interrupted.\n
 Every five minutes from cron, metrics for node_exporter's textfile collector:\n  \
 */5 * * * * /usr/local/bin/idemctl evict --max-runtime 4m --textfile evict.prom"
 )]
-pub struct EvictArgs {
+pub(crate) struct EvictArgs {
     /// Allow a --ttl under 1 hour (on a table without an expiry column): a unit typo (24m for
     /// 24h) would treat nearly every answered key as expired.
     #[arg(long)]
@@ -489,7 +489,7 @@ pub struct EvictArgs {
 impl EvictArgs {
     /// The fixed duty cycle, when a flag fixes the pace (`--catch-up` lifts pacing; `--pause`
     /// alone keeps the default 20); None = the adaptive pace.
-    pub fn fixed_duty_cycle(&self) -> Option<u8> {
+    pub(crate) fn fixed_duty_cycle(&self) -> Option<u8> {
         if self.catch_up {
             Some(100)
         } else if self.duty_cycle.is_some() || self.pause.is_some() {
@@ -500,7 +500,7 @@ impl EvictArgs {
     }
 
     /// How batches are sized: fixed by --batch-size, else adapted to --batch-time.
-    pub fn batch_sizing(&self) -> BatchSizing {
+    pub(crate) fn batch_sizing(&self) -> BatchSizing {
         if let Some(rows) = self.batch_size {
             return BatchSizing::Fixed(rows);
         }
@@ -518,7 +518,7 @@ impl EvictArgs {
     }
 
     /// --max-rate and --max-wal-rate.
-    pub fn rate_caps(&self) -> crate::domain::Caps {
+    pub(crate) fn rate_caps(&self) -> crate::domain::Caps {
         crate::domain::Caps {
             rows: self.max_rate,
             wal: self.max_wal_rate,
@@ -526,7 +526,7 @@ impl EvictArgs {
     }
 
     /// The number of sessions in effect (`--catch-up` uses at least two).
-    pub fn effective_jobs(&self) -> u8 {
+    pub(crate) fn effective_jobs(&self) -> u8 {
         if self.catch_up {
             self.jobs.max(2)
         } else {
@@ -538,23 +538,23 @@ impl EvictArgs {
 impl ReclaimArgs {
     /// --older-than, or its default. (Under --apply the plan's cutoff is used instead; a flag
     /// given there must agree with it.)
-    pub fn older_than(&self) -> Duration {
+    pub(crate) fn older_than(&self) -> Duration {
         self.older_than.unwrap_or(Duration::from_secs(300))
     }
 
     /// --action, or its default (the profile's first action decides once the table is known;
     /// `delete` until then).
-    pub fn action(&self) -> ReclaimAction {
+    pub(crate) fn action(&self) -> ReclaimAction {
         self.action.unwrap_or(ReclaimAction::Delete)
     }
 
     /// --status, or its default.
-    pub fn status(&self) -> i32 {
+    pub(crate) fn status(&self) -> i32 {
         self.status.unwrap_or(500)
     }
 
     /// --keep-failed-for, or its default (the storage design's 24-hour key lifetime).
-    pub fn keep_failed_for(&self) -> Duration {
+    pub(crate) fn keep_failed_for(&self) -> Duration {
         self.keep_failed_for
             .unwrap_or(Duration::from_secs(24 * 3600))
     }
@@ -562,7 +562,7 @@ impl ReclaimArgs {
 
 /// How evict sizes its batches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BatchSizing {
+pub(crate) enum BatchSizing {
     /// Always this many rows.
     Fixed(u32),
     /// Rows per batch follow the pace of the last batch so that a statement takes about `target`:
@@ -577,7 +577,7 @@ pub enum BatchSizing {
 
 impl BatchSizing {
     /// The size of the first batch.
-    pub fn first(&self) -> u32 {
+    pub(crate) fn first(&self) -> u32 {
         match *self {
             Self::Fixed(n) => n,
             Self::Adaptive { start, .. } => start,
@@ -586,7 +586,7 @@ impl BatchSizing {
 
     /// The size of the batch after one of `current` rows whose statement walked `rows` index
     /// entries in `took`; None when that says nothing (a fixed size, or too few rows to judge).
-    pub fn next(&self, current: u32, rows: u64, took: Duration) -> Option<u32> {
+    pub(crate) fn next(&self, current: u32, rows: u64, took: Duration) -> Option<u32> {
         let Self::Adaptive {
             target, min, max, ..
         } = *self
@@ -604,7 +604,7 @@ impl BatchSizing {
     }
 
     /// The same sizing aiming at another statement time (a fixed size stays fixed).
-    pub fn with_target(self, t: Duration) -> BatchSizing {
+    pub(crate) fn with_target(self, t: Duration) -> BatchSizing {
         match self {
             Self::Adaptive {
                 start, min, max, ..
@@ -619,7 +619,7 @@ impl BatchSizing {
     }
 
     /// How it reads in a dry run.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match *self {
             Self::Fixed(n) => format!("{n} rows"),
             Self::Adaptive {
@@ -647,7 +647,7 @@ idemctl reclaim --dry-run --path /v1/payments --method POST --older-than 15m\n\n
 Exit status 2 when a write is refused (no terminal and no --yes, --older-than under 1m without --force) \
 or a filter is invalid or does not fit the table (--path on a table without a request path)."
 )]
-pub struct ReclaimArgs {
+pub(crate) struct ReclaimArgs {
     /// Reclaim in_progress keys held longer than this (from locked_at, or created_at when locked_at
     /// is NULL), by the database clock. It must exceed the longest a request handler can run,
     /// downstream timeouts included: reclaiming a key whose owner is still working lets the request
@@ -740,7 +740,7 @@ pub struct ReclaimArgs {
 /// Where evict, reclaim and stats write their metrics, and the labels they add.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Metrics")]
-pub struct MetricsArgs {
+pub(crate) struct MetricsArgs {
     /// Write Prometheus metrics of the run to PATH atomically (node_exporter's textfile
     /// collector). The directory is checked before anything changes. Every run records itself,
     /// a failed one too (last run, success, end reason, duration; the last success is kept).
@@ -783,7 +783,7 @@ pub struct MetricsArgs {
 
 impl MetricsArgs {
     /// The destinations, as the recorder takes them.
-    pub fn destinations(&self) -> crate::metrics::Destinations {
+    pub(crate) fn destinations(&self) -> crate::metrics::Destinations {
         crate::metrics::Destinations {
             textfile: self.textfile.clone(),
             pushgateway: crate::metrics::GatewayArgs {
@@ -803,7 +803,7 @@ impl MetricsArgs {
     help_template = "{about-with-newline}\n{usage-heading} idemctl completions <SHELL>\n\nArguments:\n{positionals}\n\nOptions:\n  -h, --help  Print help\n{after-help}",
     after_help = "\nExample: idemctl completions bash > /etc/bash_completion.d/idemctl"
 )]
-pub struct CompletionsArgs {
+pub(crate) struct CompletionsArgs {
     /// The shell to generate completions for.
     pub shell: clap_complete::Shell,
 }
@@ -814,7 +814,7 @@ const MAX_IDENT_BYTES: usize = 63;
 /// Parse `[schema.]name`. Each part is an identifier as written (no SQL quoting syntax): it may
 /// contain any printable character except `.`, which separates the schema. Parts are always quoted
 /// when used, so nothing here can change the statement's shape.
-pub fn parse_table_name(s: &str) -> Result<TableName, String> {
+pub(crate) fn parse_table_name(s: &str) -> Result<TableName, String> {
     let parts: Vec<&str> = s.split('.').collect();
     let (schema, name) = match parts.as_slice() {
         [name] => (None, *name),
@@ -858,7 +858,7 @@ fn check_identifier(part: &str) -> Result<(), String> {
 
 /// Check the form of a time zone name (`UTC`, `Europe/Paris`, `Etc/GMT+3`): letters first, then
 /// letters, digits, `/`, `_`, `+` and `-`. Whether the server knows it is checked once connected.
-pub fn parse_time_zone(s: &str) -> Result<String, String> {
+pub(crate) fn parse_time_zone(s: &str) -> Result<String, String> {
     let formed = s.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
         && s.len() <= 64
         && s.chars()
@@ -873,7 +873,7 @@ pub fn parse_time_zone(s: &str) -> Result<String, String> {
 }
 
 /// Parse a humantime duration such as `30s`, `5m`, `1h30m`, `7d`; zero is refused.
-pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_positive_duration(s: &str) -> Result<Duration, String> {
     let d = parse_duration(s)?;
     if d.is_zero() {
         return Err("must be greater than zero".into());
@@ -882,7 +882,7 @@ pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// Parse a humantime duration (zero allowed).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s.trim())
         .map_err(|e| format!("{e}; use a duration such as 500ms, 30s, 5m, 1h30m or 7d"))?;
     // Ten years is far past any sensible timeout or TTL; larger values are typing mistakes and would
@@ -937,7 +937,12 @@ fn parse_bytes_rate(s: &str) -> Result<f64, String> {
 /// Where an option's value came from: `flag` when given on the command line, else `env` (the
 /// variable's name) when set in the environment, else None; at the top level or after the
 /// subcommand (global options are accepted at both).
-pub fn given_by(matches: &clap::ArgMatches, id: &str, flag: &str, env: &str) -> Option<String> {
+pub(crate) fn given_by(
+    matches: &clap::ArgMatches,
+    id: &str,
+    flag: &str,
+    env: &str,
+) -> Option<String> {
     use clap::parser::ValueSource;
     let source = |m: &clap::ArgMatches| match m.value_source(id) {
         Some(ValueSource::CommandLine) => Some(flag.to_owned()),
@@ -952,7 +957,7 @@ pub fn given_by(matches: &clap::ArgMatches, id: &str, flag: &str, env: &str) -> 
 
 /// Whether an option was given on the command line or in its environment variable (not left to its
 /// default), at the top level or after the subcommand (global options are accepted at both).
-pub fn given(matches: &clap::ArgMatches, id: &str) -> bool {
+pub(crate) fn given(matches: &clap::ArgMatches, id: &str) -> bool {
     use clap::parser::ValueSource;
     let explicit = |m: &clap::ArgMatches| {
         matches!(

@@ -11,7 +11,7 @@ use crate::domain::Cancel;
 use crate::output::Output;
 
 /// Everything a command needs.
-pub struct Context {
+pub(crate) struct Context {
     pub global: GlobalArgs,
     pub output: Output,
     pub target: Target,
@@ -26,7 +26,7 @@ pub struct Context {
 
 impl Context {
     /// Resolve the connection (no network yet) and build the pool.
-    pub fn new(global: GlobalArgs, pool_size: usize) -> Result<Context> {
+    pub(crate) fn new(global: GlobalArgs, pool_size: usize) -> Result<Context> {
         let output = Output::new(global.output, global.color, global.quiet);
         let database_url = global
             .database_url
@@ -63,7 +63,7 @@ impl Context {
 
     /// A session with idemctl's settings, retrying transient failures up to the connect timeout.
     /// Behind a transaction pooler its settings are applied inside each of its transactions.
-    pub async fn session(&self) -> Result<Session> {
+    pub(crate) async fn session(&self) -> Result<Session> {
         let client = self.target.connect(&self.pool).await?;
         let pooled = !self.route().is_some_and(Route::owns_session);
         let line = self.pool.line(&client).await;
@@ -77,25 +77,30 @@ impl Context {
 
     /// The deadline of one round trip: the statement_timeout idemctl sets plus a margin (see
     /// `conn::SessionTimeouts::answer_deadline`). Every session applies it to every round trip.
-    pub fn answer_deadline(&self) -> std::time::Duration {
+    pub(crate) fn answer_deadline(&self) -> std::time::Duration {
         self.pool.answer_deadline()
     }
 
     /// How the sessions reach the server (known once one has connected).
-    pub fn route(&self) -> Option<Route> {
+    pub(crate) fn route(&self) -> Option<Route> {
         self.pool.route()
     }
 
     /// The same connection settings aimed at another node of a Citus cluster (a worker holding
     /// shards), with a pool of `pool_size` sessions.
-    pub fn node(&self, host: &str, port: u16, pool_size: usize) -> Result<(Target, conn::Pool)> {
+    pub(crate) fn node(
+        &self,
+        host: &str,
+        port: u16,
+        pool_size: usize,
+    ) -> Result<(Target, conn::Pool)> {
         let target = conn::resolve_node(&self.settings, &conn::ProcessEnv, host, port)?;
         let pool = target.pool_with(pool_size, self.global.pool_mode)?;
         Ok((target, pool))
     }
 
     /// Resolve `--table` on the given session.
-    pub async fn table(&self, session: &Session) -> Result<KeyTable> {
+    pub(crate) async fn table(&self, session: &Session) -> Result<KeyTable> {
         // A mapping chosen by name takes the name's place: it is no built-in to look up.
         let choice = crate::db::table::ProfileChoice {
             forced: match &self.mapping {
@@ -118,7 +123,7 @@ impl Context {
 
     /// Whether a command that records metrics prints its summary: not under cron (no terminal, no
     /// explicit --output) when it writes metrics, since cron mails any output.
-    pub fn prints_summary(&self) -> bool {
+    pub(crate) fn prints_summary(&self) -> bool {
         let explicit = self.global.output != crate::domain::OutputFormat::Auto;
         !(self.metrics.enabled() && !explicit && !self.output.stdout_tty)
     }
@@ -126,7 +131,7 @@ impl Context {
     /// Close the connections, each with its Terminate message, before the process exits. Every
     /// [`Session`] must have been dropped (a session still held closes when it is dropped, too
     /// late to be waited for).
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         self.pool.close().await;
     }
 }

@@ -78,11 +78,11 @@ impl std::fmt::Display for TableName {
 }
 
 /// The batch time of --catch-up, which the adaptive pace also uses while the foreground is idle.
-pub const CATCH_UP_BATCH_TIME: Duration = Duration::from_millis(15);
+pub(crate) const CATCH_UP_BATCH_TIME: Duration = Duration::from_millis(15);
 
 /// The caps of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Caps {
+pub(crate) struct Caps {
     /// Rows per second.
     pub rows: Option<f64>,
     /// WAL bytes per second.
@@ -90,7 +90,7 @@ pub struct Caps {
 }
 
 impl Caps {
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.rows.is_some() || self.wal.is_some()
     }
 }
@@ -99,11 +99,11 @@ impl Caps {
 /// between batches. Commands that never install it keep the default behaviour (the signal ends the
 /// process at once, which is right for a read-only command).
 #[derive(Clone, Default, Debug)]
-pub struct Cancel(Arc<AtomicBool>);
+pub(crate) struct Cancel(Arc<AtomicBool>);
 
 impl Cancel {
     /// Start listening for SIGINT and SIGTERM.
-    pub fn install(&self) -> Result<()> {
+    pub(crate) fn install(&self) -> Result<()> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
@@ -119,12 +119,12 @@ impl Cancel {
     }
 
     /// Whether a stop was requested.
-    pub fn requested(&self) -> bool {
+    pub(crate) fn requested(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
 
     /// Wait until a stop is requested (polling is fine at this granularity).
-    pub async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         while !self.requested() {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
@@ -134,14 +134,14 @@ impl Cancel {
 /// A character that moves or recolours a terminal's output or reorders it for the reader: a
 /// control character or a bidirectional override. The output layer escapes these; SQL that names
 /// an identifier holding one writes it in the Unicode-escape form.
-pub fn moves_the_terminal(c: char) -> bool {
+pub(crate) fn moves_the_terminal(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// Format seconds as people write durations: the largest unit and the next one when it is not
 /// zero (`6d 23h`, `3h 2m`, `7d`, `45s`).
-pub fn human_secs(secs: f64) -> String {
+pub(crate) fn human_secs(secs: f64) -> String {
     if !secs.is_finite() {
         return "-".into();
     }
@@ -162,7 +162,7 @@ pub fn human_secs(secs: f64) -> String {
 
 /// The error chain as one line. A server error is shown by its message, detail and hint instead
 /// of the driver's generic "db error" wrapper.
-pub fn one_line(err: &anyhow::Error) -> String {
+pub(crate) fn one_line(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut skip_db_error = false;
     for cause in err.chain() {

@@ -119,7 +119,7 @@ impl From<Exit> for std::process::ExitCode {
 /// An error that carries its own exit code. Attach it where a condition is known precisely; the
 /// message is one lowercase sentence fragment that names what was wrong and what to do.
 #[derive(Debug)]
-pub struct Classified {
+pub(crate) struct Classified {
     pub exit: Exit,
     pub message: String,
 }
@@ -133,7 +133,7 @@ impl fmt::Display for Classified {
 impl std::error::Error for Classified {}
 
 /// Build an error with an explicit exit code.
-pub fn fail(exit: Exit, message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn fail(exit: Exit, message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Classified {
         exit,
         message: message.into(),
@@ -142,7 +142,7 @@ pub fn fail(exit: Exit, message: impl Into<String>) -> anyhow::Error {
 
 /// Decide the exit code of an error: an explicit [`Classified`] anywhere in the chain wins, then the
 /// SQLSTATE of a server error, then a lost or refused connection; anything else is a plain failure.
-pub fn classify(err: &anyhow::Error) -> Exit {
+pub(crate) fn classify(err: &anyhow::Error) -> Exit {
     for cause in err.chain() {
         if let Some(c) = cause.downcast_ref::<Classified>() {
             return c.exit;
@@ -162,7 +162,7 @@ pub fn classify(err: &anyhow::Error) -> Exit {
 }
 
 /// Map a SQLSTATE to an exit code.
-pub fn exit_for_sqlstate(code: &str) -> Exit {
+pub(crate) fn exit_for_sqlstate(code: &str) -> Exit {
     match code {
         "42501" => Exit::PermissionDenied,
         c if c.starts_with("28") => Exit::CannotConnect,

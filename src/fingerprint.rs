@@ -14,7 +14,7 @@ use sha2::{Digest as _, Sha256};
 /// How the body is turned into the bytes that are hashed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Canonical {
+pub(crate) enum Canonical {
     /// RFC 8785 JSON Canonicalization Scheme: sorted members (by UTF-16 code units), no
     /// whitespace, numbers as ECMAScript prints them, strings in UTF-8.
     Jcs,
@@ -27,7 +27,7 @@ pub enum Canonical {
 
 impl Canonical {
     /// The name used by `--canonical`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Canonical::Jcs => "jcs",
             Canonical::SortedKeys => "sorted-keys",
@@ -38,7 +38,7 @@ impl Canonical {
     /// The form the application most likely used, from the type of the stored fingerprint column:
     /// a raw digest (bytea) goes with the storage design's JCS, a hex text digest with the
     /// explainer's `json.dumps(sort_keys=True)`. The one place this choice is made.
-    pub fn default_for_column(sql_type: &str) -> Canonical {
+    pub(crate) fn default_for_column(sql_type: &str) -> Canonical {
         if sql_type == "bytea" {
             Canonical::Jcs
         } else {
@@ -49,13 +49,13 @@ impl Canonical {
 
 /// The SHA-256 digest of the body's canonical form; the error is one line saying why the body
 /// has no such form.
-pub fn fingerprint(body: &[u8], how: Canonical) -> Result<Vec<u8>, String> {
+pub(crate) fn fingerprint(body: &[u8], how: Canonical) -> Result<Vec<u8>, String> {
     let bytes = canonical_bytes(body, how)?;
     Ok(Sha256::digest(&bytes).to_vec())
 }
 
 /// The bytes that are hashed.
-pub fn canonical_bytes(body: &[u8], how: Canonical) -> Result<Vec<u8>, String> {
+pub(crate) fn canonical_bytes(body: &[u8], how: Canonical) -> Result<Vec<u8>, String> {
     if how == Canonical::Raw {
         return Ok(body.to_vec());
     }
@@ -76,7 +76,7 @@ pub fn canonical_bytes(body: &[u8], how: Canonical) -> Result<Vec<u8>, String> {
 }
 
 /// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -548,7 +548,7 @@ fn shortest_digits(x: f64) -> (String, i32) {
 }
 
 /// ECMAScript's Number::toString(x), which RFC 8785 uses for every number.
-pub fn ecmascript_number(x: f64) -> String {
+pub(crate) fn ecmascript_number(x: f64) -> String {
     if x == 0.0 {
         return "0".to_owned();
     }
@@ -578,7 +578,7 @@ pub fn ecmascript_number(x: f64) -> String {
 }
 
 /// Python's repr(float), as json.dumps prints a float.
-pub fn python_float_repr(x: f64) -> String {
+pub(crate) fn python_float_repr(x: f64) -> String {
     if x.is_nan() {
         return "NaN".to_owned();
     }

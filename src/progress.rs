@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A progress display that may be hidden. One bar can be shared by parts of a run that count on
 /// their own (the shards of a Citus table, each with its own workers): see [`Progress::part`].
-pub struct Progress {
+pub(crate) struct Progress {
     bar: ProgressBar,
     started: std::time::Instant,
     /// What the run is expected to evict (None: unknown), and when it must end (--max-runtime).
@@ -25,7 +25,7 @@ pub struct Progress {
 /// The rows a run is expected to evict: the backlog counted at the start up to a cap (`at_least`
 /// when the count stopped there), or a --max-rows budget below it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Goal {
+pub(crate) struct Goal {
     pub rows: u64,
     pub at_least: bool,
 }
@@ -33,7 +33,7 @@ pub struct Goal {
 impl Goal {
     /// The goal of a run that counted `counted` (`at_least` when capped) and may evict at most
     /// `max_rows`.
-    pub fn new(counted: u64, at_least: bool, max_rows: Option<u64>) -> Goal {
+    pub(crate) fn new(counted: u64, at_least: bool, max_rows: Option<u64>) -> Goal {
         match max_rows {
             Some(max) if max <= counted => Goal {
                 rows: max,
@@ -67,13 +67,13 @@ impl Progress {
     }
 
     /// A bar that draws nothing.
-    pub fn hidden() -> Progress {
+    pub(crate) fn hidden() -> Progress {
         Progress::with_bar(ProgressBar::hidden())
     }
 
     /// A part of this bar: its counts (`set`) are added to every other part's on the same bar;
     /// the rate counts from this bar's start.
-    pub fn part(&self) -> Progress {
+    pub(crate) fn part(&self) -> Progress {
         Progress {
             bar: self.bar.clone(),
             started: self.started,
@@ -87,7 +87,7 @@ impl Progress {
 
     /// A bar on stderr towards `goal` (None: unknown, drawn as a spinner), for a run that ends
     /// at `deadline` at the latest.
-    pub fn rows(goal: Option<Goal>, deadline: Option<std::time::Instant>) -> Progress {
+    pub(crate) fn rows(goal: Option<Goal>, deadline: Option<std::time::Instant>) -> Progress {
         let length = goal.map_or(1, |g| g.rows.max(1));
         let bar = ProgressBar::with_draw_target(Some(length), ProgressDrawTarget::stderr());
         let template = match goal {
@@ -109,7 +109,7 @@ impl Progress {
     }
 
     /// Update this part's counts (rows evicted and skipped so far); the bar shows every part's.
-    pub fn set(&self, rows: u64, skipped: u64) {
+    pub(crate) fn set(&self, rows: u64, skipped: u64) {
         // Held to the end, so that parts reporting at once draw their sums in order.
         let Ok(mut total) = self.total.lock() else {
             return;
@@ -150,19 +150,19 @@ impl Progress {
     }
 
     /// The pace to show from the next update on (empty = none).
-    pub fn set_pace(&self, pace: String) {
+    pub(crate) fn set_pace(&self, pace: String) {
         if let Ok(mut p) = self.pace.lock() {
             *p = pace;
         }
     }
 
     /// Show a message in place of the rate until the next update (e.g. why the run is paused).
-    pub fn note(&self, message: &str) {
+    pub(crate) fn note(&self, message: &str) {
         self.bar.set_message(message.to_owned());
     }
 
     /// Remove the bar.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.bar.finish_and_clear();
     }
 }

@@ -35,14 +35,14 @@ use crate::output::rfc3339;
 use crate::report::rows::Filter;
 
 /// Why the run takes its keys, for each key line.
-pub struct Why<'a> {
+pub(crate) struct Why<'a> {
     pub action: &'a str,
     pub older_than: f64,
     pub filter: &'a Filter,
 }
 
 /// An open archive.
-pub struct Archive {
+pub(crate) struct Archive {
     path: PathBuf,
     /// The plan an apply takes its keys from (None for a sweep).
     plan: Option<String>,
@@ -57,7 +57,7 @@ pub struct Archive {
 impl Archive {
     /// Open `path` for appending before any change; a path that cannot be opened is a usage error.
     /// `plan`: the plan file an apply reclaims from.
-    pub fn open(path: &Path, plan: Option<&Path>) -> Result<Archive> {
+    pub(crate) fn open(path: &Path, plan: Option<&Path>) -> Result<Archive> {
         let mut options = OpenOptions::new();
         options.create(true).read(true).append(true);
         #[cfg(unix)]
@@ -84,7 +84,7 @@ impl Archive {
     }
 
     /// Append a batch's keys and make them durable; returns the batch's id.
-    pub fn write_keys(&mut self, why: &Why<'_>, keys: &[ArchivedKey]) -> Result<String> {
+    pub(crate) fn write_keys(&mut self, why: &Why<'_>, keys: &[ArchivedKey]) -> Result<String> {
         self.batches += 1;
         let batch = format!("{}-{}", std::process::id(), self.batches);
         let older_than = why.older_than;
@@ -124,7 +124,7 @@ impl Archive {
 
     /// Record that a batch committed. When that fails the batch has committed all the same: the
     /// error says so.
-    pub fn write_commit(&mut self, batch: &str, keys: usize) -> Result<()> {
+    pub(crate) fn write_commit(&mut self, batch: &str, keys: usize) -> Result<()> {
         let mut buf = serde_json::to_vec(&json!({"type": "commit", "batch": batch, "keys": keys}))?;
         buf.push(b'\n');
         self.write_whole(&buf).map_err(|e| {

@@ -14,10 +14,10 @@ use crate::db::table::{Job, Privileges};
 use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 use crate::output::human_secs;
-pub use crate::report::check::{Finding, Status, finding};
+pub(crate) use crate::report::check::{Finding, Status, finding};
 
 /// Run `check`.
-pub async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
+pub(crate) async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     let mut findings = vec![connection(ctx.route())];
@@ -144,7 +144,7 @@ fn thresholds_skipped(args: &CheckArgs, blocking: &[String]) -> Vec<Finding> {
 }
 
 /// How idemctl reaches its server sessions, and what that means for evict and reclaim.
-pub fn connection(route: Option<Route>) -> Finding {
+pub(crate) fn connection(route: Option<Route>) -> Finding {
     let Some(route) = route else {
         return finding("connection", Status::Note, "not determined".into(), None);
     };
@@ -170,7 +170,7 @@ pub fn connection(route: Option<Route>) -> Finding {
 }
 
 /// Whether evict and reclaim can change anything on this session.
-pub fn writes(writability: Writability) -> Finding {
+pub(crate) fn writes(writability: Writability) -> Finding {
     match writability.problem() {
         None => finding("writes", Status::Ok, "the session can write".into(), None),
         Some(why) => finding(
@@ -183,7 +183,7 @@ pub fn writes(writability: Writability) -> Finding {
 }
 
 /// Columns and indexes.
-pub fn structure(table: &KeyTable) -> Vec<Finding> {
+pub(crate) fn structure(table: &KeyTable) -> Vec<Finding> {
     let mut out = Vec::new();
     let p = &table.profile;
     out.push(finding(
@@ -364,7 +364,7 @@ fn index_write_cost(written_by_completion: bool) -> String {
 /// index leads with the referencing columns. A NO ACTION / RESTRICT key keeps a referenced key
 /// from being deleted: evict leaves it behind (`still_referenced`: of the oldest expired keys
 /// examined, how many are, when counted).
-pub fn referencing(
+pub(crate) fn referencing(
     keys: &[crate::report::rows::ReferencingKey],
     still_referenced: &[Option<(i64, i64)>],
     role: &str,
@@ -513,7 +513,11 @@ fn partitioning(table: &KeyTable, r: &stats::StatsReport) -> Vec<Finding> {
 
 /// What each command needs, against what the role has. On a session that cannot write, the
 /// evict and reclaim rows say that those commands refuse here (exit 6) instead of "ok".
-pub fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) -> Vec<Finding> {
+pub(crate) fn privileges(
+    table: &KeyTable,
+    p: &Privileges,
+    writability: Writability,
+) -> Vec<Finding> {
     let role = p.role.clone();
     let grant = |what: &str| {
         format!(

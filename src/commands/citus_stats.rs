@@ -20,7 +20,7 @@ use crate::report::rows::{Capped, KeyRef};
 
 /// One worker's part.
 #[derive(Debug, Clone, Serialize)]
-pub struct NodeStats {
+pub(crate) struct NodeStats {
     /// `host:port` as the coordinator's metadata names it.
     pub node: String,
     pub shards: usize,
@@ -39,7 +39,7 @@ pub struct NodeStats {
 
 /// The Citus part of the stats report.
 #[derive(Debug, Clone, Serialize)]
-pub struct CitusStats {
+pub(crate) struct CitusStats {
     pub layout: Layout,
     pub nodes: Vec<NodeStats>,
 }
@@ -80,7 +80,7 @@ const ZERO: Capped = Capped {
     clippy::too_many_arguments,
     reason = "the same figures stats::gather takes, plus the Citus layout and context; goes with the one stats path over placements"
 )]
-pub async fn gather(
+pub(crate) async fn gather(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,

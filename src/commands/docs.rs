@@ -7,7 +7,7 @@ use crate::cli::Cli;
 use crate::exit::Exit;
 
 /// Print completions for `shell` to stdout.
-pub fn completions(shell: clap_complete::Shell) -> Result<Exit> {
+pub(crate) fn completions(shell: clap_complete::Shell) -> Result<Exit> {
     let mut cmd = crate::cli::command();
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut cmd, "idemctl", &mut buf);
@@ -16,7 +16,7 @@ pub fn completions(shell: clap_complete::Shell) -> Result<Exit> {
 }
 
 /// Print the man page to stdout.
-pub fn man() -> Result<Exit> {
+pub(crate) fn man() -> Result<Exit> {
     crate::output::write_stdout(&man_page()?)?;
     Ok(Exit::Success)
 }
@@ -175,7 +175,7 @@ fn extra_sections() -> String {
 /// Every environment variable idemctl reads, with what it does: each option's variable (from the
 /// option's own definition), the connection's (libpq's, from the list the connection code reads),
 /// then the rest. A test holds the README's list to this one and both to the source.
-pub fn environment() -> Vec<(String, String)> {
+pub(crate) fn environment() -> Vec<(String, String)> {
     let cmd = Cli::command();
     let mut out: Vec<(String, String)> = Vec::new();
     let args = cmd
@@ -275,7 +275,7 @@ const OTHERS: &[(&str, &str)] = &[
 ];
 
 /// Examples shown in the man page.
-pub const EXAMPLES: &[(&str, &str)] = &[
+pub(crate) const EXAMPLES: &[(&str, &str)] = &[
     (
         "Figures for a dashboard or an alert:",
         "idemctl stats -o json",

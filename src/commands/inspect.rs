@@ -28,7 +28,7 @@ const MAX_TENANTS_PROBED: i32 = 10_000;
 const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Run `inspect`.
-pub async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
+pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     // Read the body, and check it has the asked-for form, before connecting.
     let body = args.body.as_ref().map(|p| read_body(p)).transpose()?;
     if let (Some(body), Some(how)) = (&body, args.canonical) {

@@ -20,7 +20,7 @@ use crate::report::rows::RecentTtl;
 
 /// One relation's outlook.
 #[derive(Debug, Clone, Serialize)]
-pub struct RelOutlook {
+pub(crate) struct RelOutlook {
     #[serde(flatten)]
     pub rel: AutovacuumRel,
     /// Dead tuples above which autovacuum vacuums it.
@@ -36,7 +36,7 @@ pub struct RelOutlook {
 
 /// The whole table's outlook.
 #[derive(Debug, Clone, Serialize)]
-pub struct Outlook {
+pub(crate) struct Outlook {
     /// Dead tuples ÷ (live + dead), over the whole table.
     pub dead_tuple_ratio: f64,
     /// Estimated rows evicted (turned dead) per second: reltuples ÷ the median recent TTL.
@@ -52,7 +52,7 @@ pub struct Outlook {
 }
 
 /// Compute the outlook from autovacuum's figures and the recent TTL.
-pub fn outlook(rels: Vec<AutovacuumRel>, ttl: Option<&RecentTtl>) -> Outlook {
+pub(crate) fn outlook(rels: Vec<AutovacuumRel>, ttl: Option<&RecentTtl>) -> Outlook {
     let median_ttl = ttl.map(|t| t.p50_seconds).filter(|t| *t > 0.0);
     let per_second = |reltuples: f64| {
         median_ttl
@@ -113,13 +113,13 @@ pub fn outlook(rels: Vec<AutovacuumRel>, ttl: Option<&RecentTtl>) -> Outlook {
 /// eviction interval.
 const TARGET_INTERVALS: f64 = 6.0;
 /// Cycles longer than this many eviction intervals are warned about.
-pub const WARN_INTERVALS: f64 = 12.0;
+pub(crate) const WARN_INTERVALS: f64 = 12.0;
 /// The base threshold check suggests (so that a small table is not vacuumed constantly), and the
 /// fewest dead rows worth a warning.
 const SUGGESTED_THRESHOLD: f64 = 1000.0;
 
 /// check's verdict on autovacuum: None when fine, else (detail, fix statement).
-pub fn autovacuum_advice(o: &Outlook, interval: Duration) -> Option<(String, String)> {
+pub(crate) fn autovacuum_advice(o: &Outlook, interval: Duration) -> Option<(String, String)> {
     let interval = interval.as_secs_f64();
     let off: Vec<&RelOutlook> = o.relations.iter().filter(|r| !r.rel.enabled).collect();
     if !off.is_empty() {
@@ -178,7 +178,7 @@ pub fn autovacuum_advice(o: &Outlook, interval: Duration) -> Option<(String, Str
 }
 
 /// check --min-ttl's verdict: None when every recent key lives at least `min`.
-pub fn short_ttl(ttl: &RecentTtl, min: Duration) -> Option<String> {
+pub(crate) fn short_ttl(ttl: &RecentTtl, min: Duration) -> Option<String> {
     let min = min.as_secs_f64();
     if ttl.min_seconds >= min {
         return None;

@@ -22,7 +22,7 @@ use crate::exit::{Exit, fail};
 use crate::metrics::Recorder;
 
 /// Run one parsed command line.
-pub async fn run(cli: Cli) -> Result<Exit> {
+pub(crate) async fn run(cli: Cli) -> Result<Exit> {
     match &cli.command {
         Command::Completions(a) => return docs::completions(a.shell),
         Command::Man => return docs::man(),

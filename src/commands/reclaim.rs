@@ -95,7 +95,7 @@ struct Request {
 mod citus;
 
 /// Run `reclaim`.
-pub async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
+pub(crate) async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
     let mut req = validate(ctx, args)?;
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
@@ -330,7 +330,7 @@ fn response_body(args: &ReclaimArgs) -> Result<Option<Value>> {
 }
 
 /// The default stored error: an RFC 9457 problem document saying the outcome is unknown.
-pub fn problem_document(status: i32) -> Value {
+pub(crate) fn problem_document(status: i32) -> Value {
     json!({
         "type": PROBLEM_TYPE,
         "title": "Outcome unknown",

@@ -14,7 +14,7 @@ use crate::db::{KeyTable, Session};
 use crate::report::rows::{Layout, Placement};
 
 /// A worker and the shards of the key table it holds (the output layer names it, `Node::name`).
-pub struct Node {
+pub(crate) struct Node {
     pub host: String,
     pub port: u16,
     pub pool: crate::conn::Pool,
@@ -24,7 +24,7 @@ pub struct Node {
 
 /// One shard, resolved on its worker.
 #[derive(Clone, Debug)]
-pub struct Shard {
+pub(crate) struct Shard {
     pub id: i64,
     /// The shard as a table on its worker (its own oid, columns and indexes).
     pub table: KeyTable,
@@ -32,7 +32,7 @@ pub struct Shard {
 
 impl Node {
     /// A session on this worker, with idemctl's session limits.
-    pub async fn session(&self) -> Result<Session> {
+    pub(crate) async fn session(&self) -> Result<Session> {
         let client = self
             .target
             .connect(&self.pool)
@@ -50,7 +50,7 @@ impl Node {
 }
 
 /// The workers holding a distributed key table's shards.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub nodes: Vec<Node>,
 }
 
@@ -62,7 +62,7 @@ pub struct Cluster {
 /// for any other table, Citus-managed or not (reference and local tables are one table on the node
 /// idemctl is connected to, where the ordinary statements work; evict's batches on them pass their
 /// lock_timeout on to the workers, see `db::citus::bound_row_waits`).
-pub async fn distributed(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
+pub(crate) async fn distributed(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
     Ok(citus::layout(client, table)
         .await?
         .filter(|l| matches!(l, Layout::Distributed { .. } | Layout::SingleShard)))
@@ -70,7 +70,7 @@ pub async fn distributed(client: &Session, table: &KeyTable) -> Result<Option<La
 
 /// Connect to every worker holding a shard of the hash-distributed `table` and resolve its shards
 /// there; `pool_size` sessions per worker at most.
-pub async fn connect(
+pub(crate) async fn connect(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
@@ -81,7 +81,7 @@ pub async fn connect(
 
 /// Like [`connect`]; with `first_only`, only the first placement the metadata lists (a reference
 /// table's copy on one node, or a Citus local table's shard).
-pub async fn connect_placements(
+pub(crate) async fn connect_placements(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
@@ -104,7 +104,7 @@ pub async fn connect_placements(
 }
 
 /// Like [`connect`], with only the shard `only` when given.
-pub async fn connect_to(
+pub(crate) async fn connect_to(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,

@@ -21,7 +21,7 @@ use crate::report::run::EndReason;
 
 /// The stats report (also the JSON document).
 #[derive(Debug, Serialize)]
-pub struct StatsReport {
+pub(crate) struct StatsReport {
     pub table: String,
     pub sizes: Sizes,
     pub vacuum: Vacuum,
@@ -68,7 +68,7 @@ pub struct StatsReport {
 /// How stats found the figures about expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ExpiryFigures {
+pub(crate) enum ExpiryFigures {
     /// Counted through the expiry index.
     Exact,
     /// No expiry index: the backlog is the planner's estimate; the lag and the oldest keys unknown.
@@ -80,7 +80,7 @@ pub enum ExpiryFigures {
 /// Expired completed keys that a NO ACTION / RESTRICT foreign key still references: evict leaves
 /// them until nothing does, so they are not in the eviction lag.
 #[derive(Debug, Clone, Serialize)]
-pub struct ReferencedExpired {
+pub(crate) struct ReferencedExpired {
     /// How many of the `examined` oldest expired completed keys are still referenced ("at least"
     /// when the walk stopped at its cap with more expired keys beyond it; exact otherwise).
     pub count: Capped,
@@ -96,18 +96,18 @@ pub struct ReferencedExpired {
 
 /// Stats and check examine at most this many of the oldest expired keys to tell apart those
 /// still referenced (an index probe each).
-pub const REFERENCED_CAP: i64 = 10_000;
+pub(crate) const REFERENCED_CAP: i64 = 10_000;
 
 impl StatsReport {
     /// The default partition, if the table has one.
-    pub fn default_partition(&self) -> Option<&Partition> {
+    pub(crate) fn default_partition(&self) -> Option<&Partition> {
         self.partitions.as_ref()?.iter().find(|p| p.is_default)
     }
 }
 
 /// Gather the report; shared with `check`. `backlog_cap`: count the expired backlog exactly up
 /// to this many rows (None: do not count it); `cap` bounds the stuck count.
-pub async fn gather(
+pub(crate) async fn gather(
     client: &Session,
     table: &KeyTable,
     stuck_after_secs: f64,
@@ -259,7 +259,7 @@ async fn eviction_lag(
 
 /// How a stats run that gathered its report ends.
 /// Stuck keys are counted exactly up to this many.
-pub const STUCK_CAP: i64 = 100_000;
+pub(crate) const STUCK_CAP: i64 = 100_000;
 
 const STATS_END: RunEnd = RunEnd {
     success: true,
@@ -269,7 +269,7 @@ const STATS_END: RunEnd = RunEnd {
 };
 
 /// Run `stats`.
-pub async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
+pub(crate) async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     table.require_ttl_floor(
@@ -324,7 +324,7 @@ fn ts_secs(t: Option<time::OffsetDateTime>) -> f64 {
 }
 
 /// The Prometheus metrics of a report.
-pub fn metrics(r: &StatsReport) -> Metrics {
+pub(crate) fn metrics(r: &StatsReport) -> Metrics {
     let mut m = Metrics::default();
     let l: &[(&str, &str)] = &[];
     let g = Kind::Gauge;

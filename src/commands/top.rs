@@ -30,7 +30,7 @@ use crate::output::top::{
 /// counts further, once): past it the view says "at least" and shows the planner's estimate of the
 /// backlog, which its trend follows. Each counted key is an index entry, and the backlog's a heap
 /// read too, so the cap is what keeps a refresh short on a table far behind.
-pub const CAP: i64 = 1_000;
+pub(crate) const CAP: i64 = 1_000;
 
 /// Sessions and waits listed, at most.
 const LISTED: i64 = 20;
@@ -87,7 +87,7 @@ fn refuse_early(ctx: &Context, args: &TopArgs) -> Result<()> {
 }
 
 /// Run `top`.
-pub async fn run(ctx: &Context, args: &TopArgs) -> Result<Exit> {
+pub(crate) async fn run(ctx: &Context, args: &TopArgs) -> Result<Exit> {
     refuse_early(ctx, args)?;
     let session = ctx.session().await?;
     let table = ctx.table(&session).await?;

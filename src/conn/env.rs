@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Source of environment variables, so tests can inject a fake environment.
-pub trait Env {
+pub(crate) trait Env {
     /// The value of an environment variable; `None` when unset or not valid UTF-8.
     fn var(&self, name: &str) -> Option<String>;
     /// The user's home directory (for `~/.pgpass` and `~/.postgresql/`).
@@ -16,7 +16,7 @@ pub trait Env {
 /// The real process environment. `home()` follows libpq: `HOME`, else the password database entry
 /// of the effective user.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ProcessEnv;
+pub(crate) struct ProcessEnv;
 
 impl Env for ProcessEnv {
     fn var(&self, name: &str) -> Option<String> {

@@ -27,17 +27,17 @@ mod verify;
 #[cfg(test)]
 mod tests;
 
-pub use env::{Env, ProcessEnv};
+pub(crate) use env::{Env, ProcessEnv};
 pub(crate) use params::ENV_VARS as LIBPQ_ENV_VARS;
 pub(crate) use pool::setting_millis;
-pub use pool::{Line, Pool, Route};
+pub(crate) use pool::{Line, Pool, Route};
 
 use std::fmt;
 use std::time::Duration;
 
 /// What the command line says about connecting.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConnectSettings {
+pub(crate) struct ConnectSettings {
     /// `-d/--database-url`, `IDEMCTL_DATABASE_URL`, then `DATABASE_URL` (the caller picks): a URI
     /// or a keyword/value conninfo string. `None`: everything from `PG*` variables and defaults.
     pub database_url: Option<String>,
@@ -64,7 +64,7 @@ pub(crate) struct SessionTimeouts {
 
 /// How long idemctl waits for any answer beyond the statement_timeout it sets: the time the
 /// answer of a statement cancelled by the server at its statement_timeout needs to arrive.
-pub const ANSWER_MARGIN: Duration = Duration::from_secs(10);
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(10);
 
 impl SessionTimeouts {
     /// The deadline of one round trip on an open connection (a statement, `BEGIN`, `COMMIT`,
@@ -107,7 +107,7 @@ impl Liveness {
 }
 
 /// A resolved connection: driver config, TLS connector, timeouts, and warnings met on the way.
-pub struct Target {
+pub(crate) struct Target {
     config: tokio_postgres::Config,
     endpoints: Vec<hosts::Endpoint>,
     tls_plan: tls::TlsPlan,
@@ -126,7 +126,7 @@ pub struct Target {
 /// printed to stderr as `idemctl: warning: ...` and also kept in [`Target::warnings`].
 ///
 /// Errors carry [`crate::exit::Exit::Usage`], name what is wrong and never echo the URL.
-pub fn resolve(settings: &ConnectSettings, env: &dyn Env) -> anyhow::Result<Target> {
+pub(crate) fn resolve(settings: &ConnectSettings, env: &dyn Env) -> anyhow::Result<Target> {
     let target = resolve::resolve_quietly(settings, env)?;
     for warning in &target.warnings {
         eprintln!("idemctl: warning: {warning}");
@@ -136,7 +136,7 @@ pub fn resolve(settings: &ConnectSettings, env: &dyn Env) -> anyhow::Result<Targ
 
 /// [`resolve()`] for another node of the same cluster: see [`resolve::resolve_node_quietly`].
 /// Warnings are dropped (the coordinator's resolution printed them already).
-pub fn resolve_node(
+pub(crate) fn resolve_node(
     settings: &ConnectSettings,
     env: &dyn Env,
     host: &str,
@@ -147,7 +147,7 @@ pub fn resolve_node(
 
 impl Target {
     /// `user "app" at host "db1" port 5432, database "app"`; never includes the password.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let places: Vec<String> = self
             .endpoints
             .iter()
@@ -162,19 +162,19 @@ impl Target {
     }
 
     /// The database connected to (as resolved: dbname, PGDATABASE, else the user name).
-    pub fn dbname(&self) -> &str {
+    pub(crate) fn dbname(&self) -> &str {
         self.config.get_dbname().unwrap_or_default()
     }
 
     /// The overall budget for [`Target::connect`], retries included.
     #[cfg(test)]
-    pub fn connect_timeout(&self) -> Duration {
+    pub(crate) fn connect_timeout(&self) -> Duration {
         self.connect_timeout
     }
 
     /// Problems that did not stop resolution (already printed by [`resolve()`]).
     #[cfg(test)]
-    pub fn warnings(&self) -> &[String] {
+    pub(crate) fn warnings(&self) -> &[String] {
         &self.warnings
     }
 }

@@ -37,7 +37,7 @@ const CLOSE_WAIT: Duration = Duration::from_secs(2);
 /// How idemctl's connections reach their server sessions, as far as it can tell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Route {
+pub(crate) enum Route {
     /// The server process that answers is the one whose cancel key the login sent: a direct
     /// connection, whose session idemctl owns until it disconnects.
     Direct,
@@ -53,12 +53,12 @@ pub enum Route {
 impl Route {
     /// Whether session-level state (settings, advisory locks, named prepared statements) stays
     /// idemctl's own: false behind a transaction-mode pooler, where it would leak to the API.
-    pub fn owns_session(self) -> bool {
+    pub(crate) fn owns_session(self) -> bool {
         matches!(self, Route::Direct | Route::DeclaredSession)
     }
 
     /// One line for the operator.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Route::Direct => "direct connection: idemctl owns its server sessions",
             Route::DeclaredSession => {
@@ -106,14 +106,14 @@ impl Shared {
 
 /// idemctl's connection pool: deadpool's, plus what its connections showed about the route to the
 /// server, and the connection tasks to let finish on [`Pool::close`].
-pub struct Pool {
+pub(crate) struct Pool {
     inner: deadpool_postgres::Pool,
     shared: Arc<Shared>,
 }
 
 impl Pool {
     /// How the connections made so far reach the server (`None` before the first one).
-    pub fn route(&self) -> Option<Route> {
+    pub(crate) fn route(&self) -> Option<Route> {
         *self
             .shared
             .route
@@ -123,13 +123,13 @@ impl Pool {
 
     /// The deadline of one round trip on this pool's connections (see
     /// [`super::SessionTimeouts::answer_deadline`]).
-    pub fn answer_deadline(&self) -> Duration {
+    pub(crate) fn answer_deadline(&self) -> Duration {
         self.shared.timeouts.answer_deadline()
     }
 
     /// What a session on `client` needs to know about its connection: the deadline of a round
     /// trip and, once the connection has ended, why.
-    pub async fn line(&self, client: &tokio_postgres::Client) -> Line {
+    pub(crate) async fn line(&self, client: &tokio_postgres::Client) -> Line {
         let ended = match announced_pid(client).await {
             Some(pid) => self
                 .shared
@@ -150,7 +150,7 @@ impl Pool {
 
     /// The settings a session behind a transaction pooler applies with `SET LOCAL` in each of its
     /// transactions (on a session idemctl owns they were set once, at login).
-    pub fn session_settings(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn session_settings(&self) -> Vec<(&'static str, String)> {
         let t = self.shared.timeouts;
         vec![
             ("statement_timeout", setting_millis(t.statement)),
@@ -164,7 +164,7 @@ impl Pool {
 
     /// Close every idle connection and wait (up to 2 s) until each connection has sent its
     /// Terminate and closed its socket. Sessions still checked out close when they are dropped.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         self.inner.close();
         let tasks = std::mem::take(
             &mut *self
@@ -186,7 +186,7 @@ impl Target {
     /// A pool of at most `max_size` connections (at least 1), detecting a pooler (`--pool-mode
     /// auto`). See [`Target::pool_with`].
     #[cfg(test)]
-    pub fn pool(&self, max_size: usize) -> anyhow::Result<Pool> {
+    pub(crate) fn pool(&self, max_size: usize) -> anyhow::Result<Pool> {
         self.pool_with(max_size, PoolMode::Auto)
     }
 
@@ -194,7 +194,7 @@ impl Target {
     /// for a pooler (unless `mode` says what to assume) and, when idemctl owns its session, gets
     /// the session timeouts; reused ones are checked with a round trip (`Verified`) so a
     /// connection dropped by a proxy is replaced rather than failing the next query.
-    pub fn pool_with(&self, max_size: usize, mode: PoolMode) -> anyhow::Result<Pool> {
+    pub(crate) fn pool_with(&self, max_size: usize, mode: PoolMode) -> anyhow::Result<Pool> {
         let manager_config = ManagerConfig {
             recycling_method: RecyclingMethod::Verified,
         };
@@ -245,7 +245,7 @@ impl Target {
     /// A connection from `pool`, retrying refused/missing/starting-up/overloaded servers with
     /// exponential backoff (100 ms doubling to 2 s) until the connect timeout has elapsed overall.
     /// Errors carry [`Exit::CannotConnect`] and never contain the password.
-    pub async fn connect(&self, pool: &Pool) -> anyhow::Result<Object> {
+    pub(crate) async fn connect(&self, pool: &Pool) -> anyhow::Result<Object> {
         let started = Instant::now();
         let deadline = started + self.connect_timeout;
         let mut delay = FIRST_RETRY_DELAY;

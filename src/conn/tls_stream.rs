@@ -23,7 +23,7 @@ use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream}
 /// What every connection of a target shares: the OpenSSL context (roots, CRLs, client
 /// certificate, protocol versions, verify mode) and the per-connection choices.
 #[derive(Clone)]
-pub struct MakeTls {
+pub(super) struct MakeTls {
     inner: Arc<Shared>,
 }
 
@@ -62,7 +62,7 @@ impl MakeTls {
 
 /// Why the TLS handshake failed, in words; never contains anything secret.
 #[derive(Debug)]
-pub struct TlsError(String);
+pub(super) struct TlsError(String);
 
 impl fmt::Display for TlsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -73,7 +73,7 @@ impl fmt::Display for TlsError {
 impl std::error::Error for TlsError {}
 
 /// One connection's handshake.
-pub struct Connect {
+pub(super) struct Connect {
     shared: Arc<Shared>,
     host: String,
 }
@@ -212,7 +212,7 @@ pub(crate) fn openssl_error(stack: &openssl::error::ErrorStack) -> TlsError {
 }
 
 /// An established TLS session.
-pub struct Stream<S>(SslStream<S>);
+pub(super) struct Stream<S>(SslStream<S>);
 
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
     fn poll_read(

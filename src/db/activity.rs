@@ -6,7 +6,7 @@ use crate::db::{Session, p};
 use time::OffsetDateTime;
 
 /// Whether the role may see other sessions' state, and its name for messages.
-pub async fn visibility(client: &Session) -> Result<(String, bool)> {
+pub(crate) async fn visibility(client: &Session) -> Result<(String, bool)> {
     let row = client
         .query_one(include_str!("../../sql/pace_visibility.sql"), &[])
         .await
@@ -16,7 +16,7 @@ pub async fn visibility(client: &Session) -> Result<(String, bool)> {
 
 /// One sample of the other client sessions (see sql/pace_foreground.sql).
 #[derive(Debug, Clone, Copy)]
-pub struct Foreground {
+pub(crate) struct Foreground {
     /// Server time of the sample, passed back as `since` to the next one.
     pub sampled_at: OffsetDateTime,
     /// Sessions that ran anything since the previous sample.
@@ -36,7 +36,7 @@ pub struct Foreground {
 /// one the window reaches back `lookback`. With `tables` (oids: the key table, or the shards of a
 /// distributed one on this worker), also read the rows inserted into them. On a Citus node, the
 /// connections Citus opened for the global pids `left_out` are not counted.
-pub async fn foreground(
+pub(crate) async fn foreground(
     client: &Session,
     since: Option<OffsetDateTime>,
     lookback: std::time::Duration,
@@ -66,7 +66,7 @@ pub async fn foreground(
 
 /// The server's WAL insert position, in bytes from 0/0 (evict --max-wal-rate reads it around each
 /// batch).
-pub async fn wal_insert_position(client: &Session) -> Result<i64> {
+pub(crate) async fn wal_insert_position(client: &Session) -> Result<i64> {
     let row = client
         .query_one(include_str!("../../sql/wal_insert_position.sql"), &[])
         .await
@@ -76,7 +76,7 @@ pub async fn wal_insert_position(client: &Session) -> Result<i64> {
 
 /// Another session of idemctl on this database (see sql/top_sessions.sql).
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct IdemctlSession {
+pub(crate) struct IdemctlSession {
     pub pid: i32,
     /// pg_stat_activity's state (`active`, `idle`, ...), or `hidden` when this role may not see it.
     pub state: String,
@@ -91,7 +91,7 @@ pub struct IdemctlSession {
 }
 
 /// The other sessions that share this session's application_name, at most `limit`.
-pub async fn idemctl_sessions(
+pub(crate) async fn idemctl_sessions(
     client: &Session,
     table: &crate::db::KeyTable,
     limit: i64,
@@ -128,7 +128,7 @@ pub async fn idemctl_sessions(
 /// A session waiting for a row of the key table, and the one it waits for (see
 /// sql/top_row_waits.sql).
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct RowWait {
+pub(crate) struct RowWait {
     pub pid: i32,
     /// The relation (the table or a leaf partition) and the row's address in it.
     pub relation: String,
@@ -142,7 +142,7 @@ pub struct RowWait {
 }
 
 /// Sessions waiting for a row of `table`, at most `limit`.
-pub async fn row_waits(
+pub(crate) async fn row_waits(
     client: &Session,
     table: &crate::db::KeyTable,
     limit: i64,

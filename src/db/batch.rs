@@ -154,7 +154,7 @@ async fn again(e: &anyhow::Error, tries: &mut u32) -> bool {
 /// rows or locked one `FOR UPDATE` (an exclusive lock on the table's shard), whichever row the
 /// write touches. So a batch that met such a lock is tried again whole ([`waiting_out`]).
 #[derive(Debug, Clone)]
-pub struct ThroughCoordinator {
+pub(crate) struct ThroughCoordinator {
     /// The longest any batch statement waits on a lock, on every node.
     pub wait: Duration,
     /// How long a batch that met a live transaction's lock keeps being tried again (each try
@@ -165,7 +165,7 @@ pub struct ThroughCoordinator {
 }
 
 /// How long a batch on a Citus reference table waits out a live transaction at most.
-pub const HELD_REFERENCE_PATIENCE: Duration = Duration::from_secs(10);
+pub(crate) const HELD_REFERENCE_PATIENCE: Duration = Duration::from_secs(10);
 
 /// The pauses between the tries of a batch that waits out a live transaction: short at first (a
 /// live request's transaction usually ends within milliseconds), then at most this long.
@@ -180,7 +180,7 @@ const HELD_PAUSE_MAX: Duration = Duration::from_millis(100);
      waited on idemctl longer than its lock_timeout; run it again once that transaction has ended",
     patience.as_secs_f64()
 )]
-pub struct HeldReferenceRow {
+pub(crate) struct HeldReferenceRow {
     pub patience: Duration,
 }
 

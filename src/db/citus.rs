@@ -10,7 +10,7 @@ use super::table::ProfileChoice;
 use super::{KeyTable, Session};
 use crate::domain::TableName;
 use crate::exit::{Exit, fail};
-pub use crate::report::rows::{DistributedReference, Layout, Placement};
+pub(crate) use crate::report::rows::{DistributedReference, Layout, Placement};
 
 const PROPAGATE_SET_LOCAL_SQL: &str = include_str!("../../sql/citus_propagate_set_local.sql");
 const CUSTOM_PLAN_LOCAL_SQL: &str = include_str!("../../sql/citus_custom_plan_local.sql");
@@ -19,7 +19,7 @@ impl Layout {
     /// Whether idemctl writes the table through the coordinator to placements on the workers (a
     /// reference table: a copy on every node), rather than shard by shard on the workers or on
     /// the coordinator alone (a Citus local table, written as on one server).
-    pub fn written_through_coordinator(&self) -> bool {
+    pub(crate) fn written_through_coordinator(&self) -> bool {
         matches!(self, Layout::Reference)
     }
 
@@ -30,7 +30,7 @@ impl Layout {
     /// feeding its rows to the change, and it refuses a change matched by `ctid` then ("Recursively
     /// planned distributed modifications with ctid on where clause are not supported"); see
     /// [`rows_by_identity`].
-    pub fn matches_rows_by_identity(&self) -> bool {
+    pub(crate) fn matches_rows_by_identity(&self) -> bool {
         matches!(self, Layout::Reference | Layout::CitusLocal)
     }
 }
@@ -95,7 +95,7 @@ pub fn rows_by_identity(template: &str) -> Option<String> {
 /// `SET LOCAL citus.propagate_set_commands = 'local'` reaches every worker connection of the
 /// transaction. Each is its own message: Citus passes on the text of the message the `SET LOCAL`
 /// came in.
-pub async fn bound_row_waits(session: &Session, wait: Duration) -> Result<()> {
+pub(crate) async fn bound_row_waits(session: &Session, wait: Duration) -> Result<()> {
     session
         .batch_execute(PROPAGATE_SET_LOCAL_SQL)
         .await
@@ -110,7 +110,7 @@ pub async fn bound_row_waits(session: &Session, wait: Duration) -> Result<()> {
 /// ([`Layout::matches_rows_by_identity`]): plan the statements with their parameters' values
 /// (`SET LOCAL`: nothing outlives the transaction). Citus cannot plan a statement that locks rows
 /// in a `WITH` and changes them from a generic plan, which evict's sessions ask for.
-pub async fn plan_with_values(session: &Session) -> Result<()> {
+pub(crate) async fn plan_with_values(session: &Session) -> Result<()> {
     session
         .batch_execute(CUSTOM_PLAN_LOCAL_SQL)
         .await
@@ -153,7 +153,7 @@ mod tests {
 }
 
 /// `None` when Citus is not installed in the database or does not manage the table.
-pub async fn layout(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
+pub(crate) async fn layout(client: &Session, table: &KeyTable) -> Result<Option<Layout>> {
     let installed: bool = client
         .query_one(include_str!("../../sql/citus_installed.sql"), &[])
         .await
@@ -189,7 +189,7 @@ pub async fn layout(client: &Session, table: &KeyTable) -> Result<Option<Layout>
 /// The global pids of this node's sessions whose distributed queries are not the foreground: Citus's
 /// background processes of the database and idemctl's own sessions (sql/citus_not_foreground.sql).
 /// `node` names the node in the error.
-pub async fn not_foreground(client: &Session, node: &str) -> Result<Vec<i64>> {
+pub(crate) async fn not_foreground(client: &Session, node: &str) -> Result<Vec<i64>> {
     Ok(client
         .query_one(include_str!("../../sql/citus_not_foreground.sql"), &[])
         .await
@@ -202,7 +202,7 @@ pub async fn not_foreground(client: &Session, node: &str) -> Result<Vec<i64>> {
 /// where it still is (`IF EXISTS`: Citus passes the drop to every shard, and a plain drop fails on
 /// the shard without it, leaving the coordinator's index invalid), then `create` it, which Citus
 /// creates on every shard.
-pub fn recreate_index(
+pub(crate) fn recreate_index(
     table: &KeyTable,
     existing: Option<&super::table::Index>,
     create: &str,
@@ -219,7 +219,7 @@ pub fn recreate_index(
 
 /// What the current role may do on one shard (sql/citus_shard_privileges.sql).
 #[derive(Clone, Debug)]
-pub struct ShardGrants {
+pub(crate) struct ShardGrants {
     pub role: String,
     pub select: bool,
     pub delete: bool,
@@ -227,7 +227,7 @@ pub struct ShardGrants {
 }
 
 /// The role's grants on the shards `oids` of one worker, in one catalog lookup on that worker.
-pub async fn shard_grants(client: &Session, oids: &Vec<i64>) -> Result<Vec<ShardGrants>> {
+pub(crate) async fn shard_grants(client: &Session, oids: &Vec<i64>) -> Result<Vec<ShardGrants>> {
     let rows = client
         .query(
             include_str!("../../sql/citus_shard_privileges.sql"),
@@ -252,7 +252,7 @@ pub async fn shard_grants(client: &Session, oids: &Vec<i64>) -> Result<Vec<Shard
 /// shard of the key table is referenced by the colocated shards of the distributed tables that
 /// reference the key table, which are what a batch's DELETE there checks or changes. In the order
 /// of `shards`.
-pub async fn shard_referencing_keys(
+pub(crate) async fn shard_referencing_keys(
     client: &Session,
     shards: &[&KeyTable],
 ) -> Result<Vec<Vec<super::queries::ReferencingKey>>> {
@@ -274,7 +274,7 @@ pub async fn shard_referencing_keys(
 
 /// The foreign keys with ON DELETE NO ACTION / RESTRICT that reference the reference table `table`
 /// from a distributed table, from the coordinator's catalog.
-pub async fn distributed_blocking_references(
+pub(crate) async fn distributed_blocking_references(
     client: &Session,
     table: &KeyTable,
 ) -> Result<Vec<DistributedReference>> {
@@ -297,7 +297,7 @@ pub async fn distributed_blocking_references(
 }
 
 /// Every shard of a distributed table with its node, ordered by node then shard.
-pub async fn placements(client: &Session, table: &KeyTable) -> Result<Vec<Placement>> {
+pub(crate) async fn placements(client: &Session, table: &KeyTable) -> Result<Vec<Placement>> {
     let rows = client
         .query(include_str!("../../sql/citus_shards.sql"), &[p(&table.oid)])
         .await
@@ -318,7 +318,7 @@ pub async fn placements(client: &Session, table: &KeyTable) -> Result<Vec<Placem
 
 /// The shard of the hash-distributed `table` that holds the rows whose distribution column is
 /// `value`.
-pub async fn shard_for(client: &Session, table: &KeyTable, value: &str) -> Result<i64> {
+pub(crate) async fn shard_for(client: &Session, table: &KeyTable, value: &str) -> Result<i64> {
     Ok(client
         .query_one(
             include_str!("../../sql/citus_shard_for_tenant.sql"),
@@ -330,7 +330,7 @@ pub async fn shard_for(client: &Session, table: &KeyTable, value: &str) -> Resul
 }
 
 /// The shard holding each of `values` (distribution-column values), in their order.
-pub async fn shards_for(
+pub(crate) async fn shards_for(
     client: &Session,
     table: &KeyTable,
     values: &Vec<&str>,
@@ -356,7 +356,7 @@ fn shard_name(table: &KeyTable, shard_id: i64) -> TableName {
 /// The shard as a key table of its own, read from the worker's catalog (its own oid, columns and
 /// indexes). Citus hides shards from client sessions' catalog queries, so the lookup runs in a
 /// read-only transaction that shows them (`SET LOCAL`: nothing outlives it).
-pub async fn resolve_shard(
+pub(crate) async fn resolve_shard(
     client: &Session,
     table: &KeyTable,
     placement: &Placement,
@@ -393,7 +393,7 @@ pub async fn resolve_shard(
 
 /// Start a read-only transaction whose catalog queries see the shards; end it with
 /// [`end_catalog_reads`].
-pub async fn begin_catalog_reads(client: &Session) -> Result<()> {
+pub(crate) async fn begin_catalog_reads(client: &Session) -> Result<()> {
     client
         .begin("BEGIN READ ONLY")
         .await
@@ -405,7 +405,7 @@ pub async fn begin_catalog_reads(client: &Session) -> Result<()> {
 }
 
 /// Ends [`begin_catalog_reads`].
-pub async fn end_catalog_reads(client: &Session) -> Result<()> {
+pub(crate) async fn end_catalog_reads(client: &Session) -> Result<()> {
     client
         .commit()
         .await

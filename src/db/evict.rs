@@ -10,11 +10,11 @@ use time::OffsetDateTime;
 
 use super::batch::ThroughCoordinator;
 use super::queries::Capped;
-pub use super::references::References;
+pub(crate) use super::references::References;
 use super::table::quote_ident;
 use super::{KeyTable, Param, Session, p, with_deadline};
 use crate::exit::{Exit, fail};
-pub use crate::report::rows::SampleKey;
+pub(crate) use crate::report::rows::SampleKey;
 
 const CLAIM_SQL: &str = include_str!("../../sql/evict_range_end.sql");
 const BATCH_SQL: &str = include_str!("../../sql/evict_batch.sql");
@@ -137,7 +137,7 @@ impl Walk {
 
 /// The batch statements of one table, filled from its profile once per run (per shard on Citus).
 #[derive(Debug, Clone)]
-pub struct Statements {
+pub(crate) struct Statements {
     claim: String,
     delete: String,
     too_young: String,
@@ -155,7 +155,7 @@ pub struct Statements {
 }
 
 /// A claimed range: its first row's expiry (None: nothing left) and where it ends (None: open).
-pub struct Claim {
+pub(crate) struct Claim {
     pub first: Option<OffsetDateTime>,
     pub end: Option<OffsetDateTime>,
 }
@@ -182,14 +182,14 @@ async fn one_row(
 }
 
 impl Statements {
-    pub fn new(table: &KeyTable) -> Statements {
+    pub(crate) fn new(table: &KeyTable) -> Statements {
         Statements::with_references(table, &References::none())
     }
 
     /// The statements of a table that foreign keys reference: the batches leave out keys still
     /// referenced by a NO ACTION / RESTRICT row (and count them), and the SKIP LOCKED fallback
     /// skips keys whose referencing rows a live transaction holds (see [`References`]).
-    pub fn with_references(table: &KeyTable, refs: &References) -> Statements {
+    pub(crate) fn with_references(table: &KeyTable, refs: &References) -> Statements {
         let render = |template: &str| refs.fill(&table.sql(template), &table.quoted);
         Statements {
             claim: table.sql(CLAIM_SQL),
@@ -204,13 +204,13 @@ impl Statements {
     }
 
     /// Whether a batch may leave keys that are still referenced (see [`Statements::referenced`]).
-    pub fn counts_referenced(&self) -> bool {
+    pub(crate) fn counts_referenced(&self) -> bool {
         self.referenced.is_some()
     }
 
     /// Expired completed rows of [start, end) left because a NO ACTION / RESTRICT foreign key
     /// still references them (0 when none references the table).
-    pub async fn referenced(
+    pub(crate) async fn referenced(
         &self,
         client: &Session,
         deadline: Duration,
@@ -230,7 +230,7 @@ impl Statements {
     /// re-checks expiry and state on every row it removes, as by ctid. It leaves out the keys a
     /// NO ACTION / RESTRICT row of `refs` still references, as the batch statement does; it does
     /// not lock the rows an ON DELETE action changes first.
-    pub fn by_identity(mut self, table: &KeyTable, refs: &References) -> Result<Statements> {
+    pub(crate) fn by_identity(mut self, table: &KeyTable, refs: &References) -> Result<Statements> {
         let template = super::citus::rows_by_identity(SKIP_LOCKED_SQL).ok_or_else(|| {
             fail(
                 Exit::Internal,
@@ -247,7 +247,7 @@ impl Statements {
     /// The table is written through the Citus coordinator (a reference table): each batch
     /// statement runs in a transaction of its own that bounds its row waits to `how.wait` on every
     /// node ([`super::citus::bound_row_waits`]), as the session's lock_timeout does on one server.
-    pub fn through_coordinator(mut self, how: ThroughCoordinator) -> Statements {
+    pub(crate) fn through_coordinator(mut self, how: ThroughCoordinator) -> Statements {
         self.coordinator_waits = Some(how);
         self
     }
@@ -282,12 +282,12 @@ impl Statements {
     }
 
     /// The batch statement as it runs (for `--dry-run`).
-    pub fn delete_sql(&self) -> &str {
+    pub(crate) fn delete_sql(&self) -> &str {
         &self.delete
     }
 
     /// The range from `start` that holds at most `limit` deletable rows.
-    pub async fn claim(
+    pub(crate) async fn claim(
         &self,
         client: &Session,
         deadline: Duration,
@@ -302,7 +302,7 @@ impl Statements {
     }
 
     /// Delete the expired completed rows of [start, end); the count deleted.
-    pub async fn delete(
+    pub(crate) async fn delete(
         &self,
         client: &Session,
         deadline: Duration,
@@ -322,7 +322,7 @@ impl Statements {
 
     /// The SKIP LOCKED delete over [first, last] (inclusive; None = open): (deleted, present,
     /// time spent pausing between tries: none but on a reference table).
-    pub async fn skip_locked(
+    pub(crate) async fn skip_locked(
         &self,
         client: &Session,
         deadline: Duration,
@@ -379,7 +379,7 @@ impl Statements {
     }
 
     /// Expired completed rows of [start, end) kept back by --min-age.
-    pub async fn too_young(
+    pub(crate) async fn too_young(
         &self,
         client: &Session,
         deadline: Duration,
@@ -398,7 +398,7 @@ impl Statements {
     }
 
     /// The expired rows of [start, end) left: (completed, not completed).
-    pub async fn range_left(
+    pub(crate) async fn range_left(
         &self,
         client: &Session,
         deadline: Duration,
@@ -417,13 +417,13 @@ impl Statements {
 }
 
 /// One empty statement, to time the round trip to the server.
-pub async fn ping(client: &Session, deadline: Duration) -> Result<()> {
+pub(crate) async fn ping(client: &Session, deadline: Duration) -> Result<()> {
     one_row(client, deadline, PING_SQL, &[]).await.map(drop)
 }
 
 /// Expired completed keys from `cursor` on, up to `cap`, with a generic plan (the index range,
 /// whatever the statistics say), as the batches run.
-pub async fn backlog_from(
+pub(crate) async fn backlog_from(
     client: &Session,
     table: &KeyTable,
     cursor: Option<OffsetDateTime>,
@@ -441,7 +441,7 @@ pub async fn backlog_from(
 }
 
 /// Expired keys not completed from `cursor` on, examining at most `cap` expired rows.
-pub async fn in_progress_from(
+pub(crate) async fn in_progress_from(
     client: &Session,
     table: &KeyTable,
     cursor: Option<OffsetDateTime>,
@@ -460,7 +460,7 @@ pub async fn in_progress_from(
 
 /// What a dry run would evict: the count (up to `cap`) and the expiry range of the candidates, and
 /// the candidates it would leave because a NO ACTION / RESTRICT foreign key still references them.
-pub struct Preview {
+pub(crate) struct Preview {
     pub count: Capped,
     pub referenced: Capped,
     pub oldest: Option<OffsetDateTime>,
@@ -469,7 +469,7 @@ pub struct Preview {
 
 /// The dry run's counts. `refs`: the foreign keys probed as the batches probe them (see
 /// [`References::index_backed`]); none leaves the statement the plain count.
-pub async fn preview(
+pub(crate) async fn preview(
     client: &Session,
     table: &KeyTable,
     refs: &References,
@@ -499,7 +499,7 @@ pub async fn preview(
 
 /// The dry run's samples: keys that would go, keys --min-age holds back and how many among the
 /// expired keys walked.
-pub struct Sample {
+pub(crate) struct Sample {
     pub evict: Vec<SampleKey>,
     pub kept: Vec<SampleKey>,
     pub held_back: i64,
@@ -508,7 +508,7 @@ pub struct Sample {
 
 /// The dry run's samples; a key a foreign key of `refs` still references is not among those it
 /// would evict.
-pub async fn preview_sample(
+pub(crate) async fn preview_sample(
     client: &Session,
     table: &KeyTable,
     refs: &References,
@@ -554,7 +554,7 @@ pub async fn preview_sample(
 
 /// The generic plan of the first batch (the one evict runs), sized to `rows`, as EXPLAIN prints it.
 /// Needs the DELETE privilege.
-pub async fn explain_first_batch(
+pub(crate) async fn explain_first_batch(
     client: &Session,
     table: &KeyTable,
     statements: &Statements,
@@ -626,7 +626,7 @@ fn rfc3339_micros(t: OffsetDateTime) -> String {
 /// The planner's estimate of the expired completed rows (the progress bar, and stats beyond its
 /// counting cap). The plan is a scan of the whole table, costly enough for JIT, which EXPLAIN
 /// would compile for nothing (tens to hundreds of ms on a large table): off in its transaction.
-pub async fn estimate_backlog(client: &Session, table: &KeyTable) -> Result<u64> {
+pub(crate) async fn estimate_backlog(client: &Session, table: &KeyTable) -> Result<u64> {
     client.begin("BEGIN READ ONLY").await?;
     let planned = async {
         client.batch_execute(JIT_OFF_SQL).await?;

@@ -24,7 +24,7 @@ use crate::exit::{Exit, fail};
 
 /// What keeps another run of the same command off the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LockScope {
+pub(crate) enum LockScope {
     /// This session holds the lock until it ends: no other run works on the table meanwhile.
     Run,
     /// Behind a transaction pooler: nothing table-wide; overlapping runs share the work row by row.
@@ -34,7 +34,7 @@ pub enum LockScope {
 impl LockScope {
     /// The one line said at run time when a pooler was detected (`--pool-mode transaction` says
     /// the operator knows; `--quiet` silences it too).
-    pub fn note(self, class: LockClass, route: Option<Route>) -> Option<String> {
+    pub(crate) fn note(self, class: LockClass, route: Option<Route>) -> Option<String> {
         if self != LockScope::Rows || route != Some(Route::DetectedPooler) {
             return None;
         }
@@ -51,7 +51,7 @@ impl LockScope {
 
 /// Which command the lock is for; evict and reclaim may run side by side.
 #[derive(Clone, Copy, Debug)]
-pub enum LockClass {
+pub(crate) enum LockClass {
     Evict,
     Reclaim,
 }
@@ -80,7 +80,11 @@ pub(crate) fn table_key(table: &KeyTable) -> i32 {
 
 /// Take the lock for this session or fail at once with the lock-busy exit code, naming the holder
 /// when pg_stat_activity shows it. Behind a transaction pooler, take nothing ([`LockScope::Rows`]).
-pub async fn acquire(client: &Session, table: &KeyTable, class: LockClass) -> Result<LockScope> {
+pub(crate) async fn acquire(
+    client: &Session,
+    table: &KeyTable,
+    class: LockClass,
+) -> Result<LockScope> {
     if client.pooled() {
         return Ok(LockScope::Rows);
     }

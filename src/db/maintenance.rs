@@ -6,16 +6,16 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::db::{KeyTable, Session, p};
-pub use crate::report::rows::{RecentTtl, TtlBucket};
+pub(crate) use crate::report::rows::{RecentTtl, TtlBucket};
 
 /// The autovacuum statement (catalog only).
-pub const AUTOVACUUM_SQL: &str = include_str!("../../sql/stats_autovacuum.sql");
+pub(crate) const AUTOVACUUM_SQL: &str = include_str!("../../sql/stats_autovacuum.sql");
 /// The recent-TTL statement (the key table, index-backed).
-pub const RECENT_TTL_SQL: &str = include_str!("../../sql/stats_recent_ttl.sql");
+pub(crate) const RECENT_TTL_SQL: &str = include_str!("../../sql/stats_recent_ttl.sql");
 
 /// Autovacuum's view of one relation (the table, or one leaf partition).
 #[derive(Debug, Clone, Serialize)]
-pub struct AutovacuumRel {
+pub(crate) struct AutovacuumRel {
     /// Schema-qualified, quoted as in SQL.
     pub relation: String,
     pub reltuples: f64,
@@ -34,13 +34,13 @@ pub struct AutovacuumRel {
 
 impl AutovacuumRel {
     /// Dead tuples above which autovacuum vacuums the relation.
-    pub fn threshold(&self) -> f64 {
+    pub(crate) fn threshold(&self) -> f64 {
         self.base_threshold as f64 + self.scale_factor * self.reltuples
     }
 }
 
 /// Autovacuum's settings and counts for the table, or each of its leaf partitions.
-pub async fn autovacuum(client: &Session, table: &KeyTable) -> Result<Vec<AutovacuumRel>> {
+pub(crate) async fn autovacuum(client: &Session, table: &KeyTable) -> Result<Vec<AutovacuumRel>> {
     let rows = client
         .query(AUTOVACUUM_SQL, &[p(&table.oid)])
         .await
@@ -71,14 +71,14 @@ pub async fn autovacuum(client: &Session, table: &KeyTable) -> Result<Vec<Autova
 
 /// The upper bounds of the TTL histogram's buckets, as sql/stats_recent_ttl.sql counts them:
 /// 1 minute, 10 minutes, 1 hour, 6 hours, 1 day, 7 days.
-pub const TTL_BUCKETS: [f64; 6] = [60.0, 600.0, 3_600.0, 21_600.0, 86_400.0, 604_800.0];
+pub(crate) const TTL_BUCKETS: [f64; 6] = [60.0, 600.0, 3_600.0, 21_600.0, 86_400.0, 604_800.0];
 
 /// Keys sampled from each end of the expiry index.
-pub const TTL_SAMPLE: i64 = 500;
+pub(crate) const TTL_SAMPLE: i64 = 500;
 
 /// The TTL of recent keys: with an expiry column, the `TTL_SAMPLE` keys that expire next and the
 /// `TTL_SAMPLE` that expire last (None for an empty table); without one, the TTL every key has.
-pub async fn recent_ttl(
+pub(crate) async fn recent_ttl(
     client: &Session,
     table: &KeyTable,
     below_seconds: Option<f64>,

@@ -28,7 +28,7 @@ use std::time::Duration;
 /// [`Session`]); `deadline` is that same deadline, kept here only as a backstop a little later, so
 /// the session is the one that gives the connection up. Each batch statement runs in autocommit,
 /// so it is its own short transaction: committed, or rolled back by the server on any error.
-pub async fn with_deadline<T>(
+pub(crate) async fn with_deadline<T>(
     deadline: Duration,
     work: impl std::future::Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {

@@ -10,17 +10,17 @@ use super::KeyTable;
 use super::table::quote_ident;
 
 /// Lists every leaf partition with its bounds (catalog only).
-pub const LIST_SQL: &str = include_str!("../../sql/table_partitions.sql");
+pub(crate) const LIST_SQL: &str = include_str!("../../sql/table_partitions.sql");
 /// Decides, on a detached partition, whether it may be dropped.
-pub const PROBE_SQL: &str = include_str!("../../sql/evict_partition_probe.sql");
+pub(crate) const PROBE_SQL: &str = include_str!("../../sql/evict_partition_probe.sql");
 /// Detaches a partition from the key table.
-pub const DETACH_SQL: &str = include_str!("../../sql/evict_partition_detach.sql");
+pub(crate) const DETACH_SQL: &str = include_str!("../../sql/evict_partition_detach.sql");
 /// Drops a detached partition.
-pub const DROP_SQL: &str = include_str!("../../sql/evict_partition_drop.sql");
+pub(crate) const DROP_SQL: &str = include_str!("../../sql/evict_partition_drop.sql");
 
 /// One leaf partition as the catalog describes it.
 #[derive(Debug, Clone, Serialize)]
-pub struct Partition {
+pub(crate) struct Partition {
     /// `schema.name` as the catalog holds it (renderers escape it).
     pub name: String,
     /// `"schema"."name"`, safe to splice into a statement.
@@ -52,7 +52,7 @@ pub struct Partition {
 
 /// Every leaf partition of `table` (empty for a plain table), ordered by lower bound, the default
 /// partition last.
-pub async fn list(client: &Session, table: &KeyTable) -> Result<Vec<Partition>> {
+pub(crate) async fn list(client: &Session, table: &KeyTable) -> Result<Vec<Partition>> {
     if !table.partitioned {
         return Ok(Vec::new());
     }
@@ -86,14 +86,14 @@ pub async fn list(client: &Session, table: &KeyTable) -> Result<Vec<Partition>> 
 
 impl Partition {
     /// Substitute the key table and this partition into a statement from `sql/`.
-    pub fn sql(&self, table: &KeyTable, template: &str) -> String {
+    pub(crate) fn sql(&self, table: &KeyTable, template: &str) -> String {
         table.sql(template).replace("{partition}", &self.quoted)
     }
 }
 
 /// What the probe found in a partition.
 #[derive(Debug, Clone, Copy)]
-pub struct Probe {
+pub(crate) struct Probe {
     pub holds_in_progress: bool,
     pub newest_expiry: Option<OffsetDateTime>,
     pub db_now: OffsetDateTime,
@@ -101,13 +101,17 @@ pub struct Probe {
 
 impl Probe {
     /// Every row expired by the database clock and none in_progress (an empty partition qualifies).
-    pub fn droppable(&self) -> bool {
+    pub(crate) fn droppable(&self) -> bool {
         !self.holds_in_progress && self.newest_expiry.is_none_or(|t| t < self.db_now)
     }
 }
 
 /// Run the probe on `partition` (two index probes).
-pub async fn probe(client: &Session, table: &KeyTable, partition: &Partition) -> Result<Probe> {
+pub(crate) async fn probe(
+    client: &Session,
+    table: &KeyTable,
+    partition: &Partition,
+) -> Result<Probe> {
     let row = client
         .query_one(&partition.sql(table, PROBE_SQL), &[])
         .await
@@ -121,7 +125,7 @@ pub async fn probe(client: &Session, table: &KeyTable, partition: &Partition) ->
 
 /// The transaction's lock_timeout (the DDL below must not queue behind the API's statements). An
 /// interval literal from an integer: nothing from the command line is spliced as text.
-pub async fn set_local_lock_timeout(
+pub(crate) async fn set_local_lock_timeout(
     client: &Session,
     timeout: std::time::Duration,
 ) -> anyhow::Result<()> {
@@ -132,7 +136,7 @@ pub async fn set_local_lock_timeout(
 }
 
 /// Detach `partition` from the key table (inside the caller's transaction).
-pub async fn detach(
+pub(crate) async fn detach(
     client: &Session,
     table: &KeyTable,
     partition: &Partition,
@@ -143,7 +147,7 @@ pub async fn detach(
 }
 
 /// Drop a partition detached in the same transaction.
-pub async fn drop_detached(
+pub(crate) async fn drop_detached(
     client: &Session,
     table: &KeyTable,
     partition: &Partition,
@@ -152,6 +156,6 @@ pub async fn drop_detached(
 }
 
 /// Start the transaction that detaches, proves and drops one partition.
-pub async fn begin(client: &Session) -> anyhow::Result<()> {
+pub(crate) async fn begin(client: &Session) -> anyhow::Result<()> {
     client.begin("BEGIN").await
 }

@@ -21,7 +21,7 @@ use super::predicate::Pred;
 use super::table::{Column, quote_ident, quote_ident_if_needed};
 
 /// The names `--profile` accepts besides a mapping from the config file.
-pub const BUILTIN: &[&str] = &["storage", "explainer", "rocket-rides"];
+pub(crate) const BUILTIN: &[&str] = &["storage", "explainer", "rocket-rides"];
 
 /// How a key is told to be in flight (its owner has not finished) or done (evictable once expired).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -70,7 +70,7 @@ pub enum Expiry {
 }
 
 /// What reclaim may do with a stuck key (`delete`, `fail`, `release`).
-pub use crate::domain::ReclaimAction as Action;
+pub(crate) use crate::domain::ReclaimAction as Action;
 
 /// How the request fingerprint is stored.
 #[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq)]
@@ -126,7 +126,7 @@ fn s(v: &str) -> String {
 }
 
 /// A SQL string literal, quotes doubled.
-pub fn literal(v: &str) -> String {
+pub(crate) fn literal(v: &str) -> String {
     format!("'{}'", v.replace('\'', "''"))
 }
 
@@ -820,14 +820,14 @@ fn qualify(pred: &str, q: &dyn Fn(&str) -> String) -> String {
 }
 
 /// The outcome of matching the built-in profiles against a table's columns.
-pub enum Detected {
+pub(crate) enum Detected {
     Found(Box<Profile>),
     /// No profile fits: for each, the roles whose column it could not find, as `role column NAME`.
     None(Vec<(String, Vec<String>)>),
 }
 
 /// Pick the built-in profile whose columns the table has (the most specific first).
-pub fn detect(columns: &[Column]) -> Detected {
+pub(crate) fn detect(columns: &[Column]) -> Detected {
     let has = |c: &str| columns.iter().any(|k| k.name == c);
     let mut misses = Vec::new();
     for p in [

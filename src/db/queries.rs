@@ -7,11 +7,11 @@ use time::OffsetDateTime;
 
 use super::KeyTable;
 use super::table::quote_ident;
-pub use crate::report::rows::{Capped, DatabaseIdentity, KeyRef, ReferencingKey};
+pub(crate) use crate::report::rows::{Capped, DatabaseIdentity, KeyRef, ReferencingKey};
 
 /// Catalog sizes and estimates.
 #[derive(Debug, Clone, Serialize)]
-pub struct Sizes {
+pub(crate) struct Sizes {
     pub estimated_rows: i64,
     pub heap_bytes: i64,
     pub toast_bytes: i64,
@@ -21,7 +21,7 @@ pub struct Sizes {
 }
 
 /// Sizes from the catalog (no count(*)).
-pub async fn sizes(client: &Session, table: &KeyTable) -> Result<Sizes> {
+pub(crate) async fn sizes(client: &Session, table: &KeyTable) -> Result<Sizes> {
     let r = client
         .query_one(include_str!("../../sql/stats_size.sql"), &[p(&table.oid)])
         .await
@@ -38,7 +38,7 @@ pub async fn sizes(client: &Session, table: &KeyTable) -> Result<Sizes> {
 
 /// Vacuum and analyze bookkeeping.
 #[derive(Debug, Clone, Serialize)]
-pub struct Vacuum {
+pub(crate) struct Vacuum {
     pub live_tuples: i64,
     pub dead_tuples: i64,
     /// Rows inserted into the table (every leaf partition) since the server's statistics were
@@ -53,7 +53,7 @@ pub struct Vacuum {
 }
 
 /// Dead tuples and last (auto)vacuum / analyze.
-pub async fn vacuum(client: &Session, table: &KeyTable) -> Result<Vacuum> {
+pub(crate) async fn vacuum(client: &Session, table: &KeyTable) -> Result<Vacuum> {
     let r = client
         .query_one(include_str!("../../sql/stats_vacuum.sql"), &[p(&table.oid)])
         .await
@@ -69,7 +69,7 @@ pub async fn vacuum(client: &Session, table: &KeyTable) -> Result<Vacuum> {
 }
 
 /// The live key that expires next, and its age since creation.
-pub async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Option<KeyRef>> {
+pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Option<KeyRef>> {
     let r = client
         .query_opt(&table.sql(include_str!("../../sql/oldest_live.sql")), &[])
         .await
@@ -83,7 +83,7 @@ pub async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Option<Ke
 }
 
 /// The oldest expired completed key, and how long it has waited.
-pub async fn oldest_expired(client: &Session, table: &KeyTable) -> Result<Option<KeyRef>> {
+pub(crate) async fn oldest_expired(client: &Session, table: &KeyTable) -> Result<Option<KeyRef>> {
     let r = client
         .query_opt(
             &table.sql(include_str!("../../sql/oldest_expired.sql")),
@@ -101,7 +101,7 @@ pub async fn oldest_expired(client: &Session, table: &KeyTable) -> Result<Option
 
 impl Capped {
     /// Interpret a count taken with `LIMIT cap + 1`.
-    pub fn from_raw(n: i64, cap: i64) -> Capped {
+    pub(crate) fn from_raw(n: i64, cap: i64) -> Capped {
         if n > cap {
             Capped {
                 count: cap,
@@ -125,21 +125,30 @@ async fn capped(client: &Session, sql: &str, cap: i64, what: &str) -> Result<Cap
 }
 
 /// Expired completed keys, exact up to `cap`.
-pub async fn expired_backlog(client: &Session, table: &KeyTable, cap: i64) -> Result<Capped> {
+pub(crate) async fn expired_backlog(
+    client: &Session,
+    table: &KeyTable,
+    cap: i64,
+) -> Result<Capped> {
     let sql = table.sql(include_str!("../../sql/expired_backlog.sql"));
     capped(client, &sql, cap, "the expired backlog").await
 }
 
 /// in_progress keys held longer than the cutoff.
 #[derive(Debug, Clone, Serialize)]
-pub struct Stuck {
+pub(crate) struct Stuck {
     pub count: Capped,
     #[serde(with = "time::serde::rfc3339::option")]
     pub oldest_since: Option<OffsetDateTime>,
 }
 
 /// Stuck in_progress keys, exact up to `cap`. The caller decides whether a scan is acceptable.
-pub async fn stuck(client: &Session, table: &KeyTable, after_secs: f64, cap: i64) -> Result<Stuck> {
+pub(crate) async fn stuck(
+    client: &Session,
+    table: &KeyTable,
+    after_secs: f64,
+    cap: i64,
+) -> Result<Stuck> {
     if !table.profile.has_in_flight_marker() {
         // No key is ever in flight: none is stuck, and nothing need be read to say so.
         return Ok(Stuck {
@@ -163,7 +172,7 @@ pub async fn stuck(client: &Session, table: &KeyTable, after_secs: f64, cap: i64
 /// The in_progress key held longest, when held longer than `after_secs` (the oldest stuck key),
 /// with how long it has been held. Like [`stuck`], it needs the optional in_progress index or the
 /// caller's consent to a scan.
-pub async fn oldest_stuck(
+pub(crate) async fn oldest_stuck(
     client: &Session,
     table: &KeyTable,
     after_secs: f64,
@@ -184,7 +193,7 @@ pub async fn oldest_stuck(
 }
 
 /// Read the connected database's identity.
-pub async fn database_identity(client: &Session) -> Result<DatabaseIdentity> {
+pub(crate) async fn database_identity(client: &Session) -> Result<DatabaseIdentity> {
     let row = client
         .query_one(include_str!("../../sql/database_identity.sql"), &[])
         .await
@@ -197,14 +206,17 @@ pub async fn database_identity(client: &Session) -> Result<DatabaseIdentity> {
 
 impl ReferencingKey {
     /// NO ACTION or RESTRICT: a key still referenced cannot be deleted.
-    pub fn blocks(&self) -> bool {
+    pub(crate) fn blocks(&self) -> bool {
         matches!(self.on_delete.as_str(), "NO ACTION" | "RESTRICT")
     }
 }
 
 /// The foreign keys that reference the key table (none without asking when the catalog said none
 /// does as the table was resolved).
-pub async fn referencing_keys(client: &Session, table: &KeyTable) -> Result<Vec<ReferencingKey>> {
+pub(crate) async fn referencing_keys(
+    client: &Session,
+    table: &KeyTable,
+) -> Result<Vec<ReferencingKey>> {
     if !table.referenced {
         return Ok(Vec::new());
     }

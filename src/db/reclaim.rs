@@ -14,7 +14,7 @@ use super::queries::Capped;
 use super::{KeyTable, Param, Session, p};
 use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
-pub use crate::report::rows::Filter;
+pub(crate) use crate::report::rows::Filter;
 
 /// The preview: stuck keys, oldest first, up to a cap.
 const PREVIEW_SQL: &str = include_str!("../../sql/reclaim_preview.sql");
@@ -29,7 +29,7 @@ const APPLY_ARCHIVE_LOCK_SQL: &str = include_str!("../../sql/reclaim_apply_archi
 const COUNT_SQL: &str = include_str!("../../sql/reclaim_count.sql");
 
 impl Filter {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.api_key_id.is_none() && self.path.is_none() && self.method.is_none()
     }
 
@@ -40,7 +40,7 @@ impl Filter {
     /// Refuse (exit 2, before any change) a filter the table cannot answer: a column the profile
     /// does not have, or a tenant the tenant column's type cannot hold (which the statement would
     /// only fail on).
-    pub fn check(&self, table: &KeyTable) -> Result<()> {
+    pub(crate) fn check(&self, table: &KeyTable) -> Result<()> {
         let profile = &table.profile;
         let lacks = |flag: &str, what: &str| {
             fail(
@@ -100,7 +100,7 @@ pub(crate) fn fits_type(value: &str, ty: &str) -> bool {
 }
 
 /// Stuck keys matching `filter`, counted up to `cap` (through the optional in_progress index).
-pub async fn count_stuck(
+pub(crate) async fn count_stuck(
     client: &Session,
     table: &KeyTable,
     older_than: f64,
@@ -118,7 +118,7 @@ pub async fn count_stuck(
 
 /// A stuck key as the preview reads it.
 #[derive(Debug, Clone)]
-pub struct StuckKey {
+pub(crate) struct StuckKey {
     /// None on a table without a tenant column.
     pub api_key_id: Option<String>,
     pub key: String,
@@ -132,7 +132,7 @@ pub struct StuckKey {
 
 /// The preview's snapshot: up to `cap` keys, whether more matched, the capped count and the
 /// database clock.
-pub struct Listing {
+pub(crate) struct Listing {
     pub rows: Vec<StuckKey>,
     pub truncated: bool,
     pub count: Capped,
@@ -142,7 +142,7 @@ pub struct Listing {
 /// List up to `cap` keys held longer than `older_than` seconds and count them (up to
 /// `count_cap`) in one read-only snapshot, so the count and the list agree. (An error leaves the
 /// session in the transaction; the process ends.)
-pub async fn list_stuck(
+pub(crate) async fn list_stuck(
     client: &Session,
     table: &KeyTable,
     older_than: f64,
@@ -197,7 +197,7 @@ pub async fn list_stuck(
 }
 
 /// A key an archived batch took, with its whole record before the change.
-pub struct ArchivedKey {
+pub(crate) struct ArchivedKey {
     /// None on a table without a tenant column.
     pub api_key_id: Option<String>,
     pub key: String,
@@ -207,7 +207,7 @@ pub struct ArchivedKey {
 }
 
 /// What `--action fail` stores.
-pub struct FailWith<'a> {
+pub(crate) struct FailWith<'a> {
     pub status: i32,
     /// A JSON object.
     pub body: &'a serde_json::Value,
@@ -217,7 +217,7 @@ pub struct FailWith<'a> {
 
 /// The statements of one action on one table, filled from its profile once per run, with the
 /// run's filters.
-pub struct Statements {
+pub(crate) struct Statements {
     sweep: String,
     archive_lock: String,
     apply: String,
@@ -239,7 +239,7 @@ pub struct Statements {
 
 /// How a table's batches reach its rows, for [`Statements::new`].
 #[derive(Debug, Clone, Default)]
-pub struct Route {
+pub(crate) struct Route {
     /// Find the rows a batch locked again by the key's identity, not by ctid (a Citus reference
     /// or local table: [`super::citus::Layout::matches_rows_by_identity`]).
     pub by_identity: bool,
@@ -250,7 +250,7 @@ pub struct Route {
 
 /// A plan row as apply binds it: (tenant, key, locked_at, created_at); the tenant is None on a
 /// table without a tenant column.
-pub type PlanKey<'a> = (
+pub(crate) type PlanKey<'a> = (
     Option<&'a str>,
     &'a str,
     Option<OffsetDateTime>,
@@ -258,17 +258,17 @@ pub type PlanKey<'a> = (
 );
 
 /// A key a batch took: (tenant, key), the tenant None on a table without a tenant column.
-pub type TakenKey = (Option<String>, String);
+pub(crate) type TakenKey = (Option<String>, String);
 
 /// The archive a batch hands the records of the keys it took to, before it commits.
-pub type ArchiveSink<'a> = &'a mut dyn FnMut(&[ArchivedKey]) -> Result<()>;
+pub(crate) type ArchiveSink<'a> = &'a mut dyn FnMut(&[ArchivedKey]) -> Result<()>;
 
 /// Reads an archived batch's answer: the (tenant, key) of each key it took, and what the caller
 /// gets back.
 type TakenBy<'a, T> = &'a dyn Fn(&[tokio_postgres::Row]) -> Result<(Vec<TakenKey>, T)>;
 
 impl Statements {
-    pub fn new(
+    pub(crate) fn new(
         table: &KeyTable,
         action: ReclaimAction,
         filter: &Filter,
@@ -323,7 +323,7 @@ impl Statements {
 
     /// One sweep batch: reclaim up to `limit` keys held longer than `older_than` seconds;
     /// returns the (tenant, key) of each.
-    pub async fn sweep_batch(
+    pub(crate) async fn sweep_batch(
         &self,
         client: &Session,
         older_than: f64,
@@ -340,7 +340,7 @@ impl Statements {
     /// it took to `archive` (which must make them durable) and only then commit. A batch that took
     /// a key whose record was not read is rolled back and tried again, as is one that met a lock
     /// held past the session's lock_timeout; an error from `archive` rolls the batch back.
-    pub async fn sweep_batch_archived(
+    pub(crate) async fn sweep_batch_archived(
         &self,
         client: &Session,
         older_than: f64,
@@ -384,7 +384,7 @@ impl Statements {
     }
 
     /// One batch of plan rows: each row's outcome and current state, in the batch's order.
-    pub async fn apply_batch(
+    pub(crate) async fn apply_batch(
         &self,
         client: &Session,
         rows: &[PlanKey<'_>],
@@ -400,7 +400,7 @@ impl Statements {
     /// One batch of plan rows for `--archive`, as [`Statements::sweep_batch_archived`] does it:
     /// the rows it will take locked and read first, their records durable in the archive before
     /// the batch commits.
-    pub async fn apply_batch_archived(
+    pub(crate) async fn apply_batch_archived(
         &self,
         client: &Session,
         rows: &[PlanKey<'_>],

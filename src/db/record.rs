@@ -1,7 +1,7 @@
 //! One stored key as `inspect` reads it, with its state judged by the database clock.
 
 use crate::db::{KeyTable, Session, p};
-pub use crate::report::rows::{KeyRecord, RowColumn, StoredBody, StoredFingerprint};
+pub(crate) use crate::report::rows::{KeyRecord, RowColumn, StoredBody, StoredFingerprint};
 use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 use tokio_postgres::Row;
@@ -9,7 +9,7 @@ use tokio_postgres::types::Type;
 
 impl StoredFingerprint {
     /// The SQL type of the column it came from, which decides the default canonical form.
-    pub fn sql_type(&self) -> &'static str {
+    pub(crate) fn sql_type(&self) -> &'static str {
         match self {
             StoredFingerprint::Bytes(_) => "bytea",
             StoredFingerprint::Text(_) => "text",
@@ -18,7 +18,7 @@ impl StoredFingerprint {
 
     /// Whether a computed SHA-256 digest is the one stored (hex text compared without regard to
     /// case or surrounding blanks).
-    pub fn matches(&self, digest: &[u8]) -> bool {
+    pub(crate) fn matches(&self, digest: &[u8]) -> bool {
         match self {
             StoredFingerprint::Bytes(b) => b == digest,
             StoredFingerprint::Text(t) => t
@@ -31,7 +31,7 @@ impl StoredFingerprint {
 impl KeyRecord {
     /// Build a record from a row of the inspect statements (`held` is filled in by
     /// [`KeyRecord::check_holder`]).
-    pub fn from_row(row: &Row, table: &KeyTable) -> Result<KeyRecord> {
+    pub(crate) fn from_row(row: &Row, table: &KeyTable) -> Result<KeyRecord> {
         let has_tenant = table.profile.tenant.is_some();
         let fingerprint = match row
             .columns()
@@ -80,7 +80,7 @@ impl KeyRecord {
     /// names the last transaction that locked or changed it; if that transaction is still in
     /// progress (pg_xact_status, which also sees subtransactions), the row is held. A lock shared
     /// by several sessions (a MultiXact) is not recognised.
-    pub async fn check_holder(&mut self, client: &Session) -> Result<()> {
+    pub(crate) async fn check_holder(&mut self, client: &Session) -> Result<()> {
         let full = match locker(self.xmax, self.snapshot_xmax) {
             Locker::None => {
                 self.held = false;
@@ -105,17 +105,17 @@ impl KeyRecord {
     }
 
     /// Seconds from `ts` to the database's now (positive = in the past).
-    pub fn secs_since(&self, ts: OffsetDateTime) -> f64 {
+    pub(crate) fn secs_since(&self, ts: OffsetDateTime) -> f64 {
         (self.db_now - ts).as_seconds_f64()
     }
 
     /// Whether the key has expired by the database clock (false when its expiry is unknown).
-    pub fn expired(&self) -> bool {
+    pub(crate) fn expired(&self) -> bool {
         self.expires_at.is_some_and(|e| e <= self.db_now)
     }
 
     /// When the owner took the key: `locked_at`, or `created_at` where it was never set.
-    pub fn held_since(&self) -> OffsetDateTime {
+    pub(crate) fn held_since(&self) -> OffsetDateTime {
         self.locked_at.unwrap_or(self.created_at)
     }
 }
@@ -160,7 +160,7 @@ fn body(row: &Row, table: &KeyTable) -> Result<Option<StoredBody>> {
 /// Where a row's 32-bit xmax stands relative to the snapshot's xmax (the first transaction id not
 /// yet completed when the statement's snapshot was taken).
 #[derive(Debug, PartialEq, Eq)]
-pub enum Locker {
+pub(crate) enum Locker {
     /// No xmax (or a reserved id, never a live locker).
     None,
     /// At or after the snapshot's xmax: still running when the row was read.
@@ -171,7 +171,7 @@ pub enum Locker {
 
 /// Place a 32-bit xmax by modular comparison with the snapshot's 64-bit xmax, as PostgreSQL
 /// compares transaction ids.
-pub fn locker(xmax: i64, snapshot_xmax: i64) -> Locker {
+pub(crate) fn locker(xmax: i64, snapshot_xmax: i64) -> Locker {
     const SPAN: i64 = 1 << 32;
     // 0 is InvalidTransactionId, 1 and 2 are bootstrap and frozen.
     if !(3..SPAN).contains(&xmax) || snapshot_xmax <= 0 {
@@ -191,7 +191,7 @@ pub fn locker(xmax: i64, snapshot_xmax: i64) -> Locker {
 }
 
 /// One tenant's key (through the (tenant, key) index).
-pub async fn by_tenant(
+pub(crate) async fn by_tenant(
     client: &Session,
     table: &KeyTable,
     tenant: &str,
@@ -207,13 +207,13 @@ pub async fn by_tenant(
 }
 
 /// The records a lookup without a tenant found; `truncated` when it stopped at its tenant cap.
-pub struct Found {
+pub(crate) struct Found {
     pub records: Vec<KeyRecord>,
     pub truncated: bool,
 }
 
 /// A key under every tenant (through an index led by the key), up to `listed` tenants.
-pub async fn by_key(
+pub(crate) async fn by_key(
     client: &Session,
     table: &KeyTable,
     key: &str,
@@ -230,7 +230,7 @@ pub async fn by_key(
 
 /// A key under every tenant when only a (tenant, key) index exists: the tenants are walked
 /// through it (a skip scan), up to `probed` tenants.
-pub async fn by_key_through_tenants(
+pub(crate) async fn by_key_through_tenants(
     client: &Session,
     table: &KeyTable,
     key: &str,

@@ -23,17 +23,17 @@ const REF: &str = "idemctl_ref";
 
 /// The foreign keys that reference one key table, and the statement parts made from them.
 #[derive(Debug, Clone, Default)]
-pub struct References {
+pub(crate) struct References {
     keys: Vec<ReferencingKey>,
 }
 
 impl References {
-    pub fn new(keys: Vec<ReferencingKey>) -> References {
+    pub(crate) fn new(keys: Vec<ReferencingKey>) -> References {
         References { keys }
     }
 
     /// No foreign key references the table.
-    pub fn none() -> References {
+    pub(crate) fn none() -> References {
         References::default()
     }
 
@@ -49,19 +49,19 @@ impl References {
 
     /// Only the NO ACTION / RESTRICT keys: the parts that leave referenced keys out, without the
     /// fallback's locks of referencing rows (for a statement that cannot take them).
-    pub fn blocking_only(&self) -> References {
+    pub(crate) fn blocking_only(&self) -> References {
         References {
             keys: self.keys.iter().filter(|k| k.blocks()).cloned().collect(),
         }
     }
 
     /// Every NO ACTION / RESTRICT key, whether or not a statement can probe it.
-    pub fn blocking_keys(&self) -> impl Iterator<Item = &ReferencingKey> {
+    pub(crate) fn blocking_keys(&self) -> impl Iterator<Item = &ReferencingKey> {
         self.keys.iter().filter(|k| k.blocks())
     }
 
     /// Whether a batch can leave keys behind because they are still referenced.
-    pub fn any_blocking(&self) -> bool {
+    pub(crate) fn any_blocking(&self) -> bool {
         self.blocking().next().is_some()
     }
 
@@ -69,7 +69,7 @@ impl References {
     /// counts, stats' eviction lag): a NO ACTION / RESTRICT key whose referencing columns no index
     /// leads with is left out, as each probe would read the whole referencing table (check fails
     /// on such a key and prints the index).
-    pub fn index_backed(&self) -> References {
+    pub(crate) fn index_backed(&self) -> References {
         References {
             keys: self
                 .keys
@@ -82,7 +82,7 @@ impl References {
 
     /// The NO ACTION / RESTRICT keys [`References::index_backed`] leaves out, or this role may not
     /// read: the keys they reference are not told apart.
-    pub fn unprobed(&self) -> impl Iterator<Item = &ReferencingKey> {
+    pub(crate) fn unprobed(&self) -> impl Iterator<Item = &ReferencingKey> {
         self.keys
             .iter()
             .filter(|k| k.blocks() && !(k.indexed && k.may_read))
@@ -112,7 +112,7 @@ impl References {
 
     /// Fill in the markers of a template already rendered for the table (`table`: its quoted,
     /// schema-qualified name, as the statement names it).
-    pub fn fill(&self, sql: &str, table: &str) -> String {
+    pub(crate) fn fill(&self, sql: &str, table: &str) -> String {
         let not_referenced: String = self
             .blocking()
             .map(|k| format!("\n   AND NOT {}", Self::exists(k, table)))
@@ -271,7 +271,7 @@ pub fn statements_for_explain(
 
 /// Of the oldest `cap` expired completed keys, how many `key` (NO ACTION / RESTRICT) still
 /// references: (referenced, examined).
-pub async fn referenced_expired(
+pub(crate) async fn referenced_expired(
     client: &super::Session,
     table: &super::KeyTable,
     key: &ReferencingKey,
@@ -293,7 +293,7 @@ pub async fn referenced_expired(
 /// The oldest expired completed keys, told apart by whether a NO ACTION / RESTRICT foreign key
 /// still references them (stats' eviction lag).
 #[derive(Debug, Clone)]
-pub struct ExpiredByReference {
+pub(crate) struct ExpiredByReference {
     /// The oldest key evict can delete (None: none of those examined).
     pub deletable: Option<KeyRef>,
     /// The oldest key still referenced (None: none of those examined).
@@ -312,7 +312,7 @@ pub struct ExpiredByReference {
 /// Of the oldest `cap` expired completed keys (and whether more wait beyond them), the oldest that
 /// evict can delete and those it leaves because a foreign key of `refs` (NO ACTION / RESTRICT,
 /// index-backed: see [`References::index_backed`]) still references them.
-pub async fn oldest_expired_by_reference(
+pub(crate) async fn oldest_expired_by_reference(
     client: &super::Session,
     table: &super::KeyTable,
     refs: &References,

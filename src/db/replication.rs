@@ -2,11 +2,11 @@
 //! `evict --max-replica-lag`.
 
 use crate::db::Session;
-pub use crate::report::rows::Replica;
+pub(crate) use crate::report::rows::Replica;
 use anyhow::{Context as _, Result};
 
 /// Whether the role may read the replay positions, and its name for messages.
-pub async fn visibility(client: &Session) -> Result<(String, bool)> {
+pub(crate) async fn visibility(client: &Session) -> Result<(String, bool)> {
     let row = client
         .query_one(include_str!("../../sql/replica_visibility.sql"), &[])
         .await
@@ -15,7 +15,7 @@ pub async fn visibility(client: &Session) -> Result<(String, bool)> {
 }
 
 /// Every physical standby streaming from this server.
-pub async fn replicas(client: &Session) -> Result<Vec<Replica>> {
+pub(crate) async fn replicas(client: &Session) -> Result<Vec<Replica>> {
     let rows = client
         .query(include_str!("../../sql/replica_lag.sql"), &[])
         .await

@@ -24,15 +24,15 @@ use tokio_postgres::{Error, Row, SimpleQueryMessage};
 use crate::conn::Line;
 
 /// A parameter and its PostgreSQL type; make one with [`p`].
-pub type Param<'a> = (&'a (dyn ToSql + Sync), Type);
+pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
 
 /// A parameter typed from its Rust type: `session.query(SQL, &[p(&start), p(&limit)])`.
-pub fn p<T: Typed>(value: &T) -> Param<'_> {
+pub(crate) fn p<T: Typed>(value: &T) -> Param<'_> {
     (value, T::pg_type())
 }
 
 /// Rust types idemctl binds, with the PostgreSQL type each is sent as.
-pub trait Typed: ToSql + Sync {
+pub(crate) trait Typed: ToSql + Sync {
     fn pg_type() -> Type;
 }
 
@@ -91,7 +91,7 @@ struct Inner {
 
 /// The connection under a session was lost: no answer within the deadline, or it ended.
 #[derive(Debug, thiserror::Error)]
-pub enum Lost {
+pub(crate) enum Lost {
     #[error(
         "no answer from the server within {} (statement_timeout plus {}); the connection was given up",
         crate::domain::human_secs(.0.as_secs_f64()),

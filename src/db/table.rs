@@ -148,7 +148,7 @@ pub enum Job {
 
 /// An identifier as a person would write it: bare when it is a plain lowercase name that is no
 /// keyword PostgreSQL restricts, quoted otherwise (statements idemctl runs always quote).
-pub fn quote_ident_if_needed(c: &str) -> String {
+pub(crate) fn quote_ident_if_needed(c: &str) -> String {
     const RESTRICTED: &[&str] = &[
         "all",
         "analyse",
@@ -304,13 +304,13 @@ pub fn quote_ident_if_needed(c: &str) -> String {
 
 /// The statement that turns autovacuum back on for `relation` (as the catalog names it), for
 /// `check` to show.
-pub fn autovacuum_on_fix(relation: &str) -> String {
+pub(crate) fn autovacuum_on_fix(relation: &str) -> String {
     format!("ALTER TABLE {relation} SET (autovacuum_enabled = on);")
 }
 
 /// The statement that makes autovacuum take `relation` on after `threshold` dead rows plus
 /// `scale` of its rows, for `check` to show.
-pub fn autovacuum_scale_fix(relation: &str, scale: f64, threshold: f64) -> String {
+pub(crate) fn autovacuum_scale_fix(relation: &str, scale: f64, threshold: f64) -> String {
     format!(
         "ALTER TABLE {relation} SET (autovacuum_vacuum_scale_factor = {scale}, autovacuum_vacuum_threshold = {threshold});"
     )
@@ -394,10 +394,10 @@ pub struct ProfileChoice {
 
 /// The shortest TTL evict and stats accept without --force: a unit typo (24m for 24h) stays far
 /// below it, and no API keeps keys for a retry window shorter than an hour.
-pub const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+pub(crate) const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// A TTL as people write it, in the largest unit that divides it: `24h`, `90m`, `30s`, `250ms`.
-pub fn ttl_text(ttl: std::time::Duration) -> String {
+pub(crate) fn ttl_text(ttl: std::time::Duration) -> String {
     let ms = ttl.as_millis();
     match ms {
         ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
@@ -412,7 +412,7 @@ pub fn ttl_text(ttl: std::time::Duration) -> String {
 /// character or a bidirectional override is written in the Unicode-escape form (`U&"a\000Ab"`),
 /// the same identifier to the server: a statement printed as a fix then runs as printed and never
 /// carries a raw control to the terminal.
-pub fn quote_ident(s: &str) -> String {
+pub(crate) fn quote_ident(s: &str) -> String {
     if !s.chars().any(crate::domain::moves_the_terminal) {
         return format!("\"{}\"", s.replace('"', "\"\""));
     }

@@ -7,11 +7,11 @@ use anyhow::{Context as _, Result};
 use crate::db::{KeyTable, Session, p};
 
 /// The relations and the role's right to vacuum each.
-pub const PRIVILEGES_SQL: &str = include_str!("../../sql/vacuum_privileges.sql");
+pub(crate) const PRIVILEGES_SQL: &str = include_str!("../../sql/vacuum_privileges.sql");
 
 /// A relation VACUUM processes.
 #[derive(Debug, Clone)]
-pub struct Target {
+pub(crate) struct Target {
     /// Quoted as in SQL.
     pub relation: String,
     pub owner: String,
@@ -20,7 +20,7 @@ pub struct Target {
 
 /// The relations VACUUM processes for `table` (the table, or each leaf partition) and whether this
 /// role may vacuum each.
-pub async fn targets(client: &Session, table: &KeyTable) -> Result<Vec<Target>> {
+pub(crate) async fn targets(client: &Session, table: &KeyTable) -> Result<Vec<Target>> {
     let rows = client
         .query(PRIVILEGES_SQL, &[p(&table.oid)])
         .await
@@ -47,7 +47,7 @@ pub async fn targets(client: &Session, table: &KeyTable) -> Result<Vec<Target>> 
 /// takes longer than a batch) and `lock_timeout` rather than a batch's millisecond. Then flush the
 /// batches' asynchronous commits (one small transaction committed synchronously flushes the WAL
 /// written before it): VACUUM cannot mark a page all-visible while a commit on it may be lost.
-pub async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
+pub(crate) async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
     if !session.pooled() {
         let _ = session.set("statement_timeout", "0").await;
         let _ = session
@@ -59,7 +59,7 @@ pub async fn prepare(session: &Session, lock_timeout: std::time::Duration) {
 
 /// Make every asynchronous commit written before now durable (one small transaction committed
 /// synchronously flushes the WAL written before it; with synchronous standbys, it waits for them).
-pub async fn flush_commits(session: &Session) -> anyhow::Result<()> {
+pub(crate) async fn flush_commits(session: &Session) -> anyhow::Result<()> {
     session
         .script_within(
             session.deadline(),
@@ -71,10 +71,10 @@ pub async fn flush_commits(session: &Session) -> anyhow::Result<()> {
 /// How long idemctl waits for one VACUUM, which runs without statement_timeout: the one round
 /// trip whose deadline is not the session's (a dead path is still noticed by the TCP keepalives,
 /// unless a proxy keeps it open).
-pub const VACUUM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+pub(crate) const VACUUM_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// `VACUUM (ANALYZE) relation`, alone and in autocommit; the server's message when it fails.
-pub async fn vacuum_analyze(session: &Session, relation: &str) -> Result<(), String> {
+pub(crate) async fn vacuum_analyze(session: &Session, relation: &str) -> Result<(), String> {
     session
         .script_within(VACUUM_DEADLINE, &format!("VACUUM (ANALYZE) {relation}"))
         .await

@@ -3,7 +3,7 @@
 //! `table`, each `--label`), and the run series (last run, success, end reason, duration,
 //! last success kept across failures), written even when the run fails before it starts.
 
-pub mod push;
+pub(crate) mod push;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,11 +17,11 @@ use crate::exit::{Exit, classify, fail};
 use crate::output::prometheus::{self, Metrics};
 use crate::report::run::EndReason;
 
-pub use push::{GatewayArgs, PushUrl};
+pub(crate) use push::{GatewayArgs, PushUrl};
 
 /// The metrics options of evict, reclaim and stats, once parsed.
 #[derive(Debug, Clone, Default)]
-pub struct Destinations {
+pub(crate) struct Destinations {
     pub textfile: Option<PathBuf>,
     pub pushgateway: GatewayArgs,
     pub labels: Vec<(String, String)>,
@@ -29,7 +29,7 @@ pub struct Destinations {
 
 /// How a run ended, for the run series.
 #[derive(Debug, Clone, Copy)]
-pub struct RunEnd {
+pub(crate) struct RunEnd {
     pub success: bool,
     /// One of `reasons`.
     pub reason: EndReason,
@@ -44,7 +44,7 @@ pub struct RunEnd {
 /// Metrics that could not be written at the end of a run whose work was done: the line to say,
 /// and the exit code that tells it from a failed run ([`Exit::MetricsUnwritten`]).
 #[derive(Debug, Clone)]
-pub struct Unwritten {
+pub(crate) struct Unwritten {
     pub command: &'static str,
     pub end: RunEnd,
     /// The file and why it could not be written.
@@ -54,7 +54,7 @@ pub struct Unwritten {
 /// Records one run's metrics. Cheap to clone; a default recorder has no destination (and writes
 /// nothing), but still knows the labels for `stats -o prometheus`.
 #[derive(Clone, Default)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     inner: Option<Arc<Inner>>,
 }
 
@@ -78,7 +78,7 @@ impl Recorder {
     /// Check the destinations (before any change) and start timing the run. `database` is the
     /// database idemctl connects to; `table` the --table as given (replaced by the resolved name
     /// once known).
-    pub fn new(
+    pub(crate) fn new(
         command: &'static str,
         dest: Destinations,
         database: &str,
@@ -119,21 +119,21 @@ impl Recorder {
     }
 
     /// Whether metrics are written or pushed at the end of the run.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.inner
             .as_ref()
             .is_some_and(|i| i.dest.textfile.is_some() || i.gateway.is_some())
     }
 
     /// The table's resolved name, for the `table` label.
-    pub fn set_table(&self, display: &str) {
+    pub(crate) fn set_table(&self, display: &str) {
         if let Some(i) = &self.inner {
             *i.table.lock().unwrap_or_else(|e| e.into_inner()) = display.to_owned();
         }
     }
 
     /// The labels every series carries: database, table, then each --label.
-    pub fn common_labels(&self) -> Vec<(String, String)> {
+    pub(crate) fn common_labels(&self) -> Vec<(String, String)> {
         let Some(i) = &self.inner else {
             return Vec::new();
         };
@@ -149,14 +149,14 @@ impl Recorder {
     }
 
     /// The exposition text of `body` with the common labels.
-    pub fn render(&self, body: &Metrics) -> String {
+    pub(crate) fn render(&self, body: &Metrics) -> String {
         body.render(&self.common_labels())
     }
 
     /// Record the run: the run series plus `body`, to the textfile and the Pushgateway. A push
     /// that fails is a warning (the run's outcome stands); a textfile that cannot be written is
     /// kept for [`Recorder::unwritten`]: the run still reports what it did, then says so.
-    pub async fn finish(&self, end: RunEnd, body: Metrics) -> Result<()> {
+    pub(crate) async fn finish(&self, end: RunEnd, body: Metrics) -> Result<()> {
         let Some(i) = &self.inner else {
             return Ok(());
         };
@@ -209,7 +209,7 @@ impl Recorder {
     }
 
     /// The metrics the run could not write, if so.
-    pub fn unwritten(&self) -> Option<Unwritten> {
+    pub(crate) fn unwritten(&self) -> Option<Unwritten> {
         let i = self.inner.as_ref()?;
         i.unwritten
             .lock()
@@ -220,7 +220,7 @@ impl Recorder {
     /// Record a run that ended with `err` before recording itself (it failed to connect, lacked a
     /// privilege, found no table, or another run held the lock). A failure to write is a warning:
     /// `err` is what the operator must see.
-    pub async fn finish_failed(&self, err: &anyhow::Error) {
+    pub(crate) async fn finish_failed(&self, err: &anyhow::Error) {
         if let Err(e) = self.finish(failed_end(err), Metrics::default()).await {
             crate::output::warn(&crate::domain::one_line(&e));
         }
@@ -228,7 +228,7 @@ impl Recorder {
 }
 
 /// The end of a run that failed with `err`.
-pub fn failed_end(err: &anyhow::Error) -> RunEnd {
+pub(crate) fn failed_end(err: &anyhow::Error) -> RunEnd {
     let reason = match classify(err) {
         Exit::CannotConnect => EndReason::CannotConnect,
         Exit::PermissionDenied => EndReason::PermissionDenied,
@@ -317,7 +317,7 @@ fn previous_success(path: &Path, command: &str) -> Option<f64> {
 }
 
 /// Parse `--label KEY=VALUE`.
-pub fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
+pub(crate) fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
     let Some((k, v)) = s.split_once('=') else {
         return Err("expected KEY=VALUE, e.g. --label cluster=eu1".into());
     };

@@ -20,7 +20,7 @@ const DETAIL_CHARS: usize = 300;
 
 /// A validated Pushgateway URL: `http[s]://[user:password@]host[:port][/path-prefix]`.
 #[derive(Clone)]
-pub struct PushUrl {
+pub(crate) struct PushUrl {
     tls: bool,
     host: String,
     port: u16,
@@ -37,7 +37,7 @@ impl std::fmt::Debug for PushUrl {
 
 impl PushUrl {
     /// The URL as it may be printed (never with the credentials).
-    pub fn shown(&self) -> String {
+    pub(crate) fn shown(&self) -> String {
         let scheme = if self.tls { "https" } else { "http" };
         let host = if self.host.contains(':') {
             format!("[{}]", self.host)
@@ -49,7 +49,7 @@ impl PushUrl {
 }
 
 /// Parse `--pushgateway URL`.
-pub fn parse_push_url(s: &str) -> std::result::Result<PushUrl, String> {
+pub(crate) fn parse_push_url(s: &str) -> std::result::Result<PushUrl, String> {
     let (tls, rest) = if let Some(r) = s.strip_prefix("https://") {
         (true, r)
     } else if let Some(r) = s.strip_prefix("http://") {
@@ -103,7 +103,7 @@ fn split_host_port(s: &str, default_port: u16) -> std::result::Result<(String, u
 /// The Pushgateway options as given: the URL, a CA file for https, and the opt-in to send the
 /// URL's credentials over plain http.
 #[derive(Debug, Clone, Default)]
-pub struct GatewayArgs {
+pub(crate) struct GatewayArgs {
     pub url: Option<PushUrl>,
     pub ca_file: Option<PathBuf>,
     pub allow_http_auth: bool,
@@ -111,7 +111,7 @@ pub struct GatewayArgs {
 
 /// A Pushgateway checked and ready to push to: its URL and a client set up for it.
 #[derive(Clone)]
-pub struct Gateway {
+pub(crate) struct Gateway {
     url: PushUrl,
     agent: ureq::Agent,
 }
@@ -119,7 +119,7 @@ pub struct Gateway {
 impl Gateway {
     /// Check the options (before any change): credentials over plain http need the opt-in, a CA
     /// file needs an https URL and must hold a certificate. `None` when no URL is given.
-    pub fn new(args: &GatewayArgs) -> std::result::Result<Option<Gateway>, String> {
+    pub(crate) fn new(args: &GatewayArgs) -> std::result::Result<Option<Gateway>, String> {
         let Some(url) = &args.url else {
             return Ok(None);
         };
@@ -163,7 +163,7 @@ impl Gateway {
 
     /// Push `body` (exposition text) to the group. `replace` (PUT) replaces the whole group;
     /// otherwise (POST) only the metrics pushed are replaced, and the group's others are kept.
-    pub async fn push(
+    pub(crate) async fn push(
         &self,
         job: &str,
         grouping: &[(String, String)],

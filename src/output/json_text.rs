@@ -7,13 +7,13 @@
 const RAW_MARK: &str = "\u{0}idemctl-raw-json\u{0}";
 
 /// A placeholder for raw JSON text number `n`, to put in a `serde_json::Value`.
-pub fn raw_placeholder(n: usize) -> serde_json::Value {
+pub(crate) fn raw_placeholder(n: usize) -> serde_json::Value {
     serde_json::Value::String(format!("{RAW_MARK}{n}"))
 }
 
 /// Serialise `value` as indented JSON, replacing each [`raw_placeholder`]`(n)` with `raws[n]`
 /// (valid JSON text, such as a jsonb column read as text), or with `null` for `None`.
-pub fn document(value: &serde_json::Value, raws: &[Option<&str>]) -> String {
+pub(crate) fn document(value: &serde_json::Value, raws: &[Option<&str>]) -> String {
     let mut compact = serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned());
     for (n, raw) in raws.iter().enumerate() {
         let mark = serde_json::to_string(&format!("{RAW_MARK}{n}")).unwrap_or_default();
@@ -26,7 +26,7 @@ pub fn document(value: &serde_json::Value, raws: &[Option<&str>]) -> String {
 
 /// How string contents are treated on the way out.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Escape {
+pub(crate) enum Escape {
     /// As stored (for `-o json`).
     None,
     /// Characters that could drive a terminal (C1 controls, DEL, bidirectional overrides) become
@@ -35,7 +35,7 @@ pub enum Escape {
 }
 
 /// Indent valid JSON text two spaces per level, `"key": value`, empty containers as `{}`/`[]`.
-pub fn pretty(text: &str, escape: Escape) -> String {
+pub(crate) fn pretty(text: &str, escape: Escape) -> String {
     let mut out = String::with_capacity(text.len() + text.len() / 4);
     let mut depth = 0usize;
     let mut chars = text.chars().peekable();

@@ -23,12 +23,12 @@ use comfy_table::{Cell, ContentArrangement, Table};
 
 use crate::domain::{ColorChoice, OutputFormat};
 
-pub use crate::domain::human_secs;
-pub use sanitize::{escape_controls, escape_lines, sanitize};
+pub(crate) use crate::domain::human_secs;
+pub(crate) use sanitize::{escape_controls, escape_lines, sanitize};
 
 /// One block of human-readable output.
 #[derive(Debug, Clone)]
-pub enum Block {
+pub(crate) enum Block {
     /// Labelled values, one per line.
     Fields {
         title: Option<String>,
@@ -49,13 +49,13 @@ pub enum Block {
 
 /// A human-readable document: a sequence of blocks.
 #[derive(Debug, Clone, Default)]
-pub struct Doc {
+pub(crate) struct Doc {
     pub blocks: Vec<Block>,
 }
 
 impl Doc {
     /// Add a block of labelled values.
-    pub fn fields(&mut self, title: Option<&str>, rows: Vec<(String, String)>) {
+    pub(crate) fn fields(&mut self, title: Option<&str>, rows: Vec<(String, String)>) {
         self.blocks.push(Block::Fields {
             title: title.map(str::to_owned),
             rows,
@@ -63,7 +63,7 @@ impl Doc {
     }
 
     /// Add a table.
-    pub fn rows(&mut self, title: Option<&str>, header: &[&str], rows: Vec<Vec<String>>) {
+    pub(crate) fn rows(&mut self, title: Option<&str>, header: &[&str], rows: Vec<Vec<String>>) {
         self.blocks.push(Block::Rows {
             title: title.map(str::to_owned),
             header: header.iter().map(|h| (*h).to_owned()).collect(),
@@ -72,12 +72,12 @@ impl Doc {
     }
 
     /// Add free text.
-    pub fn text(&mut self, text: impl Into<String>) {
+    pub(crate) fn text(&mut self, text: impl Into<String>) {
         self.blocks.push(Block::Text(text.into()));
     }
 
     /// Add stored JSON text under a title.
-    pub fn json(&mut self, title: &str, text: impl Into<String>) {
+    pub(crate) fn json(&mut self, title: &str, text: impl Into<String>) {
         self.blocks.push(Block::Json {
             title: title.to_owned(),
             text: text.into(),
@@ -87,7 +87,7 @@ impl Doc {
 
 /// Resolved output settings.
 #[derive(Debug, Clone, Copy)]
-pub struct Output {
+pub(crate) struct Output {
     pub format: OutputFormat,
     pub color: bool,
     pub quiet: bool,
@@ -97,7 +97,7 @@ pub struct Output {
 
 impl Output {
     /// Decide the format and colour once, from flags, NO_COLOR and terminal detection.
-    pub fn new(format: OutputFormat, color: ColorChoice, quiet: bool) -> Output {
+    pub(crate) fn new(format: OutputFormat, color: ColorChoice, quiet: bool) -> Output {
         let stdout_tty = std::io::stdout().is_terminal();
         let stderr_tty = std::io::stderr().is_terminal();
         let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
@@ -122,14 +122,14 @@ impl Output {
     }
 
     /// A note for the operator on stderr (`idemctl: note: ...`), unless `--quiet`.
-    pub fn note(&self, message: &str) {
+    pub(crate) fn note(&self, message: &str) {
         if !self.quiet {
             eprintln!("idemctl: note: {}", escape_controls(message));
         }
     }
 
     /// Whether progress may be drawn (attended terminal, not quiet, not machine output).
-    pub fn progress_allowed(&self) -> bool {
+    pub(crate) fn progress_allowed(&self) -> bool {
         self.stderr_tty
             && !self.quiet
             && !matches!(self.format, OutputFormat::Json | OutputFormat::Prometheus)
@@ -137,13 +137,13 @@ impl Output {
 
     /// Print a report: JSON as given, otherwise the document as a table or plain text (nothing at
     /// all with `--quiet`, unless machine-readable output was asked for).
-    pub fn emit(&self, doc: &Doc, json: &serde_json::Value) -> std::io::Result<()> {
+    pub(crate) fn emit(&self, doc: &Doc, json: &serde_json::Value) -> std::io::Result<()> {
         self.emit_with_raw(doc, json, &[])
     }
 
     /// [`Output::emit`] for a report in which some JSON members are stored JSON text, kept exact:
     /// `json` holds [`json_text::raw_placeholder`]`(n)` where `raws[n]` goes.
-    pub fn emit_with_raw(
+    pub(crate) fn emit_with_raw(
         &self,
         doc: &Doc,
         json: &serde_json::Value,
@@ -167,7 +167,7 @@ impl Output {
 }
 
 /// Write to stdout; a closed pipe (`idemctl stats | head -1`) is not an error.
-pub fn write_stdout(text: &str) -> std::io::Result<()> {
+pub(crate) fn write_stdout(text: &str) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
@@ -176,7 +176,7 @@ pub fn write_stdout(text: &str) -> std::io::Result<()> {
 }
 
 /// Plain text: `label: value` lines, tables as tab-separated rows, blank line between blocks.
-pub fn render_plain(doc: &Doc) -> String {
+pub(crate) fn render_plain(doc: &Doc) -> String {
     let mut out = String::new();
     for (n, block) in doc.blocks.iter().enumerate() {
         if n > 0 {
@@ -248,7 +248,7 @@ fn new_table(color: bool) -> Table {
 }
 
 /// Tables drawn with comfy-table, for an attended terminal.
-pub fn render_table(doc: &Doc, color: bool) -> String {
+pub(crate) fn render_table(doc: &Doc, color: bool) -> String {
     let mut out = String::new();
     for block in &doc.blocks {
         match block {
@@ -320,7 +320,7 @@ pub(crate) fn unprobed_reference_note(
 }
 
 /// The line of a run whose metrics could not be written: what it did, its end, the file and why.
-pub fn metrics_unwritten(u: &crate::metrics::Unwritten) -> String {
+pub(crate) fn metrics_unwritten(u: &crate::metrics::Unwritten) -> String {
     let did = match u.end.rows {
         Some((rows, what)) => format!("{} ran: {rows} {what}", u.command),
         None => format!("{} ran", u.command),
@@ -334,18 +334,18 @@ pub fn metrics_unwritten(u: &crate::metrics::Unwritten) -> String {
 }
 
 /// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
-pub fn warn(message: &str) {
+pub(crate) fn warn(message: &str) {
     eprintln!("idemctl: warning: {}", escape_controls(message));
 }
 
 /// An error chain as the one line `idemctl:` prints on stderr: newlines folded, terminal controls
 /// escaped (messages carry names and server text as they are; escaping them is this layer's job).
-pub fn error_line(err: &anyhow::Error) -> String {
+pub(crate) fn error_line(err: &anyhow::Error) -> String {
     escape_controls(&crate::domain::one_line(err))
 }
 
 /// Format a byte count with binary units.
-pub fn human_bytes(n: i64) -> String {
+pub(crate) fn human_bytes(n: i64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;
@@ -379,7 +379,7 @@ pub(crate) fn key_cells(with_tenant: bool, tenant: Option<&str>, key: &str) -> V
 }
 
 /// Format a timestamp as RFC 3339 (UTC, seconds).
-pub fn rfc3339(ts: time::OffsetDateTime) -> String {
+pub(crate) fn rfc3339(ts: time::OffsetDateTime) -> String {
     let ts = ts.to_offset(time::UtcOffset::UTC);
     let ts = ts.replace_nanosecond(0).unwrap_or(ts);
     ts.format(&time::format_description::well_known::Rfc3339)

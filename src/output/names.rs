@@ -20,7 +20,7 @@ impl KeyTable {
 
 impl Layout {
     /// How the layout reads in messages and reports, the distribution column escaped.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Layout::Distributed { column, shards } => {
                 format!("distributed by {} over {shards} shards", sanitize(column))

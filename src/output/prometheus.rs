@@ -10,7 +10,7 @@ use anyhow::{Context as _, Result};
 
 /// Metric kinds idemctl emits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Gauge,
 }
 
@@ -25,14 +25,21 @@ struct Family {
 
 /// A set of metrics, each family written once (HELP, TYPE, samples), in the order first added.
 #[derive(Clone, Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     families: Vec<Family>,
 }
 
 impl Metrics {
     /// Add one sample; `labels` are (name, value) pairs beyond the run's common labels. A sample
     /// of a metric already added joins its family.
-    pub fn add(&mut self, name: &str, help: &str, kind: Kind, labels: &[(&str, &str)], value: f64) {
+    pub(crate) fn add(
+        &mut self,
+        name: &str,
+        help: &str,
+        kind: Kind,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) {
         let labels = labels
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -49,12 +56,12 @@ impl Metrics {
     }
 
     /// Add a gauge sample with no labels beyond the common ones.
-    pub fn gauge(&mut self, name: &str, help: &str, value: f64) {
+    pub(crate) fn gauge(&mut self, name: &str, help: &str, value: f64) {
         self.add(name, help, Kind::Gauge, &[], value);
     }
 
     /// Append every family of `other`.
-    pub fn extend(&mut self, other: Metrics) {
+    pub(crate) fn extend(&mut self, other: Metrics) {
         for f in other.families {
             for (labels, value) in f.samples {
                 let l: Vec<(&str, &str)> = labels
@@ -67,13 +74,13 @@ impl Metrics {
     }
 
     /// Drop a metric (every sample of it).
-    pub fn remove(&mut self, name: &str) {
+    pub(crate) fn remove(&mut self, name: &str) {
         self.families.retain(|f| f.name != name);
     }
 
     /// The exposition text, every sample carrying `common` labels first (ends with a newline, as
     /// the format requires).
-    pub fn render(&self, common: &[(String, String)]) -> String {
+    pub(crate) fn render(&self, common: &[(String, String)]) -> String {
         let mut text = String::new();
         for f in &self.families {
             let kind = match f.kind {
@@ -105,14 +112,14 @@ fn escape_help(s: &str) -> String {
 }
 
 /// Escape a label value: backslash, double quote and line feed, as the text format requires.
-pub fn escape_label(s: &str) -> String {
+pub(crate) fn escape_label(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
 }
 
 /// Labels idemctl sets itself (or Prometheus and the Pushgateway do), which `--label` may not use.
-pub const RESERVED_LABELS: [&str; 9] = [
+pub(crate) const RESERVED_LABELS: [&str; 9] = [
     "database",
     "table",
     "reason",
@@ -126,7 +133,7 @@ pub const RESERVED_LABELS: [&str; 9] = [
 
 /// Check a label name given on the command line: `[a-zA-Z_][a-zA-Z0-9_]*`, not starting with `__`
 /// (reserved by Prometheus), not one idemctl sets itself.
-pub fn check_label_name(name: &str) -> std::result::Result<(), String> {
+pub(crate) fn check_label_name(name: &str) -> std::result::Result<(), String> {
     let mut chars = name.chars();
     let valid = chars
         .next()
@@ -178,7 +185,7 @@ fn render_value(v: f64) -> String {
 }
 
 /// Read one sample's value back from exposition text: the first line of metric `name`.
-pub fn read_value(text: &str, name: &str) -> Option<f64> {
+pub(crate) fn read_value(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find(|l| {
             l.strip_prefix(name)
@@ -198,7 +205,7 @@ fn parent_dir(path: &Path) -> &Path {
 
 /// Check, before any change, that `path` can be replaced atomically: its directory exists and
 /// takes a new file, and the path is not a directory.
-pub fn check_writable(path: &Path) -> std::result::Result<(), String> {
+pub(crate) fn check_writable(path: &Path) -> std::result::Result<(), String> {
     let dir = parent_dir(path);
     if !dir.is_dir() {
         return Err(format!(
@@ -222,7 +229,7 @@ pub fn check_writable(path: &Path) -> std::result::Result<(), String> {
 }
 
 /// Replace `path` atomically with `contents`: readers see the old file or the new one, never half.
-pub fn write_atomic(path: &Path, contents: &str) -> Result<()> {
+pub(crate) fn write_atomic(path: &Path, contents: &str) -> Result<()> {
     let dir = parent_dir(path);
     let tmp = tempfile::Builder::new()
         .prefix(".idemctl-")

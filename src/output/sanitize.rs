@@ -3,19 +3,19 @@
 
 /// Replace control characters and bidirectional overrides with visible escapes (`\n`, `\x1b`,
 /// `\u{202e}`); a backslash becomes `\\` so the escaping is unambiguous.
-pub fn sanitize(s: &str) -> String {
+pub(crate) fn sanitize(s: &str) -> String {
     escape(s, true)
 }
 
 /// [`sanitize`] that leaves backslashes as they are: for a line that may hold text escaped once
 /// already (an error chain with a sanitised key), where it changes nothing but what is unescaped.
-pub fn escape_controls(s: &str) -> String {
+pub(crate) fn escape_controls(s: &str) -> String {
     escape(s, false)
 }
 
 /// [`escape_controls`] for a value that is several lines (a statement, a plan, a body): each line
 /// escaped, the line breaks kept, so it prints as lines and never as a literal `\n`.
-pub fn escape_lines(s: &str) -> String {
+pub(crate) fn escape_lines(s: &str) -> String {
     s.lines()
         .map(escape_controls)
         .collect::<Vec<_>>()

@@ -19,17 +19,17 @@ use time::OffsetDateTime;
 use crate::output::{escape_controls, human_bytes, human_secs, sanitize};
 
 /// The refusal off a terminal.
-pub const NOT_A_TERMINAL: &str = "top draws a live view and stdout is not a terminal; for figures a script can read, run `idemctl stats -o json` (or `idemctl top --once` for one frame as text)";
+pub(crate) const NOT_A_TERMINAL: &str = "top draws a live view and stdout is not a terminal; for figures a script can read, run `idemctl stats -o json` (or `idemctl top --once` for one frame as text)";
 
 /// The refusal of `-o json` for the live view.
-pub const JSON_NEEDS_ONCE: &str = "top's live view has no JSON form; add --once for one frame as JSON, or run `idemctl stats -o json`";
+pub(crate) const JSON_NEEDS_ONCE: &str = "top's live view has no JSON form; add --once for one frame as JSON, or run `idemctl stats -o json`";
 
 /// The refusal of an --interval under 500 ms.
-pub const INTERVAL_TOO_SHORT: &str =
+pub(crate) const INTERVAL_TOO_SHORT: &str =
     "--interval must be at least 500ms: each refresh reads the table's figures again";
 
 /// A refresh (connecting again included) that had no answer within its deadline.
-pub fn no_answer(deadline: Duration) -> String {
+pub(crate) fn no_answer(deadline: Duration) -> String {
     format!(
         "no answer from the server within {}",
         human_secs(deadline.as_secs_f64())
@@ -38,14 +38,14 @@ pub fn no_answer(deadline: Duration) -> String {
 
 /// A count that may have stopped at its cap.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct Count {
+pub(crate) struct Count {
     pub count: i64,
     pub at_least: bool,
 }
 
 /// A key the view names, with a duration (age, wait or time held).
 #[derive(Debug, Clone, Serialize)]
-pub struct KeyFig {
+pub(crate) struct KeyFig {
     pub api_key_id: Option<String>,
     pub key: String,
     pub seconds: f64,
@@ -53,7 +53,7 @@ pub struct KeyFig {
 
 /// The TTL of recent keys.
 #[derive(Debug, Clone, Serialize)]
-pub struct TtlFig {
+pub(crate) struct TtlFig {
     /// Keys sampled; 0 when every key lives the one --ttl (`fixed_seconds`).
     pub keys: i64,
     pub fixed_seconds: Option<f64>,
@@ -64,7 +64,7 @@ pub struct TtlFig {
 
 /// Another idemctl session on the database.
 #[derive(Debug, Clone, Serialize)]
-pub struct SessionFig {
+pub(crate) struct SessionFig {
     pub pid: i32,
     /// `evict` or `reclaim` when it holds that command's lock on the table.
     pub command: Option<String>,
@@ -76,7 +76,7 @@ pub struct SessionFig {
 
 /// A session waiting for a key's row, and who holds it.
 #[derive(Debug, Clone, Serialize)]
-pub struct WaitFig {
+pub(crate) struct WaitFig {
     pub pid: i32,
     pub application_name: Option<String>,
     pub waiting_seconds: Option<f64>,
@@ -90,7 +90,7 @@ pub struct WaitFig {
 
 /// One Citus worker's part.
 #[derive(Debug, Clone, Serialize)]
-pub struct WorkerFig {
+pub(crate) struct WorkerFig {
     pub node: String,
     pub shards: usize,
     pub backlog: Count,
@@ -102,7 +102,7 @@ pub struct WorkerFig {
 
 /// The figures of one refresh (also the JSON document of `top --once -o json`).
 #[derive(Debug, Clone, Serialize)]
-pub struct Frame {
+pub(crate) struct Frame {
     pub table: String,
     #[serde(with = "time::serde::rfc3339")]
     pub taken_at: OffsetDateTime,
@@ -145,7 +145,7 @@ pub struct Frame {
 
 impl Frame {
     /// Removal ÷ insert: whether eviction keeps up (None without an insert rate).
-    pub fn removal_ratio(&self) -> Option<f64> {
+    pub(crate) fn removal_ratio(&self) -> Option<f64> {
         match (self.evict_per_second, self.insert_per_second) {
             (Some(e), Some(i)) if i > 0.0 => Some(e / i),
             _ => None,
@@ -155,7 +155,7 @@ impl Frame {
 
 /// The recent values of the figures drawn as sparklines, oldest first.
 #[derive(Debug, Clone, Default)]
-pub struct Trends {
+pub(crate) struct Trends {
     pub backlog: Vec<u64>,
     pub lag: Vec<u64>,
     pub insert: Vec<u64>,
@@ -164,7 +164,7 @@ pub struct Trends {
 
 /// What the view is doing.
 #[derive(Debug, Clone)]
-pub enum Status {
+pub(crate) enum Status {
     /// Refreshing every interval.
     Live,
     /// `p` pressed: the figures stay as they are.
@@ -180,7 +180,7 @@ pub enum Status {
 
 /// Everything drawn.
 #[derive(Debug, Clone)]
-pub struct View {
+pub(crate) struct View {
     pub frame: Option<Frame>,
     pub trends: Trends,
     pub status: Status,
@@ -268,7 +268,7 @@ fn tail(series: &[u64], width: u16) -> &[u64] {
 }
 
 /// Draw the view into `buf` over `area`.
-pub fn draw(area: Rect, buf: &mut Buffer, view: &View) {
+pub(crate) fn draw(area: Rect, buf: &mut Buffer, view: &View) {
     let [title, eviction, middle, bottom, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(7),
@@ -769,7 +769,7 @@ fn help_popup(area: Rect, buf: &mut Buffer) {
 }
 
 /// The view as plain text, `width` columns wide, tall enough for every line (`--once`).
-pub fn plain(view: &View, width: u16) -> String {
+pub(crate) fn plain(view: &View, width: u16) -> String {
     let extra = view
         .frame
         .as_ref()
@@ -782,7 +782,7 @@ pub fn plain(view: &View, width: u16) -> String {
 }
 
 /// A buffer's symbols, one line per row, trailing spaces and blank rows at the end left out.
-pub fn buffer_text(buf: &Buffer) -> String {
+pub(crate) fn buffer_text(buf: &Buffer) -> String {
     let width = usize::from(buf.area.width);
     let mut lines: Vec<String> = buf
         .content()
@@ -818,7 +818,7 @@ fn unicode_width(sym: &str) -> usize {
 
 /// A key the view acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Key {
+pub(crate) enum Key {
     Quit,
     /// Ctrl-C (the terminal is raw, so it arrives as a key, not SIGINT).
     Interrupt,
@@ -829,7 +829,7 @@ pub enum Key {
 }
 
 /// Read the next key, waiting at most `wait` (None when none came or it means nothing here).
-pub fn read_key(wait: Duration) -> std::io::Result<Option<Key>> {
+pub(crate) fn read_key(wait: Duration) -> std::io::Result<Option<Key>> {
     use event::{Event, KeyCode, KeyEventKind, KeyModifiers};
     if !event::poll(wait)? {
         return Ok(None);
@@ -851,12 +851,12 @@ pub fn read_key(wait: Duration) -> std::io::Result<Option<Key>> {
 
 /// The terminal while the view is on it: raw mode and the alternate screen, left again when this
 /// is dropped, and by a panic before its message is printed.
-pub struct Screen {
+pub(crate) struct Screen {
     terminal: ratatui::Terminal<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
 }
 
 /// Leave raw mode and the alternate screen, and show the cursor. Safe to call twice.
-pub fn restore_terminal() {
+pub(crate) fn restore_terminal() {
     let _ = terminal::disable_raw_mode();
     let mut out = std::io::stdout();
     let _ = execute!(out, terminal::LeaveAlternateScreen, cursor::Show);
@@ -865,7 +865,7 @@ pub fn restore_terminal() {
 
 impl Screen {
     /// Enter raw mode and the alternate screen; a panic from here on restores the terminal first.
-    pub fn enter() -> std::io::Result<Screen> {
+    pub(crate) fn enter() -> std::io::Result<Screen> {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             restore_terminal();
@@ -883,7 +883,7 @@ impl Screen {
     }
 
     /// Draw the view.
-    pub fn draw(&mut self, view: &View) -> std::io::Result<()> {
+    pub(crate) fn draw(&mut self, view: &View) -> std::io::Result<()> {
         self.terminal
             .draw(|f| draw(f.area(), f.buffer_mut(), view))
             .map(|_| ())

@@ -6,7 +6,7 @@ use serde::Serialize;
 /// How one check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     /// Not required, but worth knowing (an optional index, a privilege a command not run here needs).
     Note,
@@ -20,7 +20,7 @@ pub enum Status {
 
 /// One line of the check report.
 #[derive(Debug, Clone, Serialize)]
-pub struct Finding {
+pub(crate) struct Finding {
     pub check: String,
     pub status: Status,
     pub detail: String,
@@ -28,7 +28,7 @@ pub struct Finding {
     pub fix: Option<String>,
 }
 
-pub fn finding(check: &str, status: Status, detail: String, fix: Option<String>) -> Finding {
+pub(crate) fn finding(check: &str, status: Status, detail: String, fix: Option<String>) -> Finding {
     Finding {
         check: check.to_owned(),
         status,

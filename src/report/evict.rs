@@ -7,7 +7,7 @@ use crate::report::run::EndReason;
 
 /// The worst replica at one reading (worded by the output layer).
 #[derive(Debug, Clone)]
-pub struct Lagging {
+pub(crate) struct Lagging {
     pub name: String,
     pub lag_seconds: f64,
     pub behind_bytes: i64,
@@ -22,7 +22,7 @@ pub(crate) struct GaveUp {
 
 /// A partition that went (or, in a dry run, would go).
 #[derive(Debug, Clone, Serialize)]
-pub struct Dropped {
+pub(crate) struct Dropped {
     pub name: String,
     pub bound: String,
     /// `pg_class.reltuples` before the drop: an estimate.
@@ -32,14 +32,14 @@ pub struct Dropped {
 
 /// A partition that was tried and left to the batches, and why.
 #[derive(Debug, Clone, Serialize)]
-pub struct Kept {
+pub(crate) struct Kept {
     pub name: String,
     pub reason: String,
 }
 
 /// Why --vacuum did not run (worded by the output layer, in the summary and the JSON alike).
 #[derive(Debug, Clone, Copy)]
-pub enum Skipped {
+pub(crate) enum Skipped {
     /// The run ended with an error or was interrupted.
     RunEnded(EndReason),
     /// The run evicted `evicted` keys, not more than `min_rows` (--vacuum-min-rows).
@@ -50,7 +50,7 @@ pub enum Skipped {
 
 /// What --vacuum did.
 #[derive(Debug, Clone, Serialize)]
-pub struct VacuumReport {
+pub(crate) struct VacuumReport {
     /// --vacuum-min-rows.
     pub min_rows: u64,
     /// Whether VACUUM ran (the run evicted more than min_rows and ended well).
@@ -63,7 +63,7 @@ pub struct VacuumReport {
 
 /// Where the caps stand during a run (the output layer words it for the progress bar).
 #[derive(Debug, Clone, Copy)]
-pub struct RateProgress {
+pub(crate) struct RateProgress {
     /// --max-rate, rows per second.
     pub max_rows_per_second: Option<f64>,
     /// --max-wal-rate, bytes per second.
@@ -74,7 +74,7 @@ pub struct RateProgress {
 
 /// What the caps did, for the summary, JSON and metrics.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct RateReport {
+pub(crate) struct RateReport {
     /// --max-rate, rows per second.
     pub max_rows_per_second: Option<f64>,
     /// --max-wal-rate, bytes per second.
@@ -94,7 +94,7 @@ pub struct RateReport {
 
 /// One relation's VACUUM.
 #[derive(Debug, Clone, Serialize)]
-pub struct Vacuumed {
+pub(crate) struct Vacuumed {
     pub relation: String,
     pub seconds: f64,
     /// Why it failed (it was rolled back; the next relation was still tried).
@@ -103,7 +103,7 @@ pub struct Vacuumed {
 /// How the run's keys expire (also in the JSON): at the table's expiry column, or a TTL after
 /// `created_at`, with where that TTL came from.
 #[derive(Debug, Clone, Serialize)]
-pub struct Expiry {
+pub(crate) struct Expiry {
     /// The expiry column, or the column the TTL is added to.
     pub column: String,
     /// The TTL (None when the table has an expiry column).

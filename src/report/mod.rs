@@ -1,9 +1,9 @@
 //! The data the reports are made of: typed values that commands and the database layer fill in and
 //! the output layer words. Nothing here imports a layer above it.
 
-pub mod check;
-pub mod citus;
-pub mod evict;
-pub mod inspect;
-pub mod rows;
-pub mod run;
+pub(crate) mod check;
+pub(crate) mod citus;
+pub(crate) mod evict;
+pub(crate) mod inspect;
+pub(crate) mod rows;
+pub(crate) mod run;

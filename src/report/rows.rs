@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 
 /// A count that stops at a cap.
 #[derive(Debug, Clone, Copy, Serialize)]
-pub struct Capped {
+pub(crate) struct Capped {
     /// The count, or the cap when `at_least` is set.
     pub count: i64,
     /// True when there are more than `count` rows.
@@ -27,7 +27,7 @@ impl std::fmt::Display for Capped {
 
 /// A key picked out by a stats query.
 #[derive(Debug, Clone, Serialize)]
-pub struct KeyRef {
+pub(crate) struct KeyRef {
     /// None on a table without a tenant column (null in JSON).
     pub api_key_id: Option<String>,
     pub key: String,
@@ -39,7 +39,7 @@ pub struct KeyRef {
 
 /// A foreign key that references the key table: deleting a key runs its ON DELETE action.
 #[derive(Debug, Clone, Serialize)]
-pub struct ReferencingKey {
+pub(crate) struct ReferencingKey {
     pub name: String,
     pub referencing_table: String,
     /// The referencing table, schema-qualified and quoted (for the statements evict generates and
@@ -65,7 +65,7 @@ pub struct ReferencingKey {
 /// The cluster (its system identifier) and database a session is connected to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct DatabaseIdentity {
+pub(crate) struct DatabaseIdentity {
     pub system_identifier: String,
     pub name: String,
 }
@@ -74,7 +74,7 @@ pub struct DatabaseIdentity {
 /// `Layout::describe`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "type")]
-pub enum Layout {
+pub(crate) enum Layout {
     /// Hash-distributed by `column` over `shards` shards.
     Distributed { column: String, shards: i64 },
     /// A reference table: one shard with a copy on every node.
@@ -87,7 +87,7 @@ pub enum Layout {
 
 /// One shard and the node that holds it.
 #[derive(Clone, Debug)]
-pub struct Placement {
+pub(crate) struct Placement {
     pub shard_id: i64,
     pub node: String,
     pub port: u16,
@@ -96,7 +96,7 @@ pub struct Placement {
 /// A foreign key with ON DELETE NO ACTION / RESTRICT from a distributed table to a reference key
 /// table (sql/citus_distributed_referencing.sql).
 #[derive(Clone, Debug)]
-pub struct DistributedReference {
+pub(crate) struct DistributedReference {
     pub name: String,
     pub referencing_table: String,
     pub on_delete: String,
@@ -104,7 +104,7 @@ pub struct DistributedReference {
 
 /// A key the dry run lists.
 #[derive(Debug, Serialize)]
-pub struct SampleKey {
+pub(crate) struct SampleKey {
     /// None on a table without a tenant column (null in JSON).
     pub api_key_id: Option<String>,
     pub key: String,
@@ -116,7 +116,7 @@ pub struct SampleKey {
 
 /// One physical standby's replay position, as last reported to the primary.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Replica {
+pub(crate) struct Replica {
     #[serde(skip)]
     pub pid: i32,
     /// application_name, else the client address, else the walsender's pid.
@@ -133,7 +133,7 @@ pub struct Replica {
 
 /// A stored response body, as its column holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoredBody {
+pub(crate) enum StoredBody {
     /// A json or jsonb column: JSON text as the server prints it (numbers never parsed).
     Json(String),
     /// A text or varchar column.
@@ -144,7 +144,7 @@ pub enum StoredBody {
 
 impl StoredBody {
     /// The body as text when it is text, JSON, or bytes that are valid UTF-8.
-    pub fn as_text(&self) -> Option<&str> {
+    pub(crate) fn as_text(&self) -> Option<&str> {
         match self {
             StoredBody::Json(t) | StoredBody::Text(t) => Some(t),
             StoredBody::Bytes(b) => std::str::from_utf8(b).ok(),
@@ -152,7 +152,7 @@ impl StoredBody {
     }
 
     /// Whether the body's text parses as JSON.
-    pub fn is_json(&self) -> bool {
+    pub(crate) fn is_json(&self) -> bool {
         match self {
             StoredBody::Json(_) => true,
             _ => self
@@ -163,7 +163,7 @@ impl StoredBody {
 
     /// How `-o json` carries it: `json` (spliced as is), `text` (a string), `utf8` (bytea that is
     /// valid UTF-8, as a string) or `hex` (other bytea, as lowercase hex).
-    pub fn encoding(&self) -> &'static str {
+    pub(crate) fn encoding(&self) -> &'static str {
         match self {
             StoredBody::Json(_) => "json",
             StoredBody::Text(_) => "text",
@@ -173,7 +173,7 @@ impl StoredBody {
     }
 
     /// The column's SQL type, in words.
-    pub fn column_kind(&self) -> &'static str {
+    pub(crate) fn column_kind(&self) -> &'static str {
         match self {
             StoredBody::Json(_) => "json",
             StoredBody::Text(_) => "text",
@@ -184,7 +184,7 @@ impl StoredBody {
 
 /// One column of the stored row, its value as the server prints it (None for NULL).
 #[derive(Debug, Clone, Serialize)]
-pub struct RowColumn {
+pub(crate) struct RowColumn {
     pub column: String,
     /// The role the profile gives it (None: a column the profile does not map).
     pub role: Option<&'static str>,
@@ -193,7 +193,7 @@ pub struct RowColumn {
 
 /// A key's stored record.
 #[derive(Debug, Clone, Serialize)]
-pub struct KeyRecord {
+pub(crate) struct KeyRecord {
     /// None on a table without a tenant column (null in JSON).
     pub api_key_id: Option<String>,
     pub key: String,
@@ -238,7 +238,7 @@ pub struct KeyRecord {
 /// The stored request fingerprint: a raw digest (bytea) or text (a hex digest, as a Python
 /// handler's `hexdigest()` writes it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoredFingerprint {
+pub(crate) enum StoredFingerprint {
     Bytes(Vec<u8>),
     Text(String),
 }
@@ -258,7 +258,7 @@ impl Serialize for StoredFingerprint {
 /// filter only narrows the rows the statement walks through the in_progress index.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Filter {
+pub(crate) struct Filter {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -269,7 +269,7 @@ pub struct Filter {
 
 /// How long recent keys live (expires_at − created_at).
 #[derive(Debug, Clone, Serialize)]
-pub struct RecentTtl {
+pub(crate) struct RecentTtl {
     /// "sample": measured on the keys sampled; "ttl": every key lives --ttl (a table without an
     /// expiry column).
     pub source: &'static str,
@@ -292,7 +292,7 @@ pub struct RecentTtl {
 /// Keys sampled whose TTL is under `under_seconds` (and at least the bucket before's bound); the
 /// last bucket has no upper bound.
 #[derive(Debug, Clone, Serialize)]
-pub struct TtlBucket {
+pub(crate) struct TtlBucket {
     pub under_seconds: Option<f64>,
     pub keys: i64,
 }

@@ -6,7 +6,7 @@ use serde::Serialize;
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum EndReason {
+pub(crate) enum EndReason {
     /// Nothing was left to do.
     Drained,
     /// A command that runs once finished (stats).
@@ -38,7 +38,7 @@ pub enum EndReason {
 
 impl EndReason {
     /// The reasons of an evict run.
-    pub const EVICT: &[EndReason] = &[
+    pub(crate) const EVICT: &[EndReason] = &[
         EndReason::Drained,
         EndReason::TimeBudget,
         EndReason::RowBudget,
@@ -48,12 +48,12 @@ impl EndReason {
         EndReason::Error,
     ];
     /// The reasons of a writing reclaim run.
-    pub const RECLAIM: &[EndReason] =
+    pub(crate) const RECLAIM: &[EndReason] =
         &[EndReason::Drained, EndReason::Limit, EndReason::Interrupted];
     /// The reasons of a stats run.
-    pub const STATS: &[EndReason] = &[EndReason::Completed];
+    pub(crate) const STATS: &[EndReason] = &[EndReason::Completed];
     /// How any run can fail before it begins (or end by a failure), which every run series lists.
-    pub const FAILURES: &[EndReason] = &[
+    pub(crate) const FAILURES: &[EndReason] = &[
         EndReason::CannotConnect,
         EndReason::PermissionDenied,
         EndReason::TableNotFound,
@@ -63,7 +63,7 @@ impl EndReason {
     ];
 
     /// Its name: the JSON value and the metrics label.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             EndReason::Drained => "drained",
             EndReason::Completed => "completed",

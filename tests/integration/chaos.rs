@@ -10,10 +10,10 @@ use tokio_postgres::Client;
 use crate::support::{Run, Spawned};
 
 /// A row's identity on the key table.
-pub type Key = (String, String);
+pub(crate) type Key = (String, String);
 
 /// A whole number from the environment, or `default` when unset or empty.
-pub fn env_usize(name: &str, default: usize) -> usize {
+pub(crate) fn env_usize(name: &str, default: usize) -> usize {
     match std::env::var(name) {
         Ok(v) if !v.trim().is_empty() => v
             .trim()
@@ -26,16 +26,16 @@ pub fn env_usize(name: &str, default: usize) -> usize {
 
 /// xorshift64: small, seeded, reproducible; good enough to pick moments and targets.
 #[derive(Debug, Clone)]
-pub struct XorShift(u64);
+pub(crate) struct XorShift(u64);
 
 impl XorShift {
-    pub fn new(seed: u64) -> XorShift {
+    pub(crate) fn new(seed: u64) -> XorShift {
         XorShift(seed.max(1))
     }
 
     /// Seeded from `IDEMCTL_FAULT_SEED`, else from the clock; prints the seed so a failure can be
     /// replayed.
-    pub fn from_env(test: &str) -> XorShift {
+    pub(crate) fn from_env(test: &str) -> XorShift {
         let seed = match std::env::var("IDEMCTL_FAULT_SEED") {
             Ok(v) if !v.trim().is_empty() => v
                 .trim()
@@ -49,7 +49,7 @@ impl XorShift {
         XorShift::new(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
@@ -59,12 +59,12 @@ impl XorShift {
     }
 
     /// Uniform in [lo, hi).
-    pub fn between(&mut self, lo: u64, hi: u64) -> u64 {
+    pub(crate) fn between(&mut self, lo: u64, hi: u64) -> u64 {
         lo + self.next_u64() % (hi - lo).max(1)
     }
 
     /// True with probability `percent` / 100.
-    pub fn chance(&mut self, percent: u64) -> bool {
+    pub(crate) fn chance(&mut self, percent: u64) -> bool {
         self.next_u64() % 100 < percent
     }
 }
@@ -149,7 +149,7 @@ fn ident_sql(alias: &str) -> String {
 }
 
 /// Create the ledger on a database whose key table exists.
-pub async fn install_ledger(client: &Client) {
+pub(crate) async fn install_ledger(client: &Client) {
     let ddl = LEDGER_DDL
         .replace("{ident_o}", &ident_sql("o"))
         .replace("{ident_n}", &ident_sql("n"));
@@ -163,7 +163,7 @@ pub async fn install_ledger(client: &Client) {
 
 /// One ledger entry.
 #[derive(Debug, Clone)]
-pub struct Change {
+pub(crate) struct Change {
     pub op: String,
     pub key: Key,
     pub old_state: String,
@@ -183,18 +183,18 @@ pub struct Change {
 
 impl Change {
     /// Made by an evict batch (its statements start with the `-- evict` comment of sql/).
-    pub fn by_evict(&self) -> bool {
+    pub(crate) fn by_evict(&self) -> bool {
         self.app == "idemctl" && self.query.starts_with("-- evict")
     }
 
     /// Made by a reclaim batch.
-    pub fn by_reclaim(&self) -> bool {
+    pub(crate) fn by_reclaim(&self) -> bool {
         self.app == "idemctl" && self.query.starts_with("-- reclaim")
     }
 }
 
 /// The whole ledger, in commit-independent insertion order.
-pub async fn ledger(client: &Client) -> Vec<Change> {
+pub(crate) async fn ledger(client: &Client) -> Vec<Change> {
     let rows = client
         .query(
             "SELECT op, api_key_id, key, old_state, old_expires, old_held, old_digest, old_ident, \
@@ -227,7 +227,7 @@ pub async fn ledger(client: &Client) -> Vec<Change> {
 }
 
 /// How many changes the ledger holds.
-pub async fn ledger_len(client: &Client) -> usize {
+pub(crate) async fn ledger_len(client: &Client) -> usize {
     let n: i64 = client
         .query_one("SELECT count(*) FROM idemctl_test_ledger", &[])
         .await
@@ -237,7 +237,7 @@ pub async fn ledger_len(client: &Client) -> usize {
 }
 
 /// Keys that appear more than once among these changes.
-pub fn repeated(changes: &[&Change]) -> Vec<Key> {
+pub(crate) fn repeated(changes: &[&Change]) -> Vec<Key> {
     let mut seen = HashSet::new();
     changes
         .iter()
@@ -248,7 +248,7 @@ pub fn repeated(changes: &[&Change]) -> Vec<Key> {
 
 /// One row as a snapshot saw it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub state: String,
     /// expires_at, unix seconds.
     pub expires: f64,
@@ -265,12 +265,12 @@ pub struct Seen {
 
 impl Seen {
     /// Evictable at `now`: completed and expired.
-    pub fn evictable_at(&self, now: f64) -> bool {
+    pub(crate) fn evictable_at(&self, now: f64) -> bool {
         self.state == "completed" && self.expires < now
     }
 
     /// Stuck at `now` for a reclaim cutoff of `older_than` seconds.
-    pub fn stuck_at(&self, now: f64, older_than: f64) -> bool {
+    pub(crate) fn stuck_at(&self, now: f64, older_than: f64) -> bool {
         self.state == "in_progress" && self.held < now - older_than
     }
 
@@ -305,7 +305,7 @@ fn seen_columns(alias: &str) -> String {
 /// test): per row its state, expiry, hold time, version and (full snapshots) content digest.
 /// Dropped with the test database.
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub table: String,
     /// The database clock just before the copy was taken (unix seconds).
     pub now: f64,
@@ -326,7 +326,7 @@ fn select_seen(full: bool) -> String {
 
 /// Take a snapshot of the key table: `full` also digests every row's content (md5 of the whole
 /// row, several times the cost of the rest).
-pub async fn snapshot(client: &Client, full: bool) -> Snapshot {
+pub(crate) async fn snapshot(client: &Client, full: bool) -> Snapshot {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let table = format!(
         "idemctl_test_snap_{}",
@@ -353,12 +353,12 @@ pub async fn snapshot(client: &Client, full: bool) -> Snapshot {
 
 impl Snapshot {
     /// Rows matching a condition on the snapshot's columns, where `$1` is the snapshot's clock.
-    pub async fn count(&self, client: &Client, condition: &str) -> usize {
+    pub(crate) async fn count(&self, client: &Client, condition: &str) -> usize {
         self.count_at(client, condition, self.now).await
     }
 
     /// `count` with `$1` = `at`.
-    pub async fn count_at(&self, client: &Client, condition: &str, at: f64) -> usize {
+    pub(crate) async fn count_at(&self, client: &Client, condition: &str, at: f64) -> usize {
         let n: i64 = client
             .query_one(
                 &format!("SELECT count(*) FROM {} WHERE {condition}", self.table),
@@ -371,7 +371,7 @@ impl Snapshot {
     }
 
     /// Keys matching a condition, as in `count`.
-    pub async fn keys(&self, client: &Client, condition: &str) -> HashSet<Key> {
+    pub(crate) async fn keys(&self, client: &Client, condition: &str) -> HashSet<Key> {
         let rows = client
             .query(
                 &format!(
@@ -386,7 +386,7 @@ impl Snapshot {
     }
 
     /// Drop the copy.
-    pub async fn drop_table(self, client: &Client) {
+    pub(crate) async fn drop_table(self, client: &Client) {
         client
             .batch_execute(&format!("DROP TABLE {}", self.table))
             .await
@@ -395,20 +395,20 @@ impl Snapshot {
 }
 
 /// Condition for `Snapshot::count` / `keys`: completed and expired at the snapshot's clock.
-pub const EVICTABLE: &str = "state = 'completed' AND expires < $1::float8";
+pub(crate) const EVICTABLE: &str = "state = 'completed' AND expires < $1::float8";
 /// Condition: in_progress and held longer than reclaim's default cutoff (5 min).
-pub const STUCK: &str = "state = 'in_progress' AND held < $1::float8 - 300";
+pub(crate) const STUCK: &str = "state = 'in_progress' AND held < $1::float8 - 300";
 
 /// How two snapshots differ: rows that changed (a new version, or other content where both
 /// snapshots digested it), rows gone, rows new.
 #[derive(Debug, Default)]
-pub struct Diff {
+pub(crate) struct Diff {
     pub changed: Vec<(Key, Seen, Seen)>,
     pub gone: Vec<(Key, Seen)>,
     pub appeared: Vec<(Key, Seen)>,
 }
 
-pub async fn diff(client: &Client, before: &Snapshot, after: &Snapshot) -> Diff {
+pub(crate) async fn diff(client: &Client, before: &Snapshot, after: &Snapshot) -> Diff {
     diff_from(client, &before.table, &after.table).await
 }
 
@@ -445,7 +445,7 @@ impl Snapshot {
     /// Compare the snapshot with the key table as it is now, then bring the copy up to date (the
     /// table must not change meanwhile): one pass over the table instead of a new copy. The
     /// clock moves to now.
-    pub async fn advance(&mut self, client: &Client) -> Diff {
+    pub(crate) async fn advance(&mut self, client: &Client) -> Diff {
         let now: f64 = client
             .query_one("SELECT extract(epoch FROM now())::float8", &[])
             .await
@@ -492,7 +492,7 @@ impl Snapshot {
 
 /// Remember every row of a snapshot not seen before (first sighting wins), in
 /// `idemctl_test_seen`, so the end of a test can compare against every row that ever existed.
-pub async fn remember(client: &Client, s: &Snapshot) {
+pub(crate) async fn remember(client: &Client, s: &Snapshot) {
     client
         .batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS idemctl_test_seen AS SELECT * FROM {t} WHERE false; \
@@ -505,7 +505,7 @@ pub async fn remember(client: &Client, s: &Snapshot) {
 }
 
 /// The first sighting of every row ever remembered, as a snapshot (clock: `now`).
-pub fn history(now: f64) -> Snapshot {
+pub(crate) fn history(now: f64) -> Snapshot {
     Snapshot {
         table: "idemctl_test_seen".to_owned(),
         now,
@@ -514,7 +514,7 @@ pub fn history(now: f64) -> Snapshot {
 }
 
 /// idemctl sessions connected to the current database.
-pub async fn idemctl_sessions(client: &Client) -> i64 {
+pub(crate) async fn idemctl_sessions(client: &Client) -> i64 {
     client
         .query_one(
             "SELECT count(*) FROM pg_stat_activity \
@@ -527,7 +527,7 @@ pub async fn idemctl_sessions(client: &Client) -> i64 {
 }
 
 /// Advisory locks held in the current database (evict's and reclaim's maintenance locks).
-pub async fn advisory_locks(client: &Client) -> i64 {
+pub(crate) async fn advisory_locks(client: &Client) -> i64 {
     client
         .query_one(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
@@ -541,7 +541,7 @@ pub async fn advisory_locks(client: &Client) -> i64 {
 
 /// Wait until no idemctl session is left in this database and no maintenance lock is held; returns
 /// how long that took. Panics after `limit`.
-pub async fn wait_released(client: &Client, limit: Duration) -> Duration {
+pub(crate) async fn wait_released(client: &Client, limit: Duration) -> Duration {
     let started = Instant::now();
     loop {
         if idemctl_sessions(client).await == 0 && advisory_locks(client).await == 0 {
@@ -556,25 +556,25 @@ pub async fn wait_released(client: &Client, limit: Duration) -> Duration {
 }
 
 /// SIGKILL the child (race-free: the unreaped child keeps its pid) and collect it.
-pub async fn kill(mut child: Spawned) -> Run {
+pub(crate) async fn kill(mut child: Spawned) -> Run {
     // Ok also when the child has already exited; its exit code then tells.
     let _ = child.child_mut().kill();
     child.wait_async().await
 }
 
 /// A long list shortened for a failure message: its length and first few items.
-pub fn brief<T: std::fmt::Debug>(items: &[T]) -> String {
+pub(crate) fn brief<T: std::fmt::Debug>(items: &[T]) -> String {
     let shown = &items[..items.len().min(5)];
     format!("{} of them, the first: {shown:#?}", items.len())
 }
 
 /// Milliseconds of a duration, for figures.
-pub fn ms(d: Duration) -> f64 {
+pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
 /// p50, p99 and max of some figures (0 when empty).
-pub fn percentiles(v: &[f64]) -> (f64, f64, f64) {
+pub(crate) fn percentiles(v: &[f64]) -> (f64, f64, f64) {
     if v.is_empty() {
         return (0.0, 0.0, 0.0);
     }

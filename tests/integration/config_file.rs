@@ -7,21 +7,21 @@
 use crate::fixtures::{finding, loaded, scalar_i64, scalar_text};
 use crate::support::TestDb;
 
-pub const GENERIC_DDL: &str = include_str!("../fixtures/generic_schema.sql");
+pub(crate) const GENERIC_DDL: &str = include_str!("../fixtures/generic_schema.sql");
 
 /// The indexes `check` recommends for the mapping: expiry, and the optional in-flight index.
-pub const GENERIC_INDEXES: &str = "CREATE INDEX request_log_valid_until ON request_log (valid_until); \
+pub(crate) const GENERIC_INDEXES: &str = "CREATE INDEX request_log_valid_until ON request_log (valid_until); \
      CREATE INDEX request_log_in_flight ON request_log ((coalesce(claimed_at, inserted_at))) \
      WHERE http_status IS NULL AND claimed_at IS NOT NULL;";
 
 /// docs/profiles.md, where the table profiles and the configuration file are documented.
-pub fn profiles_doc() -> String {
+pub(crate) fn profiles_doc() -> String {
     std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/profiles.md")).unwrap()
 }
 
 /// The mapping of `request_log`: the example of docs/profiles.md's "Configuration file" section,
 /// as printed, so the documented example is the one the tests run.
-pub fn generic_config() -> String {
+pub(crate) fn generic_config() -> String {
     let readme = profiles_doc();
     let section = readme
         .split("\n## Configuration file\n")
@@ -38,7 +38,7 @@ pub fn generic_config() -> String {
 /// Rows of `request_log`, `n` of each kind, accounts 1..5: `done-old-*` (answered, expired a day
 /// ago), `done-new-*` (answered, valid for a day), `stuck-*` (claimed an hour ago, no answer),
 /// `fresh-*` (claimed 10 s ago), `stuck-old-*` (claimed 3 days ago and expired: still in flight).
-pub fn generic_rows(n: i64) -> String {
+pub(crate) fn generic_rows(n: i64) -> String {
     let row = |kind: &str,
                status: &str,
                reply: &str,
@@ -101,10 +101,10 @@ pub fn generic_rows(n: i64) -> String {
 
 /// A second mapped shape: a uuid key without a tenant, a state column, no lock time, a smallint
 /// status and a json body, and no expiry column (keys expire 12 h after `born`, the file's ttl).
-pub const JOBS_DDL: &str = "CREATE TABLE jobs_keys (tok uuid PRIMARY KEY, born timestamptz NOT NULL, \
+pub(crate) const JOBS_DDL: &str = "CREATE TABLE jobs_keys (tok uuid PRIMARY KEY, born timestamptz NOT NULL, \
      phase text NOT NULL, code smallint, answer json);";
 
-pub const JOBS_CONFIG: &str = r#"table = "jobs_keys"
+pub(crate) const JOBS_CONFIG: &str = r#"table = "jobs_keys"
 ttl = "12h"
 [profiles.jobs]
 key = "tok"
@@ -759,13 +759,13 @@ async fn names_in_messages_are_escaped_once_where_they_are_printed() {
 }
 
 /// A table whose column names need quoting (camelCase, upper case), as ORMs create it.
-pub const QUOTED_DDL: &str = "CREATE TABLE \"IdempotencyKey\" (\"id\" text PRIMARY KEY, \"userId\" text NOT NULL, \
+pub(crate) const QUOTED_DDL: &str = "CREATE TABLE \"IdempotencyKey\" (\"id\" text PRIMARY KEY, \"userId\" text NOT NULL, \
      \"Status\" text NOT NULL, \"responseCode\" int, \"responseBody\" jsonb, \"lockedAt\" timestamptz, \
      \"createdAt\" timestamptz NOT NULL DEFAULT now(), \"expiresAt\" timestamptz NOT NULL); \
      CREATE UNIQUE INDEX ON \"IdempotencyKey\" (\"userId\", \"id\"); \
      CREATE INDEX \"IdempotencyKey_expiresAt_idx\" ON \"IdempotencyKey\" (\"expiresAt\");";
 
-pub const QUOTED_CONFIG: &str = r#"table = "IdempotencyKey"
+pub(crate) const QUOTED_CONFIG: &str = r#"table = "IdempotencyKey"
 [profiles.prisma]
 key = "id"
 tenant = "userId"
@@ -780,7 +780,7 @@ actions = ["fail", "delete"]
 
 /// Rows of `IdempotencyKey`: `n` expired completed keys (`old-*`), `n` live ones (`new-*`) and
 /// `busy` expired keys still in progress (`busy-*`), users u1..u3, a second apart.
-pub fn quoted_rows(n: i64, busy: i64) -> String {
+pub(crate) fn quoted_rows(n: i64, busy: i64) -> String {
     let row = |kind: &str, n: i64, status: &str, expires: &str| {
         format!(
             "INSERT INTO \"IdempotencyKey\" (\"id\", \"userId\", \"Status\", \"responseCode\", \"responseBody\", \"lockedAt\", \"createdAt\", \"expiresAt\") \

@@ -7,7 +7,7 @@ use crate::support::TestDb;
 
 /// Which table definition to create.
 #[derive(Clone, Copy, Debug)]
-pub enum Schema {
+pub(crate) enum Schema {
     /// sql/schema.sql: primary key (api_key_id, key).
     Corrected,
     /// The storage reference's table exactly as printed: primary key on key alone.
@@ -15,7 +15,7 @@ pub enum Schema {
 }
 
 impl Schema {
-    pub fn ddl(self) -> &'static str {
+    pub(crate) fn ddl(self) -> &'static str {
         match self {
             Schema::Corrected => include_str!("../../sql/schema.sql"),
             Schema::Reference => include_str!("../fixtures/reference_schema.sql"),
@@ -25,7 +25,7 @@ impl Schema {
 
 /// How many rows of each kind to load.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Mix {
+pub(crate) struct Mix {
     /// completed, expired between 1 minute and 6 days ago
     pub expired: i64,
     /// completed, expiring between 1 hour and 6 days from now
@@ -39,12 +39,12 @@ pub struct Mix {
 }
 
 /// Create the table.
-pub async fn create(db: &TestDb, schema: Schema) {
+pub(crate) async fn create(db: &TestDb, schema: Schema) {
     db.exec(schema.ddl()).await;
 }
 
 /// Create the table and load a mix.
-pub async fn table_with(db: &TestDb, schema: Schema, mix: Mix) {
+pub(crate) async fn table_with(db: &TestDb, schema: Schema, mix: Mix) {
     create(db, schema).await;
     load(db, mix).await;
 }
@@ -66,7 +66,7 @@ fn rows_sql(n: i64, state: &str, locked: &str, created: &str, expires: &str) -> 
 }
 
 /// SQL inserting `n` expired completed rows (for a server other than the harness's).
-pub fn expired_rows_sql(n: i64) -> String {
+pub(crate) fn expired_rows_sql(n: i64) -> String {
     rows_sql(
         n,
         "completed",
@@ -77,12 +77,12 @@ pub fn expired_rows_sql(n: i64) -> String {
 }
 
 /// Load a mix of rows (random keys, 7 tenants).
-pub async fn load(db: &TestDb, mix: Mix) {
+pub(crate) async fn load(db: &TestDb, mix: Mix) {
     db.exec(&load_sql(mix)).await;
 }
 
 /// The statements that load a mix of rows (random keys, 7 tenants) and analyze the table.
-pub fn load_sql(mix: Mix) -> String {
+pub(crate) fn load_sql(mix: Mix) -> String {
     let mut sql = String::new();
     let secs = "make_interval(secs => ";
     sql.push_str(&rows_sql(
@@ -126,7 +126,7 @@ pub fn load_sql(mix: Mix) -> String {
 
 /// One row as a snapshot sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub state: String,
     pub expired: bool,
     /// md5 of the whole row, to prove a row was not changed.
@@ -134,12 +134,14 @@ pub struct Seen {
 }
 
 /// Every row keyed by (api_key_id, key).
-pub async fn snapshot(db: &TestDb) -> BTreeMap<(String, String), Seen> {
+pub(crate) async fn snapshot(db: &TestDb) -> BTreeMap<(String, String), Seen> {
     snapshot_of(&db.client().await).await
 }
 
 /// Every row keyed by (api_key_id, key), read on `client`.
-pub async fn snapshot_of(client: &tokio_postgres::Client) -> BTreeMap<(String, String), Seen> {
+pub(crate) async fn snapshot_of(
+    client: &tokio_postgres::Client,
+) -> BTreeMap<(String, String), Seen> {
     let rows = client
         .query(
             "SELECT api_key_id, key, state, expires_at < now() AS expired, md5(t::text) AS digest \
@@ -163,22 +165,22 @@ pub async fn snapshot_of(client: &tokio_postgres::Client) -> BTreeMap<(String, S
 }
 
 /// Rows evict may delete: completed and expired.
-pub fn evictable(s: &Seen) -> bool {
+pub(crate) fn evictable(s: &Seen) -> bool {
     s.state == "completed" && s.expired
 }
 
 /// A single number from a query.
-pub async fn scalar_i64(db: &TestDb, sql: &str) -> i64 {
+pub(crate) async fn scalar_i64(db: &TestDb, sql: &str) -> i64 {
     db.client().await.query_one(sql, &[]).await.unwrap().get(0)
 }
 
 /// A single text value from a query.
-pub async fn scalar_text(db: &TestDb, sql: &str) -> String {
+pub(crate) async fn scalar_text(db: &TestDb, sql: &str) -> String {
     db.client().await.query_one(sql, &[]).await.unwrap().get(0)
 }
 
 /// The finding named `check` in `check -o json`'s output; panics showing the output when absent.
-pub fn finding<'a>(json: &'a serde_json::Value, check: &str) -> &'a serde_json::Value {
+pub(crate) fn finding<'a>(json: &'a serde_json::Value, check: &str) -> &'a serde_json::Value {
     json["findings"]
         .as_array()
         .unwrap_or_else(|| panic!("no findings in {json:#}"))
@@ -188,7 +190,7 @@ pub fn finding<'a>(json: &'a serde_json::Value, check: &str) -> &'a serde_json::
 }
 
 /// A fresh database holding `ddl` and `rows`, with `indexes` when given, analyzed.
-pub async fn loaded(ddl: &str, rows: &str, indexes: Option<&str>) -> TestDb {
+pub(crate) async fn loaded(ddl: &str, rows: &str, indexes: Option<&str>) -> TestDb {
     let db = TestDb::new().await;
     db.exec(ddl).await;
     db.exec(rows).await;

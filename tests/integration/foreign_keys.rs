@@ -20,7 +20,7 @@ use crate::support::TestDb;
 
 /// sql/ files whose markers are filled in for foreign keys: the EXPLAIN test below plans them
 /// as idemctl fills them in.
-pub const EXPLAINED_WITH_FOREIGN_KEYS: &[&str] = &[
+pub(crate) const EXPLAINED_WITH_FOREIGN_KEYS: &[&str] = &[
     "evict_batch_referenced.sql",
     "referenced_expired.sql",
     "evict_preview.sql",

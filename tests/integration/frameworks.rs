@@ -37,7 +37,7 @@ fn storage_naive_rows(zone: &str) -> String {
 }
 
 /// The keys left, in order, by kind prefix.
-pub async fn kinds_left(db: &TestDb, table: &str, key: &str) -> Vec<(String, i64)> {
+pub(crate) async fn kinds_left(db: &TestDb, table: &str, key: &str) -> Vec<(String, i64)> {
     let rows = db
         .client()
         .await

@@ -34,7 +34,7 @@ fn closed(name: &str, db: &str) -> String {
 
 /// `promtool check metrics` on exposition text: promtool must be installed (the tests never skip).
 #[track_caller]
-pub fn promtool_check_metrics(text: &str) {
+pub(crate) fn promtool_check_metrics(text: &str) {
     let run = Cmd::of(promtool())
         .args(["check", "metrics"])
         .stdin_bytes(text)
@@ -43,7 +43,7 @@ pub fn promtool_check_metrics(text: &str) {
 }
 
 /// The promtool binary (Debian package `prometheus`); a missing one fails the test loudly.
-pub fn promtool() -> &'static str {
+pub(crate) fn promtool() -> &'static str {
     let path = "/usr/bin/promtool";
     assert!(
         std::path::Path::new(path).exists() || which("promtool"),

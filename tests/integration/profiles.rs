@@ -8,24 +8,24 @@ use std::collections::BTreeSet;
 use crate::fixtures::{finding, loaded, scalar_i64};
 use crate::support::TestDb;
 
-pub const EXPLAINER_DDL: &str = include_str!("../fixtures/explainer_schema.sql");
-pub const ROCKET_RIDES_DDL: &str = include_str!("../fixtures/rocket_rides_schema.sql");
+pub(crate) const EXPLAINER_DDL: &str = include_str!("../fixtures/explainer_schema.sql");
+pub(crate) const ROCKET_RIDES_DDL: &str = include_str!("../fixtures/rocket_rides_schema.sql");
 
 /// The indexes idemctl recommends on the explainer's table: created_at (expiry by TTL) and the
 /// optional in-flight index.
-pub const EXPLAINER_INDEXES: &str = "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at); \
+pub(crate) const EXPLAINER_INDEXES: &str = "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at); \
      CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at))) \
      WHERE response_status = 202 AND response_body = '{\"status\": \"processing\"}'::jsonb;";
 
 /// The same for rocket-rides.
-pub const ROCKET_RIDES_INDEXES: &str = "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at); \
+pub(crate) const ROCKET_RIDES_INDEXES: &str = "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at); \
      CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at))) \
      WHERE recovery_point <> 'finished' AND locked_at IS NOT NULL;";
 
 /// Explainer rows, `n` of each kind, keys named by kind: `done-old-*` (completed 2 to 6 days ago),
 /// `done-new-*` (completed within 12 h), `stuck-*` (placeholder taken 1 h ago), `fresh-*`
 /// (placeholder taken 10 s ago), `stuck-old-*` (placeholder from 3 days ago: expired, in flight).
-pub fn explainer_rows(n: i64) -> String {
+pub(crate) fn explainer_rows(n: i64) -> String {
     let row = |kind: &str, status: &str, body: &str, created: &str, locked: &str| {
         format!(
             "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at, locked_at) \
@@ -78,7 +78,7 @@ pub fn explainer_rows(n: i64) -> String {
 /// rocket-rides rows, `n` of each kind, user_id 1..7: `finished-old-*` (4 days old, a ride
 /// references each), `released-old-*` (4 days old, unfinished, lock cleared), `held-old-*` (4 days
 /// old, unfinished and locked: stuck), `finished-new-*` (1 h old).
-pub fn rocket_rides_rows(n: i64) -> String {
+pub(crate) fn rocket_rides_rows(n: i64) -> String {
     let row = |kind: &str, created: &str, locked: &str, point: &str| {
         format!(
             "INSERT INTO idempotency_keys (created_at, idempotency_key, last_run_at, locked_at, request_method, \
@@ -104,15 +104,15 @@ pub fn rocket_rides_rows(n: i64) -> String {
 
 /// The explainer's table with its response body in a `json` column (no equality operator), and
 /// the indexes check recommends for it (the placeholder compared as jsonb).
-pub fn explainer_json_ddl() -> String {
+pub(crate) fn explainer_json_ddl() -> String {
     EXPLAINER_DDL.replace("response_body   jsonb", "response_body   json")
 }
 
-pub const EXPLAINER_JSON_INDEXES: &str = "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at); \
+pub(crate) const EXPLAINER_JSON_INDEXES: &str = "CREATE INDEX idempotency_keys_created_at ON idempotency_keys (created_at); \
      CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at))) \
      WHERE response_status = 202 AND response_body::jsonb = '{\"status\": \"processing\"}'::jsonb;";
 
-pub async fn explainer_db(n: i64, indexes: bool) -> TestDb {
+pub(crate) async fn explainer_db(n: i64, indexes: bool) -> TestDb {
     let indexes = indexes.then_some(EXPLAINER_INDEXES);
     loaded(EXPLAINER_DDL, &explainer_rows(n), indexes).await
 }

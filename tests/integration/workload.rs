@@ -18,11 +18,11 @@ use crate::chaos::{Key, XorShift};
 use crate::support::{TestDb, connect, pg_error_text};
 
 /// The application_name of every workload session.
-pub const APP: &str = "live-workload";
+pub(crate) const APP: &str = "live-workload";
 
 /// What traffic to run.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     /// Sessions taking new keys.
     pub writers: usize,
     /// Sessions retrying existing keys.
@@ -37,7 +37,7 @@ pub struct Config {
 
 /// What the workload saw.
 #[derive(Debug, Default)]
-pub struct Log {
+pub(crate) struct Log {
     pub errors: Vec<String>,
     /// Statement latencies in ms, by statement kind.
     pub latencies: HashMap<&'static str, Vec<f64>>,
@@ -78,7 +78,7 @@ impl Log {
 }
 
 /// The running workload.
-pub struct Live {
+pub(crate) struct Live {
     stop: Arc<AtomicBool>,
     tasks: Vec<JoinHandle<Log>>,
     /// Backend pids of the workload's sessions.
@@ -104,7 +104,7 @@ async fn session(db: &TestDb) -> (Client, i32) {
 
 impl Live {
     /// Open the sessions, then start the traffic.
-    pub async fn start(db: &TestDb, config: Config) -> Live {
+    pub(crate) async fn start(db: &TestDb, config: Config) -> Live {
         let stop = Arc::new(AtomicBool::new(false));
         let hot = Arc::new(Mutex::new(Vec::<Key>::new()));
         let targets = Arc::new(config.targets);
@@ -140,7 +140,7 @@ impl Live {
     }
 
     /// Stop the traffic and gather what it saw.
-    pub async fn stop(self) -> Log {
+    pub(crate) async fn stop(self) -> Log {
         self.stop.store(true, Ordering::SeqCst);
         let mut log = Log::default();
         for task in self.tasks {
@@ -319,7 +319,7 @@ async fn scout(
 
 /// One session seen waiting for a lock, over one statement.
 #[derive(Debug, Clone)]
-pub struct Episode {
+pub(crate) struct Episode {
     pub waiter: i32,
     pub app: String,
     pub blockers: HashSet<i32>,
@@ -330,7 +330,7 @@ pub struct Episode {
 
 /// What the watcher saw.
 #[derive(Debug, Default)]
-pub struct Watched {
+pub(crate) struct Watched {
     pub samples: u64,
     /// Backend pids of idemctl sessions seen.
     pub idemctl_pids: HashSet<i32>,
@@ -344,7 +344,7 @@ pub struct Watched {
 
 /// Samples pg_stat_activity of the database every `every` for sessions waiting on a lock, and
 /// who blocks them (pg_blocking_pids).
-pub struct Watcher {
+pub(crate) struct Watcher {
     stop: Arc<AtomicBool>,
     task: JoinHandle<Watched>,
 }
@@ -359,7 +359,7 @@ const SAMPLE: &str = "SELECT pid, application_name::text, coalesce(wait_event_ty
     AND (application_name = 'idemctl' OR wait_event_type = 'Lock')";
 
 impl Watcher {
-    pub async fn start(db: &TestDb, every: Duration) -> Watcher {
+    pub(crate) async fn start(db: &TestDb, every: Duration) -> Watcher {
         let client = connect(&db.url_with(&[("application_name", "lock-watcher")])).await;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
@@ -378,7 +378,7 @@ impl Watcher {
         Watcher { stop, task }
     }
 
-    pub async fn stop(self) -> Watched {
+    pub(crate) async fn stop(self) -> Watched {
         self.stop.store(true, Ordering::SeqCst);
         self.task.await.expect("the lock watcher panicked")
     }
@@ -418,7 +418,7 @@ fn record(seen: &mut Watched, rows: &[tokio_postgres::Row]) {
 
 /// A lock wait the server logged (log_lock_waits): waiter, holders and how long it lasted.
 #[derive(Debug, Clone)]
-pub struct LoggedWait {
+pub(crate) struct LoggedWait {
     pub waiter: i32,
     pub holders: Vec<i32>,
     pub lock: String,
@@ -428,12 +428,12 @@ pub struct LoggedWait {
 }
 
 /// The server log's size now: read from here after the run.
-pub fn log_offset(path: &Path) -> u64 {
+pub(crate) fn log_offset(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
 /// The log lines from `offset` on.
-pub fn log_since(path: &Path, offset: u64) -> String {
+pub(crate) fn log_since(path: &Path, offset: u64) -> String {
     let bytes = std::fs::read(path).unwrap_or_default();
     let from = usize::try_from(offset).unwrap_or(0).min(bytes.len());
     String::from_utf8_lossy(&bytes[from..]).into_owned()
@@ -453,7 +453,7 @@ fn after_ms(line: &str) -> Option<f64> {
 
 /// Lock waits of `waiters` in the log text: "still waiting" lines (with the DETAIL naming the
 /// holders), completed by their "acquired ... after" line.
-pub fn logged_waits(text: &str, waiters: &HashSet<i32>) -> Vec<LoggedWait> {
+pub(crate) fn logged_waits(text: &str, waiters: &HashSet<i32>) -> Vec<LoggedWait> {
     let mut out: Vec<LoggedWait> = Vec::new();
     let mut open: HashMap<i32, usize> = HashMap::new();
     for line in text.lines() {
@@ -494,7 +494,7 @@ pub fn logged_waits(text: &str, waiters: &HashSet<i32>) -> Vec<LoggedWait> {
 }
 
 /// Log lines of these backends that report a deadlock.
-pub fn logged_deadlocks(text: &str, pids: &HashSet<i32>) -> Vec<String> {
+pub(crate) fn logged_deadlocks(text: &str, pids: &HashSet<i32>) -> Vec<String> {
     text.lines()
         .filter(|l| l.contains("deadlock detected") || l.contains("detected deadlock"))
         .filter(|l| line_pid(l).is_some_and(|p| pids.contains(&p)))

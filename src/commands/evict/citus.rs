@@ -39,7 +39,7 @@ use crate::report::rows::Layout;
 
 /// What one worker node did.
 #[derive(Debug, Clone, Serialize)]
-pub struct NodeReport {
+pub(crate) struct NodeReport {
     /// `host:port` as the coordinator's metadata names it.
     pub node: String,
     /// Shards of the table on this node, and how many the run went through to the end.
@@ -60,13 +60,13 @@ pub struct NodeReport {
 
 /// The Citus part of the summary.
 #[derive(Debug, Clone, Serialize)]
-pub struct CitusReport {
+pub(crate) struct CitusReport {
     pub layout: Layout,
     pub nodes: Vec<NodeReport>,
 }
 
 /// Refuse what a distributed table does not support, before any change.
-pub fn require_supported(args: &EvictArgs, table: &KeyTable, layout: &Layout) -> Result<()> {
+pub(crate) fn require_supported(args: &EvictArgs, table: &KeyTable, layout: &Layout) -> Result<()> {
     let refused = if args.drop_partitions {
         Some("--drop-partitions")
     } else if args.max_replica_lag.is_some() {
@@ -113,7 +113,7 @@ struct Outcome {
 
 /// Evict from every shard of the distributed `table`; `lock_holder` is the coordinator session
 /// that holds the table's advisory lock, kept until the end of the run.
-pub async fn run(
+pub(crate) async fn run(
     ctx: &Context,
     args: &EvictArgs,
     lock_holder: Session,

@@ -36,13 +36,13 @@ use crate::output::rfc3339;
 use crate::progress::Progress;
 use crate::report::evict::Expiry;
 use crate::report::rows::Capped;
-pub use crate::report::run::EndReason;
+pub(crate) use crate::report::run::EndReason;
 
 /// How many keys of each kind the dry run lists.
 const SAMPLE_SIZE: i64 = 10;
 
 /// How long a batch may wait for a row lock before it falls back to skipping locked rows.
-pub const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
+pub(crate) const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
 /// Counts in the summary and preview stop here.
 const COUNT_CAP: i64 = 100_000;
 
@@ -71,7 +71,7 @@ pub(crate) fn expiry_of(table: &KeyTable, global: &crate::cli::GlobalArgs) -> Ex
 
 /// The run's summary (also the JSON document).
 #[derive(Debug, Clone, Serialize)]
-pub struct EvictReport {
+pub(crate) struct EvictReport {
     pub table: String,
     /// How keys expire: the expiry column, or created_at + the TTL and where it came from.
     pub expiry: Expiry,
@@ -135,7 +135,7 @@ pub struct EvictReport {
 
 /// What a walk of a unique index read, beside what it deleted.
 #[derive(Debug, Clone, Serialize)]
-pub struct WalkReport {
+pub(crate) struct WalkReport {
     pub index: String,
     /// Index entries (rows) the pages examined.
     pub rows_examined: u64,
@@ -166,7 +166,7 @@ fn empty_report(
 }
 
 /// Run `evict`.
-pub async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
+pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
     table.require_columns()?;

@@ -52,22 +52,22 @@ use crate::domain::Cancel;
 use crate::output::prometheus::{Kind, Metrics};
 
 /// How often the foreground is sampled, at most.
-pub const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 /// Samples in a row in which no other session ran anything before evict runs unpaced.
-pub const QUIET_SAMPLES: u32 = 2;
+pub(crate) const QUIET_SAMPLES: u32 = 2;
 /// The duty cycle's range while the foreground is present, in percent.
-pub const MIN_DUTY: f64 = 5.0;
-pub const MAX_DUTY: f64 = 20.0;
+pub(crate) const MIN_DUTY: f64 = 5.0;
+pub(crate) const MAX_DUTY: f64 = 20.0;
 /// The duty cycle evict starts at, and returns to when the foreground comes back.
-pub const START_DUTY: f64 = 10.0;
+pub(crate) const START_DUTY: f64 = 10.0;
 /// Points added per calm sample.
-pub const STEP: f64 = 1.0;
+pub(crate) const STEP: f64 = 1.0;
 /// Back-off thresholds (see the module comment).
-pub const WAIT_MARGIN: f64 = 0.5;
-pub const AGE_RATIO: f64 = 1.5;
+pub(crate) const WAIT_MARGIN: f64 = 0.5;
+pub(crate) const AGE_RATIO: f64 = 1.5;
 /// The smallest rise of the running statements' age that counts, in ms (below it is noise).
-pub const AGE_MARGIN_MS: f64 = 1.0;
-pub const BATCH_RATIO: f64 = 1.5;
+pub(crate) const AGE_MARGIN_MS: f64 = 1.0;
+pub(crate) const BATCH_RATIO: f64 = 1.5;
 /// Samples a back-off holds before the duty cycle climbs again.
 const HOLD_SAMPLES: u32 = 5;
 /// Smoothing of each figure per sample (about a second), and how fast its floor follows it up
@@ -77,29 +77,29 @@ const HOLD_SAMPLES: u32 = 5;
 /// workload waiting on its own commit flushes kept the earlier floor at 2 % the whole run).
 const SMOOTHING: f64 = 0.2;
 /// The paced removal rate never falls below this multiple of the table's insert rate.
-pub const INSERT_MULTIPLE: f64 = 10.0;
+pub(crate) const INSERT_MULTIPLE: f64 = 10.0;
 /// The floor never makes a worker spend more than this share of wall time in batches, in percent
 /// (a burst of inserts must not turn evict into a full-speed deleter beside it).
-pub const FLOOR_MAX_DUTY: f64 = 50.0;
+pub(crate) const FLOOR_MAX_DUTY: f64 = 50.0;
 /// While the foreground is present, the pace removes keys at most this multiple of the table's
 /// insert rate (the rest is lengthened to hold it), whatever duty cycle the signals allow: beside
 /// a workload that is not saturating the server its tail latency paid for every batch beyond
 /// that (bench/run's pace phase at half load), while the backlog still shrinks at 19 times the
 /// rate it grows.
-pub const PRESENT_MULTIPLE: f64 = 20.0;
+pub(crate) const PRESENT_MULTIPLE: f64 = 20.0;
 /// The ceiling never rests a worker below this duty cycle, in percent: a table that gains few
 /// keys on a server busy with other work still drains.
-pub const PRESENT_MIN_DUTY: f64 = 2.0;
+pub(crate) const PRESENT_MIN_DUTY: f64 = 2.0;
 /// The window the insert rate is measured over: backends publish their counters about once a
 /// second, so a shorter window would see bursts.
-pub const INSERT_WINDOW: Duration = Duration::from_secs(5);
+pub(crate) const INSERT_WINDOW: Duration = Duration::from_secs(5);
 const FLOOR_RISE: f64 = 0.02;
 const FLOOR_FALL: f64 = 0.05;
 
 /// Why evict backed off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Reason {
+pub(crate) enum Reason {
     /// Other sessions' statements wait on WAL, I/O or locks more than before.
     ForegroundWaiting,
     /// Other sessions' statements run longer than before.
@@ -109,13 +109,13 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 3] = [
+    pub(crate) const ALL: [Reason; 3] = [
         Reason::ForegroundWaiting,
         Reason::ForegroundSlower,
         Reason::BatchesSlower,
     ];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::ForegroundWaiting => "foreground_waiting",
             Reason::ForegroundSlower => "foreground_slower",
@@ -126,7 +126,7 @@ impl Reason {
 
 /// Where the pace stands.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum State {
+pub(crate) enum State {
     /// The foreground is idle: unpaced, every session, catch-up-sized batches.
     Full,
     /// The foreground is present and nothing says it suffers.
@@ -137,21 +137,21 @@ pub enum State {
 
 /// What the controller decided.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Decision {
+pub(crate) struct Decision {
     pub state: State,
     /// Percent of wall time a worker may spend in statements.
     pub duty: f64,
 }
 
 impl Decision {
-    pub fn full(&self) -> bool {
+    pub(crate) fn full(&self) -> bool {
         self.state == State::Full
     }
 }
 
 /// The adaptive pace in effect, for the progress bar.
 #[derive(Debug, Clone, Copy)]
-pub struct PaceStatus {
+pub(crate) struct PaceStatus {
     pub decision: Decision,
     /// The removal rate the insert-rate floor holds (rows/s), while paced.
     pub floor_rows_per_second: Option<f64>,
@@ -159,7 +159,7 @@ pub struct PaceStatus {
 
 /// One sample's figures, as the controller sees them.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Signals {
+pub(crate) struct Signals {
     /// Other sessions that ran anything since the last sample.
     pub recent: u32,
     /// How many sampling periods the sample looked back over (the first one looks back
@@ -200,7 +200,7 @@ impl Tracker {
 /// The adaptive pace's decisions, from one sample to the next (no I/O: unit-tested on made-up
 /// sequences).
 #[derive(Debug, Clone)]
-pub struct Controller {
+pub(crate) struct Controller {
     decision: Decision,
     quiet: u32,
     hold: u32,
@@ -226,12 +226,12 @@ impl Default for Controller {
 }
 
 impl Controller {
-    pub fn decision(&self) -> Decision {
+    pub(crate) fn decision(&self) -> Decision {
         self.decision
     }
 
     /// Take one sample and decide.
-    pub fn observe(&mut self, s: &Signals) -> Decision {
+    pub(crate) fn observe(&mut self, s: &Signals) -> Decision {
         self.quiet = if s.recent == 0 {
             self.quiet + s.windows.max(1)
         } else {
@@ -297,7 +297,7 @@ impl Controller {
 
 /// How a run is paced.
 #[derive(Debug, Clone)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// A fixed duty cycle and pause (explicit flags, or the fallback with the reason).
     Fixed {
         duty: u8,
@@ -320,7 +320,7 @@ pub enum Mode {
 
 impl Mode {
     /// The same mode, with the removal rate floored by the insert rate of `tables` when adaptive.
-    pub fn with_insert_floor(self, tables: Vec<i64>) -> Mode {
+    pub(crate) fn with_insert_floor(self, tables: Vec<i64>) -> Mode {
         match self {
             Mode::Adaptive {
                 base_workers,
@@ -338,7 +338,7 @@ impl Mode {
     }
 
     /// The same mode, leaving out the Citus connections of the global pids `gpids` when adaptive.
-    pub fn leaving_out(self, gpids: Vec<i64>) -> Mode {
+    pub(crate) fn leaving_out(self, gpids: Vec<i64>) -> Mode {
         match self {
             Mode::Adaptive {
                 base_workers,
@@ -358,7 +358,7 @@ impl Mode {
 
 /// The pace decisions of a run, for the summary, JSON and metrics.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct PaceReport {
+pub(crate) struct PaceReport {
     /// "adaptive" or "fixed".
     pub mode: &'static str,
     /// The fixed duty cycle (fixed mode).
@@ -485,7 +485,7 @@ struct Inner {
 }
 
 /// The pace shared by every worker of a run.
-pub struct Pacer {
+pub(crate) struct Pacer {
     mode: Mode,
     inner: Mutex<Inner>,
 }
@@ -493,13 +493,13 @@ pub struct Pacer {
 impl Pacer {
     /// Decide the mode: fixed when a flag fixes it, or when this role cannot see other sessions
     /// (said once on stderr), else adaptive (the first sample is taken here).
-    pub async fn start(client: &Session, mode: Mode) -> Result<Pacer> {
+    pub(crate) async fn start(client: &Session, mode: Mode) -> Result<Pacer> {
         Pacer::start_warning(client, mode, &|w| crate::output::warn(w)).await
     }
 
     /// [`Pacer::start`], handing the fallback's warning to `warn` (a run over several Citus
     /// workers says it once).
-    pub async fn start_warning(
+    pub(crate) async fn start_warning(
         client: &Session,
         mode: Mode,
         warn: &(dyn Fn(&str) + Sync),
@@ -565,12 +565,12 @@ impl Pacer {
         Ok(pacer)
     }
 
-    pub fn adaptive(&self) -> bool {
+    pub(crate) fn adaptive(&self) -> bool {
         matches!(self.mode, Mode::Adaptive { .. })
     }
 
     /// The batch time in effect now, when the pace overrides the sizing's.
-    pub async fn batch_time(&self) -> Option<Duration> {
+    pub(crate) async fn batch_time(&self) -> Option<Duration> {
         match self.mode {
             Mode::Adaptive {
                 full_batch_time: Some(t),
@@ -581,7 +581,7 @@ impl Pacer {
     }
 
     /// Record a batch's statement time and the index entries it walked.
-    pub async fn batch(&self, statement: Duration, rows: u64) {
+    pub(crate) async fn batch(&self, statement: Duration, rows: u64) {
         if self.adaptive() && rows >= 50 {
             let per_row = statement.as_secs_f64() * 1000.0 / rows as f64;
             self.inner.lock().await.batch_ms_per_row.push(per_row);
@@ -589,7 +589,7 @@ impl Pacer {
     }
 
     /// Whether worker `index` (0-based) may claim a batch now.
-    pub async fn may_run(&self, index: usize) -> bool {
+    pub(crate) async fn may_run(&self, index: usize) -> bool {
         match self.mode {
             Mode::Adaptive { base_workers, .. } if index >= usize::from(base_workers) => {
                 self.inner.lock().await.controller.decision().full()
@@ -599,7 +599,7 @@ impl Pacer {
     }
 
     /// Sample the foreground on this session if a sample is due, and decide.
-    pub async fn sample(&self, client: &Session, force: bool) -> Result<Decision> {
+    pub(crate) async fn sample(&self, client: &Session, force: bool) -> Result<Decision> {
         let mut inner = self.inner.lock().await;
         let due = inner
             .last_sample
@@ -653,7 +653,7 @@ impl Pacer {
     /// duty cycle, or the adaptive one, re-decided every sample while resting (a foreground that
     /// turns idle ends the rest) and held between the insert-rate floor and ceiling. A rest ends
     /// at `until` (the run's --max-runtime) whatever it planned.
-    pub async fn rest(
+    pub(crate) async fn rest(
         &self,
         client: &Session,
         took: Duration,
@@ -737,7 +737,7 @@ impl Pacer {
     }
 
     /// The adaptive pace in effect, for the progress bar.
-    pub async fn in_effect(&self) -> Option<PaceStatus> {
+    pub(crate) async fn in_effect(&self) -> Option<PaceStatus> {
         if !self.adaptive() {
             return None;
         }
@@ -754,7 +754,7 @@ impl Pacer {
     }
 
     /// The report, with the current decision's time added.
-    pub async fn report(&self) -> PaceReport {
+    pub(crate) async fn report(&self) -> PaceReport {
         let mut inner = self.inner.lock().await;
         let d = inner.controller.decision();
         inner.account(d, d);
@@ -800,7 +800,7 @@ fn rest_for(took: Duration, duty: f64) -> Duration {
 
 impl PaceReport {
     /// Add the pace's gauges to `m`.
-    pub fn metrics(&self, m: &mut Metrics) {
+    pub(crate) fn metrics(&self, m: &mut Metrics) {
         m.gauge(
             "idemctl_evict_pace_adaptive",
             "1 if the last evict run paced itself from the foreground's activity, 0 if at a fixed duty cycle.",

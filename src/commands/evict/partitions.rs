@@ -47,7 +47,7 @@ use crate::db::table::{Privileges, RangeKey};
 use crate::domain::Cancel;
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
-pub use crate::report::evict::{Dropped, Kept};
+pub(crate) use crate::report::evict::{Dropped, Kept};
 
 /// After this many partitions in a row whose locks were not granted, the table is busy: the rest are
 /// not tried in this run (each try may hold up live requests for the lock_timeout).
@@ -55,19 +55,19 @@ const MAX_LOCK_MISSES_IN_A_ROW: u32 = 3;
 
 /// What the drop phase did.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct DropReport {
+pub(crate) struct DropReport {
     pub dropped: Vec<Dropped>,
     pub kept: Vec<Kept>,
 }
 
 impl DropReport {
-    pub fn estimated_rows(&self) -> i64 {
+    pub(crate) fn estimated_rows(&self) -> i64 {
         self.dropped.iter().map(|d| d.estimated_rows).sum()
     }
 }
 
 /// Everything the drop phase needs from the run.
-pub struct DropRun<'a> {
+pub(crate) struct DropRun<'a> {
     pub table: &'a KeyTable,
     pub lock_timeout: Duration,
     pub min_age_secs: Option<f64>,
@@ -78,7 +78,10 @@ pub struct DropRun<'a> {
 
 /// Refuse --drop-partitions before any change unless the table has a layout it understands and the
 /// index that makes its proof cheap; `privileges` = None skips the ownership check (dry run).
-pub fn require_layout(table: &KeyTable, privileges: Option<&Privileges>) -> Result<RangeKey> {
+pub(crate) fn require_layout(
+    table: &KeyTable,
+    privileges: Option<&Privileges>,
+) -> Result<RangeKey> {
     let Some(key) = table.range_key() else {
         let how = table.partitioning.as_ref().map(|p| p.definition.as_str());
         return Err(fail(
@@ -149,7 +152,7 @@ fn refusal(probe: &Probe) -> &'static str {
 
 /// The dry run: what would be tried and what the probe says now (no lock is taken, so a run may still
 /// leave one to the batches when its lock is not granted).
-pub async fn preview(
+pub(crate) async fn preview(
     client: &Session,
     table: &KeyTable,
     min_age_secs: Option<f64>,
@@ -172,7 +175,7 @@ pub async fn preview(
 /// Try each candidate in turn, before the batches start. Returns what happened and, when the run
 /// must stop (signal, --max-runtime, replica lag), why; the error of a failed statement other than a
 /// lock that was not granted ends the run.
-pub async fn drop_expired(
+pub(crate) async fn drop_expired(
     client: &Session,
     run: &DropRun<'_>,
 ) -> (DropReport, Result<Option<EndReason>>) {

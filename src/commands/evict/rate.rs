@@ -25,18 +25,18 @@ use crate::db::Session;
 use crate::domain::{Cancel, Caps};
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::Metrics;
-pub use crate::report::evict::{RateProgress, RateReport};
+pub(crate) use crate::report::evict::{RateProgress, RateReport};
 
 /// A batch holds at most this much of a second's budget.
-pub const GRAIN: Duration = Duration::from_millis(50);
+pub(crate) const GRAIN: Duration = Duration::from_millis(50);
 /// How much a schedule that fell behind may catch up.
-pub const CATCH_UP: Duration = Duration::from_millis(100);
+pub(crate) const CATCH_UP: Duration = Duration::from_millis(100);
 /// How often a waiting claim looks at the schedule again (a finished batch may give time back).
 const RECHECK: Duration = Duration::from_millis(10);
 
 /// A claim's reservation, settled when its batch is done.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     rows: u64,
     wal: f64,
     /// The WAL insert position before the batch (with --max-wal-rate).
@@ -61,13 +61,13 @@ struct Inner {
 }
 
 /// The shared schedule.
-pub struct Limiter {
+pub(crate) struct Limiter {
     caps: Caps,
     inner: Mutex<Inner>,
 }
 
 impl Limiter {
-    pub fn new(caps: Caps) -> Limiter {
+    pub(crate) fn new(caps: Caps) -> Limiter {
         let now = Instant::now();
         Limiter {
             caps,
@@ -87,7 +87,7 @@ impl Limiter {
     }
 
     /// The largest batch the caps allow now (`rows` when they allow it whole).
-    pub async fn batch_cap(&self, rows: u64) -> u64 {
+    pub(crate) async fn batch_cap(&self, rows: u64) -> u64 {
         let mut cap = rows;
         if let Some(r) = self.caps.rows {
             cap = cap.min((r * GRAIN.as_secs_f64()).ceil() as u64);
@@ -102,7 +102,7 @@ impl Limiter {
 
     /// Wait for the next slot (or until `deadline` or a cancel), then reserve a batch of `rows`.
     /// None when the wait ended without a slot.
-    pub async fn acquire(
+    pub(crate) async fn acquire(
         &self,
         rows: u64,
         cancel: &Cancel,
@@ -156,7 +156,7 @@ impl Limiter {
     }
 
     /// Read the WAL position before a batch, its claim included (with --max-wal-rate).
-    pub async fn before_batch(&self, client: &Session, ticket: &mut Ticket) -> Result<()> {
+    pub(crate) async fn before_batch(&self, client: &Session, ticket: &mut Ticket) -> Result<()> {
         if self.caps.wal.is_some() {
             ticket.wal_before = Some(wal_position(client).await?);
         }
@@ -165,7 +165,12 @@ impl Limiter {
 
     /// Settle a batch that deleted `deleted` rows: give back the rows it did not use, and replace
     /// its expected WAL with the WAL written while it ran.
-    pub async fn settle(&self, client: &Session, ticket: Ticket, deleted: u64) -> Result<()> {
+    pub(crate) async fn settle(
+        &self,
+        client: &Session,
+        ticket: Ticket,
+        deleted: u64,
+    ) -> Result<()> {
         let after = match ticket.wal_before {
             Some(_) => Some(wal_position(client).await?),
             None => None,
@@ -207,7 +212,7 @@ impl Limiter {
     }
 
     /// Give back a reservation that no batch used.
-    pub async fn cancel(&self, ticket: Ticket) {
+    pub(crate) async fn cancel(&self, ticket: Ticket) {
         let mut inner = self.inner.lock().await;
         if let Some(r) = self.caps.rows {
             inner.rows_next = inner
@@ -224,7 +229,7 @@ impl Limiter {
     }
 
     /// The caps and what they did.
-    pub async fn report(&self) -> RateReport {
+    pub(crate) async fn report(&self) -> RateReport {
         let inner = self.inner.lock().await;
         let seconds = inner
             .last
@@ -250,7 +255,7 @@ impl Limiter {
     }
 
     /// The caps and the WAL rate so far (`elapsed` seconds into the run), for the progress bar.
-    pub async fn progress(&self, elapsed: f64) -> RateProgress {
+    pub(crate) async fn progress(&self, elapsed: f64) -> RateProgress {
         let wal_bytes_per_second = match self.caps.wal {
             Some(_) if elapsed > 0.0 => self.inner.lock().await.wal_bytes as f64 / elapsed,
             _ => 0.0,
@@ -264,7 +269,7 @@ impl Limiter {
 }
 
 /// With --max-wal-rate, check before any change that the server gives its WAL position.
-pub async fn require_wal_position(client: &Session, caps: Caps) -> Result<()> {
+pub(crate) async fn require_wal_position(client: &Session, caps: Caps) -> Result<()> {
     if caps.wal.is_none() {
         return Ok(());
     }
@@ -283,12 +288,12 @@ async fn wal_position(client: &Session) -> Result<i64> {
 
 impl RateReport {
     /// Whether a cap was set.
-    pub fn capped(&self) -> bool {
+    pub(crate) fn capped(&self) -> bool {
         self.max_rows_per_second.is_some() || self.max_wal_bytes_per_second.is_some()
     }
 
     /// Add the caps' gauges to `m` (only for a run with a cap).
-    pub fn metrics(&self, m: &mut Metrics) {
+    pub(crate) fn metrics(&self, m: &mut Metrics) {
         if let Some(r) = self.max_rows_per_second {
             m.gauge(
                 "idemctl_evict_max_rows_per_second",

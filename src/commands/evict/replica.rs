@@ -37,7 +37,7 @@ const POLL: Duration = Duration::from_millis(500);
 
 /// Waiting totals for the summary.
 #[derive(Debug, Clone, Default)]
-pub struct WaitTotals {
+pub(crate) struct WaitTotals {
     /// The limit, in seconds (None when the run did not throttle).
     pub limit_seconds: Option<f64>,
     /// Times a pause began.
@@ -57,7 +57,7 @@ struct State {
 }
 
 /// The pause shared by every worker of a run.
-pub struct ReplicaGate {
+pub(crate) struct ReplicaGate {
     max_lag: Duration,
     max_wait: Duration,
     state: Mutex<State>,
@@ -65,7 +65,7 @@ pub struct ReplicaGate {
 
 /// Fail before any change when the role cannot see the replay positions: throttling on columns that
 /// read NULL would silently never pause.
-pub async fn require_visibility(client: &Session) -> Result<()> {
+pub(crate) async fn require_visibility(client: &Session) -> Result<()> {
     let (role, can_see) = replication::visibility(client).await?;
     if can_see {
         return Ok(());
@@ -77,7 +77,7 @@ pub async fn require_visibility(client: &Session) -> Result<()> {
 }
 
 impl ReplicaGate {
-    pub fn new(max_lag: Duration, max_wait: Duration) -> ReplicaGate {
+    pub(crate) fn new(max_lag: Duration, max_wait: Duration) -> ReplicaGate {
         ReplicaGate {
             max_lag,
             max_wait,
@@ -86,7 +86,7 @@ impl ReplicaGate {
     }
 
     /// Totals so far.
-    pub async fn totals(&self) -> WaitTotals {
+    pub(crate) async fn totals(&self) -> WaitTotals {
         WaitTotals {
             limit_seconds: Some(self.max_lag.as_secs_f64()),
             ..self.state.lock().await.totals.clone()
@@ -96,7 +96,7 @@ impl ReplicaGate {
     /// Return at once when every replica is within the limit; otherwise pause, polling, until it is
     /// (None), a stop is requested (None: the caller's budget check sees it), or the wait outlasts
     /// --max-replica-wait or the run's deadline (Some(ReplicaLag)).
-    pub async fn pause_while_lagging(
+    pub(crate) async fn pause_while_lagging(
         &self,
         client: &Session,
         cancel: &Cancel,

@@ -19,12 +19,12 @@ use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::Metrics;
 
-pub use crate::db::vacuum::Target;
-pub use crate::report::evict::Vacuumed;
-pub use crate::report::evict::{Skipped, VacuumReport};
+pub(crate) use crate::db::vacuum::Target;
+pub(crate) use crate::report::evict::Vacuumed;
+pub(crate) use crate::report::evict::{Skipped, VacuumReport};
 
 /// The relations of `table` to vacuum; refuses (exit 6) when the role may not vacuum any of them.
-pub async fn require_privilege(client: &Session, table: &KeyTable) -> Result<Vec<Target>> {
+pub(crate) async fn require_privilege(client: &Session, table: &KeyTable) -> Result<Vec<Target>> {
     let targets = crate::db::vacuum::targets(client, table).await?;
     let denied: Vec<&Target> = targets.iter().filter(|t| !t.may_vacuum).collect();
     if let Some(first) = denied.first() {
@@ -44,7 +44,7 @@ impl Serialize for Skipped {
 }
 
 impl VacuumReport {
-    pub fn skipped(min_rows: u64, why: Skipped) -> VacuumReport {
+    pub(crate) fn skipped(min_rows: u64, why: Skipped) -> VacuumReport {
         VacuumReport {
             min_rows,
             ran: false,
@@ -54,11 +54,11 @@ impl VacuumReport {
         }
     }
 
-    pub fn failed(&self) -> usize {
+    pub(crate) fn failed(&self) -> usize {
         self.relations.iter().filter(|r| r.error.is_some()).count()
     }
 
-    pub fn metrics(&self, m: &mut Metrics) {
+    pub(crate) fn metrics(&self, m: &mut Metrics) {
         m.gauge(
             "idemctl_evict_vacuum_ran",
             "1 if the last evict run ran VACUUM (ANALYZE) after evicting (--vacuum), else 0.",
@@ -83,7 +83,7 @@ impl VacuumReport {
 }
 
 /// VACUUM (ANALYZE) each target in turn on `session`, outside any transaction.
-pub async fn run(
+pub(crate) async fn run(
     session: &Session,
     targets: &[Target],
     min_rows: u64,

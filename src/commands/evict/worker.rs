@@ -30,7 +30,7 @@ use crate::progress::Progress;
 
 /// The validated limits and pace of a run.
 #[derive(Debug, Clone)]
-pub struct Plan {
+pub(super) struct Plan {
     pub sizing: BatchSizing,
     pub max_rows: Option<u64>,
     pub max_batches: Option<u64>,
@@ -42,11 +42,11 @@ pub struct Plan {
     pub caps: crate::domain::Caps,
 }
 
-pub use crate::db::evict::Statements;
+pub(super) use crate::db::evict::Statements;
 
 /// Totals of a run.
 #[derive(Debug, Default, Clone)]
-pub struct Totals {
+pub(super) struct Totals {
     pub rows: u64,
     pub batches: u64,
     pub skipped_locked: u64,
@@ -68,7 +68,7 @@ pub struct Totals {
 /// while they ran, share rows), and added to a count made from the cursor on, so no row is counted
 /// twice and none is missed, whatever the batches running side by side saw of each other's locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Left {
+pub(super) struct Left {
     /// Inclusive start (None: the start of the index).
     pub lower: Option<OffsetDateTime>,
     /// Exclusive end (None: open, the last range of a run).
@@ -77,13 +77,13 @@ pub struct Left {
 
 impl Left {
     /// Whether the range lies wholly behind `cursor` (the counts from the cursor do not see it).
-    pub fn behind(&self, cursor: Option<OffsetDateTime>) -> bool {
+    pub(super) fn behind(&self, cursor: Option<OffsetDateTime>) -> bool {
         matches!((self.upper, cursor), (Some(u), Some(c)) if u <= c)
     }
 }
 
 /// The ranges behind `cursor`, sorted, overlapping ones merged.
-pub fn merged_behind(left: &[Left], cursor: Option<OffsetDateTime>) -> Vec<Left> {
+pub(super) fn merged_behind(left: &[Left], cursor: Option<OffsetDateTime>) -> Vec<Left> {
     let mut ranges: Vec<Left> = left.iter().filter(|l| l.behind(cursor)).copied().collect();
     ranges.sort_by_key(|l| (l.lower, l.upper));
     let mut out: Vec<Left> = Vec::new();
@@ -98,7 +98,7 @@ pub fn merged_behind(left: &[Left], cursor: Option<OffsetDateTime>) -> Vec<Left>
 }
 
 /// Count the expired rows of [lower, upper) left: (completed, not completed).
-pub async fn count_left(
+pub(super) async fn count_left(
     client: &Session,
     sql: &Statements,
     deadline: Duration,
@@ -147,7 +147,7 @@ enum Claim {
 }
 
 /// Everything the workers share.
-pub struct Shared {
+pub(super) struct Shared {
     plan: Plan,
     sql: Statements,
     cancel: Cancel,
@@ -165,12 +165,12 @@ pub struct Shared {
 /// How often a worker makes the batches committed so far durable (their commits are
 /// asynchronous): one small synchronous commit, which flushes the WAL written before it. The rows
 /// deleted since the last such point are the ones a crash or a failover may bring back.
-pub const DURABLE_EVERY: Duration = Duration::from_secs(1);
+pub(super) const DURABLE_EVERY: Duration = Duration::from_secs(1);
 
 impl Shared {
     /// `started` is when the run began (budgets count from it); `gate` pauses claims while replicas
     /// lag; `pacer` decides the rest after each batch.
-    pub fn new(
+    pub(super) fn new(
         plan: Plan,
         sql: Statements,
         cancel: Cancel,
@@ -195,12 +195,12 @@ impl Shared {
     }
 
     /// Stop before the first claim (the drop phase ended the run).
-    pub async fn stop_with(&self, reason: EndReason) {
+    pub(super) async fn stop_with(&self, reason: EndReason) {
         self.state.lock().await.stop.get_or_insert(reason);
     }
 
     /// Why the run ended, once every worker has stopped; `failed` when a worker returned an error.
-    pub async fn end_reason(&self, failed: bool) -> EndReason {
+    pub(super) async fn end_reason(&self, failed: bool) -> EndReason {
         let state = self.state.lock().await;
         if self.cancel.requested() {
             EndReason::Interrupted
@@ -219,7 +219,7 @@ impl Shared {
 
     /// Make the batches committed so far durable, when [`DURABLE_EVERY`] has passed since the last
     /// time (or `now`): the rows counted before it began are then confirmed.
-    pub async fn confirm(&self, client: &Session, now: bool) -> Result<()> {
+    pub(super) async fn confirm(&self, client: &Session, now: bool) -> Result<()> {
         {
             let mut durable = self.durable.lock().await;
             if !now && durable.0.elapsed() < DURABLE_EVERY {
@@ -237,37 +237,37 @@ impl Shared {
     }
 
     /// Start later claims at no more than `rows` (a batch of more exceeded statement_timeout).
-    pub async fn shrink_to(&self, rows: i64) {
+    pub(super) async fn shrink_to(&self, rows: i64) {
         let rows = u32::try_from(rows.max(1)).unwrap_or(u32::MAX);
         let mut state = self.state.lock().await;
         state.batch_rows = state.batch_rows.min(rows).max(1);
     }
 
     /// Rows deleted up to the last point known durable.
-    pub async fn confirmed(&self) -> u64 {
+    pub(super) async fn confirmed(&self) -> u64 {
         self.durable.lock().await.1
     }
 
     /// The totals so far.
-    pub async fn totals(&self) -> Totals {
+    pub(super) async fn totals(&self) -> Totals {
         self.state.lock().await.totals.clone()
     }
 
-    pub fn elapsed(&self) -> Duration {
+    pub(super) fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 
     /// The client-side limit on one statement.
-    pub fn deadline(&self) -> Duration {
+    pub(super) fn deadline(&self) -> Duration {
         self.plan.deadline
     }
 
-    pub fn progress(&self) -> &Progress {
+    pub(super) fn progress(&self) -> &Progress {
         &self.progress
     }
 
     /// Stop every worker at its next claim (a worker failed).
-    pub async fn abort(&self) {
+    pub(super) async fn abort(&self) {
         self.state.lock().await.stop.get_or_insert(EndReason::Error);
     }
 
@@ -534,7 +534,7 @@ struct Outcome {
 }
 
 /// One worker (`index` from 0): claim, delete, pace, until a claim says stop.
-pub async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<()> {
+pub(super) async fn work(shared: Arc<Shared>, client: Session, index: usize) -> Result<()> {
     let rtt = round_trip(&shared, &client).await?;
     loop {
         if !shared.wait_turn(&client, index).await? {
@@ -644,7 +644,7 @@ async fn range_in_progress(
 
 impl Shared {
     /// Where the next claim would start (None = the start of the expiry index).
-    pub async fn cursor(&self) -> Option<OffsetDateTime> {
+    pub(super) async fn cursor(&self) -> Option<OffsetDateTime> {
         self.state.lock().await.next
     }
 }
@@ -666,12 +666,12 @@ impl Shared {
         Ok(true)
     }
 
-    pub fn pacer(&self) -> &Pacer {
+    pub(super) fn pacer(&self) -> &Pacer {
         &self.pacer
     }
 
     /// What the rate caps did (None without a cap).
-    pub async fn rate_report(&self) -> Option<rate::RateReport> {
+    pub(super) async fn rate_report(&self) -> Option<rate::RateReport> {
         match &self.limiter {
             Some(l) => Some(l.report().await),
             None => None,

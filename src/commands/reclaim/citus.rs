@@ -39,7 +39,7 @@ async fn worker_session(node: &shards::Node) -> Result<Session> {
 }
 
 /// The sweep, shard after shard; stops at the first shard that does not drain (limit, signal).
-pub async fn sweep(
+pub(super) async fn sweep(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
@@ -68,7 +68,7 @@ pub async fn sweep(
     clippy::too_many_arguments,
     reason = "the sweep's settings passed as they are to each shard's batches; goes with the one reclaim path over placements"
 )]
-pub async fn apply(
+pub(super) async fn apply(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,

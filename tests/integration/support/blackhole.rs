@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A running proxy; see the module documentation.
-pub struct BlackHole {
+pub(crate) struct BlackHole {
     port: u16,
     cut: Arc<AtomicBool>,
     stopped: Arc<AtomicBool>,
@@ -32,7 +32,7 @@ enum Socket {
 
 impl BlackHole {
     /// Forward `127.0.0.1:<port>` to the Unix socket `upstream`.
-    pub fn to_unix(upstream: impl Into<PathBuf>) -> BlackHole {
+    pub(crate) fn to_unix(upstream: impl Into<PathBuf>) -> BlackHole {
         let upstream = upstream.into();
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy's port");
         let port = listener.local_addr().expect("the proxy's address").port();
@@ -52,17 +52,17 @@ impl BlackHole {
     }
 
     /// The Unix socket of a server (or PgBouncer) listening in `dir` on `port`.
-    pub fn to_socket_dir(dir: &Path, port: u16) -> BlackHole {
+    pub(crate) fn to_socket_dir(dir: &Path, port: u16) -> BlackHole {
         BlackHole::to_unix(dir.join(format!(".s.PGSQL.{port}")))
     }
 
     /// The local port to connect to (host 127.0.0.1).
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.port
     }
 
     /// From now on, forward nothing and close nothing.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
     }
 }

@@ -45,7 +45,7 @@ const SETTINGS: &[(&str, &str)] = &[
 
 /// One node: its directory (data/, server.log, socket) and TCP port.
 #[derive(Debug)]
-pub struct Node {
+pub(crate) struct Node {
     pub dir: PathBuf,
     pub port: u16,
     _watchdog: ChildStdin,
@@ -53,7 +53,7 @@ pub struct Node {
 
 impl Node {
     /// A superuser conninfo over the node's Unix socket.
-    pub fn socket_conninfo(&self, dbname: &str) -> String {
+    pub(crate) fn socket_conninfo(&self, dbname: &str) -> String {
         let mut info = ConnInfo::new();
         info.set("host", self.dir.display().to_string());
         info.set("port", self.port.to_string());
@@ -63,14 +63,14 @@ impl Node {
     }
 
     /// The server log.
-    pub fn log_path(&self) -> PathBuf {
+    pub(crate) fn log_path(&self) -> PathBuf {
         self.dir.join("server.log")
     }
 }
 
 /// The coordinator (`nodes[0]`) and the two workers.
 #[derive(Debug)]
-pub struct CitusCluster {
+pub(crate) struct CitusCluster {
     pub nodes: Vec<Node>,
 }
 
@@ -80,7 +80,7 @@ static CLUSTER: OnceLock<Result<CitusCluster, String>> = OnceLock::new();
 static SETUP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Whether the Citus tests were explicitly turned off (`IDEMCTL_TEST_CITUS=skip`); says so on stderr.
-pub fn skipped(test: &str) -> bool {
+pub(crate) fn skipped(test: &str) -> bool {
     let skip = std::env::var("IDEMCTL_TEST_CITUS").is_ok_and(|v| v == "skip");
     if skip {
         eprintln!("{test}: NOT RUN (IDEMCTL_TEST_CITUS=skip); unset it to run the Citus tests");
@@ -89,7 +89,7 @@ pub fn skipped(test: &str) -> bool {
 }
 
 /// The process-wide Citus cluster, started on first use. Panics with the reason and the fix.
-pub fn cluster() -> &'static CitusCluster {
+pub(crate) fn cluster() -> &'static CitusCluster {
     match CLUSTER.get_or_init(CitusCluster::start) {
         Ok(cluster) => cluster,
         Err(message) => panic!("cannot start the Citus test cluster: {message}"),
@@ -128,11 +128,11 @@ impl CitusCluster {
         Ok(CitusCluster { nodes })
     }
 
-    pub fn coordinator(&self) -> &Node {
+    pub(crate) fn coordinator(&self) -> &Node {
         &self.nodes[0]
     }
 
-    pub fn workers(&self) -> &[Node] {
+    pub(crate) fn workers(&self) -> &[Node] {
         &self.nodes[1..]
     }
 }
@@ -167,7 +167,7 @@ fn start_node(bindir: &Path, owner: Option<(u32, u32)>) -> Result<Node, String> 
 
 /// How the key table of a test is laid out on the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layout {
+pub(crate) enum Layout {
     /// `create_distributed_table('idempotency_keys', 'api_key_id')`.
     ByTenant,
     /// `create_distributed_table('idempotency_keys', 'key')`: distributed by another column of
@@ -189,7 +189,7 @@ pub enum Layout {
 /// A fresh database on every node of the cluster, the extension created and the workers added; the
 /// key table (sql/schema.sql) made with `layout`. Dropped on every node when the value is dropped.
 #[derive(Debug)]
-pub struct CitusDb {
+pub(crate) struct CitusDb {
     pub name: String,
     cluster: Hold,
 }
@@ -214,13 +214,13 @@ impl std::ops::Deref for Hold {
 
 impl CitusDb {
     /// A database with Citus set up and the key table created with `layout` (`None`: no table).
-    pub async fn new(layout: Option<Layout>) -> CitusDb {
+    pub(crate) async fn new(layout: Option<Layout>) -> CitusDb {
         CitusDb::on(Hold::Shared(cluster()), layout).await
     }
 
     /// Like [`CitusDb::new`], on a cluster of its own (started for it, stopped when the value is
     /// dropped), for a test that must see no other test's sessions on the nodes.
-    pub async fn private(layout: Option<Layout>) -> CitusDb {
+    pub(crate) async fn private(layout: Option<Layout>) -> CitusDb {
         let cluster = tokio::task::spawn_blocking(CitusCluster::start)
             .await
             .unwrap()
@@ -272,7 +272,7 @@ impl CitusDb {
 
     /// Hand the key table (created and maybe loaded on the coordinator) to Citus as `layout`;
     /// rows already there move into the shards.
-    pub async fn distribute(&self, layout: Layout) {
+    pub(crate) async fn distribute(&self, layout: Layout) {
         let _setup = SETUP.lock().await;
         self.distribute_now(layout).await;
     }
@@ -325,7 +325,7 @@ impl CitusDb {
 
     /// The coordinator's TCP conninfo for this database (what idemctl is given), with `settings`
     /// added or replacing.
-    pub fn url_with(&self, settings: &[(&str, &str)]) -> String {
+    pub(crate) fn url_with(&self, settings: &[(&str, &str)]) -> String {
         let mut info = ConnInfo::new();
         info.set("host", "127.0.0.1");
         info.set("port", self.cluster.coordinator().port.to_string());
@@ -338,29 +338,29 @@ impl CitusDb {
         info.to_key_value()
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.url_with(&[])
     }
 
     /// A connection to the coordinator (Unix socket).
-    pub async fn client(&self) -> tokio_postgres::Client {
+    pub(crate) async fn client(&self) -> tokio_postgres::Client {
         connect(&self.cluster.coordinator().socket_conninfo(&self.name)).await
     }
 
     /// A connection to a node (0 = coordinator) over its Unix socket.
-    pub async fn node_client(&self, node: usize) -> tokio_postgres::Client {
+    pub(crate) async fn node_client(&self, node: usize) -> tokio_postgres::Client {
         connect(&self.cluster.nodes[node].socket_conninfo(&self.name)).await
     }
 
     /// Run SQL on the coordinator while no other test database is being set up (for statements
     /// Citus passes to every node as cluster-wide objects, such as roles).
-    pub async fn exec_alone(&self, sql: &str) {
+    pub(crate) async fn exec_alone(&self, sql: &str) {
         let _setup = SETUP.lock().await;
         self.exec(sql).await;
     }
 
     /// Run SQL on the coordinator; panics with the server's error.
-    pub async fn exec(&self, sql: &str) {
+    pub(crate) async fn exec(&self, sql: &str) {
         self.exec_on(self.cluster.coordinator(), sql).await;
     }
 
@@ -408,13 +408,13 @@ impl CitusDb {
     }
 
     /// `idemctl` pointed at the coordinator.
-    pub fn idemctl(&self) -> Cmd {
+    pub(crate) fn idemctl(&self) -> Cmd {
         Cmd::new().env("IDEMCTL_DATABASE_URL", self.url())
     }
 
     /// Stop a node (0 = coordinator) of this database's cluster (`pg_ctl stop -m fast`): only on a
     /// cluster of its own ([`CitusDb::private`]), which no other test uses.
-    pub async fn stop_node(&self, node: usize) {
+    pub(crate) async fn stop_node(&self, node: usize) {
         assert!(
             matches!(self.cluster, Hold::Own(_)),
             "stop a node only of a private cluster"
@@ -445,7 +445,7 @@ impl CitusDb {
     }
 
     /// The cluster this database lives on.
-    pub fn cluster(&self) -> &CitusCluster {
+    pub(crate) fn cluster(&self) -> &CitusCluster {
         &self.cluster
     }
 }

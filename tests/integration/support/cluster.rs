@@ -10,7 +10,7 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The prefix of every cluster directory; `.ci/run` and `scripts/pgtmp` use the same one.
-pub const DIR_PREFIX: &str = "idemctl-pg.";
+pub(crate) const DIR_PREFIX: &str = "idemctl-pg.";
 
 /// Settings appended to postgresql.conf (besides the socket settings).
 const SETTINGS: &[(&str, &str)] = &[
@@ -29,7 +29,7 @@ server (databases named idemctl_t_* are created and dropped there)";
 
 /// A running cluster owned by this test process.
 #[derive(Debug)]
-pub struct LocalCluster {
+pub(crate) struct LocalCluster {
     /// The private directory: `data/`, `server.log`, and the socket `.s.PGSQL.5432`.
     pub dir: PathBuf,
     /// Where initdb/pg_ctl/postgres were taken from.
@@ -43,7 +43,7 @@ pub struct LocalCluster {
 
 impl LocalCluster {
     /// The conninfo settings of the bootstrap superuser's `postgres` database.
-    pub fn admin_params(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn admin_params(&self) -> Vec<(&'static str, String)> {
         vec![
             ("host", self.dir.display().to_string()),
             ("port", "5432".to_owned()),
@@ -53,12 +53,12 @@ impl LocalCluster {
     }
 
     /// The server log.
-    pub fn log_path(&self) -> PathBuf {
+    pub(crate) fn log_path(&self) -> PathBuf {
         self.dir.join("server.log")
     }
 
     /// Create, initialise and start a cluster. Errors are complete messages for a panic.
-    pub fn start() -> Result<Self, String> {
+    pub(crate) fn start() -> Result<Self, String> {
         let started = Instant::now();
         let bindir = find_bindir()?;
         let owner = cluster_owner()?;
@@ -146,7 +146,7 @@ impl LocalCluster {
 
 /// `IDEMCTL_TEST_PGBIN`, else the directory of the resolved `initdb` on PATH, else the newest
 /// `/usr/lib/postgresql/*/bin`.
-pub fn find_bindir() -> Result<PathBuf, String> {
+pub(crate) fn find_bindir() -> Result<PathBuf, String> {
     let dir = if let Some(dir) = std::env::var_os("IDEMCTL_TEST_PGBIN").filter(|v| !v.is_empty()) {
         PathBuf::from(dir)
     } else if let Some(initdb) = find_on_path("initdb") {
@@ -200,7 +200,7 @@ fn newest_debian_bindir() -> Option<PathBuf> {
 
 /// `Some((uid, gid))` of the `postgres` OS user when this process runs as root (initdb refuses
 /// root), `None` otherwise.
-pub fn cluster_owner() -> Result<Option<(u32, u32)>, String> {
+pub(crate) fn cluster_owner() -> Result<Option<(u32, u32)>, String> {
     let euid = std::fs::metadata("/proc/self")
         .map(|m| m.uid())
         .map_err(|e| format!("cannot stat /proc/self to learn the effective uid: {e}"))?;
@@ -226,7 +226,7 @@ pub fn cluster_owner() -> Result<Option<(u32, u32)>, String> {
 /// caller's libpq environment (PGDATA, PGPORT, ...) away from the server tools.
 /// `initdb` for a throwaway test cluster: trust authentication, superuser `postgres`, no fsync,
 /// UTF8 with the C locale, so every cluster the harness starts is the same.
-pub fn initdb(bindir: &Path, data: &Path, cwd: &Path) -> Command {
+pub(crate) fn initdb(bindir: &Path, data: &Path, cwd: &Path) -> Command {
     let mut cmd = Command::new(bindir.join("initdb"));
     cmd.arg("-D")
         .arg(data)
@@ -236,7 +236,7 @@ pub fn initdb(bindir: &Path, data: &Path, cwd: &Path) -> Command {
     cmd
 }
 
-pub fn as_owner(cmd: &mut Command, owner: Option<(u32, u32)>) -> &mut Command {
+pub(crate) fn as_owner(cmd: &mut Command, owner: Option<(u32, u32)>) -> &mut Command {
     if let Some((uid, gid)) = owner {
         cmd.uid(uid).gid(gid);
     }
@@ -248,7 +248,7 @@ pub fn as_owner(cmd: &mut Command, owner: Option<(u32, u32)>) -> &mut Command {
     cmd.stdin(Stdio::null())
 }
 
-pub fn run_logged(cmd: &mut Command, what: &str) -> Result<(), String> {
+pub(crate) fn run_logged(cmd: &mut Command, what: &str) -> Result<(), String> {
     let out = cmd
         .output()
         .map_err(|e| format!("cannot run {what} ({:?}): {e}", cmd.get_program()))?;
@@ -268,7 +268,7 @@ pub fn run_logged(cmd: &mut Command, what: &str) -> Result<(), String> {
 /// SIGKILL) it sends the postmaster SIGQUIT (what `pg_ctl stop -m immediate` sends), waits for it to go,
 /// and removes the directory. It runs in its own process group so a terminal ^C does not kill it
 /// before it has done its job (pg_ctl already puts the postmaster in its own session).
-pub fn spawn_watchdog(dir: &Path) -> Result<ChildStdin, String> {
+pub(crate) fn spawn_watchdog(dir: &Path) -> Result<ChildStdin, String> {
     const SCRIPT: &str = r#"
 cat >/dev/null
 d=$1
@@ -303,14 +303,14 @@ rm -rf "$d"
 
 /// A cluster of a test's own, for tests that stop or restart the server or need it quiet (the
 /// harness's cluster is shared by every test of the process). Torn down when dropped.
-pub struct PrivateCluster {
+pub(crate) struct PrivateCluster {
     pub cluster: LocalCluster,
     /// The bootstrap superuser's conninfo.
     pub url: String,
 }
 
 impl PrivateCluster {
-    pub async fn start() -> PrivateCluster {
+    pub(crate) async fn start() -> PrivateCluster {
         let cluster = tokio::task::spawn_blocking(LocalCluster::start)
             .await
             .unwrap()
@@ -324,17 +324,17 @@ impl PrivateCluster {
         PrivateCluster { cluster, url }
     }
 
-    pub async fn client(&self) -> tokio_postgres::Client {
+    pub(crate) async fn client(&self) -> tokio_postgres::Client {
         super::connect(&self.url).await
     }
 
     /// idemctl connected to the cluster as its superuser.
-    pub fn idemctl(&self) -> super::Cmd {
+    pub(crate) fn idemctl(&self) -> super::Cmd {
         super::Cmd::new().env("IDEMCTL_DATABASE_URL", &self.url)
     }
 
     /// `pg_ctl ARGS` as the cluster's owner (the postgres OS user when the tests run as root).
-    pub async fn pg_ctl(&self, args: &[&str]) {
+    pub(crate) async fn pg_ctl(&self, args: &[&str]) {
         let mut cmd = Command::new(self.cluster.bindir.join("pg_ctl"));
         cmd.arg("-D")
             .arg(self.cluster.dir.join("data"))

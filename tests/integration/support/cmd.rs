@@ -10,10 +10,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// The binary under test.
-pub const IDEMCTL: &str = env!("CARGO_BIN_EXE_idemctl");
+pub(crate) const IDEMCTL: &str = env!("CARGO_BIN_EXE_idemctl");
 
 /// Default limit on how long one run may take.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Builder for one run of a program (by default the `idemctl` binary).
 ///
@@ -22,7 +22,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// settings into it; add what a test needs with `env`. Stdin is `/dev/null` unless `stdin_bytes` is
 /// given, stdout and stderr are pipes: the child never has a terminal, as under cron.
 #[derive(Debug)]
-pub struct Cmd {
+pub(crate) struct Cmd {
     command: Command,
     shown: String,
     stdin: Option<Vec<u8>>,
@@ -37,12 +37,12 @@ impl Default for Cmd {
 
 impl Cmd {
     /// The `idemctl` binary built by cargo for this test run.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::of(IDEMCTL)
     }
 
     /// Any program (looked up on PATH when not a path), with the same hermetic environment.
-    pub fn of(program: impl AsRef<OsStr>) -> Self {
+    pub(crate) fn of(program: impl AsRef<OsStr>) -> Self {
         let program = program.as_ref();
         let mut command = Command::new(program);
         for (key, _) in std::env::vars_os() {
@@ -65,7 +65,7 @@ impl Cmd {
     }
 
     /// Add one argument.
-    pub fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
+    pub(crate) fn arg(mut self, arg: impl AsRef<OsStr>) -> Self {
         self.shown.push(' ');
         self.shown.push_str(&shell_word(arg.as_ref()));
         self.command.arg(arg);
@@ -73,7 +73,7 @@ impl Cmd {
     }
 
     /// Add several arguments.
-    pub fn args<I, S>(mut self, args: I) -> Self
+    pub(crate) fn args<I, S>(mut self, args: I) -> Self
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
@@ -85,38 +85,38 @@ impl Cmd {
     }
 
     /// Set an environment variable for the child (overrides the removals above).
-    pub fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
+    pub(crate) fn env(mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> Self {
         self.command.env(key, value);
         self
     }
 
     /// Remove an environment variable from the child.
-    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Self {
+    pub(crate) fn env_remove(mut self, key: impl AsRef<OsStr>) -> Self {
         self.command.env_remove(key);
         self
     }
 
     /// Run the child in this directory.
-    pub fn current_dir(mut self, dir: impl AsRef<std::path::Path>) -> Self {
+    pub(crate) fn current_dir(mut self, dir: impl AsRef<std::path::Path>) -> Self {
         self.command.current_dir(dir);
         self
     }
 
     /// Feed these bytes on stdin, then close it.
-    pub fn stdin_bytes(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn stdin_bytes(mut self, bytes: impl Into<Vec<u8>>) -> Self {
         self.stdin = Some(bytes.into());
         self
     }
 
     /// Kill the child and panic if it has not exited after this long (default 60 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub(crate) fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
     /// Start the child without waiting: for concurrency and signal tests. Its output is drained in the
     /// background, so it never blocks on a full pipe. Dropping the `Spawned` kills the child.
-    pub fn spawn(mut self) -> Spawned {
+    pub(crate) fn spawn(mut self) -> Spawned {
         self.command
             .stdin(if self.stdin.is_some() {
                 Stdio::piped()
@@ -151,13 +151,13 @@ impl Cmd {
     }
 
     /// Run to completion (blocking this thread) and capture the outcome.
-    pub fn run(self) -> Run {
+    pub(crate) fn run(self) -> Run {
         self.spawn().wait()
     }
 
     /// `run` on tokio's blocking pool, so connection tasks of the calling runtime keep running
     /// meanwhile (needed when the test holds locks or transactions the child waits for).
-    pub async fn run_async(self) -> Run {
+    pub(crate) async fn run_async(self) -> Run {
         tokio::task::spawn_blocking(move || self.run())
             .await
             .unwrap_or_else(|e| rethrow(e))
@@ -194,7 +194,7 @@ fn shell_word(arg: &OsStr) -> String {
 
 /// A child started by `Cmd::spawn`.
 #[derive(Debug)]
-pub struct Spawned {
+pub(crate) struct Spawned {
     child: Option<Child>,
     stdout: Option<JoinHandle<Vec<u8>>>,
     stderr: Option<JoinHandle<Vec<u8>>>,
@@ -206,12 +206,12 @@ pub struct Spawned {
 
 impl Spawned {
     /// The child's process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)
     }
 
     /// Send a signal by name (`INT`, `TERM`, `KILL`, ...) with kill(1).
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         let status = Command::new("kill")
             .args(["-s", name, &self.pid().to_string()])
             .status()
@@ -220,20 +220,20 @@ impl Spawned {
     }
 
     /// Whether the child has exited (without reaping the output).
-    pub fn has_exited(&mut self) -> bool {
+    pub(crate) fn has_exited(&mut self) -> bool {
         self.child
             .as_mut()
             .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_))))
     }
 
     /// The underlying process (already without its stdio pipes).
-    pub fn child_mut(&mut self) -> &mut Child {
+    pub(crate) fn child_mut(&mut self) -> &mut Child {
         self.child.as_mut().expect("the child is still owned")
     }
 
     /// Wait for the exit, within what is left of the timeout (counted from `spawn`); on expiry kill the
     /// child and panic with the output so far.
-    pub fn wait(mut self) -> Run {
+    pub(crate) fn wait(mut self) -> Run {
         let mut child = self.child.take().expect("the child is still owned");
         let deadline = self.started + self.timeout;
         let mut pause = Duration::from_millis(1);
@@ -274,7 +274,7 @@ impl Spawned {
     }
 
     /// `wait` on tokio's blocking pool.
-    pub async fn wait_async(self) -> Run {
+    pub(crate) async fn wait_async(self) -> Run {
         tokio::task::spawn_blocking(move || self.wait())
             .await
             .unwrap_or_else(|e| rethrow(e))
@@ -300,7 +300,7 @@ fn exit_code(status: ExitStatus) -> i32 {
 
 /// The outcome of one run.
 #[derive(Clone, Debug)]
-pub struct Run {
+pub(crate) struct Run {
     /// Exit code; 128 + N when killed by signal N.
     pub code: i32,
     /// Stdout, lossily decoded as UTF-8.
@@ -325,7 +325,7 @@ impl fmt::Display for Run {
 impl Run {
     /// Assert the exit code.
     #[track_caller]
-    pub fn assert_code(&self, expected: i32) -> &Self {
+    pub(crate) fn assert_code(&self, expected: i32) -> &Self {
         assert!(
             self.code == expected,
             "expected exit code {expected}, got {}\n{self}",
@@ -336,13 +336,13 @@ impl Run {
 
     /// Assert exit code 0.
     #[track_caller]
-    pub fn assert_success(&self) -> &Self {
+    pub(crate) fn assert_success(&self) -> &Self {
         self.assert_code(0)
     }
 
     /// Assert stdout is exactly this.
     #[track_caller]
-    pub fn assert_stdout(&self, expected: &str) -> &Self {
+    pub(crate) fn assert_stdout(&self, expected: &str) -> &Self {
         assert!(
             self.stdout == expected,
             "stdout differs\n--- expected stdout ---\n{expected}\n{self}"
@@ -352,7 +352,7 @@ impl Run {
 
     /// Assert stderr is exactly this.
     #[track_caller]
-    pub fn assert_stderr(&self, expected: &str) -> &Self {
+    pub(crate) fn assert_stderr(&self, expected: &str) -> &Self {
         assert!(
             self.stderr == expected,
             "stderr differs\n--- expected stderr ---\n{expected}\n{self}"
@@ -363,7 +363,7 @@ impl Run {
     /// Assert a refusal or error: this exit code, nothing on stdout, and exactly one stderr line
     /// `idemctl: MESSAGE`.
     #[track_caller]
-    pub fn assert_error(&self, code: i32, message: &str) -> &Self {
+    pub(crate) fn assert_error(&self, code: i32, message: &str) -> &Self {
         self.assert_code(code)
             .assert_stdout_empty()
             .assert_stderr(&format!("idemctl: {message}\n"))
@@ -371,7 +371,7 @@ impl Run {
 
     /// Assert stdout contains this.
     #[track_caller]
-    pub fn assert_stdout_contains(&self, needle: &str) -> &Self {
+    pub(crate) fn assert_stdout_contains(&self, needle: &str) -> &Self {
         assert!(
             self.stdout.contains(needle),
             "stdout does not contain {needle:?}\n{self}"
@@ -381,7 +381,7 @@ impl Run {
 
     /// Assert stderr contains this.
     #[track_caller]
-    pub fn assert_stderr_contains(&self, needle: &str) -> &Self {
+    pub(crate) fn assert_stderr_contains(&self, needle: &str) -> &Self {
         assert!(
             self.stderr.contains(needle),
             "stderr does not contain {needle:?}\n{self}"
@@ -391,28 +391,28 @@ impl Run {
 
     /// Assert stdout is empty.
     #[track_caller]
-    pub fn assert_stdout_empty(&self) -> &Self {
+    pub(crate) fn assert_stdout_empty(&self) -> &Self {
         assert!(self.stdout.is_empty(), "stdout is not empty\n{self}");
         self
     }
 
     /// Assert stderr is empty.
     #[track_caller]
-    pub fn assert_stderr_empty(&self) -> &Self {
+    pub(crate) fn assert_stderr_empty(&self) -> &Self {
         assert!(self.stderr.is_empty(), "stderr is not empty\n{self}");
         self
     }
 
     /// Stdout parsed as one JSON document.
     #[track_caller]
-    pub fn json(&self) -> serde_json::Value {
+    pub(crate) fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not a JSON document: {e}\n{self}"))
     }
 
     /// Stdout parsed as JSON Lines (one document per non-empty line).
     #[track_caller]
-    pub fn json_lines(&self) -> Vec<serde_json::Value> {
+    pub(crate) fn json_lines(&self) -> Vec<serde_json::Value> {
         self.stdout
             .lines()
             .filter(|l| !l.trim().is_empty())

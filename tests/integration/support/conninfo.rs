@@ -7,20 +7,20 @@ use tokio_postgres::config::{Config, Host, SslMode, TargetSessionAttrs};
 
 /// An ordered list of libpq settings; rendering keeps the order, and `set` replaces in place.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     params: Vec<(String, String)>,
 }
 
 impl ConnInfo {
     /// An empty conninfo.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Parse a URL (`postgresql://...`) or key=value string the way tokio-postgres does, keeping the
     /// settings the harness understands: host, hostaddr, port, user, password, dbname, options,
     /// application_name, sslmode, connect_timeout, target_session_attrs.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub(crate) fn parse(s: &str) -> Result<Self, String> {
         let config: Config = s
             .parse()
             .map_err(|e| format!("cannot parse connection string: {e}"))?;
@@ -80,7 +80,7 @@ impl ConnInfo {
     }
 
     /// Set (or replace) one setting.
-    pub fn set(&mut self, key: &str, value: impl Into<String>) {
+    pub(crate) fn set(&mut self, key: &str, value: impl Into<String>) {
         let value = value.into();
         match self.params.iter_mut().find(|(k, _)| k == key) {
             Some(slot) => slot.1 = value,
@@ -89,14 +89,14 @@ impl ConnInfo {
     }
 
     /// A copy with one setting set (or replaced).
-    pub fn with(&self, key: &str, value: impl Into<String>) -> Self {
+    pub(crate) fn with(&self, key: &str, value: impl Into<String>) -> Self {
         let mut copy = self.clone();
         copy.set(key, value);
         copy
     }
 
     /// The value of one setting.
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.params
             .iter()
             .find(|(k, _)| k == key)
@@ -104,7 +104,7 @@ impl ConnInfo {
     }
 
     /// `key=value key='quoted value' ...`, quoting only where libpq needs it.
-    pub fn to_key_value(&self) -> String {
+    pub(crate) fn to_key_value(&self) -> String {
         let mut out = String::new();
         for (key, value) in &self.params {
             if !out.is_empty() {
@@ -119,7 +119,7 @@ impl ConnInfo {
 
     /// `postgresql://?key=value&...` with every setting as a percent-encoded query parameter (this
     /// form carries unix-socket hosts without special syntax).
-    pub fn to_uri(&self) -> String {
+    pub(crate) fn to_uri(&self) -> String {
         let mut out = String::from("postgresql://");
         for (i, (key, value)) in self.params.iter().enumerate() {
             out.push(if i == 0 { '?' } else { '&' });

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use super::tcp::make_certificates;
 
 /// A running HAProxy terminating direct TLS for one upstream port on 127.0.0.1.
-pub struct HaProxy {
+pub(crate) struct HaProxy {
     pub dir: PathBuf,
     /// Direct TLS with ALPN "postgresql".
     pub port: u16,
@@ -37,7 +37,7 @@ pub struct HaProxy {
 impl HaProxy {
     /// Start HAProxy in front of the server listening on 127.0.0.1:`upstream` and wait until both
     /// listeners accept connections.
-    pub fn start(upstream: u16) -> HaProxy {
+    pub(crate) fn start(upstream: u16) -> HaProxy {
         let binary = std::env::var_os("IDEMCTL_TEST_HAPROXY")
             .filter(|v| !v.is_empty())
             .map_or_else(|| PathBuf::from("/usr/sbin/haproxy"), PathBuf::from);
@@ -92,17 +92,17 @@ impl HaProxy {
     }
 
     /// The CA that signed the proxy's certificate.
-    pub fn ca_cert(&self) -> PathBuf {
+    pub(crate) fn ca_cert(&self) -> PathBuf {
         self.dir.join("tls/ca.crt")
     }
 
     /// A CA unrelated to the proxy's certificate.
-    pub fn other_ca_cert(&self) -> PathBuf {
+    pub(crate) fn other_ca_cert(&self) -> PathBuf {
         self.dir.join("tls/other-ca.crt")
     }
 
     /// HAProxy's output so far (its warnings and alerts).
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("haproxy.log")).unwrap_or_default()
     }
 

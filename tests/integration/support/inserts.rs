@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-pub fn insert_steadily(
+pub(crate) fn insert_steadily(
     client: tokio_postgres::Client,
     sql: &'static str,
     rows: u64,

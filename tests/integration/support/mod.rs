@@ -31,21 +31,21 @@
     reason = "each test module uses a different part of the harness"
 )]
 
-pub mod blackhole;
-pub mod citus;
-pub mod cluster;
-pub mod cmd;
-pub mod conninfo;
-pub mod haproxy;
-pub mod inserts;
-pub mod partman;
-pub mod pg;
-pub mod pgbouncer;
-pub mod pushgateway;
-pub mod replica;
-pub mod stuck;
-pub mod tcp;
-pub mod tmpfs;
+pub(crate) mod blackhole;
+pub(crate) mod citus;
+pub(crate) mod cluster;
+pub(crate) mod cmd;
+pub(crate) mod conninfo;
+pub(crate) mod haproxy;
+pub(crate) mod inserts;
+pub(crate) mod partman;
+pub(crate) mod pg;
+pub(crate) mod pgbouncer;
+pub(crate) mod pushgateway;
+pub(crate) mod replica;
+pub(crate) mod stuck;
+pub(crate) mod tcp;
+pub(crate) mod tmpfs;
 
-pub use cmd::{Cmd, IDEMCTL, Run, Spawned};
-pub use pg::{TestDb, connect, ident, pg_error_text};
+pub(crate) use cmd::{Cmd, IDEMCTL, Run, Spawned};
+pub(crate) use pg::{TestDb, connect, ident, pg_error_text};

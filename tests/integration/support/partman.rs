@@ -10,13 +10,13 @@ use crate::support::TestDb;
 
 /// The column the table is partitioned on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PartitionBy {
+pub(crate) enum PartitionBy {
     ExpiresAt,
     CreatedAt,
 }
 
 impl PartitionBy {
-    pub fn column(self) -> &'static str {
+    pub(crate) fn column(self) -> &'static str {
         match self {
             PartitionBy::ExpiresAt => "expires_at",
             PartitionBy::CreatedAt => "created_at",
@@ -28,7 +28,7 @@ impl PartitionBy {
 /// PostgreSQL requires of a unique index on a partitioned table), the expiry index is created on the
 /// parent (so every partition gets its copy), and daily partitions cover `days_back` days before
 /// today to `days_ahead` days after it (pg_partman's "premake"), plus the default partition.
-pub fn ddl(by: PartitionBy, days_back: i32, days_ahead: i32) -> String {
+pub(crate) fn ddl(by: PartitionBy, days_back: i32, days_ahead: i32) -> String {
     let schema = include_str!("../../../sql/schema.sql");
     let column = by.column();
     let plain_end = "CONSTRAINT idempotency_keys_pkey PRIMARY KEY (api_key_id, key)\n);";
@@ -56,12 +56,12 @@ CREATE TABLE idempotency_keys_default PARTITION OF idempotency_keys DEFAULT;
 
 /// The optional in_progress index of sql/maintenance_indexes.sql, built on the parent: a partitioned
 /// table refuses CREATE INDEX CONCURRENTLY.
-pub fn stuck_index_ddl() -> String {
+pub(crate) fn stuck_index_ddl() -> String {
     include_str!("../../../sql/maintenance_indexes.sql").replace("CONCURRENTLY ", "")
 }
 
 /// Create the partitioned table, with or without the optional in_progress index.
-pub async fn create(db: &TestDb, by: PartitionBy, with_stuck_index: bool) {
+pub(crate) async fn create(db: &TestDb, by: PartitionBy, with_stuck_index: bool) {
     db.exec(&ddl(by, 9, 3)).await;
     if with_stuck_index {
         db.exec(&stuck_index_ddl()).await;
@@ -69,7 +69,7 @@ pub async fn create(db: &TestDb, by: PartitionBy, with_stuck_index: bool) {
 }
 
 /// Leaf partitions of the key table, by name.
-pub async fn partition_names(db: &TestDb) -> Vec<String> {
+pub(crate) async fn partition_names(db: &TestDb) -> Vec<String> {
     let rows = db
         .client()
         .await
@@ -84,7 +84,7 @@ pub async fn partition_names(db: &TestDb) -> Vec<String> {
 
 /// The partitions `evict --drop-partitions` should drop, computed independently of idemctl: not the
 /// default, upper bound passed, no in_progress key, no unexpired key.
-pub async fn droppable(db: &TestDb) -> Vec<String> {
+pub(crate) async fn droppable(db: &TestDb) -> Vec<String> {
     let client = db.client().await;
     let mut out = Vec::new();
     for name in partition_names(db).await {

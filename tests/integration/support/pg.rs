@@ -13,7 +13,7 @@ use super::cmd::Cmd;
 use super::conninfo::ConnInfo;
 
 /// Every test database's name starts with this.
-pub const DB_PREFIX: &str = "idemctl_t_";
+pub(crate) const DB_PREFIX: &str = "idemctl_t_";
 
 /// Databases left on an external server by crashed runs are dropped when older than this.
 const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
@@ -22,7 +22,7 @@ const COMMENT_PREFIX: &str = "idemctl test database, created at unix time ";
 
 /// The server every `TestDb` of this process lives on.
 #[derive(Debug)]
-pub struct Server {
+pub(crate) struct Server {
     /// Conninfo of the admin (superuser) connection.
     pub admin: ConnInfo,
     /// The local cluster, when this process started one.
@@ -33,7 +33,7 @@ static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 
 /// The process-wide server, started (or checked) on first use. Panics, in every test that asks, with
 /// instructions when no server can be had: the tests never skip silently.
-pub fn server() -> &'static Server {
+pub(crate) fn server() -> &'static Server {
     match SERVER.get_or_init(init_server) {
         Ok(server) => server,
         Err(message) => panic!("test database server unavailable: {message}"),
@@ -109,14 +109,14 @@ async fn sweep_leftovers(admin: &str) -> Result<(), String> {
 ///
 /// Connections from `client`/`admin` run their connection task on the caller's tokio runtime.
 #[derive(Debug)]
-pub struct TestDb {
+pub(crate) struct TestDb {
     name: String,
     conninfo: ConnInfo,
 }
 
 impl TestDb {
     /// Create `idemctl_t_<16 hex digits>` from template0. Panics with the server's message on failure.
-    pub async fn new() -> TestDb {
+    pub(crate) async fn new() -> TestDb {
         let server = server();
         let name = format!("{DB_PREFIX}{}", random_hex());
         let admin = connect(&server.admin.to_key_value()).await;
@@ -143,24 +143,24 @@ impl TestDb {
     }
 
     /// The database name (`idemctl_t_...`).
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
     /// A key=value conninfo for this database as the admin (superuser) role, e.g.
     /// `host=/tmp/idemctl-pg.XXXXXXXX port=5432 user=postgres dbname=idemctl_t_0123456789abcdef`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.conninfo.to_key_value()
     }
 
     /// The same connection as a `postgresql://?host=...&dbname=...` URI.
-    pub fn uri(&self) -> String {
+    pub(crate) fn uri(&self) -> String {
         self.conninfo.to_uri()
     }
 
     /// `url()` with settings replaced or added, e.g. `&[("user", "reader"), ("password", "x")]`.
     /// (On the local cluster every role logs in without a password: trust auth.)
-    pub fn url_with(&self, overrides: &[(&str, &str)]) -> String {
+    pub(crate) fn url_with(&self, overrides: &[(&str, &str)]) -> String {
         let mut info = self.conninfo.clone();
         for (key, value) in overrides {
             info.set(key, *value);
@@ -169,23 +169,23 @@ impl TestDb {
     }
 
     /// A key=value conninfo for the admin database (`postgres`, or the one in IDEMCTL_TEST_DATABASE_URL).
-    pub fn admin_url(&self) -> String {
+    pub(crate) fn admin_url(&self) -> String {
         server().admin.to_key_value()
     }
 
     /// A new connection to this database (its connection task is spawned on the current runtime).
-    pub async fn client(&self) -> Client {
+    pub(crate) async fn client(&self) -> Client {
         connect(&self.url()).await
     }
 
     /// A new connection to the admin database.
-    pub async fn admin(&self) -> Client {
+    pub(crate) async fn admin(&self) -> Client {
         connect(&self.admin_url()).await
     }
 
     /// The unix-socket directory of the server: the local cluster's directory, or the host of
     /// IDEMCTL_TEST_DATABASE_URL when that is a path. `None` for a TCP server.
-    pub fn socket_dir(&self) -> Option<PathBuf> {
+    pub(crate) fn socket_dir(&self) -> Option<PathBuf> {
         let server = server();
         if let Some(local) = &server.local {
             return Some(local.dir.clone());
@@ -198,13 +198,13 @@ impl TestDb {
     }
 
     /// The local cluster's server log (`None` with IDEMCTL_TEST_DATABASE_URL).
-    pub fn server_log(&self) -> Option<PathBuf> {
+    pub(crate) fn server_log(&self) -> Option<PathBuf> {
         server().local.as_ref().map(LocalCluster::log_path)
     }
 
     /// Run SQL (one or more statements, no parameters) in this database on a new connection; panics
     /// with the server's full error (severity, SQLSTATE, detail, hint, position) on failure.
-    pub async fn exec(&self, sql: &str) {
+    pub(crate) async fn exec(&self, sql: &str) {
         let client = self.client().await;
         if let Err(e) = client.batch_execute(sql).await {
             panic!(
@@ -217,12 +217,12 @@ impl TestDb {
 
     /// The `idemctl` binary with `IDEMCTL_DATABASE_URL` set to `url()` (and PG*, DATABASE_URL and
     /// other IDEMCTL_* variables of the test process removed; see `Cmd::new`).
-    pub fn idemctl(&self) -> Cmd {
+    pub(crate) fn idemctl(&self) -> Cmd {
         Cmd::new().env("IDEMCTL_DATABASE_URL", self.url())
     }
 
     /// Any program with the same environment as `idemctl()` (e.g. `psql`, `sh`).
-    pub fn command(&self, program: &str) -> Cmd {
+    pub(crate) fn command(&self, program: &str) -> Cmd {
         Cmd::of(program).env("IDEMCTL_DATABASE_URL", self.url())
     }
 }
@@ -267,7 +267,7 @@ impl Drop for TestDb {
 }
 
 /// Connect with NoTls and spawn the connection task on the current runtime; panics with the error.
-pub async fn connect(conninfo: &str) -> Client {
+pub(crate) async fn connect(conninfo: &str) -> Client {
     match tokio_postgres::connect(conninfo, NoTls).await {
         Ok((client, conn)) => {
             tokio::spawn(async move {
@@ -283,7 +283,7 @@ pub async fn connect(conninfo: &str) -> Client {
 
 /// Everything a tokio-postgres error knows: for server errors severity, SQLSTATE, message, detail,
 /// hint, where and position; otherwise the error and its sources.
-pub fn pg_error_text(e: &tokio_postgres::Error) -> String {
+pub(crate) fn pg_error_text(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         let mut out = format!("{} {}: {}", db.severity(), db.code().code(), db.message());
         if let Some(detail) = db.detail() {
@@ -316,12 +316,12 @@ pub fn pg_error_text(e: &tokio_postgres::Error) -> String {
 }
 
 /// A double-quoted SQL identifier.
-pub fn ident(name: &str) -> String {
+pub(crate) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Run an async job to completion on a fresh current-thread runtime in a new thread, and wait.
-pub fn on_own_runtime<F, Fut>(job: F) -> Result<(), String>
+pub(crate) fn on_own_runtime<F, Fut>(job: F) -> Result<(), String>
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<(), String>>,
@@ -348,7 +348,7 @@ fn unix_now() -> u64 {
 }
 
 /// 64 random bits as hex: std's randomly keyed hasher over a process-wide counter, the pid and the clock.
-pub fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     use std::hash::{BuildHasher as _, Hasher as _, RandomState};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = RandomState::new().build_hasher();

@@ -18,7 +18,7 @@ use super::pg::TestDb;
 
 /// How PgBouncer hands out server connections.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Transaction,
     Session,
 }
@@ -36,7 +36,7 @@ impl Mode {
 const PORT: u16 = 6432;
 
 /// A running PgBouncer for one test database.
-pub struct PgBouncer {
+pub(crate) struct PgBouncer {
     pub dir: PathBuf,
     pub mode: Mode,
     dbname: String,
@@ -48,7 +48,12 @@ impl PgBouncer {
     /// Start PgBouncer in `mode` in front of `db` with `pool_size` server connections per database
     /// and user (small, so that clients share them), wait until it accepts a login. `users` are
     /// the roles that may log in through it (besides postgres).
-    pub async fn start(db: &TestDb, mode: Mode, pool_size: u32, users: &[&str]) -> PgBouncer {
+    pub(crate) async fn start(
+        db: &TestDb,
+        mode: Mode,
+        pool_size: u32,
+        users: &[&str],
+    ) -> PgBouncer {
         let binary = std::env::var_os("IDEMCTL_TEST_PGBOUNCER")
             .filter(|v| !v.is_empty())
             .map_or_else(|| PathBuf::from("/usr/sbin/pgbouncer"), PathBuf::from);
@@ -163,12 +168,12 @@ wait "$p"
     }
 
     /// A conninfo for the test database through PgBouncer, as postgres.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.url_as("postgres")
     }
 
     /// A conninfo for the test database through PgBouncer, as `user`.
-    pub fn url_as(&self, user: &str) -> String {
+    pub(crate) fn url_as(&self, user: &str) -> String {
         format!(
             "host={} port={PORT} user={user} dbname={}",
             self.dir.display(),
@@ -177,13 +182,13 @@ wait "$p"
     }
 
     /// PgBouncer's log so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("pgbouncer.log")).unwrap_or_default()
     }
 
     /// Log lines about client connections closing, with the reason (`client close request` for a
     /// clean Terminate, `client unexpected eof` for a socket closed without one).
-    pub fn client_closes(&self) -> Vec<String> {
+    pub(crate) fn client_closes(&self) -> Vec<String> {
         self.log()
             .lines()
             .filter(|l| l.contains(" C-") && l.contains("closing because"))

@@ -17,14 +17,14 @@ use ureq::tls::{PemItem, RootCerts, TlsConfig, TlsProvider};
 const BINARY: &str = "/usr/bin/prometheus-pushgateway";
 
 /// The user and password the gateway accepts under `Web::basic_auth`.
-pub const USER: &str = "idemctl";
-pub const PASSWORD: &str = "push-secret";
+pub(crate) const USER: &str = "idemctl";
+pub(crate) const PASSWORD: &str = "push-secret";
 /// bcrypt of `PASSWORD` (cost 4), as the gateway's web config takes it.
 const PASSWORD_BCRYPT: &str = "$2b$04$GeTRHMWvK19.US7xBzegme4lSc/w3pKndn5vIbKEcOBc0FBZE5jXG";
 
 /// How the gateway listens: plain http by default.
 #[derive(Default, Clone, Copy)]
-pub struct Web {
+pub(crate) struct Web {
     /// https, with a certificate for 127.0.0.1 signed by the test CA (`Pushgateway::ca_cert`).
     pub tls: bool,
     /// Only requests with `USER` and `PASSWORD` (basic auth) are answered.
@@ -32,7 +32,7 @@ pub struct Web {
 }
 
 /// A running Pushgateway.
-pub struct Pushgateway {
+pub(crate) struct Pushgateway {
     child: Child,
     port: u16,
     web: Web,
@@ -41,7 +41,7 @@ pub struct Pushgateway {
 }
 
 /// A free port on 127.0.0.1 (nothing listens there once this returns).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -50,12 +50,12 @@ pub fn free_port() -> u16 {
 
 impl Pushgateway {
     /// Start one on plain http and wait until it answers.
-    pub fn start() -> Pushgateway {
+    pub(crate) fn start() -> Pushgateway {
         Pushgateway::start_with(Web::default())
     }
 
     /// Start one as `web` says and wait until it answers.
-    pub fn start_with(web: Web) -> Pushgateway {
+    pub(crate) fn start_with(web: Web) -> Pushgateway {
         assert!(
             Path::new(BINARY).exists(),
             "{BINARY} is not installed: apt-get install prometheus-pushgateway, or run scripts/test, which installs it (the metrics tests need it)"
@@ -105,29 +105,29 @@ impl Pushgateway {
     }
 
     /// Its URL, for --pushgateway (no credentials).
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let scheme = if self.web.tls { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Its URL with `user:password@`.
-    pub fn url_with(&self, user: &str, password: &str) -> String {
+    pub(crate) fn url_with(&self, user: &str, password: &str) -> String {
         self.url()
             .replacen("://", &format!("://{user}:{password}@"), 1)
     }
 
     /// The test CA that signed its certificate (under `Web::tls`).
-    pub fn ca_cert(&self) -> PathBuf {
+    pub(crate) fn ca_cert(&self) -> PathBuf {
         self.dir.path().join("certs/ca.crt")
     }
 
     /// A CA that did not sign it.
-    pub fn other_ca_cert(&self) -> PathBuf {
+    pub(crate) fn other_ca_cert(&self) -> PathBuf {
         self.dir.path().join("certs/other-ca.crt")
     }
 
     /// The exposition text of GET /metrics.
-    pub fn metrics(&self) -> String {
+    pub(crate) fn metrics(&self) -> String {
         self.try_metrics()
             .unwrap_or_else(|e| panic!("GET {}/metrics failed: {e}", self.url()))
     }
@@ -211,14 +211,14 @@ impl Drop for Pushgateway {
 
 /// One sample of exposition text: name, labels (sorted), value.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub name: String,
     pub labels: std::collections::BTreeMap<String, String>,
     pub value: f64,
 }
 
 /// Parse the sample lines of exposition text (label values unescaped).
-pub fn parse_samples(text: &str) -> Vec<Sample> {
+pub(crate) fn parse_samples(text: &str) -> Vec<Sample> {
     let mut out = Vec::new();
     for line in text
         .lines()

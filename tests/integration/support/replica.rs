@@ -31,7 +31,7 @@ const REPLICATION_ROLE: &str = "replicator";
 
 /// A running primary + standby pair, torn down when dropped (or when the process exits).
 #[derive(Debug)]
-pub struct ReplicaPair {
+pub(crate) struct ReplicaPair {
     /// The directory holding both data directories, the logs and the sockets.
     pub dir: PathBuf,
     /// Never written: the watchdog sees EOF when this is dropped or the process exits.
@@ -41,7 +41,7 @@ pub struct ReplicaPair {
 impl ReplicaPair {
     /// initdb the primary, start it, take a base backup as the standby, start that, and wait until
     /// it streams. Errors are complete messages for a panic.
-    pub async fn start() -> Result<ReplicaPair, String> {
+    pub(crate) async fn start() -> Result<ReplicaPair, String> {
         let bindir = find_bindir()?;
         let owner = cluster_owner()?;
         let dir = tempfile::Builder::new()
@@ -184,17 +184,17 @@ impl ReplicaPair {
     }
 
     /// The primary's `postgres` database as the superuser.
-    pub fn primary_url(&self) -> String {
+    pub(crate) fn primary_url(&self) -> String {
         self.url(PRIMARY_PORT)
     }
 
     /// The standby's `postgres` database (read-only) as the superuser.
-    pub fn standby_url(&self) -> String {
+    pub(crate) fn standby_url(&self) -> String {
         self.url(STANDBY_PORT)
     }
 
     /// Both servers as one multi-host conninfo, the primary listed first, with `extra` appended.
-    pub fn both_url(&self, extra: &str) -> String {
+    pub(crate) fn both_url(&self, extra: &str) -> String {
         format!(
             "host={dir},{dir} port={PRIMARY_PORT},{STANDBY_PORT} user=postgres dbname=postgres {extra}",
             dir = self.dir.display()
@@ -203,7 +203,7 @@ impl ReplicaPair {
 
     /// Run `pg_ctl ARGS -D <primary|standby>` as the cluster's owner (`which`: "primary" or
     /// "standby"), e.g. `&["-m", "immediate", "-w", "stop"]` or `&["-w", "promote"]`.
-    pub fn pg_ctl(&self, which: &str, args: &[&str]) {
+    pub(crate) fn pg_ctl(&self, which: &str, args: &[&str]) {
         let bindir = find_bindir().expect("the server binaries");
         let owner = cluster_owner().expect("the cluster's owner");
         let mut cmd = Command::new(bindir.join("pg_ctl"));
@@ -213,7 +213,7 @@ impl ReplicaPair {
     }
 
     /// Wait until the standby streams and has replayed everything the primary has flushed.
-    pub async fn wait_caught_up(&self, primary: &tokio_postgres::Client) {
+    pub(crate) async fn wait_caught_up(&self, primary: &tokio_postgres::Client) {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let row = primary

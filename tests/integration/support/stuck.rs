@@ -9,11 +9,11 @@ use crate::fixtures::{self, Mix, Schema};
 use crate::support::TestDb;
 
 /// A key by (api_key_id, key).
-pub type Key = (String, String);
+pub(crate) type Key = (String, String);
 
 /// A fresh database with the key table of `schema` holding `mix`, with the maintenance indexes
 /// (reclaim's in_progress index among them) when `indexed`.
-pub async fn db_with(schema: Schema, mix: Mix, indexed: bool) -> TestDb {
+pub(crate) async fn db_with(schema: Schema, mix: Mix, indexed: bool) -> TestDb {
     let db = TestDb::new().await;
     fixtures::table_with(&db, schema, mix).await;
     if indexed {
@@ -25,7 +25,7 @@ pub async fn db_with(schema: Schema, mix: Mix, indexed: bool) -> TestDb {
 
 /// The storage table with the maintenance indexes, `stuck` stuck keys and a few rows of every
 /// other kind (`others` expired and live ones each, half as many fresh ones).
-pub async fn db_with_stuck(stuck: i64, others: i64) -> TestDb {
+pub(crate) async fn db_with_stuck(stuck: i64, others: i64) -> TestDb {
     let mix = Mix {
         expired: others,
         live: others,
@@ -37,12 +37,12 @@ pub async fn db_with_stuck(stuck: i64, others: i64) -> TestDb {
 }
 
 /// Every stuck key.
-pub async fn stuck_keys(db: &TestDb) -> BTreeSet<Key> {
+pub(crate) async fn stuck_keys(db: &TestDb) -> BTreeSet<Key> {
     stuck_keys_of(&db.client().await).await
 }
 
 /// Every stuck key, read through `client` (a Citus coordinator's, say).
-pub async fn stuck_keys_of(client: &tokio_postgres::Client) -> BTreeSet<Key> {
+pub(crate) async fn stuck_keys_of(client: &tokio_postgres::Client) -> BTreeSet<Key> {
     client
         .query(
             "SELECT api_key_id, key FROM idempotency_keys \
@@ -58,7 +58,7 @@ pub async fn stuck_keys_of(client: &tokio_postgres::Client) -> BTreeSet<Key> {
 
 /// The `nth` stuck key by key order; with `locked_at_null`, only among those with (true) or
 /// without (false) a NULL locked_at.
-pub async fn stuck_key(db: &TestDb, locked_at_null: Option<bool>, nth: i64) -> Key {
+pub(crate) async fn stuck_key(db: &TestDb, locked_at_null: Option<bool>, nth: i64) -> Key {
     let row = db
         .client()
         .await
@@ -76,7 +76,7 @@ pub async fn stuck_key(db: &TestDb, locked_at_null: Option<bool>, nth: i64) -> K
 
 /// Open a transaction that holds one row's lock, as the API's SELECT ... FOR UPDATE does; the row
 /// stays held while the returned client lives (or until it rolls back).
-pub async fn hold_row(db: &TestDb, (tenant, key): &Key) -> tokio_postgres::Client {
+pub(crate) async fn hold_row(db: &TestDb, (tenant, key): &Key) -> tokio_postgres::Client {
     let owner = db.client().await;
     owner.batch_execute("BEGIN").await.unwrap();
     let n = owner
@@ -91,7 +91,7 @@ pub async fn hold_row(db: &TestDb, (tenant, key): &Key) -> tokio_postgres::Clien
 }
 
 /// The keys of JSON objects that carry `api_key_id` and `key` (a report's list, archive lines).
-pub fn keys_in<'a>(items: impl IntoIterator<Item = &'a serde_json::Value>) -> BTreeSet<Key> {
+pub(crate) fn keys_in<'a>(items: impl IntoIterator<Item = &'a serde_json::Value>) -> BTreeSet<Key> {
     items
         .into_iter()
         .map(|k| {
@@ -104,12 +104,16 @@ pub fn keys_in<'a>(items: impl IntoIterator<Item = &'a serde_json::Value>) -> BT
 }
 
 /// The keys of a JSON array of such objects.
-pub fn keys_of(list: &serde_json::Value) -> BTreeSet<Key> {
+pub(crate) fn keys_of(list: &serde_json::Value) -> BTreeSet<Key> {
     keys_in(list.as_array().unwrap())
 }
 
 /// The key's owner finished after all: completed with status 201 (and `body`, when given).
-pub async fn complete(client: &tokio_postgres::Client, (tenant, key): &Key, body: Option<&str>) {
+pub(crate) async fn complete(
+    client: &tokio_postgres::Client,
+    (tenant, key): &Key,
+    body: Option<&str>,
+) {
     let n = client
         .execute(
             "UPDATE idempotency_keys SET state = 'completed', response_status = 201, \
@@ -123,7 +127,7 @@ pub async fn complete(client: &tokio_postgres::Client, (tenant, key): &Key, body
 }
 
 /// The key is gone (deleted by someone else).
-pub async fn delete(client: &tokio_postgres::Client, (tenant, key): &Key) {
+pub(crate) async fn delete(client: &tokio_postgres::Client, (tenant, key): &Key) {
     let n = client
         .execute(
             "DELETE FROM idempotency_keys WHERE api_key_id = $1 AND key = $2",

@@ -33,17 +33,17 @@ use super::pg::{connect, ident, pg_error_text};
 
 /// The password of every role `TcpDb` creates: distinctive, so a leak into any output is easy to
 /// spot, and with a shell metacharacter, so careless quoting would show.
-pub const PASSWORD: &str = "Tr0ub4dor&3-secret";
+pub(crate) const PASSWORD: &str = "Tr0ub4dor&3-secret";
 
 /// Members of this role may use TCP without TLS on the TLS server.
-pub const TLS_OPTIONAL_GROUP: &str = "idemctl_tls_optional";
+pub(crate) const TLS_OPTIONAL_GROUP: &str = "idemctl_tls_optional";
 
 /// Members of this role may use TCP only without TLS on the TLS server (`hostnossl` lines).
-pub const TLS_REFUSED_GROUP: &str = "idemctl_tls_refused";
+pub(crate) const TLS_REFUSED_GROUP: &str = "idemctl_tls_refused";
 
 /// What the server offers the test's role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Transport {
+pub(crate) enum Transport {
     /// TLS server; the role may connect with or without TLS (`host` and `hostssl` lines).
     TlsOptional,
     /// TLS server; the role must use TLS (only `hostssl` lines match it).
@@ -67,7 +67,7 @@ const SETTINGS: &[(&str, &str)] = &[
 
 /// One running TCP server.
 #[derive(Debug)]
-pub struct TcpServer {
+pub(crate) struct TcpServer {
     /// The private directory: `data/`, `tls/`, `server.log` and the Unix socket.
     pub dir: PathBuf,
     /// The TCP port on 127.0.0.1 (and ::1 where localhost has it); also the socket's number.
@@ -83,7 +83,7 @@ static WITHOUT_TLS: OnceLock<Result<TcpServer, String>> = OnceLock::new();
 
 /// The process-wide TLS (`true`) or plain (`false`) server, started on first use. Panics with the
 /// reason (and how to fix it) when it cannot be started: the tests never skip.
-pub fn server(tls: bool) -> &'static TcpServer {
+pub(crate) fn server(tls: bool) -> &'static TcpServer {
     let cell = if tls { &WITH_TLS } else { &WITHOUT_TLS };
     match cell.get_or_init(|| TcpServer::start(tls)) {
         Ok(server) => server,
@@ -93,29 +93,29 @@ pub fn server(tls: bool) -> &'static TcpServer {
 
 impl TcpServer {
     /// The test CA that signed the server certificate (PEM).
-    pub fn ca_cert(&self) -> PathBuf {
+    pub(crate) fn ca_cert(&self) -> PathBuf {
         self.dir.join("tls/ca.crt")
     }
 
     /// A second CA that signed nothing this server presents (PEM).
-    pub fn other_ca_cert(&self) -> PathBuf {
+    pub(crate) fn other_ca_cert(&self) -> PathBuf {
         self.dir.join("tls/other-ca.crt")
     }
 
     /// The server log.
-    pub fn log_path(&self) -> PathBuf {
+    pub(crate) fn log_path(&self) -> PathBuf {
         self.dir.join("server.log")
     }
 
     /// A server of its own, for a test that changes the server's settings (such as its
     /// certificate); stopped and deleted with the test process, like the shared ones.
-    pub fn start_private(tls: bool) -> TcpServer {
+    pub(crate) fn start_private(tls: bool) -> TcpServer {
         TcpServer::start(tls)
             .unwrap_or_else(|e| panic!("cannot start a private TCP test server (tls: {tls}): {e}"))
     }
 
     /// A superuser conninfo over the Unix socket (trusted) to `dbname`.
-    pub fn socket_conninfo(&self, user: &str, dbname: &str) -> String {
+    pub(crate) fn socket_conninfo(&self, user: &str, dbname: &str) -> String {
         let mut info = ConnInfo::new();
         info.set("host", self.dir.display().to_string());
         info.set("port", self.port.to_string());
@@ -190,7 +190,7 @@ fn hba(tls: bool) -> String {
 
 /// `pg_ctl start` on a port that was free a moment ago; another process may take it in between,
 /// so a bind failure is retried on a new port.
-pub fn start_on_free_port(
+pub(crate) fn start_on_free_port(
     bindir: &Path,
     dir: &Path,
     owner: Option<(u32, u32)>,
@@ -240,7 +240,7 @@ fn free_port() -> Result<u16, String> {
 
 /// A test CA, an unrelated second CA, and a server certificate signed by the first for
 /// `DNS:localhost`, `IP:127.0.0.1` and `IP:::1`, all EC P-256, made with the openssl command.
-pub fn make_certificates(dir: &Path) -> Result<(), String> {
+pub(crate) fn make_certificates(dir: &Path) -> Result<(), String> {
     std::fs::create_dir(dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
     const CONFIG: &str = "\
 [req]
@@ -347,7 +347,7 @@ fn openssl(dir: &Path, head: &[&str], tail: &[&str]) -> Result<(), String> {
 }
 
 /// A fresh 0700 directory owned by the server's OS user, under `IDEMCTL_TEST_TMPDIR` or /tmp.
-pub fn private_dir(owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
+pub(crate) fn private_dir(owner: Option<(u32, u32)>) -> Result<PathBuf, String> {
     let parent = std::env::var_os("IDEMCTL_TEST_TMPDIR")
         .filter(|v| !v.is_empty())
         .map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
@@ -381,7 +381,7 @@ fn chown_tree(dir: &Path, owner: Option<(u32, u32)>) -> Result<(), String> {
     Ok(())
 }
 
-pub fn append(path: &Path, text: &str) -> Result<(), String> {
+pub(crate) fn append(path: &Path, text: &str) -> Result<(), String> {
     std::fs::OpenOptions::new()
         .append(true)
         .open(path)
@@ -393,7 +393,7 @@ pub fn append(path: &Path, text: &str) -> Result<(), String> {
 /// plus an empty home directory for the `idemctl` child (no `~/.pgpass`, no `~/.postgresql/`).
 /// Role and database stay until the server is discarded with the test process.
 #[derive(Debug)]
-pub struct TcpDb {
+pub(crate) struct TcpDb {
     server: &'static TcpServer,
     /// The login role.
     pub user: String,
@@ -404,7 +404,7 @@ pub struct TcpDb {
 
 impl TcpDb {
     /// Create the role and database. Panics with the server's message on failure.
-    pub async fn new(transport: Transport) -> TcpDb {
+    pub(crate) async fn new(transport: Transport) -> TcpDb {
         let server = server(transport != Transport::NoTls);
         let suffix = random_hex();
         let user = format!("idemctl_tcp_u_{suffix}");
@@ -457,27 +457,27 @@ impl TcpDb {
     }
 
     /// The TCP port.
-    pub fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.server.port
     }
 
     /// The CA that signed the TLS server's certificate.
-    pub fn ca_cert(&self) -> PathBuf {
+    pub(crate) fn ca_cert(&self) -> PathBuf {
         self.server.ca_cert()
     }
 
     /// A CA unrelated to the server's certificate.
-    pub fn other_ca_cert(&self) -> PathBuf {
+    pub(crate) fn other_ca_cert(&self) -> PathBuf {
         self.server.other_ca_cert()
     }
 
     /// The child's home directory (empty unless the test writes to it).
-    pub fn home(&self) -> &Path {
+    pub(crate) fn home(&self) -> &Path {
         self.home.path()
     }
 
     /// `host=localhost port=P user=U dbname=D` plus (or replaced by) `settings`; no password.
-    pub fn conninfo(&self, settings: &[(&str, &str)]) -> String {
+    pub(crate) fn conninfo(&self, settings: &[(&str, &str)]) -> String {
         let mut info = ConnInfo::new();
         info.set("host", "localhost");
         info.set("port", self.port().to_string());
@@ -490,7 +490,7 @@ impl TcpDb {
     }
 
     /// Run SQL in the database as its owner, over the trusted Unix socket.
-    pub async fn exec(&self, sql: &str) {
+    pub(crate) async fn exec(&self, sql: &str) {
         let client = connect(&self.server.socket_conninfo(&self.user, &self.dbname)).await;
         if let Err(e) = client.batch_execute(sql).await {
             panic!("SQL failed in {}: {}", self.dbname, pg_error_text(&e));
@@ -499,7 +499,7 @@ impl TcpDb {
 
     /// The `idemctl` binary with `HOME` set to this test's empty home directory and no
     /// connection settings: the test passes them.
-    pub fn idemctl(&self) -> Cmd {
+    pub(crate) fn idemctl(&self) -> Cmd {
         Cmd::new().env("HOME", self.home())
     }
 }

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A mounted tmpfs; unmounted (lazily) and removed when dropped.
-pub struct Tmpfs {
+pub(crate) struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
     /// Mount a tmpfs of `size` (e.g. `"64k"`) on a fresh directory.
-    pub fn mount(size: &str) -> Tmpfs {
+    pub(crate) fn mount(size: &str) -> Tmpfs {
         let dir = tempfile::tempdir().expect("a directory to mount on");
         let out = Command::new("mount")
             .args([
@@ -34,16 +34,16 @@ impl Tmpfs {
         Tmpfs { dir }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    pub fn join(&self, name: &str) -> PathBuf {
+    pub(crate) fn join(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// Give the filesystem `size` (room for the next run).
-    pub fn resize(&self, size: &str) {
+    pub(crate) fn resize(&self, size: &str) {
         let out = Command::new("mount")
             .args(["-o", &format!("remount,size={size}")])
             .arg(self.dir.path())
