@@ -1355,7 +1355,7 @@ fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
 /// tenant `""`: read that as no tenant.
 fn without_empty_tenants(table: &KeyTable, plan: &Plan) -> Plan {
     let mut plan = plan.clone();
-    if table.profile.tenant.is_none() {
+    if !table.profile.has_scope() {
         for row in &mut plan.rows {
             if row.api_key_id.as_deref() == Some("") {
                 row.api_key_id = None;
@@ -1368,7 +1368,7 @@ fn without_empty_tenants(table: &KeyTable, plan: &Plan) -> Plan {
 /// Plan rows carry a tenant exactly when the table has a tenant column: a row with one on a table
 /// without (or without one on a table with) was made for another table, or edited.
 fn check_plan_tenants(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
-    let has_tenant = table.profile.tenant.is_some();
+    let has_tenant = table.profile.has_scope();
     match plan
         .rows
         .iter()

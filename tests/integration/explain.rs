@@ -114,7 +114,7 @@ fn filter_variants(profile: &Profile, args: &str) -> Vec<String> {
     let Some(base) = args.strip_suffix(FILTER_NULLS) else {
         return Vec::new();
     };
-    let tenant = profile.tenant.is_some().then_some("'tenant_0007'");
+    let tenant = profile.has_scope().then_some("'tenant_0007'");
     let path = profile.request_path.is_some().then_some("'/v1/payments'");
     let method = profile.request_method.is_some().then_some("'POST'");
     let all = [tenant, path, method];
@@ -150,7 +150,7 @@ fn filtered<'a>(
 }
 
 /// Key lookups without a tenant: which one runs depends on the table's indexes.
-const BY_KEY: (&str, &str) = ("inspect_by_key.sql", "'no-such-key', 300, 50");
+const BY_KEY: (&str, &str) = ("inspect_by_key.sql", "'no-such-key', 300, 50, NULL");
 const SKIP_SCAN: (&str, &str) = ("inspect_skip_scan.sql", "'no-such-key', 300, 10000");
 
 /// Statements idemctl only plans (EXPLAIN without ANALYZE reads no row, so no plan of theirs
@@ -585,7 +585,7 @@ async fn every_statement_is_index_backed_for(
     db.exec(indexes).await;
     db.exec("VACUUM ANALYZE").await;
     let rels = key_relations(&db).await;
-    let lookup = if profile.tenant.is_some() {
+    let lookup = if profile.tenant.len() == 1 {
         SKIP_SCAN
     } else {
         BY_KEY
@@ -597,7 +597,7 @@ async fn every_statement_is_index_backed_for(
         .chain([&lookup])
         .map(|(f, a)| (*f, (*a).to_owned()));
     for (file, args) in plain.chain(with_filters) {
-        if file == "inspect_by_tenant.sql" && profile.tenant.is_none() {
+        if file == "inspect_by_tenant.sql" && !profile.has_scope() {
             continue;
         }
         // Release clears the lock time: a mapping without one cannot allow it (the config file
@@ -623,7 +623,7 @@ fn without_tenant(args: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_statement_is_index_backed_on_the_explainer_table() {
     let mut profile = Profile::explainer().with_ttl(Some(std::time::Duration::from_secs(86_400)));
-    profile.tenant_type = "text".into();
+    profile.tenant_types = Vec::new();
     every_statement_is_index_backed_for(
         profile,
         profiles::EXPLAINER_DDL,
@@ -653,7 +653,7 @@ async fn every_statement_is_index_backed_on_the_explainer_table_with_a_json_body
 async fn every_statement_is_index_backed_on_the_rocket_rides_table() {
     let mut profile =
         Profile::rocket_rides().with_ttl(Some(std::time::Duration::from_secs(72 * 3600)));
-    profile.tenant_type = "bigint".into();
+    profile.tenant_types = vec!["bigint".into()];
     every_statement_is_index_backed_for(
         profile,
         profiles::ROCKET_RIDES_DDL,
@@ -674,7 +674,7 @@ async fn every_statement_is_index_backed_on_a_table_mapped_in_a_config_file() {
     let config = idemctl::config::parse("idemctl.toml", &config_file::generic_config()).unwrap();
     let mut profile = config.mappings[0].clone();
     assert_eq!(profile.name, "ledger");
-    profile.tenant_type = "bigint".into();
+    profile.tenant_types = vec!["bigint".into()];
     every_statement_is_index_backed_for(
         profile,
         &renamed(config_file::GENERIC_DDL),

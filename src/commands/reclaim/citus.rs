@@ -80,7 +80,7 @@ pub(super) async fn apply(
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
     let by_tenant = matches!(&layout, Layout::Distributed { column, .. }
-        if table.profile.tenant.as_deref() == Some(column.as_str()));
+        if table.profile.tenant.as_slice() == std::slice::from_ref(column));
     if !by_tenant {
         return Err(crate::exit::fail(
             crate::exit::Exit::Usage,
