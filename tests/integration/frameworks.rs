@@ -186,7 +186,7 @@ struct Shape {
 }
 
 /// The first ```lang block of docs/profiles.md's `### name` section.
-fn doc_block(name: &str, lang: &str) -> String {
+pub(crate) fn doc_block(name: &str, lang: &str) -> String {
     let doc = crate::config_file::profiles_doc();
     let section = doc
         .split(&format!("\n### {name}\n"))
@@ -849,4 +849,94 @@ async fn a_preview_without_an_action_and_stats_without_a_ttl() {
         .run()
         .assert_success()
         .assert_stdout_contains("unknown (no expiry column and no --ttl)");
+}
+
+/// A scope given wrongly is refused with one line (exit 2) naming what was wrong, before anything
+/// is read: a column outside the scope, a column without a value, a column twice, a value its
+/// column's type cannot hold, and a one-text scope value that is not one value per column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_given_wrongly_is_refused_with_one_line() {
+    let s = Shape::new("JDBC (Flyway)", "").await;
+    let table = "public.idempotency_record";
+    s.idemctl()
+        .args(["inspect", "k", "--scope", "tenant=client-1"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--scope names column tenant, which is not in the scope of table {table} (profile jdbc): its scope is (request_type, client_id); name those columns"),
+        );
+    s.idemctl()
+        .args(["inspect", "k", "--scope", "client_id"])
+        .run()
+        .assert_error(
+            2,
+            "--scope \"client_id\" gives no value: write --scope COLUMN=VALUE (an empty value is COLUMN=)",
+        );
+    s.idemctl()
+        .args([
+            "inspect",
+            "k",
+            "--scope",
+            "client_id=a",
+            "--scope",
+            "client_id=b",
+        ])
+        .run()
+        .assert_error(
+            2,
+            "--scope names column client_id twice: give each scope column once",
+        );
+    s.idemctl()
+        .args(["inspect", "k", "--api-key-id", "client-1"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--api-key-id \"client-1\" is not a scope of table {table}: its scope is the 2 columns (request_type, client_id), given as one text array of their values in that order, as idemctl prints it ({{VALUE,VALUE}})"),
+        );
+    s.idemctl()
+        .args(["reclaim", "--dry-run", "--allow-scan", "--api-key-id", "{payment}"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--api-key-id \"{{payment}}\" is not a scope of table {table}: its scope is the 2 columns (request_type, client_id), given as one text array of their values in that order, as idemctl prints it ({{VALUE,VALUE}}); nothing was changed"),
+        );
+
+    // A scope with a bigint column: a value it cannot hold.
+    let db = loaded(
+        &doc_block("JDBC (Flyway)", "sql")
+            .replace("client_id       VARCHAR(64)", "client_id       BIGINT"),
+        "",
+        None,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, doc_block("JDBC (Flyway)", "toml")).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    idemctl()
+        .args(["inspect", "k", "--scope", "request_type=payment", "--scope", "client_id=c-1"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--scope client_id=c-1 cannot be a scope of table {table}: its column client_id is of type bigint"),
+        );
+    idemctl()
+        .args(["reclaim", "--dry-run", "--allow-scan", "--api-key-id", "{payment,c-1}"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--api-key-id \"{{payment,c-1}}\" cannot be a scope of table {table}: its column client_id is of type bigint, which cannot hold \"c-1\"; nothing was changed"),
+        );
+    // The same scope given rightly finds nothing (exit 3), by both forms.
+    idemctl()
+        .args([
+            "inspect",
+            "k",
+            "--scope",
+            "request_type=payment",
+            "--scope",
+            "client_id=7",
+        ])
+        .run()
+        .assert_error(3, "key k not found for request_type=payment client_id=7");
 }
