@@ -442,3 +442,123 @@ async fn evict_across_an_immediate_stop_and_a_promoted_standby_claims_no_more_th
         took.as_secs_f64()
     );
 }
+
+/// Resumes stopped server processes when dropped, whatever the test did meanwhile.
+struct Stopped(Vec<i32>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-s", "CONT", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// On Citus evict works shard by shard on the workers, each over a connection of its own: a worker
+/// whose sessions stop answering (their processes stopped, the sockets open: what a silent network
+/// looks like from the client) ends the run at the same deadline as on one server, with the same
+/// line; no row is lost, and the next run drains the table once the worker answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_gives_up_a_silent_worker_within_the_deadline() {
+    use crate::support::citus::{CitusDb, Layout, skipped};
+    if skipped("citus evict with a silent worker") {
+        return;
+    }
+    let db = CitusDb::new(None).await;
+    db.exec(include_str!("../../sql/schema.sql")).await;
+    db.exec(&fixtures::load_sql(Mix {
+        expired: 6000,
+        live: 200,
+        ..Mix::default()
+    }))
+    .await;
+    db.exec("UPDATE idempotency_keys SET api_key_id = api_key_id || '_' || (hashtext(key) & 7)")
+        .await;
+    db.distribute(Layout::ByTenant).await;
+    let child = db
+        .idemctl()
+        .args([
+            "--statement-timeout",
+            STATEMENT_TIMEOUT,
+            "--idle-in-transaction-timeout",
+            IDLE_TIMEOUT,
+            "evict",
+            "--batch-size",
+            "50",
+        ])
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    // The worker's sessions of this run, once they have run a statement there (node 1).
+    let worker = db.node_client(1).await;
+    let waiting = Instant::now();
+    let pids: Vec<i32> = loop {
+        let rows = worker
+            .query(
+                "SELECT pid FROM pg_stat_activity \
+                  WHERE datname = current_database() AND application_name = 'idemctl' \
+                    AND pid <> pg_backend_pid() AND query <> ''",
+                &[],
+            )
+            .await
+            .expect("worker sessions");
+        if !rows.is_empty() {
+            break rows.iter().map(|r| r.get(0)).collect();
+        }
+        assert!(
+            waiting.elapsed() < Duration::from_secs(60),
+            "evict never connected to the worker"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let stopped = Stopped(pids.clone());
+    for pid in &pids {
+        let status = std::process::Command::new("kill")
+            .args(["-s", "STOP", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "stop worker session {pid}");
+    }
+    let cut = Instant::now();
+    let run = child.wait_async().await;
+    let took = cut.elapsed();
+    eprintln!(
+        "measured: citus evict, silent worker: exit {} after {took:?}",
+        run.code
+    );
+    drop(stopped);
+    run.assert_code(1);
+    assert!(run.stderr.contains(NO_ANSWER), "{run}");
+    let bound = Duration::from_secs(DEADLINE_SECS) + AFTER_DEADLINE;
+    assert!(
+        took < bound,
+        "took {took:?} after the worker went silent\n{run}"
+    );
+    // The worker answers again: the next runs drain exactly the expired completed rows.
+    let started = Instant::now();
+    loop {
+        let again = db.idemctl().args(["evict", "--catch-up"]).run_async().await;
+        if again.code == 0 {
+            break;
+        }
+        assert_eq!(again.code, 7, "{again}");
+        assert!(
+            started.elapsed() < GUARD_BOUND,
+            "guard outlived the run\n{again}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let client = db.client().await;
+    let left: i64 = client.query_one(EXPIRED_LEFT, &[]).await.unwrap().get(0);
+    assert_eq!(left, 0, "the expired completed rows are all gone");
+    let live: i64 = client
+        .query_one(
+            "SELECT count(*) FROM idempotency_keys WHERE expires_at > now()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(live, 200, "no live row was touched");
+}
