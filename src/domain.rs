@@ -12,7 +12,7 @@ use clap::ValueEnum;
 
 /// How the server sessions behind a connection are shared (`--pool-mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PoolMode {
+pub(crate) enum PoolMode {
     /// Detect a pooler from the connection and assume transaction pooling behind one.
     Auto,
     /// idemctl owns each server session while connected (direct, or a session-mode pooler).
@@ -40,7 +40,7 @@ pub enum ReclaimAction {
 
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     /// A table on a terminal, plain text otherwise.
     Auto,
     /// A table (comfy-table).
@@ -55,7 +55,7 @@ pub enum OutputFormat {
 
 /// Colour choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ColorChoice {
+pub(crate) enum ColorChoice {
     Auto,
     Always,
     Never,

@@ -48,7 +48,7 @@ const COUNT_CAP: i64 = 100_000;
 
 /// The expiry rule `table` follows, given the TTL the flags, the environment or the config file
 /// set.
-pub(crate) fn expiry_of(table: &KeyTable, global: &crate::cli::GlobalArgs) -> Expiry {
+pub(crate) fn expiry_of(table: &KeyTable, global: &crate::config::Plan) -> Expiry {
     let from = (!global.ttl_from.is_empty()).then(|| global.ttl_from.clone());
     match table.profile.ttl() {
         Some(ttl) => Expiry {
