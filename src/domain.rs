@@ -38,6 +38,17 @@ pub enum ReclaimAction {
     Release,
 }
 
+impl ReclaimAction {
+    /// Its name, as the flag, the JSON and the metrics' `action` label spell it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ReclaimAction::Delete => "delete",
+            ReclaimAction::Fail => "fail",
+            ReclaimAction::Release => "release",
+        }
+    }
+}
+
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum OutputFormat {
