@@ -20,13 +20,13 @@ use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 use tokio::sync::Mutex;
 
-use super::EndReason;
 use super::pace::Pacer;
 use super::rate::{self, Limiter, Ticket};
 use super::replica::ReplicaGate;
 use crate::cli::BatchSizing;
 use crate::domain::Cancel;
 use crate::progress::Progress;
+use crate::report::run::EndReason;
 
 /// The validated limits and pace of a run.
 #[derive(Debug, Clone)]
@@ -61,6 +61,22 @@ pub(super) struct Totals {
     pub latencies_ms: Vec<f64>,
     /// Rows asked of each batch (what --batch-size or --batch-time made of it).
     pub sizes: Vec<u32>,
+}
+
+impl Totals {
+    /// Add `other`'s figures (another placement's, or another node's).
+    pub(super) fn merge(&mut self, other: Totals) {
+        self.rows += other.rows;
+        self.batches += other.batches;
+        self.skipped_locked += other.skipped_locked;
+        self.skipped_min_age += other.skipped_min_age;
+        self.skipped_referenced += other.skipped_referenced;
+        self.lock_fallbacks += other.lock_fallbacks;
+        self.passed_over += other.passed_over;
+        self.left.extend(other.left);
+        self.latencies_ms.extend(other.latencies_ms);
+        self.sizes.extend(other.sizes);
+    }
 }
 
 /// A range in which a batch left rows. After the run, the ranges behind the final cursor are
@@ -194,11 +210,6 @@ impl Shared {
         })
     }
 
-    /// Stop before the first claim (the drop phase ended the run).
-    pub(super) async fn stop_with(&self, reason: EndReason) {
-        self.state.lock().await.stop.get_or_insert(reason);
-    }
-
     /// Why the run ended, once every worker has stopped; `failed` when a worker returned an error.
     pub(super) async fn end_reason(&self, failed: bool) -> EndReason {
         let state = self.state.lock().await;
@@ -253,17 +264,9 @@ impl Shared {
         self.state.lock().await.totals.clone()
     }
 
-    pub(super) fn elapsed(&self) -> Duration {
-        self.started.elapsed()
-    }
-
     /// The client-side limit on one statement.
     pub(super) fn deadline(&self) -> Duration {
         self.plan.deadline
-    }
-
-    pub(super) fn progress(&self) -> &Progress {
-        &self.progress
     }
 
     /// Stop every worker at its next claim (a worker failed).
@@ -664,10 +667,6 @@ impl Shared {
             self.pacer.sample(client, false).await?;
         }
         Ok(true)
-    }
-
-    pub(super) fn pacer(&self) -> &Pacer {
-        &self.pacer
     }
 
     /// What the rate caps did (None without a cap).
