@@ -140,28 +140,6 @@ pub(crate) struct WalkReport {
     pub stopped_early: bool,
 }
 
-/// A report of nothing done yet, for a run that fills in its own figures.
-fn empty_report(
-    table: &KeyTable,
-    expiry: Expiry,
-    end_reason: EndReason,
-    elapsed: f64,
-) -> EvictReport {
-    assemble(Assembled {
-        table,
-        expiry,
-        end_reason,
-        totals: worker::Totals::default(),
-        elapsed,
-        backlog_left: None,
-        expired_in_progress_left: None,
-        drops: partitions::DropReport::default(),
-        waits: &replica::WaitTotals::default(),
-        pace: pace::PaceReport::default(),
-        rate_limit: None,
-    })
-}
-
 /// Run `evict`.
 pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let client = ctx.session().await?;
@@ -174,21 +152,31 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         return dry_run(ctx, &client, &table, args, layout.as_ref(), can_delete).await;
     }
     let vacuum_targets = require_for_a_run(args, &client, &table, &privileges).await?;
+    let walk = match table.expiry_index() {
+        None => Some(walk::require(args, &client, &table).await?),
+        Some(_) => None,
+    };
     let scope = lock::acquire(&client, &table, LockClass::Evict).await?;
     if let Some(note) = scope.note(LockClass::Evict, ctx.route()) {
         ctx.output.note(&note);
     }
     ctx.cancel.install()?;
     let started = Instant::now();
-    if table.expiry_index().is_none() {
-        return walk::run(ctx, args, &client, &table, started).await;
+    if let Some(walk) = &walk {
+        walk::say(ctx, args, &table, walk);
     }
     let gate = args
         .max_replica_lag
         .map(|max| Arc::new(replica::ReplicaGate::new(max, args.max_replica_wait)));
     let sharded = layout.clone().filter(Layout::sharded);
-    let (outcome, drops) =
-        evict_placements(ctx, args, client, &table, layout, started, &gate).await?;
+    let walked = walk.as_ref().map(|w| w.index.clone());
+    let on = Placements {
+        client,
+        table: &table,
+        layout,
+        walk,
+    };
+    let (outcome, drops) = evict_placements(ctx, args, on, started, &gate).await?;
     let waits = match &gate {
         Some(g) => g.totals().await,
         None => replica::WaitTotals::default(),
@@ -198,6 +186,7 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         drops,
         waits,
         sharded,
+        walked,
         started,
     };
     finish(ctx, args, &table, ran, vacuum_targets).await
@@ -272,12 +261,20 @@ async fn require_for_a_run(
 async fn evict_placements(
     ctx: &Context,
     args: &EvictArgs,
-    client: Session,
-    table: &KeyTable,
-    layout: Option<Layout>,
+    on: Placements<'_>,
     started: Instant,
     gate: &Option<Arc<replica::ReplicaGate>>,
 ) -> Result<(placements::Outcome, partitions::DropReport)> {
+    let Placements {
+        client,
+        table,
+        layout,
+        walk,
+    } = on;
+    let mut plan = plan(ctx, args);
+    if walk.is_some() {
+        plan.sizing = walk::sizing(args);
+    }
     let mut pace = pace_mode(args);
     let budgeted = args.max_rows.is_some() || args.max_batches.is_some();
     let sharded = layout.as_ref().is_some_and(Layout::sharded);
@@ -297,6 +294,10 @@ async fn evict_placements(
         }
         false => {
             let statements = server_statements(ctx, args, &client, table, layout.as_ref()).await?;
+            let statements = match walk {
+                Some(walk) => statements.walking(walk),
+                None => statements,
+            };
             let (drops, stop) =
                 drop_phase(ctx, args, table, &client, started, gate.as_deref()).await;
             let node = placements::Node::server(ctx, client, table, statements);
@@ -314,15 +315,7 @@ async fn evict_placements(
         Progress::hidden()
     };
     let jobs = args.effective_jobs();
-    let run = placements::Run::new(
-        ctx,
-        plan(ctx, args),
-        pace,
-        jobs,
-        started,
-        gate.clone(),
-        progress,
-    );
+    let run = placements::Run::new(ctx, plan, pace, jobs, started, gate.clone(), progress);
     let outcome = match drop_result {
         Ok(stop) => placements::evict(&run, nodes, stop).await,
         Err(e) => {
@@ -418,6 +411,7 @@ fn summary(ctx: &Context, table: &KeyTable, ran: Ran) -> (EvictReport, Option<an
         drops,
         waits,
         sharded,
+        walked,
         started,
     } = ran;
     let placements::Outcome {
@@ -431,6 +425,7 @@ fn summary(ctx: &Context, table: &KeyTable, ran: Ran) -> (EvictReport, Option<an
         backlog_left,
         expired_in_progress_left,
     } = outcome;
+    let (totals_examined, stopped_early) = (totals.examined, totals.stopped_early);
     let mut report = assemble(Assembled {
         table,
         expiry: expiry_of(table, &ctx.global),
@@ -446,7 +441,21 @@ fn summary(ctx: &Context, table: &KeyTable, ran: Ran) -> (EvictReport, Option<an
     });
     report.rows_unconfirmed = report.rows_evicted - confirmed.min(report.rows_evicted);
     report.citus = sharded.map(|layout| placements::CitusReport { layout, nodes });
+    report.walk = walked.map(|index| WalkReport {
+        index,
+        rows_examined: totals_examined,
+        stopped_early,
+    });
     (report, error)
+}
+
+/// The table's placements as the run found them: `client` holds the advisory lock; `walk`, on a
+/// table without an expiry index.
+struct Placements<'a> {
+    client: Session,
+    table: &'a KeyTable,
+    layout: Option<Layout>,
+    walk: Option<crate::db::evict::Walk>,
 }
 
 /// What the batches over the placements came to, with what the run did around them.
@@ -456,6 +465,8 @@ struct Ran {
     waits: replica::WaitTotals,
     /// The layout of a table Citus distributes (None on one server).
     sharded: Option<Layout>,
+    /// The unique index walked (None: the batches went through the expiry index).
+    walked: Option<String>,
     started: Instant,
 }
 

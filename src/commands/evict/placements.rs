@@ -398,6 +398,13 @@ pub(super) async fn count_backlog(nodes: &mut [Node<'_>]) -> Option<Capped> {
         0 | 1 => COUNT_CAP,
         n => (COUNT_CAP / i64::try_from(n).unwrap_or(i64::MAX)).max(1_000),
     };
+    // Without an expiry index the backlog cannot be counted in bounded reads.
+    let walks = nodes
+        .iter()
+        .any(|n| n.placements.iter().any(|p| p.statements.walk().is_some()));
+    if walks {
+        return None;
+    }
     let mut sum = Some(ZERO);
     for node in nodes {
         let tables: Vec<KeyTable> = node.placements.iter().map(|p| p.table.clone()).collect();
@@ -710,7 +717,7 @@ async fn each_placement(
     for placement in std::mem::take(&mut node.placements) {
         let Some(plan) = run.next_plan().await else {
             // Not reached: its backlog is all left.
-            count_untouched(node, &placement.table, &mut out.report).await;
+            count_untouched(node, &placement, &mut out.report).await;
             continue;
         };
         let Placement {
@@ -762,7 +769,12 @@ async fn evict_placement(
             // The placement's end is a durable point: every batch committed so far is flushed.
             shared.confirm(control, true).await?;
             let totals = shared.totals().await;
-            match leftovers(control, table, shared, &totals).await {
+            // Without an expiry index the leftovers cannot be counted in bounded reads.
+            let counted = match shared.walks() {
+                true => None,
+                false => leftovers(control, table, shared, &totals).await,
+            };
+            match counted {
                 Some((b, i)) => (Some(b), Some(i)),
                 None => (None, None),
             }
@@ -787,9 +799,15 @@ async fn evict_placement(
 }
 
 /// The leftovers of a placement the run did not reach.
-async fn count_untouched(node: &mut Node<'_>, table: &KeyTable, report: &mut NodeReport) {
-    let (backlog, in_progress) = match node.control().await {
-        Ok(control) => (
+async fn count_untouched(node: &mut Node<'_>, placement: &Placement, report: &mut NodeReport) {
+    let table = &placement.table;
+    // Without an expiry index the leftovers cannot be counted in bounded reads.
+    let control = match placement.statements.walk() {
+        Some(_) => None,
+        None => node.control().await.ok(),
+    };
+    let (backlog, in_progress) = match control {
+        Some(control) => (
             crate::db::evict::backlog_from(control, table, None, COUNT_CAP)
                 .await
                 .ok(),
@@ -797,7 +815,7 @@ async fn count_untouched(node: &mut Node<'_>, table: &KeyTable, report: &mut Nod
                 .await
                 .ok(),
         ),
-        Err(_) => (None, None),
+        None => (None, None),
     };
     report.backlog_left = add(report.backlog_left, backlog);
     report.expired_in_progress_left = add(report.expired_in_progress_left, in_progress);
