@@ -412,7 +412,9 @@ impl Shared {
             None => None,
         };
         if let Some(walk) = self.sql.walk() {
-            let claim = self.walk_page(state, client, walk, limit, batch_rows).await?;
+            let claim = self
+                .walk_page(state, client, walk, limit, batch_rows)
+                .await?;
             return Ok((claim, ticket));
         }
         let start = state.next;
@@ -655,7 +657,10 @@ pub(super) async fn work(shared: Arc<Shared>, client: Session, index: usize) -> 
             }
         };
         // A page of the walk ran under its claim.
-        let took = t0.elapsed().saturating_sub(outcome.paused).max(outcome.statement);
+        let took = t0
+            .elapsed()
+            .saturating_sub(outcome.paused)
+            .max(outcome.statement);
         if let (Some(l), Some(t)) = (&shared.limiter, ticket) {
             l.settle(&client, t, outcome.deleted).await?;
         }
