@@ -602,6 +602,25 @@ pub(crate) fn refused_on_citus(flag: &str, table: &KeyTable, layout: &Layout) ->
     )
 }
 
+/// What evict tells the operator on stderr, beside its summary.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Event {
+    /// A run a signal interrupted, under cron (no summary printed): what it did before it stopped.
+    Interrupted { rows_evicted: u64, batches: u64 },
+}
+
+/// Say `event` on stderr, in one line.
+pub(crate) fn tell(event: Event) {
+    match event {
+        Event::Interrupted {
+            rows_evicted,
+            batches,
+        } => eprintln!(
+            "idemctl: evict interrupted by a signal after {rows_evicted} rows in {batches} batches; the next run continues"
+        ),
+    }
+}
+
 /// Where on a Citus cluster an error was met: a shard on its worker.
 pub(crate) fn on_shard(id: i64, worker: &str) -> String {
     format!("shard {id} on worker {worker}")

@@ -839,10 +839,10 @@ fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
     if !json && (ctx.global.quiet || (!explicit && !ctx.output.stdout_tty)) {
         // An interrupted run is not a success: say in one line what it did before it stopped.
         if r.end_reason == EndReason::Interrupted {
-            eprintln!(
-                "idemctl: evict interrupted by a signal after {} rows in {} batches; the next run continues",
-                r.rows_evicted, r.batches
-            );
+            crate::output::evict::tell(crate::output::evict::Event::Interrupted {
+                rows_evicted: r.rows_evicted,
+                batches: r.batches,
+            });
         }
         return Ok(());
     }
