@@ -16,6 +16,12 @@ const PROPAGATE_SET_LOCAL_SQL: &str = include_str!("../../sql/citus_propagate_se
 const CUSTOM_PLAN_LOCAL_SQL: &str = include_str!("../../sql/citus_custom_plan_local.sql");
 
 impl Layout {
+    /// Whether the commands work on the table shard by shard on the workers: a hash-distributed
+    /// or single-shard table (see `commands::shards::distributed`).
+    pub(crate) fn shard_by_shard(&self) -> bool {
+        matches!(self, Layout::Distributed { .. } | Layout::SingleShard)
+    }
+
     /// Whether idemctl writes the table through the coordinator to placements on the workers (a
     /// reference table: a copy on every node), rather than shard by shard on the workers or on
     /// the coordinator alone (a Citus local table, written as on one server).
