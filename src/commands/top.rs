@@ -436,77 +436,89 @@ impl History {
                 series.remove(0);
             }
         }
-        let mut notes: Vec<String> = r.notes.iter().map(crate::output::stats::note).collect();
-        if r.citus.is_some() {
-            notes.push(
-                "on Citus, sessions and row waits are the coordinator's; the workers' are not listed"
-                    .into(),
-            );
-        }
-        Frame {
-            table: r.table.clone(),
-            taken_at: OffsetDateTime::now_utc(),
-            backlog: r.expired_backlog.map(count),
-            backlog_estimate: r.expired_backlog_estimate,
-            eviction_lag_seconds: r.eviction_lag_seconds,
-            eviction_lag_at_most: r.referenced_expired.as_ref().is_some_and(|x| x.lag_at_most),
-            insert_per_second: insert,
-            evict_per_second: evict,
-            rate_seconds: seconds,
-            oldest_live: r.oldest_live.as_ref().map(key_fig),
-            oldest_expired: r.oldest_expired.as_ref().map(key_fig),
-            stuck_after_seconds: args.stuck_after.as_secs_f64(),
-            stuck: r.stuck.as_ref().map(|st| count(st.count)),
-            oldest_stuck: s.oldest_stuck.as_ref().map(key_fig),
-            ttl: r.recent_ttl.as_ref().map(|t| TtlFig {
-                keys: t.keys,
-                fixed_seconds: (t.source == "ttl").then_some(t.min_seconds),
-                p50_seconds: t.p50_seconds,
-                buckets: t
-                    .histogram
-                    .iter()
-                    .map(|b| (b.under_seconds, b.keys))
-                    .collect(),
-            }),
-            estimated_rows: r.sizes.estimated_rows,
-            total_bytes: r.sizes.total_bytes,
-            heap_bytes: r.sizes.heap_bytes,
-            index_bytes: r.sizes.index_bytes,
-            dead_tuples: r.vacuum.dead_tuples,
-            dead_tuple_ratio: r.maintenance.dead_tuple_ratio,
-            last_vacuum: r.vacuum.last_vacuum,
-            sessions: s
-                .sessions
+        frame(&s, args, (insert, evict, seconds), workers)
+    }
+}
+
+/// A refresh's frame: its figures, the rates (insert, evict, over how many seconds) and each
+/// worker's part.
+fn frame(
+    s: &Sample,
+    args: &TopArgs,
+    (insert, evict, seconds): (Option<f64>, Option<f64>, Option<f64>),
+    workers: Vec<WorkerFig>,
+) -> Frame {
+    let r = &s.stats;
+    let mut notes: Vec<String> = r.notes.iter().map(crate::output::stats::note).collect();
+    if r.citus.is_some() {
+        notes.push(
+            "on Citus, sessions and row waits are the coordinator's; the workers' are not listed"
+                .into(),
+        );
+    }
+    Frame {
+        table: r.table.clone(),
+        taken_at: OffsetDateTime::now_utc(),
+        backlog: r.expired_backlog.map(count),
+        backlog_estimate: r.expired_backlog_estimate,
+        eviction_lag_seconds: r.eviction_lag_seconds,
+        eviction_lag_at_most: r.referenced_expired.as_ref().is_some_and(|x| x.lag_at_most),
+        insert_per_second: insert,
+        evict_per_second: evict,
+        rate_seconds: seconds,
+        oldest_live: r.oldest_live.as_ref().map(key_fig),
+        oldest_expired: r.oldest_expired.as_ref().map(key_fig),
+        stuck_after_seconds: args.stuck_after.as_secs_f64(),
+        stuck: r.stuck.as_ref().map(|st| count(st.count)),
+        oldest_stuck: s.oldest_stuck.as_ref().map(key_fig),
+        ttl: r.recent_ttl.as_ref().map(|t| TtlFig {
+            keys: t.keys,
+            fixed_seconds: (t.source == "ttl").then_some(t.min_seconds),
+            p50_seconds: t.p50_seconds,
+            buckets: t
+                .histogram
                 .iter()
-                .map(|x| SessionFig {
-                    pid: x.pid,
-                    command: x.holds_lock.clone(),
-                    state: x.state.clone(),
-                    statement: x.statement.clone(),
-                    wait_event: x.wait_event.clone(),
-                    connected_seconds: x.connected_seconds,
-                })
+                .map(|b| (b.under_seconds, b.keys))
                 .collect(),
-            row_waits: s
-                .waits
-                .iter()
-                .map(|w| WaitFig {
-                    pid: w.pid,
-                    application_name: w.application_name.clone(),
-                    waiting_seconds: w.waiting_seconds,
-                    relation: w.relation.clone(),
-                    row_address: w.row_address.clone(),
-                    holder_pid: w.holder_pid,
-                    holder_application_name: w.holder_application_name.clone(),
-                    holder_state: w.holder_state.clone(),
-                    holder_transaction_seconds: w.holder_transaction_seconds,
-                })
-                .collect(),
-            workers,
-            pooled: s.pooled,
-            notes,
-            refresh_ms: s.elapsed.as_secs_f64() * 1000.0,
-        }
+        }),
+        estimated_rows: r.sizes.estimated_rows,
+        total_bytes: r.sizes.total_bytes,
+        heap_bytes: r.sizes.heap_bytes,
+        index_bytes: r.sizes.index_bytes,
+        dead_tuples: r.vacuum.dead_tuples,
+        dead_tuple_ratio: r.maintenance.dead_tuple_ratio,
+        last_vacuum: r.vacuum.last_vacuum,
+        sessions: s
+            .sessions
+            .iter()
+            .map(|x| SessionFig {
+                pid: x.pid,
+                command: x.holds_lock.clone(),
+                state: x.state.clone(),
+                statement: x.statement.clone(),
+                wait_event: x.wait_event.clone(),
+                connected_seconds: x.connected_seconds,
+            })
+            .collect(),
+        row_waits: s
+            .waits
+            .iter()
+            .map(|w| WaitFig {
+                pid: w.pid,
+                application_name: w.application_name.clone(),
+                waiting_seconds: w.waiting_seconds,
+                relation: w.relation.clone(),
+                row_address: w.row_address.clone(),
+                holder_pid: w.holder_pid,
+                holder_application_name: w.holder_application_name.clone(),
+                holder_state: w.holder_state.clone(),
+                holder_transaction_seconds: w.holder_transaction_seconds,
+            })
+            .collect(),
+        workers,
+        pooled: s.pooled,
+        notes,
+        refresh_ms: s.elapsed.as_secs_f64() * 1000.0,
     }
 }
 
