@@ -842,6 +842,10 @@ pub(crate) fn read_key(wait: Duration) -> std::io::Result<Option<Key>> {
             KeyCode::Char('q' | 'Q') | KeyCode::Esc => Some(Key::Quit),
             KeyCode::Char('p' | 'P' | ' ') => Some(Key::Pause),
             KeyCode::Char('?' | 'h') => Some(Key::Help),
+            // Debug builds only: F12 panics on purpose, so that a test can prove in a real terminal
+            // that a panic leaves raw mode and the alternate screen before its message prints.
+            #[cfg(debug_assertions)]
+            KeyCode::F(12) => panic!("F12 pressed in a debug build"),
             _ => None,
         },
         Event::Resize(..) => Some(Key::Redraw),

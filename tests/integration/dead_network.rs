@@ -442,3 +442,292 @@ async fn evict_across_an_immediate_stop_and_a_promoted_standby_claims_no_more_th
         took.as_secs_f64()
     );
 }
+
+/// Resumes stopped server processes when dropped, whatever the test did meanwhile.
+struct Stopped(Vec<i32>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        for pid in &self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-s", "CONT", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// On Citus evict works shard by shard on the workers, each over a connection of its own: a worker
+/// whose sessions stop answering (their processes stopped, the sockets open: what a silent network
+/// looks like from the client) ends the run at the same deadline as on one server, with the same
+/// line; no row is lost, and the next run drains the table once the worker answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_gives_up_a_silent_worker_within_the_deadline() {
+    use crate::support::citus::{CitusDb, Layout, skipped};
+    if skipped("citus evict with a silent worker") {
+        return;
+    }
+    let db = CitusDb::new(None).await;
+    db.exec(include_str!("../../sql/schema.sql")).await;
+    db.exec(&fixtures::load_sql(Mix {
+        expired: 6000,
+        live: 200,
+        ..Mix::default()
+    }))
+    .await;
+    db.exec("UPDATE idempotency_keys SET api_key_id = api_key_id || '_' || (hashtext(key) & 7)")
+        .await;
+    db.distribute(Layout::ByTenant).await;
+    let child = db
+        .idemctl()
+        .args([
+            "--statement-timeout",
+            STATEMENT_TIMEOUT,
+            "--idle-in-transaction-timeout",
+            IDLE_TIMEOUT,
+            "evict",
+            "--batch-size",
+            "50",
+        ])
+        .timeout(Duration::from_secs(300))
+        .spawn();
+    // The worker's sessions of this run, once they have run a statement there (node 1).
+    let worker = db.node_client(1).await;
+    let waiting = Instant::now();
+    let pids: Vec<i32> = loop {
+        let rows = worker
+            .query(
+                "SELECT pid FROM pg_stat_activity \
+                  WHERE datname = current_database() AND application_name = 'idemctl' \
+                    AND pid <> pg_backend_pid() AND query <> ''",
+                &[],
+            )
+            .await
+            .expect("worker sessions");
+        if !rows.is_empty() {
+            break rows.iter().map(|r| r.get(0)).collect();
+        }
+        assert!(
+            waiting.elapsed() < Duration::from_secs(60),
+            "evict never connected to the worker"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let stopped = Stopped(pids.clone());
+    for pid in &pids {
+        let status = std::process::Command::new("kill")
+            .args(["-s", "STOP", &pid.to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "stop worker session {pid}");
+    }
+    let cut = Instant::now();
+    let run = child.wait_async().await;
+    let took = cut.elapsed();
+    eprintln!(
+        "measured: citus evict, silent worker: exit {} after {took:?}",
+        run.code
+    );
+    drop(stopped);
+    run.assert_code(1);
+    assert!(run.stderr.contains(NO_ANSWER), "{run}");
+    let bound = Duration::from_secs(DEADLINE_SECS) + AFTER_DEADLINE;
+    assert!(
+        took < bound,
+        "took {took:?} after the worker went silent\n{run}"
+    );
+    // The worker answers again: the next runs drain exactly the expired completed rows.
+    let started = Instant::now();
+    loop {
+        let again = db.idemctl().args(["evict", "--catch-up"]).run_async().await;
+        if again.code == 0 {
+            break;
+        }
+        assert_eq!(again.code, 7, "{again}");
+        assert!(
+            started.elapsed() < GUARD_BOUND,
+            "guard outlived the run\n{again}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let client = db.client().await;
+    let left: i64 = client.query_one(EXPIRED_LEFT, &[]).await.unwrap().get(0);
+    assert_eq!(left, 0, "the expired completed rows are all gone");
+    let live: i64 = client
+        .query_one(
+            "SELECT count(*) FROM idempotency_keys WHERE expires_at > now()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(live, 200, "no live row was touched");
+}
+
+/// A duration as `ss -o` prints a timer, in seconds: `119min`, `1min39sec`, `684ms`, and below a
+/// minute with a fraction `8.476ms` (iproute2 6.1: seconds with milliseconds, "ms" the unit).
+fn ss_duration(text: &str) -> Option<f64> {
+    let mut total = 0.0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(digits);
+        let units = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
+        let (unit, next) = tail.split_at(units);
+        let value: f64 = number.parse().ok()?;
+        total += match unit {
+            "min" => value * 60.0,
+            "sec" => value,
+            "ms" if number.contains('.') => value,
+            "ms" => value / 1000.0,
+            _ => return None,
+        };
+        rest = next;
+    }
+    Some(total)
+}
+
+/// The keepalive timers (`ss -o`) of the established TCP sockets whose local port is `local` and
+/// whose peer port is one of `peers` (empty: any peer), in seconds.
+fn keepalive_timers(local: u16, peers: &[u16]) -> Vec<(u16, f64)> {
+    let out = crate::support::Cmd::of("ss")
+        .args(["-tnoH", "state", "established"])
+        .run();
+    out.assert_code(0);
+    let mut timers = Vec::new();
+    for line in out.stdout.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let port_of = |addr: &str| addr.rsplit(':').next().and_then(|p| p.parse::<u16>().ok());
+        let (Some(own), Some(peer)) = (
+            fields.get(2).and_then(|a| port_of(a)),
+            fields.get(3).and_then(|a| port_of(a)),
+        ) else {
+            continue;
+        };
+        if own != local || !(peers.is_empty() || peers.contains(&peer)) {
+            continue;
+        }
+        let Some(timer) = line.split("timer:(keepalive,").nth(1) else {
+            continue;
+        };
+        let value = timer.split(',').next().unwrap_or("");
+        if let Some(seconds) = ss_duration(value) {
+            timers.push((peer, seconds));
+        }
+    }
+    timers
+}
+
+/// On a direct TCP connection idemctl asks the server for keepalives suited to a cron job (idle
+/// 10 s by default, `keepalives_idle` honoured), so that the server notices a dead run within
+/// seconds rather than the system's two hours: the server's end of idemctl's own connections runs
+/// a keepalive timer of at most that, while the server's other sessions keep the system default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_end_of_a_direct_connection_probes_a_silent_idemctl_within_seconds() {
+    use crate::support::tcp::{PASSWORD, TcpDb, Transport};
+    std::process::Command::new("ss")
+        .arg("-V")
+        .output()
+        .expect("ss reads the sockets' keepalive timers: apt-get install iproute2");
+    let db = TcpDb::new(Transport::NoTls).await;
+    db.exec(include_str!("../../sql/schema.sql")).await;
+    db.exec(&fixtures::load_sql(Mix {
+        expired: 3000,
+        live: 10,
+        ..Mix::default()
+    }))
+    .await;
+    let server = db.port();
+    for (idle, bound) in [(None, 10.0), (Some("4"), 4.0)] {
+        let mut settings = vec![("host", "127.0.0.1")];
+        if let Some(idle) = idle {
+            settings.push(("keepalives_idle", idle));
+        }
+        let run = db
+            .idemctl()
+            .env("PGPASSWORD", PASSWORD)
+            .env("IDEMCTL_DATABASE_URL", db.conninfo(&settings))
+            .args(["evict", "-q", "--max-rate", "100"])
+            .timeout(Duration::from_secs(120))
+            .spawn();
+        // idemctl's own sockets to the server, then the server's ends of them.
+        let started = Instant::now();
+        let timers = loop {
+            let own = crate::support::Cmd::of("ss")
+                .args(["-tnpH", "state", "established"])
+                .run();
+            let pid = format!("pid={},", run.pid());
+            let ports: Vec<u16> = own
+                .stdout
+                .lines()
+                .filter(|l| l.contains(&pid) && l.contains(&format!(":{server} ")))
+                .filter_map(|l| {
+                    l.split_whitespace()
+                        .nth(2)
+                        .and_then(|a| a.rsplit(':').next())
+                        .and_then(|p| p.parse().ok())
+                })
+                .collect();
+            let timers = if ports.is_empty() {
+                Vec::new()
+            } else {
+                keepalive_timers(server, &ports)
+            };
+            // A connection is seen before its session settings are: wait for them.
+            if !timers.is_empty() && timers.iter().all(|(_, s)| *s <= bound) {
+                // From then on every reading stays within the bound.
+                let mut seen = timers;
+                for _ in 0..20 {
+                    std::thread::sleep(Duration::from_millis(150));
+                    let later = keepalive_timers(server, &ports);
+                    assert!(
+                        later.iter().all(|(_, s)| *s <= bound),
+                        "the server's end of idemctl's connections probes after more than \
+                         {bound} s: {later:?}"
+                    );
+                    seen.extend(later);
+                }
+                seen.sort_by(|a, b| b.1.total_cmp(&a.1));
+                seen.truncate(3);
+                break seen;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the server's end of idemctl's connections does not probe within {bound} s: \
+                 {timers:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        println!(
+            "measured: keepalives_idle {idle:?}: longest server-side keepalive timers {timers:?}"
+        );
+        drop(run);
+    }
+    // A connection that is not idemctl's keeps the server's default (the system's two hours).
+    let (other, connection) = tokio_postgres::connect(
+        &format!(
+            "{} password={PASSWORD}",
+            db.conninfo(&[("host", "127.0.0.1")])
+        ),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect over TCP");
+    tokio::spawn(connection);
+    other.simple_query("SELECT 1").await.unwrap();
+    let mine: u16 = other
+        .query_one("SELECT inet_client_port()", &[])
+        .await
+        .unwrap()
+        .get::<_, i32>(0)
+        .try_into()
+        .unwrap();
+    let timers = keepalive_timers(server, &[mine]);
+    assert!(
+        timers.iter().all(|(_, s)| *s > 60.0),
+        "another session's keepalive changed: {timers:?}"
+    );
+}

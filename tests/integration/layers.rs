@@ -393,8 +393,15 @@ const RENDERED_BY_OUTPUT: &[&str] = &[
     "src/commands/check.rs",
     "src/commands/evict/mod.rs",
     "src/commands/inspect.rs",
-    "src/commands/reclaim.rs",
-    "src/commands/reclaim/citus.rs",
+    "src/commands/reclaim/apply.rs",
+    "src/commands/reclaim/mod.rs",
+    "src/commands/reclaim/plan.rs",
+    "src/commands/reclaim/preview.rs",
+    "src/commands/reclaim/report.rs",
+    "src/commands/reclaim/request.rs",
+    "src/commands/reclaim/sweep.rs",
+    "src/commands/reclaim/validation.rs",
+    "src/commands/reclaim/writing.rs",
     "src/commands/stats.rs",
 ];
 
@@ -625,7 +632,7 @@ const KNOWN_AGAINST_THE_LAYERS: &[(&str, &str)] = &[
     ("src/output/inspect.rs", "src/db/mod.rs"),
     ("src/output/names.rs", "src/commands/shards.rs"),
     ("src/output/names.rs", "src/db/mod.rs"),
-    ("src/output/reclaim.rs", "src/commands/reclaim.rs"),
+    ("src/output/reclaim.rs", "src/commands/reclaim/mod.rs"),
     ("src/output/reclaim.rs", "src/db/mod.rs"),
 ];
 

@@ -244,6 +244,26 @@ async fn ctrl_c_ends_top_with_130_and_restores_the_terminal() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_restores_the_terminal_before_its_message_and_exits_70() {
+    let db = table(10).await;
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = Tmux::start(&top_script(dir.path(), &db, "--interval 1s"));
+    tmux.wait_for("the view", Duration::from_secs(30), |s| {
+        s.contains("live") && s.contains("backlog")
+    });
+    // The test binary is a debug build, which panics on F12: the panic hook must restore first.
+    tmux.keys("F12");
+    assert_restored(&tmux, 70);
+    let screen = tmux.screen();
+    assert!(
+        screen.contains(
+            "idemctl: internal error: F12 pressed in a debug build at src/output/top.rs:"
+        ),
+        "the panic's one line is printed on the restored screen:\n{screen}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_top_with_143_and_restores_the_terminal() {
     let db = table(50).await;
     let dir = tempfile::tempdir().unwrap();

@@ -31,6 +31,7 @@ use crate::db::lock::{self, LockClass};
 use crate::domain::{CATCH_UP_BATCH_TIME, OutputFormat};
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
+use crate::metrics::Series as S;
 use crate::output::prometheus::Metrics;
 use crate::output::rfc3339;
 use crate::progress::Progress;
@@ -48,7 +49,7 @@ const COUNT_CAP: i64 = 100_000;
 
 /// The expiry rule `table` follows, given the TTL the flags, the environment or the config file
 /// set.
-pub(crate) fn expiry_of(table: &KeyTable, global: &crate::cli::GlobalArgs) -> Expiry {
+pub(crate) fn expiry_of(table: &KeyTable, global: &crate::config::Plan) -> Expiry {
     let from = (!global.ttl_from.is_empty()).then(|| global.ttl_from.clone());
     match table.profile.ttl() {
         Some(ttl) => Expiry {
@@ -907,61 +908,25 @@ fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
     Ok(())
 }
 
-/// The run's own metrics (the run series are added by the recorder).
+/// The run's own figures (the run series are added by the recorder; the catalogue names them).
 fn metrics(r: &EvictReport) -> Metrics {
     let mut m = Metrics::default();
-    m.gauge(
-        "idemctl_evict_rows_evicted",
-        "Keys deleted by the last evict run.",
-        r.rows_evicted as f64,
-    );
-    m.gauge(
-        "idemctl_evict_rows_skipped_locked",
-        "Expired keys the last run left because live requests held them.",
-        r.skipped_locked as f64,
-    );
-    m.gauge(
-        "idemctl_evict_rows_skipped_referenced",
-        "Expired keys the last run left because a NO ACTION or RESTRICT foreign key still references them.",
-        r.skipped_referenced as f64,
-    );
+    m.set(S::EvictRowsEvicted, r.rows_evicted);
+    m.set(S::EvictRowsSkippedLocked, r.skipped_locked);
+    m.set(S::EvictRowsSkippedReferenced, r.skipped_referenced);
     if let Some(b) = r.backlog_left {
-        m.gauge(
-            "idemctl_evict_backlog_left_keys",
-            "Expired completed keys left after the last run (exact up to the cap).",
-            b.count as f64,
-        );
+        m.set(S::EvictBacklogLeft, b.count);
     }
     if let Some(ip) = r.expired_in_progress_left {
-        m.gauge(
-            "idemctl_evict_expired_in_progress_keys",
-            "Expired keys still in_progress after the last run (reclaim needed).",
-            ip.count as f64,
-        );
+        m.set(S::EvictExpiredInProgress, ip.count);
     }
     if !r.dropped_partitions.is_empty() || !r.partitions_kept.is_empty() {
-        m.gauge(
-            "idemctl_evict_partitions_dropped",
-            "Partitions the last run detached and dropped whole (--drop-partitions).",
-            r.dropped_partitions.len() as f64,
-        );
-        m.gauge(
-            "idemctl_evict_rows_dropped_estimate",
-            "Estimated keys in the partitions the last run dropped.",
-            r.rows_dropped_estimate as f64,
-        );
+        m.set(S::EvictPartitionsDropped, r.dropped_partitions.len());
+        m.set(S::EvictRowsDroppedEstimate, r.rows_dropped_estimate);
     }
     if r.replica_lag_limit_seconds.is_some() {
-        m.gauge(
-            "idemctl_evict_replica_lag_waits",
-            "Times the last run paused because a streaming replica was behind --max-replica-lag.",
-            r.replica_lag_waits as f64,
-        );
-        m.gauge(
-            "idemctl_evict_replica_lag_wait_seconds",
-            "Seconds the last run spent paused for replica lag.",
-            r.replica_lag_wait_seconds,
-        );
+        m.set(S::EvictReplicaLagWaits, r.replica_lag_waits);
+        m.set(S::EvictReplicaLagWait, r.replica_lag_wait_seconds);
     }
     r.pace.metrics(&mut m);
     if let Some(rate) = &r.rate_limit {

@@ -49,7 +49,8 @@ use tokio::sync::Mutex;
 use crate::db::Session;
 use crate::db::activity::{self, Foreground};
 use crate::domain::Cancel;
-use crate::output::prometheus::{Kind, Metrics};
+use crate::metrics::Series;
+use crate::output::prometheus::Metrics;
 
 /// How often the foreground is sampled, at most.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(200);
@@ -799,40 +800,23 @@ fn rest_for(took: Duration, duty: f64) -> Duration {
 }
 
 impl PaceReport {
-    /// Add the pace's gauges to `m`.
+    /// Add the pace's figures to `m`.
     pub(crate) fn metrics(&self, m: &mut Metrics) {
-        m.gauge(
-            "idemctl_evict_pace_adaptive",
-            "1 if the last evict run paced itself from the foreground's activity, 0 if at a fixed duty cycle.",
-            if self.mode == "adaptive" { 1.0 } else { 0.0 },
-        );
+        m.set(Series::EvictPaceAdaptive, self.mode == "adaptive");
         if self.mode != "adaptive" {
             return;
         }
-        m.gauge(
-            "idemctl_evict_pace_full_seconds",
-            "Seconds the last evict run ran unpaced because no other session was active.",
-            self.full_seconds,
-        );
+        m.set(Series::EvictPaceFull, self.full_seconds);
         for r in Reason::ALL {
-            m.add(
-                "idemctl_evict_pace_backoff_seconds",
-                "Seconds the last evict run spent backed off below the default duty cycle, by the signal that made it back off.",
-                Kind::Gauge,
-                &[("reason", r.as_str())],
-                self.backoff_seconds_by_reason.get(&r).copied().unwrap_or(0.0),
+            let spent = self.backoff_seconds_by_reason.get(&r).copied();
+            m.set_labelled(
+                Series::EvictPaceBackoff,
+                &[r.as_str()],
+                spent.unwrap_or(0.0),
             );
         }
-        m.gauge(
-            "idemctl_evict_pace_floor_cut_seconds",
-            "Seconds of rests the last evict run cut to keep removing keys at least 10 times as fast as the table gained them.",
-            self.floor_cut_seconds,
-        );
-        m.gauge(
-            "idemctl_evict_pace_ceiling_added_seconds",
-            "Seconds of rests the last evict run added to remove keys at most 20 times as fast as the table gained them while other sessions were active.",
-            self.ceiling_added_seconds,
-        );
+        m.set(Series::EvictPaceFloorCut, self.floor_cut_seconds);
+        m.set(Series::EvictPaceCeilingAdded, self.ceiling_added_seconds);
     }
 }
 

@@ -1,0 +1,299 @@
+//! reclaim's plan file: what `--plan` writes and `--apply` reads, and the checks that a plan fits
+//! the flags, the table and the database it is applied to.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::cli::ReclaimArgs;
+use crate::db::queries;
+use crate::db::reclaim as reclaim_db;
+use crate::db::{KeyTable, Session};
+use crate::domain::ReclaimAction;
+use crate::exit::{Exit, fail};
+use crate::output::reclaim as output;
+use crate::report::rows::DatabaseIdentity;
+
+/// The status a plan without one stores (plans always carry one; this reads hand-made ones).
+pub(super) const DEFAULT_STATUS: i32 = 500;
+/// The plan file format this build writes and reads.
+pub(super) const PLAN_VERSION: u32 = 1;
+
+/// A reviewed preview: what `--plan` writes and `--apply` reads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Plan {
+    pub(super) schema_version: u32,
+    /// `schema.name` of the table the plan was made on.
+    pub(super) table: String,
+    pub(super) older_than_seconds: f64,
+    pub(super) action: ReclaimAction,
+    /// The stored response status for `fail` (unused by `delete`).
+    #[serde(default = "default_status")]
+    pub(super) status: i32,
+    /// The stored response body for `fail`, null for `delete`.
+    #[serde(default)]
+    pub(super) body: Option<Value>,
+    /// `--action fail`: how long each failed key is kept from when it is failed (absent in older
+    /// plans: expires_at is kept).
+    #[serde(default)]
+    pub(super) keep_failed_for_seconds: f64,
+    /// The cluster and database the plan was made on; --apply refuses any other.
+    #[serde(default)]
+    pub(super) database: Option<DatabaseIdentity>,
+    /// The database clock when the preview was taken (for the reviewer).
+    #[serde(default, with = "time::serde::rfc3339::option")]
+    pub(super) created_at: Option<OffsetDateTime>,
+    /// More stuck keys existed than the plan lists (the oldest are listed).
+    #[serde(default)]
+    pub(super) truncated: bool,
+    /// The filters the preview was made with (absent without any); apply re-checks them on each
+    /// row. An idemctl that does not know filters refuses a plan that has them.
+    #[serde(default, skip_serializing_if = "reclaim_db::Filter::is_empty")]
+    pub(super) filter: reclaim_db::Filter,
+    pub(super) rows: Vec<PlanRow>,
+}
+
+/// One key of a plan. `locked_at` and `created_at` are exact (microseconds): apply reclaims the
+/// row only if both are unchanged. Method, path and age are for the reviewer only. The tenant is
+/// null on a table without a tenant column, and never missing.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PlanRow {
+    #[serde(deserialize_with = "Option::deserialize")]
+    pub(super) api_key_id: Option<String>,
+    pub(super) key: String,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub(super) locked_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339")]
+    pub(super) created_at: OffsetDateTime,
+    #[serde(default)]
+    pub(super) request_method: Option<String>,
+    #[serde(default)]
+    pub(super) request_path: Option<String>,
+    #[serde(default)]
+    pub(super) age_seconds: f64,
+}
+
+pub(super) fn default_status() -> i32 {
+    DEFAULT_STATUS
+}
+
+/// Just the version, read first so that a newer format gets a clear message.
+#[derive(Deserialize)]
+pub(super) struct PlanVersion {
+    pub(super) schema_version: Option<u32>,
+}
+
+pub(super) fn load_plan(path: &Path) -> Result<Plan> {
+    let invalid = |why: String| fail(Exit::Usage, output::plan_invalid(path, &why));
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| fail(Exit::Usage, output::plan_unreadable(path, &e)))?;
+    let version: PlanVersion = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    if version.schema_version != Some(PLAN_VERSION) {
+        return Err(invalid(format!(
+            "schema_version {}, this idemctl reads {PLAN_VERSION}",
+            version
+                .schema_version
+                .map_or_else(|| "missing".to_owned(), |v| v.to_string())
+        )));
+    }
+    let plan: Plan = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    check_plan(&plan).map_err(invalid)?;
+    Ok(plan)
+}
+
+/// What serde cannot check: sane numbers, a body that fits the action, no key listed twice.
+pub(super) fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
+    if !(plan.older_than_seconds.is_finite() && plan.older_than_seconds > 0.0) {
+        return Err("older_than_seconds must be a positive number".into());
+    }
+    if !(100..=599).contains(&plan.status) {
+        return Err(format!("status {} is not an HTTP status", plan.status));
+    }
+    match (plan.action, &plan.body) {
+        (ReclaimAction::Fail, Some(Value::Object(_))) | (ReclaimAction::Delete, None) => {}
+        (ReclaimAction::Fail, _) => return Err("action fail needs a JSON object as body".into()),
+        (ReclaimAction::Delete | ReclaimAction::Release, Some(_)) => {
+            return Err("actions delete and release take no body".into());
+        }
+        (ReclaimAction::Release, None) => {}
+    }
+    listed_twice(plan)
+}
+
+/// No key listed twice (checked again once an earlier release's `""` tenants read as none).
+pub(super) fn listed_twice(plan: &Plan) -> std::result::Result<(), String> {
+    let mut seen = HashSet::new();
+    for r in &plan.rows {
+        if !seen.insert((r.api_key_id.as_deref(), r.key.as_str())) {
+            return Err(output::plan_key_twice(&r.key, r.api_key_id.as_deref()));
+        }
+    }
+    Ok(())
+}
+
+/// Under --apply the plan decides action, status, body and cutoff; a flag that says otherwise is
+/// a mistake worth stopping for (one that repeats the plan is not).
+pub(super) fn check_plan_flags(args: &ReclaimArgs, plan: &Plan) -> Result<()> {
+    let conflict = if args.body_file.is_some() {
+        Some("--body-file")
+    } else if args.action.is_some_and(|a| a != plan.action) {
+        Some("--action")
+    } else if args.status.is_some_and(|s| s != plan.status) {
+        Some("--status")
+    } else if args
+        .older_than
+        .is_some_and(|o| (o.as_secs_f64() - plan.older_than_seconds).abs() > 1e-6)
+    {
+        Some("--older-than")
+    } else if args
+        .keep_failed_for
+        .is_some_and(|k| (k.as_secs_f64() - plan.keep_failed_for_seconds).abs() > 1e-6)
+    {
+        Some("--keep-failed-for")
+    } else {
+        None
+    };
+    match conflict {
+        None => Ok(()),
+        Some(flag) => Err(fail(Exit::Usage, output::flag_differs_from_plan(flag))),
+    }
+}
+
+pub(super) fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
+    let here = format!("{}.{}", table.schema, table.name);
+    if plan.table == here {
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        output::plan_for_another_table(path, &plan.table, table),
+    ))
+}
+
+/// A plan made for a table without a tenant column by an earlier release gives each row the
+/// tenant `""`: read that as no tenant.
+pub(super) fn without_empty_tenants(table: &KeyTable, plan: &Plan) -> Plan {
+    let mut plan = plan.clone();
+    if !table.profile.has_scope() {
+        for row in &mut plan.rows {
+            if row.api_key_id.as_deref() == Some("") {
+                row.api_key_id = None;
+            }
+        }
+    }
+    plan
+}
+
+/// Plan rows carry a tenant exactly when the table has a tenant column: a row with one on a table
+/// without (or without one on a table with) was made for another table, or edited.
+pub(super) fn check_plan_tenants(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
+    let has_tenant = table.profile.has_scope();
+    match plan
+        .rows
+        .iter()
+        .find(|r| r.api_key_id.is_some() != has_tenant)
+    {
+        None => Ok(()),
+        Some(r) => Err(fail(
+            Exit::Usage,
+            output::plan_invalid(
+                path,
+                &output::plan_row_tenant_unfit(table, &r.key, r.api_key_id.as_deref()),
+            ),
+        )),
+    }
+}
+
+/// A plan applies only to the database it was made on: the same keys can exist in a staging copy
+/// or on another cluster, where its re-checks would find them all "gone" or, worse, match.
+pub(super) async fn check_plan_database(client: &Session, path: &Path, plan: &Plan) -> Result<()> {
+    let Some(made_on) = &plan.database else {
+        return Err(fail(Exit::Usage, output::plan_without_database(path)));
+    };
+    let here = queries::database_identity(client).await?;
+    if &here == made_on {
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        output::plan_for_another_database(path, made_on, &here),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_rows_round_trip_exact_timestamps() {
+        let ts = OffsetDateTime::from_unix_timestamp_nanos(1_767_225_600_123_456_000).unwrap();
+        let row = PlanRow {
+            api_key_id: Some("t".into()),
+            key: "k".into(),
+            locked_at: None,
+            created_at: ts,
+            request_method: None,
+            request_path: None,
+            age_seconds: 0.0,
+        };
+        let text = serde_json::to_string(&row).unwrap();
+        let back: PlanRow = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.created_at, ts);
+        assert!(text.contains(".123456"), "{text}");
+    }
+
+    #[test]
+    fn a_plan_row_without_a_tenant_is_null_and_never_missing() {
+        let row = PlanRow {
+            api_key_id: None,
+            key: "k".into(),
+            locked_at: None,
+            created_at: OffsetDateTime::UNIX_EPOCH,
+            request_method: None,
+            request_path: None,
+            age_seconds: 0.0,
+        };
+        let mut value = serde_json::to_value(&row).unwrap();
+        assert_eq!(value["api_key_id"], Value::Null, "{value}");
+        let back: PlanRow = serde_json::from_value(value.clone()).unwrap();
+        assert_eq!(back.api_key_id, None);
+        value.as_object_mut().unwrap().remove("api_key_id");
+        let missing = serde_json::from_value::<PlanRow>(value).unwrap_err();
+        assert!(missing.to_string().contains("api_key_id"), "{missing}");
+    }
+
+    #[test]
+    fn plans_listing_a_key_twice_are_refused() {
+        let ts = OffsetDateTime::UNIX_EPOCH;
+        let row = PlanRow {
+            api_key_id: Some("t".into()),
+            key: "k".into(),
+            locked_at: Some(ts),
+            created_at: ts,
+            request_method: None,
+            request_path: None,
+            age_seconds: 0.0,
+        };
+        let plan = Plan {
+            schema_version: PLAN_VERSION,
+            table: "public.idempotency_keys".into(),
+            older_than_seconds: 300.0,
+            action: ReclaimAction::Delete,
+            status: 500,
+            body: None,
+            keep_failed_for_seconds: 0.0,
+            database: None,
+            created_at: Some(ts),
+            truncated: false,
+            filter: reclaim_db::Filter::default(),
+            rows: vec![row.clone(), row],
+        };
+        assert!(check_plan(&plan).unwrap_err().contains("twice"));
+    }
+}

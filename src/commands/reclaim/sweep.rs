@@ -1,0 +1,183 @@
+//! reclaim's sweep: find stuck keys and reclaim them, batch by batch.
+
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::placements::Placements;
+use super::report::{KeyId, ReclaimReport, print_report};
+use super::request::{COUNT_CAP, Request};
+use super::validation::{require_privileges, require_stuck_index};
+use super::writing::{
+    archive_why, begin_writes, confirm, fail_with, open_archive, question, statements,
+};
+use crate::cli::ReclaimArgs;
+use crate::commands::archive::Archive;
+use crate::context::Context;
+use crate::db::reclaim as reclaim_db;
+use crate::db::{KeyTable, Session};
+use crate::exit::Exit;
+use crate::report::rows::Capped;
+use crate::report::run::EndReason;
+
+pub(super) async fn sweep(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    req: &Request,
+    args: &ReclaimArgs,
+) -> Result<Exit> {
+    require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
+    require_privileges(client, table, Some(req.action)).await?;
+    let mut archive = open_archive(args, None)?;
+    begin_writes(ctx, client, table).await?;
+    let before = count_stuck(client, table, req).await?;
+    if before.count > 0 {
+        let count = match req.limit {
+            Some(l) => format!("up to {l} of {before}"),
+            None => before.to_string(),
+        };
+        confirm(args, &question(table, req, &count))?;
+    }
+    ctx.cancel.install()?;
+    let start = Instant::now();
+    let mut report = ReclaimReport::new(table, req);
+    report.end_reason =
+        sweep_placements(ctx, client, table, req, args, &mut report, archive.as_mut()).await?;
+    let left = count_stuck(client, table, req).await?;
+    if report.end_reason == EndReason::Drained {
+        // The last batch found fewer unlocked stuck keys than it asked for, so every stuck key
+        // still here was skipped because a live owner holds its row.
+        report.skipped_live_owner = Some(left);
+    }
+    report.stuck_left = Some(left);
+    report.elapsed_seconds = start.elapsed().as_secs_f64();
+    ctx.metrics
+        .finish(report.run_end(), report.metrics())
+        .await?;
+    print_report(ctx, &report)?;
+    Ok(report.exit())
+}
+
+async fn sweep_batches(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    req: &Request,
+    args: &ReclaimArgs,
+    report: &mut ReclaimReport,
+    mut archive: Option<&mut Archive>,
+) -> Result<EndReason> {
+    let statements = statements(ctx, table, req)?;
+    loop {
+        if ctx.cancel.requested() {
+            return Ok(EndReason::Interrupted);
+        }
+        let size = u64::from(args.batch_size);
+        let want = match req.limit {
+            Some(l) if l <= report.rows_reclaimed => return Ok(EndReason::Limit),
+            Some(l) => size.min(l - report.rows_reclaimed),
+            None => size,
+        };
+        let got = match archive.as_deref_mut() {
+            Some(a) => archived_batch(&statements, client, req, want, a).await,
+            None => sweep_batch(&statements, client, req, want).await,
+        };
+        // A batch that failed as the run was interrupted was rolled back whole.
+        let got = match got {
+            Err(_) if ctx.cancel.requested() => return Ok(EndReason::Interrupted),
+            got => got.map_err(|e| report.batch_error(e))?,
+        };
+        report.batches += 1;
+        let n = u64::try_from(got.len()).unwrap_or(u64::MAX);
+        got.into_iter().for_each(|k| report.add_reclaimed(k));
+        if n < want {
+            return Ok(EndReason::Drained);
+        }
+    }
+}
+
+/// Stuck keys the run may take (its filters applied), counted up to COUNT_CAP.
+pub(super) async fn count_stuck(
+    client: &Session,
+    table: &KeyTable,
+    req: &Request,
+) -> Result<Capped> {
+    reclaim_db::count_stuck(client, table, req.older_than, COUNT_CAP, &req.filter).await
+}
+
+/// One batch of the sweep: returns the keys it reclaimed.
+pub(super) async fn sweep_batch(
+    statements: &reclaim_db::Statements,
+    client: &Session,
+    req: &Request,
+    want: u64,
+) -> Result<Vec<KeyId>> {
+    let limit = i64::try_from(want).unwrap_or(i64::MAX);
+    let got = statements
+        .sweep_batch(client, req.older_than, limit, fail_with(req).as_ref())
+        .await?;
+    Ok(got
+        .into_iter()
+        .map(|(api_key_id, key)| KeyId { api_key_id, key })
+        .collect())
+}
+
+/// One batch of the sweep with --archive: its keys are in the archive, durable, before it commits.
+pub(super) async fn archived_batch(
+    statements: &reclaim_db::Statements,
+    client: &Session,
+    req: &Request,
+    want: u64,
+    archive: &mut Archive,
+) -> Result<Vec<KeyId>> {
+    let limit = i64::try_from(want).unwrap_or(i64::MAX);
+    let why = archive_why(req);
+    let mut batch = None;
+    let got = statements
+        .sweep_batch_archived(
+            client,
+            req.older_than,
+            limit,
+            fail_with(req).as_ref(),
+            &mut |keys| {
+                if !keys.is_empty() {
+                    batch = Some(archive.write_keys(&why, keys)?);
+                }
+                Ok(())
+            },
+        )
+        .await?;
+    if let Some(b) = batch {
+        archive.write_commit(&b, got.len())?;
+    }
+    Ok(got
+        .into_iter()
+        .map(|(api_key_id, key)| KeyId { api_key_id, key })
+        .collect())
+}
+
+/// The sweep over the table's placements, shard after shard (a plain server's one); stops at the
+/// first shard that does not drain (limit, signal).
+async fn sweep_placements(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    req: &Request,
+    args: &ReclaimArgs,
+    report: &mut ReclaimReport,
+    mut archive: Option<&mut Archive>,
+) -> Result<EndReason> {
+    let placements = Placements::connect(ctx, client, table, req.layout.as_ref()).await?;
+    for node in placements.nodes() {
+        let session = node.session().await?;
+        for shard in &node.shards {
+            let archive = archive.as_deref_mut();
+            let end = sweep_batches(ctx, &session, shard.table, req, args, report, archive).await?;
+            if end != EndReason::Drained {
+                return Ok(end);
+            }
+        }
+    }
+    Ok(EndReason::Drained)
+}

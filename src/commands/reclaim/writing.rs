@@ -1,0 +1,103 @@
+//! The steps reclaim's writing runs share: the table's reclaim lock, the confirmation, the batch
+//! statements and the archive.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+
+use super::request::{ROW_LOCK_WAIT, Request, action_name};
+use crate::cli::ReclaimArgs;
+use crate::commands::archive::Archive;
+use crate::context::Context;
+use crate::db::batch;
+use crate::db::lock::{self, LockClass};
+use crate::db::reclaim as reclaim_db;
+use crate::db::{KeyTable, Session};
+use crate::domain::ReclaimAction;
+use crate::exit::{Exit, fail};
+use crate::output::reclaim as output;
+
+/// Take the table's reclaim lock and keep every row wait to a few milliseconds for the session
+/// (behind a transaction pooler: no lock, and the wait set in each batch's transaction).
+pub(super) async fn begin_writes(ctx: &Context, client: &Session, table: &KeyTable) -> Result<()> {
+    let scope = lock::acquire(client, table, LockClass::Reclaim).await?;
+    if let Some(note) = scope.note(LockClass::Reclaim, ctx.route()) {
+        ctx.output.note(&note);
+    }
+    batch::limit_row_waits(client, ROW_LOCK_WAIT)
+        .await
+        .context("failed to set up the reclaim session")
+}
+
+/// Ask on the terminal unless --yes. `validate` has already refused a run without a terminal.
+pub(super) fn confirm(args: &ReclaimArgs, question: &str) -> Result<()> {
+    if args.yes {
+        return Ok(());
+    }
+    let mut err = std::io::stderr().lock();
+    write!(err, "{question} [y/N] ")
+        .and_then(|()| err.flush())
+        .context("failed to ask for confirmation")?;
+    let mut answer = String::new();
+    std::io::stdin()
+        .read_line(&mut answer)
+        .context("failed to read the confirmation")?;
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        return Ok(());
+    }
+    Err(fail(Exit::Usage, output::NOT_CONFIRMED))
+}
+
+/// The confirmation question, worded by the output layer.
+pub(super) fn question(table: &KeyTable, req: &Request, count: &str) -> String {
+    output::question(&output::Asked {
+        table,
+        action: req.action,
+        status: req.status,
+        filter: &req.filter,
+        older_than: req.older_than,
+        count,
+    })
+}
+
+/// The action's statements for this table and filters, and the client-side deadline of each
+/// answer.
+pub(super) fn statements(
+    ctx: &Context,
+    table: &KeyTable,
+    req: &Request,
+) -> Result<reclaim_db::Statements> {
+    let deadline = ctx.answer_deadline();
+    reclaim_db::Statements::new(table, req.action, &req.filter, deadline, req.route.clone())
+}
+
+/// `--archive`: the file opened for appending before any change (exit 2 when it cannot be), for a
+/// sweep (`plan` None) or an apply.
+pub(super) fn open_archive(args: &ReclaimArgs, plan: Option<&Path>) -> Result<Option<Archive>> {
+    args.archive
+        .as_deref()
+        .map(|path| Archive::open(path, plan))
+        .transpose()
+}
+
+/// What `--action fail` stores, for the batch statements (None for the other actions).
+pub(super) fn fail_with(req: &Request) -> Option<reclaim_db::FailWith<'_>> {
+    match &req.body {
+        Some(body) if req.action == ReclaimAction::Fail => Some(reclaim_db::FailWith {
+            status: req.status,
+            body,
+            keep_failed: req.keep_failed,
+        }),
+        _ => None,
+    }
+}
+
+/// What the archive says about each key the run takes.
+pub(super) fn archive_why(req: &Request) -> crate::commands::archive::Why<'_> {
+    crate::commands::archive::Why {
+        action: action_name(req.action),
+        older_than: req.older_than,
+        filter: &req.filter,
+    }
+}
