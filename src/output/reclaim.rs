@@ -8,6 +8,7 @@ use crate::commands::reclaim::{Candidate, LeftAlone, PreviewReport, ReclaimRepor
 use crate::db::KeyTable;
 use crate::domain::ReclaimAction;
 use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
+use crate::report::reclaim::{BatchEnd, BatchFailed};
 use crate::report::rows::Filter;
 use crate::report::rows::Layout;
 use crate::report::rows::{Capped, DatabaseIdentity};
@@ -618,4 +619,35 @@ pub(crate) fn shard_unplaced(shard: i64, table: &KeyTable) -> String {
         "shard {shard} of {} has no active placement in the coordinator's metadata (a shard move may be under way); nothing was changed, try again",
         table.display()
     )
+}
+
+/// The line of a writing run that a batch ended: what failed, what the earlier batches did, and
+/// what to do.
+pub(crate) fn batch_failed(f: &BatchFailed) -> String {
+    let (batch, reclaimed) = (f.batch, f.reclaimed);
+    match f.end {
+        BatchEnd::HeldReference => format!(
+            "batch {batch} was rolled back ({reclaimed} keys were reclaimed by earlier batches)"
+        ),
+        BatchEnd::LockTimeout { tries } => format!(
+            "batch {batch} could not get a lock another session holds in {tries} tries (a live transaction holds a row it needs, or DDL holds the table) and was rolled back ({reclaimed} keys were reclaimed by earlier batches); run reclaim again"
+        ),
+        BatchEnd::Failed => format!(
+            "batch {batch} failed and was rolled back ({reclaimed} keys were reclaimed by earlier batches); run reclaim again"
+        ),
+        BatchEnd::Lost { in_flight } => {
+            let at_most = if in_flight == 1 {
+                "1 key".to_owned()
+            } else {
+                format!("{in_flight} keys")
+            };
+            format!(
+                "reclaim lost its connection: {reclaimed} keys reclaimed by batches whose commit the server confirmed; the batch in flight ({at_most} at most) may or may not have committed: run reclaim again, which takes what is still stuck"
+            )
+        }
+        BatchEnd::SmallestTimedOut { statement_timeout } => format!(
+            "a batch of one key exceeded statement_timeout ({}, set by --statement-timeout) after the batches were made smaller; nothing of it was reclaimed ({reclaimed} keys were reclaimed by earlier batches): raise --statement-timeout",
+            humantime::format_duration(statement_timeout)
+        ),
+    }
 }

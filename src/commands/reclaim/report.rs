@@ -9,11 +9,13 @@ use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::batch;
 use crate::db::reclaim as reclaim_db;
+use crate::db::session::Lost;
 use crate::domain::{OutputFormat, ReclaimAction};
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics};
 use crate::output::reclaim as output;
+use crate::report::reclaim::{BatchEnd, BatchFailed};
 use crate::report::rows::Capped;
 use crate::report::run::EndReason;
 
@@ -113,28 +115,39 @@ impl ReclaimReport {
         }
     }
 
-    /// Wrap a batch failure with what had already been done (those batches are committed).
-    pub(super) fn batch_error(&self, e: anyhow::Error) -> anyhow::Error {
-        if e.is::<batch::HeldReferenceRow>() {
-            return e.context(format!(
-                "batch {} was rolled back ({} keys were reclaimed by earlier batches)",
-                self.batches + 1,
-                self.rows_reclaimed
-            ));
-        }
-        let why = if batch::Failure::of(&e) == batch::Failure::LockTimeout {
-            format!(
-                "could not get a lock another session holds in {} tries (a live transaction holds a row it needs, or DDL holds the table)",
-                batch::TRIES
-            )
+    /// Wrap a batch failure with what had already been done (those batches are committed);
+    /// `in_flight`: how many keys the failed batch could have taken.
+    pub(super) fn batch_error(&self, e: anyhow::Error, in_flight: u64) -> anyhow::Error {
+        let end = if e.is::<batch::HeldReferenceRow>() {
+            BatchEnd::HeldReference
+        } else if e.chain().any(|c| c.is::<Lost>()) {
+            BatchEnd::Lost { in_flight }
+        } else if batch::Failure::of(&e) == batch::Failure::LockTimeout {
+            BatchEnd::LockTimeout {
+                tries: batch::TRIES,
+            }
         } else {
-            "failed".to_owned()
+            BatchEnd::Failed
         };
-        e.context(format!(
-            "batch {} {why} and was rolled back ({} keys were reclaimed by earlier batches); run reclaim again",
-            self.batches + 1,
-            self.rows_reclaimed
-        ))
+        self.ended_by(e, end)
+    }
+
+    /// A batch of one key that still exceeded statement_timeout after the batches were made
+    /// smaller: the run ends, naming the setting.
+    pub(super) fn smallest_timed_out(
+        &self,
+        e: anyhow::Error,
+        statement_timeout: std::time::Duration,
+    ) -> anyhow::Error {
+        self.ended_by(e, BatchEnd::SmallestTimedOut { statement_timeout })
+    }
+
+    fn ended_by(&self, e: anyhow::Error, end: BatchEnd) -> anyhow::Error {
+        e.context(output::batch_failed(&BatchFailed {
+            batch: self.batches + 1,
+            reclaimed: self.rows_reclaimed,
+            end,
+        }))
     }
 
     /// Count each plan row as reclaimed or left alone (with why).

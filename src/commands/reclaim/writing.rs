@@ -6,6 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 
+use super::report::ReclaimReport;
 use super::request::{ROW_LOCK_WAIT, Request, action_name};
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
@@ -100,4 +101,21 @@ pub(super) fn archive_why(req: &Request) -> crate::commands::archive::Why<'_> {
         older_than: req.older_than,
         filter: &req.filter,
     }
+}
+
+/// The error that ends the run after a batch of `want` keys failed (not on a signal, and not a
+/// timeout a smaller batch can avoid).
+pub(super) fn failed(
+    ctx: &Context,
+    report: &ReclaimReport,
+    e: anyhow::Error,
+    want: u64,
+) -> anyhow::Error {
+    if batch::timed_out(&e, ctx.cancel.requested()) {
+        let timeout = ctx
+            .answer_deadline()
+            .saturating_sub(crate::conn::ANSWER_MARGIN);
+        return report.smallest_timed_out(e, timeout);
+    }
+    report.batch_error(e, want)
 }
