@@ -75,7 +75,7 @@ pub(super) async fn shards_of_rows(
         return Ok(vec![None; rows.len()]);
     };
     let by_tenant = matches!(layout, Layout::Distributed { column, .. }
-        if table.profile.tenant.as_deref() == Some(column.as_str()));
+        if table.profile.tenant.as_slice() == std::slice::from_ref(column));
     if !by_tenant {
         return Err(fail(
             Exit::Usage,
