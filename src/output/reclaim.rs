@@ -4,11 +4,12 @@
 
 use std::path::Path;
 
-use crate::commands::reclaim::{Candidate, LeftAlone, PreviewReport, ReclaimReport, action_name};
 use crate::db::KeyTable;
 use crate::domain::ReclaimAction;
 use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
-use crate::report::reclaim::{BatchEnd, BatchFailed};
+use crate::report::reclaim::{
+    BatchEnd, BatchFailed, Candidate, LeftAlone, PreviewReport, ReclaimReport, action_name,
+};
 use crate::report::rows::Filter;
 use crate::report::rows::Layout;
 use crate::report::rows::{Capped, DatabaseIdentity};

@@ -10,7 +10,7 @@ use super::plan::{
     Plan, PlanRow, check_plan_database, check_plan_table, check_plan_tenants, listed_twice,
     without_empty_tenants,
 };
-use super::report::{ReclaimReport, print_report};
+use super::report::print_report;
 use super::request::Request;
 use super::validation::{require_identity_index, require_privileges};
 use super::writing::{
@@ -24,6 +24,7 @@ use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
 use crate::output::reclaim as output;
+use crate::report::reclaim::ReclaimReport;
 use crate::report::rows::Capped;
 use crate::report::run::EndReason;
 

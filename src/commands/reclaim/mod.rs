@@ -38,10 +38,6 @@ use request::Mode;
 use sweep::sweep;
 use validation::{profile_action, validate};
 
-pub(crate) use preview::{Candidate, PreviewReport};
-pub(crate) use report::{LeftAlone, ReclaimReport};
-pub(crate) use request::action_name;
-
 /// Run `reclaim`.
 pub(crate) async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
     let mut req = validate(ctx, args)?;

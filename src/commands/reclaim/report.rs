@@ -1,22 +1,19 @@
 //! The summary of a writing run, its metrics and when it prints.
 
 use anyhow::Result;
-use serde::Serialize;
 
 use super::plan::PlanRow;
 use super::request::{LIST_CAP, Mode, Request};
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::batch;
-use crate::db::reclaim as reclaim_db;
 use crate::db::session::Lost;
 use crate::domain::{OutputFormat, ReclaimAction};
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
 use crate::output::prometheus::{Kind, Metrics};
 use crate::output::reclaim as output;
-use crate::report::reclaim::{BatchEnd, BatchFailed};
-use crate::report::rows::Capped;
+use crate::report::reclaim::{BatchEnd, BatchFailed, KeyId, LeftAlone, ReclaimReport};
 use crate::report::run::EndReason;
 
 /// Why apply leaves a plan row alone (held: a live owner holds it; filtered: it does not match the
@@ -30,54 +27,6 @@ pub(super) const LEFT_ALONE_REASONS: [&str; 7] = [
     "too_young",
     "held",
 ];
-
-/// A key identified for the report.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct KeyId {
-    /// None on a table without a tenant column (null in JSON).
-    pub(crate) api_key_id: Option<String>,
-    pub(crate) key: String,
-}
-
-/// A plan row that apply left alone, and why.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct LeftAlone {
-    /// None on a table without a tenant column (null in JSON).
-    pub(crate) api_key_id: Option<String>,
-    pub(crate) key: String,
-    /// gone, filtered, completed, other_state, changed, too_young or held.
-    pub(crate) reason: String,
-    /// The row's state when apply looked, if it still exists.
-    pub(crate) state: Option<String>,
-}
-
-/// The summary of a writing run (also the JSON document).
-#[derive(Debug, Serialize)]
-pub(crate) struct ReclaimReport {
-    pub(crate) table: String,
-    pub(crate) action: ReclaimAction,
-    pub(crate) older_than_seconds: f64,
-    /// The filters the run was limited to (null without any).
-    #[serde(serialize_with = "filter_or_null")]
-    pub(crate) filter: reclaim_db::Filter,
-    pub(crate) response_status: Option<i32>,
-    /// `--action fail`: each failed key is kept at least this long from when it was failed.
-    pub(crate) keep_failed_for_seconds: Option<f64>,
-    pub(crate) plan_file: Option<String>,
-    pub(crate) end_reason: EndReason,
-    pub(crate) rows_reclaimed: u64,
-    pub(crate) batches: u64,
-    pub(crate) elapsed_seconds: f64,
-    /// Stuck keys skipped because their owner holds the row lock (it is alive).
-    pub(crate) skipped_live_owner: Option<Capped>,
-    /// Stuck keys still in the table after the run (sweep only).
-    pub(crate) stuck_left: Option<Capped>,
-    /// Plan rows apply did not reclaim, with why.
-    pub(crate) left_alone: Vec<LeftAlone>,
-    /// The keys reclaimed (the first LIST_CAP).
-    pub(crate) reclaimed: Vec<KeyId>,
-    pub(crate) reclaimed_listing_truncated: bool,
-}
 
 impl ReclaimReport {
     pub(super) fn new(table: &KeyTable, req: &Request) -> ReclaimReport {
@@ -240,18 +189,6 @@ impl ReclaimReport {
             EndReason::Interrupted => Exit::Interrupted,
             _ => Exit::Success,
         }
-    }
-}
-
-/// The filters for JSON output: null without any.
-pub(super) fn filter_or_null<S: serde::Serializer>(
-    f: &reclaim_db::Filter,
-    s: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    if f.is_empty() {
-        s.serialize_none()
-    } else {
-        f.serialize(s)
     }
 }
 

@@ -54,10 +54,4 @@ pub(super) struct Request {
     pub(super) no_action: bool,
 }
 
-pub(crate) fn action_name(a: ReclaimAction) -> &'static str {
-    match a {
-        ReclaimAction::Delete => "delete",
-        ReclaimAction::Fail => "fail",
-        ReclaimAction::Release => "release",
-    }
-}
+pub(crate) use crate::report::reclaim::action_name;

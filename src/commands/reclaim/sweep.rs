@@ -5,7 +5,7 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::placements::Placements;
-use super::report::{KeyId, ReclaimReport, print_report};
+use super::report::print_report;
 use super::request::{COUNT_CAP, Request};
 use super::validation::{require_privileges, require_stuck_index};
 use super::writing::{
@@ -18,6 +18,7 @@ use crate::db::batch;
 use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
 use crate::exit::Exit;
+use crate::report::reclaim::{KeyId, ReclaimReport};
 use crate::report::rows::Capped;
 use crate::report::run::EndReason;
 

@@ -6,7 +6,6 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 
-use super::report::ReclaimReport;
 use super::request::{ROW_LOCK_WAIT, Request, action_name};
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
@@ -18,6 +17,7 @@ use crate::db::{KeyTable, Session};
 use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 use crate::output::reclaim as output;
+use crate::report::reclaim::ReclaimReport;
 
 /// Take the table's reclaim lock and keep every row wait to a few milliseconds for the session
 /// (behind a transaction pooler: no lock, and the wait set in each batch's transaction).
