@@ -635,7 +635,6 @@ const KNOWN_AGAINST_THE_LAYERS: &[(&str, &str)] = &[
     ("src/output/inspect.rs", "src/db/mod.rs"),
     ("src/output/names.rs", "src/commands/shards.rs"),
     ("src/output/names.rs", "src/db/mod.rs"),
-    ("src/output/reclaim.rs", "src/db/mod.rs"),
     ("src/output/stats.rs", "src/commands/maintenance.rs"),
     ("src/output/stats.rs", "src/commands/stats.rs"),
     ("src/output/stats.rs", "src/db/mod.rs"),

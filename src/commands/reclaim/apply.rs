@@ -11,7 +11,7 @@ use super::plan::{
     without_empty_tenants,
 };
 use super::report::print_report;
-use super::request::Request;
+use super::request::{Request, shown};
 use super::validation::{require_identity_index, require_privileges};
 use super::writing::{
     archive_why, begin_writes, confirm, fail_with, failed, open_archive, question, statements,
@@ -235,7 +235,7 @@ async fn apply_placements(
     if let Some(missing) = placed.shards.iter().find(|id| !placements.holds(**id)) {
         return Err(fail(
             Exit::Failure,
-            output::shard_unplaced(missing.unwrap_or_default(), table),
+            output::shard_unplaced(missing.unwrap_or_default(), &shown(table)),
         ));
     }
     for node in placements.nodes() {

@@ -7,7 +7,7 @@ use anyhow::Result;
 use time::OffsetDateTime;
 
 use super::plan::{PLAN_VERSION, Plan, PlanRow};
-use super::request::{COUNT_CAP, LIST_CAP, Mode, Request};
+use super::request::{COUNT_CAP, LIST_CAP, Mode, Request, shown};
 use super::validation::{require_privileges, require_stuck_index};
 use crate::cli::ReclaimArgs;
 use crate::context::Context;
@@ -26,7 +26,10 @@ use anyhow::Context as _;
 /// (without reading the table) and a run that would change something refuses.
 pub(super) fn nothing_in_flight(ctx: &Context, table: &KeyTable, req: &Request) -> Result<Exit> {
     if !matches!(req.mode, Mode::Preview(None)) {
-        return Err(fail(Exit::Usage, output::no_in_flight_marker(table)));
+        return Err(fail(
+            Exit::Usage,
+            output::no_in_flight_marker(&shown(table)),
+        ));
     }
     let json = serde_json::json!({
         "table": table.qualified_name(),
@@ -35,7 +38,8 @@ pub(super) fn nothing_in_flight(ctx: &Context, table: &KeyTable, req: &Request) 
         "would_reclaim": Capped::from_raw(0, 0),
         "rows": [],
     });
-    ctx.output.emit(&output::nothing_in_flight(table), &json)?;
+    ctx.output
+        .emit(&output::nothing_in_flight(&shown(table)), &json)?;
     Ok(Exit::Success)
 }
 
@@ -91,7 +95,7 @@ pub(super) async fn preview(
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, None).await?;
     if plan_path.is_some() && req.no_action {
-        return Err(fail(Exit::Usage, output::no_safe_action(table)));
+        return Err(fail(Exit::Usage, output::no_safe_action(&shown(table))));
     }
     let cap = req.limit.map_or(LIST_CAP, |l| {
         i64::try_from(l).unwrap_or(i64::MAX).min(LIST_CAP)
