@@ -632,8 +632,6 @@ const KNOWN_AGAINST_THE_LAYERS: &[(&str, &str)] = &[
     ("src/output/inspect.rs", "src/db/mod.rs"),
     ("src/output/names.rs", "src/commands/shards.rs"),
     ("src/output/names.rs", "src/db/mod.rs"),
-    ("src/output/reclaim.rs", "src/commands/reclaim/mod.rs"),
-    ("src/output/reclaim.rs", "src/db/mod.rs"),
 ];
 
 /// Circles of more than two files that remain (sorted members), also only to shrink.
