@@ -37,6 +37,7 @@ impl Context {
             database_url,
             connect_timeout: global.connect_timeout,
             statement_timeout: global.statement_timeout,
+            statement_timeout_given: global.statement_timeout_given,
             lock_timeout: global.lock_timeout,
             idle_in_transaction_timeout: global.idle_in_transaction_timeout,
         };
@@ -81,10 +82,15 @@ impl Context {
         ))
     }
 
-    /// The deadline of one round trip: the statement_timeout idemctl sets plus a margin (see
-    /// `conn::SessionTimeouts::answer_deadline`). Every session applies it to every round trip.
+    /// The deadline of one round trip: the statement_timeout in force plus a margin (see
+    /// `conn::answer_deadline`). Every session applies it to every round trip.
     pub(crate) fn answer_deadline(&self) -> std::time::Duration {
         self.pool.answer_deadline()
+    }
+
+    /// The statement_timeout in force on the sessions (once one has connected), and what set it.
+    pub(crate) fn statement_timeout(&self) -> crate::domain::StatementTimeout {
+        self.pool.statement_timeout()
     }
 
     /// How the sessions reach the server (known once one has connected).

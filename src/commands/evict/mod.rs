@@ -439,6 +439,7 @@ fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
         max_runtime: args.max_runtime,
         min_age_secs: args.min_age.map(|d| d.as_secs_f64()),
         deadline: ctx.answer_deadline(),
+        statement_timeout: ctx.statement_timeout(),
         caps: args.rate_caps(),
     }
 }

@@ -68,7 +68,7 @@ pub(super) async fn run(
         follows_age,
         &table.expiry_index_fix(),
     ));
-    let deadline = ctx.global.statement_timeout + Duration::from_secs(10);
+    let deadline = ctx.answer_deadline();
     let budget_end = args.max_runtime.map(|m| started + m);
     let mut cursor: Option<Vec<String>> = None;
     let mut totals = Totals::default();
