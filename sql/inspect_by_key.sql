@@ -1,7 +1,9 @@
 -- Every column of the row comes too (row_columns, row_values: names and values as text, in
 -- column order), for inspect to show the whole row.
--- inspect without --api-key-id, on a table with an index led by `key` (the reference table's
--- primary key): every tenant's row for the key. $1 = key, $2 = stuck-after seconds, $3 = row cap.
+-- inspect without the whole scope (--api-key-id, or --scope for each of its columns), on a table
+-- with an index led by `key` (the reference table's primary key): every scope's row for the key,
+-- narrowed to the scope columns given. $1 = key, $2 = stuck-after seconds, $3 = row cap, $4 = the
+-- scope's values in its columns' order, NULL for a column not given (NULL: none given).
 SELECT {tenant}::text AS api_key_id, {key}::text AS key, {request_method} AS request_method,
        {request_path} AS request_path, {fingerprint} AS request_fingerprint, {state} AS state,
        {response_status} AS response_status, {response_body} AS response_body,
@@ -14,5 +16,6 @@ SELECT {tenant}::text AS api_key_id, {key}::text AS key, {request_method} AS req
          AND {held_since} < (now() - make_interval(secs => $2::float8)){zone} AS stuck
   FROM {table} idemctl_row
  WHERE {key} = $1::text::{key_type}
+   AND {scope_within_p4}
  ORDER BY {tenant}
  LIMIT $3

@@ -13,4 +13,4 @@ SELECT {tenant}::text AS api_key_id, {key}::text AS key, {request_method} AS req
        {in_flight}
          AND {held_since} < (now() - make_interval(secs => $3::float8)){zone} AS stuck
   FROM {table} idemctl_row
- WHERE {tenant} = $1::text::{tenant_type} AND {key} = $2::text::{key_type}
+ WHERE {tenant_is_p1} AND {key} = $2::text::{key_type}

@@ -13,12 +13,12 @@ WITH planned AS (
 )
 SELECT {t.tenant}::text AS api_key_id, {t.key}::text AS key, to_jsonb(t) AS record, now() AS at
   FROM planned p
-  JOIN {table} t ON {t.tenant} = p.api_key_id::{tenant_type} AND {t.key} = p.key::{key_type}
+  JOIN {table} t ON {t.tenant_is_plan} AND {t.key} = p.key::{key_type}
  WHERE {t.in_flight}
    AND {t.locked_at}{zone} IS NOT DISTINCT FROM p.locked_at
    AND {t.created_at}{zone} = p.created_at
    AND {t.held_since} < (now() - make_interval(secs => $5::float8)){zone}
-   AND ($6::text IS NULL OR {t.tenant} = $6::text::{tenant_type})
+   AND ($6::text IS NULL OR {t.tenant_is_p6})
    AND ($7::text IS NULL OR {t.request_path} = $7::text)
    AND ($8::text IS NULL OR {t.request_method} = $8::text)
    FOR UPDATE OF t SKIP LOCKED

@@ -20,12 +20,12 @@ WITH planned AS (
 ), candidates AS (
     SELECT t.tableoid, t.ctid
       FROM planned p
-      JOIN {table} t ON {t.tenant} = p.api_key_id::{tenant_type} AND {t.key} = p.key::{key_type}
+      JOIN {table} t ON {t.tenant_is_plan} AND {t.key} = p.key::{key_type}
      WHERE {t.in_flight}
        AND {t.locked_at}{zone} IS NOT DISTINCT FROM p.locked_at
        AND {t.created_at}{zone} = p.created_at
        AND {t.held_since} < (now() - make_interval(secs => $5::float8)){zone}
-       AND ($6::text IS NULL OR {t.tenant} = $6::text::{tenant_type})
+       AND ($6::text IS NULL OR {t.tenant_is_p6})
        AND ($7::text IS NULL OR {t.request_path} = $7::text)
        AND ($8::text IS NULL OR {t.request_method} = $8::text)
        FOR UPDATE OF t SKIP LOCKED
@@ -40,7 +40,7 @@ WITH planned AS (
 SELECT p.ord,
        CASE WHEN r.key IS NOT NULL THEN 'reclaimed'
             WHEN t.ctid IS NULL THEN 'gone'
-            WHEN (($6::text IS NULL OR {t.tenant} = $6::text::{tenant_type})
+            WHEN (($6::text IS NULL OR {t.tenant_is_p6})
                   AND ($7::text IS NULL OR {t.request_path} = $7::text)
                   AND ($8::text IS NULL OR {t.request_method} = $8::text)) IS NOT TRUE THEN 'filtered'
             WHEN {t.done} AND NOT {t.in_flight} THEN 'completed'
@@ -52,5 +52,5 @@ SELECT p.ord,
        {t.state} AS state
   FROM planned p
   LEFT JOIN reclaimed r ON r.api_key_id = p.api_key_id AND r.key = p.key
-  LEFT JOIN {table} t ON {t.tenant} = p.api_key_id::{tenant_type} AND {t.key} = p.key::{key_type}
+  LEFT JOIN {table} t ON {t.tenant_is_plan} AND {t.key} = p.key::{key_type}
  ORDER BY p.ord

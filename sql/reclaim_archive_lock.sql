@@ -9,7 +9,7 @@ SELECT {t.tenant}::text AS api_key_id, {t.key}::text AS key, to_jsonb(t) AS reco
   FROM {table} t
  WHERE {t.in_flight}
    AND {t.held_since} < (now() - make_interval(secs => $1::float8)){zone}
-   AND ($3::text IS NULL OR {t.tenant} = $3::text::{tenant_type})
+   AND ($3::text IS NULL OR {t.tenant_is_p3})
    AND ($4::text IS NULL OR {t.request_path} = $4::text)
    AND ($5::text IS NULL OR {t.request_method} = $5::text)
  ORDER BY {t.held_since}

@@ -15,7 +15,7 @@ WITH candidates AS (
       FROM {table}
      WHERE {in_flight}
        AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
-       AND ($3::text IS NULL OR {tenant} = $3::text::{tenant_type})
+       AND ($3::text IS NULL OR {tenant_is_p3})
        AND ($4::text IS NULL OR {request_path} = $4::text)
        AND ($5::text IS NULL OR {request_method} = $5::text)
      ORDER BY {held_since}

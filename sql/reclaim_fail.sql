@@ -17,7 +17,7 @@ WITH candidates AS (
       FROM {table}
      WHERE {in_flight}
        AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
-       AND ($6::text IS NULL OR {tenant} = $6::text::{tenant_type})
+       AND ($6::text IS NULL OR {tenant_is_p6})
        AND ($7::text IS NULL OR {request_path} = $7::text)
        AND ($8::text IS NULL OR {request_method} = $8::text)
      ORDER BY {held_since}

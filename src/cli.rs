@@ -210,8 +210,16 @@ pub(crate) struct InspectArgs {
     pub key: String,
 
     /// The tenant (api_key_id) the key belongs to; required when several tenants used the same key.
+    /// On a table whose scope is several columns, use --scope.
     #[arg(long, value_name = "ID")]
     pub api_key_id: Option<String>,
+
+    /// One column of the key's scope and its value, as COLUMN=VALUE; repeat it for a scope of
+    /// several columns (tenant = ["request_type", "client_id"] in a mapping): --scope
+    /// request_type=payment --scope client_id=c-42. Without every scope column, inspect lists the
+    /// scopes holding the key among those given.
+    #[arg(long, value_name = "COLUMN=VALUE", conflicts_with = "api_key_id")]
+    pub scope: Vec<String>,
 
     /// Age past which an in_progress key counts as stuck (what reclaim would take by default).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]

@@ -60,7 +60,7 @@ struct RawFile {
 struct RawMapping {
     key: String,
     allow_short_ttl: Option<bool>,
-    tenant: Option<String>,
+    tenant: Option<RawScope>,
     created_at: Option<String>,
     expires_at: Option<String>,
     in_flight: Option<RawInFlight>,
@@ -73,6 +73,15 @@ struct RawMapping {
     time_zone: Option<String>,
     #[serde(default)]
     actions: Vec<ReclaimAction>,
+}
+
+/// A mapping's scope: one column (`tenant = "account_id"`) or several (`tenant = ["type",
+/// "client"]`), a key being unique only within the values of all of them.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawScope {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Deserialize)]
@@ -198,6 +207,31 @@ fn zone(path: &str, key: &str, z: String) -> Result<String> {
     crate::cli::parse_time_zone(&z).map_err(|e| bad(path, key, e))
 }
 
+/// The scope's columns, in order: none, one, or several distinct ones.
+fn scope(path: &str, key: &str, raw: Option<RawScope>) -> Result<Vec<String>> {
+    let names = match raw {
+        None => return Ok(Vec::new()),
+        Some(RawScope::One(name)) => vec![name],
+        Some(RawScope::Many(names)) => names,
+    };
+    if names.is_empty() {
+        return Err(bad(
+            path,
+            key,
+            "expected a column name or a list of them (leave tenant out for a table without one)",
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for name in names {
+        let name = column(path, key, name)?;
+        if out.contains(&name) {
+            return Err(bad(path, key, format!("column {name} is listed twice")));
+        }
+        out.push(name);
+    }
+    Ok(out)
+}
+
 fn column(path: &str, key: &str, name: String) -> Result<String> {
     if name.is_empty() || name.len() > 63 || name.chars().any(char::is_control) {
         return Err(bad(
@@ -320,7 +354,7 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
     let mut p = Profile {
         name: name.to_owned(),
         key: column(path, &at("key"), m.key)?,
-        tenant: opt("tenant", m.tenant)?,
+        tenant: scope(path, &at("tenant"), m.tenant)?,
         created_at: column(
             path,
             &at("created_at"),
@@ -347,9 +381,10 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
             .transpose()?,
         naive_times: false,
         actions: Vec::new(),
-        tenant_type: "text".to_owned(),
+        tenant_types: Vec::new(),
         key_type: "text".to_owned(),
         body_type: "jsonb".to_owned(),
+        row_identity: Vec::new(),
         matched_because: String::new(),
         origin: Some(format!("config file {}, [profiles.{name}]", path)),
     };

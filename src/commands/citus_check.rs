@@ -47,7 +47,7 @@ pub(crate) async fn findings(
 fn distribution(table: &KeyTable, layout: &Layout) -> Outcome {
     let tenant_local = match layout {
         Layout::Distributed { column, .. } => {
-            table.profile.tenant.as_deref() == Some(column.as_str())
+            table.profile.tenant.as_slice() == std::slice::from_ref(column)
                 && table
                     .identity_index()
                     .is_some_and(|i| i.columns.iter().any(|c| c == column))

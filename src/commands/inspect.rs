@@ -29,6 +29,7 @@ const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Run `inspect`.
 pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
+    let pairs = scope_pairs(&args.scope)?;
     // Read the body, and check it has the asked-for form, before connecting.
     let body = args.body.as_ref().map(|p| read_body(p)).transpose()?;
     if let (Some(body), Some(how)) = (&body, args.canonical) {
@@ -40,20 +41,25 @@ pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     privileges.require_for(&table, "inspect", crate::db::table::Job::Read)?;
     table.require_columns()?;
     let stuck_secs = args.stuck_after.as_secs_f64();
-    if args.api_key_id.is_some() && table.profile.tenant.is_none() {
+    if (args.api_key_id.is_some() || !pairs.is_empty()) && !table.profile.has_scope() {
         return Err(fail(Exit::Usage, output::no_tenant_column(&table)));
     }
     refuse_what_the_table_cannot_hold(&table, args)?;
+    let scope = scope_given(&table, args, &pairs)?;
     let fingerprint_column = table.profile.fingerprint.as_ref().map(|(c, _)| c.clone());
     if body.is_some() && fingerprint_column.is_none() {
         return Err(fail(Exit::Usage, output::no_fingerprint_column(&table)));
     }
     let records = match crate::commands::shards::distributed(&client, &table).await? {
-        Some(layout) => on_shards(ctx, &client, &table, layout, args, stuck_secs).await?,
+        Some(layout) => on_shards(ctx, &client, &table, layout, args, &scope, stuck_secs).await?,
         None => {
-            let mut records = match &args.api_key_id {
-                Some(tenant) => by_tenant(&client, &table, tenant, &args.key, stuck_secs).await?,
-                None => by_key(&client, &table, &args.key, stuck_secs).await?,
+            let mut records = match &scope {
+                Scope::Whole(tenant) => {
+                    by_tenant(&client, &table, tenant, &args.key, stuck_secs).await?
+                }
+                Scope::Part(values) => {
+                    by_key(&client, &table, &args.key, values.as_deref(), stuck_secs).await?
+                }
             };
             for r in &mut records {
                 r.check_holder(&client).await?;
@@ -62,12 +68,16 @@ pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         }
     };
     match records.as_slice() {
+        [] if !pairs.is_empty() => Err(fail(
+            Exit::NotFound,
+            output::not_found_in_scope(&args.key, &pairs, matches!(scope, Scope::Whole(_))),
+        )),
         [] => Err(fail(
             Exit::NotFound,
             output::not_found(
                 &args.key,
                 args.api_key_id.as_deref(),
-                table.profile.tenant.is_some(),
+                table.profile.has_scope(),
             ),
         )),
         [one] => match &body {
@@ -99,7 +109,10 @@ pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
                 &json!({ "ambiguous": true, "matches": matches }),
                 &raws,
             )?;
-            Err(fail(Exit::Usage, output::ambiguous(&args.key, many.len())))
+            Err(fail(
+                Exit::Usage,
+                output::ambiguous(&args.key, many.len(), &table.profile.tenant),
+            ))
         }
     }
 }
@@ -125,26 +138,85 @@ fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Re
             ));
         }
     }
-    let values = [
-        (
-            "--api-key-id",
-            "tenant",
-            args.api_key_id.as_deref(),
-            &p.tenant_type,
-        ),
-        ("the key", "key", Some(args.key.as_str()), &p.key_type),
-    ];
-    for (what, role, value, ty) in values {
-        if let Some(v) = value
-            && !crate::db::reclaim::fits_type(v, ty)
-        {
-            return Err(fail(
-                Exit::Usage,
-                output::value_type_mismatch(table, what, role, v, ty),
-            ));
-        }
+    if let [_] = p.tenant.as_slice()
+        && let Some(v) = &args.api_key_id
+        && !crate::db::reclaim::fits_type(v, p.scope_type(0))
+    {
+        return Err(fail(
+            Exit::Usage,
+            output::value_type_mismatch(table, "--api-key-id", "tenant", v, p.scope_type(0)),
+        ));
+    }
+    if !crate::db::reclaim::fits_type(&args.key, &p.key_type) {
+        return Err(fail(
+            Exit::Usage,
+            output::value_type_mismatch(table, "the key", "key", &args.key, &p.key_type),
+        ));
     }
     Ok(())
+}
+
+/// What inspect was told of the key's scope.
+enum Scope {
+    /// Every column's value, as one scope value (what the identity index is looked up by).
+    Whole(String),
+    /// Some columns' values, or none (`None`): each scope column's value in order, where given.
+    Part(Option<Vec<Option<String>>>),
+}
+
+/// `--scope COLUMN=VALUE` flags as (column, value), before connecting: each must name a column and
+/// give a value (an empty one is a value), each column once.
+fn scope_pairs(flags: &[String]) -> Result<Vec<(String, String)>> {
+    let mut pairs: Vec<(String, String)> = Vec::with_capacity(flags.len());
+    for flag in flags {
+        let Some((column, value)) = flag.split_once('=').filter(|(c, _)| !c.is_empty()) else {
+            return Err(fail(Exit::Usage, output::scope_flag_unfit(flag)));
+        };
+        if pairs.iter().any(|(c, _)| c == column) {
+            return Err(fail(Exit::Usage, output::scope_flag_twice(column)));
+        }
+        pairs.push((column.to_owned(), value.to_owned()));
+    }
+    Ok(pairs)
+}
+
+/// The scope as given, checked against the table's scope columns and their types: the whole
+/// scope, or the part given (none at all without --api-key-id or --scope).
+fn scope_given(table: &KeyTable, args: &InspectArgs, pairs: &[(String, String)]) -> Result<Scope> {
+    let p = &table.profile;
+    if let Some(v) = &args.api_key_id {
+        if let Some(why) = p.scope_value_problem(v, "--api-key-id", &table.display()) {
+            return Err(fail(Exit::Usage, why));
+        }
+        return Ok(Scope::Whole(v.clone()));
+    }
+    if pairs.is_empty() {
+        return Ok(Scope::Part(None));
+    }
+    let mut values: Vec<Option<String>> = vec![None; p.tenant.len()];
+    for (column, value) in pairs {
+        let Some(i) = p.tenant.iter().position(|c| c == column) else {
+            return Err(fail(
+                Exit::Usage,
+                output::scope_column_unknown(table, column),
+            ));
+        };
+        if !crate::db::reclaim::fits_type(value, p.scope_type(i)) {
+            return Err(fail(
+                Exit::Usage,
+                output::scope_value_unfit(table, column, value, p.scope_type(i)),
+            ));
+        }
+        values[i] = Some(value.clone());
+    }
+    match values
+        .iter()
+        .map(Option::as_deref)
+        .collect::<Option<Vec<&str>>>()
+    {
+        Some(whole) => Ok(Scope::Whole(crate::db::profile::scope_text(&whole))),
+        None => Ok(Scope::Part(Some(values))),
+    }
 }
 
 /// On a table Citus distributes: the same lookups on the shards, on their workers (each read and
@@ -157,15 +229,16 @@ async fn on_shards(
     table: &KeyTable,
     layout: crate::report::rows::Layout,
     args: &InspectArgs,
+    scope: &Scope,
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     use crate::commands::shards;
     // The tenant's shard, when the table is distributed by the tenant column; otherwise its keys
     // may be on any shard.
     let routed_by_tenant = matches!(&layout, crate::report::rows::Layout::Distributed { column, .. }
-        if table.profile.tenant.as_deref() == Some(column.as_str()));
-    let only = match &args.api_key_id {
-        Some(tenant) if routed_by_tenant => {
+        if table.profile.tenant.as_slice() == std::slice::from_ref(column));
+    let only = match scope {
+        Scope::Whole(tenant) if routed_by_tenant => {
             Some(crate::db::citus::shard_for(client, table, tenant).await?)
         }
         _ => None,
@@ -175,11 +248,20 @@ async fn on_shards(
     for node in &cluster.nodes {
         let session = node.session().await?;
         for shard in &node.shards {
-            let found = match &args.api_key_id {
-                Some(tenant) => {
+            let found = match scope {
+                Scope::Whole(tenant) => {
                     by_tenant(&session, &shard.table, tenant, &args.key, stuck_secs).await
                 }
-                None => by_key(&session, &shard.table, &args.key, stuck_secs).await,
+                Scope::Part(values) => {
+                    by_key(
+                        &session,
+                        &shard.table,
+                        &args.key,
+                        values.as_deref(),
+                        stuck_secs,
+                    )
+                    .await
+                }
             }
             .with_context(|| format!("shard {} on worker {}", shard.id, node.name()))?;
             for mut r in found {
@@ -307,16 +389,19 @@ async fn by_tenant(
     record::by_tenant(client, table, tenant, key, stuck_secs).await
 }
 
+/// A key under every scope holding it, narrowed to the scope columns given (`within`).
 async fn by_key(
     client: &Session,
     table: &KeyTable,
     key: &str,
+    within: Option<&[Option<String>]>,
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     let found = match table.key_lookup() {
         KeyLookup::ByKey => {
-            record::by_key(client, table, key, stuck_secs, MAX_TENANTS_LISTED).await
+            record::by_key(client, table, key, within, stuck_secs, MAX_TENANTS_LISTED).await
         }
+        // Only a one-column scope is walked, and a part of it is none of it.
         KeyLookup::SkipScan => {
             record::by_key_through_tenants(client, table, key, stuck_secs, MAX_TENANTS_PROBED).await
         }

@@ -36,8 +36,9 @@ impl Layout {
 }
 
 /// A statement template that locks rows in a `candidates` CTE and then changes them by physical
-/// address (`ctid`, and `tableoid` for a partition), rewritten to find them by the key's identity
-/// (`{tenant}`, `{key}`) instead, for a table Citus runs through the coordinator
+/// address (`ctid`, and `tableoid` for a partition), rewritten to find them by the columns that name
+/// one row (`{identity_row}`: the identity index's, whatever its width, or the primary key's)
+/// instead, for a table Citus runs through the coordinator
 /// ([`Layout::matches_rows_by_identity`]). The identity is unique there (the caller requires the
 /// identity index), so the change touches exactly the rows the `WITH` locked, and re-checks on each
 /// what the template re-checks. `None` when the template does not have the shape this rewrites (a
@@ -54,11 +55,10 @@ pub fn rows_by_identity(template: &str) -> Option<String> {
         let code = line.trim();
         // A statement's markers for other parts (`/*{candidate_keys}*/`, `/*{ready}*/`) are kept.
         let rewritten = if let Some(rest) = code.strip_prefix("SELECT tableoid, ctid") {
-            format!("SELECT {{tenant}} AS id_tenant, {{key}} AS id_key{rest}")
+            format!("SELECT {{identity_as}}{rest}")
         } else if code == "SELECT t.tableoid, t.ctid" {
             wrapped = true;
-            "SELECT id_tenant, id_key FROM (SELECT {t.tenant} AS id_tenant, {t.key} AS id_key"
-                .to_owned()
+            "SELECT {identity_ids} FROM (SELECT {t.identity_as}".to_owned()
         } else if code == "FOR UPDATE OF t SKIP LOCKED" && wrapped {
             wrapped = false;
             "FOR UPDATE OF t SKIP LOCKED) AS locked".to_owned()
@@ -66,9 +66,7 @@ pub fn rows_by_identity(template: &str) -> Option<String> {
             .strip_prefix("WHERE ctid = ANY (ARRAY(SELECT ctid FROM ")
             .and_then(|r| r.strip_suffix("candidates))"))
         {
-            format!(
-                "WHERE ({{tenant}}, {{key}}) IN (SELECT id_tenant, id_key FROM {from}candidates)"
-            )
+            format!("WHERE {{identity_row}} IN (SELECT {{identity_ids}} FROM {from}candidates)")
         } else if code.starts_with("AND (tableoid, ctid) IN (SELECT tableoid, ctid FROM ")
             && code.ends_with("candidates)")
         {
@@ -146,7 +144,7 @@ mod tests {
                     .any(|l| l.contains("ctid") || l.contains("tableoid")),
                 "{r}"
             );
-            assert!(r.contains("IN (SELECT id_tenant, id_key FROM "), "{r}");
+            assert!(r.contains("IN (SELECT {identity_ids} FROM "), "{r}");
         }
         assert!(rows_by_identity("SELECT ctid FROM t").is_none());
     }

@@ -529,7 +529,7 @@ pub(crate) async fn preview_sample(
         held_back: 0,
         walked: 0,
     };
-    let has_tenant = table.profile.tenant.is_some();
+    let has_tenant = table.profile.has_scope();
     for r in &rows {
         sample.held_back = r.try_get("held_back_count")?;
         sample.walked = r.try_get("walked")?;

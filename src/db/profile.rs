@@ -86,7 +86,10 @@ pub struct Profile {
     /// `storage`, `explainer`, `rocket-rides` or the config file's mapping name.
     pub name: String,
     pub key: String,
-    pub tenant: Option<String>,
+    /// The scope: the columns within whose values a key is unique (none, one or several), in the
+    /// order the mapping lists them. Shown as one name, or a list when there are several.
+    #[serde(serialize_with = "scope_json")]
+    pub tenant: Vec<String>,
     pub created_at: String,
     pub expiry: Expiry,
     pub in_flight: InFlight,
@@ -105,14 +108,20 @@ pub struct Profile {
     pub naive_times: bool,
     /// The reclaim actions that are safe on this table, the default first.
     pub actions: Vec<Action>,
-    /// The SQL types of the tenant and key columns (from the catalog), to cast bound text to.
+    /// The SQL types of the scope's columns and the key column (from the catalog), to cast bound
+    /// text to.
     #[serde(skip)]
-    pub tenant_type: String,
+    pub tenant_types: Vec<String>,
     #[serde(skip)]
     pub key_type: String,
     /// The response body column's base type (jsonb, json, text, character varying or bytea).
     #[serde(skip)]
     pub body_type: String,
+    /// The columns that name one row for the statements that find locked rows again by identity
+    /// (the unique index that identifies rows, else the primary key or another unique index),
+    /// from the catalog; the scope and the key when the table has none.
+    #[serde(skip)]
+    pub row_identity: Vec<String>,
     /// Why this profile was chosen (`--profile`, or the columns that matched).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub matched_because: String,
@@ -123,6 +132,101 @@ pub struct Profile {
 
 fn s(v: &str) -> String {
     v.to_owned()
+}
+
+/// The scope in JSON as mappings write it: null, one name, or a list of names.
+fn scope_json<S: serde::Serializer>(scope: &[String], ser: S) -> Result<S::Ok, S::Error> {
+    match scope {
+        [] => ser.serialize_none(),
+        [one] => ser.serialize_str(one),
+        many => many.serialize(ser),
+    }
+}
+
+/// A scope value as one text: the column's value for a one-column scope, else the values as a
+/// PostgreSQL text array written as the server prints one (`{payment,client-1}`), so a value read
+/// back from the table and one given on the command line compare equal as text.
+pub(crate) fn scope_text(values: &[&str]) -> String {
+    if let [one] = values {
+        return (*one).to_owned();
+    }
+    let element = |v: &str| {
+        let plain = !v.is_empty()
+            && !v.eq_ignore_ascii_case("null")
+            && !v.chars().any(|c| {
+                matches!(
+                    c,
+                    '"' | '\\' | '{' | '}' | ',' | ' ' | '\t' | '\n' | '\r' | '\x0b' | '\x0c'
+                )
+            });
+        if plain {
+            v.to_owned()
+        } else {
+            format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
+        }
+    };
+    format!(
+        "{{{}}}",
+        values
+            .iter()
+            .map(|v| element(v))
+            .collect::<Vec<_>>()
+            .join(",")
+    )
+}
+
+/// The values of a scope value written as [`scope_text`] writes one for `n` columns: the text
+/// itself for one column, else the elements of a one-dimensional text array of `n` non-NULL
+/// elements (plain or double-quoted with backslash escapes); None when it is not one.
+pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
+    if n == 1 {
+        return Some(vec![text.to_owned()]);
+    }
+    let inner = text.trim().strip_prefix('{')?.strip_suffix('}')?;
+    let mut out = Vec::new();
+    let mut chars = inner.chars().peekable();
+    loop {
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut v = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' => v.push(chars.next()?),
+                    c => v.push(c),
+                }
+            }
+            while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                chars.next();
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == ',' {
+                    break;
+                }
+                if matches!(c, '{' | '}' | '"' | '\\') {
+                    return None;
+                }
+                v.push(c);
+                chars.next();
+            }
+            let v2 = v.trim().to_owned();
+            if v2.is_empty() || v2.eq_ignore_ascii_case("null") {
+                return None;
+            }
+            v = v2;
+        }
+        out.push(v);
+        match chars.next() {
+            None => break,
+            Some(',') => {}
+            Some(_) => return None,
+        }
+    }
+    (out.len() == n).then_some(out)
 }
 
 /// A SQL string literal, quotes doubled.
@@ -136,7 +240,7 @@ impl Profile {
         Profile {
             name: s("storage"),
             key: s("key"),
-            tenant: Some(s("api_key_id")),
+            tenant: vec![s("api_key_id")],
             created_at: s("created_at"),
             expiry: Expiry::Column {
                 column: s("expires_at"),
@@ -157,9 +261,10 @@ impl Profile {
             naive_times: false,
             matched_because: String::new(),
             origin: None,
-            tenant_type: s("text"),
+            tenant_types: vec![s("text")],
             key_type: s("text"),
             body_type: s("jsonb"),
+            row_identity: Vec::new(),
         }
     }
 
@@ -168,7 +273,7 @@ impl Profile {
         Profile {
             name: s("explainer"),
             key: s("key"),
-            tenant: None,
+            tenant: Vec::new(),
             created_at: s("created_at"),
             expiry: Expiry::CreatedPlusTtl {
                 ttl: None,
@@ -186,9 +291,10 @@ impl Profile {
             naive_times: false,
             matched_because: String::new(),
             origin: None,
-            tenant_type: s("text"),
+            tenant_types: Vec::new(),
             key_type: s("text"),
             body_type: s("jsonb"),
+            row_identity: Vec::new(),
         }
     }
 
@@ -198,7 +304,7 @@ impl Profile {
         Profile {
             name: s("rocket-rides"),
             key: s("idempotency_key"),
-            tenant: Some(s("user_id")),
+            tenant: vec![s("user_id")],
             created_at: s("created_at"),
             expiry: Expiry::CreatedPlusTtl {
                 ttl: None,
@@ -220,9 +326,10 @@ impl Profile {
             naive_times: false,
             matched_because: String::new(),
             origin: None,
-            tenant_type: s("text"),
+            tenant_types: vec![s("text")],
             key_type: s("text"),
             body_type: s("jsonb"),
+            row_identity: Vec::new(),
         }
     }
 
@@ -285,12 +392,14 @@ impl Profile {
         let mapped = self.origin.is_some();
         let (key_types, body_types) = if mapped { (KEY, BODY) } else { (TEXT, JSON) };
         let mut out = vec![(self.key.clone(), key_types), (self.created_at.clone(), TS)];
+        for c in &self.tenant {
+            out.push((c.clone(), TENANT));
+        }
         let mut opt = |c: &Option<String>, t: &'static [&'static str]| {
             if let Some(c) = c {
                 out.push((c.clone(), t));
             }
         };
-        opt(&self.tenant, TENANT);
         opt(&self.locked_at, TS);
         opt(&self.request_method, &["text", "character varying"]);
         opt(&self.request_path, &["text", "character varying"]);
@@ -431,7 +540,7 @@ impl Profile {
         let is = |c: &Option<String>| c.as_deref() == Some(column);
         Some(match () {
             _ if self.key == column => "key",
-            _ if is(&self.tenant) => "tenant",
+            _ if self.tenant.iter().any(|c| c == column) => "tenant",
             _ if self.created_at == column => "created_at",
             _ if matches!(&self.expiry, Expiry::Column { column: c } if c == column) => {
                 "expires_at"
@@ -455,6 +564,86 @@ impl Profile {
     /// Whether the table tells a key in flight from a finished one (a mapping may have no marker).
     pub fn has_in_flight_marker(&self) -> bool {
         self.in_flight != InFlight::None
+    }
+
+    /// The scope's columns equal to `value`, a text expression holding a scope value as
+    /// [`scope_text`] writes it: `col = value::type` for one column, each column compared with
+    /// its element of the array for several (`''::text = value` for a table without a scope,
+    /// which nothing runs: a scope given there is refused first).
+    fn scope_equals(&self, value: &str, q: &dyn Fn(&str) -> String) -> String {
+        match self.tenant.as_slice() {
+            [] => format!("''::text = {value}"),
+            [one] => format!("{} = {value}::{}", q(one), self.scope_type(0)),
+            many => {
+                let parts: Vec<String> = many
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        format!(
+                            "{} = ({value}::text[])[{}]::{}",
+                            q(c),
+                            i + 1,
+                            self.scope_type(i)
+                        )
+                    })
+                    .collect();
+                format!("({})", parts.join(" AND "))
+            }
+        }
+    }
+
+    /// The type bound text is cast to for the scope's `i`th column.
+    pub fn scope_type(&self, i: usize) -> &str {
+        self.tenant_types.get(i).map_or("text", String::as_str)
+    }
+
+    /// Why `value`, given by `flag` as a scope value of table `table`, is not one: not a text
+    /// array of one value per column (a scope of several columns), or a value its column's type
+    /// cannot hold. None when it fits.
+    pub fn scope_value_problem(&self, value: &str, flag: &str, table: &str) -> Option<String> {
+        let Some(values) = scope_values(value, self.tenant.len()) else {
+            let example: Vec<&str> = self.tenant.iter().map(|_| "VALUE").collect();
+            return Some(format!(
+                "{flag} \"{value}\" is not a scope of table {table}: its scope is the {} columns ({}), given as one text array of their values in that order, as idemctl prints it ({})",
+                self.tenant.len(),
+                self.tenant.join(", "),
+                scope_text(&example)
+            ));
+        };
+        let (i, v) = values
+            .iter()
+            .enumerate()
+            .find(|(i, v)| !super::reclaim::fits_type(v, self.scope_type(*i)))?;
+        Some(match self.tenant.as_slice() {
+            [_] => format!(
+                "{flag} \"{value}\" cannot be a tenant of table {table}: its tenant column is of type {}",
+                self.scope_type(0)
+            ),
+            _ => format!(
+                "{flag} \"{value}\" cannot be a scope of table {table}: its column {} is of type {}, which cannot hold \"{v}\"",
+                self.tenant[i],
+                self.scope_type(i)
+            ),
+        })
+    }
+
+    /// The columns that name one row ([`Profile::row_identity`]), the scope's and the key when the
+    /// catalog was not read (a profile rendered on its own).
+    fn row_identity(&self) -> Vec<&str> {
+        if self.row_identity.is_empty() {
+            self.tenant
+                .iter()
+                .chain([&self.key])
+                .map(String::as_str)
+                .collect()
+        } else {
+            self.row_identity.iter().map(String::as_str).collect()
+        }
+    }
+
+    /// Whether the table has a scope (one column or several).
+    pub fn has_scope(&self) -> bool {
+        !self.tenant.is_empty()
     }
 
     /// The in-flight predicate, unqualified, as an index predicate would read.
@@ -517,10 +706,66 @@ impl Profile {
         Some(match role {
             "table" if alias.is_none() => table.to_owned(),
             "key" => q(&self.key),
-            "tenant" => self
-                .tenant
-                .as_deref()
-                .map_or_else(|| "''::text".to_owned(), &q),
+            // The scope's value: its column, or its columns' values as a text array (the form
+            // [`scope_text`] writes) when there are several.
+            "tenant" => match self.tenant.as_slice() {
+                [] => "''::text".to_owned(),
+                [one] => q(one),
+                many => format!(
+                    "ARRAY[{}]",
+                    many.iter()
+                        .map(|c| format!("{}::text", q(c)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
+            // The scope equals a value given as one text (`$N`, or the plan row's `p.api_key_id`),
+            // compared column by column so the identity index serves it.
+            "tenant_is_plan" => self.scope_equals("p.api_key_id", &q),
+            r if r.starts_with("tenant_is_p") => {
+                let n: u32 = r["tenant_is_p".len()..].parse().ok()?;
+                self.scope_equals(&format!("${n}::text"), &q)
+            }
+            // The scope's columns each equal the value at its position in the text array `$N`,
+            // where one is given (NULL elements match any value): a partly given scope.
+            r if r.starts_with("scope_within_p") => {
+                let n: u32 = r["scope_within_p".len()..].parse().ok()?;
+                let parts: Vec<String> = self
+                    .tenant
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        let v = format!("(${n}::text[])[{}]", i + 1);
+                        format!("({v} IS NULL OR {} = {v}::{})", q(c), self.scope_type(i))
+                    })
+                    .collect();
+                if parts.is_empty() {
+                    "true".to_owned()
+                } else {
+                    parts.join(" AND ")
+                }
+            }
+            // The columns that name one row ([`Profile::row_identity`]): as a row, selected under
+            // the names id_1, id_2, ..., and those names.
+            "identity_row" => format!(
+                "({})",
+                self.row_identity()
+                    .iter()
+                    .map(|c| q(c))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            "identity_as" => self
+                .row_identity()
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!("{} AS id_{}", q(c), i + 1))
+                .collect::<Vec<_>>()
+                .join(", "),
+            "identity_ids" if alias.is_none() => (1..=self.row_identity().len())
+                .map(|i| format!("id_{i}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             "created_at" => q(&self.created_at),
             "locked_at" => locked,
             "expiry" => q(self.expiry_column()),
@@ -629,7 +874,6 @@ impl Profile {
                 }
             }
             "zone" if alias.is_none() => zone?,
-            "tenant_type" => self.tenant_type.clone(),
             "key_type" => self.key_type.clone(),
             _ => return None,
         })
@@ -694,7 +938,7 @@ impl Profile {
             (self.key.clone(), "key"),
             (self.created_at.clone(), "creation time"),
         ];
-        cols.extend(self.tenant.clone().map(|t| (t, "tenant")));
+        cols.extend(self.tenant.iter().map(|t| (t.clone(), "tenant")));
         if let Expiry::Column { column } = &self.expiry {
             cols.push((column.clone(), "expiry"));
         }
@@ -875,6 +1119,47 @@ mod tests {
 
     fn cols(names: &[(&str, &str)]) -> Vec<Column> {
         names.iter().map(|(n, t)| Column::new(n, t)).collect()
+    }
+
+    #[test]
+    fn a_scope_value_reads_back_as_written() {
+        for values in [
+            vec!["payment", "client-1"],
+            vec!["a b", "c,d", "e\"f\\g", "", "NULL", "{x}"],
+        ] {
+            let text = scope_text(&values);
+            assert_eq!(scope_values(&text, values.len()).unwrap(), values, "{text}");
+        }
+        assert_eq!(scope_text(&["payment", "client-1"]), "{payment,client-1}");
+        assert_eq!(scope_text(&["a b", ""]), "{\"a b\",\"\"}");
+        assert_eq!(scope_values("payment", 1).unwrap(), vec!["payment"]);
+        assert!(scope_values("{payment}", 2).is_none());
+        assert!(scope_values("{a,NULL}", 2).is_none());
+        assert!(scope_values("payment,client-1", 2).is_none());
+    }
+
+    #[test]
+    fn a_scope_of_several_columns_is_compared_column_by_column() {
+        let mut p = Profile::storage();
+        p.tenant = vec![s("request_type"), s("client_id")];
+        p.tenant_types = vec![s("text"), s("bigint")];
+        assert_eq!(
+            p.render("{t.tenant_is_p6}", "x"),
+            "(t.\"request_type\" = ($6::text::text[])[1]::text AND t.\"client_id\" = ($6::text::text[])[2]::bigint)"
+        );
+        assert_eq!(
+            p.render("{tenant}::text", "x"),
+            "ARRAY[\"request_type\"::text, \"client_id\"::text]::text"
+        );
+        assert_eq!(
+            p.render("{scope_within_p4}", "x"),
+            "(($4::text[])[1] IS NULL OR \"request_type\" = ($4::text[])[1]::text) AND (($4::text[])[2] IS NULL OR \"client_id\" = ($4::text[])[2]::bigint)"
+        );
+        p.tenant.truncate(1);
+        assert_eq!(
+            p.render("{tenant_is_p1}", "x"),
+            "\"request_type\" = $1::text::text"
+        );
     }
 
     #[test]

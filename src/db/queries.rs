@@ -75,7 +75,7 @@ pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Op
         .await
         .context("failed to find the oldest live key")?;
     Ok(r.map(|r| KeyRef {
-        api_key_id: table.profile.tenant.is_some().then(|| r.get("api_key_id")),
+        api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("age_seconds"),
@@ -92,7 +92,7 @@ pub(crate) async fn oldest_expired(client: &Session, table: &KeyTable) -> Result
         .await
         .context("failed to find the oldest expired key")?;
     Ok(r.map(|r| KeyRef {
-        api_key_id: table.profile.tenant.is_some().then(|| r.get("api_key_id")),
+        api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("lag_seconds"),
@@ -185,7 +185,7 @@ pub(crate) async fn oldest_stuck(
         .await
         .context("failed to find the oldest stuck key")?;
     Ok(r.map(|r| KeyRef {
-        api_key_id: table.profile.tenant.is_some().then(|| r.get("api_key_id")),
+        api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("held_seconds"),

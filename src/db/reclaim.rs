@@ -52,7 +52,7 @@ impl Filter {
                 ),
             )
         };
-        if self.api_key_id.is_some() && profile.tenant.is_none() {
+        if self.api_key_id.is_some() && !profile.has_scope() {
             return Err(lacks("--api-key-id", "tenant"));
         }
         if self.path.is_some() && profile.request_path.is_none() {
@@ -61,17 +61,12 @@ impl Filter {
         if self.method.is_some() && profile.request_method.is_none() {
             return Err(lacks("--method", "request method"));
         }
-        if let Some(id) = &self.api_key_id
-            && !fits_type(id, &profile.tenant_type)
-        {
-            return Err(fail(
-                Exit::Usage,
-                format!(
-                    "--api-key-id \"{id}\" cannot be a tenant of table {}: its tenant column is of type {}; nothing was changed",
-                    table.qualified_name(),
-                    profile.tenant_type
-                ),
-            ));
+        if let Some(id) = &self.api_key_id {
+            profile
+                .scope_value_problem(id, "--api-key-id", &table.qualified_name())
+                .map_or(Ok(()), |why| {
+                    Err(fail(Exit::Usage, format!("{why}; nothing was changed")))
+                })?;
         }
         Ok(())
     }
@@ -172,7 +167,7 @@ pub(crate) async fn list_stuck(
         .await
         .context("failed to end the preview's transaction")?;
     let cap = usize::try_from(cap).unwrap_or(usize::MAX);
-    let has_tenant = table.profile.tenant.is_some();
+    let has_tenant = table.profile.has_scope();
     let rows = rows
         .iter()
         .map(|r| {
@@ -302,7 +297,7 @@ impl Statements {
             deadline,
             bound_waits: route.bound_waits,
             by_identity: route.by_identity,
-            has_tenant: table.profile.tenant.is_some(),
+            has_tenant: table.profile.has_scope(),
         })
     }
 

@@ -32,7 +32,7 @@ impl KeyRecord {
     /// Build a record from a row of the inspect statements (`held` is filled in by
     /// [`KeyRecord::check_holder`]).
     pub(crate) fn from_row(row: &Row, table: &KeyTable) -> Result<KeyRecord> {
-        let has_tenant = table.profile.tenant.is_some();
+        let has_tenant = table.profile.has_scope();
         let fingerprint = match row
             .columns()
             .iter()
@@ -190,7 +190,8 @@ pub(crate) fn locker(xmax: i64, snapshot_xmax: i64) -> Locker {
     }
 }
 
-/// One tenant's key (through the (tenant, key) index).
+/// One scope's key (through an index on the scope's columns and the key, or led by the key);
+/// `tenant` is the scope's value as [`crate::db::profile::scope_text`] writes it.
 pub(crate) async fn by_tenant(
     client: &Session,
     table: &KeyTable,
@@ -212,17 +213,21 @@ pub(crate) struct Found {
     pub truncated: bool,
 }
 
-/// A key under every tenant (through an index led by the key), up to `listed` tenants.
+/// A key under every scope (through an index led by the key), up to `listed` scopes; `within`
+/// narrows them to the scope columns given (each scope column's value in order, None where not
+/// given).
 pub(crate) async fn by_key(
     client: &Session,
     table: &KeyTable,
     key: &str,
+    within: Option<&[Option<String>]>,
     stuck_secs: f64,
     listed: i64,
 ) -> Result<Found> {
     let sql = table.sql(include_str!("../../sql/inspect_by_key.sql"));
+    let within: Option<Vec<Option<String>>> = within.map(<[_]>::to_vec);
     let rows = client
-        .query(&sql, &[p(&key), p(&stuck_secs), p(&listed)])
+        .query(&sql, &[p(&key), p(&stuck_secs), p(&listed), p(&within)])
         .await
         .context("failed to read the key")?;
     found(&rows, table)

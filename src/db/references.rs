@@ -341,9 +341,10 @@ pub(crate) async fn oldest_expired_by_reference(
         out.capped = r.try_get("capped")?;
         out.newest_examined_seconds = r.try_get("newest_examined_seconds")?;
         let key = KeyRef {
-            api_key_id: match table.profile.tenant {
-                Some(_) => r.try_get("api_key_id")?,
-                None => None,
+            api_key_id: if table.profile.has_scope() {
+                r.try_get("api_key_id")?
+            } else {
+                None
             },
             key: r.try_get("key")?,
             expires_at: r.try_get("expires_at")?,

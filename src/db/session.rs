@@ -61,6 +61,7 @@ typed!(
     Vec<i64> => INT8_ARRAY,
     Vec<OffsetDateTime> => TIMESTAMPTZ_ARRAY,
     Vec<Option<OffsetDateTime>> => TIMESTAMPTZ_ARRAY,
+    Vec<Option<String>> => TEXT_ARRAY,
     Vec<u8> => BYTEA,
 );
 

@@ -76,10 +76,12 @@ impl Index {
         self.is_valid && self.predicate.is_none() && self.column_is(0, column)
     }
 
-    /// A unique index over exactly (tenant, key), in either order, or over the key alone; on a
-    /// partitioned table also one that adds the partition key's columns, in any position (PostgreSQL
-    /// requires a unique index of a partitioned table to include them).
-    fn identifies_rows(&self, partition_key: &[String], key: &str, tenant: &str) -> bool {
+    /// A unique index that makes the identity (the scope's columns and the key) name one row: its
+    /// columns are among the identity's, the key included (the identity itself in any order, or
+    /// fewer columns, which make it the more unique); on a partitioned table also one that adds the
+    /// partition key's columns, in any position (PostgreSQL requires a unique index of a
+    /// partitioned table to include them).
+    fn identifies_rows(&self, partition_key: &[String], identity: &[&str]) -> bool {
         if !(self.is_unique && self.is_valid && self.predicate.is_none()) {
             return false;
         }
@@ -87,7 +89,7 @@ impl Index {
             return false;
         };
         for column in partition_key {
-            if ![tenant, key].contains(&column.as_str()) {
+            if !identity.contains(&column.as_str()) {
                 match rest.iter().position(|c| c == column) {
                     Some(at) => {
                         rest.remove(at);
@@ -96,11 +98,28 @@ impl Index {
                 }
             }
         }
-        match rest.as_slice() {
-            [a, b] => (*a == tenant && *b == key) || (*a == key && *b == tenant),
-            [a] => *a == key,
-            _ => false,
+        let key = identity.last().copied().unwrap_or_default();
+        rest.contains(&key) && rest.iter().all(|c| identity.contains(c))
+    }
+
+    /// Whether the index's leading columns are the identity's, in any order, or it leads with the
+    /// key (`key` last in `identity`): a lookup of one scope's key reads a bounded part of it.
+    fn looks_up(&self, identity: &[&str]) -> bool {
+        let key = identity.last().copied().unwrap_or_default();
+        if !(self.is_valid && self.predicate.is_none()) {
+            return false;
         }
+        if self.column_is(0, key) {
+            return true;
+        }
+        let n = identity.len();
+        let lead: Vec<&str> = self
+            .attnames
+            .iter()
+            .take(n)
+            .map_while(Option::as_deref)
+            .collect();
+        lead.len() == n && identity.iter().all(|c| lead.contains(c))
     }
 
     /// The optional partial index that makes stuck in-flight keys cheap to find: on the time the
@@ -507,7 +526,11 @@ impl KeyTable {
             };
             check_time_zone(client, zone, &from).await?;
         }
-        profile.tenant_type = type_of(&profile.tenant);
+        profile.tenant_types = profile
+            .tenant
+            .iter()
+            .map(|c| type_of(&Some(c.clone())))
+            .collect();
         profile.key_type = type_of(&Some(profile.key.clone()));
         if let Some((column, kind)) = &mut profile.fingerprint {
             *kind = if type_of(&Some(column.clone())) == "bytea" {
@@ -516,7 +539,7 @@ impl KeyTable {
                 profile::FingerprintKind::Hex
             };
         }
-        Ok(KeyTable {
+        let mut table = KeyTable {
             profile,
             oid,
             quoted: format!("{}.{}", quote_ident(&schema), quote_ident(&relname)),
@@ -527,7 +550,9 @@ impl KeyTable {
             columns,
             indexes,
             referenced,
-        })
+        };
+        table.profile.row_identity = table.row_identity();
+        Ok(table)
     }
 
     /// The partition key's columns (empty for a plain table).
@@ -557,15 +582,15 @@ impl KeyTable {
         typed.then_some(key)
     }
 
-    /// Whether the identity index makes (api_key_id, key) unique across the whole table. On a
-    /// partitioned table whose key is another column, the unique index includes that column, so
-    /// PostgreSQL enforces uniqueness only per partition-key value.
+    /// Whether the identity index makes the identity (scope and key) unique across the whole
+    /// table. On a partitioned table whose key is another column, the unique index includes that
+    /// column, so PostgreSQL enforces uniqueness only per partition-key value.
     pub fn identity_is_global(&self) -> bool {
-        let (key, tenant) = self.identity_columns();
+        let identity = self.identity_columns();
         self.identity_index().is_some_and(|i| {
             i.attnames
                 .iter()
-                .all(|c| c.as_deref().is_some_and(|c| c == tenant || c == key))
+                .all(|c| c.as_deref().is_some_and(|c| identity.contains(&c)))
         })
     }
 
@@ -744,75 +769,81 @@ impl KeyTable {
     /// The unique index that identifies a row, if any.
     pub fn identity_index(&self) -> Option<&Index> {
         let part = self.partition_key();
-        let (key, tenant) = self.identity_columns();
+        let identity = self.identity_columns();
         self.indexes
             .iter()
-            .find(|i| i.identifies_rows(part, key, tenant))
+            .find(|i| i.identifies_rows(part, &identity))
     }
 
-    /// A unique index over the key, the tenant and more columns: the table's identity is wider than
+    /// A unique index over the key, the scope and more columns: the table's identity is wider than
     /// the mapping's, and an index on the mapping's columns alone would refuse the table's rows.
     pub fn wider_identity_index(&self) -> Option<&Index> {
-        let (key, tenant) = self.identity_columns();
+        let identity = self.identity_columns();
         self.indexes.iter().find(|i| {
             i.is_unique
                 && i.is_valid
                 && i.predicate.is_none()
-                && i.plain_columns().is_some_and(|cols| {
-                    cols.contains(&key) && (tenant.is_empty() || cols.contains(&tenant))
-                })
+                && i.plain_columns()
+                    .is_some_and(|cols| identity.iter().all(|c| cols.contains(c)))
         })
     }
 
     /// The statement that creates the identity index (with the partition key's columns added on a
     /// partitioned table, which PostgreSQL requires of a unique index there).
     pub fn identity_index_fix(&self) -> String {
-        let (key, tenant) = self.identity_columns();
-        let mut columns: Vec<String> = [tenant, key]
-            .iter()
-            .filter(|c| !c.is_empty())
-            .map(|c| quote_ident_if_needed(c))
-            .collect();
+        let identity = self.identity_columns();
+        let mut columns: Vec<String> = identity.iter().map(|c| quote_ident_if_needed(c)).collect();
         for c in self.partition_key() {
-            if c != tenant && c != key {
+            if !identity.contains(&c.as_str()) {
                 columns.push(quote_ident(c));
             }
         }
         self.create_index(true, "scope", &format!("({})", columns.join(", ")))
     }
 
-    /// The columns that identify a key, as `(tenant, key)` or `(key)`, unescaped.
+    /// The columns that identify a key, as `(tenant, key)`, `(type, client, key)` or `(key)`,
+    /// unescaped.
     pub fn identity_columns_text(&self) -> String {
-        let (key, tenant) = self.identity_columns();
-        let cols: Vec<&str> = [tenant, key]
-            .into_iter()
-            .filter(|c| !c.is_empty())
-            .collect();
-        format!("({})", cols.join(", "))
+        format!("({})", self.identity_columns().join(", "))
     }
 
-    /// The key column and the tenant column ("" when the table has no tenant).
-    fn identity_columns(&self) -> (&str, &str) {
-        (
-            &self.profile.key,
-            self.profile.tenant.as_deref().unwrap_or(""),
-        )
+    /// The scope's columns, in the mapping's order, then the key column.
+    pub(crate) fn identity_columns(&self) -> Vec<&str> {
+        self.profile
+            .tenant
+            .iter()
+            .map(String::as_str)
+            .chain([self.profile.key.as_str()])
+            .collect()
     }
 
-    /// An index on (tenant, key) usable to look up one tenant's key.
+    /// The columns that name one row for statements that find rows again by identity: the identity
+    /// index's, else the walk index's (the primary key or another unique index), else the
+    /// identity's (whose uniqueness is then not enforced; what runs by identity requires an index).
+    fn row_identity(&self) -> Vec<String> {
+        match self.identity_index().or_else(|| self.walk_index()) {
+            Some(i) => i.attnames.iter().flatten().cloned().collect(),
+            None => self
+                .identity_columns()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+
+    /// An index that serves a lookup of one scope's key (the identity's columns leading it, in any
+    /// order, or the key).
     pub fn has_tenant_key_index(&self) -> bool {
-        let (key, tenant) = self.identity_columns();
-        self.indexes.iter().any(|i| {
-            i.is_valid && i.predicate.is_none() && i.column_is(0, tenant) && i.column_is(1, key)
-        }) || self.indexes.iter().any(|i| i.leads_with(key))
+        let identity = self.identity_columns();
+        self.indexes.iter().any(|i| i.looks_up(&identity))
     }
 
-    /// How a key can be found without its tenant.
+    /// How a key can be found without its scope.
     pub fn key_lookup(&self) -> KeyLookup {
-        let (key, tenant) = self.identity_columns();
+        let key = self.profile.key.as_str();
         if self.indexes.iter().any(|i| i.leads_with(key)) {
             KeyLookup::ByKey
-        } else if !tenant.is_empty()
+        } else if let [tenant] = self.profile.tenant.as_slice()
             && self.indexes.iter().any(|i| i.leads_with(tenant))
             && self.has_tenant_key_index()
         {
@@ -1193,64 +1224,82 @@ mod tests {
 
     #[test]
     fn identity_accepts_both_table_shapes() {
-        assert!(index(&["api_key_id", "key"], true, None).identifies_rows(
-            &[],
-            "key",
-            "api_key_id"
-        ));
-        assert!(index(&["key"], true, None).identifies_rows(&[], "key", "api_key_id"));
-        assert!(!index(&["api_key_id", "key"], false, None).identifies_rows(
-            &[],
-            "key",
-            "api_key_id"
-        ));
         assert!(
-            !index(&["api_key_id", "key", "expires_at"], true, None).identifies_rows(
-                &[],
-                "key",
-                "api_key_id"
-            )
+            index(&["api_key_id", "key"], true, None).identifies_rows(&[], &["api_key_id", "key"])
         );
+        assert!(index(&["key"], true, None).identifies_rows(&[], &["api_key_id", "key"]));
+        assert!(
+            !index(&["api_key_id", "key"], false, None)
+                .identifies_rows(&[], &["api_key_id", "key"])
+        );
+        assert!(
+            !index(&["api_key_id", "key", "expires_at"], true, None)
+                .identifies_rows(&[], &["api_key_id", "key"])
+        );
+    }
+
+    #[test]
+    fn identity_of_several_scope_columns_is_any_unique_index_within_it() {
+        let identity = ["request_type", "client_id", "idempotency_key"];
+        let pk = index(
+            &["idempotency_key", "request_type", "client_id"],
+            true,
+            None,
+        );
+        assert!(pk.identifies_rows(&[], &identity));
+        assert!(pk.looks_up(&identity));
+        // Narrower than the identity, the key included: the identity is unique too.
+        assert!(
+            index(&["client_id", "idempotency_key"], true, None).identifies_rows(&[], &identity)
+        );
+        // Without the key, or with a column outside the identity: not.
+        assert!(!index(&["request_type", "client_id"], true, None).identifies_rows(&[], &identity));
+        assert!(
+            !index(&["idempotency_key", "client_id", "created_at"], true, None)
+                .identifies_rows(&[], &identity)
+        );
+        // A lookup index leads with the identity's columns in any order, or with the key.
+        assert!(
+            index(
+                &["client_id", "request_type", "idempotency_key"],
+                false,
+                None
+            )
+            .looks_up(&identity)
+        );
+        assert!(!index(&["client_id", "idempotency_key"], false, None).looks_up(&identity));
     }
 
     #[test]
     fn identity_on_a_partitioned_table_includes_the_partition_key() {
         let by = |c: &str| vec![c.to_owned()];
         let pk = index(&["api_key_id", "key", "expires_at"], true, None);
-        assert!(pk.identifies_rows(&by("expires_at"), "key", "api_key_id"));
-        assert!(!pk.identifies_rows(&by("created_at"), "key", "api_key_id"));
+        assert!(pk.identifies_rows(&by("expires_at"), &["api_key_id", "key"]));
+        assert!(!pk.identifies_rows(&by("created_at"), &["api_key_id", "key"]));
         assert!(
-            index(&["api_key_id", "key", "created_at"], true, None).identifies_rows(
-                &by("created_at"),
-                "key",
-                "api_key_id"
-            )
+            index(&["api_key_id", "key", "created_at"], true, None)
+                .identifies_rows(&by("created_at"), &["api_key_id", "key"])
         );
-        assert!(index(&["key", "created_at"], true, None).identifies_rows(
-            &by("created_at"),
-            "key",
-            "api_key_id"
-        ));
         assert!(
-            !index(&["api_key_id", "created_at"], true, None).identifies_rows(
-                &by("created_at"),
-                "key",
-                "api_key_id"
-            )
+            index(&["key", "created_at"], true, None)
+                .identifies_rows(&by("created_at"), &["api_key_id", "key"])
+        );
+        assert!(
+            !index(&["api_key_id", "created_at"], true, None)
+                .identifies_rows(&by("created_at"), &["api_key_id", "key"])
         );
         // Partitioned by the tenant (as a Citus-style layout would be): the plain identity suffices.
-        assert!(index(&["api_key_id", "key"], true, None).identifies_rows(
-            &by("api_key_id"),
-            "key",
-            "api_key_id"
-        ));
+        assert!(
+            index(&["api_key_id", "key"], true, None)
+                .identifies_rows(&by("api_key_id"), &["api_key_id", "key"])
+        );
         assert!(
             !index(
                 &["api_key_id", "key", "expires_at", "created_at"],
                 true,
                 None
             )
-            .identifies_rows(&by("expires_at"), "key", "api_key_id")
+            .identifies_rows(&by("expires_at"), &["api_key_id", "key"])
         );
     }
 }

@@ -307,11 +307,72 @@ pub(crate) fn not_found(key: &str, tenant: Option<&str>, has_tenant: bool) -> St
     }
 }
 
-/// A key that exists under several tenants, looked up without one.
-pub(crate) fn ambiguous(key: &str, tenants: usize) -> String {
+/// A key that exists under several tenants, looked up without one (or without the whole of a
+/// scope of several `columns`).
+pub(crate) fn ambiguous(key: &str, tenants: usize, columns: &[String]) -> String {
+    match columns {
+        [_, _, ..] => format!(
+            "key {} exists under {tenants} scopes; pass --scope COLUMN=VALUE for each of {} to choose one",
+            sanitize(key),
+            sanitize(&columns.join(", "))
+        ),
+        _ => format!(
+            "key {} exists under {tenants} tenants; pass --api-key-id to choose one",
+            sanitize(key)
+        ),
+    }
+}
+
+/// A key not found under the scope `pairs` given by --scope (`whole`: every column of it).
+pub(crate) fn not_found_in_scope(key: &str, pairs: &[(String, String)], whole: bool) -> String {
+    let given: Vec<String> = pairs
+        .iter()
+        .map(|(c, v)| format!("{}={}", sanitize(c), sanitize(v)))
+        .collect();
+    let within = if whole { "for" } else { "under any scope with" };
     format!(
-        "key {} exists under {tenants} tenants; pass --api-key-id to choose one",
-        sanitize(key)
+        "key {} not found {within} {}",
+        sanitize(key),
+        given.join(" ")
+    )
+}
+
+/// A --scope flag that is not COLUMN=VALUE.
+pub(crate) fn scope_flag_unfit(flag: &str) -> String {
+    format!(
+        "--scope {} gives no value: write --scope COLUMN=VALUE (an empty value is COLUMN=)",
+        sanitize(&format!("{flag:?}"))
+    )
+}
+
+/// A --scope column given twice.
+pub(crate) fn scope_flag_twice(column: &str) -> String {
+    format!(
+        "--scope names column {} twice: give each scope column once",
+        sanitize(column)
+    )
+}
+
+/// A --scope column that is not one of the table's scope columns.
+pub(crate) fn scope_column_unknown(table: &KeyTable, column: &str) -> String {
+    format!(
+        "--scope names column {}, which is not in the scope of table {} (profile {}): its scope is ({}); name those columns",
+        sanitize(column),
+        table.display(),
+        table.profile.name,
+        sanitize(&table.profile.tenant.join(", "))
+    )
+}
+
+/// A --scope value its column's type cannot hold.
+pub(crate) fn scope_value_unfit(table: &KeyTable, column: &str, value: &str, ty: &str) -> String {
+    format!(
+        "--scope {}={} cannot be a scope of table {}: its column {} is of type {}",
+        sanitize(column),
+        sanitize(value),
+        table.display(),
+        sanitize(column),
+        sanitize(ty)
     )
 }
 

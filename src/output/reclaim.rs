@@ -468,7 +468,7 @@ pub(crate) fn plan_row_tenant_unfit(
             "the row of key {} has no api_key_id, but table {} has a tenant column ({})",
             sanitize(key),
             table.display(),
-            sanitize(column.as_deref().unwrap_or_default())
+            sanitize(&column.join(", "))
         ),
     }
 }

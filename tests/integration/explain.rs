@@ -114,7 +114,7 @@ fn filter_variants(profile: &Profile, args: &str) -> Vec<String> {
     let Some(base) = args.strip_suffix(FILTER_NULLS) else {
         return Vec::new();
     };
-    let tenant = profile.tenant.is_some().then_some("'tenant_0007'");
+    let tenant = profile.has_scope().then_some("'tenant_0007'");
     let path = profile.request_path.is_some().then_some("'/v1/payments'");
     let method = profile.request_method.is_some().then_some("'POST'");
     let all = [tenant, path, method];
@@ -150,8 +150,13 @@ fn filtered<'a>(
 }
 
 /// Key lookups without a tenant: which one runs depends on the table's indexes.
-const BY_KEY: (&str, &str) = ("inspect_by_key.sql", "'no-such-key', 300, 50");
+const BY_KEY: (&str, &str) = ("inspect_by_key.sql", "'no-such-key', 300, 50, NULL");
 const SKIP_SCAN: (&str, &str) = ("inspect_skip_scan.sql", "'no-such-key', 300, 10000");
+/// A key looked up with part of a scope of several columns (the second column's value given).
+const BY_KEY_IN_PART: (&str, &str) = (
+    "inspect_by_key.sql",
+    "'no-such-key', 300, 50, ARRAY[NULL, 'tenant_0007']",
+);
 
 /// Statements idemctl only plans (EXPLAIN without ANALYZE reads no row, so no plan of theirs
 /// scans anything): each must render fully for the profile and yield a row estimate.
@@ -585,24 +590,30 @@ async fn every_statement_is_index_backed_for(
     db.exec(indexes).await;
     db.exec("VACUUM ANALYZE").await;
     let rels = key_relations(&db).await;
-    let lookup = if profile.tenant.is_some() {
+    let lookup = if profile.tenant.len() == 1 {
         SKIP_SCAN
     } else {
         BY_KEY
     };
     let with_filters = filtered(&profile, STATEMENTS.iter().chain(NEEDS_STUCK_INDEX));
+    let in_part = (profile.tenant.len() > 1).then_some(&BY_KEY_IN_PART);
     let plain = STATEMENTS
         .iter()
         .chain(NEEDS_STUCK_INDEX)
         .chain([&lookup])
+        .chain(in_part)
         .map(|(f, a)| (*f, (*a).to_owned()));
     for (file, args) in plain.chain(with_filters) {
-        if file == "inspect_by_tenant.sql" && profile.tenant.is_none() {
+        if file == "inspect_by_tenant.sql" && !profile.has_scope() {
             continue;
         }
         // Release clears the lock time: a mapping without one cannot allow it (the config file
         // is refused), so its statements never run there.
         if file.contains("release") && profile.locked_at.is_none() {
+            continue;
+        }
+        // Fail stores a status: a mapping without a status column cannot allow it either.
+        if file.contains("fail") && profile.response_status.is_none() {
             continue;
         }
         let args = tenant(&args);
@@ -623,7 +634,7 @@ fn without_tenant(args: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_statement_is_index_backed_on_the_explainer_table() {
     let mut profile = Profile::explainer().with_ttl(Some(std::time::Duration::from_secs(86_400)));
-    profile.tenant_type = "text".into();
+    profile.tenant_types = Vec::new();
     every_statement_is_index_backed_for(
         profile,
         profiles::EXPLAINER_DDL,
@@ -653,7 +664,7 @@ async fn every_statement_is_index_backed_on_the_explainer_table_with_a_json_body
 async fn every_statement_is_index_backed_on_the_rocket_rides_table() {
     let mut profile =
         Profile::rocket_rides().with_ttl(Some(std::time::Duration::from_secs(72 * 3600)));
-    profile.tenant_type = "bigint".into();
+    profile.tenant_types = vec!["bigint".into()];
     every_statement_is_index_backed_for(
         profile,
         profiles::ROCKET_RIDES_DDL,
@@ -674,7 +685,7 @@ async fn every_statement_is_index_backed_on_a_table_mapped_in_a_config_file() {
     let config = idemctl::config::parse("idemctl.toml", &config_file::generic_config()).unwrap();
     let mut profile = config.mappings[0].clone();
     assert_eq!(profile.name, "ledger");
-    profile.tenant_type = "bigint".into();
+    profile.tenant_types = vec!["bigint".into()];
     every_statement_is_index_backed_for(
         profile,
         &renamed(config_file::GENERIC_DDL),
@@ -730,5 +741,54 @@ async fn every_statement_is_index_backed_on_a_mapping_of_quoted_column_names() {
         indexes,
         &|args| args.to_owned(),
     )
+    .await;
+}
+
+/// The JDBC table of docs/profiles.md (`timestamp without time zone` written in UTC, a bytea result,
+/// no lock time) with its scope of two columns mapped as printed (`tenant = ["request_type",
+/// "client_id"]`), its three-column primary key, 200,000 rows and the indexes `check` recommends:
+/// every statement compares the scope column by column and is index-backed, the lookup by part of
+/// the scope and the forms that find locked rows again by the primary key's columns included.
+/// Scope arguments become text arrays of the two values, as idemctl binds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_statement_is_index_backed_with_a_scope_of_several_columns() {
+    let renamed = |s: &str| s.replace("idempotency_record", "idempotency_keys");
+    let doc = |lang| crate::frameworks::doc_block("JDBC (Flyway)", lang);
+    let config = idemctl::config::parse("c.toml", &doc("toml")).unwrap();
+    let mut profile = config.mappings[0].clone();
+    assert_eq!(profile.tenant, ["request_type", "client_id"]);
+    profile.naive_times = true;
+    profile.tenant_types = vec!["character varying".into(), "character varying".into()];
+    profile.key_type = "character varying".into();
+    profile.body_type = "bytea".into();
+    profile.row_identity = vec![
+        "idempotency_key".into(),
+        "request_type".into(),
+        "client_id".into(),
+    ];
+    let rows = "INSERT INTO idempotency_keys SELECT 'key-' || g, \
+                (ARRAY['payment', 'refund', 'void'])[1 + g % 3], 'client-' || g % 500, \
+                CASE WHEN g % 50 = 0 THEN 'IN_PROGRESS' ELSE 'COMPLETED' END, \
+                convert_to('{\"ok\": true}', 'UTF8'), \
+                (now() AT TIME ZONE 'UTC') - g * interval '3 seconds', \
+                (now() AT TIME ZONE 'UTC') - g * interval '3 seconds' + interval '1 day' \
+                FROM generate_series(1, 200000) g;";
+    let indexes = "CREATE INDEX ON idempotency_keys (expires_at); \
+                   CREATE INDEX ON idempotency_keys (created_at) WHERE status = 'IN_PROGRESS';";
+    every_statement_is_index_backed_for(profile, &renamed(&doc("sql")), rows, indexes, &|args| {
+        let mut out = args.to_owned();
+        for n in 1..=9 {
+            out = out
+                .replace(
+                    &format!("[NULL, 'tenant_000{n}']"),
+                    &format!("[NULL, 'client-{n}']"),
+                )
+                .replace(
+                    &format!("'tenant_000{n}'"),
+                    &format!("'{{payment,client-{n}}}'"),
+                );
+        }
+        out
+    })
     .await;
 }

@@ -1108,7 +1108,7 @@ async fn every_statement_generated_for_foreign_keys_is_index_backed() {
     db.exec("VACUUM ANALYZE").await;
     let profile = {
         let mut p = Profile::rocket_rides().with_ttl(Some(Duration::from_secs(72 * 3600)));
-        p.tenant_type = "bigint".into();
+        p.tenant_types = vec!["bigint".into()];
         p
     };
     let statements = idemctl::statements_for_explain(

@@ -2,7 +2,7 @@
 //! with the clock converted to the columns' type (never the column); each command end to end, and
 //! evict checked by SQL to remove exactly the expired rows, half an hour either side of the cut-off.
 
-use crate::fixtures::{loaded, scalar_i64};
+use crate::fixtures::{loaded, scalar_i64, scalar_text};
 use crate::support::TestDb;
 
 /// The storage table with `timestamp without time zone` columns, as Rails, Ecto and JDBC write them.
@@ -186,7 +186,7 @@ struct Shape {
 }
 
 /// The first ```lang block of docs/profiles.md's `### name` section.
-fn doc_block(name: &str, lang: &str) -> String {
+pub(crate) fn doc_block(name: &str, lang: &str) -> String {
     let doc = crate::config_file::profiles_doc();
     let section = doc
         .split(&format!("\n### {name}\n"))
@@ -349,51 +349,180 @@ async fn a_typeorm_table_is_maintained_as_shipped() {
     .await;
 }
 
-/// JDBC/Flyway: TIMESTAMP columns, a three-column primary key, a state column and a bytea result:
-/// evict keeps in-flight and live keys; inspect shows the bytea result as JSON; check does not
-/// propose an index the three-column identity would break.
+/// JDBC/Flyway: TIMESTAMP columns, a three-column primary key mapped as a scope of two columns
+/// (request_type, client_id), a state column and a bytea result: check takes the primary key as the
+/// identity; inspect looks a key up by its whole scope and lists the scopes holding it when given
+/// part of it or none; reclaim (a filtered sweep, then a plan applied) removes exactly the stuck
+/// rows; evict keeps in-flight and live keys (30 minutes short of expiry kept, 30 minutes past it
+/// removed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jdbc_table_is_maintained_as_shipped() {
-    let row = |kind: &str, status: &str, expires: &str| {
+    let row = |kind: &str, ty: &str, status: &str, created: &str, expires: &str| {
         format!(
             "INSERT INTO idempotency_record (idempotency_key, request_type, client_id, status, result, created_at, expires_at) \
-             SELECT '{kind}-' || g, 'payment', 'client-' || g % 2, '{status}', \
-             CASE WHEN '{status}' = 'COMPLETED' THEN convert_to('{{\"ok\": ' || g || '}}', 'UTF8') END, \
-             {}, {expires} FROM generate_series(1, 3) g;",
-            utc("-2 days")
+             SELECT '{kind}-' || g, '{ty}', 'client-' || g % 2, '{status}', \
+             CASE WHEN '{status}' = 'COMPLETED' THEN convert_to('{{\"ok\": ' || g || ', \"type\": \"{ty}\"}}', 'UTF8') END, \
+             {created}, {expires} FROM generate_series(1, 3) g;"
         )
     };
-    let rows = [
-        row("near-old", "COMPLETED", &utc("-30 minutes")),
-        row("near-new", "COMPLETED", &utc("30 minutes")),
-        row("done-old", "COMPLETED", &utc("-1 day")),
-        row("busy-old", "IN_PROGRESS", &utc("-1 day")),
-    ]
-    .concat();
+    // Each key under two request types of the same client: unique only within the whole scope.
+    let rows: String = ["payment", "refund"]
+        .iter()
+        .flat_map(|ty| {
+            [
+                row(
+                    "near-old",
+                    ty,
+                    "COMPLETED",
+                    &utc("-2 days"),
+                    &utc("-30 minutes"),
+                ),
+                row(
+                    "near-new",
+                    ty,
+                    "COMPLETED",
+                    &utc("-2 days"),
+                    &utc("30 minutes"),
+                ),
+                row("done-old", ty, "COMPLETED", &utc("-2 days"), &utc("-1 day")),
+                row(
+                    "busy-old",
+                    ty,
+                    "IN_PROGRESS",
+                    &utc("-2 days"),
+                    &utc("-1 day"),
+                ),
+                row(
+                    "busy-new",
+                    ty,
+                    "IN_PROGRESS",
+                    &utc("-1 minute"),
+                    &utc("1 day"),
+                ),
+            ]
+        })
+        .collect();
     let s = Shape::new("JDBC (Flyway)", &rows).await;
     let run = s.idemctl().arg("check").run();
     run.assert_success().assert_stdout_contains(
-        "pk_idempotency_record makes a key unique only within (idempotency_key, request_type, client_id), wider than the mapping's (client_id, idempotency_key)",
+        "pk_idempotency_record is unique on (idempotency_key, request_type, client_id), so (request_type, client_id, idempotency_key) identifies a row",
     );
     assert!(!run.stdout.contains("CREATE UNIQUE INDEX"), "{run}");
+
+    // The whole scope: one record.
     let run = s
         .idemctl()
-        .args(["inspect", "near-new-1", "--api-key-id", "client-1"])
+        .args(["inspect", "near-new-1", "--scope", "client_id=client-1"])
+        .args(["--scope", "request_type=refund"])
         .run();
     run.assert_success()
         .assert_stdout_contains("response_body (bytea, shown as JSON)")
-        .assert_stdout_contains("\"ok\": 1");
+        .assert_stdout_contains("\"type\": \"refund\"");
+    let run = s
+        .idemctl()
+        .args(["-o", "json", "inspect", "near-new-1"])
+        .args([
+            "--scope",
+            "request_type=payment",
+            "--scope",
+            "client_id=client-1",
+        ])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["api_key_id"], "{payment,client-1}", "{run}");
+    assert_eq!(
+        run.json()["response_body"],
+        "{\"ok\": 1, \"type\": \"payment\"}",
+        "{run}"
+    );
+    s.idemctl()
+        .args(["inspect", "near-new-1", "--scope", "request_type=payment"])
+        .args(["--scope", "client_id=client-0"])
+        .run()
+        .assert_error(
+            3,
+            "key near-new-1 not found for request_type=payment client_id=client-0",
+        );
+    // Part of the scope, or none: the scopes holding the key are listed, never guessed.
+    for part in [&["--scope", "client_id=client-1"][..], &[]] {
+        let run = s.idemctl().args(["inspect", "near-new-1"]).args(part).run();
+        run.assert_code(2)
+            .assert_stdout_contains("{payment,client-1}")
+            .assert_stdout_contains("{refund,client-1}")
+            .assert_stderr("idemctl: key near-new-1 exists under 2 scopes; pass --scope COLUMN=VALUE for each of request_type, client_id to choose one\n");
+    }
+    let run = s
+        .idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "near-new-1",
+            "--scope",
+            "request_type=refund",
+        ])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["api_key_id"], "{refund,client-1}", "{run}");
+    s.idemctl()
+        .args(["inspect", "near-new-2", "--scope", "request_type=void"])
+        .run()
+        .assert_error(
+            3,
+            "key near-new-2 not found under any scope with request_type=void",
+        );
+
+    // Reclaim: the stuck keys of one scope (the filter takes the scope as reclaim prints it), then
+    // the rest through a reviewed plan; the keys taken a minute ago stay.
     let run = s
         .idemctl()
         .args(["-o", "json", "reclaim", "--dry-run", "--allow-scan"])
         .run();
     run.assert_success();
-    assert_eq!(run.json()["would_reclaim"]["count"], 3, "{run}");
+    assert_eq!(run.json()["would_reclaim"]["count"], 6, "{run}");
+    let run = s
+        .idemctl()
+        .args(["-o", "json", "reclaim", "--yes", "--allow-scan"])
+        .args(["--api-key-id", "{refund,client-1}"])
+        .run();
+    run.assert_success();
+    let busy = "SELECT coalesce(string_agg(r, ' ' ORDER BY r), '') FROM (SELECT idempotency_key \
+                || '/' || request_type || '/' || client_id AS r FROM idempotency_record \
+                WHERE idempotency_key LIKE 'busy-old-%') rows";
+    assert_eq!(
+        scalar_text(&s.db, busy).await,
+        "busy-old-1/payment/client-1 busy-old-2/payment/client-0 busy-old-2/refund/client-0 \
+         busy-old-3/payment/client-1",
+        "{run}"
+    );
+    let plan = s.dir.path().join("plan.json");
+    s.idemctl()
+        .args(["reclaim", "--allow-scan", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_success();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let scopes: Vec<&str> = written["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["api_key_id"].as_str().unwrap())
+        .collect();
+    assert!(scopes.contains(&"{refund,client-0}"), "{written}");
+    let run = s
+        .idemctl()
+        .args(["-o", "json", "reclaim", "--yes", "--allow-scan", "--apply"])
+        .arg(&plan)
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["rows_reclaimed"], 4, "{run}");
+    assert_eq!(scalar_text(&s.db, busy).await, "", "{run}");
     s.evicts_exactly(
         "idempotency_record",
         "split_part(idempotency_key, '-', 1) || '-' || split_part(idempotency_key, '-', 2)",
         None,
-        &[("busy-old", 3), ("near-new", 3)],
+        &[("busy-new", 6), ("near-new", 6)],
     )
     .await;
 }
@@ -720,4 +849,94 @@ async fn a_preview_without_an_action_and_stats_without_a_ttl() {
         .run()
         .assert_success()
         .assert_stdout_contains("unknown (no expiry column and no --ttl)");
+}
+
+/// A scope given wrongly is refused with one line (exit 2) naming what was wrong, before anything
+/// is read: a column outside the scope, a column without a value, a column twice, a value its
+/// column's type cannot hold, and a one-text scope value that is not one value per column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_given_wrongly_is_refused_with_one_line() {
+    let s = Shape::new("JDBC (Flyway)", "").await;
+    let table = "public.idempotency_record";
+    s.idemctl()
+        .args(["inspect", "k", "--scope", "tenant=client-1"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--scope names column tenant, which is not in the scope of table {table} (profile jdbc): its scope is (request_type, client_id); name those columns"),
+        );
+    s.idemctl()
+        .args(["inspect", "k", "--scope", "client_id"])
+        .run()
+        .assert_error(
+            2,
+            "--scope \"client_id\" gives no value: write --scope COLUMN=VALUE (an empty value is COLUMN=)",
+        );
+    s.idemctl()
+        .args([
+            "inspect",
+            "k",
+            "--scope",
+            "client_id=a",
+            "--scope",
+            "client_id=b",
+        ])
+        .run()
+        .assert_error(
+            2,
+            "--scope names column client_id twice: give each scope column once",
+        );
+    s.idemctl()
+        .args(["inspect", "k", "--api-key-id", "client-1"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--api-key-id \"client-1\" is not a scope of table {table}: its scope is the 2 columns (request_type, client_id), given as one text array of their values in that order, as idemctl prints it ({{VALUE,VALUE}})"),
+        );
+    s.idemctl()
+        .args(["reclaim", "--dry-run", "--allow-scan", "--api-key-id", "{payment}"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--api-key-id \"{{payment}}\" is not a scope of table {table}: its scope is the 2 columns (request_type, client_id), given as one text array of their values in that order, as idemctl prints it ({{VALUE,VALUE}}); nothing was changed"),
+        );
+
+    // A scope with a bigint column: a value it cannot hold.
+    let db = loaded(
+        &doc_block("JDBC (Flyway)", "sql")
+            .replace("client_id       VARCHAR(64)", "client_id       BIGINT"),
+        "",
+        None,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, doc_block("JDBC (Flyway)", "toml")).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    idemctl()
+        .args(["inspect", "k", "--scope", "request_type=payment", "--scope", "client_id=c-1"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--scope client_id=c-1 cannot be a scope of table {table}: its column client_id is of type bigint"),
+        );
+    idemctl()
+        .args(["reclaim", "--dry-run", "--allow-scan", "--api-key-id", "{payment,c-1}"])
+        .run()
+        .assert_error(
+            2,
+            &format!("--api-key-id \"{{payment,c-1}}\" cannot be a scope of table {table}: its column client_id is of type bigint, which cannot hold \"c-1\"; nothing was changed"),
+        );
+    // The same scope given rightly finds nothing (exit 3), by both forms.
+    idemctl()
+        .args([
+            "inspect",
+            "k",
+            "--scope",
+            "request_type=payment",
+            "--scope",
+            "client_id=7",
+        ])
+        .run()
+        .assert_error(3, "key k not found for request_type=payment client_id=7");
 }

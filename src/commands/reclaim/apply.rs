@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use super::placements::{Placements, shards_of_rows};
 use super::plan::{
     Plan, PlanRow, check_plan_database, check_plan_table, check_plan_tenants, listed_twice,
     without_empty_tenants,
@@ -15,17 +16,14 @@ use super::validation::{require_identity_index, require_privileges};
 use super::writing::{
     archive_why, begin_writes, confirm, fail_with, open_archive, question, statements,
 };
-use super::writing::{cluster, worker_session};
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
 use crate::context::Context;
-use crate::db::citus;
 use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
 use crate::output::reclaim as output;
 use crate::report::rows::Capped;
-use crate::report::rows::Layout;
 use crate::report::run::EndReason;
 
 pub(super) async fn apply(
@@ -44,10 +42,10 @@ pub(super) async fn apply(
     check_plan_database(client, path, plan).await?;
     require_identity_index(table)?;
     require_privileges(client, table, Some(req.action)).await?;
-    let distributed = crate::commands::shards::distributed(client, table).await?;
+    let rows = within_limit(&plan.rows, req.limit);
+    let shards = shards_of_rows(client, table, req.layout.as_ref(), rows).await?;
     let mut archive = open_archive(args, Some(path))?;
     begin_writes(ctx, client, table).await?;
-    let rows = within_limit(&plan.rows, req.limit);
     if !rows.is_empty() {
         confirm(
             args,
@@ -57,27 +55,18 @@ pub(super) async fn apply(
     ctx.cancel.install()?;
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
-    report.end_reason = match distributed {
-        Some(layout) => {
-            let archive = archive.as_mut();
-            apply_shards(
-                ctx,
-                client,
-                table,
-                layout,
-                req,
-                args,
-                rows,
-                &mut report,
-                archive,
-            )
-            .await?
-        }
-        None => {
-            let archive = archive.as_mut();
-            apply_batches(ctx, client, table, req, args, rows, &mut report, archive).await?
-        }
-    };
+    let placed = Placed { rows, shards };
+    report.end_reason = apply_placements(
+        ctx,
+        client,
+        table,
+        req,
+        args,
+        placed,
+        &mut report,
+        archive.as_mut(),
+    )
+    .await?;
     if report.end_reason == EndReason::Drained && rows.len() < plan.rows.len() {
         report.end_reason = EndReason::Limit;
     }
@@ -203,55 +192,42 @@ pub(super) fn plan_keys(chunk: &[PlanRow]) -> Vec<reclaim_db::PlanKey<'_>> {
         .collect()
 }
 
-/// A plan's rows, each on the shard that holds its tenant.
+/// The plan rows a run applies and the shard of each (see `placements::shards_of_rows`).
+struct Placed<'a> {
+    rows: &'a [PlanRow],
+    shards: Vec<Option<i64>>,
+}
+
+/// A plan's rows over the table's placements, each on the shard that holds it (a plain server's
+/// one); stops at the first shard that does not drain (signal).
 #[expect(
     clippy::too_many_arguments,
-    reason = "the sweep's settings passed as they are to each shard's batches; goes with the one reclaim path over placements"
+    reason = "the run's context, table, request and report, the placed rows and the archive"
 )]
-async fn apply_shards(
+async fn apply_placements(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
-    layout: Layout,
     req: &Request,
     args: &ReclaimArgs,
-    rows: &[PlanRow],
+    placed: Placed<'_>,
     report: &mut ReclaimReport,
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
-    let by_tenant = matches!(&layout, Layout::Distributed { column, .. }
-        if table.profile.tenant.as_deref() == Some(column.as_str()));
-    if !by_tenant {
-        return Err(crate::exit::fail(
-            crate::exit::Exit::Usage,
-            crate::output::reclaim::apply_not_by_tenant(table, &layout),
+    let placements = Placements::connect(ctx, client, table, req.layout.as_ref()).await?;
+    if let Some(missing) = placed.shards.iter().find(|id| !placements.holds(**id)) {
+        return Err(fail(
+            Exit::Failure,
+            output::shard_unplaced(missing.unwrap_or_default(), table),
         ));
     }
-    // Distributed by its tenant column: every plan row has a tenant (apply checked the plan).
-    let tenants: Vec<&str> = rows
-        .iter()
-        .map(|r| r.api_key_id.as_deref().unwrap_or_default())
-        .collect();
-    let shard_of = citus::shards_for(client, table, &tenants).await?;
-    let cluster = cluster(ctx, client, table).await?;
-    let placed = |id: &i64| {
-        cluster
-            .nodes
-            .iter()
-            .any(|n| n.shards.iter().any(|s| s.id == *id))
-    };
-    if let Some(missing) = shard_of.iter().find(|id| !placed(id)) {
-        return Err(crate::exit::fail(
-            crate::exit::Exit::Failure,
-            crate::output::reclaim::shard_unplaced(*missing, table),
-        ));
-    }
-    for node in &cluster.nodes {
+    for node in placements.nodes() {
         let mut session = None;
         for shard in &node.shards {
-            let mine: Vec<PlanRow> = rows
+            let mine: Vec<PlanRow> = placed
+                .rows
                 .iter()
-                .zip(&shard_of)
+                .zip(&placed.shards)
                 .filter(|(_, s)| **s == shard.id)
                 .map(|(r, _)| r.clone())
                 .collect();
@@ -259,12 +235,13 @@ async fn apply_shards(
                 continue;
             }
             if session.is_none() {
-                session = Some(worker_session(node).await?);
+                session = Some(node.session().await?);
             }
-            let s = session.as_ref().expect("set above");
+            let Some(s) = session.as_deref() else {
+                continue;
+            };
             let archive = archive.as_deref_mut();
-            let end =
-                apply_batches(ctx, s, &shard.table, req, args, &mine, report, archive).await?;
+            let end = apply_batches(ctx, s, shard.table, req, args, &mine, report, archive).await?;
             if end != EndReason::Drained {
                 return Ok(end);
             }

@@ -9,15 +9,13 @@
 //! narrow every mode to one tenant or route; `--archive` records every key a writing mode takes.
 //! Flags, filters, body and plan file are checked before connecting.
 //!
-//! On a table Citus distributes, the writes lock rows (`FOR UPDATE SKIP LOCKED`), which Citus runs
-//! only within one shard, so the sweep and `--apply` run shard by shard on the workers, connected
-//! directly like evict: each batch is the single-server statement on one shard, under the same
-//! few-millisecond lock_timeout, in its own one-node transaction (with `--archive`, the archived
-//! form, all on the worker). The reclaim lock stays on the coordinator (one run per table); the
-//! preview, `--plan` and the counts before and after run through the coordinator (a plan is made
-//! on, and applies to, the coordinator's database).
+//! The sweep and `--apply` run over the table's placements (`placements`): a plain server is one
+//! node holding one shard; on Citus each shard is worked on its worker. The reclaim lock stays on
+//! the node the run connects to (one run per table); the preview, `--plan` and the counts before
+//! and after run there too (a plan is made on, and applies to, that database).
 
 mod apply;
+mod placements;
 mod plan;
 mod preview;
 mod report;
@@ -30,16 +28,15 @@ use anyhow::Result;
 
 use crate::cli::ReclaimArgs;
 use crate::context::Context;
-use crate::db::batch;
-use crate::db::reclaim as reclaim_db;
 use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 use crate::output::reclaim as output;
 use apply::apply;
+use placements::resolve_layout;
 use preview::{nothing_in_flight, preview};
-use request::{Mode, ROW_LOCK_WAIT};
+use request::Mode;
 use sweep::sweep;
-use validation::{profile_action, require_rows_by_identity, validate};
+use validation::{profile_action, validate};
 
 pub(crate) use preview::{Candidate, PreviewReport};
 pub(crate) use report::{LeftAlone, ReclaimReport};
@@ -62,22 +59,7 @@ pub(crate) async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
     if req.action != ReclaimAction::Fail {
         req.body = None;
     }
-    let layout = crate::db::citus::layout(&client, &table).await?;
-    if let Some(layout) = layout.as_ref().filter(|l| l.matches_rows_by_identity()) {
-        if !matches!(req.mode, Mode::Preview(_)) {
-            require_rows_by_identity(&table, layout)?;
-        }
-        req.route = reclaim_db::Route {
-            by_identity: true,
-            bound_waits: layout
-                .written_through_coordinator()
-                .then(|| batch::ThroughCoordinator {
-                    wait: ROW_LOCK_WAIT,
-                    patience: batch::HELD_REFERENCE_PATIENCE,
-                    cancel: ctx.cancel.clone(),
-                }),
-        };
-    }
+    resolve_layout(ctx, &client, &table, &mut req).await?;
     if req.action == ReclaimAction::Fail && table.profile.expires_by_ttl() {
         // No expiry column to move: a failed key goes with the next evict once created_at + TTL
         // has passed, whatever --keep-failed-for says.

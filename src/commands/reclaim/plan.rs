@@ -180,7 +180,7 @@ pub(super) fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Re
 /// tenant `""`: read that as no tenant.
 pub(super) fn without_empty_tenants(table: &KeyTable, plan: &Plan) -> Plan {
     let mut plan = plan.clone();
-    if table.profile.tenant.is_none() {
+    if !table.profile.has_scope() {
         for row in &mut plan.rows {
             if row.api_key_id.as_deref() == Some("") {
                 row.api_key_id = None;
@@ -193,7 +193,7 @@ pub(super) fn without_empty_tenants(table: &KeyTable, plan: &Plan) -> Plan {
 /// Plan rows carry a tenant exactly when the table has a tenant column: a row with one on a table
 /// without (or without one on a table with) was made for another table, or edited.
 pub(super) fn check_plan_tenants(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
-    let has_tenant = table.profile.tenant.is_some();
+    let has_tenant = table.profile.has_scope();
     match plan
         .rows
         .iter()

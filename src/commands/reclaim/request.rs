@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::plan::Plan;
 use crate::db::reclaim as reclaim_db;
 use crate::domain::ReclaimAction;
+use crate::report::rows::Layout;
 
 /// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
 /// only bounds waits on the table itself (DDL), which must not stall the API behind us.
@@ -47,6 +48,8 @@ pub(super) struct Request {
     /// How the batches reach the table's rows (set once connected: a Citus reference or local
     /// table is changed through the coordinator, its rows found by the key's identity).
     pub(super) route: reclaim_db::Route,
+    /// How Citus places the table's rows (None on a plain server), resolved once connected.
+    pub(super) layout: Option<Layout>,
     /// The profile allows no action: a dry run previews the stuck keys and says so.
     pub(super) no_action: bool,
 }

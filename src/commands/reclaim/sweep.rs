@@ -4,11 +4,10 @@ use std::time::Instant;
 
 use anyhow::Result;
 
+use super::placements::Placements;
 use super::report::{KeyId, ReclaimReport, print_report};
 use super::request::{COUNT_CAP, Request};
 use super::validation::{require_privileges, require_stuck_index};
-use super::writing::cluster;
-use super::writing::worker_session;
 use super::writing::{
     archive_why, begin_writes, confirm, fail_with, open_archive, question, statements,
 };
@@ -30,7 +29,6 @@ pub(super) async fn sweep(
 ) -> Result<Exit> {
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, Some(req.action)).await?;
-    let distributed = crate::commands::shards::distributed(client, table).await?;
     let mut archive = open_archive(args, None)?;
     begin_writes(ctx, client, table).await?;
     let before = count_stuck(client, table, req).await?;
@@ -44,12 +42,8 @@ pub(super) async fn sweep(
     ctx.cancel.install()?;
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
-    report.end_reason = match distributed {
-        Some(_) => {
-            sweep_shards(ctx, client, table, req, args, &mut report, archive.as_mut()).await?
-        }
-        None => sweep_batches(ctx, client, table, req, args, &mut report, archive.as_mut()).await?,
-    };
+    report.end_reason =
+        sweep_placements(ctx, client, table, req, args, &mut report, archive.as_mut()).await?;
     let left = count_stuck(client, table, req).await?;
     if report.end_reason == EndReason::Drained {
         // The last batch found fewer unlocked stuck keys than it asked for, so every stuck key
@@ -65,7 +59,7 @@ pub(super) async fn sweep(
     Ok(report.exit())
 }
 
-pub(super) async fn sweep_batches(
+async fn sweep_batches(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
@@ -163,8 +157,9 @@ pub(super) async fn archived_batch(
         .collect())
 }
 
-/// The sweep, shard after shard; stops at the first shard that does not drain (limit, signal).
-async fn sweep_shards(
+/// The sweep over the table's placements, shard after shard (a plain server's one); stops at the
+/// first shard that does not drain (limit, signal).
+async fn sweep_placements(
     ctx: &Context,
     client: &Session,
     table: &KeyTable,
@@ -173,13 +168,12 @@ async fn sweep_shards(
     report: &mut ReclaimReport,
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
-    let cluster = cluster(ctx, client, table).await?;
-    for node in &cluster.nodes {
-        let session = worker_session(node).await?;
+    let placements = Placements::connect(ctx, client, table, req.layout.as_ref()).await?;
+    for node in placements.nodes() {
+        let session = node.session().await?;
         for shard in &node.shards {
             let archive = archive.as_deref_mut();
-            let end =
-                sweep_batches(ctx, &session, &shard.table, req, args, report, archive).await?;
+            let end = sweep_batches(ctx, &session, shard.table, req, args, report, archive).await?;
             if end != EndReason::Drained {
                 return Ok(end);
             }

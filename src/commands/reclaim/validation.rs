@@ -93,6 +93,7 @@ pub(super) fn validate(ctx: &Context, args: &ReclaimArgs) -> Result<Request> {
             keep_failed: args.keep_failed_for().as_secs_f64(),
             filter: filter_from_args(args)?,
             route: reclaim_db::Route::default(),
+            layout: None,
             no_action: false,
         },
     };
@@ -301,6 +302,7 @@ pub(super) fn request_from_plan(args: &ReclaimArgs, path: &Path) -> Result<Reque
         limit: args.limit,
         keep_failed: plan.keep_failed_for_seconds,
         route: reclaim_db::Route::default(),
+        layout: None,
         no_action: false,
         mode: Mode::Apply(path.to_owned(), Box::new(plan)),
     })

@@ -9,7 +9,6 @@ use anyhow::{Context as _, Result};
 use super::request::{ROW_LOCK_WAIT, Request, action_name};
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
-use crate::commands::shards::{self, Cluster};
 use crate::context::Context;
 use crate::db::batch;
 use crate::db::lock::{self, LockClass};
@@ -101,24 +100,4 @@ pub(super) fn archive_why(req: &Request) -> crate::commands::archive::Why<'_> {
         older_than: req.older_than,
         filter: &req.filter,
     }
-}
-
-pub(super) async fn cluster(ctx: &Context, client: &Session, table: &KeyTable) -> Result<Cluster> {
-    shards::connect(ctx, client, table, 1)
-        .await
-        .context("failed to reach the key table's shards on the Citus workers")
-}
-
-/// A session on the worker with reclaim's lock_timeout.
-pub(super) async fn worker_session(node: &shards::Node) -> Result<Session> {
-    let session = node.session().await?;
-    crate::db::batch::limit_row_waits(&session, ROW_LOCK_WAIT)
-        .await
-        .with_context(|| {
-            format!(
-                "failed to set up the reclaim session on worker {}",
-                node.name()
-            )
-        })?;
-    Ok(session)
 }
