@@ -157,3 +157,63 @@ async fn a_shorter_role_level_statement_timeout_is_kept_and_named_unless_the_fla
     db.exec("DROP OWNED BY tight_evictor_named; DROP ROLE tight_evictor_named")
         .await;
 }
+
+/// The client's deadline follows the statement_timeout kept: with the role's 1 s, a statement whose
+/// answer a dead path swallows is given up 11 s after it began (not 40 s, the default's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_follows_a_shorter_role_level_statement_timeout() {
+    use crate::support::blackhole::BlackHole;
+    use std::time::{Duration, Instant};
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, Schema::Corrected, Mix::default()).await;
+    let url = role_with_statement_timeout(&db, "tight_reader", "1s").await;
+    let port: u16 = crate::support::pg::server()
+        .admin
+        .get("port")
+        .and_then(|p| p.parse().ok())
+        .expect("the server's port");
+    let proxy = BlackHole::to_socket_dir(&db.socket_dir().expect("a local server"), port);
+    // stats waits on a lock the test holds; the path dies while it waits.
+    let holder = db.client().await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let child = crate::support::Cmd::new()
+        .env(
+            "IDEMCTL_DATABASE_URL",
+            format!("{url} host=127.0.0.1 port={}", proxy.port()),
+        )
+        .args(["--lock-timeout", "60s", "stats"])
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    let watcher = db.client().await;
+    let waiting = "SELECT count(*) > 0 FROM pg_stat_activity WHERE usename = 'tight_reader' \
+                   AND wait_event_type = 'Lock'";
+    let started = Instant::now();
+    while !watcher
+        .query_one(waiting, &[])
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "stats never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.cut();
+    let run = child.wait_async().await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    run.assert_code(1);
+    assert!(
+        run.stderr.contains(
+            "no answer from the server within 11s (statement_timeout plus 10s); the connection \
+             was given up"
+        ),
+        "{run}"
+    );
+    db.exec("DROP OWNED BY tight_reader; DROP ROLE tight_reader")
+        .await;
+}
