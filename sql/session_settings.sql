@@ -3,7 +3,11 @@
 -- which PgBouncer rejects. $4..$8 ask the server to notice a dead client quickly: TCP keepalives
 -- ($4 idle s, $5 interval s, $6 count; '0' = the system's default), tcp_user_timeout ($7, ms) and,
 -- where the server has it (PostgreSQL 14 and later), client_connection_check_interval ($8).
-SELECT set_config('statement_timeout', $1, false),
+-- $9: --statement-timeout was not given, so a shorter statement_timeout the session already has
+-- (set for the role or the database, in the server's configuration or the startup options) is
+-- kept instead of $1. Returns the statement_timeout chosen, in ms, and what set it ('idemctl', else
+-- pg_settings.source). OFFSET 0 keeps the choice evaluated once, before anything is set.
+SELECT set_config('statement_timeout', t.chosen, false),
        set_config('lock_timeout', $2, false),
        set_config('idle_in_transaction_session_timeout', $3, false),
        set_config('tcp_keepalives_idle', $4, false),
@@ -12,4 +16,16 @@ SELECT set_config('statement_timeout', $1, false),
        set_config('tcp_user_timeout', $7, false),
        CASE WHEN pg_catalog.current_setting('server_version_num')::int >= 140000
             THEN pg_catalog.set_config('client_connection_check_interval', $8, false) END
-            AS client_connection_check_interval
+            AS client_connection_check_interval,
+       (extract(epoch FROM t.chosen::interval) * 1000)::int8 AS statement_timeout_ms,
+       t.set_by AS statement_timeout_set_by
+  FROM (SELECT CASE WHEN k.shorter THEN k.own ELSE $1 END AS chosen,
+               CASE WHEN k.shorter THEN k.source ELSE 'idemctl' END AS set_by
+          FROM (SELECT $9::bool
+                       AND g.setting::int8 > 0
+                       AND g.setting::int8 < extract(epoch FROM $1::interval) * 1000 AS shorter,
+                       g.setting || 'ms' AS own,
+                       g.source
+                  FROM pg_catalog.pg_settings AS g
+                 WHERE g.name = 'statement_timeout'
+                OFFSET 0) AS k) AS t

@@ -151,7 +151,8 @@ pub(crate) struct GlobalArgs {
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, global = true, value_name = "DUR")]
     pub connect_timeout: Option<Duration>,
 
-    /// statement_timeout for every statement idemctl runs. idemctl waits for any answer at most
+    /// statement_timeout for every statement idemctl runs; without it, a shorter statement_timeout
+    /// of the role or database is kept (docs/reliability.md). idemctl waits for any answer at most
     /// this plus 10s, then gives the connection up (exit 1).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "30s", global = true, value_name = "DUR")]
     pub statement_timeout: Duration,
@@ -930,6 +931,8 @@ pub(crate) struct Given {
     pub ttl: Option<&'static str>,
     /// `--time-zone` or `IDEMCTL_TIME_ZONE`.
     pub time_zone: Option<&'static str>,
+    /// --statement-timeout was given (else a shorter setting of the session's own may apply).
+    pub statement_timeout: bool,
 }
 
 impl Given {
@@ -940,6 +943,8 @@ impl Given {
             profile: given_by(m, "profile", "--profile", "IDEMCTL_PROFILE"),
             ttl: given_by(m, "ttl", "--ttl", "IDEMCTL_TTL"),
             time_zone: given_by(m, "time_zone", "--time-zone", "IDEMCTL_TIME_ZONE"),
+            statement_timeout: given_by(m, "statement_timeout", "--statement-timeout", "")
+                .is_some(),
         }
     }
 }

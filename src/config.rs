@@ -481,6 +481,8 @@ pub(crate) struct Plan {
     pub no_color: bool,
     pub connect_timeout: Option<Duration>,
     pub statement_timeout: Duration,
+    /// --statement-timeout was given: it holds whatever the session's own setting says.
+    pub statement_timeout_given: bool,
     pub lock_timeout: Duration,
     pub idle_in_transaction_timeout: Duration,
     pub pool_mode: PoolMode,
@@ -518,6 +520,7 @@ impl Plan {
                 || env.var("TERM").is_some_and(|t| t == "dumb"),
             connect_timeout: args.connect_timeout,
             statement_timeout: args.statement_timeout,
+            statement_timeout_given: given.statement_timeout,
             lock_timeout: args.lock_timeout,
             idle_in_transaction_timeout: args.idle_in_transaction_timeout,
             pool_mode: args.pool_mode,

@@ -7,7 +7,7 @@ use anyhow::Result;
 use crate::config::Plan;
 use crate::conn::{self, ConnectSettings, Route, Target};
 use crate::db::{KeyTable, Session};
-use crate::domain::Cancel;
+use crate::domain::{Cancel, OutputFormat};
 use crate::output::Output;
 
 /// Everything a command needs, built once from the run plan and never patched afterwards.
@@ -37,6 +37,7 @@ impl Context {
             database_url,
             connect_timeout: global.connect_timeout,
             statement_timeout: global.statement_timeout,
+            statement_timeout_given: global.statement_timeout_given,
             lock_timeout: global.lock_timeout,
             idle_in_transaction_timeout: global.idle_in_transaction_timeout,
         };
@@ -81,10 +82,15 @@ impl Context {
         ))
     }
 
-    /// The deadline of one round trip: the statement_timeout idemctl sets plus a margin (see
-    /// `conn::SessionTimeouts::answer_deadline`). Every session applies it to every round trip.
+    /// The deadline of one round trip: the statement_timeout in force plus a margin (see
+    /// `conn::answer_deadline`). Every session applies it to every round trip.
     pub(crate) fn answer_deadline(&self) -> std::time::Duration {
         self.pool.answer_deadline()
+    }
+
+    /// The statement_timeout in force on the sessions (once one has connected), and what set it.
+    pub(crate) fn statement_timeout(&self) -> crate::domain::StatementTimeout {
+        self.pool.statement_timeout()
     }
 
     /// How the sessions reach the server (known once one has connected).
@@ -127,11 +133,20 @@ impl Context {
         Ok(table)
     }
 
-    /// Whether a command that records metrics prints its summary: not under cron (no terminal, no
-    /// explicit --output) when it writes metrics, since cron mails any output.
-    pub(crate) fn prints_summary(&self) -> bool {
-        let explicit = self.global.output != crate::domain::OutputFormat::Auto;
-        !(self.metrics.enabled() && !explicit && !self.output.stdout_tty)
+    /// Whether the run's summary prints: the one rule of every command. Never under --quiet (a
+    /// JSON document still prints: it was asked for). Under cron (stdout no terminal and no
+    /// --output), which mails any output, only a `noteworthy` run's (stats' report, a reclaim that
+    /// did or left something; never a routine evict), and only when it writes no metrics, which
+    /// then say it instead.
+    pub(crate) fn prints_summary(&self, noteworthy: bool) -> bool {
+        let cron = self.global.output == OutputFormat::Auto && !self.output.stdout_tty;
+        summary_prints(
+            self.output.format,
+            self.output.quiet,
+            cron,
+            noteworthy,
+            self.metrics.enabled(),
+        )
     }
 
     /// Close the connections, each with its Terminate message, before the process exits. Every
@@ -139,5 +154,39 @@ impl Context {
     /// late to be waited for).
     pub(crate) async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// [`Context::prints_summary`]'s rule, for the resolved `format`.
+fn summary_prints(
+    format: OutputFormat,
+    quiet: bool,
+    cron: bool,
+    noteworthy: bool,
+    metrics: bool,
+) -> bool {
+    let asked = matches!(format, OutputFormat::Json | OutputFormat::Prometheus);
+    if quiet && !asked {
+        return false;
+    }
+    !cron || (noteworthy && !metrics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_rule_decides_when_a_summary_prints() {
+        use OutputFormat::{Json, Plain, Table};
+        // On a terminal: always, unless --quiet (a JSON document still prints).
+        assert!(summary_prints(Table, false, false, false, true));
+        assert!(!summary_prints(Table, true, false, true, false));
+        assert!(summary_prints(Json, true, false, false, false));
+        // Under cron: a noteworthy run without metrics only (stats' report, a reclaim that did
+        // something); never a routine one (evict, a reclaim with nothing to do).
+        assert!(summary_prints(Plain, false, true, true, false));
+        assert!(!summary_prints(Plain, false, true, true, true));
+        assert!(!summary_prints(Plain, false, true, false, false));
     }
 }

@@ -49,6 +49,45 @@ impl ReclaimAction {
     }
 }
 
+/// The statement_timeout in force on idemctl's sessions, and what set it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StatementTimeout {
+    pub(crate) value: std::time::Duration,
+    pub(crate) set_by: SetBy,
+}
+
+/// What set a session's statement_timeout: idemctl (`--statement-timeout` or its default), or,
+/// when the flag is not given and the session's own setting is shorter, where that comes from
+/// (`pg_settings.source`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SetBy {
+    /// `--statement-timeout`, or its default.
+    Flag,
+    /// `ALTER ROLE ... SET`.
+    Role,
+    /// `ALTER DATABASE ... SET`.
+    Database,
+    /// `ALTER ROLE ... IN DATABASE ... SET`.
+    RoleInDatabase,
+    /// The connection's startup options (`options=-c ...`, PGOPTIONS).
+    Client,
+    /// The server's configuration (postgresql.conf, ALTER SYSTEM, a command-line option).
+    Server,
+}
+
+impl SetBy {
+    /// From `pg_settings.source`.
+    pub(crate) fn of_source(source: &str) -> SetBy {
+        match source {
+            "user" => SetBy::Role,
+            "database" => SetBy::Database,
+            "database user" => SetBy::RoleInDatabase,
+            "client" => SetBy::Client,
+            _ => SetBy::Server,
+        }
+    }
+}
+
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum OutputFormat {

@@ -553,7 +553,7 @@ pub(crate) async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     ctx.metrics.finish(STATS_END, metrics(&report)).await?;
     if ctx.output.format == OutputFormat::Prometheus {
         crate::output::write_stdout(&ctx.metrics.render(&metrics(&report)))?;
-    } else if ctx.prints_summary() {
+    } else if ctx.prints_summary(true) {
         let d = crate::output::stats::report(&report, args.partitions);
         ctx.output.emit(&d, &crate::output::stats::json(&report)?)?;
     }

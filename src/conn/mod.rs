@@ -46,6 +46,9 @@ pub(crate) struct ConnectSettings {
     pub connect_timeout: Option<Duration>,
     /// Set as `statement_timeout` on every connection (zero: no limit).
     pub statement_timeout: Duration,
+    /// `--statement-timeout` was given; when not, a shorter statement_timeout the session has of
+    /// its own (the role's, the database's, the server's) is kept instead.
+    pub statement_timeout_given: bool,
     /// Set as `lock_timeout` on every connection (zero: no limit).
     pub lock_timeout: Duration,
     /// Set as `idle_in_transaction_session_timeout` on every connection (zero: no limit).
@@ -56,6 +59,8 @@ pub(crate) struct ConnectSettings {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SessionTimeouts {
     pub(crate) statement: Duration,
+    /// Whether a shorter statement_timeout the session has of its own wins (the flag not given).
+    pub(crate) shorter_own_statement: bool,
     pub(crate) lock: Duration,
     pub(crate) idle_in_transaction: Duration,
     /// How quickly the server notices that idemctl's end of a direct connection is gone.
@@ -66,14 +71,12 @@ pub(crate) struct SessionTimeouts {
 /// answer of a statement cancelled by the server at its statement_timeout needs to arrive.
 pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(10);
 
-impl SessionTimeouts {
-    /// The deadline of one round trip on an open connection (a statement, `BEGIN`, `COMMIT`,
-    /// `ROLLBACK`, a sample or a probe): the statement_timeout idemctl sets, which the server
-    /// enforces, plus [`ANSWER_MARGIN`]. No answer by then means the path to the server is gone,
-    /// and the connection is given up. This is the one definition every command uses.
-    pub(crate) fn answer_deadline(&self) -> Duration {
-        self.statement + ANSWER_MARGIN
-    }
+/// The deadline of one round trip on an open connection (a statement, `BEGIN`, `COMMIT`,
+/// `ROLLBACK`, a sample or a probe): the statement_timeout in force on idemctl's sessions, which
+/// the server enforces, plus [`ANSWER_MARGIN`]. No answer by then means the path to the server is
+/// gone, and the connection is given up. This is the one definition every command uses.
+pub(crate) fn answer_deadline(statement_timeout: Duration) -> Duration {
+    statement_timeout + ANSWER_MARGIN
 }
 
 /// TCP keepalive and user-timeout settings, applied to idemctl's own sockets and asked of the

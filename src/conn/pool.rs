@@ -8,7 +8,7 @@ use super::attrs::{Mismatch, SessionAttrs};
 use super::auth;
 use super::tls_stream::MakeTls;
 use super::{SessionTimeouts, Target};
-use crate::domain::PoolMode;
+use crate::domain::{PoolMode, SetBy, StatementTimeout};
 use crate::exit::{Exit, fail};
 use deadpool_postgres::{
     Connect, Hook, HookError, Manager, ManagerConfig, Object, PoolError, RecyclingMethod, Runtime,
@@ -86,6 +86,9 @@ struct Shared {
     /// `sslmode=allow`: a login without TLS first.
     allow: bool,
     timeouts: SessionTimeouts,
+    /// The statement_timeout in force, as the last connection made chose it (idemctl's until
+    /// one has connected).
+    statement: Mutex<StatementTimeout>,
     /// The least owning route any connection has shown (a pooler seen once is assumed throughout).
     route: Mutex<Option<Route>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -96,6 +99,29 @@ struct Shared {
 }
 
 impl Shared {
+    /// The statement_timeout a new connection chose: `ms`, set by `set_by` (`idemctl`, else
+    /// `pg_settings.source`).
+    fn keep_statement_timeout(&self, ms: i64, set_by: &str) {
+        let chosen = StatementTimeout {
+            value: Duration::from_millis(u64::try_from(ms).unwrap_or(0)),
+            set_by: match set_by {
+                "idemctl" => SetBy::Flag,
+                source => SetBy::of_source(source),
+            },
+        };
+        *self
+            .statement
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = chosen;
+    }
+
+    fn statement_timeout(&self) -> StatementTimeout {
+        *self
+            .statement
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn record(&self, route: Route) {
         let mut seen = self.route.lock().unwrap_or_else(PoisonError::into_inner);
         if seen.is_none_or(Route::owns_session) {
@@ -122,9 +148,14 @@ impl Pool {
     }
 
     /// The deadline of one round trip on this pool's connections (see
-    /// [`super::SessionTimeouts::answer_deadline`]).
+    /// [`super::answer_deadline`]).
     pub(crate) fn answer_deadline(&self) -> Duration {
-        self.shared.timeouts.answer_deadline()
+        super::answer_deadline(self.shared.statement_timeout().value)
+    }
+
+    /// The statement_timeout in force on this pool's sessions, and what set it.
+    pub(crate) fn statement_timeout(&self) -> StatementTimeout {
+        self.shared.statement_timeout()
     }
 
     /// What a session on `client` needs to know about its connection: the deadline of a round
@@ -153,7 +184,10 @@ impl Pool {
     pub(crate) fn session_settings(&self) -> Vec<(&'static str, String)> {
         let t = self.shared.timeouts;
         vec![
-            ("statement_timeout", setting_millis(t.statement)),
+            (
+                "statement_timeout",
+                setting_millis(self.shared.statement_timeout().value),
+            ),
             ("lock_timeout", setting_millis(t.lock)),
             (
                 "idle_in_transaction_session_timeout",
@@ -203,6 +237,10 @@ impl Target {
             attrs: self.attrs,
             allow: self.tls_plan.mode == super::tls::SslMode::Allow,
             timeouts: self.session,
+            statement: Mutex::new(StatementTimeout {
+                value: self.session.statement,
+                set_by: SetBy::Flag,
+            }),
             route: Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
             ended: Mutex::new(HashMap::new()),
@@ -390,7 +428,7 @@ impl Ended {
 /// ended (once it has).
 #[derive(Debug, Clone)]
 pub struct Line {
-    /// See [`super::SessionTimeouts::answer_deadline`].
+    /// See [`super::answer_deadline`].
     pub deadline: Duration,
     /// The idle_in_transaction_session_timeout idemctl sets (also the guard's idle limit).
     pub idle: Duration,
@@ -438,33 +476,38 @@ fn session_hook(shared: Arc<Shared>) -> Hook {
         let shared = shared.clone();
         Box::pin(async move {
             let values = owned_session_settings(&shared.timeouts);
+            let shorter_own = shared.timeouts.shorter_own_statement;
             let mut params: Vec<(&(dyn ToSql + Sync), Type)> = values
                 .iter()
                 .map(|v| (v as &(dyn ToSql + Sync), Type::TEXT))
                 .collect();
-            let route = match shared.mode {
-                PoolMode::Session => Route::DeclaredSession,
-                PoolMode::Transaction => Route::DeclaredTransaction,
-                PoolMode::Auto => {
-                    // Detection and, on a session idemctl owns, the settings: one round trip.
-                    let announced = announced_pid(client).await;
-                    params.push((&announced, Type::INT4));
-                    let rows = client
-                        .query_typed(DETECT_SQL, &params)
-                        .await
-                        .map_err(HookError::Backend)?;
-                    let server_pid: Option<i32> = rows.first().map(|r| r.get("pid"));
-                    shared.record(route_of(announced, server_pid));
-                    return Ok(());
-                }
+            let (route, announced) = match shared.mode {
+                PoolMode::Session => (Some(Route::DeclaredSession), None),
+                // No server process is named, so the detection sets nothing.
+                PoolMode::Transaction => (Some(Route::DeclaredTransaction), None),
+                PoolMode::Auto => (None, announced_pid(client).await),
             };
-            if route.owns_session() {
-                client
-                    .query_typed(SESSION_SQL, &params)
-                    .await
-                    .map_err(HookError::Backend)?;
+            let sql = if route == Some(Route::DeclaredSession) {
+                SESSION_SQL
+            } else {
+                // Detection and, on a session idemctl owns, the settings: one round trip.
+                params.push((&announced, Type::INT4));
+                DETECT_SQL
+            };
+            params.push((&shorter_own, Type::BOOL));
+            let rows = client
+                .query_typed(sql, &params)
+                .await
+                .map_err(HookError::Backend)?;
+            if let Some(row) = rows.first() {
+                shared.keep_statement_timeout(
+                    row.get("statement_timeout_ms"),
+                    row.get("statement_timeout_set_by"),
+                );
             }
-            shared.record(route);
+            shared.record(
+                route.unwrap_or_else(|| route_of(announced, rows.first().map(|r| r.get("pid")))),
+            );
             Ok(())
         })
     })

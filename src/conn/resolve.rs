@@ -112,6 +112,7 @@ fn resolve_pairs(
         connect_timeout,
         session: SessionTimeouts {
             statement: settings.statement_timeout,
+            shorter_own_statement: !settings.statement_timeout_given,
             lock: settings.lock_timeout,
             idle_in_transaction: settings.idle_in_transaction_timeout,
             liveness,

@@ -31,6 +31,7 @@ fn settings(url: Option<&str>) -> ConnectSettings {
         database_url: url.map(str::to_string),
         connect_timeout: None,
         statement_timeout: Duration::from_secs(30),
+        statement_timeout_given: false,
         lock_timeout: Duration::from_secs(2),
         idle_in_transaction_timeout: Duration::from_secs(60),
     }

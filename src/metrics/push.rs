@@ -207,10 +207,8 @@ impl Gateway {
             .lossy_utf8(true)
             .read_to_string()
             .unwrap_or_default();
-        let detail: String = crate::output::sanitize(text.trim())
-            .chars()
-            .take(DETAIL_CHARS)
-            .collect();
+        // As the gateway said it: the warning that prints it escapes it.
+        let detail: String = text.trim().chars().take(DETAIL_CHARS).collect();
         bail!("HTTP {}: {detail}", status.as_u16())
     }
 }

@@ -769,12 +769,26 @@ pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64) -> String {
 }
 
 /// The line of a run whose smallest batch (one row) still exceeded statement_timeout.
-pub(crate) fn smallest_batch_timed_out(statement_timeout: std::time::Duration) -> String {
+pub(crate) fn smallest_batch_timed_out(t: crate::domain::StatementTimeout) -> String {
     format!(
-        "a batch of one row exceeded statement_timeout ({}, set by --statement-timeout) after the \
-         batches were made smaller; nothing of it was deleted: raise --statement-timeout",
-        humantime::format_duration(statement_timeout)
+        "a batch of one row exceeded statement_timeout ({}, set by {}) after the batches were \
+         made smaller; nothing of it was deleted: raise --statement-timeout",
+        humantime::format_duration(t.value),
+        statement_timeout_set_by(t.set_by)
     )
+}
+
+/// What set the statement_timeout in force, as a message names it.
+pub(crate) fn statement_timeout_set_by(set_by: crate::domain::SetBy) -> &'static str {
+    use crate::domain::SetBy;
+    match set_by {
+        SetBy::Flag => "--statement-timeout",
+        SetBy::Role => "ALTER ROLE ... SET statement_timeout",
+        SetBy::Database => "ALTER DATABASE ... SET statement_timeout",
+        SetBy::RoleInDatabase => "ALTER ROLE ... IN DATABASE ... SET statement_timeout",
+        SetBy::Client => "the connection's options (PGOPTIONS or options=-c)",
+        SetBy::Server => "the server's configuration",
+    }
 }
 
 #[cfg(test)]

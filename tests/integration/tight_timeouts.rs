@@ -1,7 +1,8 @@
 //! A tight statement_timeout: batches that exceed it are made smaller and done again, and only a
-//! batch of one row that still exceeds it ends the run, in one line naming the setting. A
-//! role-level statement_timeout does not apply to idemctl's sessions (its --statement-timeout
-//! does), so it neither ends nor slows a run.
+//! batch of one row that still exceeds it ends the run, in one line naming the setting and what
+//! set it. Without --statement-timeout, a role- or database-level statement_timeout shorter than
+//! idemctl's default is kept on its sessions (and the client's deadline follows it); the flag,
+//! given, holds over it.
 
 use crate::fixtures::{self, Mix, Schema};
 use crate::support::TestDb;
@@ -83,28 +84,137 @@ async fn a_row_that_alone_exceeds_statement_timeout_ends_the_run_in_one_line() {
     assert_eq!(fixtures::scalar_i64(&db, EXPIRED).await, 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_role_level_statement_timeout_does_not_end_the_run() {
-    let db = TestDb::new().await;
-    slow_deletes(&db, 100, 1).await;
+/// A role `role` (roles are the cluster's: each test has its own) whose statement_timeout, in
+/// this database, is `timeout`.
+async fn role_with_statement_timeout(db: &TestDb, role: &str, timeout: &str) -> String {
     db.exec(&format!(
-        "CREATE ROLE tight_evictor LOGIN; GRANT pg_monitor TO tight_evictor; GRANT SELECT, UPDATE, DELETE ON idempotency_keys TO \
-         tight_evictor; ALTER ROLE tight_evictor IN DATABASE {} SET statement_timeout = '5ms'",
+        "CREATE ROLE {role} LOGIN; GRANT pg_monitor TO {role}; GRANT SELECT, UPDATE, DELETE ON \
+         idempotency_keys TO {role}; ALTER ROLE {role} IN DATABASE {} SET statement_timeout = \
+         '{timeout}'",
         crate::support::ident(db.name())
     ))
     .await;
+    db.url_with(&[("user", role)])
+}
+
+/// A role-level statement_timeout shorter than idemctl's default applies to its sessions:
+/// batches that exceed it shrink and the run drains.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_role_level_statement_timeout_shrinks_the_batches_and_the_run_drains() {
+    let db = TestDb::new().await;
+    slow_deletes(&db, 60, 20).await;
+    let url = role_with_statement_timeout(&db, "tight_evictor", "500ms").await;
     let run = db
         .idemctl()
-        .env(
-            "IDEMCTL_DATABASE_URL",
-            db.url_with(&[("user", "tight_evictor")]),
-        )
+        .env("IDEMCTL_DATABASE_URL", url)
         .args(["evict", "--batch-size", "50", "-o", "json"])
         .run_async()
         .await;
     run.assert_code(0).assert_stderr_empty();
-    assert_eq!(run.json()["rows_evicted"], 100, "{run}");
+    assert_eq!(run.json()["rows_evicted"], 60, "{run}");
+    assert_eq!(fixtures::scalar_i64(&db, EXPIRED).await, 0);
     db.exec("DROP OWNED BY tight_evictor; DROP ROLE tight_evictor")
+        .await;
+}
+
+/// Without --statement-timeout, the role's shorter statement_timeout is the one in force, and the
+/// line that ends the run names it and where it was set; --statement-timeout given wins over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shorter_role_level_statement_timeout_is_kept_and_named_unless_the_flag_is_given() {
+    let db = TestDb::new().await;
+    slow_deletes(&db, 3, 1000).await;
+    let url = role_with_statement_timeout(&db, "tight_evictor_named", "500ms").await;
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["evict", "--batch-size", "2"])
+        .run_async()
+        .await;
+    run.assert_error(
+        1,
+        "a batch of one row exceeded statement_timeout (500ms, set by ALTER ROLE ... IN DATABASE \
+         ... SET statement_timeout) after the batches were made smaller; nothing of it was \
+         deleted: raise --statement-timeout: canceling statement due to statement timeout",
+    );
+    assert_eq!(fixtures::scalar_i64(&db, EXPIRED).await, 3, "no row lost");
+    // The flag, given, holds over the role's setting: rows of 1 s each are deleted.
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args([
+            "--statement-timeout",
+            "5s",
+            "evict",
+            "--batch-size",
+            "2",
+            "-o",
+            "json",
+        ])
+        .run_async()
+        .await;
+    run.assert_code(0).assert_stderr_empty();
+    assert_eq!(run.json()["rows_evicted"], 3, "{run}");
+    db.exec("DROP OWNED BY tight_evictor_named; DROP ROLE tight_evictor_named")
+        .await;
+}
+
+/// The client's deadline follows the statement_timeout kept: with the role's 1 s, a statement whose
+/// answer a dead path swallows is given up 11 s after it began (not 40 s, the default's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_follows_a_shorter_role_level_statement_timeout() {
+    use crate::support::blackhole::BlackHole;
+    use std::time::{Duration, Instant};
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, Schema::Corrected, Mix::default()).await;
+    let url = role_with_statement_timeout(&db, "tight_reader", "1s").await;
+    let port: u16 = crate::support::pg::server()
+        .admin
+        .get("port")
+        .and_then(|p| p.parse().ok())
+        .expect("the server's port");
+    let proxy = BlackHole::to_socket_dir(&db.socket_dir().expect("a local server"), port);
+    // stats waits on a lock the test holds; the path dies while it waits.
+    let holder = db.client().await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let child = crate::support::Cmd::new()
+        .env(
+            "IDEMCTL_DATABASE_URL",
+            format!("{url} host=127.0.0.1 port={}", proxy.port()),
+        )
+        .args(["--lock-timeout", "60s", "stats"])
+        .timeout(Duration::from_secs(120))
+        .spawn();
+    let watcher = db.client().await;
+    let waiting = "SELECT count(*) > 0 FROM pg_stat_activity WHERE usename = 'tight_reader' \
+                   AND wait_event_type = 'Lock'";
+    let started = Instant::now();
+    while !watcher
+        .query_one(waiting, &[])
+        .await
+        .unwrap()
+        .get::<_, bool>(0)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "stats never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    proxy.cut();
+    let run = child.wait_async().await;
+    holder.batch_execute("COMMIT").await.unwrap();
+    run.assert_code(1);
+    assert!(
+        run.stderr.contains(
+            "no answer from the server within 11s (statement_timeout plus 10s); the connection \
+             was given up"
+        ),
+        "{run}"
+    );
+    db.exec("DROP OWNED BY tight_reader; DROP ROLE tight_reader")
         .await;
 }
 

@@ -28,7 +28,7 @@ use crate::db::KeyTable;
 use crate::db::batch;
 use crate::db::evict as evict_db;
 use crate::db::lock::{self, LockClass};
-use crate::domain::{CATCH_UP_BATCH_TIME, OutputFormat};
+use crate::domain::CATCH_UP_BATCH_TIME;
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::metrics::Series as S;
@@ -543,6 +543,7 @@ fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
         max_runtime: args.max_runtime,
         min_age_secs: args.min_age.map(|d| d.as_secs_f64()),
         deadline: ctx.answer_deadline(),
+        statement_timeout: ctx.statement_timeout(),
         caps: args.rate_caps(),
     }
 }
@@ -834,10 +835,8 @@ fn to_the_second<S: serde::Serializer>(
 }
 
 fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
-    let explicit = ctx.global.output != OutputFormat::Auto;
-    let json = ctx.output.format == OutputFormat::Json;
-    // Under cron (no terminal) a successful run prints nothing: cron mails any output.
-    if !json && (ctx.global.quiet || (!explicit && !ctx.output.stdout_tty)) {
+    // A run is routine: silent under cron, which mails any output.
+    if !ctx.prints_summary(false) {
         // An interrupted run is not a success: say in one line what it did before it stopped.
         if r.end_reason == EndReason::Interrupted {
             crate::output::evict::tell(crate::output::evict::Event::Interrupted {

@@ -38,6 +38,8 @@ pub(super) struct Plan {
     pub min_age_secs: Option<f64>,
     /// Client-side limit on one statement (statement_timeout plus a margin).
     pub deadline: Duration,
+    /// The statement_timeout in force, and what set it.
+    pub statement_timeout: crate::domain::StatementTimeout,
     /// --max-rate and --max-wal-rate.
     pub caps: crate::domain::Caps,
 }
@@ -867,10 +869,7 @@ async fn or_shrinking<T>(
             }
             Err(e) if batch::Failure::of(&e) == batch::Failure::Canceled => {
                 return Err(e.context(crate::output::evict::smallest_batch_timed_out(
-                    shared
-                        .plan
-                        .deadline
-                        .saturating_sub(crate::conn::ANSWER_MARGIN),
+                    shared.plan.statement_timeout,
                 )));
             }
             Err(e) => return Err(e),

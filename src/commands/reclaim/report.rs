@@ -8,7 +8,7 @@ use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::batch;
 use crate::db::session::Lost;
-use crate::domain::{OutputFormat, ReclaimAction};
+use crate::domain::ReclaimAction;
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
 use crate::metrics::Series;
@@ -173,13 +173,10 @@ impl ReclaimReport {
 }
 
 pub(super) fn print_report(ctx: &Context, r: &ReclaimReport) -> Result<()> {
-    // Under cron (no terminal, no -o) a run that writes metrics, or found nothing to do, prints
-    // nothing: cron mails any output.
+    // A run that found nothing to do is routine: silent under cron.
     let idle =
         r.rows_reclaimed == 0 && r.left_alone.is_empty() && r.end_reason == EndReason::Drained;
-    if !ctx.prints_summary()
-        || idle && ctx.global.output == OutputFormat::Auto && !ctx.output.stdout_tty
-    {
+    if !ctx.prints_summary(!idle) {
         return Ok(());
     }
     ctx.output
