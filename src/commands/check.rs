@@ -38,7 +38,7 @@ pub(crate) async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
     // The layout is resolved once; the shards of a table Citus distributes are checked, and an
     // unreachable worker is a finding, not an error.
     let layout = crate::db::citus::layout(&client, &table).await?;
-    let shard_by_shard = layout.as_ref().is_some_and(Layout::shard_by_shard);
+    let shard_by_shard = layout.as_ref().is_some_and(Layout::sharded);
     let placements = match Placements::of(ctx, &client, &table, layout.clone()).await {
         Err(e) if !shard_by_shard => return Err(e),
         placements => placements,
@@ -240,10 +240,13 @@ fn identity_index(table: &KeyTable) -> (Status, Found) {
         None if let Some(i) = table.wider_identity_index() => {
             (Status::Warn, Identity::Wider(index_ref(i)))
         }
+        // No unique index implies the identity: idemctl never proposes one (it could refuse rows
+        // already written), only the plain index lookups need.
+        None if table.has_tenant_key_index() => (Status::Warn, Identity::NotEnforced { fix: None }),
         None => (
             Status::Fail,
-            Identity::Missing {
-                fix: table.identity_index_fix(),
+            Identity::NotEnforced {
+                fix: Some(table.lookup_index_fix()),
             },
         ),
     };

@@ -16,9 +16,9 @@ const PROPAGATE_SET_LOCAL_SQL: &str = include_str!("../../sql/citus_propagate_se
 const CUSTOM_PLAN_LOCAL_SQL: &str = include_str!("../../sql/citus_custom_plan_local.sql");
 
 impl Layout {
-    /// Whether the commands work on the table shard by shard on the workers: a hash-distributed
-    /// or single-shard table (see `commands::shards::distributed`).
-    pub(crate) fn shard_by_shard(&self) -> bool {
+    /// Whether Citus keeps the table's rows on the workers, where idemctl works on it shard by
+    /// shard: a hash-distributed table, or a single-shard one (a table of a distributed schema).
+    pub(crate) fn sharded(&self) -> bool {
         matches!(self, Layout::Distributed { .. } | Layout::SingleShard)
     }
 

@@ -361,12 +361,20 @@ fn identity_index(status: Status, identity: &Identity, label: &str) -> Worded {
             ),
             None,
         ),
-        Identity::Missing { fix } => (
-            format!(
-                "no valid unique index on {label}: keys cannot be looked up or told apart per tenant"
-            ),
-            Some(fix.clone()),
-        ),
+        Identity::NotEnforced { fix } => {
+            let lookups = match fix {
+                None => "an index serves lookups by it",
+                Some(_) => {
+                    "keys cannot be looked up by it without a scan; the index below serves lookups"
+                }
+            };
+            (
+                format!(
+                    "no valid unique index makes {label} name one row, so the database does not keep a key unique within its scope; no unique index is proposed, since one could refuse rows the application wrote (map every column the table's own identity has); {lookups}"
+                ),
+                fix.clone(),
+            )
+        }
     };
     worded("identity index", status, detail, fix)
 }

@@ -2,7 +2,7 @@
 //! summary. Worker names, the role and the distribution column are
 //! escaped here, where they are printed.
 
-use crate::commands::evict::citus::CitusReport;
+use crate::commands::evict::placements::CitusReport;
 use crate::output::{Doc, human_bytes, human_secs};
 use crate::report::rows::Capped;
 use crate::report::rows::Layout;

@@ -514,7 +514,7 @@ pub(crate) fn no_identity_index(table: &KeyTable) -> String {
     format!(
         "table {} has no index on (api_key_id, key), so plan rows cannot be found without a scan; create it with: {}",
         table.display(),
-        table.identity_index_fix()
+        table.lookup_index_fix()
     )
 }
 

@@ -143,8 +143,10 @@ pub(crate) enum Identity {
     },
     /// The table's own identity is wider than the mapping's.
     Wider(IndexRef),
-    /// No unique index on the identity; `fix` creates one.
-    Missing { fix: String },
+    /// No unique index implies the identity, so the database does not keep a key unique within
+    /// its scope (idemctl never proposes one: it could refuse rows already written). `fix`: the
+    /// plain index lookups need, when no index serves them.
+    NotEnforced { fix: Option<String> },
 }
 
 /// What a referencing foreign key means for evict.
