@@ -18,7 +18,7 @@ use crate::db::session::{Session, Writability};
 use crate::db::table::{Index, Job, Privileges, quote_ident};
 use crate::exit::{Exit, fail};
 use crate::report::check::{
-    self as r, DropPartitions, Found, Identity, IndexRef, Referencing, Threshold,
+    self as r, DropPartitions, Found, Identity, IndexRef, Referencing, Structure as S, Threshold,
 };
 pub(crate) use crate::report::check::{Finding, Status};
 use crate::report::citus::{Outcome, ShardLacks, Worker};
@@ -89,7 +89,10 @@ pub(crate) async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
 
 /// Failing checks that do not keep the statistics from being read safely.
 fn read_despite(found: &Found) -> bool {
-    matches!(found, Found::Referencing { .. } | Found::Identity { .. })
+    matches!(
+        found,
+        Found::Referencing { .. } | Found::Structure(S::Identity { .. })
+    )
 }
 
 /// The threshold rows, each marked as not checked, when a failure above makes reading the
@@ -155,36 +158,45 @@ fn structure(table: &KeyTable) -> Vec<Finding> {
     let p = &table.profile;
     let mut out = vec![Finding::new(
         Status::Ok,
-        Found::Profile {
+        Found::Structure(S::Profile {
             name: p.name.clone(),
             because: p.matched_because.clone(),
-        },
+        }),
     )];
     let problems = table.column_problems();
     let time_problem = p.time_problem(&table.columns);
     if problems.is_empty() && time_problem.is_none() {
         let profile = p.name.clone();
-        out.push(Finding::new(Status::Ok, Found::ColumnsOk { profile }));
+        out.push(Finding::new(
+            Status::Ok,
+            Found::Structure(S::ColumnsOk { profile }),
+        ));
     }
     // The table belongs to the application: a mismatch is fixed by choosing or mapping the
     // profile, never by changing the table.
     for (column, found, types) in problems {
         let expected = types.iter().map(|t| (*t).to_owned()).collect();
         let profile = p.name.clone();
-        let found = Found::Column {
+        let found = Found::Structure(S::Column {
             column,
             profile,
             found,
             expected,
-        };
+        });
         out.push(Finding::new(Status::Fail, found));
     }
     if let Some(why) = time_problem {
-        out.push(Finding::new(Status::Fail, Found::TimeColumns { why }));
+        out.push(Finding::new(
+            Status::Fail,
+            Found::Structure(S::TimeColumns { why }),
+        ));
     }
     if p.lacks_ttl() {
         let created_at = p.created_at.clone();
-        out.push(Finding::new(Status::Fail, Found::NoExpiry { created_at }));
+        out.push(Finding::new(
+            Status::Fail,
+            Found::Structure(S::NoExpiry { created_at }),
+        ));
     }
     out.push(expiry_index(table).into());
     out.push(identity_index(table).into());
@@ -201,13 +213,13 @@ fn expiry_index(table: &KeyTable) -> (Status, Found) {
         (None, Some(_)) => Status::Warn,
         (None, None) => Status::Fail,
     };
-    let found = Found::ExpiryIndex {
+    let found = Found::Structure(S::ExpiryIndex {
         column: table.profile.expiry_column().to_owned(),
         walked: walked.filter(|_| index.is_none()),
         index,
         ttl: table.profile.expires_by_ttl(),
         fix: table.expiry_index_fix(),
-    };
+    });
     (status, found)
 }
 
@@ -230,33 +242,26 @@ fn identity_index(table: &KeyTable) -> (Status, Found) {
         }
         // No unique index implies the identity: idemctl never proposes one (it could refuse rows
         // already written), only the plain index lookups need.
-        None if table.has_tenant_key_index() => (
-            Status::Warn,
-            Identity::Missing {
-                lookups: true,
-                fix: None,
-            },
-        ),
+        None if table.has_tenant_key_index() => (Status::Warn, Identity::NotEnforced { fix: None }),
         None => (
             Status::Fail,
-            Identity::Missing {
-                lookups: false,
+            Identity::NotEnforced {
                 fix: Some(table.lookup_index_fix()),
             },
         ),
     };
     let label = table.identity_columns_text();
-    (status, Found::Identity { identity, label })
+    (status, Found::Structure(S::Identity { identity, label }))
 }
 
 /// The optional in_progress index (none is needed without an in-flight marker).
 fn stuck_index(table: &KeyTable) -> (Status, Found) {
     let index = table.stuck_index().map(|i| i.name.clone());
     if index.is_none() && !table.profile.has_in_flight_marker() {
-        let found = Found::NoInFlightMarker {
+        let found = Found::Structure(S::NoInFlightMarker {
             table: table.qualified_name(),
             profile: table.profile.name.clone(),
-        };
+        });
         return (Status::Ok, found);
     }
     let status = match index {
@@ -264,7 +269,7 @@ fn stuck_index(table: &KeyTable) -> (Status, Found) {
         None => Status::Note,
     };
     let fix = table.stuck_index_fix();
-    (status, Found::StuckIndex { index, fix })
+    (status, Found::Structure(S::StuckIndex { index, fix }))
 }
 
 /// The foreign keys that reference the key table, each with what it means for evict. Of a NO
@@ -321,16 +326,16 @@ fn partitioning(table: &KeyTable, r: &StatsReport) -> Vec<Finding> {
     let definition = how.definition.clone();
     let mut out = vec![Finding::new(
         Status::Ok,
-        Found::Partitioning {
+        Found::Structure(S::Partitioning {
             definition: definition.clone(),
             leaves: parts.len(),
-        },
+        }),
     )];
     if let Some(p) = r.default_partition().filter(|p| p.estimated_rows > 0) {
-        let found = Found::DefaultPartition {
+        let found = Found::Structure(S::DefaultPartition {
             name: p.name.clone(),
             rows: p.estimated_rows,
-        };
+        });
         out.push(Finding::new(Status::Note, found));
     }
     let (status, drop) = match table.range_key() {
@@ -419,7 +424,7 @@ fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) -> Vec
         true => Status::Note,
         false => granted(&lacks),
     };
-    let found = r::Privileges::Reclaim {
+    let found = r::Privileges::Reclaim(r::ReclaimGrants {
         role,
         grantee,
         profile: table.profile.name.clone(),
@@ -428,7 +433,7 @@ fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) -> Vec
         lacks,
         refused,
         table: table.quoted.clone(),
-    };
+    });
     out.push(Finding::new(status, Found::Privileges(found)));
     out
 }

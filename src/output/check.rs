@@ -7,8 +7,8 @@ use crate::output::names::worker;
 use crate::output::stats::key_label;
 use crate::output::{Doc, escape_controls, escape_lines, human_secs, sanitize};
 use crate::report::check::{
-    Autovacuum, DropPartitions, Finding, Found, Identity, Lag, Privileges, Referencing, Status,
-    Stuck, Threshold, TtlCheck,
+    Autovacuum, DropPartitions, Finding, Found, Identity, Lag, Privileges, ReclaimGrants,
+    Referencing, Status, Structure, Stuck, Threshold, TtlCheck,
 };
 use crate::report::citus::{Outcome, ShardLacks};
 use crate::report::rows::Layout;
@@ -172,7 +172,7 @@ pub(crate) fn words(f: &Finding, all: &[Finding]) -> Worded {
             status,
             ..citus_finding(o)
         },
-        _ => structure(status, &f.found),
+        Found::Structure(s) => structure(status, s),
     }
 }
 
@@ -203,18 +203,18 @@ fn index_write_cost(written_by_completion: bool) -> &'static str {
 }
 
 /// The findings about the table's columns and indexes.
-fn structure(status: Status, found: &Found) -> Worded {
+fn structure(status: Status, found: &Structure) -> Worded {
     match found {
-        Found::Profile { name, because } => {
+        Structure::Profile { name, because } => {
             worded("profile", status, format!("{name}: {because}"), None)
         }
-        Found::ColumnsOk { profile } => worded(
+        Structure::ColumnsOk { profile } => worded(
             "columns",
             status,
             format!("every column profile {profile} names, with a usable type"),
             None,
         ),
-        Found::Column {
+        Structure::Column {
             column,
             profile,
             found,
@@ -230,8 +230,8 @@ fn structure(status: Status, found: &Found) -> Worded {
             let fix = "choose the profile that fits with --profile, or map the table's columns in a config file (--config)".to_owned();
             worded("columns", status, detail, Some(fix))
         }
-        Found::TimeColumns { why } => worded("columns", status, why.clone(), None),
-        Found::NoExpiry { created_at } => worded(
+        Structure::TimeColumns { why } => worded("columns", status, why.clone(), None),
+        Structure::NoExpiry { created_at } => worded(
             "expiry",
             status,
             format!(
@@ -239,7 +239,7 @@ fn structure(status: Status, found: &Found) -> Worded {
             ),
             Some("pass --ttl DUR (or set IDEMCTL_TTL, or ttl in the config file)".into()),
         ),
-        Found::ExpiryIndex {
+        Structure::ExpiryIndex {
             column,
             index,
             walked,
@@ -253,14 +253,14 @@ fn structure(status: Status, found: &Found) -> Worded {
             *ttl,
             fix,
         ),
-        Found::Identity { identity, label } => identity_index(status, identity, label),
-        Found::NoInFlightMarker { table, profile } => worded(
+        Structure::Identity { identity, label } => identity_index(status, identity, label),
+        Structure::NoInFlightMarker { table, profile } => worded(
             "in_progress index",
             status,
             crate::output::stats::no_in_flight_marker(table, profile),
             None,
         ),
-        Found::StuckIndex { index: Some(i), .. } => worded(
+        Structure::StuckIndex { index: Some(i), .. } => worded(
             "in_progress index",
             status,
             format!(
@@ -268,7 +268,7 @@ fn structure(status: Status, found: &Found) -> Worded {
             ),
             None,
         ),
-        Found::StuckIndex { index: None, fix } => worded(
+        Structure::StuckIndex { index: None, fix } => worded(
             "in_progress index",
             status,
             format!(
@@ -277,7 +277,7 @@ fn structure(status: Status, found: &Found) -> Worded {
             ),
             Some(fix.clone()),
         ),
-        Found::Partitioning { definition, leaves } => worded(
+        Structure::Partitioning { definition, leaves } => worded(
             "partitioning",
             status,
             format!(
@@ -285,7 +285,7 @@ fn structure(status: Status, found: &Found) -> Worded {
             ),
             None,
         ),
-        Found::DefaultPartition { name, rows } => worded(
+        Structure::DefaultPartition { name, rows } => worded(
             "default partition",
             status,
             format!(
@@ -293,7 +293,6 @@ fn structure(status: Status, found: &Found) -> Worded {
             ),
             None,
         ),
-        other => unreachable!("worded elsewhere: {other:?}"),
     }
 }
 
@@ -362,11 +361,12 @@ fn identity_index(status: Status, identity: &Identity, label: &str) -> Worded {
             ),
             None,
         ),
-        Identity::Missing { lookups, fix } => {
-            let lookups = if *lookups {
-                "an index serves lookups by it"
-            } else {
-                "keys cannot be looked up by it without a scan; the index below serves lookups"
+        Identity::NotEnforced { fix } => {
+            let lookups = match fix {
+                None => "an index serves lookups by it",
+                Some(_) => {
+                    "keys cannot be looked up by it without a scan; the index below serves lookups"
+                }
             };
             (
                 format!(
@@ -559,12 +559,12 @@ fn privileges(status: Status, p: &Privileges) -> Worded {
             };
             worded("privileges: evict --drop-partitions", status, detail, None)
         }
-        Privileges::Reclaim { .. } => reclaim_privileges(status, p),
+        Privileges::Reclaim(g) => reclaim_privileges(status, g),
     }
 }
 
-fn reclaim_privileges(status: Status, p: &Privileges) -> Worded {
-    let Privileges::Reclaim {
+fn reclaim_privileges(status: Status, g: &ReclaimGrants) -> Worded {
+    let ReclaimGrants {
         role,
         grantee,
         profile,
@@ -573,10 +573,7 @@ fn reclaim_privileges(status: Status, p: &Privileges) -> Worded {
         lacks,
         refused,
         table,
-    } = p
-    else {
-        unreachable!("reclaim's privileges")
-    };
+    } = g;
     let (detail, fix) = if able.is_empty() && unable.is_empty() {
         (format!("profile {profile} allows no reclaim action"), None)
     } else if unable.is_empty() {

@@ -61,6 +61,40 @@ pub(crate) enum Found {
     },
     /// Whether evict and reclaim can write on this session (`problem`: why not).
     Writes { problem: Option<&'static str> },
+    /// What the table is: its profile, columns and indexes, its partitioning.
+    Structure(Structure),
+    /// A foreign key that references the key table, and what it means for evict.
+    Referencing {
+        key: ReferencingKey,
+        /// The role, quoted for a GRANT.
+        grantee: String,
+        case: Referencing,
+    },
+    /// Whether evict --drop-partitions is available.
+    DropPartitions(DropPartitions),
+    /// What a command needs against what the role has.
+    Privileges(Privileges),
+    /// A threshold row not checked: the statistics cannot be read safely until the failing
+    /// checks pass (`blocking`: their places in the report's findings).
+    NotChecked {
+        threshold: Threshold,
+        blocking: Vec<usize>,
+    },
+    /// The eviction lag against --max-eviction-lag.
+    Lag(Lag),
+    /// Stuck keys (older than `after` seconds) against --max-stuck.
+    Stuck { after: f64, stuck: Stuck },
+    /// Autovacuum against the eviction interval.
+    Autovacuum(Autovacuum),
+    /// Recent keys' TTL against --min-ttl.
+    RecentTtl(TtlCheck),
+    /// A check on the Citus workers of a distributed table.
+    Citus(Outcome),
+}
+
+/// What the table is.
+#[derive(Debug)]
+pub(crate) enum Structure {
     /// The profile chosen, and why.
     Profile { name: String, because: String },
     /// Every column the profile names is there with a usable type.
@@ -91,37 +125,10 @@ pub(crate) enum Found {
     StuckIndex { index: Option<String>, fix: String },
     /// The table has no in-flight marker, so it needs no in_progress index.
     NoInFlightMarker { table: String, profile: String },
-    /// A foreign key that references the key table, and what it means for evict.
-    Referencing {
-        key: ReferencingKey,
-        /// The role, quoted for a GRANT.
-        grantee: String,
-        case: Referencing,
-    },
     /// The table's partitioning and its number of leaf partitions.
     Partitioning { definition: String, leaves: usize },
     /// The default partition holds rows.
     DefaultPartition { name: String, rows: i64 },
-    /// Whether evict --drop-partitions is available.
-    DropPartitions(DropPartitions),
-    /// What a command needs against what the role has.
-    Privileges(Privileges),
-    /// A threshold row not checked: the statistics cannot be read safely until the failing
-    /// checks pass (`blocking`: their places in the report's findings).
-    NotChecked {
-        threshold: Threshold,
-        blocking: Vec<usize>,
-    },
-    /// The eviction lag against --max-eviction-lag.
-    Lag(Lag),
-    /// Stuck keys (older than `after` seconds) against --max-stuck.
-    Stuck { after: f64, stuck: Stuck },
-    /// Autovacuum against the eviction interval.
-    Autovacuum(Autovacuum),
-    /// Recent keys' TTL against --min-ttl.
-    RecentTtl(TtlCheck),
-    /// A check on the Citus workers of a distributed table.
-    Citus(Outcome),
 }
 
 /// The identity index: how it identifies a row.
@@ -136,10 +143,10 @@ pub(crate) enum Identity {
     },
     /// The table's own identity is wider than the mapping's.
     Wider(IndexRef),
-    /// No unique index makes the identity name one row. None is ever proposed (it could refuse
-    /// rows the application wrote); `lookups` says whether an index serves lookups by it, and
-    /// `fix` creates one that does when none does.
-    Missing { lookups: bool, fix: Option<String> },
+    /// No unique index implies the identity, so the database does not keep a key unique within
+    /// its scope (idemctl never proposes one: it could refuse rows already written). `fix`: the
+    /// plain index lookups need, when no index serves them.
+    NotEnforced { fix: Option<String> },
 }
 
 /// What a referencing foreign key means for evict.
@@ -191,16 +198,20 @@ pub(crate) enum Privileges {
     /// evict --drop-partitions: whether the role owns the table.
     DropPartitions { role: String, owner: bool },
     /// reclaim: the actions the role may and may not take, and the grants it lacks for them.
-    Reclaim {
-        role: String,
-        grantee: String,
-        profile: String,
-        able: Vec<ReclaimAction>,
-        unable: Vec<ReclaimAction>,
-        lacks: Vec<String>,
-        refused: Option<&'static str>,
-        table: String,
-    },
+    Reclaim(ReclaimGrants),
+}
+
+/// What reclaim needs against what the role has.
+#[derive(Debug)]
+pub(crate) struct ReclaimGrants {
+    pub role: String,
+    pub grantee: String,
+    pub profile: String,
+    pub able: Vec<ReclaimAction>,
+    pub unable: Vec<ReclaimAction>,
+    pub lacks: Vec<String>,
+    pub refused: Option<&'static str>,
+    pub table: String,
 }
 
 /// The threshold rows check reads the statistics for.
