@@ -105,7 +105,7 @@ pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
                 .collect();
             let raws: Vec<Option<&str>> = many.iter().map(raw_json).collect();
             ctx.output.emit_with_raw(
-                &output::tenants(many),
+                &output::tenants(many, table.profile.tenant.len()),
                 &json!({ "ambiguous": true, "matches": matches }),
                 &raws,
             )?;

@@ -173,8 +173,8 @@ fn response_body(doc: &mut Doc, body: &StoredBody) {
     }
 }
 
-/// The tenants an ambiguous key exists under.
-pub(crate) fn tenants(records: &[KeyRecord]) -> Doc {
+/// The tenants (the scopes, for a scope of `scope_columns` several) an ambiguous key exists under.
+pub(crate) fn tenants(records: &[KeyRecord], scope_columns: usize) -> Doc {
     let mut doc = Doc::default();
     let rows = records
         .iter()
@@ -187,8 +187,14 @@ pub(crate) fn tenants(records: &[KeyRecord]) -> Doc {
             ]
         })
         .collect();
+    // A scope of several columns reads as one text array of their values (`{payment,c-42}`).
+    let title = if scope_columns > 1 {
+        "The key exists under several scopes:"
+    } else {
+        "The key exists under several tenants:"
+    };
     doc.rows(
-        Some("The key exists under several tenants:"),
+        Some(title),
         &["api_key_id", "state", "created_at", "expires_at"],
         rows,
     );
