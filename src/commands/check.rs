@@ -317,13 +317,19 @@ pub(crate) fn structure(table: &KeyTable) -> Vec<Finding> {
         None if table.has_tenant_key_index() => finding(
             "identity index",
             Status::Warn,
-            crate::output::check::identity_not_enforced(table),
+            crate::output::check::identity_not_enforced(
+                &table.identity_label(),
+                table.has_tenant_key_index(),
+            ),
             None,
         ),
         None => finding(
             "identity index",
             Status::Fail,
-            crate::output::check::identity_not_enforced(table),
+            crate::output::check::identity_not_enforced(
+                &table.identity_label(),
+                table.has_tenant_key_index(),
+            ),
             Some(table.lookup_index_fix()),
         ),
     });

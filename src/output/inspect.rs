@@ -291,6 +291,16 @@ pub(crate) fn value_type_mismatch(
     )
 }
 
+/// --api-key-id that the one-column scope's type `ty` cannot hold.
+pub(crate) fn tenant_unfit(table: &KeyTable, value: &str, ty: &str) -> String {
+    value_type_mismatch(table, "--api-key-id", "tenant", value, ty)
+}
+
+/// A key that the key column's type `ty` cannot hold.
+pub(crate) fn key_unfit(table: &KeyTable, value: &str, ty: &str) -> String {
+    value_type_mismatch(table, "the key", "key", value, ty)
+}
+
 /// --body on a table that stores no request fingerprint.
 pub(crate) fn no_fingerprint_column(table: &KeyTable) -> String {
     format!(
