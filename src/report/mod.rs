@@ -7,3 +7,4 @@ pub(crate) mod evict;
 pub(crate) mod inspect;
 pub(crate) mod rows;
 pub(crate) mod run;
+pub(crate) mod stats;
