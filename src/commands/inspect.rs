@@ -105,7 +105,7 @@ pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
                 .collect();
             let raws: Vec<Option<&str>> = many.iter().map(raw_json).collect();
             ctx.output.emit_with_raw(
-                &output::tenants(many),
+                &output::tenants(many, table.profile.tenant.len()),
                 &json!({ "ambiguous": true, "matches": matches }),
                 &raws,
             )?;
@@ -144,13 +144,13 @@ fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Re
     {
         return Err(fail(
             Exit::Usage,
-            output::value_type_mismatch(table, "--api-key-id", "tenant", v, p.scope_type(0)),
+            output::tenant_unfit(table, v, p.scope_type(0)),
         ));
     }
     if !crate::db::reclaim::fits_type(&args.key, &p.key_type) {
         return Err(fail(
             Exit::Usage,
-            output::value_type_mismatch(table, "the key", "key", &args.key, &p.key_type),
+            output::key_unfit(table, &args.key, &p.key_type),
         ));
     }
     Ok(())
@@ -185,7 +185,7 @@ fn scope_pairs(flags: &[String]) -> Result<Vec<(String, String)>> {
 fn scope_given(table: &KeyTable, args: &InspectArgs, pairs: &[(String, String)]) -> Result<Scope> {
     let p = &table.profile;
     if let Some(v) = &args.api_key_id {
-        if let Some(why) = p.scope_value_problem(v, "--api-key-id", &table.display()) {
+        if let Some(why) = p.scope_value_problem(v, "--api-key-id", &table.qualified_name()) {
             return Err(fail(Exit::Usage, why));
         }
         return Ok(Scope::Whole(v.clone()));

@@ -229,6 +229,28 @@ pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
     (out.len() == n).then_some(out)
 }
 
+/// Whether `value` is valid input for a tenant or key column of SQL type `ty` (text types take
+/// anything).
+pub(crate) fn fits_type(value: &str, ty: &str) -> bool {
+    match ty {
+        "bigint" => value.trim().parse::<i64>().is_ok(),
+        "integer" => value.trim().parse::<i32>().is_ok(),
+        "smallint" => value.trim().parse::<i16>().is_ok(),
+        // As psql prints it: \x and an even number of hex digits.
+        "bytea" => value
+            .strip_prefix("\\x")
+            .is_some_and(|hex| hex.len() % 2 == 0 && hex.chars().all(|c| c.is_ascii_hexdigit())),
+        "uuid" => {
+            let hex: Vec<char> = value
+                .chars()
+                .filter(|c| !matches!(c, '-' | '{' | '}'))
+                .collect();
+            hex.len() == 32 && hex.iter().all(char::is_ascii_hexdigit)
+        }
+        _ => true,
+    }
+}
+
 /// A SQL string literal, quotes doubled.
 pub(crate) fn literal(v: &str) -> String {
     format!("'{}'", v.replace('\'', "''"))
@@ -613,7 +635,7 @@ impl Profile {
         let (i, v) = values
             .iter()
             .enumerate()
-            .find(|(i, v)| !super::reclaim::fits_type(v, self.scope_type(*i)))?;
+            .find(|(i, v)| !fits_type(v, self.scope_type(*i)))?;
         Some(match self.tenant.as_slice() {
             [_] => format!(
                 "{flag} \"{value}\" cannot be a tenant of table {table}: its tenant column is of type {}",

@@ -72,27 +72,7 @@ impl Filter {
     }
 }
 
-/// Whether `value` is valid input for a tenant or key column of SQL type `ty` (text types take
-/// anything).
-pub(crate) fn fits_type(value: &str, ty: &str) -> bool {
-    match ty {
-        "bigint" => value.trim().parse::<i64>().is_ok(),
-        "integer" => value.trim().parse::<i32>().is_ok(),
-        "smallint" => value.trim().parse::<i16>().is_ok(),
-        // As psql prints it: \x and an even number of hex digits.
-        "bytea" => value
-            .strip_prefix("\\x")
-            .is_some_and(|hex| hex.len() % 2 == 0 && hex.chars().all(|c| c.is_ascii_hexdigit())),
-        "uuid" => {
-            let hex: Vec<char> = value
-                .chars()
-                .filter(|c| !matches!(c, '-' | '{' | '}'))
-                .collect();
-            hex.len() == 32 && hex.iter().all(char::is_ascii_hexdigit)
-        }
-        _ => true,
-    }
-}
+pub(crate) use super::profile::fits_type;
 
 /// Stuck keys matching `filter`, counted up to `cap` (through the optional in_progress index).
 pub(crate) async fn count_stuck(

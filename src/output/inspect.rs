@@ -173,8 +173,8 @@ fn response_body(doc: &mut Doc, body: &StoredBody) {
     }
 }
 
-/// The tenants an ambiguous key exists under.
-pub(crate) fn tenants(records: &[KeyRecord]) -> Doc {
+/// The tenants (the scopes, for a scope of `scope_columns` several) an ambiguous key exists under.
+pub(crate) fn tenants(records: &[KeyRecord], scope_columns: usize) -> Doc {
     let mut doc = Doc::default();
     let rows = records
         .iter()
@@ -187,8 +187,14 @@ pub(crate) fn tenants(records: &[KeyRecord]) -> Doc {
             ]
         })
         .collect();
+    // A scope of several columns reads as one text array of their values (`{payment,c-42}`).
+    let title = if scope_columns > 1 {
+        "The key exists under several scopes:"
+    } else {
+        "The key exists under several tenants:"
+    };
     doc.rows(
-        Some("The key exists under several tenants:"),
+        Some(title),
         &["api_key_id", "state", "created_at", "expires_at"],
         rows,
     );
@@ -283,6 +289,16 @@ pub(crate) fn value_type_mismatch(
         table.display(),
         sanitize(ty)
     )
+}
+
+/// --api-key-id that the one-column scope's type `ty` cannot hold.
+pub(crate) fn tenant_unfit(table: &KeyTable, value: &str, ty: &str) -> String {
+    value_type_mismatch(table, "--api-key-id", "tenant", value, ty)
+}
+
+/// A key that the key column's type `ty` cannot hold.
+pub(crate) fn key_unfit(table: &KeyTable, value: &str, ty: &str) -> String {
+    value_type_mismatch(table, "the key", "key", value, ty)
 }
 
 /// --body on a table that stores no request fingerprint.

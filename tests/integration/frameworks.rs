@@ -447,6 +447,7 @@ async fn a_jdbc_table_is_maintained_as_shipped() {
     for part in [&["--scope", "client_id=client-1"][..], &[]] {
         let run = s.idemctl().args(["inspect", "near-new-1"]).args(part).run();
         run.assert_code(2)
+            .assert_stdout_contains("The key exists under several scopes:")
             .assert_stdout_contains("{payment,client-1}")
             .assert_stdout_contains("{refund,client-1}")
             .assert_stderr("idemctl: key near-new-1 exists under 2 scopes; pass --scope COLUMN=VALUE for each of request_type, client_id to choose one\n");
