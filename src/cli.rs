@@ -72,7 +72,7 @@ pub(crate) fn command() -> clap::Command {
 /// Options shared by every subcommand.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Connection and output (every command)")]
-pub struct GlobalArgs {
+pub(crate) struct GlobalArgs {
     /// Connection string: a URI (postgresql://user@host/db) or key=value conninfo as psql accepts.
     /// Falls back to DATABASE_URL, then to PG* variables, ~/.pgpass and libpq's defaults.
     #[arg(
@@ -112,19 +112,6 @@ pub struct GlobalArgs {
     )]
     pub config: Option<std::path::PathBuf>,
 
-    /// Whether --table (or IDEMCTL_TABLE) was given; when not, the config file's table applies.
-    #[arg(skip)]
-    pub table_given: bool,
-
-    /// Where the connection string came from (`--database-url`, `IDEMCTL_DATABASE_URL`,
-    /// `DATABASE_URL`, or the config file), for messages about it.
-    #[arg(skip)]
-    pub database_url_from: String,
-
-    /// Where the profile was named (`--profile`, `IDEMCTL_PROFILE`, or the config file), for messages.
-    #[arg(skip)]
-    pub profile_from: String,
-
     /// The table's profile: `storage`, `explainer`, `rocket-rides` or a mapping of the config
     /// file. Detected from the table's columns when absent (`idemctl check` says which and why).
     #[arg(
@@ -142,23 +129,10 @@ pub struct GlobalArgs {
     #[arg(long, env = "IDEMCTL_TTL", value_parser = parse_positive_duration, allow_hyphen_values = true, global = true, hide_env_values = true, value_name = "DUR")]
     pub ttl: Option<Duration>,
 
-    /// Where the TTL came from (`--ttl`, `IDEMCTL_TTL`, or the config file), for messages and
-    /// reports; empty without a TTL.
-    #[arg(skip)]
-    pub ttl_from: String,
-
-    /// Where a TTL under 1h was allowed without --force (`allow_short_ttl` in the config file),
-    /// if it was.
-    #[arg(skip)]
-    pub short_ttl_allowed_by: Option<String>,
     /// The zone a table's `timestamp without time zone` columns are written in (an IANA name,
     /// e.g. UTC); wins over the config file's time_zone. Ignored for timestamptz columns.
     #[arg(long, env = "IDEMCTL_TIME_ZONE", value_parser = parse_time_zone, global = true, hide_env_values = true, value_name = "ZONE")]
     pub time_zone: Option<String>,
-
-    /// Where the time zone was named (`--time-zone`, `IDEMCTL_TIME_ZONE` or the config file).
-    #[arg(skip)]
-    pub time_zone_from: String,
 
     /// Output format. `auto` is a table on a terminal and plain text when piped.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Auto, global = true)]
@@ -942,38 +916,64 @@ fn parse_bytes_rate(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Where the global options that messages name came from, read from clap's matches at parse
+/// time: the flag, its environment variable, or neither (a default, or the config file later).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Given {
+    /// --table or IDEMCTL_TABLE was given (else the config file's table applies).
+    pub table: bool,
+    /// `--database-url` or `IDEMCTL_DATABASE_URL`.
+    pub database_url: Option<&'static str>,
+    /// `--profile` or `IDEMCTL_PROFILE`.
+    pub profile: Option<&'static str>,
+    /// `--ttl` or `IDEMCTL_TTL`.
+    pub ttl: Option<&'static str>,
+    /// `--time-zone` or `IDEMCTL_TIME_ZONE`.
+    pub time_zone: Option<&'static str>,
+}
+
+impl Given {
+    fn of(m: &clap::ArgMatches) -> Given {
+        Given {
+            table: given_by(m, "table", "--table", "IDEMCTL_TABLE").is_some(),
+            database_url: given_by(m, "database_url", "--database-url", "IDEMCTL_DATABASE_URL"),
+            profile: given_by(m, "profile", "--profile", "IDEMCTL_PROFILE"),
+            ttl: given_by(m, "ttl", "--ttl", "IDEMCTL_TTL"),
+            time_zone: given_by(m, "time_zone", "--time-zone", "IDEMCTL_TIME_ZONE"),
+        }
+    }
+}
+
+/// Parse a command line: the options, and where the global ones came from.
+pub(crate) fn parse<I, T>(args: I) -> Result<(Cli, Given), clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{CommandFactory, FromArgMatches};
+    let m = Cli::command().try_get_matches_from(args)?;
+    Ok((Cli::from_arg_matches(&m)?, Given::of(&m)))
+}
+
 /// Where an option's value came from: `flag` when given on the command line, else `env` (the
 /// variable's name) when set in the environment, else None; at the top level or after the
 /// subcommand (global options are accepted at both).
-pub(crate) fn given_by(
+fn given_by(
     matches: &clap::ArgMatches,
     id: &str,
-    flag: &str,
-    env: &str,
-) -> Option<String> {
+    flag: &'static str,
+    env: &'static str,
+) -> Option<&'static str> {
     use clap::parser::ValueSource;
     let source = |m: &clap::ArgMatches| match m.value_source(id) {
-        Some(ValueSource::CommandLine) => Some(flag.to_owned()),
-        Some(ValueSource::EnvVariable) => Some(env.to_owned()),
+        Some(ValueSource::CommandLine) => Some(flag),
+        Some(ValueSource::EnvVariable) => Some(env),
         _ => None,
     };
     matches
         .subcommand()
         .and_then(|(_, sub)| source(sub))
         .or_else(|| source(matches))
-}
-
-/// Whether an option was given on the command line or in its environment variable (not left to its
-/// default), at the top level or after the subcommand (global options are accepted at both).
-pub(crate) fn given(matches: &clap::ArgMatches, id: &str) -> bool {
-    use clap::parser::ValueSource;
-    let explicit = |m: &clap::ArgMatches| {
-        matches!(
-            m.value_source(id),
-            Some(ValueSource::CommandLine | ValueSource::EnvVariable)
-        )
-    };
-    explicit(matches) || matches.subcommand().is_some_and(|(_, sub)| explicit(sub))
 }
 
 #[cfg(test)]

@@ -14,9 +14,11 @@ use std::time::Duration;
 use anyhow::Result;
 use serde::Deserialize;
 
+use crate::cli::{Given, GlobalArgs};
+use crate::conn::Env;
 use crate::db::predicate::Pred;
 use crate::db::profile::{self, Expiry, FingerprintKind, InFlight, Profile};
-use crate::domain::{ReclaimAction, TableName};
+use crate::domain::{ColorChoice, OutputFormat, PoolMode, ReclaimAction, TableName};
 use crate::exit::{Exit, fail};
 
 /// What a config file sets.
@@ -241,8 +243,8 @@ fn column(path: &str, key: &str, name: String) -> Result<String> {
     Ok(name)
 }
 
-fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
-    let at = |k: &str| format!("profiles.{name}.{k}");
+/// A mapping's name: letters, digits, - and _, and not a built-in profile's.
+fn check_mapping_name(path: &str, name: &str) -> Result<()> {
     let valid_name = !name.is_empty()
         && name
             .chars()
@@ -257,8 +259,13 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
             ),
         ));
     }
-    let opt = |k: &str, v: Option<String>| v.map(|v| column(path, &at(k), v)).transpose();
-    let in_flight = match m.in_flight {
+    Ok(())
+}
+
+/// A mapping's `in_flight`: a predicate, or a state column with its in-flight and done values.
+fn in_flight(path: &str, name: &str, raw: Option<RawInFlight>) -> Result<InFlight> {
+    let at = |k: &str| format!("profiles.{name}.{k}");
+    Ok(match raw {
         None => InFlight::None,
         Some(RawInFlight {
             predicate: Some(text),
@@ -335,7 +342,15 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
                 "give either predicate = \"...\" or column = \"...\" with values and done, not both",
             ));
         }
-    };
+    })
+}
+
+/// One `[profiles.NAME]` section as a profile, every column and rule checked.
+fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
+    let at = |k: &str| format!("profiles.{name}.{k}");
+    check_mapping_name(path, name)?;
+    let opt = |k: &str, v: Option<String>| v.map(|v| column(path, &at(k), v)).transpose();
+    let in_flight = in_flight(path, name, m.in_flight)?;
     let mut p = Profile {
         name: name.to_owned(),
         key: column(path, &at("key"), m.key)?,
@@ -373,16 +388,29 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
         matched_because: String::new(),
         origin: Some(format!("config file {}, [profiles.{name}]", path)),
     };
-    for action in m.actions {
-        if p.actions.contains(&action) {
-            return Err(bad(path, &at("actions"), "an action is listed twice"));
-        }
-        if let Some(why) = action_problem(&p, action) {
-            return Err(bad(path, &at("actions"), why));
-        }
-        p.actions.push(action);
-    }
+    p.actions = actions(path, name, &p, m.actions)?;
     Ok(p)
+}
+
+/// A mapping's `actions`, each once and each one it can carry out.
+fn actions(
+    path: &str,
+    name: &str,
+    p: &Profile,
+    listed: Vec<ReclaimAction>,
+) -> Result<Vec<ReclaimAction>> {
+    let at = format!("profiles.{name}.actions");
+    let mut actions = Vec::new();
+    for action in listed {
+        if actions.contains(&action) {
+            return Err(bad(path, &at, "an action is listed twice"));
+        }
+        if let Some(why) = action_problem(p, action) {
+            return Err(bad(path, &at, why));
+        }
+        actions.push(action);
+    }
+    Ok(actions)
 }
 
 /// Why `action` cannot be allowed on a mapping: it needs columns to write, and what it writes must
@@ -421,58 +449,124 @@ fn action_problem(p: &Profile, action: ReclaimAction) -> Option<&'static str> {
     }
 }
 
-/// Load the file `--config` (or IDEMCTL_CONFIG) names, if any, and fill in what the flags and the
-/// environment left unset: the connection (when neither --database-url, IDEMCTL_DATABASE_URL nor
-/// DATABASE_URL is set), the table (when --table and IDEMCTL_TABLE are not), the profile and the
-/// TTL. Returns the mapping that applies, if any.
-pub fn apply(global: &mut crate::cli::GlobalArgs) -> Result<Option<Profile>> {
-    // An empty value names no file and no profile (as an empty connection string is none), so an
-    // environment template may leave IDEMCTL_CONFIG or IDEMCTL_PROFILE empty.
-    if global.profile.as_deref() == Some("") {
-        global.profile = None;
+/// The run's global settings, resolved once before any work from the flags, the environment and
+/// the config file (in that order of precedence), and never changed afterwards.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// The connection string, if any (else PG* variables and libpq's defaults).
+    pub database_url: Option<String>,
+    /// Where the connection string came from (`--database-url`, `IDEMCTL_DATABASE_URL`,
+    /// `DATABASE_URL`, or the config file), for messages about it.
+    pub database_url_from: String,
+    pub table: TableName,
+    /// The profile named, if any; a mapping of the config file in `mapping`.
+    pub profile: Option<String>,
+    /// Where the profile was named (`--profile`, `IDEMCTL_PROFILE`, or the config file).
+    pub profile_from: String,
+    /// The config file's mapping that applies to the table, if any.
+    pub mapping: Option<Profile>,
+    pub ttl: Option<Duration>,
+    /// Where the TTL came from (`--ttl`, `IDEMCTL_TTL`, or the config file); empty without one.
+    pub ttl_from: String,
+    /// Where a TTL under 1h was allowed without --force (`allow_short_ttl` in the config file).
+    pub short_ttl_allowed_by: Option<String>,
+    pub time_zone: Option<String>,
+    /// Where the time zone was named (`--time-zone`, `IDEMCTL_TIME_ZONE` or the config file).
+    pub time_zone_from: String,
+    /// The output format asked for (`auto` unless given).
+    pub output: OutputFormat,
+    pub quiet: bool,
+    pub color: ColorChoice,
+    /// NO_COLOR is set (non-empty) or TERM is `dumb`.
+    pub no_color: bool,
+    pub connect_timeout: Option<Duration>,
+    pub statement_timeout: Duration,
+    pub lock_timeout: Duration,
+    pub idle_in_transaction_timeout: Duration,
+    pub pool_mode: PoolMode,
+}
+
+impl Plan {
+    /// Resolve the global options: the flags and their variables as clap parsed them (`given`
+    /// says which were given), `DATABASE_URL`, NO_COLOR and TERM from `env`, then the file that
+    /// `--config` (or IDEMCTL_CONFIG) names, if any, for what they left unset.
+    pub(crate) fn resolve(args: GlobalArgs, given: &Given, env: &dyn Env) -> Result<Plan> {
+        let from = |g: Option<&str>| g.unwrap_or_default().to_owned();
+        // An empty value names no file and no profile (as an empty connection string is none),
+        // so an environment template may leave IDEMCTL_CONFIG or IDEMCTL_PROFILE empty.
+        let env_url = env.var("DATABASE_URL").filter(|v| !v.is_empty());
+        let mut plan = Plan {
+            database_url_from: from(
+                given
+                    .database_url
+                    .or(env_url.as_ref().map(|_| "DATABASE_URL")),
+            ),
+            database_url: args.database_url.or(env_url),
+            table: args.table,
+            profile: args.profile.filter(|p| !p.is_empty()),
+            profile_from: from(given.profile),
+            mapping: None,
+            ttl: args.ttl,
+            ttl_from: from(given.ttl),
+            short_ttl_allowed_by: None,
+            time_zone: args.time_zone,
+            time_zone_from: from(given.time_zone),
+            output: args.output,
+            quiet: args.quiet,
+            color: args.color,
+            no_color: env.var("NO_COLOR").is_some_and(|v| !v.is_empty())
+                || env.var("TERM").is_some_and(|t| t == "dumb"),
+            connect_timeout: args.connect_timeout,
+            statement_timeout: args.statement_timeout,
+            lock_timeout: args.lock_timeout,
+            idle_in_transaction_timeout: args.idle_in_transaction_timeout,
+            pool_mode: args.pool_mode,
+        };
+        if let Some(path) = args.config.filter(|p| !p.as_os_str().is_empty()) {
+            plan.fill_from(&load(&path)?, given)?;
+        }
+        Ok(plan)
     }
-    let Some(path) = global.config.clone().filter(|p| !p.as_os_str().is_empty()) else {
-        global.config = None;
-        return Ok(None);
-    };
-    let c = load(&path)?;
-    let env_url = std::env::var("DATABASE_URL").is_ok_and(|v| !v.is_empty());
-    if global.database_url.is_none() && !env_url && c.database_url.is_some() {
-        global.database_url.clone_from(&c.database_url);
-        global.database_url_from = format!("database_url in config file {}", c.path);
+
+    /// Fill in from the config file `c` what the flags and the environment left unset, and choose
+    /// the mapping that applies.
+    fn fill_from(&mut self, c: &Config, given: &Given) -> Result<()> {
+        let by = |key: &str| format!("{key} in config file {}", c.path);
+        if self.database_url.is_none() && c.database_url.is_some() {
+            self.database_url.clone_from(&c.database_url);
+            self.database_url_from = by("database_url");
+        }
+        if let Some(t) = c.table.as_ref().filter(|_| !given.table) {
+            self.table = t.clone();
+        }
+        if self.profile.is_none() && c.profile.is_some() {
+            self.profile.clone_from(&c.profile);
+            self.profile_from = by("profile");
+        }
+        if self.ttl.is_none() && c.ttl.is_some() {
+            self.ttl = c.ttl;
+            self.ttl_from = by("ttl");
+        }
+        if self.time_zone.is_none() && c.time_zone.is_some() {
+            self.time_zone.clone_from(&c.time_zone);
+            self.time_zone_from = by("time_zone");
+        }
+        self.mapping = c.mapping(self.profile.as_deref())?;
+        self.short_ttl_allowed_by = if c.allow_short_ttl {
+            Some(by("allow_short_ttl"))
+        } else {
+            self.mapping
+                .as_ref()
+                .filter(|m| c.short_ttl_mappings.contains(&m.name))
+                .map(|m| {
+                    format!(
+                        "allow_short_ttl in [profiles.{}] of config file {}",
+                        m.name, c.path
+                    )
+                })
+        };
+        Ok(())
     }
-    if !global.table_given
-        && let Some(t) = &c.table
-    {
-        global.table = t.clone();
-    }
-    if global.profile.is_none() && c.profile.is_some() {
-        global.profile.clone_from(&c.profile);
-        global.profile_from = format!("profile in config file {}", c.path);
-    }
-    if global.ttl.is_none() && c.ttl.is_some() {
-        global.ttl = c.ttl;
-        global.ttl_from = format!("ttl in config file {}", c.path);
-    }
-    if global.time_zone.is_none() && c.time_zone.is_some() {
-        global.time_zone.clone_from(&c.time_zone);
-        global.time_zone_from = format!("time_zone in config file {}", c.path);
-    }
-    let mapping = c.mapping(global.profile.as_deref())?;
-    global.short_ttl_allowed_by = if c.allow_short_ttl {
-        Some(format!("allow_short_ttl in config file {}", c.path))
-    } else {
-        mapping
-            .as_ref()
-            .filter(|m| c.short_ttl_mappings.contains(&m.name))
-            .map(|m| {
-                format!(
-                    "allow_short_ttl in [profiles.{}] of config file {}",
-                    m.name, c.path
-                )
-            })
-    };
-    Ok(mapping)
 }
 
 impl Config {
@@ -602,6 +696,30 @@ actions = ["release", "delete"]
     }
 
     #[test]
+    fn a_scope_is_one_column_or_a_list_of_distinct_ones() {
+        let scope = |v: &str| {
+            parse(
+                "f.toml",
+                &format!("[profiles.x]\nkey = \"k\"\ntenant = {v}\n"),
+            )
+        };
+        assert_eq!(scope("\"a\"").unwrap().mappings[0].tenant, ["a"]);
+        assert_eq!(
+            scope("[\"type\", \"client\"]").unwrap().mappings[0].tenant,
+            ["type", "client"]
+        );
+        let m = |v: &str| format!("{:#}", scope(v).unwrap_err());
+        assert_eq!(
+            m("[]"),
+            "config file f.toml: profiles.x.tenant: expected a column name or a list of them (leave tenant out for a table without one)"
+        );
+        assert_eq!(
+            m("[\"a\", \"a\"]"),
+            "config file f.toml: profiles.x.tenant: column a is listed twice"
+        );
+    }
+
+    #[test]
     fn a_mapping_may_omit_in_flight_and_declare_a_time_zone() {
         let c = parse(
             "f.toml",
@@ -649,9 +767,10 @@ actions = ["release", "delete"]
             let mut args = vec!["idemctl", "--config", path.to_str().unwrap()];
             args.extend(profile.map(|p| ["--profile", p]).into_iter().flatten());
             args.push("stats");
-            let mut cli = <crate::cli::Cli as clap::Parser>::try_parse_from(args).unwrap();
-            apply(&mut cli.global).unwrap();
-            cli.global
+            let (cli, given) = crate::cli::parse(args).unwrap();
+            let env = std::collections::HashMap::new();
+            Plan::resolve(cli.global, &given, &env)
+                .unwrap()
                 .short_ttl_allowed_by
                 .map(|by| by.replace(path.to_str().unwrap(), "FILE"))
         };

@@ -4,15 +4,16 @@
 
 use anyhow::Result;
 
-use crate::cli::GlobalArgs;
+use crate::config::Plan;
 use crate::conn::{self, ConnectSettings, Route, Target};
 use crate::db::{KeyTable, Session};
 use crate::domain::Cancel;
 use crate::output::Output;
 
-/// Everything a command needs.
+/// Everything a command needs, built once from the run plan and never patched afterwards.
 pub(crate) struct Context {
-    pub global: GlobalArgs,
+    /// The run's global settings.
+    pub global: Plan,
     pub output: Output,
     pub target: Target,
     settings: ConnectSettings,
@@ -20,18 +21,18 @@ pub(crate) struct Context {
     pub cancel: Cancel,
     /// Records the run's metrics (evict, reclaim, stats); no destination by default.
     pub metrics: crate::metrics::Recorder,
-    /// The config file's mapping that applies to the table, if any.
-    pub mapping: Option<crate::db::profile::Profile>,
 }
 
 impl Context {
-    /// Resolve the connection (no network yet) and build the pool.
-    pub(crate) fn new(global: GlobalArgs, pool_size: usize) -> Result<Context> {
-        let output = Output::new(global.output, global.color, global.quiet);
-        let database_url = global
-            .database_url
-            .clone()
-            .or_else(|| std::env::var("DATABASE_URL").ok().filter(|s| !s.is_empty()));
+    /// Resolve the connection (no network yet), build the pool and, for a run that records its
+    /// metrics (`metrics`: the command and where they go), check their destinations.
+    pub(crate) fn new(
+        global: Plan,
+        pool_size: usize,
+        metrics: Option<(&'static str, crate::metrics::Destinations)>,
+    ) -> Result<Context> {
+        let output = Output::new(global.output, global.color, global.quiet, global.no_color);
+        let database_url = global.database_url.clone();
         let settings = ConnectSettings {
             database_url,
             connect_timeout: global.connect_timeout,
@@ -49,6 +50,12 @@ impl Context {
             crate::exit::fail(crate::exit::classify(&e), text)
         })?;
         let pool = target.pool_with(pool_size, global.pool_mode)?;
+        let metrics = match metrics {
+            Some((command, dest)) => {
+                crate::metrics::Recorder::new(command, dest, target.dbname(), &global.table)?
+            }
+            None => crate::metrics::Recorder::default(),
+        };
         Ok(Context {
             global,
             output,
@@ -56,8 +63,7 @@ impl Context {
             settings,
             pool,
             cancel: Cancel::default(),
-            metrics: crate::metrics::Recorder::default(),
-            mapping: None,
+            metrics,
         })
     }
 
@@ -103,12 +109,12 @@ impl Context {
     pub(crate) async fn table(&self, session: &Session) -> Result<KeyTable> {
         // A mapping chosen by name takes the name's place: it is no built-in to look up.
         let choice = crate::db::table::ProfileChoice {
-            forced: match &self.mapping {
+            forced: match &self.global.mapping {
                 Some(_) => None,
                 None => self.global.profile.clone(),
             },
             forced_by: self.global.profile_from.clone(),
-            mapping: self.mapping.clone(),
+            mapping: self.global.mapping.clone(),
             ttl: self.global.ttl,
             time_zone: self
                 .global

@@ -12,7 +12,7 @@ use clap::ValueEnum;
 
 /// How the server sessions behind a connection are shared (`--pool-mode`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PoolMode {
+pub(crate) enum PoolMode {
     /// Detect a pooler from the connection and assume transaction pooling behind one.
     Auto,
     /// idemctl owns each server session while connected (direct, or a session-mode pooler).
@@ -38,9 +38,20 @@ pub enum ReclaimAction {
     Release,
 }
 
+impl ReclaimAction {
+    /// Its name, as the flag, the JSON and the metrics' `action` label spell it.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ReclaimAction::Delete => "delete",
+            ReclaimAction::Fail => "fail",
+            ReclaimAction::Release => "release",
+        }
+    }
+}
+
 /// Output formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     /// A table on a terminal, plain text otherwise.
     Auto,
     /// A table (comfy-table).
@@ -55,7 +66,7 @@ pub enum OutputFormat {
 
 /// Colour choice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ColorChoice {
+pub(crate) enum ColorChoice {
     Auto,
     Always,
     Never,

@@ -34,24 +34,9 @@ pub use db::references::statements_for_explain;
 /// stderr as one line, and turn the outcome into a documented exit code.
 pub fn main_entry() -> std::process::ExitCode {
     install_panic_hook();
-    let parsed = <cli::Cli as clap::CommandFactory>::command()
-        .try_get_matches()
-        .and_then(|m| {
-            let mut cli = <cli::Cli as clap::FromArgMatches>::from_arg_matches(&m)?;
-            cli.global.table_given = cli::given(&m, "table");
-            let g = &mut cli.global;
-            g.database_url_from =
-                cli::given_by(&m, "database_url", "--database-url", "IDEMCTL_DATABASE_URL")
-                    .unwrap_or_else(|| "DATABASE_URL".to_owned());
-            g.profile_from =
-                cli::given_by(&m, "profile", "--profile", "IDEMCTL_PROFILE").unwrap_or_default();
-            g.ttl_from = cli::given_by(&m, "ttl", "--ttl", "IDEMCTL_TTL").unwrap_or_default();
-            g.time_zone_from = cli::given_by(&m, "time_zone", "--time-zone", "IDEMCTL_TIME_ZONE")
-                .unwrap_or_default();
-            Ok(cli)
-        });
-    let cli = match parsed {
-        Ok(cli) => cli,
+    let parsed = cli::parse(std::env::args_os());
+    let (cli, given) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) if !e.use_stderr() => {
             // --help and --version: clap prints them to stdout.
             let _ = e.print();
@@ -75,7 +60,7 @@ pub fn main_entry() -> std::process::ExitCode {
             return report(&anyhow::Error::new(e).context("failed to start the async runtime"));
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    match runtime.block_on(commands::run(cli, given)) {
         Ok(code) => code.into(),
         Err(e) => report(&e),
     }
@@ -89,10 +74,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
-    let parsed = <cli::Cli as clap::CommandFactory>::command()
-        .try_get_matches_from(args)
-        .and_then(|m| <cli::Cli as clap::FromArgMatches>::from_arg_matches(&m));
-    match parsed {
+    match cli::parse(args) {
         Ok(_) => Ok(()),
         Err(e) if !e.use_stderr() => Ok(()),
         Err(e) => Err(usage_error_line(&e)),

@@ -15,14 +15,14 @@ pub(crate) mod top;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, Given};
+use crate::config::Plan;
 use crate::context::Context;
 use crate::domain::OutputFormat;
 use crate::exit::{Exit, fail};
-use crate::metrics::Recorder;
 
 /// Run one parsed command line.
-pub(crate) async fn run(cli: Cli) -> Result<Exit> {
+pub(crate) async fn run(cli: Cli, given: Given) -> Result<Exit> {
     match &cli.command {
         Command::Completions(a) => return docs::completions(a.shell),
         Command::Man => return docs::man(),
@@ -35,25 +35,17 @@ pub(crate) async fn run(cli: Cli) -> Result<Exit> {
         Command::Evict(a) => usize::from(a.effective_jobs()) + 1,
         _ => 2,
     };
-    let mut global = cli.global;
-    let mapping = crate::config::apply(&mut global)?;
-    let mut ctx = Context::new(global, pool_size)?;
-    ctx.mapping = mapping;
     // A dry run or a reclaim preview changes nothing: it is not a run to record.
     let metrics = match &cli.command {
-        Command::Stats(a) => Some(("stats", &a.metrics)),
-        Command::Evict(a) if !a.dry_run => Some(("evict", &a.metrics)),
-        Command::Reclaim(a) if !a.dry_run && a.plan.is_none() => Some(("reclaim", &a.metrics)),
+        Command::Stats(a) => Some(("stats", a.metrics.destinations())),
+        Command::Evict(a) if !a.dry_run => Some(("evict", a.metrics.destinations())),
+        Command::Reclaim(a) if !a.dry_run && a.plan.is_none() => {
+            Some(("reclaim", a.metrics.destinations()))
+        }
         _ => None,
     };
-    if let Some((name, m)) = metrics {
-        ctx.metrics = Recorder::new(
-            name,
-            m.destinations(),
-            ctx.target.dbname(),
-            &ctx.global.table,
-        )?;
-    }
+    let plan = Plan::resolve(cli.global, &given, &crate::conn::ProcessEnv)?;
+    let ctx = Context::new(plan, pool_size, metrics)?;
     let result = match &cli.command {
         Command::Inspect(a) => inspect::run(&ctx, a).await,
         Command::Stats(a) => stats::run(&ctx, a).await,

@@ -15,7 +15,8 @@ use crate::db::table::Partitioning;
 use crate::domain::OutputFormat;
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
-use crate::output::prometheus::{Kind, Metrics};
+use crate::metrics::Series as S;
+use crate::output::prometheus::Metrics;
 use crate::report::rows::{Capped, KeyRef};
 use crate::report::run::EndReason;
 
@@ -319,218 +320,60 @@ pub(crate) async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-fn ts_secs(t: Option<time::OffsetDateTime>) -> f64 {
-    t.map_or(0.0, |t| t.unix_timestamp() as f64)
-}
-
-/// The Prometheus metrics of a report.
+/// The Prometheus figures of a report (the catalogue names them).
 pub(crate) fn metrics(r: &StatsReport) -> Metrics {
     let mut m = Metrics::default();
-    let l: &[(&str, &str)] = &[];
-    let g = Kind::Gauge;
     let s = &r.sizes;
-    m.add(
-        "idemctl_table_estimated_rows",
-        "Estimated rows in the key table (pg_class.reltuples).",
-        g,
-        l,
-        s.estimated_rows as f64,
-    );
-    m.add(
-        "idemctl_table_heap_bytes",
-        "Size of the key table's heap in bytes.",
-        g,
-        l,
-        s.heap_bytes as f64,
-    );
-    m.add(
-        "idemctl_table_toast_bytes",
-        "Size of the key table's TOAST data in bytes.",
-        g,
-        l,
-        s.toast_bytes as f64,
-    );
-    m.add(
-        "idemctl_table_index_bytes",
-        "Size of the key table's indexes in bytes.",
-        g,
-        l,
-        s.index_bytes as f64,
-    );
-    m.add(
-        "idemctl_table_total_bytes",
-        "Total size of the key table in bytes.",
-        g,
-        l,
-        s.total_bytes as f64,
-    );
-    m.add(
-        "idemctl_oldest_live_key_age_seconds",
-        "Age of the live key that expires next (0 when no key is live).",
-        g,
-        l,
+    m.set(S::TableEstimatedRows, s.estimated_rows);
+    m.set(S::TableHeapBytes, s.heap_bytes);
+    m.set(S::TableToastBytes, s.toast_bytes);
+    m.set(S::TableIndexBytes, s.index_bytes);
+    m.set(S::TableTotalBytes, s.total_bytes);
+    m.set(
+        S::OldestLiveKeyAge,
         r.oldest_live.as_ref().map_or(0.0, |k| k.seconds),
     );
-    m.add(
-        "idemctl_eviction_lag_seconds",
-        "How long the oldest expired completed key evict can delete has waited for eviction (0 when none waits; an upper bound when idemctl_eviction_lag_upper_bound is 1).",
-        g,
-        l,
-        r.eviction_lag_seconds,
-    );
+    m.set(S::EvictionLag, r.eviction_lag_seconds);
     if let Some(refd) = &r.referenced_expired {
-        m.add(
-            "idemctl_expired_referenced_keys",
-            "Expired completed keys evict leaves because a NO ACTION or RESTRICT foreign key still references them, among the oldest examined (not in the eviction lag).",
-            g,
-            l,
-            refd.count.count as f64,
-        );
-        m.add(
-            "idemctl_expired_referenced_capped",
-            "1 when the count of expired keys still referenced stopped at its cap, so it is a lower bound.",
-            g,
-            l,
-            if refd.count.at_least { 1.0 } else { 0.0 },
-        );
-        m.add(
-            "idemctl_eviction_lag_upper_bound",
-            "1 when each of the oldest expired keys examined is still referenced and more wait beyond them, so the eviction lag is an upper bound (the newest examined key's wait), not the lag.",
-            g,
-            l,
-            if refd.lag_at_most { 1.0 } else { 0.0 },
-        );
-        m.add(
-            "idemctl_expired_referenced_oldest_seconds",
-            "How long the oldest expired completed key a foreign key still references has waited (0 when none).",
-            g,
-            l,
-            refd.oldest.as_ref().map_or(0.0, |k| k.seconds),
-        );
+        m.set(S::ExpiredReferencedKeys, refd.count.count);
+        m.set(S::ExpiredReferencedCapped, refd.count.at_least);
+        m.set(S::EvictionLagUpperBound, refd.lag_at_most);
+        let oldest = refd.oldest.as_ref().map_or(0.0, |k| k.seconds);
+        m.set(S::ExpiredReferencedOldest, oldest);
     }
-    m.add(
-        "idemctl_expired_backlog_keys",
-        "Expired completed keys not yet evicted (exact up to the cap).",
-        g,
-        l,
-        r.expired_backlog.map_or(0, |b| b.count) as f64,
+    m.set(
+        S::ExpiredBacklogKeys,
+        r.expired_backlog.map_or(0, |b| b.count),
     );
-    m.add(
-        "idemctl_expired_backlog_capped",
-        "1 when the expired backlog exceeds the counting cap, so the backlog figure is a lower bound.",
-        g,
-        l,
-        if r.expired_backlog.is_some_and(|b| b.at_least) {
-            1.0
-        } else {
-            0.0
-        },
-    );
+    let capped = r.expired_backlog.is_some_and(|b| b.at_least);
+    m.set(S::ExpiredBacklogCapped, capped);
     if let Some(st) = &r.stuck {
-        m.add(
-            "idemctl_stuck_keys",
-            "in_progress keys held longer than the stuck-after cutoff (exact up to the cap).",
-            g,
-            l,
-            st.count.count as f64,
-        );
+        m.set(S::StuckKeys, st.count.count);
     }
     if let Some(parts) = &r.partitions {
-        m.add(
-            "idemctl_table_partitions",
-            "Leaf partitions of the key table.",
-            g,
-            l,
-            parts.len() as f64,
-        );
+        m.set(S::TablePartitions, parts.len());
     }
     if let Some(p) = r.default_partition() {
-        m.add(
-            "idemctl_default_partition_estimated_rows",
-            "Estimated rows in the default partition (keys that fell outside every partition's range).",
-            g,
-            l,
-            p.estimated_rows as f64,
-        );
+        m.set(S::DefaultPartitionEstimatedRows, p.estimated_rows);
     }
-    m.add(
-        "idemctl_table_dead_tuples",
-        "Dead tuples in the key table (pg_stat_all_tables).",
-        g,
-        l,
-        r.vacuum.dead_tuples as f64,
-    );
+    m.set(S::TableDeadTuples, r.vacuum.dead_tuples);
     let o = &r.maintenance;
-    m.add(
-        "idemctl_table_dead_tuple_ratio",
-        "Dead tuples as a share of live and dead tuples in the key table (0 to 1).",
-        g,
-        l,
-        o.dead_tuple_ratio,
-    );
-    m.add(
-        "idemctl_autovacuum_enabled",
-        "1 if autovacuum is on for the key table (and every partition) and the server.",
-        g,
-        l,
-        if o.autovacuum_enabled { 1.0 } else { 0.0 },
-    );
+    m.set(S::TableDeadTupleRatio, o.dead_tuple_ratio);
+    m.set(S::AutovacuumEnabled, o.autovacuum_enabled);
     if let [one] = o.relations.as_slice() {
-        m.add(
-            "idemctl_autovacuum_threshold_dead_tuples",
-            "Dead tuples above which autovacuum vacuums the key table (threshold + scale factor x reltuples).",
-            g,
-            l,
-            one.threshold,
-        );
+        m.set(S::AutovacuumThreshold, one.threshold);
     }
     if let Some(s) = o.next_autovacuum_seconds {
-        m.add(
-            "idemctl_autovacuum_next_seconds",
-            "Estimated seconds until autovacuum's threshold is crossed on the key table (0: crossed), at the eviction rate of reltuples / median TTL.",
-            g,
-            l,
-            s,
-        );
+        m.set(S::AutovacuumNext, s);
     }
     if let Some(t) = &r.recent_ttl {
-        for (name, what, v) in [
-            ("idemctl_recent_ttl_min_seconds", "shortest", t.min_seconds),
-            (
-                "idemctl_recent_ttl_p10_seconds",
-                "10th percentile",
-                t.p10_seconds,
-            ),
-            ("idemctl_recent_ttl_median_seconds", "median", t.p50_seconds),
-            (
-                "idemctl_recent_ttl_p90_seconds",
-                "90th percentile",
-                t.p90_seconds,
-            ),
-            ("idemctl_recent_ttl_max_seconds", "longest", t.max_seconds),
-        ] {
-            m.add(
-                name,
-                &format!("TTL (expires_at - created_at) of recent keys, {what}: the keys that expire next and last."),
-                g,
-                l,
-                v,
-            );
-        }
+        m.set(S::RecentTtlMin, t.min_seconds);
+        m.set(S::RecentTtlP10, t.p10_seconds);
+        m.set(S::RecentTtlMedian, t.p50_seconds);
+        m.set(S::RecentTtlP90, t.p90_seconds);
+        m.set(S::RecentTtlMax, t.max_seconds);
     }
-    m.add(
-        "idemctl_table_last_vacuum_timestamp_seconds",
-        "Unix time of the last vacuum or autovacuum (0 if never).",
-        g,
-        l,
-        ts_secs(r.vacuum.last_vacuum),
-    );
-    m.add(
-        "idemctl_table_last_analyze_timestamp_seconds",
-        "Unix time of the last analyze or autoanalyze (0 if never).",
-        g,
-        l,
-        ts_secs(r.vacuum.last_analyze),
-    );
+    m.set(S::TableLastVacuum, r.vacuum.last_vacuum);
+    m.set(S::TableLastAnalyze, r.vacuum.last_analyze);
     m
 }

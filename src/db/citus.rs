@@ -16,6 +16,12 @@ const PROPAGATE_SET_LOCAL_SQL: &str = include_str!("../../sql/citus_propagate_se
 const CUSTOM_PLAN_LOCAL_SQL: &str = include_str!("../../sql/citus_custom_plan_local.sql");
 
 impl Layout {
+    /// Whether Citus keeps the table's rows on the workers, where idemctl works on it shard by
+    /// shard: a hash-distributed table, or a single-shard one (a table of a distributed schema).
+    pub(crate) fn sharded(&self) -> bool {
+        matches!(self, Layout::Distributed { .. } | Layout::SingleShard)
+    }
+
     /// Whether idemctl writes the table through the coordinator to placements on the workers (a
     /// reference table: a copy on every node), rather than shard by shard on the workers or on
     /// the coordinator alone (a Citus local table, written as on one server).

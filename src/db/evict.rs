@@ -39,6 +39,9 @@ pub struct Walk {
     next: String,
     /// The index walked, for messages.
     pub index: String,
+    /// The walk follows age (a key from a sequence): it stops at the first page in which nothing
+    /// has expired.
+    pub follows_age: bool,
 }
 
 /// What one page of the walk did.
@@ -58,6 +61,7 @@ impl Walk {
     pub fn new(table: &KeyTable, index: &super::table::Index) -> Walk {
         let mut walk = Walk::of(&table.profile, &table.quoted, &table.walk_columns(index));
         walk.index.clone_from(&index.name);
+        walk.follows_age = table.walk_follows_age(index);
         walk
     }
 
@@ -100,6 +104,7 @@ impl Walk {
             first: fill("true"),
             next: fill(&after),
             index: String::new(),
+            follows_age: false,
         }
     }
 
@@ -152,6 +157,9 @@ pub(crate) struct Statements {
     /// On a Citus reference or local table: each batch statement in a transaction of its own that
     /// plans it with its values ([`super::citus::plan_with_values`]).
     by_identity: bool,
+    /// On a table without an expiry index: the pages of the unique index each batch walks instead
+    /// of a range of the expiry index.
+    walk: Option<Walk>,
 }
 
 /// A claimed range: its first row's expiry (None: nothing left) and where it ends (None: open).
@@ -200,7 +208,19 @@ impl Statements {
             referenced: refs.any_blocking().then(|| render(REFERENCED_SQL)),
             coordinator_waits: None,
             by_identity: false,
+            walk: None,
         }
+    }
+
+    /// The statements of a table without an expiry index: each batch is a page of `walk`.
+    pub(crate) fn walking(mut self, walk: Walk) -> Statements {
+        self.walk = Some(walk);
+        self
+    }
+
+    /// The walk each batch takes a page of (None: batches are ranges of the expiry index).
+    pub(crate) fn walk(&self) -> Option<&Walk> {
+        self.walk.as_ref()
     }
 
     /// Whether a batch may leave keys that are still referenced (see [`Statements::referenced`]).

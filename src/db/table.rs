@@ -801,6 +801,24 @@ impl KeyTable {
         self.create_index(true, "scope", &format!("({})", columns.join(", ")))
     }
 
+    /// The statement that creates an index looking a key up by its scope and key: a plain one,
+    /// never unique, since a unique index the table does not already have could refuse rows the
+    /// application wrote or would write (its own identity may be wider than the mapping's).
+    pub fn lookup_index_fix(&self) -> String {
+        let columns: Vec<String> = self
+            .identity_columns()
+            .iter()
+            .map(|c| quote_ident_if_needed(c))
+            .collect();
+        self.create_index(false, "scope", &format!("({})", columns.join(", ")))
+    }
+
+    /// The statement that creates an index led by the key, which finds a key under every scope.
+    pub fn key_index_fix(&self) -> String {
+        let key = quote_ident_if_needed(&self.profile.key);
+        self.create_index(false, "key", &format!("({key})"))
+    }
+
     /// The columns that identify a key, as `(tenant, key)`, `(type, client, key)` or `(key)`,
     /// unescaped.
     pub fn identity_columns_text(&self) -> String {

@@ -3,6 +3,7 @@
 //! `table`, each `--label`), and the run series (last run, success, end reason, duration,
 //! last success kept across failures), written even when the run fails before it starts.
 
+pub(crate) mod catalogue;
 pub(crate) mod push;
 
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use crate::exit::{Exit, classify, fail};
 use crate::output::prometheus::{self, Metrics};
 use crate::report::run::EndReason;
 
+pub(crate) use catalogue::Series;
 pub(crate) use push::{GatewayArgs, PushUrl};
 
 /// The metrics options of evict, reclaim and stats, once parsed.
@@ -108,7 +110,7 @@ impl Recorder {
                 dest,
                 gateway,
                 database: database.to_owned(),
-                table: Mutex::new(crate::output::sanitize(&table)),
+                table: Mutex::new(table),
                 started_at: OffsetDateTime::now_utc(),
                 started: Instant::now(),
                 previous_success,
@@ -179,10 +181,7 @@ impl Recorder {
             // A failed run is pushed with POST, which keeps the group's other metrics: the last
             // success stays what the last successful run pushed.
             if !end.success {
-                pushed.remove(&format!(
-                    "idemctl_{}_last_success_timestamp_seconds",
-                    i.command
-                ));
+                pushed.remove(&Series::LastSuccessTimestamp.name(i.command));
             }
             let job = format!("idemctl_{}", i.command);
             if let Err(e) = gateway
@@ -254,40 +253,20 @@ fn unix_now() -> f64 {
 fn run_series(i: &Inner, end: RunEnd, now: f64) -> Metrics {
     let c = i.command;
     let mut m = Metrics::default();
-    m.gauge(
-        &format!("idemctl_{c}_last_run_timestamp_seconds"),
-        &format!("Unix time the last {c} run ended."),
-        now,
-    );
-    m.gauge(
-        &format!("idemctl_{c}_last_run_start_timestamp_seconds"),
-        &format!("Unix time the last {c} run started."),
-        i.started_at.unix_timestamp() as f64,
-    );
+    m.set_run(c, Series::LastRunTimestamp, &[], now);
+    let started = i.started_at.unix_timestamp();
+    m.set_run(c, Series::LastRunStartTimestamp, &[], started);
     let last_success = if end.success {
         Some(now)
     } else {
         i.previous_success
     };
     if let Some(t) = last_success {
-        m.gauge(
-            &format!("idemctl_{c}_last_success_timestamp_seconds"),
-            &format!("Unix time the last successful {c} run ended (kept across failed runs)."),
-            t,
-        );
+        m.set_run(c, Series::LastSuccessTimestamp, &[], t);
     }
-    m.gauge(
-        &format!("idemctl_{c}_last_run_success"),
-        &format!("1 if the last {c} run succeeded, else 0."),
-        if end.success { 1.0 } else { 0.0 },
-    );
-    m.gauge(
-        &format!("idemctl_{c}_duration_seconds"),
-        &format!("Wall time of the last {c} run, connecting included."),
-        i.started.elapsed().as_secs_f64(),
-    );
-    let name = format!("idemctl_{c}_end_reason");
-    let help = format!("Why the last {c} run ended (1 for the reason that applied).");
+    m.set_run(c, Series::LastRunSuccess, &[], end.success);
+    let took = i.started.elapsed().as_secs_f64();
+    m.set_run(c, Series::Duration, &[], took);
     let mut reasons: Vec<EndReason> = end.reasons.to_vec();
     for r in EndReason::FAILURES.iter().chain([&end.reason]) {
         if !reasons.contains(r) {
@@ -295,14 +274,7 @@ fn run_series(i: &Inner, end: RunEnd, now: f64) -> Metrics {
         }
     }
     for r in reasons {
-        let v = if r == end.reason { 1.0 } else { 0.0 };
-        m.add(
-            &name,
-            &help,
-            prometheus::Kind::Gauge,
-            &[("reason", r.as_str())],
-            v,
-        );
+        m.set_run(c, Series::EndReason, &[r.as_str()], r == end.reason);
     }
     m
 }
@@ -310,10 +282,7 @@ fn run_series(i: &Inner, end: RunEnd, now: f64) -> Metrics {
 /// Keep the last-success timestamp across a failed run by reading it back from the previous file.
 fn previous_success(path: &Path, command: &str) -> Option<f64> {
     let text = std::fs::read_to_string(path).ok()?;
-    prometheus::read_value(
-        &text,
-        &format!("idemctl_{command}_last_success_timestamp_seconds"),
-    )
+    prometheus::read_value(&text, &Series::LastSuccessTimestamp.name(command))
 }
 
 /// Parse `--label KEY=VALUE`.

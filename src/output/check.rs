@@ -95,3 +95,17 @@ pub(crate) fn lag_unknown(x: &ReferencedExpired, at_most: f64, max: f64) -> Stri
         human_secs(max)
     )
 }
+
+/// No unique index makes the mapping's identity name one row; whether an index serves lookups
+/// decides what follows (a lookup index is proposed by the caller when none does).
+pub(crate) fn identity_not_enforced(table: &crate::db::KeyTable) -> String {
+    let lookups = if table.has_tenant_key_index() {
+        "an index serves lookups by it"
+    } else {
+        "keys cannot be looked up by it without a scan; the index below serves lookups"
+    };
+    format!(
+        "no valid unique index makes {} name one row, so the database does not keep a key unique within its scope; no unique index is proposed, since one could refuse rows the application wrote (map every column the table's own identity has); {lookups}",
+        table.identity_label(),
+    )
+}

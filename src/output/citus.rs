@@ -3,7 +3,7 @@
 //! escaped here, where they are printed.
 
 use crate::commands::citus_stats::CitusStats;
-use crate::commands::evict::citus::CitusReport;
+use crate::commands::evict::placements::CitusReport;
 use crate::output::names::worker;
 use crate::output::{Doc, human_bytes, human_secs, sanitize};
 use crate::report::check::{Finding, Status, finding};

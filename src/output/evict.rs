@@ -602,6 +602,43 @@ pub(crate) fn refused_on_citus(flag: &str, table: &KeyTable, layout: &Layout) ->
     )
 }
 
+/// What evict tells the operator on stderr, beside its summary.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Event {
+    /// A run a signal interrupted, under cron (no summary printed): what it did before it stopped.
+    Interrupted { rows_evicted: u64, batches: u64 },
+}
+
+/// Say `event` on stderr, in one line.
+pub(crate) fn tell(event: Event) {
+    match event {
+        Event::Interrupted {
+            rows_evicted,
+            batches,
+        } => eprintln!(
+            "idemctl: evict interrupted by a signal after {rows_evicted} rows in {batches} batches; the next run continues"
+        ),
+    }
+}
+
+/// Where on a Citus cluster an error was met: a shard on its worker.
+pub(crate) fn on_shard(id: i64, worker: &str) -> String {
+    format!("shard {id} on worker {worker}")
+}
+
+/// Where on a Citus cluster an error was met: a worker.
+pub(crate) fn on_worker(worker: &str) -> String {
+    format!("worker {worker}")
+}
+
+/// The pace could not be set up (on a Citus worker, when `worker` names it).
+pub(crate) fn pace_setup_failed(worker: Option<&str>) -> String {
+    match worker {
+        Some(w) => format!("failed to set up evict's pace on worker {w}"),
+        None => "failed to set up evict's pace".to_owned(),
+    }
+}
+
 /// A reference key table that a distributed table references with ON DELETE NO ACTION / RESTRICT:
 /// evict cannot leave the keys still referenced out of its batches there.
 pub(crate) fn reference_table_referenced_by_distributed(

@@ -96,12 +96,16 @@ pub(crate) struct Output {
 }
 
 impl Output {
-    /// Decide the format and colour once, from flags, NO_COLOR and terminal detection.
-    pub(crate) fn new(format: OutputFormat, color: ColorChoice, quiet: bool) -> Output {
+    /// Decide the format and colour once, from flags, NO_COLOR or TERM=dumb (`no_color`) and
+    /// terminal detection.
+    pub(crate) fn new(
+        format: OutputFormat,
+        color: ColorChoice,
+        quiet: bool,
+        no_color: bool,
+    ) -> Output {
         let stdout_tty = std::io::stdout().is_terminal();
         let stderr_tty = std::io::stderr().is_terminal();
-        let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
-            || std::env::var("TERM").is_ok_and(|t| t == "dumb");
         let color = match color {
             ColorChoice::Always => true,
             ColorChoice::Never => false,

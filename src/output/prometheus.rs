@@ -55,11 +55,6 @@ impl Metrics {
         }
     }
 
-    /// Add a gauge sample with no labels beyond the common ones.
-    pub(crate) fn gauge(&mut self, name: &str, help: &str, value: f64) {
-        self.add(name, help, Kind::Gauge, &[], value);
-    }
-
     /// Append every family of `other`.
     pub(crate) fn extend(&mut self, other: Metrics) {
         for f in other.families {

@@ -515,7 +515,7 @@ pub(crate) fn no_identity_index(table: &Table) -> String {
     format!(
         "table {} has no index on (api_key_id, key), so plan rows cannot be found without a scan; create it with: {}",
         table.display(),
-        table.identity_index_fix
+        table.lookup_index_fix
     )
 }
 

@@ -165,6 +165,8 @@ pub(crate) struct Table {
     pub(crate) stuck_index_fix: String,
     /// The statement that creates the index on the key's identity.
     pub(crate) identity_index_fix: String,
+    /// The statement that creates the index `--apply` finds plan rows by.
+    pub(crate) lookup_index_fix: String,
     /// The identity columns, as `(tenant, key)` or `(key)`.
     pub(crate) identity_columns: String,
 }

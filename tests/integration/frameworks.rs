@@ -795,6 +795,66 @@ async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
     );
 }
 
+/// The walk is one kind of batch: --max-rows bounds the keys it deletes, --max-batches its pages,
+/// and the rate caps and the replica lag pace its pages like any batch; runs that stop early
+/// leave the rest to the next run, which removes exactly the expired finished keys. --min-age stays
+/// refused (exit 2, nothing deleted): a page does not read when its rows were created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walk_keeps_the_budgets_caps_and_replica_lag_of_any_batch() {
+    use crate::profiles::{EXPLAINER_DDL, explainer_rows};
+    let db = loaded(EXPLAINER_DDL, &explainer_rows(3), None).await;
+    let total = "SELECT count(*) FROM idempotency_keys";
+    db.idemctl()
+        .args(["--ttl", "1d", "evict", "--min-age", "1h"])
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --min-age yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
+    assert_eq!(scalar_i64(&db, total).await, 15);
+    let evict = |extra: &[&str]| {
+        let mut args = vec!["--ttl", "1d", "-o", "json", "evict", "--batch-size", "4"];
+        args.extend_from_slice(extra);
+        db.idemctl().args(&args).run()
+    };
+    let run = evict(&["--max-rows", "1"]);
+    run.assert_success();
+    assert_eq!(run.json()["rows_evicted"], 1, "{run}");
+    assert_eq!(run.json()["end_reason"], "row_budget", "{run}");
+    assert_eq!(scalar_i64(&db, total).await, 14);
+    let run = evict(&["--max-batches", "1"]);
+    run.assert_success();
+    assert_eq!(run.json()["batches"], 1, "{run}");
+    assert_eq!(run.json()["walk"]["rows_examined"], 4, "{run}");
+    assert_eq!(run.json()["end_reason"], "batch_budget", "{run}");
+    let before = scalar_i64(&db, total).await;
+    let run = evict(&[
+        "--max-rate",
+        "1000/s",
+        "--max-wal-rate",
+        "10MB/s",
+        "--max-replica-lag",
+        "10s",
+    ]);
+    run.assert_success();
+    let report = run.json();
+    assert_eq!(report["end_reason"], "drained", "{run}");
+    assert_eq!(report["walk"]["rows_examined"], before, "{run}");
+    assert!(report["rate_limit"].is_object(), "{run}");
+    assert_eq!(report["replica_lag_waits"], 0, "{run}");
+    assert_eq!(
+        kinds_left(&db, "idempotency_keys", "key").await,
+        [
+            ("done-new".to_owned(), 3),
+            ("fresh-1".to_owned(), 1),
+            ("fresh-2".to_owned(), 1),
+            ("fresh-3".to_owned(), 1),
+            ("stuck-1".to_owned(), 1),
+            ("stuck-2".to_owned(), 1),
+            ("stuck-3".to_owned(), 1),
+            ("stuck-old".to_owned(), 3),
+        ]
+    );
+}
+
 /// A mapping that allows no reclaim action: the dry run still lists the stuck keys and says none is
 /// allowed; a run refuses. stats works on a table without an expiry column and no --ttl, reporting
 /// the figures that need none and marking the others unknown.
@@ -939,4 +999,46 @@ async fn a_scope_given_wrongly_is_refused_with_one_line() {
         ])
         .run()
         .assert_error(3, "key k not found for request_type=payment client_id=7");
+}
+
+/// check never proposes a unique index: with the whole scope mapped the primary key is the
+/// identity (ok); a mapping narrower than the primary key is a warning naming it, with no fix; a
+/// table with no unique index over the scope gets a plain lookup index, never a unique one, and
+/// inspect without the scope names the index led by the key that would find it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_never_proposes_a_unique_index_over_part_of_the_identity() {
+    let s = Shape::new("JDBC (Flyway)", "").await;
+    let narrower = doc_block("JDBC (Flyway)", "toml").replace(
+        "tenant = [\"request_type\", \"client_id\"]",
+        "tenant = \"client_id\"",
+    );
+    std::fs::write(s.dir.path().join("idemctl.toml"), narrower).unwrap();
+    let run = s.idemctl().arg("check").run();
+    run.assert_success().assert_stdout_contains(
+        "pk_idempotency_record makes a key unique only within (idempotency_key, request_type, client_id), wider than the mapping's (client_id, idempotency_key)",
+    );
+    assert!(!run.stdout.contains("UNIQUE"), "{run}");
+
+    let ddl = doc_block("JDBC (Flyway)", "sql").replace(
+        ",\n    CONSTRAINT pk_idempotency_record PRIMARY KEY (idempotency_key, request_type, client_id)",
+        "",
+    );
+    let db = loaded(&ddl, "", None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, doc_block("JDBC (Flyway)", "toml")).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    let run = idemctl().arg("check").run();
+    run.assert_stdout_contains("no valid unique index makes (request_type, client_id, idempotency_key) name one row")
+        .assert_stdout_contains(
+            "CREATE INDEX CONCURRENTLY \"idempotency_record_scope\" ON \"public\".\"idempotency_record\" (request_type, client_id, idempotency_key);",
+        );
+    assert!(!run.stdout.contains("UNIQUE"), "{run}");
+    idemctl()
+        .args(["inspect", "k", "--scope", "client_id=c-1"])
+        .run()
+        .assert_error(
+            2,
+            "table public.idempotency_record has no index led by its key, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of request_type, client_id, or create: CREATE INDEX CONCURRENTLY \"idempotency_record_key\" ON \"public\".\"idempotency_record\" (idempotency_key);",
+        );
 }

@@ -5,9 +5,9 @@
 //! when asked (see `partitions`), starts the workers (see `worker`), which pause while replicas lag
 //! when asked (see `replica`), and reports: a summary table or JSON, and Prometheus textfile metrics.
 
-pub(crate) mod citus;
 pub(crate) mod pace;
 pub(crate) mod partitions;
+pub(crate) mod placements;
 pub(crate) mod rate;
 pub(crate) mod replica;
 pub(crate) mod vacuum;
@@ -18,7 +18,7 @@ use crate::db::Session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use serde::Serialize;
 use time::OffsetDateTime;
 
@@ -31,24 +31,22 @@ use crate::db::lock::{self, LockClass};
 use crate::domain::{CATCH_UP_BATCH_TIME, OutputFormat};
 use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
+use crate::metrics::Series as S;
 use crate::output::prometheus::Metrics;
 use crate::output::rfc3339;
 use crate::progress::Progress;
 use crate::report::evict::Expiry;
-use crate::report::rows::Capped;
+use crate::report::rows::{Capped, Layout};
 pub(crate) use crate::report::run::EndReason;
 
 /// How many keys of each kind the dry run lists.
 const SAMPLE_SIZE: i64 = 10;
 
-/// How long a batch may wait for a row lock before it falls back to skipping locked rows.
-pub(crate) const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
-/// Counts in the summary and preview stop here.
-const COUNT_CAP: i64 = 100_000;
+use placements::{COUNT_CAP, ROW_LOCK_WAIT};
 
 /// The expiry rule `table` follows, given the TTL the flags, the environment or the config file
 /// set.
-pub(crate) fn expiry_of(table: &KeyTable, global: &crate::cli::GlobalArgs) -> Expiry {
+pub(crate) fn expiry_of(table: &KeyTable, global: &crate::config::Plan) -> Expiry {
     let from = (!global.ttl_from.is_empty()).then(|| global.ttl_from.clone());
     match table.profile.ttl() {
         Some(ttl) => Expiry {
@@ -122,7 +120,7 @@ pub(crate) struct EvictReport {
     pub pace: pace::PaceReport,
     /// On a table Citus distributes: its layout and what each worker did.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub citus: Option<citus::CitusReport>,
+    pub citus: Option<placements::CitusReport>,
     /// --max-rate and --max-wal-rate, and what they did (None without either).
     pub rate_limit: Option<rate::RateReport>,
     /// --vacuum: what it did (None without it).
@@ -143,32 +141,67 @@ pub(crate) struct WalkReport {
     pub stopped_early: bool,
 }
 
-/// A report of nothing done yet, for a run that fills in its own figures.
-fn empty_report(
-    table: &KeyTable,
-    expiry: Expiry,
-    end_reason: EndReason,
-    elapsed: f64,
-) -> EvictReport {
-    assemble(Assembled {
-        table,
-        expiry,
-        end_reason,
-        totals: worker::Totals::default(),
-        elapsed,
-        backlog_left: None,
-        expired_in_progress_left: None,
-        drops: partitions::DropReport::default(),
-        waits: &replica::WaitTotals::default(),
-        pace: pace::PaceReport::default(),
-        rate_limit: None,
-    })
-}
-
 /// Run `evict`.
 pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let client = ctx.session().await?;
     let table = ctx.table(&client).await?;
+    // The table's layout, resolved once for the run (None off Citus).
+    let layout = crate::db::citus::layout(&client, &table).await?;
+    let privileges = require(ctx, args, &client, &table, layout.as_ref()).await?;
+    if args.dry_run {
+        let can_delete = privileges.delete;
+        return dry_run(ctx, &client, &table, args, layout.as_ref(), can_delete).await;
+    }
+    let vacuum_targets = require_for_a_run(args, &client, &table, &privileges).await?;
+    let walk = match table.expiry_index() {
+        None => Some(walk::require(args, &client, &table).await?),
+        Some(_) => None,
+    };
+    let scope = lock::acquire(&client, &table, LockClass::Evict).await?;
+    if let Some(note) = scope.note(LockClass::Evict, ctx.route()) {
+        ctx.output.note(&note);
+    }
+    ctx.cancel.install()?;
+    let started = Instant::now();
+    if let Some(walk) = &walk {
+        walk::say(ctx, args, &table, walk);
+    }
+    let gate = args
+        .max_replica_lag
+        .map(|max| Arc::new(replica::ReplicaGate::new(max, args.max_replica_wait)));
+    let sharded = layout.clone().filter(Layout::sharded);
+    let walked = walk.as_ref().map(|w| w.index.clone());
+    let on = Placements {
+        client,
+        table: &table,
+        layout,
+        walk,
+    };
+    let (outcome, drops) = evict_placements(ctx, args, on, started, &gate).await?;
+    let waits = match &gate {
+        Some(g) => g.totals().await,
+        None => replica::WaitTotals::default(),
+    };
+    let ran = Ran {
+        outcome,
+        drops,
+        waits,
+        sharded,
+        walked,
+        started,
+    };
+    finish(ctx, args, &table, ran, vacuum_targets).await
+}
+
+/// What every run and dry run needs, checked before anything changes: the columns, the TTL, the
+/// flags the table's layout supports, the replicas' visibility. Returns the role's privileges.
+async fn require(
+    ctx: &Context,
+    args: &EvictArgs,
+    client: &Session,
+    table: &KeyTable,
+    layout: Option<&Layout>,
+) -> Result<crate::db::table::Privileges> {
     table.require_columns()?;
     table.require_ttl("evict")?;
     table.require_ttl_floor(
@@ -176,161 +209,180 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         args.force || ctx.global.short_ttl_allowed_by.is_some(),
         &ctx.global.ttl_from,
     )?;
+    let sharded = layout.filter(|l| l.sharded());
     // Without an index on expiry, evict walks a unique index instead, on one server, in its plain
     // batches; everything else it does needs the index.
     let walks = table.expiry_index().is_none();
-    let distributed = crate::commands::shards::distributed(&client, &table).await?;
-    if walks && (distributed.is_some() || args.drop_partitions || args.dry_run || args.vacuum) {
+    if walks && (sharded.is_some() || args.drop_partitions || args.dry_run || args.vacuum) {
         table.require_expiry_index()?;
     }
-    let privileges = table.privileges(&client).await?;
+    let privileges = table.privileges(client).await?;
     if args.max_replica_lag.is_some() {
-        replica::require_visibility(&client).await?;
+        replica::require_visibility(client).await?;
     }
-    if let Some(layout) = &distributed {
-        citus::require_supported(args, &table, layout)?;
+    if let Some(layout) = sharded {
+        placements::require_supported(args, table, layout)?;
     }
     if args.dry_run {
-        privileges.require_for(&table, "evict --dry-run", crate::db::table::Job::Read)?;
+        privileges.require_for(table, "evict --dry-run", crate::db::table::Job::Read)?;
         if args.drop_partitions {
-            partitions::require_layout(&table, None)?;
+            partitions::require_layout(table, None)?;
         }
-        return dry_run(ctx, &client, &table, args, privileges.delete).await;
     }
+    Ok(privileges)
+}
+
+/// What a run (not a dry run) needs beyond [`require`], checked before anything changes: the
+/// privileges to delete, a writable server, the WAL position for --max-wal-rate, the right to
+/// vacuum (the targets, with --vacuum), a layout --drop-partitions can drop.
+async fn require_for_a_run(
+    args: &EvictArgs,
+    client: &Session,
+    table: &KeyTable,
+    privileges: &crate::db::table::Privileges,
+) -> Result<Option<Vec<vacuum::Target>>> {
     // DELETE reads the rows it deletes (SELECT), and skipping rows a live request holds takes row
     // locks, which PostgreSQL grants only with UPDATE on at least one column.
-    privileges.require_for(&table, "evict", crate::db::table::Job::Evict)?;
+    privileges.require_for(table, "evict", crate::db::table::Job::Evict)?;
     client.require_writable("evict").await?;
-    rate::require_wal_position(&client, args.rate_caps()).await?;
+    rate::require_wal_position(client, args.rate_caps()).await?;
     let vacuum_targets = match args.vacuum {
-        true => Some(vacuum::require_privilege(&client, &table).await?),
+        true => Some(vacuum::require_privilege(client, table).await?),
         false => None,
     };
     if args.drop_partitions {
-        partitions::require_layout(&table, Some(&privileges))?;
+        partitions::require_layout(table, Some(privileges))?;
     }
-    let scope = lock::acquire(&client, &table, LockClass::Evict).await?;
-    if let Some(note) = scope.note(LockClass::Evict, ctx.route()) {
-        ctx.output.note(&note);
+    Ok(vacuum_targets)
+}
+
+/// The batches over the table's placements: the workers' shards of a table Citus distributes,
+/// else the table on this server (after --drop-partitions dropped whole partitions). `client`
+/// holds the table's advisory lock, until the run ends.
+async fn evict_placements(
+    ctx: &Context,
+    args: &EvictArgs,
+    on: Placements<'_>,
+    started: Instant,
+    gate: &Option<Arc<replica::ReplicaGate>>,
+) -> Result<(placements::Outcome, partitions::DropReport)> {
+    let Placements {
+        client,
+        table,
+        layout,
+        walk,
+    } = on;
+    let mut plan = plan(ctx, args);
+    if walk.is_some() {
+        plan.sizing = walk::sizing(args);
     }
-    ctx.cancel.install()?;
-    let started = Instant::now();
-    if walks {
-        return walk::run(ctx, args, &client, &table, started).await;
-    }
-    if let Some(layout) = distributed {
-        return citus::run(ctx, args, client, &table, layout, started).await;
-    }
-    // A reference table is written through the coordinator, to every placement:
-    // each batch then bounds its row waits on every node, not only on this session.
-    // A reference or Citus local table is planned by Citus: its SKIP LOCKED fallback finds rows
-    // by the key's identity.
-    let layout = crate::db::citus::layout(&client, &table).await?;
-    let through_coordinator = layout
-        .as_ref()
-        .is_some_and(|l| l.written_through_coordinator());
-    let by_identity = layout.is_some_and(|l| l.matches_rows_by_identity());
-    if through_coordinator {
-        require_plannable_references(&client, &table).await?;
-    }
-    let gate = args
-        .max_replica_lag
-        .map(|max| Arc::new(replica::ReplicaGate::new(max, args.max_replica_wait)));
-    let (drops, drop_result) =
-        drop_phase(ctx, args, &table, &client, started, gate.as_deref()).await;
+    let mut pace = pace_mode(args);
+    let budgeted = args.max_rows.is_some() || args.max_batches.is_some();
+    let sharded = layout.as_ref().is_some_and(Layout::sharded);
+    let (mut nodes, holder, drops, drop_result) = match sharded {
+        true => {
+            let jobs = args.effective_jobs();
+            let nodes = placements::workers(ctx, &client, table, jobs, budgeted).await?;
+            if let pace::Mode::Adaptive { .. } = pace {
+                pace = pace.leaving_out(placements::not_foreground(&client, &nodes).await?);
+            }
+            (
+                nodes,
+                Some(client),
+                partitions::DropReport::default(),
+                Ok(None),
+            )
+        }
+        false => {
+            let statements = server_statements(ctx, args, &client, table, layout.as_ref()).await?;
+            let statements = match walk {
+                Some(walk) => statements.walking(walk),
+                None => statements,
+            };
+            let (drops, stop) =
+                drop_phase(ctx, args, table, &client, started, gate.as_deref()).await;
+            let node = placements::Node::server(ctx, client, table, statements);
+            (vec![node], None, drops, stop)
+        }
+    };
     let progress = if ctx.output.progress_allowed() {
         // The bar's goal is the backlog counted now, exactly up to the cap (a walk of the expiry
         // index), not the planner's estimate, which stale statistics can put far off.
-        let goal = backlog_from(&client, &table, None)
+        let goal = placements::count_backlog(&mut nodes)
             .await
-            .ok()
             .map(|c| progress_goal(c, args));
         Progress::rows(goal, args.max_runtime.map(|m| started + m))
     } else {
         Progress::hidden()
     };
-    let pacer =
-        match pace::Pacer::start(&client, pace_mode(args).with_insert_floor(vec![table.oid])).await
-        {
-            Ok(p) => Arc::new(p),
-            Err(e) => return Err(e.context("failed to set up evict's pace")),
-        };
-    let sessions = if pacer.adaptive() {
-        args.effective_jobs().max(2)
-    } else {
-        args.effective_jobs()
-    };
-    // On a reference or Citus local table the batches leave out the keys a NO ACTION / RESTRICT
-    // row still references; an ON DELETE action's rows are left to the server.
-    let statements = match by_identity {
-        true => {
-            let refs = references(&client, &table).await?;
-            worker::Statements::with_references(&table, &refs).by_identity(&table, &refs)?
+    let jobs = args.effective_jobs();
+    let run = placements::Run::new(ctx, plan, pace, jobs, started, gate.clone(), progress);
+    let outcome = match drop_result {
+        Ok(stop) => placements::evict(&run, nodes, stop).await,
+        Err(e) => {
+            run.progress.finish();
+            placements::Outcome::failed(e)
         }
-        false => statements_with_references(&client, &table).await?,
     };
-    let shared = worker::Shared::new(
-        plan(ctx, args),
-        match through_coordinator {
-            // A batch on a reference table waits out a live transaction at most this long;
-            // never past --max-runtime.
-            true => statements.through_coordinator(batch::ThroughCoordinator {
-                wait: ROW_LOCK_WAIT,
-                patience: args
-                    .max_runtime
-                    .map_or(batch::HELD_REFERENCE_PATIENCE, |m| {
-                        m.min(batch::HELD_REFERENCE_PATIENCE)
-                    }),
-                cancel: ctx.cancel.clone(),
+    drop(holder);
+    Ok((outcome, drops))
+}
+
+/// The statements of the table on this server. A reference table is written through the
+/// coordinator, to every placement: each batch then bounds its row waits on every node, not only
+/// on this session, and waits out a live transaction at most a bounded time (never past
+/// --max-runtime). A reference or Citus local table is planned by Citus: its SKIP LOCKED fallback
+/// finds rows by the key's identity, leaving out the keys a NO ACTION / RESTRICT row still
+/// references (an ON DELETE action's rows are left to the server).
+async fn server_statements(
+    ctx: &Context,
+    args: &EvictArgs,
+    client: &Session,
+    table: &KeyTable,
+    layout: Option<&Layout>,
+) -> Result<worker::Statements> {
+    let refs = references(client, table).await?;
+    let statements = worker::Statements::with_references(table, &refs);
+    let Some(layout) = layout else {
+        return Ok(statements);
+    };
+    let statements = match layout.matches_rows_by_identity() {
+        true => statements.by_identity(table, &refs)?,
+        false => statements,
+    };
+    if !layout.written_through_coordinator() {
+        return Ok(statements);
+    }
+    require_plannable_references(client, table).await?;
+    Ok(statements.through_coordinator(batch::ThroughCoordinator {
+        wait: ROW_LOCK_WAIT,
+        patience: args
+            .max_runtime
+            .map_or(batch::HELD_REFERENCE_PATIENCE, |m| {
+                m.min(batch::HELD_REFERENCE_PATIENCE)
             }),
-            false => statements,
-        },
-        ctx.cancel.clone(),
-        progress,
-        started,
-        gate.clone(),
-        pacer,
-    );
-    let error = match drop_result {
-        Ok(stop) => {
-            if let Some(reason) = stop {
-                shared.stop_with(reason).await;
-            }
-            drive(ctx, &shared, client, sessions).await
-        }
-        Err(e) => Some(e),
-    };
-    shared.progress().finish();
-    // Leftovers are counted on a session from the pool; not after a failure (the server may be gone).
-    let client = match error {
-        None => ctx.session().await.ok(),
-        Some(_) => None,
-    };
-    let waits = match &gate {
-        Some(g) => g.totals().await,
-        None => replica::WaitTotals::default(),
-    };
-    // The run's end is a durable point: every batch committed so far is flushed.
-    let error = match (error, &client) {
-        (None, Some(c)) => shared.confirm(c, true).await.err(),
-        (error, _) => error,
-    };
-    let failed = error.is_some();
-    let expiry = expiry_of(&table, &ctx.global);
-    let mut report = report(
-        &table,
-        expiry,
-        &shared,
-        client.as_ref(),
-        failed,
-        drops,
-        &waits,
-    )
-    .await;
-    report.rows_unconfirmed =
-        report.rows_evicted - shared.confirmed().await.min(report.rows_evicted);
+        cancel: ctx.cancel.clone(),
+    }))
+}
+
+/// The run's end: its summary (with what the rows still to be made durable, a lost connection
+/// and --vacuum came to), the metrics, the summary printed and the exit code.
+async fn finish(
+    ctx: &Context,
+    args: &EvictArgs,
+    table: &KeyTable,
+    ran: Ran,
+    vacuum_targets: Option<Vec<vacuum::Target>>,
+) -> Result<Exit> {
+    let gave_up_on = ran.waits.gave_up_on.clone();
+    let (mut report, error) = summary(ctx, table, ran);
     let error = error.map(|e| lost_context(e, &report));
     if let Some(targets) = &vacuum_targets {
+        // VACUUM runs on a session of its own, after a run that ended well.
+        let client = match error {
+            None => ctx.session().await.ok(),
+            Some(_) => None,
+        };
         let lock_timeout = ctx.global.lock_timeout;
         report.vacuum =
             Some(vacuum_after(args, &report, client.as_ref(), targets, lock_timeout).await);
@@ -342,7 +394,7 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     if let Some(v) = report.vacuum.as_ref().filter(|v| v.failed() > 0) {
         crate::output::warn(&crate::output::evict::vacuum_warning(v));
     }
-    if let (EndReason::ReplicaLag, Some(why)) = (report.end_reason, &waits.gave_up_on) {
+    if let (EndReason::ReplicaLag, Some(why)) = (report.end_reason, &gave_up_on) {
         crate::output::warn(&crate::output::evict::replica_gave_up(why));
     }
     match (report.end_reason, error) {
@@ -350,6 +402,73 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         (EndReason::Interrupted, None) => Ok(Exit::Interrupted),
         _ => Ok(Exit::Success),
     }
+}
+
+/// The summary of the run over the placements (with, on Citus, what each worker did), and the
+/// error that ended it.
+fn summary(ctx: &Context, table: &KeyTable, ran: Ran) -> (EvictReport, Option<anyhow::Error>) {
+    let Ran {
+        outcome,
+        drops,
+        waits,
+        sharded,
+        walked,
+        started,
+    } = ran;
+    let placements::Outcome {
+        nodes,
+        totals,
+        end_reason,
+        error,
+        confirmed,
+        pace,
+        rate_limit,
+        backlog_left,
+        expired_in_progress_left,
+    } = outcome;
+    let (totals_examined, stopped_early) = (totals.examined, totals.stopped_early);
+    let mut report = assemble(Assembled {
+        table,
+        expiry: expiry_of(table, &ctx.global),
+        end_reason,
+        totals,
+        elapsed: started.elapsed().as_secs_f64(),
+        backlog_left,
+        expired_in_progress_left,
+        drops,
+        waits: &waits,
+        pace,
+        rate_limit,
+    });
+    report.rows_unconfirmed = report.rows_evicted - confirmed.min(report.rows_evicted);
+    report.citus = sharded.map(|layout| placements::CitusReport { layout, nodes });
+    report.walk = walked.map(|index| WalkReport {
+        index,
+        rows_examined: totals_examined,
+        stopped_early,
+    });
+    (report, error)
+}
+
+/// The table's placements as the run found them: `client` holds the advisory lock; `walk`, on a
+/// table without an expiry index.
+struct Placements<'a> {
+    client: Session,
+    table: &'a KeyTable,
+    layout: Option<Layout>,
+    walk: Option<crate::db::evict::Walk>,
+}
+
+/// What the batches over the placements came to, with what the run did around them.
+struct Ran {
+    outcome: placements::Outcome,
+    drops: partitions::DropReport,
+    waits: replica::WaitTotals,
+    /// The layout of a table Citus distributes (None on one server).
+    sharded: Option<Layout>,
+    /// The unique index walked (None: the batches went through the expiry index).
+    walked: Option<String>,
+    started: Instant,
 }
 
 /// A run that lost its connection says how much of its work is durable: the rows deleted up to
@@ -416,20 +535,6 @@ async fn drop_phase(
     partitions::drop_expired(client, &run).await
 }
 
-/// Settings of every evict session: never wait on a row for more than [`ROW_LOCK_WAIT`], commit
-/// without waiting for the WAL flush (or a synchronous standby) so a batch releases its rows
-/// sooner (a server crash can undo the last instant of deletions, which the next run repeats),
-/// and plan the batch statements generically. A custom plan is costed from the table's statistics, which
-/// can be stale right after a bulk load and then favour a sequential scan for a bounded range;
-/// the generic plan of an index range is always the index scan. Behind a transaction pooler each
-/// batch's transaction sets them (SET LOCAL) instead of the session.
-async fn session_setup(session: &Session) -> Result<()> {
-    crate::db::batch::limit_row_waits(session, ROW_LOCK_WAIT).await?;
-    session.set("plan_cache_mode", "force_generic_plan").await?;
-    session.set("synchronous_commit", "off").await?;
-    Ok(())
-}
-
 fn plan(ctx: &Context, args: &EvictArgs) -> worker::Plan {
     worker::Plan {
         sizing: args.batch_sizing(),
@@ -462,10 +567,6 @@ fn pace_mode(args: &EvictArgs) -> pace::Mode {
     }
 }
 
-fn statements(table: &KeyTable) -> worker::Statements {
-    worker::Statements::new(table)
-}
-
 /// Refuse (exit 2, before any change) a reference key table that a distributed table references
 /// with ON DELETE NO ACTION / RESTRICT: the batches leave the keys it still references out with a
 /// probe of the referencing table, and Citus cannot plan a DELETE on a reference table that reads a
@@ -487,82 +588,6 @@ async fn references(client: &Session, table: &KeyTable) -> Result<evict_db::Refe
     Ok(evict_db::References::new(keys))
 }
 
-/// The statements of a table on one server, with the foreign keys that reference it.
-async fn statements_with_references(
-    client: &Session,
-    table: &KeyTable,
-) -> Result<worker::Statements> {
-    Ok(worker::Statements::with_references(
-        table,
-        &references(client, table).await?,
-    ))
-}
-
-/// Run the workers: the first on the session that holds the advisory lock, the others on sessions
-/// of their own. Returns the first error, if any (the others stop at their next claim).
-async fn drive(
-    ctx: &Context,
-    shared: &Arc<worker::Shared>,
-    first: Session,
-    jobs: u8,
-) -> Option<anyhow::Error> {
-    let mut sessions = vec![first];
-    for _ in 1..jobs {
-        match ctx.session().await {
-            Ok(c) => sessions.push(c),
-            Err(e) => {
-                return Some(e.context("failed to open a session for an extra --jobs worker"));
-            }
-        }
-    }
-    run_workers(shared, sessions).await
-}
-
-/// One batch worker per session, all on `shared`, until they end (on a single server, or on one
-/// shard of a Citus worker). Returns the first error, if any; a worker that fails stops the others
-/// at their next claim.
-async fn run_workers(
-    shared: &Arc<worker::Shared>,
-    sessions: Vec<Session>,
-) -> Option<anyhow::Error> {
-    let mut set = tokio::task::JoinSet::new();
-    for (index, client) in sessions.into_iter().enumerate() {
-        let shared = shared.clone();
-        set.spawn(async move {
-            session_setup(&client)
-                .await
-                .context("failed to set up the evict session")?;
-            let result = worker::work(shared.clone(), client, index).await;
-            if result.is_err() {
-                shared.abort().await;
-            }
-            result
-        });
-    }
-    let mut first_error = None;
-    while let Some(joined) = set.join_next().await {
-        let result = joined.unwrap_or_else(|e| {
-            Err(fail(
-                Exit::Internal,
-                crate::output::evict::worker_stopped(&e),
-            ))
-        });
-        if let Err(e) = result {
-            first_error.get_or_insert(e);
-        }
-    }
-    first_error
-}
-
-/// Expired completed keys from `cursor` on, up to the cap.
-async fn backlog_from(
-    client: &Session,
-    table: &KeyTable,
-    cursor: Option<OffsetDateTime>,
-) -> Result<Capped> {
-    evict_db::backlog_from(client, table, cursor, COUNT_CAP).await
-}
-
 /// The progress bar's goal: the backlog counted (exact, or at least the cap), or --max-rows below it.
 fn progress_goal(counted: Capped, args: &EvictArgs) -> crate::progress::Goal {
     crate::progress::Goal::new(
@@ -570,87 +595,6 @@ fn progress_goal(counted: Capped, args: &EvictArgs) -> crate::progress::Goal {
         counted.at_least,
         args.max_rows,
     )
-}
-
-/// Expired keys not completed from `cursor` on, examining at most the cap of expired rows.
-async fn in_progress_from(
-    client: &Session,
-    table: &KeyTable,
-    cursor: Option<OffsetDateTime>,
-) -> Result<Capped> {
-    evict_db::in_progress_from(client, table, cursor, COUNT_CAP).await
-}
-
-/// The leftover counts: what the batches left in the ranges behind the final cursor, plus a count
-/// from the cursor on (which sees the last, open range and whatever expired meanwhile), so every
-/// expired key left is counted once. None when the counts cannot be made.
-async fn leftovers(
-    client: &Session,
-    table: &KeyTable,
-    shared: &worker::Shared,
-    totals: &worker::Totals,
-) -> Option<(Capped, Capped)> {
-    let cursor = shared.cursor().await;
-    let (mut completed, mut in_progress) = (0u64, 0u64);
-    let sql = statements(table);
-    for range in worker::merged_behind(&totals.left, cursor) {
-        let (c, n) = worker::count_left(client, &sql, shared.deadline(), range)
-            .await
-            .ok()?;
-        completed += c;
-        in_progress += n;
-    }
-    let backlog = backlog_from(client, table, cursor).await.ok()?;
-    let ahead = in_progress_from(client, table, cursor).await.ok()?;
-    let add = |c: Capped, n: u64| Capped {
-        count: c.count.saturating_add(i64::try_from(n).unwrap_or(i64::MAX)),
-        at_least: c.at_least,
-    };
-    Some((add(backlog, completed), add(ahead, in_progress)))
-}
-
-/// The summary: totals from the workers, leftovers counted on a fresh session.
-async fn report(
-    table: &KeyTable,
-    expiry: Expiry,
-    shared: &worker::Shared,
-    client: Option<&Session>,
-    failed: bool,
-    drops: partitions::DropReport,
-    waits: &replica::WaitTotals,
-) -> EvictReport {
-    let end_reason = shared.end_reason(failed).await;
-    let totals = shared.totals().await;
-    // Counted from where the run stopped (neither count walks the index entries the run has just
-    // made dead) plus what the batches left behind it. Without a count (a failed run), the
-    // in_progress keys the batches passed over are a lower bound.
-    let counted = match client {
-        Some(c) if !failed => leftovers(c, table, shared, &totals).await,
-        _ => None,
-    };
-    let (backlog_left, in_progress_left) = match counted {
-        Some((backlog, in_progress)) => (Some(backlog), Some(in_progress)),
-        None => (
-            None,
-            Some(Capped {
-                count: i64::try_from(totals.passed_over).unwrap_or(i64::MAX),
-                at_least: true,
-            }),
-        ),
-    };
-    assemble(Assembled {
-        table,
-        expiry,
-        end_reason,
-        totals,
-        elapsed: shared.elapsed().as_secs_f64(),
-        backlog_left,
-        expired_in_progress_left: in_progress_left,
-        drops,
-        waits,
-        pace: shared.pacer().report().await,
-        rate_limit: shared.rate_report().await,
-    })
 }
 
 /// The parts of a summary.
@@ -747,6 +691,7 @@ async fn dry_run(
     client: &Session,
     table: &KeyTable,
     args: &EvictArgs,
+    layout: Option<&Layout>,
     can_delete: bool,
 ) -> Result<Exit> {
     let min_age = args.min_age.map(|d| d.as_secs_f64());
@@ -756,7 +701,7 @@ async fn dry_run(
     // coordinator, counts them and says so.
     let refs =
         evict_db::References::new(crate::db::queries::referencing_keys(client, table).await?);
-    let (probed, notes) = match crate::db::citus::layout(client, table).await? {
+    let (probed, notes) = match layout {
         Some(_) => (
             evict_db::References::none(),
             refs.blocking_keys()
@@ -895,10 +840,10 @@ fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
     if !json && (ctx.global.quiet || (!explicit && !ctx.output.stdout_tty)) {
         // An interrupted run is not a success: say in one line what it did before it stopped.
         if r.end_reason == EndReason::Interrupted {
-            eprintln!(
-                "idemctl: evict interrupted by a signal after {} rows in {} batches; the next run continues",
-                r.rows_evicted, r.batches
-            );
+            crate::output::evict::tell(crate::output::evict::Event::Interrupted {
+                rows_evicted: r.rows_evicted,
+                batches: r.batches,
+            });
         }
         return Ok(());
     }
@@ -907,61 +852,25 @@ fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {
     Ok(())
 }
 
-/// The run's own metrics (the run series are added by the recorder).
+/// The run's own figures (the run series are added by the recorder; the catalogue names them).
 fn metrics(r: &EvictReport) -> Metrics {
     let mut m = Metrics::default();
-    m.gauge(
-        "idemctl_evict_rows_evicted",
-        "Keys deleted by the last evict run.",
-        r.rows_evicted as f64,
-    );
-    m.gauge(
-        "idemctl_evict_rows_skipped_locked",
-        "Expired keys the last run left because live requests held them.",
-        r.skipped_locked as f64,
-    );
-    m.gauge(
-        "idemctl_evict_rows_skipped_referenced",
-        "Expired keys the last run left because a NO ACTION or RESTRICT foreign key still references them.",
-        r.skipped_referenced as f64,
-    );
+    m.set(S::EvictRowsEvicted, r.rows_evicted);
+    m.set(S::EvictRowsSkippedLocked, r.skipped_locked);
+    m.set(S::EvictRowsSkippedReferenced, r.skipped_referenced);
     if let Some(b) = r.backlog_left {
-        m.gauge(
-            "idemctl_evict_backlog_left_keys",
-            "Expired completed keys left after the last run (exact up to the cap).",
-            b.count as f64,
-        );
+        m.set(S::EvictBacklogLeft, b.count);
     }
     if let Some(ip) = r.expired_in_progress_left {
-        m.gauge(
-            "idemctl_evict_expired_in_progress_keys",
-            "Expired keys still in_progress after the last run (reclaim needed).",
-            ip.count as f64,
-        );
+        m.set(S::EvictExpiredInProgress, ip.count);
     }
     if !r.dropped_partitions.is_empty() || !r.partitions_kept.is_empty() {
-        m.gauge(
-            "idemctl_evict_partitions_dropped",
-            "Partitions the last run detached and dropped whole (--drop-partitions).",
-            r.dropped_partitions.len() as f64,
-        );
-        m.gauge(
-            "idemctl_evict_rows_dropped_estimate",
-            "Estimated keys in the partitions the last run dropped.",
-            r.rows_dropped_estimate as f64,
-        );
+        m.set(S::EvictPartitionsDropped, r.dropped_partitions.len());
+        m.set(S::EvictRowsDroppedEstimate, r.rows_dropped_estimate);
     }
     if r.replica_lag_limit_seconds.is_some() {
-        m.gauge(
-            "idemctl_evict_replica_lag_waits",
-            "Times the last run paused because a streaming replica was behind --max-replica-lag.",
-            r.replica_lag_waits as f64,
-        );
-        m.gauge(
-            "idemctl_evict_replica_lag_wait_seconds",
-            "Seconds the last run spent paused for replica lag.",
-            r.replica_lag_wait_seconds,
-        );
+        m.set(S::EvictReplicaLagWaits, r.replica_lag_waits);
+        m.set(S::EvictReplicaLagWait, r.replica_lag_wait_seconds);
     }
     r.pace.metrics(&mut m);
     if let Some(rate) = &r.rate_limit {

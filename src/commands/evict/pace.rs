@@ -49,7 +49,8 @@ use tokio::sync::Mutex;
 use crate::db::Session;
 use crate::db::activity::{self, Foreground};
 use crate::domain::Cancel;
-use crate::output::prometheus::{Kind, Metrics};
+use crate::metrics::Series;
+use crate::output::prometheus::Metrics;
 
 /// How often the foreground is sampled, at most.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(200);
@@ -390,6 +391,44 @@ pub(crate) struct PaceReport {
     pub ceiling_added_seconds: f64,
 }
 
+impl PaceReport {
+    /// Several nodes' paces as one: times and counts added up over the nodes (node-seconds), the
+    /// lowest duty cycle any went down to, and the table's insert rate as the sum of the rates
+    /// each node measured on its placements.
+    pub(crate) fn merged(paces: &[PaceReport]) -> PaceReport {
+        let Some((first, rest)) = paces.split_first() else {
+            return PaceReport::default();
+        };
+        let mut m = first.clone();
+        for p in rest {
+            m.samples += p.samples;
+            m.full_seconds += p.full_seconds;
+            m.paced_seconds += p.paced_seconds;
+            m.backoff_seconds += p.backoff_seconds;
+            m.floor_cut_seconds += p.floor_cut_seconds;
+            m.ceiling_added_seconds += p.ceiling_added_seconds;
+            m.insert_rate = match (m.insert_rate, p.insert_rate) {
+                (Some(a), Some(b)) => Some(a + b),
+                (a, b) => a.or(b),
+            };
+            for (r, s) in &p.backoff_seconds_by_reason {
+                *m.backoff_seconds_by_reason.entry(*r).or_default() += s;
+            }
+            for (r, c) in &p.backoffs_by_reason {
+                *m.backoffs_by_reason.entry(*r).or_default() += c;
+            }
+            m.min_duty_cycle = match (m.min_duty_cycle, p.min_duty_cycle) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            if m.fallback.is_none() {
+                m.fallback.clone_from(&p.fallback);
+            }
+        }
+        m
+    }
+}
+
 /// The signals the adaptive pace uses, for the report.
 const SIGNALS: [&str; 3] = [
     "pg_stat_activity: other sessions' activity, waits and statement age",
@@ -492,13 +531,8 @@ pub(crate) struct Pacer {
 
 impl Pacer {
     /// Decide the mode: fixed when a flag fixes it, or when this role cannot see other sessions
-    /// (said once on stderr), else adaptive (the first sample is taken here).
-    pub(crate) async fn start(client: &Session, mode: Mode) -> Result<Pacer> {
-        Pacer::start_warning(client, mode, &|w| crate::output::warn(w)).await
-    }
-
-    /// [`Pacer::start`], handing the fallback's warning to `warn` (a run over several Citus
-    /// workers says it once).
+    /// (the fallback's warning handed to `warn`: a run over several nodes says it once), else
+    /// adaptive (the first sample is taken here).
     pub(crate) async fn start_warning(
         client: &Session,
         mode: Mode,
@@ -799,40 +833,23 @@ fn rest_for(took: Duration, duty: f64) -> Duration {
 }
 
 impl PaceReport {
-    /// Add the pace's gauges to `m`.
+    /// Add the pace's figures to `m`.
     pub(crate) fn metrics(&self, m: &mut Metrics) {
-        m.gauge(
-            "idemctl_evict_pace_adaptive",
-            "1 if the last evict run paced itself from the foreground's activity, 0 if at a fixed duty cycle.",
-            if self.mode == "adaptive" { 1.0 } else { 0.0 },
-        );
+        m.set(Series::EvictPaceAdaptive, self.mode == "adaptive");
         if self.mode != "adaptive" {
             return;
         }
-        m.gauge(
-            "idemctl_evict_pace_full_seconds",
-            "Seconds the last evict run ran unpaced because no other session was active.",
-            self.full_seconds,
-        );
+        m.set(Series::EvictPaceFull, self.full_seconds);
         for r in Reason::ALL {
-            m.add(
-                "idemctl_evict_pace_backoff_seconds",
-                "Seconds the last evict run spent backed off below the default duty cycle, by the signal that made it back off.",
-                Kind::Gauge,
-                &[("reason", r.as_str())],
-                self.backoff_seconds_by_reason.get(&r).copied().unwrap_or(0.0),
+            let spent = self.backoff_seconds_by_reason.get(&r).copied();
+            m.set_labelled(
+                Series::EvictPaceBackoff,
+                &[r.as_str()],
+                spent.unwrap_or(0.0),
             );
         }
-        m.gauge(
-            "idemctl_evict_pace_floor_cut_seconds",
-            "Seconds of rests the last evict run cut to keep removing keys at least 10 times as fast as the table gained them.",
-            self.floor_cut_seconds,
-        );
-        m.gauge(
-            "idemctl_evict_pace_ceiling_added_seconds",
-            "Seconds of rests the last evict run added to remove keys at most 20 times as fast as the table gained them while other sessions were active.",
-            self.ceiling_added_seconds,
-        );
+        m.set(Series::EvictPaceFloorCut, self.floor_cut_seconds);
+        m.set(Series::EvictPaceCeilingAdded, self.ceiling_added_seconds);
     }
 }
 

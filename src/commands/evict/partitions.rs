@@ -39,7 +39,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 
-use super::EndReason;
 use super::replica::ReplicaGate;
 use crate::db::KeyTable;
 use crate::db::partitions::{self, Partition, Probe};
@@ -48,6 +47,7 @@ use crate::domain::Cancel;
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
 pub(crate) use crate::report::evict::{Dropped, Kept};
+use crate::report::run::EndReason;
 
 /// After this many partitions in a row whose locks were not granted, the table is busy: the rest are
 /// not tried in this run (each try may hold up live requests for the lock_timeout).

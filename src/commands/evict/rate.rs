@@ -24,6 +24,7 @@ use tokio::sync::Mutex;
 use crate::db::Session;
 use crate::domain::{Cancel, Caps};
 use crate::exit::{Exit, fail};
+use crate::metrics::Series;
 use crate::output::prometheus::Metrics;
 pub(crate) use crate::report::evict::{RateProgress, RateReport};
 
@@ -292,35 +293,19 @@ impl RateReport {
         self.max_rows_per_second.is_some() || self.max_wal_bytes_per_second.is_some()
     }
 
-    /// Add the caps' gauges to `m` (only for a run with a cap).
+    /// Add the caps' figures to `m` (only for a run with a cap).
     pub(crate) fn metrics(&self, m: &mut Metrics) {
         if let Some(r) = self.max_rows_per_second {
-            m.gauge(
-                "idemctl_evict_max_rows_per_second",
-                "The last evict run's --max-rate (rows deleted per second, all sessions together).",
-                r,
-            );
+            m.set(Series::EvictMaxRowsPerSecond, r);
         }
         if let Some(w) = self.max_wal_bytes_per_second {
-            m.gauge(
-                "idemctl_evict_max_wal_bytes_per_second",
-                "The last evict run's --max-wal-rate (WAL bytes per second).",
-                w,
-            );
+            m.set(Series::EvictMaxWalBytesPerSecond, w);
         }
         if let Some(b) = self.wal_bytes {
-            m.gauge(
-                "idemctl_evict_wal_bytes",
-                "WAL the last evict run's batches wrote (measured with --max-wal-rate).",
-                b as f64,
-            );
+            m.set(Series::EvictWalBytes, b);
         }
         if self.capped() {
-            m.gauge(
-                "idemctl_evict_rate_limit_wait_seconds",
-                "Seconds the last evict run's claims waited for --max-rate or --max-wal-rate.",
-                self.wait_seconds,
-            );
+            m.set(Series::EvictRateLimitWait, self.wait_seconds);
         }
     }
 }

@@ -25,12 +25,12 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use tokio::sync::Mutex;
 
-use super::EndReason;
 use crate::db::replication;
 use crate::domain::Cancel;
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
 pub(crate) use crate::report::evict::{GaveUp, Lagging};
+use crate::report::run::EndReason;
 
 /// How often the lag is read again while waiting.
 const POLL: Duration = Duration::from_millis(500);

@@ -17,6 +17,7 @@ use serde::Serialize;
 
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
+use crate::metrics::Series;
 use crate::output::prometheus::Metrics;
 
 pub(crate) use crate::db::vacuum::Target;
@@ -58,27 +59,13 @@ impl VacuumReport {
         self.relations.iter().filter(|r| r.error.is_some()).count()
     }
 
+    /// Add the VACUUM's figures to `m`.
     pub(crate) fn metrics(&self, m: &mut Metrics) {
-        m.gauge(
-            "idemctl_evict_vacuum_ran",
-            "1 if the last evict run ran VACUUM (ANALYZE) after evicting (--vacuum), else 0.",
-            if self.ran { 1.0 } else { 0.0 },
-        );
-        m.gauge(
-            "idemctl_evict_vacuum_seconds",
-            "Seconds the last evict run spent in VACUUM (ANALYZE) (--vacuum).",
-            self.seconds,
-        );
-        m.gauge(
-            "idemctl_evict_vacuum_relations",
-            "Relations (the table or its leaf partitions) the last evict run vacuumed.",
-            (self.relations.len() - self.failed()) as f64,
-        );
-        m.gauge(
-            "idemctl_evict_vacuum_failed_relations",
-            "Relations whose VACUUM failed in the last evict run.",
-            self.failed() as f64,
-        );
+        m.set(Series::EvictVacuumRan, self.ran);
+        m.set(Series::EvictVacuumSeconds, self.seconds);
+        let vacuumed = self.relations.len() - self.failed();
+        m.set(Series::EvictVacuumRelations, vacuumed);
+        m.set(Series::EvictVacuumFailedRelations, self.failed());
     }
 }
 

@@ -20,13 +20,13 @@ use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 use tokio::sync::Mutex;
 
-use super::EndReason;
 use super::pace::Pacer;
 use super::rate::{self, Limiter, Ticket};
 use super::replica::ReplicaGate;
 use crate::cli::BatchSizing;
 use crate::domain::Cancel;
 use crate::progress::Progress;
+use crate::report::run::EndReason;
 
 /// The validated limits and pace of a run.
 #[derive(Debug, Clone)]
@@ -61,6 +61,28 @@ pub(super) struct Totals {
     pub latencies_ms: Vec<f64>,
     /// Rows asked of each batch (what --batch-size or --batch-time made of it).
     pub sizes: Vec<u32>,
+    /// Index entries the batches read (on a walk: every entry of its pages).
+    pub examined: u64,
+    /// The walk follows age and stopped at a page in which nothing had expired.
+    pub stopped_early: bool,
+}
+
+impl Totals {
+    /// Add `other`'s figures (another placement's, or another node's).
+    pub(super) fn merge(&mut self, other: Totals) {
+        self.rows += other.rows;
+        self.batches += other.batches;
+        self.skipped_locked += other.skipped_locked;
+        self.skipped_min_age += other.skipped_min_age;
+        self.skipped_referenced += other.skipped_referenced;
+        self.lock_fallbacks += other.lock_fallbacks;
+        self.passed_over += other.passed_over;
+        self.left.extend(other.left);
+        self.latencies_ms.extend(other.latencies_ms);
+        self.sizes.extend(other.sizes);
+        self.examined += other.examined;
+        self.stopped_early |= other.stopped_early;
+    }
 }
 
 /// A range in which a batch left rows. After the run, the ranges behind the final cursor are
@@ -125,6 +147,8 @@ struct State {
     ties_done: Option<OffsetDateTime>,
     /// Rows the next batch asks for (0 = not started: the sizing's first).
     batch_rows: u32,
+    /// On a walk: the last key of the last page, as text (None: from the start of the index).
+    walked_to: Option<Vec<String>>,
     totals: Totals,
 }
 
@@ -140,6 +164,13 @@ enum Claim {
     /// More than one batch of rows expire at exactly `at`: one SKIP LOCKED batch of them.
     Ties {
         at: OffsetDateTime,
+        limit: i64,
+        size: u32,
+    },
+    /// A page of the walk, already run (under the claim, which knows where the next page starts
+    /// only once this one has ended).
+    Walked {
+        outcome: Outcome,
         limit: i64,
         size: u32,
     },
@@ -192,11 +223,6 @@ impl Shared {
             state: Mutex::new(State::default()),
             durable: Mutex::new((started, 0)),
         })
-    }
-
-    /// Stop before the first claim (the drop phase ended the run).
-    pub(super) async fn stop_with(&self, reason: EndReason) {
-        self.state.lock().await.stop.get_or_insert(reason);
     }
 
     /// Why the run ended, once every worker has stopped; `failed` when a worker returned an error.
@@ -253,17 +279,14 @@ impl Shared {
         self.state.lock().await.totals.clone()
     }
 
-    pub(super) fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+    /// Whether the batches walk a unique index (a table without an expiry index).
+    pub(super) fn walks(&self) -> bool {
+        self.sql.walk().is_some()
     }
 
     /// The client-side limit on one statement.
     pub(super) fn deadline(&self) -> Duration {
         self.plan.deadline
-    }
-
-    pub(super) fn progress(&self) -> &Progress {
-        &self.progress
     }
 
     /// Stop every worker at its next claim (a worker failed).
@@ -388,6 +411,12 @@ impl Shared {
             }
             None => None,
         };
+        if let Some(walk) = self.sql.walk() {
+            let claim = self
+                .walk_page(state, client, walk, limit, batch_rows)
+                .await?;
+            return Ok((claim, ticket));
+        }
         let start = state.next;
         let crate::db::evict::Claim { first, end } = self
             .sql
@@ -436,6 +465,46 @@ impl Shared {
         Ok((claim, ticket))
     }
 
+    /// Run the next page of `walk`: at most `limit` index entries after the last page's last key,
+    /// the expired finished rows among them deleted. The walk ends at the end of the index, or,
+    /// where it follows age, at the first page in which nothing has expired.
+    async fn walk_page(
+        &self,
+        state: &mut State,
+        client: &Session,
+        walk: &crate::db::evict::Walk,
+        limit: i64,
+        size: u32,
+    ) -> Result<Claim> {
+        let t0 = Instant::now();
+        let after = state.walked_to.as_deref();
+        let page = batch::retrying(|| walk.page(client, self.plan.deadline, limit, after))
+            .await
+            .map_err(batch_failed)?;
+        let statement = t0.elapsed();
+        let none_past = walk.follows_age && page.none_past;
+        if page.examined < u64::try_from(limit).unwrap_or(0) || none_past || page.last_key.is_none()
+        {
+            state.drained = true;
+            state.totals.stopped_early = none_past && page.examined > 0;
+        }
+        state.walked_to = page.last_key;
+        state.claims += 1;
+        state.reserved += u64::try_from(limit).unwrap_or(0);
+        let outcome = Outcome {
+            deleted: page.deleted,
+            skipped_locked: page.expired.saturating_sub(page.deleted),
+            examined: page.examined,
+            statement,
+            ..Outcome::default()
+        };
+        Ok(Claim::Walked {
+            outcome,
+            limit,
+            size,
+        })
+    }
+
     /// Record a finished batch, and size the next one from how long its statement held rows:
     /// `size` is the batch size in effect when the batch was claimed, `rtt` this worker's network
     /// round trip (which the statement's time as seen here includes, but its locks do not).
@@ -469,6 +538,7 @@ impl Shared {
         t.skipped_referenced += outcome.skipped_referenced;
         t.lock_fallbacks += u64::from(outcome.fell_back);
         t.passed_over += outcome.passed_over;
+        t.examined += outcome.examined;
         if outcome.skipped_locked
             + outcome.skipped_min_age
             + outcome.skipped_referenced
@@ -544,6 +614,11 @@ pub(super) async fn work(shared: Arc<Shared>, client: Session, index: usize) -> 
         let t0 = Instant::now();
         let (limit, size, outcome) = match claim {
             Claim::Stop => return Ok(()),
+            Claim::Walked {
+                outcome,
+                limit,
+                size,
+            } => (limit, size, outcome),
             Claim::Range {
                 start,
                 end,
@@ -581,7 +656,11 @@ pub(super) async fn work(shared: Arc<Shared>, client: Session, index: usize) -> 
                 (limit, size, outcome)
             }
         };
-        let took = t0.elapsed().saturating_sub(outcome.paused);
+        // A page of the walk ran under its claim.
+        let took = t0
+            .elapsed()
+            .saturating_sub(outcome.paused)
+            .max(outcome.statement);
         if let (Some(l), Some(t)) = (&shared.limiter, ticket) {
             l.settle(&client, t, outcome.deleted).await?;
         }
@@ -664,10 +743,6 @@ impl Shared {
             self.pacer.sample(client, false).await?;
         }
         Ok(true)
-    }
-
-    pub(super) fn pacer(&self) -> &Pacer {
-        &self.pacer
     }
 
     /// What the rate caps did (None without a cap).

@@ -11,7 +11,8 @@ use crate::db::session::Lost;
 use crate::domain::{OutputFormat, ReclaimAction};
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
-use crate::output::prometheus::{Kind, Metrics};
+use crate::metrics::Series;
+use crate::output::prometheus::Metrics;
 use crate::output::reclaim as output;
 use crate::report::reclaim::{BatchEnd, BatchFailed, KeyId, LeftAlone, ReclaimReport};
 use crate::report::run::EndReason;
@@ -130,7 +131,7 @@ impl ReclaimReport {
         }
     }
 
-    /// The run's own metrics: keys reclaimed by action, keys left alone by reason.
+    /// The run's own figures: keys reclaimed by action, keys left alone by reason.
     pub(super) fn metrics(&self) -> Metrics {
         let mut m = Metrics::default();
         for action in [
@@ -143,18 +144,7 @@ impl ReclaimReport {
             } else {
                 0
             };
-            let name = match action {
-                ReclaimAction::Delete => "delete",
-                ReclaimAction::Fail => "fail",
-                ReclaimAction::Release => "release",
-            };
-            m.add(
-                "idemctl_reclaim_keys_reclaimed",
-                "Stuck keys the last reclaim run reclaimed, by action.",
-                Kind::Gauge,
-                &[("action", name)],
-                n as f64,
-            );
+            m.set_labelled(Series::ReclaimKeysReclaimed, &[action.as_str()], n);
         }
         let held = self.skipped_live_owner.map_or(0, |c| c.count);
         for reason in LEFT_ALONE_REASONS {
@@ -166,20 +156,10 @@ impl ReclaimReport {
                     .filter(|l| l.reason == reason)
                     .count() as u64
             };
-            m.add(
-                "idemctl_reclaim_keys_left_alone",
-                "Keys the last reclaim run left alone, by reason (held: a live owner holds the row).",
-                Kind::Gauge,
-                &[("reason", reason)],
-                n as f64,
-            );
+            m.set_labelled(Series::ReclaimKeysLeftAlone, &[reason], n);
         }
         if let Some(left) = self.stuck_left {
-            m.gauge(
-                "idemctl_reclaim_stuck_left_keys",
-                "Stuck keys still in the table after the last reclaim sweep.",
-                left.count as f64,
-            );
+            m.set(Series::ReclaimStuckLeft, left.count);
         }
         m
     }

@@ -71,6 +71,7 @@ pub(super) fn shown(table: &KeyTable) -> Table {
         },
         stuck_index_fix: table.stuck_index_fix(),
         identity_index_fix: table.identity_index_fix(),
+        lookup_index_fix: table.lookup_index_fix(),
         identity_columns: table.identity_columns_text(),
     }
 }

@@ -268,14 +268,16 @@ pub(super) async fn require_privileges(
 }
 
 /// On a Citus reference or local table the batches find the rows they locked again by the key's
-/// identity (Citus refuses a change matched by ctid there), which must then name one row: refuse,
-/// before any change, a table without a unique index on it, or a partitioned one (whose unique
+/// identity (Citus refuses a change matched by ctid there): the columns of a unique index that
+/// names one row (the identity index, else the primary key or another unique index, whatever its
+/// width). Refuse, before any change, a table without one, or a partitioned one (whose unique
 /// indexes also hold the partition key).
 pub(super) fn require_rows_by_identity(
     table: &KeyTable,
     layout: &crate::report::rows::Layout,
 ) -> Result<()> {
-    if table.identity_index().is_some() && table.partition_key().is_empty() {
+    let named = table.identity_index().or_else(|| table.walk_index());
+    if named.is_some() && table.partition_key().is_empty() {
         return Ok(());
     }
     Err(fail(
