@@ -7,6 +7,7 @@ use anyhow::{Context as _, Result};
 use crate::db::profile::{self, Action, Detected, Profile};
 use crate::domain::TableName;
 use crate::exit::{Exit, fail};
+pub(crate) use crate::report::rows::Partitioning;
 
 /// One column as the catalog describes it.
 #[derive(Clone, Debug)]
@@ -347,17 +348,6 @@ pub struct Privileges {
     pub columns: Vec<(String, bool)>,
     /// Owns the table (or is a member of its owner): needed to detach partitions.
     pub owner: bool,
-}
-
-/// How a partitioned key table is partitioned.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Partitioning {
-    /// `range`, `list` or `hash`.
-    pub strategy: String,
-    /// The key's columns in order; an expression in the key shows as `(expression)`.
-    pub columns: Vec<String>,
-    /// The key as PostgreSQL prints it, e.g. `RANGE (expires_at)`.
-    pub definition: String,
 }
 
 /// The timestamp a table is range-partitioned on, when it is one idemctl can reason about.

@@ -8,3 +8,4 @@ pub(crate) mod inspect;
 pub(crate) mod reclaim;
 pub(crate) mod rows;
 pub(crate) mod run;
+pub(crate) mod stats;
