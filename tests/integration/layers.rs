@@ -395,6 +395,7 @@ const RENDERED_BY_OUTPUT: &[&str] = &[
     "src/commands/inspect.rs",
     "src/commands/reclaim/apply.rs",
     "src/commands/reclaim/mod.rs",
+    "src/commands/reclaim/placements.rs",
     "src/commands/reclaim/plan.rs",
     "src/commands/reclaim/preview.rs",
     "src/commands/reclaim/report.rs",
