@@ -3,11 +3,11 @@
 //! escaped here, where they are printed.
 
 use crate::commands::citus_stats::CitusStats;
-use crate::commands::evict::placements::CitusReport;
 use crate::output::names::worker;
 use crate::output::{Doc, human_bytes, human_secs, sanitize};
 use crate::report::check::{Finding, Status, finding};
 use crate::report::citus::{Outcome, ShardLacks};
+use crate::report::evict::CitusReport;
 use crate::report::rows::Capped;
 use crate::report::rows::Layout;
 

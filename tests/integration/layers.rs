@@ -626,10 +626,7 @@ fn layer_of(file: &str) -> (&'static str, &'static [&'static str]) {
 const KNOWN_AGAINST_THE_LAYERS: &[(&str, &str)] = &[
     ("src/output/check.rs", "src/commands/stats.rs"),
     ("src/output/citus.rs", "src/commands/citus_stats.rs"),
-    ("src/output/citus.rs", "src/commands/evict/placements.rs"),
     ("src/output/citus.rs", "src/db/table.rs"),
-    ("src/output/evict.rs", "src/commands/evict/mod.rs"),
-    ("src/output/evict.rs", "src/commands/evict/pace.rs"),
     ("src/output/evict.rs", "src/db/mod.rs"),
     ("src/output/evict.rs", "src/db/table.rs"),
     ("src/output/inspect.rs", "src/db/mod.rs"),
