@@ -696,6 +696,30 @@ actions = ["release", "delete"]
     }
 
     #[test]
+    fn a_scope_is_one_column_or_a_list_of_distinct_ones() {
+        let scope = |v: &str| {
+            parse(
+                "f.toml",
+                &format!("[profiles.x]\nkey = \"k\"\ntenant = {v}\n"),
+            )
+        };
+        assert_eq!(scope("\"a\"").unwrap().mappings[0].tenant, ["a"]);
+        assert_eq!(
+            scope("[\"type\", \"client\"]").unwrap().mappings[0].tenant,
+            ["type", "client"]
+        );
+        let m = |v: &str| format!("{:#}", scope(v).unwrap_err());
+        assert_eq!(
+            m("[]"),
+            "config file f.toml: profiles.x.tenant: expected a column name or a list of them (leave tenant out for a table without one)"
+        );
+        assert_eq!(
+            m("[\"a\", \"a\"]"),
+            "config file f.toml: profiles.x.tenant: column a is listed twice"
+        );
+    }
+
+    #[test]
     fn a_mapping_may_omit_in_flight_and_declare_a_time_zone() {
         let c = parse(
             "f.toml",

@@ -12,44 +12,10 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
-
 use crate::db::maintenance::AutovacuumRel;
-use crate::output::human_secs;
+use crate::report::check::Autovacuum;
 use crate::report::rows::RecentTtl;
-
-/// One relation's outlook.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct RelOutlook {
-    #[serde(flatten)]
-    pub rel: AutovacuumRel,
-    /// Dead tuples above which autovacuum vacuums it.
-    pub threshold: f64,
-    /// Dead tuples ÷ (live + dead).
-    pub dead_tuple_ratio: f64,
-    /// Estimated seconds until autovacuum's threshold is crossed (0: crossed, waiting for a worker;
-    /// None: autovacuum is off, or no turnover to estimate from).
-    pub next_autovacuum_seconds: Option<f64>,
-    /// Estimated seconds from a vacuum to the next: how long eviction's dead rows wait at most.
-    pub cycle_seconds: Option<f64>,
-}
-
-/// The whole table's outlook.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Outlook {
-    /// Dead tuples ÷ (live + dead), over the whole table.
-    pub dead_tuple_ratio: f64,
-    /// Estimated rows evicted (turned dead) per second: reltuples ÷ the median recent TTL.
-    pub turnover_rows_per_second: Option<f64>,
-    /// The soonest estimated autovacuum of any relation, and which.
-    pub next_autovacuum_seconds: Option<f64>,
-    pub next_autovacuum_relation: Option<String>,
-    /// The longest estimated cycle of any relation.
-    pub cycle_seconds: Option<f64>,
-    /// False when autovacuum is off for the server or any relation.
-    pub autovacuum_enabled: bool,
-    pub relations: Vec<RelOutlook>,
-}
+pub(crate) use crate::report::stats::{Outlook, RelOutlook};
 
 /// Compute the outlook from autovacuum's figures and the recent TTL.
 pub(crate) fn outlook(rels: Vec<AutovacuumRel>, ttl: Option<&RecentTtl>) -> Outlook {
@@ -118,8 +84,9 @@ pub(crate) const WARN_INTERVALS: f64 = 12.0;
 /// fewest dead rows worth a warning.
 const SUGGESTED_THRESHOLD: f64 = 1000.0;
 
-/// check's verdict on autovacuum: None when fine, else (detail, fix statement).
-pub(crate) fn autovacuum_advice(o: &Outlook, interval: Duration) -> Option<(String, String)> {
+/// check's verdict on autovacuum: None when fine, else what is wrong with the statements that
+/// fix it.
+pub(crate) fn autovacuum_advice(o: &Outlook, interval: Duration) -> Option<Autovacuum> {
     let interval = interval.as_secs_f64();
     let off: Vec<&RelOutlook> = o.relations.iter().filter(|r| !r.rel.enabled).collect();
     if !off.is_empty() {
@@ -128,10 +95,7 @@ pub(crate) fn autovacuum_advice(o: &Outlook, interval: Duration) -> Option<(Stri
             .map(|r| crate::db::table::autovacuum_on_fix(&r.rel.relation))
             .collect::<Vec<_>>()
             .join("\n");
-        return Some((
-            "autovacuum is off for this table (or the server): eviction's dead rows wait for a manual VACUUM (evict --vacuum runs one after a run)".into(),
-            fix,
-        ));
+        return Some(Autovacuum::Off { fix });
     }
     let limit = WARN_INTERVALS * interval;
     // Dead rows that wait matter in volume: a relation that autovacuum takes on by the time a
@@ -164,39 +128,10 @@ pub(crate) fn autovacuum_advice(o: &Outlook, interval: Duration) -> Option<(Stri
         })
         .collect::<Vec<_>>()
         .join("\n");
-    Some((
-        format!(
-            "a day's eviction leaves its dead rows waiting up to about {} for autovacuum, far longer \
-             than the eviction interval ({}); with the settings below autovacuum comes about every \
-             {} at the current eviction rate",
-            human_secs(worst),
-            human_secs(interval),
-            human_secs(after)
-        ),
+    Some(Autovacuum::Slow {
+        worst,
+        interval,
+        after,
         fix,
-    ))
-}
-
-/// check --min-ttl's verdict: None when every recent key lives at least `min`.
-pub(crate) fn short_ttl(ttl: &RecentTtl, min: Duration) -> Option<String> {
-    let min = min.as_secs_f64();
-    if ttl.min_seconds >= min {
-        return None;
-    }
-    Some(match ttl.source {
-        "ttl" => format!(
-            "keys live {} (--ttl), shorter than --min-ttl {}: a retry after the key is evicted runs the request again",
-            human_secs(ttl.min_seconds),
-            human_secs(min)
-        ),
-        _ => format!(
-            "{} of {} recent keys sampled live less than --min-ttl {} (shortest {}, median {}): a \
-             retry after the key is evicted runs the request again",
-            ttl.keys_below,
-            ttl.keys,
-            human_secs(min),
-            human_secs(ttl.min_seconds),
-            human_secs(ttl.p50_seconds)
-        ),
     })
 }

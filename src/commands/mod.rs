@@ -2,8 +2,6 @@
 
 pub(crate) mod archive;
 pub(crate) mod check;
-pub(crate) mod citus_check;
-pub(crate) mod citus_stats;
 pub(crate) mod docs;
 pub(crate) mod evict;
 pub(crate) mod inspect;

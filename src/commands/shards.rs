@@ -54,6 +54,62 @@ pub(crate) struct Cluster {
     pub nodes: Vec<Node>,
 }
 
+/// Where the key table's rows are, resolved once per run. A plain server is one node holding one
+/// placement, the table itself, read on the run's own session; on Citus the placements are the
+/// shards on the workers (a reference or Citus local table: its first placement), each an ordinary
+/// table on its worker. The commands read each placement with the same statements and add up what
+/// they find.
+pub(crate) struct Placements {
+    /// How Citus manages the table (None: not at all).
+    pub layout: Option<Layout>,
+    /// The workers and their shards (None: the table on the run's session).
+    pub cluster: Option<Cluster>,
+}
+
+impl Placements {
+    /// The placements of `table`: its layout read from the metadata (once), then each worker
+    /// holding a placement reached.
+    pub(crate) async fn resolve(
+        ctx: &Context,
+        client: &Session,
+        table: &KeyTable,
+    ) -> Result<Placements> {
+        let layout = citus::layout(client, table).await?;
+        Placements::of(ctx, client, table, layout).await
+    }
+
+    /// The placements of `table` as `layout` has them.
+    pub(crate) async fn of(
+        ctx: &Context,
+        client: &Session,
+        table: &KeyTable,
+        layout: Option<Layout>,
+    ) -> Result<Placements> {
+        let Some(layout) = layout else {
+            return Ok(Placements {
+                layout: None,
+                cluster: None,
+            });
+        };
+        // A reference table has a copy on every node, a Citus local table one on the
+        // coordinator: its figures are those of one placement (the first the metadata lists), not
+        // of the coordinator's empty shell.
+        let one = matches!(layout, Layout::Reference | Layout::CitusLocal);
+        let cluster = connect_placements(ctx, client, table, 1, one)
+            .await
+            .context("failed to reach the key table's shards on the Citus workers")?;
+        Ok(Placements {
+            layout: Some(layout),
+            cluster: Some(cluster),
+        })
+    }
+
+    /// Whether the rows are in shards on the workers rather than in the table itself.
+    pub(crate) fn in_shards(&self) -> bool {
+        self.cluster.is_some()
+    }
+}
+
 /// The layout of a table whose rows Citus keeps on the workers, which the commands work on shard by
 /// shard: a hash-distributed table, or a single-shard one (a table of a distributed schema, or
 /// distributed without a column), whose one shard is on one node. Through the coordinator, a

@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 
+use super::shards::Placements;
 use super::stats::StatsReport;
 use crate::cli::TopArgs;
 use crate::context::Context;
 use crate::db::activity::{self, IdemctlSession, RowWait};
-use crate::db::citus::Layout;
 use crate::db::queries::{self, KeyRef};
 use crate::db::{KeyTable, Session};
 use crate::domain::OutputFormat;
@@ -101,12 +101,12 @@ pub(crate) async fn run(ctx: &Context, args: &TopArgs) -> Result<Exit> {
     )?;
     let privileges = table.privileges(&session).await?;
     privileges.require_for(&table, "top", crate::db::table::Job::Read)?;
-    let layout = crate::db::citus::layout(&session, &table).await?;
+    let placements = Placements::resolve(ctx, &session, &table).await?;
     let mut history = History::default();
     if args.once {
-        return once(ctx, args, &session, &table, layout.as_ref(), &mut history).await;
+        return once(ctx, args, &session, &table, &placements, &mut history).await;
     }
-    live(ctx, args, session, &table, layout.as_ref(), history).await
+    live(ctx, args, session, &table, &placements, history).await
 }
 
 /// `--once`: two refreshes an interval apart (the second has rates), printed as text or JSON.
@@ -115,14 +115,14 @@ async fn once(
     args: &TopArgs,
     session: &Session,
     table: &KeyTable,
-    layout: Option<&Layout>,
+    placements: &Placements,
     history: &mut History,
 ) -> Result<Exit> {
     let deadline = refresh_deadline(args.interval);
-    let first = within(deadline, sample(ctx, session, table, layout, args)).await?;
+    let first = within(deadline, sample(session, table, placements, args)).await?;
     history.absorb(first, args);
     tokio::time::sleep(args.interval).await;
-    let second = within(deadline, sample(ctx, session, table, layout, args)).await?;
+    let second = within(deadline, sample(session, table, placements, args)).await?;
     let frame = history.absorb(second, args);
     if ctx.output.format == OutputFormat::Json {
         let mut text = serde_json::to_string_pretty(&frame)?;
@@ -159,7 +159,7 @@ async fn live(
     args: &TopArgs,
     session: Session,
     table: &KeyTable,
-    layout: Option<&Layout>,
+    placements: &Placements,
     mut history: History,
 ) -> Result<Exit> {
     use tokio::signal::unix::{SignalKind, signal};
@@ -190,7 +190,7 @@ async fn live(
         if inflight.is_none() && !paused && tokio::time::Instant::now() >= next {
             next = tokio::time::Instant::now() + args.interval;
             let s = session.take();
-            inflight = Some(Box::pin(refresh(ctx, s, table, layout, args, deadline)));
+            inflight = Some(Box::pin(refresh(ctx, s, table, placements, args, deadline)));
         }
         tokio::select! {
             (back, result) = async { inflight.as_mut().expect("a refresh in flight").await },
@@ -285,7 +285,7 @@ async fn refresh<'a>(
     ctx: &'a Context,
     session: Option<Session>,
     table: &'a KeyTable,
-    layout: Option<&'a Layout>,
+    placements: &'a Placements,
     args: &'a TopArgs,
     deadline: Duration,
 ) -> (Option<Session>, Result<Sample>) {
@@ -296,7 +296,7 @@ async fn refresh<'a>(
             Err(e) => return (None, Err(e)),
         },
     };
-    match within(deadline, sample(ctx, &session, table, layout, args)).await {
+    match within(deadline, sample(&session, table, placements, args)).await {
         Ok(s) => (Some(session), Ok(s)),
         Err(e) => {
             session.discard();
@@ -308,32 +308,21 @@ async fn refresh<'a>(
 /// Read one refresh's figures: the stats report (its gathering shared with `stats`), the oldest
 /// stuck key, the idemctl sessions and the row waits.
 async fn sample(
-    ctx: &Context,
     session: &Session,
     table: &KeyTable,
-    layout: Option<&Layout>,
+    placements: &Placements,
     args: &TopArgs,
 ) -> Result<Sample> {
     let started = Instant::now();
     let stuck_after = args.stuck_after.as_secs_f64();
-    let stats = match layout {
-        Some(layout) => {
-            super::citus_stats::gather(
-                ctx,
-                session,
-                table,
-                layout.clone(),
-                stuck_after,
-                CAP,
-                false,
-                None,
-            )
-            .await?
-        }
-        None => {
-            super::stats::gather(session, table, stuck_after, Some(CAP), CAP, false, None).await?
-        }
+    let reading = super::stats::Reading {
+        stuck_after_secs: stuck_after,
+        backlog_cap: Some(CAP),
+        stuck_cap: CAP,
+        allow_scan: false,
+        below_ttl: None,
     };
+    let stats = super::stats::gather(session, table, placements, reading).await?;
     let any_stuck = stats.stuck.as_ref().is_some_and(|s| s.count.count > 0);
     let oldest_stuck = if any_stuck && table.stuck_index().is_some() {
         queries::oldest_stuck(session, table, stuck_after).await?
@@ -447,77 +436,89 @@ impl History {
                 series.remove(0);
             }
         }
-        let mut notes = r.notes.clone();
-        if r.citus.is_some() {
-            notes.push(
-                "on Citus, sessions and row waits are the coordinator's; the workers' are not listed"
-                    .into(),
-            );
-        }
-        Frame {
-            table: r.table.clone(),
-            taken_at: OffsetDateTime::now_utc(),
-            backlog: r.expired_backlog.map(count),
-            backlog_estimate: r.expired_backlog_estimate,
-            eviction_lag_seconds: r.eviction_lag_seconds,
-            eviction_lag_at_most: r.referenced_expired.as_ref().is_some_and(|x| x.lag_at_most),
-            insert_per_second: insert,
-            evict_per_second: evict,
-            rate_seconds: seconds,
-            oldest_live: r.oldest_live.as_ref().map(key_fig),
-            oldest_expired: r.oldest_expired.as_ref().map(key_fig),
-            stuck_after_seconds: args.stuck_after.as_secs_f64(),
-            stuck: r.stuck.as_ref().map(|st| count(st.count)),
-            oldest_stuck: s.oldest_stuck.as_ref().map(key_fig),
-            ttl: r.recent_ttl.as_ref().map(|t| TtlFig {
-                keys: t.keys,
-                fixed_seconds: (t.source == "ttl").then_some(t.min_seconds),
-                p50_seconds: t.p50_seconds,
-                buckets: t
-                    .histogram
-                    .iter()
-                    .map(|b| (b.under_seconds, b.keys))
-                    .collect(),
-            }),
-            estimated_rows: r.sizes.estimated_rows,
-            total_bytes: r.sizes.total_bytes,
-            heap_bytes: r.sizes.heap_bytes,
-            index_bytes: r.sizes.index_bytes,
-            dead_tuples: r.vacuum.dead_tuples,
-            dead_tuple_ratio: r.maintenance.dead_tuple_ratio,
-            last_vacuum: r.vacuum.last_vacuum,
-            sessions: s
-                .sessions
+        frame(&s, args, (insert, evict, seconds), workers)
+    }
+}
+
+/// A refresh's frame: its figures, the rates (insert, evict, over how many seconds) and each
+/// worker's part.
+fn frame(
+    s: &Sample,
+    args: &TopArgs,
+    (insert, evict, seconds): (Option<f64>, Option<f64>, Option<f64>),
+    workers: Vec<WorkerFig>,
+) -> Frame {
+    let r = &s.stats;
+    let mut notes: Vec<String> = r.notes.iter().map(crate::output::stats::note).collect();
+    if r.citus.is_some() {
+        notes.push(
+            "on Citus, sessions and row waits are the coordinator's; the workers' are not listed"
+                .into(),
+        );
+    }
+    Frame {
+        table: r.table.clone(),
+        taken_at: OffsetDateTime::now_utc(),
+        backlog: r.expired_backlog.map(count),
+        backlog_estimate: r.expired_backlog_estimate,
+        eviction_lag_seconds: r.eviction_lag_seconds,
+        eviction_lag_at_most: r.referenced_expired.as_ref().is_some_and(|x| x.lag_at_most),
+        insert_per_second: insert,
+        evict_per_second: evict,
+        rate_seconds: seconds,
+        oldest_live: r.oldest_live.as_ref().map(key_fig),
+        oldest_expired: r.oldest_expired.as_ref().map(key_fig),
+        stuck_after_seconds: args.stuck_after.as_secs_f64(),
+        stuck: r.stuck.as_ref().map(|st| count(st.count)),
+        oldest_stuck: s.oldest_stuck.as_ref().map(key_fig),
+        ttl: r.recent_ttl.as_ref().map(|t| TtlFig {
+            keys: t.keys,
+            fixed_seconds: (t.source == "ttl").then_some(t.min_seconds),
+            p50_seconds: t.p50_seconds,
+            buckets: t
+                .histogram
                 .iter()
-                .map(|x| SessionFig {
-                    pid: x.pid,
-                    command: x.holds_lock.clone(),
-                    state: x.state.clone(),
-                    statement: x.statement.clone(),
-                    wait_event: x.wait_event.clone(),
-                    connected_seconds: x.connected_seconds,
-                })
+                .map(|b| (b.under_seconds, b.keys))
                 .collect(),
-            row_waits: s
-                .waits
-                .iter()
-                .map(|w| WaitFig {
-                    pid: w.pid,
-                    application_name: w.application_name.clone(),
-                    waiting_seconds: w.waiting_seconds,
-                    relation: w.relation.clone(),
-                    row_address: w.row_address.clone(),
-                    holder_pid: w.holder_pid,
-                    holder_application_name: w.holder_application_name.clone(),
-                    holder_state: w.holder_state.clone(),
-                    holder_transaction_seconds: w.holder_transaction_seconds,
-                })
-                .collect(),
-            workers,
-            pooled: s.pooled,
-            notes,
-            refresh_ms: s.elapsed.as_secs_f64() * 1000.0,
-        }
+        }),
+        estimated_rows: r.sizes.estimated_rows,
+        total_bytes: r.sizes.total_bytes,
+        heap_bytes: r.sizes.heap_bytes,
+        index_bytes: r.sizes.index_bytes,
+        dead_tuples: r.vacuum.dead_tuples,
+        dead_tuple_ratio: r.maintenance.dead_tuple_ratio,
+        last_vacuum: r.vacuum.last_vacuum,
+        sessions: s
+            .sessions
+            .iter()
+            .map(|x| SessionFig {
+                pid: x.pid,
+                command: x.holds_lock.clone(),
+                state: x.state.clone(),
+                statement: x.statement.clone(),
+                wait_event: x.wait_event.clone(),
+                connected_seconds: x.connected_seconds,
+            })
+            .collect(),
+        row_waits: s
+            .waits
+            .iter()
+            .map(|w| WaitFig {
+                pid: w.pid,
+                application_name: w.application_name.clone(),
+                waiting_seconds: w.waiting_seconds,
+                relation: w.relation.clone(),
+                row_address: w.row_address.clone(),
+                holder_pid: w.holder_pid,
+                holder_application_name: w.holder_application_name.clone(),
+                holder_state: w.holder_state.clone(),
+                holder_transaction_seconds: w.holder_transaction_seconds,
+            })
+            .collect(),
+        workers,
+        pooled: s.pooled,
+        notes,
+        refresh_ms: s.elapsed.as_secs_f64() * 1000.0,
     }
 }
 

@@ -122,6 +122,24 @@ pub(crate) async fn limit_row_waits(session: &Session, wait: Duration) -> Result
         .context("failed to set the session's lock_timeout")
 }
 
+/// The size to do a failed batch of `rows` again at: half as large (at least one row) when it
+/// exceeded statement_timeout (the server cancelled it and no signal asked for that,
+/// `interrupted` false). None for any other failure, and for a batch of one row, which cannot be
+/// made smaller: that one ends the run. evict and reclaim alike redo such a batch's work in
+/// batches of this size, and start later batches at the size that worked.
+pub(crate) fn smaller_after_timeout(
+    e: &anyhow::Error,
+    rows: u64,
+    interrupted: bool,
+) -> Option<u64> {
+    (timed_out(e, interrupted) && rows > 1).then(|| (rows / 2).max(1))
+}
+
+/// Whether a batch failed because it exceeded statement_timeout (not a signal's cancel).
+pub(crate) fn timed_out(e: &anyhow::Error, interrupted: bool) -> bool {
+    Failure::of(e) == Failure::Canceled && !interrupted
+}
+
 /// Run one batch (`attempt`: its own transaction), trying it again after a transient failure, up
 /// to [`TRIES`] tries; the last error otherwise.
 pub(crate) async fn retrying<T, F, Fut>(mut attempt: F) -> Result<T>

@@ -2,42 +2,14 @@
 //! and the TTL of recent keys. Catalog reads and one bounded, index-backed statement.
 
 use anyhow::{Context as _, Result};
-use serde::Serialize;
-use time::OffsetDateTime;
 
 use crate::db::{KeyTable, Session, p};
-pub(crate) use crate::report::rows::{RecentTtl, TtlBucket};
+pub(crate) use crate::report::rows::{AutovacuumRel, RecentTtl, TtlBucket};
 
 /// The autovacuum statement (catalog only).
 pub(crate) const AUTOVACUUM_SQL: &str = include_str!("../../sql/stats_autovacuum.sql");
 /// The recent-TTL statement (the key table, index-backed).
 pub(crate) const RECENT_TTL_SQL: &str = include_str!("../../sql/stats_recent_ttl.sql");
-
-/// Autovacuum's view of one relation (the table, or one leaf partition).
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct AutovacuumRel {
-    /// Schema-qualified, quoted as in SQL.
-    pub relation: String,
-    pub reltuples: f64,
-    pub live_tuples: i64,
-    pub dead_tuples: i64,
-    /// autovacuum_vacuum_threshold and autovacuum_vacuum_scale_factor in effect.
-    pub base_threshold: i64,
-    pub scale_factor: f64,
-    /// Whether the table sets either itself (storage parameters).
-    pub own_settings: bool,
-    /// autovacuum is on for the server and not off for the table.
-    pub enabled: bool,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub last_vacuum: Option<OffsetDateTime>,
-}
-
-impl AutovacuumRel {
-    /// Dead tuples above which autovacuum vacuums the relation.
-    pub(crate) fn threshold(&self) -> f64 {
-        self.base_threshold as f64 + self.scale_factor * self.reltuples
-    }
-}
 
 /// Autovacuum's settings and counts for the table, or each of its leaf partitions.
 pub(crate) async fn autovacuum(client: &Session, table: &KeyTable) -> Result<Vec<AutovacuumRel>> {

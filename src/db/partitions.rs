@@ -3,11 +3,11 @@
 
 use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
-use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::KeyTable;
 use super::table::quote_ident;
+pub(crate) use crate::report::rows::Partition;
 
 /// Lists every leaf partition with its bounds (catalog only).
 pub(crate) const LIST_SQL: &str = include_str!("../../sql/table_partitions.sql");
@@ -17,38 +17,6 @@ pub(crate) const PROBE_SQL: &str = include_str!("../../sql/evict_partition_probe
 pub(crate) const DETACH_SQL: &str = include_str!("../../sql/evict_partition_detach.sql");
 /// Drops a detached partition.
 pub(crate) const DROP_SQL: &str = include_str!("../../sql/evict_partition_drop.sql");
-
-/// One leaf partition as the catalog describes it.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Partition {
-    /// `schema.name` as the catalog holds it (renderers escape it).
-    pub name: String,
-    /// `"schema"."name"`, safe to splice into a statement.
-    #[serde(skip)]
-    pub quoted: String,
-    /// The partition's bound as PostgreSQL prints it (`FOR VALUES FROM (...) TO (...)`, `DEFAULT`).
-    pub bound: String,
-    pub is_default: bool,
-    /// Attached to the key table itself rather than to a sub-partitioned child.
-    #[serde(skip)]
-    pub direct: bool,
-    /// `pg_class.reltuples` (0 when never analyzed).
-    pub estimated_rows: i64,
-    pub never_analyzed: bool,
-    pub total_bytes: i64,
-    /// The current role may drop it.
-    #[serde(skip)]
-    pub owned: bool,
-    /// Lower bound (inclusive) on a timestamptz range key; None for MINVALUE, other keys, DEFAULT.
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub range_from: Option<OffsetDateTime>,
-    /// Upper bound (exclusive) on a timestamptz range key; None for MAXVALUE, other keys, DEFAULT.
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub range_to: Option<OffsetDateTime>,
-    /// The database clock when the list was read.
-    #[serde(skip)]
-    pub db_now: OffsetDateTime,
-}
 
 /// Every leaf partition of `table` (empty for a plain table), ordered by lower bound, the default
 /// partition last.

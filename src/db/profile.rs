@@ -740,7 +740,8 @@ impl Profile {
                     })
                     .collect();
                 if parts.is_empty() {
-                    "true".to_owned()
+                    // Referenced all the same, so every profile binds the same parameters.
+                    format!("(${n}::text[] IS NULL OR true)")
                 } else {
                     parts.join(" AND ")
                 }

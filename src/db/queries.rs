@@ -2,23 +2,12 @@
 
 use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
-use serde::Serialize;
-use time::OffsetDateTime;
 
 use super::KeyTable;
 use super::table::quote_ident;
-pub(crate) use crate::report::rows::{Capped, DatabaseIdentity, KeyRef, ReferencingKey};
-
-/// Catalog sizes and estimates.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Sizes {
-    pub estimated_rows: i64,
-    pub heap_bytes: i64,
-    pub toast_bytes: i64,
-    pub index_bytes: i64,
-    pub total_bytes: i64,
-    pub never_analyzed: bool,
-}
+pub(crate) use crate::report::rows::{
+    Capped, DatabaseIdentity, KeyRef, ReferencingKey, Sizes, Stuck, Vacuum,
+};
 
 /// Sizes from the catalog (no count(*)).
 pub(crate) async fn sizes(client: &Session, table: &KeyTable) -> Result<Sizes> {
@@ -34,22 +23,6 @@ pub(crate) async fn sizes(client: &Session, table: &KeyTable) -> Result<Sizes> {
         total_bytes: r.get("total_bytes"),
         never_analyzed: r.get::<_, Option<bool>>("never_analyzed").unwrap_or(false),
     })
-}
-
-/// Vacuum and analyze bookkeeping.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Vacuum {
-    pub live_tuples: i64,
-    pub dead_tuples: i64,
-    /// Rows inserted into the table (every leaf partition) since the server's statistics were
-    /// reset: a counter, whose change between two reads is the insert rate.
-    pub inserted_rows: i64,
-    /// Rows deleted from it since then (evict's deletions among them): the eviction rate's counter.
-    pub deleted_rows: i64,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub last_vacuum: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub last_analyze: Option<OffsetDateTime>,
 }
 
 /// Dead tuples and last (auto)vacuum / analyze.
@@ -132,14 +105,6 @@ pub(crate) async fn expired_backlog(
 ) -> Result<Capped> {
     let sql = table.sql(include_str!("../../sql/expired_backlog.sql"));
     capped(client, &sql, cap, "the expired backlog").await
-}
-
-/// in_progress keys held longer than the cutoff.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Stuck {
-    pub count: Capped,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub oldest_since: Option<OffsetDateTime>,
 }
 
 /// Stuck in_progress keys, exact up to `cap`. The caller decides whether a scan is acceptable.

@@ -7,6 +7,7 @@ use anyhow::{Context as _, Result};
 use crate::db::profile::{self, Action, Detected, Profile};
 use crate::domain::TableName;
 use crate::exit::{Exit, fail};
+pub(crate) use crate::report::rows::Partitioning;
 
 /// One column as the catalog describes it.
 #[derive(Clone, Debug)]
@@ -347,17 +348,6 @@ pub struct Privileges {
     pub columns: Vec<(String, bool)>,
     /// Owns the table (or is a member of its owner): needed to detach partitions.
     pub owner: bool,
-}
-
-/// How a partitioned key table is partitioned.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct Partitioning {
-    /// `range`, `list` or `hash`.
-    pub strategy: String,
-    /// The key's columns in order; an expression in the key shows as `(expression)`.
-    pub columns: Vec<String>,
-    /// The key as PostgreSQL prints it, e.g. `RANGE (expires_at)`.
-    pub definition: String,
 }
 
 /// The timestamp a table is range-partitioned on, when it is one idemctl can reason about.
@@ -799,6 +789,24 @@ impl KeyTable {
             }
         }
         self.create_index(true, "scope", &format!("({})", columns.join(", ")))
+    }
+
+    /// The statement that creates an index looking a key up by its scope and key: a plain one,
+    /// never unique, since a unique index the table does not already have could refuse rows the
+    /// application wrote or would write (its own identity may be wider than the mapping's).
+    pub fn lookup_index_fix(&self) -> String {
+        let columns: Vec<String> = self
+            .identity_columns()
+            .iter()
+            .map(|c| quote_ident_if_needed(c))
+            .collect();
+        self.create_index(false, "scope", &format!("({})", columns.join(", ")))
+    }
+
+    /// The statement that creates an index led by the key, which finds a key under every scope.
+    pub fn key_index_fix(&self) -> String {
+        let key = quote_ident_if_needed(&self.profile.key);
+        self.create_index(false, "key", &format!("({key})"))
     }
 
     /// The columns that identify a key, as `(tenant, key)`, `(type, client, key)` or `(key)`,

@@ -412,17 +412,27 @@ pub(crate) fn canonical_refused(error: &impl std::fmt::Display, how: Canonical) 
 /// --api-key-id on a table without an index on (tenant, key).
 pub(crate) fn no_identity_index(table: &KeyTable) -> String {
     format!(
-        "table {} has no index on (tenant, key), so a key cannot be looked up without a scan; create it with: {}",
+        "table {} has no index on its scope and key {}, so a key cannot be looked up without a scan; create it with: {}",
         table.display(),
-        table.identity_index_fix()
+        table.identity_label(),
+        table.lookup_index_fix()
     )
 }
 
 /// A key looked up alone on a table without an index that finds it.
 pub(crate) fn no_key_index(table: &KeyTable) -> String {
+    // A scope of several columns is walked through no index: the key must lead one.
+    if table.profile.tenant.len() > 1 {
+        return format!(
+            "table {} has no index led by its key, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of {}, or create: {}",
+            table.display(),
+            sanitize(&table.profile.tenant.join(", ")),
+            table.key_index_fix()
+        );
+    }
     format!(
         "table {} has no index that finds a key without its tenant; pass --api-key-id, or create: {}",
         table.display(),
-        table.identity_index_fix()
+        table.lookup_index_fix()
     )
 }

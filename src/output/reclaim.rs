@@ -4,13 +4,21 @@
 
 use std::path::Path;
 
-use crate::commands::reclaim::{Candidate, LeftAlone, PreviewReport, ReclaimReport, action_name};
-use crate::db::KeyTable;
 use crate::domain::ReclaimAction;
 use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
+use crate::report::reclaim::{
+    BatchEnd, BatchFailed, Candidate, LeftAlone, PreviewReport, ReclaimReport, Table, action_name,
+};
 use crate::report::rows::Filter;
 use crate::report::rows::Layout;
 use crate::report::rows::{Capped, DatabaseIdentity};
+
+impl Table {
+    /// The table's name for messages: `schema.name`, control characters escaped.
+    fn display(&self) -> String {
+        sanitize(&self.name)
+    }
+}
 
 /// The preview: what would be reclaimed, the keys listed, and what the listing leaves out.
 pub(crate) fn preview(r: &PreviewReport) -> Doc {
@@ -229,7 +237,7 @@ pub(crate) const NOT_CONFIRMED: &str = "reclaim not confirmed; nothing was chang
 
 /// What a writing run asks before it changes anything.
 pub(crate) struct Asked<'a> {
-    pub(crate) table: &'a KeyTable,
+    pub(crate) table: &'a Table,
     pub(crate) action: ReclaimAction,
     pub(crate) status: i32,
     pub(crate) filter: &'a Filter,
@@ -272,7 +280,7 @@ fn shown_path(path: &Path) -> String {
 }
 
 /// A table without an in-flight marker: reclaim refuses to run.
-pub(crate) fn no_in_flight_marker(table: &KeyTable) -> String {
+pub(crate) fn no_in_flight_marker(table: &Table) -> String {
     format!(
         "table {} has no in-flight marker (profile {} maps no in_flight): no key is ever in flight, so there is nothing to reclaim; nothing was changed",
         table.display(),
@@ -281,7 +289,7 @@ pub(crate) fn no_in_flight_marker(table: &KeyTable) -> String {
 }
 
 /// A dry run on a table without an in-flight marker.
-pub(crate) fn nothing_in_flight(table: &KeyTable) -> Doc {
+pub(crate) fn nothing_in_flight(table: &Table) -> Doc {
     let mut doc = Doc::default();
     doc.text(format!(
         "nothing to reclaim: table {} has no in-flight marker (profile {} maps no in_flight), so no key is ever in flight",
@@ -292,7 +300,7 @@ pub(crate) fn nothing_in_flight(table: &KeyTable) -> Doc {
 }
 
 /// A profile whose mapping lists no reclaim action.
-pub(crate) fn no_safe_action(table: &KeyTable) -> String {
+pub(crate) fn no_safe_action(table: &Table) -> String {
     format!(
         "profile {} has no safe reclaim action for table {}: its mapping lists none (set actions in the config file)",
         table.profile.name,
@@ -301,7 +309,7 @@ pub(crate) fn no_safe_action(table: &KeyTable) -> String {
 }
 
 /// An --action the table's profile does not allow.
-pub(crate) fn action_unfit(chosen: ReclaimAction, table: &KeyTable) -> String {
+pub(crate) fn action_unfit(chosen: ReclaimAction, table: &Table) -> String {
     let allowed: Vec<&str> = table
         .profile
         .actions
@@ -367,7 +375,7 @@ pub(crate) fn only_for_fail(flag: &str) -> String {
 }
 
 /// --keep-failed-for on a table without an expiry column, where it cannot apply.
-pub(crate) fn keep_failed_without_expiry(table: &KeyTable) -> String {
+pub(crate) fn keep_failed_without_expiry(table: &Table) -> String {
     format!(
         "--keep-failed-for does not apply to table {} (profile {}): it has no expiry column to move, so a failed key goes with the first evict after {} + TTL; drop --keep-failed-for",
         table.display(),
@@ -378,10 +386,7 @@ pub(crate) fn keep_failed_without_expiry(table: &KeyTable) -> String {
 
 /// The warning of --action fail on a table whose keys expire a TTL after creation: a stored error
 /// lives only until then, so a key stuck longer than the TTL loses it at the next evict.
-pub(crate) fn failed_keys_expire_by_ttl(
-    table: &KeyTable,
-    ttl: Option<std::time::Duration>,
-) -> String {
+pub(crate) fn failed_keys_expire_by_ttl(table: &Table, ttl: Option<std::time::Duration>) -> String {
     let created = sanitize(&table.profile.created_at);
     let ttl = ttl.map_or_else(
         || "the TTL".to_owned(),
@@ -396,7 +401,7 @@ pub(crate) fn failed_keys_expire_by_ttl(
 /// Without --action, a flag only --action fail takes, on a table whose default action is another.
 pub(crate) fn only_for_fail_by_default(
     flag: &str,
-    table: &KeyTable,
+    table: &Table,
     default: ReclaimAction,
 ) -> String {
     format!(
@@ -451,11 +456,7 @@ pub(crate) fn plan_key_twice(key: &str, api_key_id: Option<&str>) -> String {
 
 /// A plan row whose tenant does not fit the table: one (`api_key_id` Some) on a table without a
 /// tenant column, or none on a table with one.
-pub(crate) fn plan_row_tenant_unfit(
-    table: &KeyTable,
-    key: &str,
-    api_key_id: Option<&str>,
-) -> String {
+pub(crate) fn plan_row_tenant_unfit(table: &Table, key: &str, api_key_id: Option<&str>) -> String {
     match (api_key_id, &table.profile.tenant) {
         (Some(t), _) => format!(
             "the row of key {} has api_key_id {}, but table {} (profile {}) has no tenant column",
@@ -491,7 +492,7 @@ pub(crate) fn flag_differs_from_plan(flag: &str) -> String {
 }
 
 /// The warning of --allow-scan on a table without the in_progress index.
-pub(crate) fn scanning_for_stuck_keys(table: &KeyTable) -> String {
+pub(crate) fn scanning_for_stuck_keys(table: &Table) -> String {
     format!(
         "table {} has no index on in_progress keys: reading the whole table (each statement bounded by --statement-timeout)",
         table.display()
@@ -499,39 +500,40 @@ pub(crate) fn scanning_for_stuck_keys(table: &KeyTable) -> String {
 }
 
 /// A table without the in_progress index, without --allow-scan.
-pub(crate) fn no_stuck_index(table: &KeyTable) -> String {
+pub(crate) fn no_stuck_index(table: &Table) -> String {
     format!(
         "table {} has no index on in_progress keys, so finding stuck keys means reading the \
          whole table; create it with: {} (its cost to the API: sql/maintenance_indexes.sql), \
          or pass --allow-scan",
         table.display(),
-        table.stuck_index_fix()
+        table.stuck_index_fix
     )
 }
 
 /// --apply on a table without the index that finds plan rows.
-pub(crate) fn no_identity_index(table: &KeyTable) -> String {
+pub(crate) fn no_identity_index(table: &Table) -> String {
     format!(
-        "table {} has no index on (api_key_id, key), so plan rows cannot be found without a scan; create it with: {}",
+        "table {} has no index on {}, so plan rows cannot be found without a scan; create it with: {}",
         table.display(),
-        table.identity_index_fix()
+        sanitize(&table.identity_columns),
+        table.lookup_index_fix
     )
 }
 
 /// A Citus reference or local table whose rows the batches cannot name by their identity (no
 /// unique index on exactly the identity columns, or a partitioned table).
-pub(crate) fn no_identity_on_citus(table: &KeyTable, layout: &Layout) -> String {
+pub(crate) fn no_identity_on_citus(table: &Table, layout: &Layout) -> String {
     format!(
         "table {} is {}: Citus changes its rows only when they are named by their identity {}, which needs a unique index on exactly those columns on a table that is not partitioned; nothing was changed: create it with: {}",
         table.display(),
         layout.describe(),
-        sanitize(&table.identity_columns_text()),
-        table.identity_index_fix()
+        sanitize(&table.identity_columns),
+        table.identity_index_fix
     )
 }
 
 /// A plan made for another table.
-pub(crate) fn plan_for_another_table(path: &Path, planned: &str, table: &KeyTable) -> String {
+pub(crate) fn plan_for_another_table(path: &Path, planned: &str, table: &Table) -> String {
     let planned = sanitize(planned);
     format!(
         "plan {} was made for table {planned}, not {}; pass --table {planned} or make a new plan; nothing was changed",
@@ -597,7 +599,7 @@ pub(crate) fn archive_tail_set_aside(path: &Path, aside: &Path, bytes: u64) -> S
 }
 
 /// --apply on a Citus table not distributed by its tenant column.
-pub(crate) fn apply_not_by_tenant(table: &KeyTable, layout: &Layout) -> String {
+pub(crate) fn apply_not_by_tenant(table: &Table, layout: &Layout) -> String {
     if matches!(layout, Layout::SingleShard) {
         return format!(
             "reclaim --apply sends each plan row to the shard that holds its tenant by the table's distribution column, but {} is {}, which has none; nothing was changed: run the sweep (reclaim without --apply), which works on its one shard",
@@ -613,9 +615,40 @@ pub(crate) fn apply_not_by_tenant(table: &KeyTable, layout: &Layout) -> String {
 }
 
 /// A plan row's shard with no active placement (a shard move may be under way).
-pub(crate) fn shard_unplaced(shard: i64, table: &KeyTable) -> String {
+pub(crate) fn shard_unplaced(shard: i64, table: &Table) -> String {
     format!(
         "shard {shard} of {} has no active placement in the coordinator's metadata (a shard move may be under way); nothing was changed, try again",
         table.display()
     )
+}
+
+/// The line of a writing run that a batch ended: what failed, what the earlier batches did, and
+/// what to do.
+pub(crate) fn batch_failed(f: &BatchFailed) -> String {
+    let (batch, reclaimed) = (f.batch, f.reclaimed);
+    match f.end {
+        BatchEnd::HeldReference => format!(
+            "batch {batch} was rolled back ({reclaimed} keys were reclaimed by earlier batches)"
+        ),
+        BatchEnd::LockTimeout { tries } => format!(
+            "batch {batch} could not get a lock another session holds in {tries} tries (a live transaction holds a row it needs, or DDL holds the table) and was rolled back ({reclaimed} keys were reclaimed by earlier batches); run reclaim again"
+        ),
+        BatchEnd::Failed => format!(
+            "batch {batch} failed and was rolled back ({reclaimed} keys were reclaimed by earlier batches); run reclaim again"
+        ),
+        BatchEnd::Lost { in_flight } => {
+            let at_most = if in_flight == 1 {
+                "1 key".to_owned()
+            } else {
+                format!("{in_flight} keys")
+            };
+            format!(
+                "reclaim lost its connection: {reclaimed} keys reclaimed by batches whose commit the server confirmed; the batch in flight ({at_most} at most) may or may not have committed: run reclaim again, which takes what is still stuck"
+            )
+        }
+        BatchEnd::SmallestTimedOut { statement_timeout } => format!(
+            "a batch of one key exceeded statement_timeout ({}, set by --statement-timeout) after the batches were made smaller; nothing of it was reclaimed ({reclaimed} keys were reclaimed by earlier batches): raise --statement-timeout",
+            humantime::format_duration(statement_timeout)
+        ),
+    }
 }

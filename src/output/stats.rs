@@ -2,10 +2,9 @@
 //! backlog, stuck keys, vacuum), the Citus workers' table, the notes, and with `--partitions` one
 //! row per leaf partition. Keys and catalog names are escaped here, where they are printed.
 
-use crate::commands::maintenance::Outlook;
-use crate::commands::stats::StatsReport;
 use crate::output::{Doc, escape_controls, human_bytes, human_secs, rfc3339, sanitize};
 use crate::report::rows::KeyRef;
+use crate::report::stats::{ExpiryFigures, Outlook, ReferencedExpired, StatsNote, StatsReport};
 
 /// The human-readable report; with `partitions`, the table of leaf partitions too.
 pub(crate) fn report(r: &StatsReport, partitions: bool) -> Doc {
@@ -50,7 +49,7 @@ fn doc(r: &StatsReport) -> Doc {
     let s = &r.sizes;
     let oldest_live = r.oldest_live.as_ref().map_or_else(
         || match r.expiry_figures {
-            crate::commands::stats::ExpiryFigures::Exact => "none (no live keys)".to_owned(),
+            ExpiryFigures::Exact => "none (no live keys)".to_owned(),
             _ => "unknown (see note)".to_owned(),
         },
         |k| {
@@ -130,7 +129,7 @@ fn doc(r: &StatsReport) -> Doc {
         crate::output::citus::stats_workers(&mut d, c);
     }
     for n in &r.notes {
-        d.text(format!("note: {}", escape_controls(n)));
+        d.text(format!("note: {}", escape_controls(&note(n))));
     }
     d
 }
@@ -138,7 +137,6 @@ fn doc(r: &StatsReport) -> Doc {
 /// The eviction lag, with the key it is the wait of. With a NO ACTION / RESTRICT foreign key, that
 /// is the oldest expired key evict can delete (the referenced ones have a line of their own).
 fn lag_text(r: &StatsReport) -> String {
-    use crate::commands::stats::ExpiryFigures;
     match r.expiry_figures {
         ExpiryFigures::Unknown => return "unknown (no expiry column and no --ttl)".into(),
         ExpiryFigures::Estimated => return "unknown (no index on expiry to find it)".into(),
@@ -168,7 +166,7 @@ fn lag_text(r: &StatsReport) -> String {
 }
 
 /// The expired keys a NO ACTION / RESTRICT foreign key still references, one line.
-fn referenced_text(x: &crate::commands::stats::ReferencedExpired) -> String {
+fn referenced_text(x: &ReferencedExpired) -> String {
     match &x.oldest {
         None => format!("{} (among the oldest {} expired keys)", x.count, x.examined),
         Some(k) => format!(
@@ -216,7 +214,6 @@ fn partitions_block(d: &mut Doc, r: &StatsReport) {
 
 /// The backlog as the report shows it: exact, or "at least" the cap with the planner's estimate.
 fn backlog_text(r: &StatsReport) -> String {
-    use crate::commands::stats::ExpiryFigures;
     match r.expiry_figures {
         ExpiryFigures::Unknown => return "unknown (no expiry column and no --ttl)".into(),
         ExpiryFigures::Estimated => {
@@ -274,23 +271,52 @@ fn thresholds(o: &Outlook) -> String {
     }
 }
 
-/// stats on a table whose keys expire by a TTL that was not given.
-pub(crate) fn expiry_unknown_without_ttl(table: &crate::db::KeyTable) -> String {
-    format!(
-        "table {} has no expiry column (profile {}): keys expire a TTL after {}; the oldest live key, eviction lag, expired backlog and recent TTL need --ttl DUR (or IDEMCTL_TTL)",
-        table.display(),
-        table.profile.name,
-        sanitize(&table.profile.created_at)
-    )
+/// The report as its JSON document: the figures as they are, the notes worded.
+pub(crate) fn json(r: &StatsReport) -> serde_json::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(r)?;
+    let notes: Vec<String> = r.notes.iter().map(note).collect();
+    v["notes"] = serde_json::to_value(notes)?;
+    Ok(v)
 }
 
-/// stats on a table without an index on its expiry column.
-pub(crate) fn expiry_estimated_without_index(table: &crate::db::KeyTable, fix: &str) -> String {
-    format!(
-        "table {} has no index on {}: the expired backlog is the planner's estimate, and the eviction lag and the oldest live key are unknown (finding them would read the whole table); evict walks the table's unique index meanwhile. The index makes them exact: {fix}",
-        table.display(),
-        sanitize(table.profile.expiry_column())
-    )
+/// A note of the report, one sentence (names escaped; the report's text escapes it once more).
+pub(crate) fn note(n: &StatsNote) -> String {
+    match n {
+        StatsNote::ExpiryUnknownWithoutTtl {
+            table,
+            profile,
+            created_at,
+        } => format!(
+            "table {} has no expiry column (profile {profile}): keys expire a TTL after {}; the oldest live key, eviction lag, expired backlog and recent TTL need --ttl DUR (or IDEMCTL_TTL)",
+            sanitize(table),
+            sanitize(created_at)
+        ),
+        StatsNote::ExpiryEstimatedWithoutIndex { table, column, fix } => format!(
+            "table {} has no index on {}: the expired backlog is the planner's estimate, and the eviction lag and the oldest live key are unknown (finding them would read the whole table); evict walks the table's unique index meanwhile. The index makes them exact: {fix}",
+            sanitize(table),
+            sanitize(column)
+        ),
+        StatsNote::NoInFlightMarker { table, profile } => no_in_flight_marker(table, profile),
+        StatsNote::StuckNotCounted { fix, shards } => format!(
+            "stuck in_progress keys not counted: that needs the optional index ({fix}) or --allow-scan, which reads {}",
+            if *shards {
+                "every shard whole"
+            } else {
+                "the whole table"
+            }
+        ),
+        StatsNote::NeverAnalyzed { shards: false } => {
+            "the table has never been analyzed; the row estimate is unknown until ANALYZE runs"
+                .to_owned()
+        }
+        StatsNote::NeverAnalyzed { shards: true } => {
+            "a shard has never been analyzed; the row estimate counts it as empty until ANALYZE runs"
+                .to_owned()
+        }
+        StatsNote::UnprobedReference { key } => {
+            crate::output::unprobed_reference_note(key, "the eviction lag", false)
+        }
+    }
 }
 
 /// The table has no in-flight marker (a mapping without `in_flight`).

@@ -1,5 +1,6 @@
 //! What `check` found on a Citus table: the layout, the workers, and what each shard lacks.
 
+use crate::report::check::Status;
 use crate::report::rows::Layout;
 
 /// What one Citus check found.
@@ -32,11 +33,35 @@ pub(crate) enum Outcome {
     /// need (`wanted`), and the shards missing some of them.
     Privileges {
         role: String,
+        /// The role quoted, for the GRANT.
+        grantee: String,
         shards: usize,
         wanted: Vec<String>,
         short: Vec<ShardLacks>,
         table: String,
     },
+}
+
+impl Outcome {
+    /// How the check came out: a layout whose commands work shard by shard whatever the column
+    /// (or refuse reclaim --apply) is worth a note; what the workers lack fails.
+    pub(crate) fn status(&self) -> Status {
+        match self {
+            Outcome::Layout {
+                layout: Layout::SingleShard,
+                ..
+            } => Status::Note,
+            Outcome::Layout {
+                layout: Layout::Distributed { .. },
+                tenant_local: false,
+            } => Status::Note,
+            Outcome::Layout { .. } | Outcome::Workers { .. } => Status::Ok,
+            Outcome::Unreachable { .. } | Outcome::PrivilegesUnread { .. } => Status::Fail,
+            Outcome::Indexes { missing, .. } if missing.is_empty() => Status::Ok,
+            Outcome::Privileges { short, .. } if short.is_empty() => Status::Ok,
+            Outcome::Indexes { .. } | Outcome::Privileges { .. } => Status::Fail,
+        }
+    }
 }
 
 /// What one shard lacks (indexes, or grants), and where it is.

@@ -5,5 +5,7 @@ pub(crate) mod check;
 pub(crate) mod citus;
 pub(crate) mod evict;
 pub(crate) mod inspect;
+pub(crate) mod reclaim;
 pub(crate) mod rows;
 pub(crate) mod run;
+pub(crate) mod stats;

@@ -25,6 +25,23 @@ impl std::fmt::Display for Capped {
     }
 }
 
+impl Capped {
+    /// Nothing counted.
+    pub(crate) const ZERO: Capped = Capped {
+        count: 0,
+        at_least: false,
+    };
+
+    /// Two counts of one figure over different rows (placements, shards, batches) added up: "at
+    /// least" when either is.
+    pub(crate) fn plus(self, other: Capped) -> Capped {
+        Capped {
+            count: self.count.saturating_add(other.count),
+            at_least: self.at_least || other.at_least,
+        }
+    }
+}
+
 /// A key picked out by a stats query.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct KeyRef {
@@ -295,4 +312,108 @@ pub(crate) struct RecentTtl {
 pub(crate) struct TtlBucket {
     pub under_seconds: Option<f64>,
     pub keys: i64,
+}
+
+/// Catalog sizes and estimates.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Sizes {
+    pub estimated_rows: i64,
+    pub heap_bytes: i64,
+    pub toast_bytes: i64,
+    pub index_bytes: i64,
+    pub total_bytes: i64,
+    pub never_analyzed: bool,
+}
+
+/// Vacuum and analyze bookkeeping.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Vacuum {
+    pub live_tuples: i64,
+    pub dead_tuples: i64,
+    /// Rows inserted into the table (every leaf partition) since the server's statistics were
+    /// reset: a counter, whose change between two reads is the insert rate.
+    pub inserted_rows: i64,
+    /// Rows deleted from it since then (evict's deletions among them): the eviction rate's counter.
+    pub deleted_rows: i64,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_vacuum: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_analyze: Option<OffsetDateTime>,
+}
+
+/// in_progress keys held longer than the cutoff.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Stuck {
+    pub count: Capped,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub oldest_since: Option<OffsetDateTime>,
+}
+
+/// One leaf partition as the catalog describes it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Partition {
+    /// `schema.name` as the catalog holds it (renderers escape it).
+    pub name: String,
+    /// `"schema"."name"`, safe to splice into a statement.
+    #[serde(skip)]
+    pub quoted: String,
+    /// The partition's bound as PostgreSQL prints it (`FOR VALUES FROM (...) TO (...)`, `DEFAULT`).
+    pub bound: String,
+    pub is_default: bool,
+    /// Attached to the key table itself rather than to a sub-partitioned child.
+    #[serde(skip)]
+    pub direct: bool,
+    /// `pg_class.reltuples` (0 when never analyzed).
+    pub estimated_rows: i64,
+    pub never_analyzed: bool,
+    pub total_bytes: i64,
+    /// The current role may drop it.
+    #[serde(skip)]
+    pub owned: bool,
+    /// Lower bound (inclusive) on a timestamptz range key; None for MINVALUE, other keys, DEFAULT.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub range_from: Option<OffsetDateTime>,
+    /// Upper bound (exclusive) on a timestamptz range key; None for MAXVALUE, other keys, DEFAULT.
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub range_to: Option<OffsetDateTime>,
+    /// The database clock when the list was read.
+    #[serde(skip)]
+    pub db_now: OffsetDateTime,
+}
+
+/// How a partitioned key table is partitioned.
+#[derive(Clone, Debug, Serialize)]
+pub struct Partitioning {
+    /// `range`, `list` or `hash`.
+    pub strategy: String,
+    /// The key's columns in order; an expression in the key shows as `(expression)`.
+    pub columns: Vec<String>,
+    /// The key as PostgreSQL prints it, e.g. `RANGE (expires_at)`.
+    pub definition: String,
+}
+
+/// Autovacuum's view of one relation (the table, or one leaf partition).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct AutovacuumRel {
+    /// Schema-qualified, quoted as in SQL.
+    pub relation: String,
+    pub reltuples: f64,
+    pub live_tuples: i64,
+    pub dead_tuples: i64,
+    /// autovacuum_vacuum_threshold and autovacuum_vacuum_scale_factor in effect.
+    pub base_threshold: i64,
+    pub scale_factor: f64,
+    /// Whether the table sets either itself (storage parameters).
+    pub own_settings: bool,
+    /// autovacuum is on for the server and not off for the table.
+    pub enabled: bool,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub last_vacuum: Option<OffsetDateTime>,
+}
+
+impl AutovacuumRel {
+    /// Dead tuples above which autovacuum vacuums the relation.
+    pub(crate) fn threshold(&self) -> f64 {
+        self.base_threshold as f64 + self.scale_factor * self.reltuples
+    }
 }

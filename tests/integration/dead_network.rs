@@ -334,6 +334,27 @@ async fn reclaim_cut_off(apply: bool) {
     let left = crate::support::stuck::stuck_keys(&db).await;
     let reclaimed: std::collections::BTreeSet<_> = before.difference(&left).cloned().collect();
     assert!(!reclaimed.is_empty(), "{what}: cut mid-run");
+    // The line says what the committed batches reclaimed, and that the batch in flight (one key)
+    // may or may not have committed: never more than was reclaimed, never a key unaccounted for.
+    let head = "reclaim lost its connection: ";
+    let said: usize = run
+        .stderr
+        .split_once(head)
+        .and_then(|(_, rest)| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{what}: the line says what was reclaimed\n{run}"));
+    assert!(
+        run.stderr.contains(
+            " keys reclaimed by batches whose commit the server confirmed; the batch in flight \
+             (1 key at most) may or may not have committed"
+        ),
+        "{what}\n{run}"
+    );
+    assert!(
+        said <= reclaimed.len() && reclaimed.len() <= said + 1,
+        "{what}: said {said}, reclaimed {}\n{run}",
+        reclaimed.len()
+    );
     assert!(
         archived.is_superset(&reclaimed),
         "{what}: a reclaimed key without its line"

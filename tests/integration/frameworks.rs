@@ -1000,3 +1000,45 @@ async fn a_scope_given_wrongly_is_refused_with_one_line() {
         .run()
         .assert_error(3, "key k not found for request_type=payment client_id=7");
 }
+
+/// check never proposes a unique index: with the whole scope mapped the primary key is the
+/// identity (ok); a mapping narrower than the primary key is a warning naming it, with no fix; a
+/// table with no unique index over the scope gets a plain lookup index, never a unique one, and
+/// inspect without the scope names the index led by the key that would find it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_never_proposes_a_unique_index_over_part_of_the_identity() {
+    let s = Shape::new("JDBC (Flyway)", "").await;
+    let narrower = doc_block("JDBC (Flyway)", "toml").replace(
+        "tenant = [\"request_type\", \"client_id\"]",
+        "tenant = \"client_id\"",
+    );
+    std::fs::write(s.dir.path().join("idemctl.toml"), narrower).unwrap();
+    let run = s.idemctl().arg("check").run();
+    run.assert_success().assert_stdout_contains(
+        "pk_idempotency_record makes a key unique only within (idempotency_key, request_type, client_id), wider than the mapping's (client_id, idempotency_key)",
+    );
+    assert!(!run.stdout.contains("UNIQUE"), "{run}");
+
+    let ddl = doc_block("JDBC (Flyway)", "sql").replace(
+        ",\n    CONSTRAINT pk_idempotency_record PRIMARY KEY (idempotency_key, request_type, client_id)",
+        "",
+    );
+    let db = loaded(&ddl, "", None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, doc_block("JDBC (Flyway)", "toml")).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    let run = idemctl().arg("check").run();
+    run.assert_stdout_contains("no valid unique index makes (request_type, client_id, idempotency_key) name one row")
+        .assert_stdout_contains(
+            "CREATE INDEX CONCURRENTLY \"idempotency_record_scope\" ON \"public\".\"idempotency_record\" (request_type, client_id, idempotency_key);",
+        );
+    assert!(!run.stdout.contains("UNIQUE"), "{run}");
+    idemctl()
+        .args(["inspect", "k", "--scope", "client_id=c-1"])
+        .run()
+        .assert_error(
+            2,
+            "table public.idempotency_record has no index led by its key, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of request_type, client_id, or create: CREATE INDEX CONCURRENTLY \"idempotency_record_key\" ON \"public\".\"idempotency_record\" (idempotency_key);",
+        );
+}

@@ -10,19 +10,21 @@ use super::plan::{
     Plan, PlanRow, check_plan_database, check_plan_table, check_plan_tenants, listed_twice,
     without_empty_tenants,
 };
-use super::report::{ReclaimReport, print_report};
-use super::request::Request;
+use super::report::print_report;
+use super::request::{Request, shown};
 use super::validation::{require_identity_index, require_privileges};
 use super::writing::{
-    archive_why, begin_writes, confirm, fail_with, open_archive, question, statements,
+    archive_why, begin_writes, confirm, fail_with, failed, open_archive, question, statements,
 };
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
 use crate::context::Context;
+use crate::db::batch;
 use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
 use crate::output::reclaim as output;
+use crate::report::reclaim::ReclaimReport;
 use crate::report::rows::Capped;
 use crate::report::run::EndReason;
 
@@ -110,21 +112,36 @@ pub(super) async fn apply_batches(
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
     let statements = statements(ctx, table, req)?;
-    let size = usize::try_from(args.batch_size).unwrap_or(usize::MAX);
-    for chunk in rows.chunks(size) {
+    let mut size = u64::from(args.batch_size);
+    let mut done = 0;
+    while done < rows.len() {
         if ctx.cancel.requested() {
             return Ok(EndReason::Interrupted);
         }
+        let end = rows
+            .len()
+            .min(done.saturating_add(usize::try_from(size).unwrap_or(usize::MAX)));
+        let chunk = &rows[done..end];
+        let want = u64::try_from(chunk.len()).unwrap_or(u64::MAX);
         let outcomes = match archive.as_deref_mut() {
             Some(a) => archived_apply_batch(&statements, client, req, chunk, a).await,
             None => apply_batch(&statements, client, req, chunk).await,
         };
         let outcomes = match outcomes {
             Err(_) if ctx.cancel.requested() => return Ok(EndReason::Interrupted),
-            outcomes => outcomes.map_err(|e| report.batch_error(e))?,
+            Err(e) => match batch::smaller_after_timeout(&e, want, false) {
+                // Exceeded statement_timeout: rolled back; its rows done again half as many.
+                Some(smaller) => {
+                    size = smaller;
+                    continue;
+                }
+                None => return Err(failed(ctx, report, e, want)),
+            },
+            Ok(outcomes) => outcomes,
         };
         report.batches += 1;
         report.record_outcomes(chunk, outcomes);
+        done = end;
     }
     Ok(EndReason::Drained)
 }
@@ -218,7 +235,7 @@ async fn apply_placements(
     if let Some(missing) = placed.shards.iter().find(|id| !placements.holds(**id)) {
         return Err(fail(
             Exit::Failure,
-            output::shard_unplaced(missing.unwrap_or_default(), table),
+            output::shard_unplaced(missing.unwrap_or_default(), &shown(table)),
         ));
     }
     for node in placements.nodes() {

@@ -34,13 +34,9 @@ use crate::output::reclaim as output;
 use apply::apply;
 use placements::resolve_layout;
 use preview::{nothing_in_flight, preview};
-use request::Mode;
+use request::{Mode, shown};
 use sweep::sweep;
 use validation::{profile_action, validate};
-
-pub(crate) use preview::{Candidate, PreviewReport};
-pub(crate) use report::{LeftAlone, ReclaimReport};
-pub(crate) use request::action_name;
 
 /// Run `reclaim`.
 pub(crate) async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
@@ -66,12 +62,12 @@ pub(crate) async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
         if args.keep_failed_for.is_some() {
             return Err(fail(
                 Exit::Usage,
-                output::keep_failed_without_expiry(&table),
+                output::keep_failed_without_expiry(&shown(&table)),
             ));
         }
         req.keep_failed = 0.0;
         crate::output::warn(&output::failed_keys_expire_by_ttl(
-            &table,
+            &shown(&table),
             table.profile.ttl(),
         ));
     }

@@ -4,13 +4,10 @@
 use std::path::Path;
 
 use anyhow::Result;
-use serde::Serialize;
-use serde_json::Value;
 use time::OffsetDateTime;
 
 use super::plan::{PLAN_VERSION, Plan, PlanRow};
-use super::report::filter_or_null;
-use super::request::{COUNT_CAP, LIST_CAP, Mode, Request};
+use super::request::{COUNT_CAP, LIST_CAP, Mode, Request, shown};
 use super::validation::{require_privileges, require_stuck_index};
 use crate::cli::ReclaimArgs;
 use crate::context::Context;
@@ -21,6 +18,7 @@ use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 use crate::output::prometheus::write_atomic;
 use crate::output::reclaim as output;
+use crate::report::reclaim::{Candidate, PreviewReport};
 use crate::report::rows::{Capped, DatabaseIdentity};
 use anyhow::Context as _;
 
@@ -28,7 +26,10 @@ use anyhow::Context as _;
 /// (without reading the table) and a run that would change something refuses.
 pub(super) fn nothing_in_flight(ctx: &Context, table: &KeyTable, req: &Request) -> Result<Exit> {
     if !matches!(req.mode, Mode::Preview(None)) {
-        return Err(fail(Exit::Usage, output::no_in_flight_marker(table)));
+        return Err(fail(
+            Exit::Usage,
+            output::no_in_flight_marker(&shown(table)),
+        ));
     }
     let json = serde_json::json!({
         "table": table.qualified_name(),
@@ -37,29 +38,9 @@ pub(super) fn nothing_in_flight(ctx: &Context, table: &KeyTable, req: &Request) 
         "would_reclaim": Capped::from_raw(0, 0),
         "rows": [],
     });
-    ctx.output.emit(&output::nothing_in_flight(table), &json)?;
+    ctx.output
+        .emit(&output::nothing_in_flight(&shown(table)), &json)?;
     Ok(Exit::Success)
-}
-
-/// A stuck key as the preview lists it.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct Candidate {
-    /// None on a table without a tenant column (null in JSON).
-    pub(crate) api_key_id: Option<String>,
-    pub(crate) key: String,
-    /// None where the table has no such column or the row holds NULL (null in JSON).
-    pub(crate) request_method: Option<String>,
-    pub(crate) request_path: Option<String>,
-    #[serde(with = "time::serde::rfc3339::option")]
-    pub(crate) locked_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339")]
-    pub(crate) created_at: OffsetDateTime,
-    /// locked_at, or created_at where the owner never set locked_at.
-    #[serde(with = "time::serde::rfc3339")]
-    pub(crate) held_since: OffsetDateTime,
-    /// Which column `held_since` comes from.
-    pub(crate) held_since_column: &'static str,
-    pub(crate) age_seconds: f64,
 }
 
 impl Candidate {
@@ -114,7 +95,7 @@ pub(super) async fn preview(
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, None).await?;
     if plan_path.is_some() && req.no_action {
-        return Err(fail(Exit::Usage, output::no_safe_action(table)));
+        return Err(fail(Exit::Usage, output::no_safe_action(&shown(table))));
     }
     let cap = req.limit.map_or(LIST_CAP, |l| {
         i64::try_from(l).unwrap_or(i64::MAX).min(LIST_CAP)
@@ -152,34 +133,6 @@ pub(super) async fn find(
     })
 }
 
-/// What a preview found and would do: the `--dry-run` and `--plan` report (also the JSON
-/// document).
-#[derive(Debug, Serialize)]
-pub(crate) struct PreviewReport {
-    pub(crate) table: String,
-    pub(super) dry_run: bool,
-    pub(crate) older_than_seconds: f64,
-    /// The filters (null without any).
-    #[serde(serialize_with = "filter_or_null")]
-    pub(crate) filter: reclaim_db::Filter,
-    /// None when the profile allows no action (the preview only lists the keys).
-    pub(crate) action: Option<ReclaimAction>,
-    pub(crate) response_status: Option<i32>,
-    pub(crate) response_body: Option<Value>,
-    pub(crate) limit: Option<u64>,
-    pub(crate) would_reclaim: Capped,
-    pub(super) rows_listed: usize,
-    pub(crate) listing_truncated: bool,
-    pub(crate) plan_file: Option<String>,
-    /// The database clock, to the second.
-    #[serde(serialize_with = "to_the_second")]
-    pub(super) db_now: OffsetDateTime,
-    pub(crate) rows: Vec<Candidate>,
-    /// The status `--action fail` stores.
-    #[serde(skip)]
-    pub(crate) status: i32,
-}
-
 impl PreviewReport {
     pub(super) fn new(
         table: &KeyTable,
@@ -200,18 +153,17 @@ impl PreviewReport {
             rows_listed: found.rows.len(),
             listing_truncated: found.truncated,
             plan_file: plan_path.map(|p| p.display().to_string()),
-            db_now: found.db_now,
+            db_now: to_the_second(found.db_now),
             rows: found.rows,
             status: req.status,
         }
     }
 }
 
-pub(super) fn to_the_second<S: serde::Serializer>(
-    t: &OffsetDateTime,
-    s: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_str(&crate::output::rfc3339(*t))
+/// The database clock as the report shows it: UTC, to the second.
+fn to_the_second(t: OffsetDateTime) -> OffsetDateTime {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    t.replace_nanosecond(0).unwrap_or(t)
 }
 
 pub(super) fn write_plan(

@@ -1,21 +1,20 @@
 //! The summary of a writing run, its metrics and when it prints.
 
 use anyhow::Result;
-use serde::Serialize;
 
 use super::plan::PlanRow;
 use super::request::{LIST_CAP, Mode, Request};
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::batch;
-use crate::db::reclaim as reclaim_db;
+use crate::db::session::Lost;
 use crate::domain::{OutputFormat, ReclaimAction};
 use crate::exit::Exit;
 use crate::metrics::RunEnd;
 use crate::metrics::Series;
 use crate::output::prometheus::Metrics;
 use crate::output::reclaim as output;
-use crate::report::rows::Capped;
+use crate::report::reclaim::{BatchEnd, BatchFailed, KeyId, LeftAlone, ReclaimReport};
 use crate::report::run::EndReason;
 
 /// Why apply leaves a plan row alone (held: a live owner holds it; filtered: it does not match the
@@ -29,54 +28,6 @@ pub(super) const LEFT_ALONE_REASONS: [&str; 7] = [
     "too_young",
     "held",
 ];
-
-/// A key identified for the report.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct KeyId {
-    /// None on a table without a tenant column (null in JSON).
-    pub(crate) api_key_id: Option<String>,
-    pub(crate) key: String,
-}
-
-/// A plan row that apply left alone, and why.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct LeftAlone {
-    /// None on a table without a tenant column (null in JSON).
-    pub(crate) api_key_id: Option<String>,
-    pub(crate) key: String,
-    /// gone, filtered, completed, other_state, changed, too_young or held.
-    pub(crate) reason: String,
-    /// The row's state when apply looked, if it still exists.
-    pub(crate) state: Option<String>,
-}
-
-/// The summary of a writing run (also the JSON document).
-#[derive(Debug, Serialize)]
-pub(crate) struct ReclaimReport {
-    pub(crate) table: String,
-    pub(crate) action: ReclaimAction,
-    pub(crate) older_than_seconds: f64,
-    /// The filters the run was limited to (null without any).
-    #[serde(serialize_with = "filter_or_null")]
-    pub(crate) filter: reclaim_db::Filter,
-    pub(crate) response_status: Option<i32>,
-    /// `--action fail`: each failed key is kept at least this long from when it was failed.
-    pub(crate) keep_failed_for_seconds: Option<f64>,
-    pub(crate) plan_file: Option<String>,
-    pub(crate) end_reason: EndReason,
-    pub(crate) rows_reclaimed: u64,
-    pub(crate) batches: u64,
-    pub(crate) elapsed_seconds: f64,
-    /// Stuck keys skipped because their owner holds the row lock (it is alive).
-    pub(crate) skipped_live_owner: Option<Capped>,
-    /// Stuck keys still in the table after the run (sweep only).
-    pub(crate) stuck_left: Option<Capped>,
-    /// Plan rows apply did not reclaim, with why.
-    pub(crate) left_alone: Vec<LeftAlone>,
-    /// The keys reclaimed (the first LIST_CAP).
-    pub(crate) reclaimed: Vec<KeyId>,
-    pub(crate) reclaimed_listing_truncated: bool,
-}
 
 impl ReclaimReport {
     pub(super) fn new(table: &KeyTable, req: &Request) -> ReclaimReport {
@@ -114,28 +65,39 @@ impl ReclaimReport {
         }
     }
 
-    /// Wrap a batch failure with what had already been done (those batches are committed).
-    pub(super) fn batch_error(&self, e: anyhow::Error) -> anyhow::Error {
-        if e.is::<batch::HeldReferenceRow>() {
-            return e.context(format!(
-                "batch {} was rolled back ({} keys were reclaimed by earlier batches)",
-                self.batches + 1,
-                self.rows_reclaimed
-            ));
-        }
-        let why = if batch::Failure::of(&e) == batch::Failure::LockTimeout {
-            format!(
-                "could not get a lock another session holds in {} tries (a live transaction holds a row it needs, or DDL holds the table)",
-                batch::TRIES
-            )
+    /// Wrap a batch failure with what had already been done (those batches are committed);
+    /// `in_flight`: how many keys the failed batch could have taken.
+    pub(super) fn batch_error(&self, e: anyhow::Error, in_flight: u64) -> anyhow::Error {
+        let end = if e.is::<batch::HeldReferenceRow>() {
+            BatchEnd::HeldReference
+        } else if e.chain().any(|c| c.is::<Lost>()) {
+            BatchEnd::Lost { in_flight }
+        } else if batch::Failure::of(&e) == batch::Failure::LockTimeout {
+            BatchEnd::LockTimeout {
+                tries: batch::TRIES,
+            }
         } else {
-            "failed".to_owned()
+            BatchEnd::Failed
         };
-        e.context(format!(
-            "batch {} {why} and was rolled back ({} keys were reclaimed by earlier batches); run reclaim again",
-            self.batches + 1,
-            self.rows_reclaimed
-        ))
+        self.ended_by(e, end)
+    }
+
+    /// A batch of one key that still exceeded statement_timeout after the batches were made
+    /// smaller: the run ends, naming the setting.
+    pub(super) fn smallest_timed_out(
+        &self,
+        e: anyhow::Error,
+        statement_timeout: std::time::Duration,
+    ) -> anyhow::Error {
+        self.ended_by(e, BatchEnd::SmallestTimedOut { statement_timeout })
+    }
+
+    fn ended_by(&self, e: anyhow::Error, end: BatchEnd) -> anyhow::Error {
+        e.context(output::batch_failed(&BatchFailed {
+            batch: self.batches + 1,
+            reclaimed: self.rows_reclaimed,
+            end,
+        }))
     }
 
     /// Count each plan row as reclaimed or left alone (with why).
@@ -207,18 +169,6 @@ impl ReclaimReport {
             EndReason::Interrupted => Exit::Interrupted,
             _ => Exit::Success,
         }
-    }
-}
-
-/// The filters for JSON output: null without any.
-pub(super) fn filter_or_null<S: serde::Serializer>(
-    f: &reclaim_db::Filter,
-    s: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    if f.is_empty() {
-        s.serialize_none()
-    } else {
-        f.serialize(s)
     }
 }
 

@@ -5,18 +5,20 @@ use std::time::Instant;
 use anyhow::Result;
 
 use super::placements::Placements;
-use super::report::{KeyId, ReclaimReport, print_report};
+use super::report::print_report;
 use super::request::{COUNT_CAP, Request};
 use super::validation::{require_privileges, require_stuck_index};
 use super::writing::{
-    archive_why, begin_writes, confirm, fail_with, open_archive, question, statements,
+    archive_why, begin_writes, confirm, fail_with, failed, open_archive, question, statements,
 };
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
 use crate::context::Context;
+use crate::db::batch;
 use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
 use crate::exit::Exit;
+use crate::report::reclaim::{KeyId, ReclaimReport};
 use crate::report::rows::Capped;
 use crate::report::run::EndReason;
 
@@ -69,11 +71,11 @@ async fn sweep_batches(
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
     let statements = statements(ctx, table, req)?;
+    let mut size = u64::from(args.batch_size);
     loop {
         if ctx.cancel.requested() {
             return Ok(EndReason::Interrupted);
         }
-        let size = u64::from(args.batch_size);
         let want = match req.limit {
             Some(l) if l <= report.rows_reclaimed => return Ok(EndReason::Limit),
             Some(l) => size.min(l - report.rows_reclaimed),
@@ -86,7 +88,15 @@ async fn sweep_batches(
         // A batch that failed as the run was interrupted was rolled back whole.
         let got = match got {
             Err(_) if ctx.cancel.requested() => return Ok(EndReason::Interrupted),
-            got => got.map_err(|e| report.batch_error(e))?,
+            Err(e) => match batch::smaller_after_timeout(&e, want, false) {
+                // Exceeded statement_timeout: rolled back; done again half as large.
+                Some(smaller) => {
+                    size = smaller;
+                    continue;
+                }
+                None => return Err(failed(ctx, report, e, want)),
+            },
+            Ok(got) => got,
         };
         report.batches += 1;
         let n = u64::try_from(got.len()).unwrap_or(u64::MAX);

@@ -10,7 +10,7 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::plan::{Plan, check_plan_flags, load_plan};
-use super::request::{Mode, Request};
+use super::request::{Mode, Request, shown};
 use crate::cli::ReclaimArgs;
 use crate::context::Context;
 use crate::db::reclaim as reclaim_db;
@@ -45,7 +45,7 @@ pub(super) fn profile_action(
         if matches!(req.mode, Mode::Preview(None)) && args.action.is_none() {
             return Ok(None);
         }
-        return Err(fail(Exit::Usage, output::no_safe_action(table)));
+        return Err(fail(Exit::Usage, output::no_safe_action(&shown(table))));
     };
     let chosen = if args.action.is_none() && args.apply.is_none() {
         default
@@ -53,7 +53,10 @@ pub(super) fn profile_action(
         req.action
     };
     if !allowed.contains(&chosen) {
-        return Err(fail(Exit::Usage, output::action_unfit(chosen, table)));
+        return Err(fail(
+            Exit::Usage,
+            output::action_unfit(chosen, &shown(table)),
+        ));
     }
     if chosen != ReclaimAction::Fail && args.action.is_none() {
         let flag = if args.body_file.is_some() {
@@ -66,7 +69,7 @@ pub(super) fn profile_action(
         if let Some(flag) = flag {
             return Err(fail(
                 Exit::Usage,
-                output::only_for_fail_by_default(flag, table, chosen),
+                output::only_for_fail_by_default(flag, &shown(table), chosen),
             ));
         }
     }
@@ -230,10 +233,10 @@ pub(super) fn require_stuck_index(table: &KeyTable, allow_scan: bool, quiet: boo
         if quiet {
             return Ok(());
         }
-        crate::output::warn(&output::scanning_for_stuck_keys(table));
+        crate::output::warn(&output::scanning_for_stuck_keys(&shown(table)));
         return Ok(());
     }
-    Err(fail(Exit::Usage, output::no_stuck_index(table)))
+    Err(fail(Exit::Usage, output::no_stuck_index(&shown(table))))
 }
 
 /// Refuse, before any change and naming the missing grant, a role that lacks what the run needs:
@@ -265,19 +268,21 @@ pub(super) async fn require_privileges(
 }
 
 /// On a Citus reference or local table the batches find the rows they locked again by the key's
-/// identity (Citus refuses a change matched by ctid there), which must then name one row: refuse,
-/// before any change, a table without a unique index on it, or a partitioned one (whose unique
+/// identity (Citus refuses a change matched by ctid there): the columns of a unique index that
+/// names one row (the identity index, else the primary key or another unique index, whatever its
+/// width). Refuse, before any change, a table without one, or a partitioned one (whose unique
 /// indexes also hold the partition key).
 pub(super) fn require_rows_by_identity(
     table: &KeyTable,
     layout: &crate::report::rows::Layout,
 ) -> Result<()> {
-    if table.identity_index().is_some() && table.partition_key().is_empty() {
+    let named = table.identity_index().or_else(|| table.walk_index());
+    if named.is_some() && table.partition_key().is_empty() {
         return Ok(());
     }
     Err(fail(
         Exit::Usage,
-        output::no_identity_on_citus(table, layout),
+        output::no_identity_on_citus(&shown(table), layout),
     ))
 }
 
@@ -286,7 +291,7 @@ pub(super) fn require_identity_index(table: &KeyTable) -> Result<()> {
     if table.has_tenant_key_index() {
         return Ok(());
     }
-    Err(fail(Exit::Usage, output::no_identity_index(table)))
+    Err(fail(Exit::Usage, output::no_identity_index(&shown(table))))
 }
 
 pub(super) fn request_from_plan(args: &ReclaimArgs, path: &Path) -> Result<Request> {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 
-use super::request::{ROW_LOCK_WAIT, Request, action_name};
+use super::request::{ROW_LOCK_WAIT, Request, action_name, shown};
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
 use crate::context::Context;
@@ -17,6 +17,7 @@ use crate::db::{KeyTable, Session};
 use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 use crate::output::reclaim as output;
+use crate::report::reclaim::ReclaimReport;
 
 /// Take the table's reclaim lock and keep every row wait to a few milliseconds for the session
 /// (behind a transaction pooler: no lock, and the wait set in each batch's transaction).
@@ -52,7 +53,7 @@ pub(super) fn confirm(args: &ReclaimArgs, question: &str) -> Result<()> {
 /// The confirmation question, worded by the output layer.
 pub(super) fn question(table: &KeyTable, req: &Request, count: &str) -> String {
     output::question(&output::Asked {
-        table,
+        table: &shown(table),
         action: req.action,
         status: req.status,
         filter: &req.filter,
@@ -100,4 +101,21 @@ pub(super) fn archive_why(req: &Request) -> crate::commands::archive::Why<'_> {
         older_than: req.older_than,
         filter: &req.filter,
     }
+}
+
+/// The error that ends the run after a batch of `want` keys failed (not on a signal, and not a
+/// timeout a smaller batch can avoid).
+pub(super) fn failed(
+    ctx: &Context,
+    report: &ReclaimReport,
+    e: anyhow::Error,
+    want: u64,
+) -> anyhow::Error {
+    if batch::timed_out(&e, ctx.cancel.requested()) {
+        let timeout = ctx
+            .answer_deadline()
+            .saturating_sub(crate::conn::ANSWER_MARGIN);
+        return report.smallest_timed_out(e, timeout);
+    }
+    report.batch_error(e, want)
 }
