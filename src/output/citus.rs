@@ -2,8 +2,8 @@
 //! summary. Worker names, the role and the distribution column are
 //! escaped here, where they are printed.
 
-use crate::commands::evict::placements::CitusReport;
 use crate::output::{Doc, human_bytes, human_secs};
+use crate::report::evict::CitusReport;
 use crate::report::rows::Capped;
 use crate::report::rows::Layout;
 use crate::report::stats::CitusStats;

@@ -2,10 +2,6 @@
 //! summary, with the partition tables both share.
 //! Names from the catalog are escaped here, where they are printed.
 
-use crate::commands::evict::pace::{
-    INSERT_MULTIPLE, PRESENT_MULTIPLE, PaceReport, PaceStatus, Reason, State,
-};
-use crate::commands::evict::{DryRunReport, EvictReport};
 use crate::db::KeyTable;
 use crate::db::table::{quote_ident, quote_ident_if_needed, ttl_text};
 use crate::output::{
@@ -14,7 +10,11 @@ use crate::output::{
 };
 use crate::report::evict::Expiry;
 use crate::report::evict::{Dropped, Kept};
+use crate::report::evict::{DryRunReport, EvictReport};
 use crate::report::evict::{GaveUp, Lagging};
+use crate::report::evict::{
+    INSERT_MULTIPLE, PRESENT_MULTIPLE, PaceReport, PaceStatus, Reason, State,
+};
 use crate::report::evict::{RateProgress, RateReport};
 use crate::report::evict::{Skipped, VacuumReport};
 use crate::report::rows::Capped;

@@ -19,8 +19,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use serde::Serialize;
-use time::OffsetDateTime;
 
 use crate::cli::EvictArgs;
 use crate::context::Context;
@@ -33,9 +31,8 @@ use crate::exit::{Exit, fail};
 use crate::metrics::RunEnd;
 use crate::metrics::Series as S;
 use crate::output::prometheus::Metrics;
-use crate::output::rfc3339;
 use crate::progress::Progress;
-use crate::report::evict::Expiry;
+pub(crate) use crate::report::evict::{DryRunReport, EvictReport, Expiry, WalkReport};
 use crate::report::rows::{Capped, Layout};
 pub(crate) use crate::report::run::EndReason;
 
@@ -65,80 +62,6 @@ pub(crate) fn expiry_of(table: &KeyTable, global: &crate::config::Plan) -> Expir
             }
         }
     }
-}
-
-/// The run's summary (also the JSON document).
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct EvictReport {
-    pub table: String,
-    /// How keys expire: the expiry column, or created_at + the TTL and where it came from.
-    pub expiry: Expiry,
-    pub end_reason: EndReason,
-    pub rows_evicted: u64,
-    /// Of rows_evicted, those deleted after the last point known durable (their commits are
-    /// asynchronous): a crash or a failover may bring them back, and the next run deletes them
-    /// again. 0 after a run that ended well (its end is a durable point).
-    pub rows_unconfirmed: u64,
-    pub batches: u64,
-    pub elapsed_seconds: f64,
-    pub rows_per_second: f64,
-    /// Expired completed rows left because a live request held them.
-    pub skipped_locked: u64,
-    /// Expired completed rows left because they are younger than --min-age.
-    pub skipped_min_age: u64,
-    /// Expired completed rows left because a foreign key with ON DELETE NO ACTION or RESTRICT
-    /// still references them (evict leaves them until nothing does).
-    pub skipped_referenced: u64,
-    /// Batches that fell back to skipping locked rows.
-    pub lock_fallbacks: u64,
-    /// Expired rows still in_progress (reclaim's job), counted after the run.
-    pub expired_in_progress_left: Option<Capped>,
-    /// Expired completed rows still present after the run.
-    pub backlog_left: Option<Capped>,
-    pub batch_ms_p50: f64,
-    pub batch_ms_p99: f64,
-    pub batch_ms_max: f64,
-    /// Rows asked of a batch: median and largest (fixed with --batch-size, else paced by
-    /// --batch-time).
-    pub batch_rows_p50: u32,
-    pub batch_rows_max: u32,
-    /// Partitions detached and dropped whole (--drop-partitions).
-    pub dropped_partitions: Vec<partitions::Dropped>,
-    /// Sum of the dropped partitions' row estimates (pg_class.reltuples).
-    pub rows_dropped_estimate: i64,
-    /// Partitions --drop-partitions tried and left to the batches, with the reason.
-    pub partitions_kept: Vec<partitions::Kept>,
-    /// --max-replica-lag in seconds (None without it).
-    pub replica_lag_limit_seconds: Option<f64>,
-    /// Pauses because a replica was behind --max-replica-lag, and their total length.
-    pub replica_lag_waits: u64,
-    pub replica_lag_wait_seconds: f64,
-    /// The largest replica lag measured during the run (0 without --max-replica-lag).
-    pub replica_lag_max_seconds: f64,
-    /// How the run was paced, and the adaptive pace's decisions (on a Citus cluster: the workers'
-    /// paces added up).
-    pub pace: pace::PaceReport,
-    /// On a table Citus distributes: its layout and what each worker did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub citus: Option<placements::CitusReport>,
-    /// --max-rate and --max-wal-rate, and what they did (None without either).
-    pub rate_limit: Option<rate::RateReport>,
-    /// --vacuum: what it did (None without it).
-    pub vacuum: Option<vacuum::VacuumReport>,
-    /// Without an expiry index: the unique index walked and what the walk read (None when the
-    /// batches went through the expiry index).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub walk: Option<WalkReport>,
-}
-
-/// What a walk of a unique index read, beside what it deleted.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct WalkReport {
-    pub index: String,
-    /// Index entries (rows) the pages examined.
-    pub rows_examined: u64,
-    /// The walk follows age and stopped at a page in which nothing had expired.
-    pub stopped_early: bool,
 }
 
 /// Run `evict`.
@@ -775,63 +698,6 @@ async fn dry_run(
     ctx.output
         .emit(&crate::output::evict::dry_run(&report), &json)?;
     Ok(Exit::Success)
-}
-
-/// What a dry run found and would do (also the JSON document): the candidates, the batch
-/// statement and its plan, a sample of the keys, and with --drop-partitions or --max-replica-lag
-/// the partitions it would drop and the replicas it would watch.
-#[derive(Debug, Serialize)]
-pub(crate) struct DryRunReport {
-    pub(crate) table: String,
-    dry_run: bool,
-    /// How keys expire: the expiry column, or created_at + the TTL and where it came from.
-    pub(crate) expiry: Expiry,
-    pub(crate) would_evict: Capped,
-    /// Candidates the run would leave because a NO ACTION / RESTRICT foreign key still references
-    /// them (absent when none references the table through an indexed column).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) would_skip_referenced: Option<Capped>,
-    #[serde(serialize_with = "to_the_second")]
-    pub(crate) oldest_candidate: Option<OffsetDateTime>,
-    #[serde(serialize_with = "to_the_second")]
-    pub(crate) newest_candidate: Option<OffsetDateTime>,
-    batch_size: Option<u32>,
-    pub(crate) batch_sizing: String,
-    pub(crate) statement: String,
-    pub(crate) plan: Vec<String>,
-    pub(crate) sample: Vec<evict_db::SampleKey>,
-    pub(crate) held_back_by_min_age: i64,
-    pub(crate) held_back_sample: Vec<evict_db::SampleKey>,
-    /// --min-age was given.
-    #[serde(skip)]
-    pub(crate) min_age: bool,
-    /// Expired keys the --min-age count walked, and whether it stopped at its cap.
-    #[serde(skip)]
-    pub(crate) walked: i64,
-    #[serde(skip)]
-    pub(crate) walked_all: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) would_drop_partitions: Option<Vec<partitions::Dropped>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) rows_dropped_estimate: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) partitions_kept: Option<Vec<partitions::Kept>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) replicas: Option<Vec<crate::report::rows::Replica>>,
-    /// What the figures leave out, such as the keys of a NO ACTION / RESTRICT foreign key that
-    /// are not probed (counted in would_evict).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub(crate) notes: Vec<String>,
-}
-
-fn to_the_second<S: serde::Serializer>(
-    t: &Option<OffsetDateTime>,
-    s: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    match t {
-        Some(t) => s.serialize_str(&rfc3339(*t)),
-        None => s.serialize_none(),
-    }
 }
 
 fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {

@@ -38,11 +38,9 @@
 //! the backlog; an idle foreground lifts the ceiling with the rest of the pacing. A role that cannot see other roles' sessions (no
 //! pg_read_all_stats, which pg_monitor grants) keeps the fixed 20 % duty cycle, and says so once.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use serde::Serialize;
 use time::OffsetDateTime;
 use tokio::sync::Mutex;
 
@@ -51,6 +49,9 @@ use crate::db::activity::{self, Foreground};
 use crate::domain::Cancel;
 use crate::metrics::Series;
 use crate::output::prometheus::Metrics;
+pub(crate) use crate::report::evict::{
+    Decision, INSERT_MULTIPLE, PRESENT_MULTIPLE, PaceReport, PaceStatus, Reason, State,
+};
 
 /// How often the foreground is sampled, at most.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(200);
@@ -77,17 +78,9 @@ const HOLD_SAMPLES: u32 = 5;
 /// a rise and keep evict at its minimum (measured in bench/run's pace phase: a saturating
 /// workload waiting on its own commit flushes kept the earlier floor at 2 % the whole run).
 const SMOOTHING: f64 = 0.2;
-/// The paced removal rate never falls below this multiple of the table's insert rate.
-pub(crate) const INSERT_MULTIPLE: f64 = 10.0;
 /// The floor never makes a worker spend more than this share of wall time in batches, in percent
 /// (a burst of inserts must not turn evict into a full-speed deleter beside it).
 pub(crate) const FLOOR_MAX_DUTY: f64 = 50.0;
-/// While the foreground is present, the pace removes keys at most this multiple of the table's
-/// insert rate (the rest is lengthened to hold it), whatever duty cycle the signals allow: beside
-/// a workload that is not saturating the server its tail latency paid for every batch beyond
-/// that (bench/run's pace phase at half load), while the backlog still shrinks at 19 times the
-/// rate it grows.
-pub(crate) const PRESENT_MULTIPLE: f64 = 20.0;
 /// The ceiling never rests a worker below this duty cycle, in percent: a table that gains few
 /// keys on a server busy with other work still drains.
 pub(crate) const PRESENT_MIN_DUTY: f64 = 2.0;
@@ -96,67 +89,6 @@ pub(crate) const PRESENT_MIN_DUTY: f64 = 2.0;
 pub(crate) const INSERT_WINDOW: Duration = Duration::from_secs(5);
 const FLOOR_RISE: f64 = 0.02;
 const FLOOR_FALL: f64 = 0.05;
-
-/// Why evict backed off.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Reason {
-    /// Other sessions' statements wait on WAL, I/O or locks more than before.
-    ForegroundWaiting,
-    /// Other sessions' statements run longer than before.
-    ForegroundSlower,
-    /// evict's own batches run slower than before.
-    BatchesSlower,
-}
-
-impl Reason {
-    pub(crate) const ALL: [Reason; 3] = [
-        Reason::ForegroundWaiting,
-        Reason::ForegroundSlower,
-        Reason::BatchesSlower,
-    ];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Reason::ForegroundWaiting => "foreground_waiting",
-            Reason::ForegroundSlower => "foreground_slower",
-            Reason::BatchesSlower => "batches_slower",
-        }
-    }
-}
-
-/// Where the pace stands.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum State {
-    /// The foreground is idle: unpaced, every session, catch-up-sized batches.
-    Full,
-    /// The foreground is present and nothing says it suffers.
-    Paced,
-    /// Recovering from a back-off, for this reason.
-    BackingOff(Reason),
-}
-
-/// What the controller decided.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Decision {
-    pub state: State,
-    /// Percent of wall time a worker may spend in statements.
-    pub duty: f64,
-}
-
-impl Decision {
-    pub(crate) fn full(&self) -> bool {
-        self.state == State::Full
-    }
-}
-
-/// The adaptive pace in effect, for the progress bar.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PaceStatus {
-    pub decision: Decision,
-    /// The removal rate the insert-rate floor holds (rows/s), while paced.
-    pub floor_rows_per_second: Option<f64>,
-}
 
 /// One sample's figures, as the controller sees them.
 #[derive(Debug, Clone, Copy, Default)]
@@ -355,40 +287,6 @@ impl Mode {
             fixed => fixed,
         }
     }
-}
-
-/// The pace decisions of a run, for the summary, JSON and metrics.
-#[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct PaceReport {
-    /// "adaptive" or "fixed".
-    pub mode: &'static str,
-    /// The fixed duty cycle (fixed mode).
-    pub duty_cycle: Option<u8>,
-    /// --pause: the rest added after every batch on top of the duty cycle's (fixed mode).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pause_seconds: Option<f64>,
-    /// Why an adaptive pace was not possible (fixed mode by fallback).
-    pub fallback: Option<String>,
-    /// What the adaptive pace watched.
-    pub signals: Vec<&'static str>,
-    pub samples: u64,
-    /// Wall time unpaced because the foreground was idle.
-    pub full_seconds: f64,
-    /// Wall time paced at or climbing towards the default duty cycle.
-    pub paced_seconds: f64,
-    /// Wall time spent backed off below it, in all and by reason.
-    pub backoff_seconds: f64,
-    pub backoff_seconds_by_reason: BTreeMap<Reason, f64>,
-    /// Back-offs (halvings of the duty cycle), by reason.
-    pub backoffs_by_reason: BTreeMap<Reason, u64>,
-    /// The lowest duty cycle the run went down to, in percent.
-    pub min_duty_cycle: Option<f64>,
-    /// The table's insert rate last measured (rows/s), when the floor watches it.
-    pub insert_rate: Option<f64>,
-    /// Rest time the insert-rate floor cut (seconds, summed over workers).
-    pub floor_cut_seconds: f64,
-    /// Rest time the insert-rate ceiling added (seconds, summed over workers).
-    pub ceiling_added_seconds: f64,
 }
 
 impl PaceReport {

@@ -25,7 +25,6 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
-use serde::Serialize;
 use tokio::sync::{Mutex, Semaphore};
 
 use super::pace::{self, PaceReport, Pacer};
@@ -38,6 +37,7 @@ use crate::db::citus;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
+pub(crate) use crate::report::evict::{CitusReport, NodeReport};
 use crate::report::rows::{Capped, Layout};
 use crate::report::run::EndReason;
 
@@ -46,34 +46,6 @@ pub(crate) const ROW_LOCK_WAIT: Duration = Duration::from_millis(1);
 
 /// Counts in the summary and the progress bar's goal stop here (over all the placements).
 pub(super) const COUNT_CAP: i64 = 100_000;
-
-/// What one worker node did.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct NodeReport {
-    /// `host:port` as the coordinator's metadata names it.
-    pub node: String,
-    /// Shards of the table on this node, and how many the run went through to the end.
-    pub shards: usize,
-    pub shards_drained: usize,
-    pub rows_evicted: u64,
-    pub batches: u64,
-    pub skipped_locked: u64,
-    /// Left because a NO ACTION / RESTRICT foreign key (from a colocated shard) still references
-    /// them.
-    pub skipped_referenced: u64,
-    /// Expired completed keys left on this node after the run.
-    pub backlog_left: Option<Capped>,
-    /// Expired in_progress keys left on this node.
-    pub expired_in_progress_left: Option<Capped>,
-    pub pace: PaceReport,
-}
-
-/// The Citus part of the summary.
-#[derive(Debug, Clone, Serialize)]
-pub(crate) struct CitusReport {
-    pub layout: Layout,
-    pub nodes: Vec<NodeReport>,
-}
 
 /// One placement of the table, with its batch statements.
 pub(super) struct Placement {

@@ -358,18 +358,8 @@ impl Shared {
         if self.should_stop(state) {
             return Ok((Claim::Stop, None));
         }
-        if let Some(gate) = &self.gate {
-            let deadline = self.plan.max_runtime.map(|m| self.started + m);
-            if let Some(reason) = gate
-                .pause_while_lagging(client, &self.cancel, deadline, &self.progress)
-                .await?
-            {
-                state.stop.get_or_insert(reason);
-                return Ok((Claim::Stop, None));
-            }
-            if self.should_stop(state) {
-                return Ok((Claim::Stop, None));
-            }
+        if self.replicas_stop(state, client).await? {
+            return Ok((Claim::Stop, None));
         }
         if state.ties_done.is_some() && state.ties_done == state.next {
             state.next = state.next.map(|t| t + time::Duration::microseconds(1));
@@ -387,31 +377,8 @@ impl Shared {
             .max_rows
             .map_or(size, |m| m.saturating_sub(state.reserved).min(size));
         let limit = i64::try_from(left.max(1)).unwrap_or(i64::MAX);
-        // The rate caps: wait for this batch's slot (every worker waits behind this claim).
-        let ticket = match &self.limiter {
-            Some(l) => {
-                let deadline = self.plan.max_runtime.map(|m| self.started + m);
-                let ticket = l
-                    .acquire(u64::try_from(limit).unwrap_or(0), &self.cancel, deadline)
-                    .await;
-                match ticket {
-                    Some(mut t) if !self.should_stop(state) => {
-                        // From here on the server's WAL is this batch's, the claim's probe
-                        // included (reading a range prunes the dead rows of earlier batches).
-                        l.before_batch(client, &mut t).await?;
-                        Some(t)
-                    }
-                    Some(t) => {
-                        l.cancel(t).await;
-                        return Ok((Claim::Stop, None));
-                    }
-                    None => {
-                        self.should_stop(state);
-                        return Ok((Claim::Stop, None));
-                    }
-                }
-            }
-            None => None,
+        let Some(ticket) = self.slot(state, client, limit).await? else {
+            return Ok((Claim::Stop, None));
         };
         if let Some(walk) = self.sql.walk() {
             let claim = self
@@ -465,6 +432,56 @@ impl Shared {
             }
         };
         Ok((claim, ticket))
+    }
+
+    /// With --max-replica-lag, wait (holding the claim, so every worker pauses) until the replicas
+    /// are within the limit; true when the run must stop instead.
+    async fn replicas_stop(&self, state: &mut State, client: &Session) -> Result<bool> {
+        let Some(gate) = &self.gate else {
+            return Ok(false);
+        };
+        let deadline = self.plan.max_runtime.map(|m| self.started + m);
+        if let Some(reason) = gate
+            .pause_while_lagging(client, &self.cancel, deadline, &self.progress)
+            .await?
+        {
+            state.stop.get_or_insert(reason);
+            return Ok(true);
+        }
+        Ok(self.should_stop(state))
+    }
+
+    /// The rate caps: wait for this batch's slot of `limit` rows (every worker waits behind this
+    /// claim). `Some(None)` without a cap; None when the run must stop instead.
+    async fn slot(
+        &self,
+        state: &mut State,
+        client: &Session,
+        limit: i64,
+    ) -> Result<Option<Option<Ticket>>> {
+        let Some(l) = &self.limiter else {
+            return Ok(Some(None));
+        };
+        let deadline = self.plan.max_runtime.map(|m| self.started + m);
+        let ticket = l
+            .acquire(u64::try_from(limit).unwrap_or(0), &self.cancel, deadline)
+            .await;
+        match ticket {
+            Some(mut t) if !self.should_stop(state) => {
+                // From here on the server's WAL is this batch's, the claim's probe included
+                // (reading a range prunes the dead rows of earlier batches).
+                l.before_batch(client, &mut t).await?;
+                Ok(Some(Some(t)))
+            }
+            Some(t) => {
+                l.cancel(t).await;
+                Ok(None)
+            }
+            None => {
+                self.should_stop(state);
+                Ok(None)
+            }
+        }
     }
 
     /// Run the next page of `walk`: at most `limit` index entries after the last page's last key,
