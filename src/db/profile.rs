@@ -702,32 +702,32 @@ impl Profile {
             Some(a) => format!("{a}.{}", quote(c)),
             None => quote(c),
         };
-        let or_null = |c: &Option<String>, ty: &str| {
-            c.as_deref()
-                .map_or_else(|| format!("NULL::{ty}"), |c| format!("{}::{ty}", q(c)))
-        };
-        let zone = self.zone();
-        let ts = self.time_type();
-        let cutoff = || match (&self.expiry, zone.as_deref()?) {
-            (Expiry::Column { .. }, "") => Some("now()".to_owned()),
-            (Expiry::Column { .. }, zone) => Some(format!("(now(){zone})")),
-            (Expiry::CreatedPlusTtl { ttl, .. }, "") => {
-                ttl.map(|t| format!("(now() - make_interval(secs => {}))", t.as_secs_f64()))
+        match role {
+            "table" if alias.is_none() => Some(table.to_owned()),
+            "zone" if alias.is_none() => self.zone(),
+            "key" => Some(q(&self.key)),
+            "key_type" => Some(self.key_type.clone()),
+            "identity_row" | "identity_as" => Some(self.identity_sql(role, &q)),
+            "identity_ids" if alias.is_none() => Some(self.identity_sql(role, &q)),
+            "created_at" | "locked_at" | "expiry" | "cutoff" | "expires_at" | "held_since" => {
+                self.time_sql(role, &q)
             }
-            (Expiry::CreatedPlusTtl { ttl, .. }, zone) => ttl.map(|t| {
-                format!(
-                    "((now() - make_interval(secs => {})){zone})",
-                    t.as_secs_f64()
-                )
-            }),
-        };
-        let locked = self
-            .locked_at
-            .as_deref()
-            .map_or_else(|| format!("NULL::{ts}"), &q);
+            "in_flight" | "done" | "state" | "fail_state" => Some(self.state_sql(role, &q)),
+            r if r.starts_with("fail_body_p") || r.starts_with("keep_failed_p") => self.fail_sql(r),
+            r if r == "tenant"
+                || r.starts_with("tenant_is_")
+                || r.starts_with("scope_within_p") =>
+            {
+                self.scope_sql(r, &q)
+            }
+            _ => self.column_sql(role, &q),
+        }
+    }
+
+    /// The scope's placeholders: `{tenant}`, `{tenant_is_plan}`, `{tenant_is_pN}`,
+    /// `{scope_within_pN}`.
+    fn scope_sql(&self, role: &str, q: &dyn Fn(&str) -> String) -> Option<String> {
         Some(match role {
-            "table" if alias.is_none() => table.to_owned(),
-            "key" => q(&self.key),
             // The scope's value: its column, or its columns' values as a text array (the form
             // [`scope_text`] writes) when there are several.
             "tenant" => match self.tenant.as_slice() {
@@ -743,10 +743,10 @@ impl Profile {
             },
             // The scope equals a value given as one text (`$N`, or the plan row's `p.api_key_id`),
             // compared column by column so the identity index serves it.
-            "tenant_is_plan" => self.scope_equals("p.api_key_id", &q),
+            "tenant_is_plan" => self.scope_equals("p.api_key_id", q),
             r if r.starts_with("tenant_is_p") => {
                 let n: u32 = r["tenant_is_p".len()..].parse().ok()?;
-                self.scope_equals(&format!("${n}::text"), &q)
+                self.scope_equals(&format!("${n}::text"), q)
             }
             // The scope's columns each equal the value at its position in the text array `$N`,
             // where one is given (NULL elements match any value): a partly given scope.
@@ -768,31 +768,54 @@ impl Profile {
                     parts.join(" AND ")
                 }
             }
-            // The columns that name one row ([`Profile::row_identity`]): as a row, selected under
-            // the names id_1, id_2, ..., and those names.
-            "identity_row" => format!(
-                "({})",
-                self.row_identity()
-                    .iter()
-                    .map(|c| q(c))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-            "identity_as" => self
-                .row_identity()
+            _ => return None,
+        })
+    }
+
+    /// The columns that name one row ([`Profile::row_identity`]): `{identity_row}` as a row,
+    /// `{identity_as}` selected under the names id_1, id_2, ..., and `{identity_ids}` those names.
+    fn identity_sql(&self, role: &str, q: &dyn Fn(&str) -> String) -> String {
+        let columns = self.row_identity();
+        let list: Vec<String> = match role {
+            "identity_row" => columns.iter().map(|c| q(c)).collect(),
+            "identity_as" => columns
                 .iter()
                 .enumerate()
                 .map(|(i, c)| format!("{} AS id_{}", q(c), i + 1))
-                .collect::<Vec<_>>()
-                .join(", "),
-            "identity_ids" if alias.is_none() => (1..=self.row_identity().len())
-                .map(|i| format!("id_{i}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+                .collect(),
+            _ => (1..=columns.len()).map(|i| format!("id_{i}")).collect(),
+        };
+        match role {
+            "identity_row" => format!("({})", list.join(", ")),
+            _ => list.join(", "),
+        }
+    }
+
+    /// The time placeholders: the columns, the expiry (a column, or created_at + TTL), the
+    /// cut-off in the columns' own type, and since when a key is held.
+    fn time_sql(&self, role: &str, q: &dyn Fn(&str) -> String) -> Option<String> {
+        let ts = self.time_type();
+        Some(match role {
             "created_at" => q(&self.created_at),
-            "locked_at" => locked,
+            "locked_at" => self
+                .locked_at
+                .as_deref()
+                .map_or_else(|| format!("NULL::{ts}"), q),
             "expiry" => q(self.expiry_column()),
-            "cutoff" => cutoff()?,
+            "cutoff" => {
+                let zone = self.zone()?;
+                match (&self.expiry, zone.as_str()) {
+                    (Expiry::Column { .. }, "") => "now()".to_owned(),
+                    (Expiry::Column { .. }, zone) => format!("(now(){zone})"),
+                    (Expiry::CreatedPlusTtl { ttl, .. }, "") => {
+                        format!("(now() - make_interval(secs => {}))", (*ttl)?.as_secs_f64())
+                    }
+                    (Expiry::CreatedPlusTtl { ttl, .. }, zone) => format!(
+                        "((now() - make_interval(secs => {})){zone})",
+                        (*ttl)?.as_secs_f64()
+                    ),
+                }
+            }
             "expires_at" => match &self.expiry {
                 Expiry::Column { column } => q(column),
                 // Without a TTL a key's expiry is unknown: shown as NULL (inspect), while
@@ -804,21 +827,39 @@ impl Profile {
                     t.as_secs_f64()
                 ),
             },
-            "in_flight" => self.in_flight_sql(&q),
-            "done" => self.done_sql(&q),
             "held_since" => match &self.locked_at {
                 Some(l) => format!("coalesce({}, {})", q(l), q(&self.created_at)),
                 None => q(&self.created_at),
             },
+            _ => return None,
+        })
+    }
+
+    /// The state placeholders: in flight, done, idemctl's name of a row's state, and the SET
+    /// clause that marks a row done (reclaim --action fail).
+    fn state_sql(&self, role: &str, q: &dyn Fn(&str) -> String) -> String {
+        match role {
+            "in_flight" => self.in_flight_sql(q),
+            "done" => self.done_sql(q),
+            "fail_state" => match &self.in_flight {
+                InFlight::State { column, done, .. } => format!(
+                    "{} = {},",
+                    quote_ident(column),
+                    literal(done.first().map_or("completed", String::as_str))
+                ),
+                InFlight::Predicate { .. } | InFlight::Mapped { .. } | InFlight::None => {
+                    String::new()
+                }
+            },
             // idemctl's states, from the profile's own definition of in flight and done (as
             // evict and reclaim read it): in_progress, released (rocket-rides: unfinished, lock
             // cleared), completed; a value of a state column that is neither stays as stored.
-            "state" if self.in_flight == InFlight::None => "'unmarked'::text".to_owned(),
-            "state" => {
+            _ if self.in_flight == InFlight::None => "'unmarked'::text".to_owned(),
+            _ => {
                 let released = match &self.in_flight {
                     InFlight::Predicate {
                         released: Some(r), ..
-                    } => format!("WHEN {} THEN 'released' ", qualify(r, &q)),
+                    } => format!("WHEN {} THEN 'released' ", qualify(r, q)),
                     _ => String::new(),
                 };
                 let other = match &self.in_flight {
@@ -829,10 +870,20 @@ impl Profile {
                 };
                 format!(
                     "(CASE WHEN {} THEN 'in_progress' {released}WHEN {} THEN 'completed' ELSE {other} END)",
-                    self.in_flight_sql(&q),
-                    self.done_sql(&q)
+                    self.in_flight_sql(q),
+                    self.done_sql(q)
                 )
             }
+        }
+    }
+
+    /// The columns inspect and reclaim read or write, NULL of their type when not mapped.
+    fn column_sql(&self, role: &str, q: &dyn Fn(&str) -> String) -> Option<String> {
+        let or_null = |c: &Option<String>, ty: &str| {
+            c.as_deref()
+                .map_or_else(|| format!("NULL::{ty}"), |c| format!("{}::{ty}", q(c)))
+        };
+        Some(match role {
             "request_method" => or_null(&self.request_method, "text"),
             "request_path" => or_null(&self.request_path, "text"),
             "fingerprint" => match &self.fingerprint {
@@ -846,59 +897,49 @@ impl Profile {
                 Some(c) if self.body_type == "bytea" => q(c),
                 c => or_null(c, "text"),
             },
-            "fail_state" => match &self.in_flight {
-                InFlight::State { column, done, .. } => format!(
-                    "{} = {},",
-                    quote_ident(column),
-                    literal(done.first().map_or("completed", String::as_str))
-                ),
-                InFlight::Predicate { .. } | InFlight::Mapped { .. } | InFlight::None => {
-                    String::new()
-                }
-            },
             "response_status_col" => quote_ident(self.response_status.as_deref()?),
             "response_body_col" => quote_ident(self.response_body.as_deref()?),
             "locked_at_col" => quote_ident(self.locked_at.as_deref()?),
-            r if r.starts_with("fail_body_p") => {
-                // reclaim --action fail's error body ($N, JSON) as the body column's type; on a
-                // table without an expiry column it also references --keep-failed-for ($K), a
-                // no-op there, so every profile binds the same parameters.
-                let (n, k) = r["fail_body_p".len()..].split_once("_k")?;
-                let (n, k): (u32, u32) = (n.parse().ok()?, k.parse().ok()?);
-                let json = match &self.expiry {
-                    Expiry::Column { .. } => format!("${n}::jsonb"),
-                    Expiry::CreatedPlusTtl { .. } => format!(
-                        "(CASE WHEN ${k}::float8 > 0 THEN ${n}::jsonb ELSE ${n}::jsonb END)"
-                    ),
-                };
-                match self.body_type.as_str() {
-                    "json" => format!("{json}::json"),
-                    "text" | "character varying" => format!("{json}::text"),
-                    "bytea" => format!("convert_to({json}::text, 'UTF8')"),
-                    _ => json,
-                }
-            }
-            r if r.starts_with("keep_failed_p") => {
-                // reclaim --action fail keeps the stored error at least --keep-failed-for (the
-                // parameter numbered after `_p`) by moving the expiry column. A table without one
-                // keeps it until created_at + TTL; the parameter is still referenced (as a no-op
-                // on the body, a JSON object) so every profile binds the same parameters.
-                let n: u32 = r["keep_failed_p".len()..].parse().ok()?;
-                let zone = zone?;
-                match &self.expiry {
-                    Expiry::Column { column } => {
-                        let c = quote_ident(column);
-                        format!(
-                            ",\n           {c} = CASE WHEN ${n}::float8 > 0\n                THEN greatest({c}, (now() + make_interval(secs => ${n}::float8)){zone})\n                ELSE {c} END"
-                        )
-                    }
-                    // Referenced by {fail_body_pN_kK} instead.
-                    Expiry::CreatedPlusTtl { .. } => String::new(),
-                }
-            }
-            "zone" if alias.is_none() => zone?,
-            "key_type" => self.key_type.clone(),
             _ => return None,
+        })
+    }
+
+    /// reclaim --action fail's placeholders: `{fail_body_pN_kK}` and `{keep_failed_pN}`.
+    fn fail_sql(&self, role: &str) -> Option<String> {
+        if let Some(rest) = role.strip_prefix("fail_body_p") {
+            // reclaim --action fail's error body ($N, JSON) as the body column's type; on a
+            // table without an expiry column it also references --keep-failed-for ($K), a
+            // no-op there, so every profile binds the same parameters.
+            let (n, k) = rest.split_once("_k")?;
+            let (n, k): (u32, u32) = (n.parse().ok()?, k.parse().ok()?);
+            let json = match &self.expiry {
+                Expiry::Column { .. } => format!("${n}::jsonb"),
+                Expiry::CreatedPlusTtl { .. } => {
+                    format!("(CASE WHEN ${k}::float8 > 0 THEN ${n}::jsonb ELSE ${n}::jsonb END)")
+                }
+            };
+            return Some(match self.body_type.as_str() {
+                "json" => format!("{json}::json"),
+                "text" | "character varying" => format!("{json}::text"),
+                "bytea" => format!("convert_to({json}::text, 'UTF8')"),
+                _ => json,
+            });
+        }
+        // reclaim --action fail keeps the stored error at least --keep-failed-for (the
+        // parameter numbered after `_p`) by moving the expiry column. A table without one
+        // keeps it until created_at + TTL; the parameter is still referenced (as a no-op
+        // on the body, a JSON object) so every profile binds the same parameters.
+        let n: u32 = role.strip_prefix("keep_failed_p")?.parse().ok()?;
+        let zone = self.zone()?;
+        Some(match &self.expiry {
+            Expiry::Column { column } => {
+                let c = quote_ident(column);
+                format!(
+                    ",\n           {c} = CASE WHEN ${n}::float8 > 0\n                THEN greatest({c}, (now() + make_interval(secs => ${n}::float8)){zone})\n                ELSE {c} END"
+                )
+            }
+            // Referenced by {fail_body_pN_kK} instead.
+            Expiry::CreatedPlusTtl { .. } => String::new(),
         })
     }
 

@@ -74,6 +74,21 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
         ]);
     }
     d.fields(None, fields);
+    d.fields(None, extra_fields(r));
+    if let Some(c) = &r.citus {
+        crate::output::citus::evict_workers(&mut d, c);
+    }
+    partition_blocks(
+        &mut d,
+        &r.dropped_partitions,
+        &r.partitions_kept,
+        "partitions dropped",
+    );
+    d
+}
+
+/// The summary's second block: partitions, replica lag, the walk or the pace, rate limit, vacuum.
+fn extra_fields(r: &EvictReport) -> Vec<(String, String)> {
     let mut extra = Vec::new();
     if !r.dropped_partitions.is_empty() || !r.partitions_kept.is_empty() {
         extra.push((
@@ -121,17 +136,7 @@ pub(crate) fn summary(r: &EvictReport) -> Doc {
     if let Some(v) = &r.vacuum {
         extra.push(("vacuum".into(), vacuum_summary(v)));
     }
-    d.fields(None, extra);
-    if let Some(c) = &r.citus {
-        crate::output::citus::evict_workers(&mut d, c);
-    }
-    partition_blocks(
-        &mut d,
-        &r.dropped_partitions,
-        &r.partitions_kept,
-        "partitions dropped",
-    );
-    d
+    extra
 }
 
 /// How keys expire: `created_at + 24h (TTL from --ttl)`, or `expires_at (the table's expiry
