@@ -852,11 +852,7 @@ async fn or_shrinking<T>(
     batch: impl std::future::Future<Output = Result<Ran<T, ((u64, u64, Duration), Duration)>>>,
 ) -> Result<Ran<T, ((u64, u64, Duration), Duration)>> {
     let e = match batch.await {
-        Err(e)
-            if batch::Failure::of(&e) == batch::Failure::Canceled && !shared.cancel.requested() =>
-        {
-            e
-        }
+        Err(e) if batch::timed_out(&e, shared.cancel.requested()) => e,
         other => return other,
     };
     let t0 = Instant::now();
@@ -876,15 +872,11 @@ async fn or_shrinking<T>(
                     )));
                 }
             }
-            Err(e)
-                if batch::Failure::of(&e) == batch::Failure::Canceled
-                    && !shared.cancel.requested()
-                    && size > 1 =>
-            {
+            Err(e) if batch::timed_out(&e, shared.cancel.requested()) && size > 1 => {
                 size = (size / 2).max(1);
                 last_error = e;
             }
-            Err(e) if batch::Failure::of(&e) == batch::Failure::Canceled => {
+            Err(e) if batch::timed_out(&e, shared.cancel.requested()) => {
                 return Err(e.context(crate::output::evict::smallest_batch_timed_out(
                     shared.plan.statement_timeout,
                 )));

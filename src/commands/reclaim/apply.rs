@@ -14,12 +14,12 @@ use super::report::print_report;
 use super::request::{Request, shown};
 use super::validation::{require_identity_index, require_privileges};
 use super::writing::{
-    archive_why, begin_writes, confirm, fail_with, failed, open_archive, question, statements,
+    after_failure, archive_why, begin_writes, confirm, fail_with, open_archive, question,
+    statements,
 };
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
 use crate::context::Context;
-use crate::db::batch;
 use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
 use crate::exit::{Exit, fail};
@@ -128,16 +128,15 @@ pub(super) async fn apply_batches(
             None => apply_batch(&statements, client, req, chunk).await,
         };
         let outcomes = match outcomes {
-            Err(_) if ctx.cancel.requested() => return Ok(EndReason::Interrupted),
-            Err(e) => match batch::smaller_after_timeout(&e, want, false) {
-                // Exceeded statement_timeout: rolled back; its rows done again half as many.
+            Ok(outcomes) => outcomes,
+            // Exceeded statement_timeout: rolled back; its rows done again half as many.
+            Err(e) => match after_failure(ctx, report, e, want)? {
                 Some(smaller) => {
                     size = smaller;
                     continue;
                 }
-                None => return Err(failed(ctx, report, e, want)),
+                None => return Ok(EndReason::Interrupted),
             },
-            Ok(outcomes) => outcomes,
         };
         report.batches += 1;
         report.record_outcomes(chunk, outcomes);

@@ -9,12 +9,12 @@ use super::report::print_report;
 use super::request::{COUNT_CAP, Request};
 use super::validation::{require_privileges, require_stuck_index};
 use super::writing::{
-    archive_why, begin_writes, confirm, fail_with, failed, open_archive, question, statements,
+    after_failure, archive_why, begin_writes, confirm, fail_with, open_archive, question,
+    statements,
 };
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
 use crate::context::Context;
-use crate::db::batch;
 use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
 use crate::exit::Exit;
@@ -87,16 +87,15 @@ async fn sweep_batches(
         };
         // A batch that failed as the run was interrupted was rolled back whole.
         let got = match got {
-            Err(_) if ctx.cancel.requested() => return Ok(EndReason::Interrupted),
-            Err(e) => match batch::smaller_after_timeout(&e, want, false) {
-                // Exceeded statement_timeout: rolled back; done again half as large.
+            Ok(got) => got,
+            // Exceeded statement_timeout: rolled back; done again half as large.
+            Err(e) => match after_failure(ctx, report, e, want)? {
                 Some(smaller) => {
                     size = smaller;
                     continue;
                 }
-                None => return Err(failed(ctx, report, e, want)),
+                None => return Ok(EndReason::Interrupted),
             },
-            Ok(got) => got,
         };
         report.batches += 1;
         let n = u64::try_from(got.len()).unwrap_or(u64::MAX);

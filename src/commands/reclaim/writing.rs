@@ -104,6 +104,24 @@ pub(super) fn archive_why(req: &Request) -> crate::commands::archive::Why<'_> {
 }
 
 /// The error that ends the run after a batch of `want` keys failed (not on a signal, and not a
+/// What a failed batch of `want` keys means for the run: it was interrupted by a signal (rolled
+/// back whole), or it exceeded statement_timeout and is done again at the size returned; any
+/// other failure ends the run with [`failed`]'s error.
+pub(super) fn after_failure(
+    ctx: &Context,
+    report: &ReclaimReport,
+    e: anyhow::Error,
+    want: u64,
+) -> Result<Option<u64>> {
+    if ctx.cancel.requested() {
+        return Ok(None);
+    }
+    match batch::smaller_after_timeout(&e, want, false) {
+        Some(smaller) => Ok(Some(smaller)),
+        None => Err(failed(ctx, report, e, want)),
+    }
+}
+
 /// timeout a smaller batch can avoid).
 pub(super) fn failed(
     ctx: &Context,
