@@ -3,7 +3,8 @@
 //! Names from the catalog are escaped here, where they are printed.
 
 use crate::db::KeyTable;
-use crate::db::table::{quote_ident, quote_ident_if_needed, ttl_text};
+use crate::domain::ttl_text;
+use crate::ident::{quote_ident, quote_ident_if_needed};
 use crate::output::{
     Doc, escape_controls, escape_lines, human_bytes, human_secs, key_cells, key_columns, rfc3339,
     sanitize,

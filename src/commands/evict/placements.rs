@@ -237,9 +237,7 @@ fn require_shard_indexes(table: &KeyTable, nodes: &[shards::Node]) -> Result<()>
 async fn require_shard_grants(table: &KeyTable, nodes: &[shards::Node]) -> Result<()> {
     let lock = format!(
         "UPDATE ({})",
-        crate::db::table::quote_ident_if_needed(
-            table.row_lock_column(crate::db::table::Job::Evict)
-        )
+        crate::ident::quote_ident_if_needed(table.row_lock_column(crate::db::table::Job::Evict))
     );
     for node in nodes {
         let session = node.session().await?;
