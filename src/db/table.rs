@@ -581,6 +581,27 @@ impl KeyTable {
         self.create_index(false, "key", &format!("({key})"))
     }
 
+    /// The table as messages name it (the output layer words and escapes it).
+    pub(crate) fn shown(&self) -> crate::report::table::Table {
+        let p = &self.profile;
+        crate::report::table::Table {
+            name: self.qualified_name(),
+            quoted: self.quoted.clone(),
+            profile: crate::report::table::Profile {
+                name: p.name.clone(),
+                actions: p.actions.clone(),
+                created_at: p.created_at.clone(),
+                expiry_column: p.expiry_column().to_owned(),
+                tenant: p.tenant.clone(),
+            },
+            stuck_index_fix: self.stuck_index_fix(),
+            identity_index_fix: self.identity_index_fix(),
+            lookup_index_fix: self.lookup_index_fix(),
+            key_index_fix: self.key_index_fix(),
+            identity_columns: self.identity_columns_text(),
+        }
+    }
+
     /// The columns that identify a key, as `(tenant, key)`, `(type, client, key)` or `(key)`,
     /// unescaped.
     pub fn identity_columns_text(&self) -> String {

@@ -3,18 +3,18 @@
 
 use super::sanitize;
 use crate::commands::shards::Node;
-use crate::db::KeyTable;
 use crate::report::rows::{Layout, Placement};
+use crate::report::table::Table;
 
-impl KeyTable {
+impl Table {
     /// The table's name for reports: `schema.name`, control characters escaped.
-    pub fn display(&self) -> String {
-        sanitize(&self.qualified_name())
+    pub(crate) fn display(&self) -> String {
+        sanitize(&self.name)
     }
 
     /// The columns that identify a key, as `(tenant, key)` or `(key)`, escaped for reports.
-    pub fn identity_label(&self) -> String {
-        sanitize(&self.identity_columns_text())
+    pub(crate) fn identity_label(&self) -> String {
+        sanitize(&self.identity_columns)
     }
 }
 

@@ -181,7 +181,7 @@ pub(super) fn require_supported(
     match refused.iter().find(|(_, given)| *given) {
         Some((flag, _)) => Err(fail(
             Exit::Usage,
-            crate::output::evict::refused_on_citus(flag, table, layout),
+            crate::output::evict::refused_on_citus(flag, &table.shown(), layout),
         )),
         None => Ok(()),
     }
@@ -222,8 +222,11 @@ fn require_shard_indexes(table: &KeyTable, nodes: &[shards::Node]) -> Result<()>
             .iter()
             .find(|s| s.table.expiry_index().is_none())
         {
-            let why =
-                crate::output::evict::shard_without_expiry_index(shard.id, table, &node.name());
+            let why = crate::output::evict::shard_without_expiry_index(
+                shard.id,
+                &table.shown(),
+                &node.name(),
+            );
             return Err(fail(Exit::Usage, why));
         }
     }
@@ -258,7 +261,7 @@ async fn require_shard_grants(table: &KeyTable, nodes: &[shards::Node]) -> Resul
                     &g.role,
                     &lacks,
                     shard.id,
-                    table,
+                    &table.shown(),
                     &node.name(),
                 );
                 return Err(fail(Exit::PermissionDenied, why));
