@@ -266,7 +266,12 @@ async fn on_shards(
                     .await
                 }
             }
-            .with_context(|| format!("shard {} on worker {}", shard.id, node.name()))?;
+            .with_context(|| {
+                crate::output::names::on_shard(
+                    shard.id,
+                    &crate::output::names::worker(&node.host, node.port),
+                )
+            })?;
             for mut r in found {
                 r.check_holder(&session).await?;
                 records.push(r);

@@ -627,16 +627,6 @@ pub(crate) fn tell(event: Event) {
     }
 }
 
-/// Where on a Citus cluster an error was met: a shard on its worker.
-pub(crate) fn on_shard(id: i64, worker: &str) -> String {
-    format!("shard {id} on worker {worker}")
-}
-
-/// Where on a Citus cluster an error was met: a worker.
-pub(crate) fn on_worker(worker: &str) -> String {
-    format!("worker {worker}")
-}
-
 /// The pace could not be set up (on a Citus worker, when `worker` names it).
 pub(crate) fn pace_setup_failed(worker: Option<&str>) -> String {
     match worker {

@@ -115,7 +115,7 @@ impl<'a> Node<'a> {
     fn name(&self) -> Option<String> {
         match &self.source {
             Source::Server(_) => None,
-            Source::Worker(n) => Some(n.name()),
+            Source::Worker(n) => Some(crate::output::names::worker(&n.host, n.port)),
         }
     }
 
@@ -159,7 +159,7 @@ impl<'a> Node<'a> {
     /// An error met on the placement `shard`, naming the shard and worker on Citus.
     fn on(&self, shard: Option<i64>, e: anyhow::Error) -> anyhow::Error {
         match (shard, self.name()) {
-            (Some(id), Some(worker)) => e.context(crate::output::evict::on_shard(id, &worker)),
+            (Some(id), Some(worker)) => e.context(crate::output::names::on_shard(id, &worker)),
             _ => e,
         }
     }
@@ -225,7 +225,7 @@ fn require_shard_indexes(table: &KeyTable, nodes: &[shards::Node]) -> Result<()>
             let why = crate::output::evict::shard_without_expiry_index(
                 shard.id,
                 &table.shown(),
-                &node.name(),
+                &crate::output::names::worker(&node.host, node.port),
             );
             return Err(fail(Exit::Usage, why));
         }
@@ -262,7 +262,7 @@ async fn require_shard_grants(table: &KeyTable, nodes: &[shards::Node]) -> Resul
                     &lacks,
                     shard.id,
                     &table.shown(),
-                    &node.name(),
+                    &crate::output::names::worker(&node.host, node.port),
                 );
                 return Err(fail(Exit::PermissionDenied, why));
             }
@@ -284,7 +284,12 @@ async fn oldest_first(nodes: Vec<shards::Node>) -> Result<Vec<shards::Node>> {
         for shard in std::mem::take(&mut node.shards) {
             let at = crate::db::queries::oldest_expired(&session, &shard.table)
                 .await
-                .map_err(|e| e.context(crate::output::evict::on_shard(shard.id, &node.name())))?
+                .map_err(|e| {
+                    e.context(crate::output::names::on_shard(
+                        shard.id,
+                        &crate::output::names::worker(&node.host, node.port),
+                    ))
+                })?
                 .map(|k| k.expires_at);
             keyed.push((at, shard));
         }
@@ -329,7 +334,11 @@ async fn with_statements<'a>(
         let tables: Vec<&KeyTable> = node.shards.iter().map(|s| &s.table).collect();
         let keys = citus::shard_referencing_keys(&session, &tables)
             .await
-            .map_err(|e| e.context(crate::output::evict::on_worker(&node.name())))?;
+            .map_err(|e| {
+                e.context(crate::output::names::on_worker(
+                    &crate::output::names::worker(&node.host, node.port),
+                ))
+            })?;
         let statements = node
             .shards
             .iter()
@@ -354,7 +363,10 @@ pub(super) async fn not_foreground(coordinator: &Session, nodes: &[Node<'_>]) ->
             continue;
         };
         let session = worker.session().await?;
-        let name = format!("worker {}", worker.name());
+        let name = crate::output::names::on_worker(&crate::output::names::worker(
+            &worker.host,
+            worker.port,
+        ));
         gpids.extend(citus::not_foreground(&session, &name).await?);
     }
     gpids.sort_unstable();

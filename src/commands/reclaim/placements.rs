@@ -211,7 +211,7 @@ impl Node<'_> {
             .with_context(|| {
                 format!(
                     "failed to set up the reclaim session on worker {}",
-                    node.name()
+                    crate::output::names::worker(&node.host, node.port)
                 )
             })?;
         Ok(Connected::Worker(session))
