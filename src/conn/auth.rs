@@ -462,10 +462,7 @@ where
     <T::TlsConnect as TlsConnect<Watching<Raw>>>::Future: Send + 'static,
     <T::TlsConnect as TlsConnect<Watching<Raw>>>::Stream: Unpin,
 {
-    let hosts = config.get_hosts();
-    let addrs = config.get_hostaddrs();
-    let ports = config.get_ports();
-    let count = hosts.len().max(addrs.len());
+    let count = config.get_hosts().len().max(config.get_hostaddrs().len());
     let mut order: Vec<usize> = (0..count).collect();
     if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
         shuffle(&mut order);
@@ -476,68 +473,26 @@ where
     plain.ssl_negotiation(SslNegotiation::Postgres);
     let mut last = None;
     for i in order {
-        let port = ports
-            .get(i)
-            .or_else(|| ports.first())
-            .copied()
-            .unwrap_or(5432);
-        let hostname = match hosts.get(i) {
-            Some(Host::Tcp(h)) => Some(h.clone()),
-            _ => None,
-        };
-        let targets: Vec<Target> = match (addrs.get(i), hosts.get(i)) {
-            (Some(ip), _) => vec![Target::Tcp(std::net::SocketAddr::new(*ip, port))],
-            (None, Some(Host::Tcp(h))) => match tokio::net::lookup_host((h.as_str(), port)).await {
-                Ok(found) => {
-                    let mut found: Vec<_> = found.map(Target::Tcp).collect();
-                    if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
-                        shuffle(&mut found);
-                    }
-                    found
-                }
-                Err(e) => {
-                    last = Some(failed(e).await);
-                    continue;
-                }
-            },
-            (None, Some(Host::Unix(dir))) => {
-                vec![Target::Unix(dir.join(format!(".s.PGSQL.{port}")))]
+        let targets = match targets(config, i).await {
+            Some(Ok(targets)) => targets,
+            Some(Err(e)) => {
+                last = Some(failed(e).await);
+                continue;
             }
-            (None, None) => continue,
+            None => continue,
+        };
+        let host = match config.get_hosts().get(i) {
+            Some(Host::Tcp(h)) => h.as_str(),
+            _ => "",
         };
         for target in targets {
-            let tcp = matches!(target, Target::Tcp(_));
-            let first = if tcp { config } else { &plain };
-            let host = hostname.as_deref().unwrap_or("");
-            let fallback = tcp && config.get_ssl_mode() == SslMode::Prefer;
-            let progress = Arc::new(Progress::default());
-            let mut attempt = if fallback && allow {
-                // sslmode=allow: without TLS first; a server that answers that startup or
-                // authentication with an error (only hostssl lines match, a wrong password) is
-                // asked once more, with TLS.
-                match login(&target, &plain, &mut tls, &rule, host, &progress).await {
-                    Err(e) if progress.refused_before_login(&e) => {
-                        let progress = Arc::new(Progress::default());
-                        login(&target, config, &mut tls, &rule, host, &progress).await
-                    }
-                    other => other,
-                }
-            } else {
-                login(&target, first, &mut tls, &rule, host, &progress).await
+            let ways = Ways {
+                config,
+                plain: &plain,
+                rule: &rule,
+                allow,
             };
-            // libpq under prefer: "if sslmode is prefer then do a non-SSL retry", once, after a
-            // failed TLS handshake (a certificate the root file does not verify) or when the server
-            // answered the startup or authentication over TLS with an error (only hostnossl lines
-            // match, a wrong password). The plaintext attempt's outcome is the one reported.
-            if fallback
-                && !allow
-                && matches!(&attempt, Err(e) if tls_failed(e)
-                    || (progress.tls.load(Ordering::Relaxed) && progress.refused_before_login(e)))
-            {
-                let progress = Arc::new(Progress::default());
-                attempt = login(&target, &plain, &mut tls, &rule, host, &progress).await;
-            }
-            match attempt {
+            match ways.login(&target, &mut tls, host).await {
                 Ok((client, mut connection)) => {
                     match session_fits(&client, &mut connection, attrs).await {
                         Ok(Ok(())) => return Ok((client, connection)),
@@ -567,6 +522,90 @@ where
             "no host to connect to",
         ))
         .await),
+    }
+}
+
+/// The addresses to try for the host entry `i`: its `hostaddr`, else every address its name
+/// resolves to (shuffled under `load_balance_hosts=random`), else its Unix socket; None when the
+/// entry names nothing.
+async fn targets(config: &Config, i: usize) -> Option<io::Result<Vec<Target>>> {
+    let ports = config.get_ports();
+    let port = ports
+        .get(i)
+        .or_else(|| ports.first())
+        .copied()
+        .unwrap_or(5432);
+    match (config.get_hostaddrs().get(i), config.get_hosts().get(i)) {
+        (Some(ip), _) => Some(Ok(vec![Target::Tcp(std::net::SocketAddr::new(*ip, port))])),
+        (None, Some(Host::Tcp(h))) => Some(tokio::net::lookup_host((h.as_str(), port)).await.map(
+            |found| {
+                let mut found: Vec<_> = found.map(Target::Tcp).collect();
+                if config.get_load_balance_hosts() == LoadBalanceHosts::Random {
+                    shuffle(&mut found);
+                }
+                found
+            },
+        )),
+        (None, Some(Host::Unix(dir))) => {
+            Some(Ok(vec![Target::Unix(dir.join(format!(".s.PGSQL.{port}")))]))
+        }
+        (None, None) => None,
+    }
+}
+
+/// How one address is logged in to: the configuration as given, the same without TLS, the
+/// authentication rule, and whether `sslmode=allow` was asked for.
+struct Ways<'a> {
+    config: &'a Config,
+    plain: &'a Config,
+    rule: &'a Arc<AuthRule>,
+    allow: bool,
+}
+
+impl Ways<'_> {
+    /// One login to `target`, with libpq's TLS fallbacks under `prefer` and `allow` (a Unix
+    /// socket never uses TLS).
+    async fn login<T>(
+        &self,
+        target: &Target,
+        tls: &mut T,
+        host: &str,
+    ) -> Result<(Client, WatchedConnection<T>), tokio_postgres::Error>
+    where
+        T: MakeTlsConnect<Watching<Raw>>,
+        <T::TlsConnect as TlsConnect<Watching<Raw>>>::Future: Send + 'static,
+        <T::TlsConnect as TlsConnect<Watching<Raw>>>::Stream: Unpin,
+    {
+        let (config, plain, rule) = (self.config, self.plain, self.rule);
+        let tcp = matches!(target, Target::Tcp(_));
+        let first = if tcp { config } else { plain };
+        let fallback = tcp && config.get_ssl_mode() == SslMode::Prefer;
+        let progress = Arc::new(Progress::default());
+        if fallback && self.allow {
+            // sslmode=allow: without TLS first; a server that answers that startup or
+            // authentication with an error (only hostssl lines match, a wrong password) is
+            // asked once more, with TLS.
+            return match login(target, plain, tls, rule, host, &progress).await {
+                Err(e) if progress.refused_before_login(&e) => {
+                    let progress = Arc::new(Progress::default());
+                    login(target, config, tls, rule, host, &progress).await
+                }
+                other => other,
+            };
+        }
+        let attempt = login(target, first, tls, rule, host, &progress).await;
+        // libpq under prefer: "if sslmode is prefer then do a non-SSL retry", once, after a
+        // failed TLS handshake (a certificate the root file does not verify) or when the server
+        // answered the startup or authentication over TLS with an error (only hostnossl lines
+        // match, a wrong password). The plaintext attempt's outcome is the one reported.
+        if fallback
+            && matches!(&attempt, Err(e) if tls_failed(e)
+                || (progress.tls.load(Ordering::Relaxed) && progress.refused_before_login(e)))
+        {
+            let progress = Arc::new(Progress::default());
+            return login(target, plain, tls, rule, host, &progress).await;
+        }
+        attempt
     }
 }
 

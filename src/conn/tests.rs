@@ -277,111 +277,117 @@ fn driver_options_pass_through_with_libpq_units() {
     assert_eq!(standby.config.get_options(), Some("-c a=b"));
 }
 
+/// Connection strings (with the environment) idemctl refuses, and what the refusal says.
+const REFUSED_KEYWORDS: &[(&str, Vars<'static>, &str)] = &[
+    (
+        "host=h foo=1",
+        &[],
+        "unknown connection option \"foo\" in --database-url; see the libpq connection parameters",
+    ),
+    (
+        "postgresql://h/db?foo=1",
+        &[],
+        "unknown connection option \"foo\" in --database-url; see the libpq connection parameters",
+    ),
+    (
+        "service=prod",
+        &[("PGSYSCONFDIR", "/nonexistent")],
+        "definition of service \"prod\" not found",
+    ),
+    (
+        "host=h",
+        &[("PGSERVICE", "prod"), ("PGSYSCONFDIR", "/nonexistent")],
+        "definition of service \"prod\" not found",
+    ),
+    (
+        "host=h require_auth=scram-sha-256,kerberos",
+        &[],
+        "require_auth in --database-url: invalid require_auth value: \"kerberos\"",
+    ),
+    (
+        "host=h gssencmode=require",
+        &[],
+        "GSSAPI encryption is not supported",
+    ),
+    (
+        "host=h sslnegotiation=direct",
+        &[],
+        "sslnegotiation in --database-url: weak sslmode \"prefer\" may not be used with sslnegotiation=direct (use \"require\", \"verify-ca\", or \"verify-full\")",
+    ),
+    (
+        "host=h sslnegotiation=direct sslmode=disable",
+        &[],
+        "weak sslmode \"disable\" may not be used with sslnegotiation=direct",
+    ),
+    (
+        "host=h sslnegotiation=direct sslmode=allow",
+        &[],
+        "weak sslmode \"allow\" may not be used with sslnegotiation=direct",
+    ),
+    (
+        "host=h",
+        &[("PGSSLNEGOTIATION", "direct"), ("PGSSLMODE", "prefer")],
+        "sslnegotiation in environment variable PGSSLNEGOTIATION: weak sslmode \"prefer\"",
+    ),
+    // libpq refuses it before knowing that a Unix socket never uses TLS.
+    (
+        "host=/tmp sslnegotiation=direct",
+        &[],
+        "weak sslmode \"prefer\" may not be used with sslnegotiation=direct",
+    ),
+    // libpq checks sslnegotiation before the system-roots rule.
+    (
+        "host=h sslnegotiation=direct sslmode=prefer sslrootcert=system",
+        &[],
+        "may not be used with sslnegotiation=direct",
+    ),
+    (
+        "host=h sslnegotiation=direct sslmode=require sslrootcert=system",
+        &[],
+        "weak sslmode \"require\" may not be used with sslrootcert=system (use \"verify-full\")",
+    ),
+    (
+        "host=h sslnegotiation=Direct sslmode=require",
+        &[],
+        "invalid sslnegotiation in --database-url: expected one of postgres, direct",
+    ),
+    (
+        "host=h load_balance_hosts=round-robin",
+        &[],
+        "invalid load_balance_hosts in --database-url: expected one of disable, random",
+    ),
+    (
+        "host=h target_session_attrs=replica",
+        &[],
+        "invalid target_session_attrs in --database-url",
+    ),
+    (
+        "host=h require_auth=!md5,!md5",
+        &[],
+        "require_auth method \"!md5\" is specified more than once",
+    ),
+    (
+        "host=h ssl_max_protocol_version=TLSv1.1",
+        &[],
+        "below TLSv1.2 are not supported",
+    ),
+    (
+        "host=h replication=database",
+        &[],
+        "replication connections are not supported",
+    ),
+];
+
 #[test]
 fn unknown_and_unsupported_keywords() {
-    let cases: &[(&str, Vars<'_>, &str)] = &[
-        (
-            "host=h foo=1",
-            &[],
-            "unknown connection option \"foo\" in --database-url; see the libpq connection parameters",
-        ),
-        (
-            "postgresql://h/db?foo=1",
-            &[],
-            "unknown connection option \"foo\" in --database-url; see the libpq connection parameters",
-        ),
-        (
-            "service=prod",
-            &[("PGSYSCONFDIR", "/nonexistent")],
-            "definition of service \"prod\" not found",
-        ),
-        (
-            "host=h",
-            &[("PGSERVICE", "prod"), ("PGSYSCONFDIR", "/nonexistent")],
-            "definition of service \"prod\" not found",
-        ),
-        (
-            "host=h require_auth=scram-sha-256,kerberos",
-            &[],
-            "require_auth in --database-url: invalid require_auth value: \"kerberos\"",
-        ),
-        (
-            "host=h gssencmode=require",
-            &[],
-            "GSSAPI encryption is not supported",
-        ),
-        (
-            "host=h sslnegotiation=direct",
-            &[],
-            "sslnegotiation in --database-url: weak sslmode \"prefer\" may not be used with sslnegotiation=direct (use \"require\", \"verify-ca\", or \"verify-full\")",
-        ),
-        (
-            "host=h sslnegotiation=direct sslmode=disable",
-            &[],
-            "weak sslmode \"disable\" may not be used with sslnegotiation=direct",
-        ),
-        (
-            "host=h sslnegotiation=direct sslmode=allow",
-            &[],
-            "weak sslmode \"allow\" may not be used with sslnegotiation=direct",
-        ),
-        (
-            "host=h",
-            &[("PGSSLNEGOTIATION", "direct"), ("PGSSLMODE", "prefer")],
-            "sslnegotiation in environment variable PGSSLNEGOTIATION: weak sslmode \"prefer\"",
-        ),
-        // libpq refuses it before knowing that a Unix socket never uses TLS.
-        (
-            "host=/tmp sslnegotiation=direct",
-            &[],
-            "weak sslmode \"prefer\" may not be used with sslnegotiation=direct",
-        ),
-        // libpq checks sslnegotiation before the system-roots rule.
-        (
-            "host=h sslnegotiation=direct sslmode=prefer sslrootcert=system",
-            &[],
-            "may not be used with sslnegotiation=direct",
-        ),
-        (
-            "host=h sslnegotiation=direct sslmode=require sslrootcert=system",
-            &[],
-            "weak sslmode \"require\" may not be used with sslrootcert=system (use \"verify-full\")",
-        ),
-        (
-            "host=h sslnegotiation=Direct sslmode=require",
-            &[],
-            "invalid sslnegotiation in --database-url: expected one of postgres, direct",
-        ),
-        (
-            "host=h load_balance_hosts=round-robin",
-            &[],
-            "invalid load_balance_hosts in --database-url: expected one of disable, random",
-        ),
-        (
-            "host=h target_session_attrs=replica",
-            &[],
-            "invalid target_session_attrs in --database-url",
-        ),
-        (
-            "host=h require_auth=!md5,!md5",
-            &[],
-            "require_auth method \"!md5\" is specified more than once",
-        ),
-        (
-            "host=h ssl_max_protocol_version=TLSv1.1",
-            &[],
-            "below TLSv1.2 are not supported",
-        ),
-        (
-            "host=h replication=database",
-            &[],
-            "replication connections are not supported",
-        ),
-    ];
-    for (url, vars, want) in cases {
+    for (url, vars, want) in REFUSED_KEYWORDS {
         let msg = failure(Some(url), vars);
         assert!(msg.contains(want), "{url}: {msg}");
     }
+}
+
+#[test]
+fn negotiation_and_load_balancing_keywords_are_taken() {
     use tokio_postgres::config::{LoadBalanceHosts, SslNegotiation};
     let verify_ca = format!(
         "host=h sslnegotiation=direct sslmode=verify-ca sslrootcert={}",

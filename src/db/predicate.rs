@@ -61,6 +61,58 @@ enum Token {
     Comma,
 }
 
+/// The string (`'...'`) or quoted name (`"..."`) that opens at `chars[start]`, a doubled quote
+/// standing for one, and where the input goes on after it.
+fn quoted(chars: &[char], start: usize) -> Result<(Token, usize), ParseError> {
+    let c = chars[start];
+    let mut text = String::new();
+    let mut i = start + 1;
+    loop {
+        match chars.get(i) {
+            None => {
+                return Err(ParseError(format!("unterminated {c}...{c}")));
+            }
+            Some(&q) if q == c && chars.get(i + 1) == Some(&c) => {
+                text.push(c);
+                i += 2;
+            }
+            Some(&q) if q == c => {
+                i += 1;
+                break;
+            }
+            Some(&ch) => {
+                text.push(ch);
+                i += 1;
+            }
+        }
+    }
+    if c == '"' {
+        if text.is_empty() {
+            return Err(ParseError("empty quoted column name".into()));
+        }
+        return Ok((Token::Quoted(text), i));
+    }
+    Ok((Token::Text(text), i))
+}
+
+/// The number that starts at `chars[start]` (a sign, digits and at most one point), and where the
+/// input goes on after it.
+fn number(chars: &[char], start: usize) -> Result<(Token, usize), ParseError> {
+    let mut i = start + 1;
+    while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
+        i += 1;
+    }
+    let n: String = chars[start..i].iter().collect();
+    let digits = n.trim_start_matches(['-', '+']);
+    let valid = !digits.is_empty()
+        && digits.chars().filter(|&d| d == '.').count() <= 1
+        && digits.chars().any(|d| d.is_ascii_digit());
+    if !valid {
+        return Err(ParseError(format!("`{n}` is not a number")));
+    }
+    Ok((Token::Number(n), i))
+}
+
 fn tokens(input: &str) -> Result<Vec<Token>, ParseError> {
     let chars: Vec<char> = input.chars().collect();
     let mut out = Vec::new();
@@ -82,35 +134,9 @@ fn tokens(input: &str) -> Result<Vec<Token>, ParseError> {
                 i += 1;
             }
             '\'' | '"' => {
-                let mut text = String::new();
-                i += 1;
-                loop {
-                    match chars.get(i) {
-                        None => {
-                            return Err(ParseError(format!("unterminated {c}...{c}")));
-                        }
-                        Some(&q) if q == c && chars.get(i + 1) == Some(&c) => {
-                            text.push(c);
-                            i += 2;
-                        }
-                        Some(&q) if q == c => {
-                            i += 1;
-                            break;
-                        }
-                        Some(&ch) => {
-                            text.push(ch);
-                            i += 1;
-                        }
-                    }
-                }
-                if c == '"' {
-                    if text.is_empty() {
-                        return Err(ParseError("empty quoted column name".into()));
-                    }
-                    out.push(Token::Quoted(text));
-                } else {
-                    out.push(Token::Text(text));
-                }
+                let (token, next) = quoted(&chars, i)?;
+                out.push(token);
+                i = next;
             }
             '=' => {
                 out.push(Token::Op("="));
@@ -130,20 +156,9 @@ fn tokens(input: &str) -> Result<Vec<Token>, ParseError> {
                 out.push(Token::Op(op));
             }
             c if c.is_ascii_digit() || c == '-' || c == '+' || c == '.' => {
-                let start = i;
-                i += 1;
-                while i < chars.len() && (chars[i].is_ascii_digit() || chars[i] == '.') {
-                    i += 1;
-                }
-                let n: String = chars[start..i].iter().collect();
-                let digits = n.trim_start_matches(['-', '+']);
-                let valid = !digits.is_empty()
-                    && digits.chars().filter(|&d| d == '.').count() <= 1
-                    && digits.chars().any(|d| d.is_ascii_digit());
-                if !valid {
-                    return Err(ParseError(format!("`{n}` is not a number")));
-                }
-                out.push(Token::Number(n));
+                let (token, next) = number(&chars, i)?;
+                out.push(token);
+                i = next;
             }
             c if c.is_alphabetic() || c == '_' => {
                 let start = i;
