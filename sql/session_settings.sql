@@ -6,7 +6,7 @@
 -- $9: --statement-timeout was not given, so a shorter statement_timeout the session already has
 -- (set for the role or the database, in the server's configuration or the startup options) is
 -- kept instead of $1. Returns the statement_timeout chosen, in ms, and what set it ('idemctl', else
--- pg_settings.source). OFFSET 0 keeps the choice evaluated once, before anything is set.
+-- pg_settings.source), as statement_timeout_choice.sql (in place of the placeholder) decides.
 SELECT set_config('statement_timeout', t.chosen, false),
        set_config('lock_timeout', $2, false),
        set_config('idle_in_transaction_session_timeout', $3, false),
@@ -19,13 +19,4 @@ SELECT set_config('statement_timeout', t.chosen, false),
             AS client_connection_check_interval,
        (extract(epoch FROM t.chosen::interval) * 1000)::int8 AS statement_timeout_ms,
        t.set_by AS statement_timeout_set_by
-  FROM (SELECT CASE WHEN k.shorter THEN k.own ELSE $1 END AS chosen,
-               CASE WHEN k.shorter THEN k.source ELSE 'idemctl' END AS set_by
-          FROM (SELECT $9::bool
-                       AND g.setting::int8 > 0
-                       AND g.setting::int8 < extract(epoch FROM $1::interval) * 1000 AS shorter,
-                       g.setting || 'ms' AS own,
-                       g.source
-                  FROM pg_catalog.pg_settings AS g
-                 WHERE g.name = 'statement_timeout'
-                OFFSET 0) AS k) AS t
+  FROM {statement_timeout_choice} AS t

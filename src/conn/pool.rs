@@ -18,7 +18,7 @@ use std::error::Error as StdError;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadBuf};
@@ -27,8 +27,23 @@ use tokio_postgres::NoTls;
 use tokio_postgres::tls::{ChannelBinding, TlsConnect, TlsStream};
 use tokio_postgres::types::{ToSql, Type};
 
-const SESSION_SQL: &str = include_str!("../../sql/session_settings.sql");
-const DETECT_SQL: &str = include_str!("../../sql/session_detect.sql");
+/// The session limits, on a session idemctl owns.
+static SESSION_SQL: LazyLock<String> =
+    LazyLock::new(|| with_timeout_choice(include_str!("../../sql/session_settings.sql")));
+/// Which server process answers, and the session limits when it is the one idemctl logged in to.
+static DETECT_SQL: LazyLock<String> =
+    LazyLock::new(|| with_timeout_choice(include_str!("../../sql/session_detect.sql")));
+
+/// `template` with the statement_timeout choice both session statements share in place of
+/// `{statement_timeout_choice}` (its leading comment left out).
+fn with_timeout_choice(template: &str) -> String {
+    let choice: String = include_str!("../../sql/statement_timeout_choice.sql")
+        .lines()
+        .skip_while(|l| l.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    template.replace("{statement_timeout_choice}", &choice)
+}
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(100);
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 /// How long [`Pool::close`] waits for the connections to finish saying goodbye.
@@ -487,16 +502,16 @@ fn session_hook(shared: Arc<Shared>) -> Hook {
                 PoolMode::Transaction => (Some(Route::DeclaredTransaction), None),
                 PoolMode::Auto => (None, announced_pid(client).await),
             };
+            params.push((&shorter_own, Type::BOOL));
             let sql = if route == Some(Route::DeclaredSession) {
-                SESSION_SQL
+                &SESSION_SQL
             } else {
                 // Detection and, on a session idemctl owns, the settings: one round trip.
                 params.push((&announced, Type::INT4));
-                DETECT_SQL
+                &DETECT_SQL
             };
-            params.push((&shorter_own, Type::BOOL));
             let rows = client
-                .query_typed(sql, &params)
+                .query_typed(sql.as_str(), &params)
                 .await
                 .map_err(HookError::Backend)?;
             if let Some(row) = rows.first() {
@@ -790,4 +805,22 @@ fn sources<'a>(
     e: &'a (dyn StdError + 'static),
 ) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
     std::iter::successors(e.source(), |&s| s.source())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Both session statements hold the one statement_timeout choice, with nothing left to fill.
+    #[test]
+    fn the_session_statements_share_the_statement_timeout_choice() {
+        for sql in [super::SESSION_SQL.as_str(), super::DETECT_SQL.as_str()] {
+            assert!(!sql.contains('{'), "{sql}");
+            assert!(sql.contains("AS t\n") || sql.ends_with("AS t"), "{sql}");
+            assert_eq!(
+                sql.matches("FROM pg_catalog.pg_settings AS g").count(),
+                1,
+                "{sql}"
+            );
+            assert_eq!(sql.matches("$9::bool").count(), 1, "{sql}");
+        }
+    }
 }
