@@ -211,12 +211,7 @@ async fn connect_where(
 fn open_node(ctx: &Context, placement: &Placement, pool_size: usize) -> Result<Node> {
     let (target, pool) = ctx
         .node(&placement.node, placement.port, pool_size)
-        .with_context(|| {
-            format!(
-                "failed to prepare connections to Citus worker {}",
-                placement.node_name()
-            )
-        })?;
+        .with_context(|| crate::output::names::worker_unprepared(&placement.node_name()))?;
     Ok(Node {
         host: placement.node.clone(),
         port: placement.port,

@@ -23,7 +23,8 @@ use crate::db::{KeyTable, Session};
 use crate::domain::OutputFormat;
 use crate::exit::{Exit, fail};
 use crate::output::top::{
-    self as view, Count, Frame, Key, KeyFig, SessionFig, Status, TtlFig, View, WaitFig, WorkerFig,
+    self as view, Count, Frame, Key, KeyFig, SessionFig, Status, TopNote, TtlFig, View, WaitFig,
+    WorkerFig,
 };
 
 /// The backlog and the stuck keys are counted exactly up to this many each refresh (`stats`
@@ -449,12 +450,9 @@ fn frame(
     workers: Vec<WorkerFig>,
 ) -> Frame {
     let r = &s.stats;
-    let mut notes: Vec<String> = r.notes.iter().map(crate::output::stats::note).collect();
+    let mut notes: Vec<TopNote> = r.notes.iter().cloned().map(TopNote::Stats).collect();
     if r.citus.is_some() {
-        notes.push(
-            "on Citus, sessions and row waits are the coordinator's; the workers' are not listed"
-                .into(),
-        );
+        notes.push(TopNote::CoordinatorSessionsOnly);
     }
     Frame {
         table: r.table.clone(),

@@ -726,7 +726,7 @@ impl KeyTable {
             Job::Read => {}
             Job::Evict | Job::Reclaim(Action::Delete) => {
                 needs.push(("DELETE".to_owned(), p.delete));
-                needs.push((update(self.row_lock_column(job)), p.lock_rows));
+                needs.push((self.row_lock_grant(job), p.lock_rows));
             }
             Job::Reclaim(Action::Fail) => {
                 needs.extend(self.fail_columns().iter().map(|c| column(c)));
@@ -769,6 +769,15 @@ impl KeyTable {
             (Job::Evict, profile::Expiry::Column { column }) => column,
             _ => self.lock_column(),
         }
+    }
+
+    /// The grant that lets the role take `job`'s row locks, as written in a GRANT:
+    /// `UPDATE (column)` on [`KeyTable::row_lock_column`].
+    pub(crate) fn row_lock_grant(&self, job: Job) -> String {
+        format!(
+            "UPDATE ({})",
+            quote_ident_if_needed(self.row_lock_column(job))
+        )
     }
 
     /// A column on which UPDATE lets the role take row locks (what `FOR UPDATE` needs), named in

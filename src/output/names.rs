@@ -47,6 +47,11 @@ pub(crate) fn on_worker(worker: &str) -> String {
     format!("worker {worker}")
 }
 
+/// A Citus worker (`host:port`) whose connections could not be prepared.
+pub(crate) fn worker_unprepared(worker: &str) -> String {
+    format!("failed to prepare connections to Citus worker {worker}")
+}
+
 /// A Citus worker (`host:port`) that could not be reached.
 pub(crate) fn worker_unreachable(worker: &str) -> String {
     format!("failed to connect to Citus worker {worker}")

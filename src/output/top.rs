@@ -17,6 +17,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::output::{escape_controls, human_bytes, human_secs, sanitize};
+use crate::report::stats::StatsNote;
 
 /// The refusal off a terminal.
 pub(crate) const NOT_A_TERMINAL: &str = "top draws a live view and stdout is not a terminal; for figures a script can read, run `idemctl stats -o json` (or `idemctl top --once` for one frame as text)";
@@ -100,6 +101,34 @@ pub(crate) struct WorkerFig {
     pub evict_per_second: Option<f64>,
 }
 
+/// A note under a refresh's figures (a string in JSON, as the view words it).
+#[derive(Debug, Clone)]
+pub(crate) enum TopNote {
+    /// One of the notes of `stats`.
+    Stats(StatsNote),
+    /// On Citus, the sessions and row waits listed are the coordinator's only.
+    CoordinatorSessionsOnly,
+}
+
+impl TopNote {
+    /// The note in words (unescaped; the view escapes it where it is printed).
+    fn text(&self) -> String {
+        match self {
+            TopNote::Stats(n) => crate::output::stats::note(n),
+            TopNote::CoordinatorSessionsOnly => {
+                "on Citus, sessions and row waits are the coordinator's; the workers' are not listed"
+                    .to_owned()
+            }
+        }
+    }
+}
+
+impl Serialize for TopNote {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text())
+    }
+}
+
 /// The figures of one refresh (also the JSON document of `top --once -o json`).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Frame {
@@ -138,7 +167,7 @@ pub(crate) struct Frame {
     pub workers: Vec<WorkerFig>,
     /// Read through a transaction pooler: each statement in a transaction of its own.
     pub pooled: bool,
-    pub notes: Vec<String>,
+    pub notes: Vec<TopNote>,
     /// Wall time of the refresh's statements, in milliseconds.
     pub refresh_ms: f64,
 }
@@ -693,7 +722,7 @@ fn bottom_lines(f: &Frame, view: &View) -> Vec<Line<'static>> {
         ));
     }
     for n in &f.notes {
-        lines.push(Line::from(format!("note: {}", escape_controls(n))));
+        lines.push(Line::from(format!("note: {}", escape_controls(&n.text()))));
     }
     lines
 }

@@ -238,10 +238,7 @@ fn require_shard_indexes(table: &KeyTable, nodes: &[shards::Node]) -> Result<()>
 /// (a grant revoked on a worker): one catalog lookup per worker. The fix is the GRANT on the
 /// coordinator, which Citus passes on to every shard.
 async fn require_shard_grants(table: &KeyTable, nodes: &[shards::Node]) -> Result<()> {
-    let lock = format!(
-        "UPDATE ({})",
-        crate::ident::quote_ident_if_needed(table.row_lock_column(crate::db::table::Job::Evict))
-    );
+    let lock = table.row_lock_grant(crate::db::table::Job::Evict);
     for node in nodes {
         let session = node.session().await?;
         let oids: Vec<i64> = node.shards.iter().map(|s| s.table.oid).collect();
