@@ -1323,7 +1323,9 @@ mod tests {
         columns[2].enum_labels = Some(vec![s("in_progress"), s("done")]);
         assert_eq!(
             Profile::storage().column_problems(&columns)[0].1.as_deref(),
-            Some("idempotency_state, whose values ('in_progress', 'done') do not include 'completed'")
+            Some(
+                "idempotency_state, whose values ('in_progress', 'done') do not include 'completed'"
+            )
         );
     }
 

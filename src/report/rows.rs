@@ -127,8 +127,9 @@ pub(crate) struct SampleKey {
     pub key: String,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
+    /// None where the column allows NULL and holds it (Laravel's `timestamps()`).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub created_at: Option<OffsetDateTime>,
 }
 
 /// One physical standby's replay position, as last reported to the primary.
