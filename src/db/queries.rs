@@ -51,7 +51,9 @@ pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Op
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
-        seconds: r.get("age_seconds"),
+        // NaN (printed "-", null in JSON) when its created_at is NULL: a nullable column, as
+        // Laravel's `timestamps()` writes it, leaves the age unknown.
+        seconds: r.get::<_, Option<f64>>("age_seconds").unwrap_or(f64::NAN),
     }))
 }
 

@@ -334,7 +334,10 @@ fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey]) {
     let with_tenant = evict.iter().chain(kept).any(|k| k.api_key_id.is_some());
     let cells = |k: &SampleKey| {
         let mut cells = key_cells(with_tenant, k.api_key_id.as_deref(), &k.key);
-        cells.extend([rfc3339(k.expires_at), rfc3339(k.created_at)]);
+        cells.extend([
+            rfc3339(k.expires_at),
+            k.created_at.map_or_else(|| "-".to_owned(), rfc3339),
+        ]);
         cells
     };
     let header = key_columns(with_tenant, &["expires_at", "created_at"]);

@@ -12,10 +12,14 @@ use crate::report::table::Table;
 
 /// A sentence describing the key's state by the database clock.
 fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
-    let expiry = match r.expires_at {
-        None => "expiry unknown (pass --ttl)".to_owned(),
-        Some(at) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
-        Some(at) => format!("expires in {}", human_secs(-r.secs_since(at))),
+    let expiry = match (r.expires_at, &r.null_expiry) {
+        (None, Some(column)) => format!(
+            "no expiry ({} is NULL), so evict never removes it",
+            sanitize(column)
+        ),
+        (None, None) => "expiry unknown (pass --ttl)".to_owned(),
+        (Some(at), _) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
+        (Some(at), _) => format!("expires in {}", human_secs(-r.secs_since(at))),
     };
     match r.state.as_str() {
         "completed" if r.expired() => format!("completed, {expiry}, waiting for eviction"),
@@ -27,7 +31,10 @@ fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
             "no in-flight marker (the table has none, so idemctl takes every key as finished), {expiry}"
         ),
         "in_progress" => {
-            let held_for = human_secs(r.secs_since(r.held_since()));
+            let held_for = r.held_since().map_or_else(
+                || "an unknown time".to_owned(),
+                |t| human_secs(r.secs_since(t)),
+            );
             let cutoff = human_secs(stuck_after);
             let reclaim = if r.held {
                 "held by a live session (a running transaction locks the row), so reclaim would skip it".to_owned()
@@ -91,7 +98,11 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
                     .as_ref()
                     .map_or_else(|| "-".to_owned(), fingerprint),
             ),
-            ("created_at".to_owned(), at_with_age(r, r.created_at)),
+            (
+                "created_at".to_owned(),
+                r.created_at
+                    .map_or_else(|| "-".to_owned(), |t| at_with_age(r, t)),
+            ),
             (
                 "locked_at".to_owned(),
                 r.locked_at
@@ -99,8 +110,11 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
             ),
             (
                 "expires_at".to_owned(),
-                r.expires_at
-                    .map_or_else(|| "- (pass --ttl)".to_owned(), |t| at_with_age(r, t)),
+                match (r.expires_at, &r.null_expiry) {
+                    (Some(t), _) => at_with_age(r, t),
+                    (None, Some(column)) => format!("- ({} is NULL)", sanitize(column)),
+                    (None, None) => "- (pass --ttl)".to_owned(),
+                },
             ),
             (
                 "response_status".to_owned(),
@@ -182,7 +196,7 @@ pub(crate) fn tenants(records: &[KeyRecord], scope_columns: usize) -> Doc {
             vec![
                 sanitize(r.api_key_id.as_deref().unwrap_or_default()),
                 r.state.clone(),
-                rfc3339(r.created_at),
+                r.created_at.map_or_else(|| "-".to_owned(), rfc3339),
                 r.expires_at.map_or_else(|| "-".to_owned(), rfc3339),
             ]
         })
