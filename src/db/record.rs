@@ -46,12 +46,14 @@ impl KeyRecord {
                 .try_get::<_, Option<String>>("request_fingerprint")?
                 .map(StoredFingerprint::Text),
         };
+        let api_key_id: Option<String> = if has_tenant {
+            Some(row.try_get("api_key_id")?)
+        } else {
+            None
+        };
         Ok(KeyRecord {
-            api_key_id: if has_tenant {
-                Some(row.try_get("api_key_id")?)
-            } else {
-                None
-            },
+            scope: table.profile.scope_of(api_key_id.as_deref()),
+            api_key_id,
             key: row.try_get("key")?,
             request_method: row.try_get("request_method")?,
             request_path: row.try_get("request_path")?,
