@@ -11,6 +11,8 @@ pub struct Column {
     pub base_type: String,
     /// Its values come from a sequence (serial, bigserial, identity): they follow insertion.
     pub serial: bool,
+    /// The values of an enum type (or a domain over one), in order; None for any other type.
+    pub enum_labels: Option<Vec<String>>,
 }
 
 impl Column {
@@ -21,6 +23,7 @@ impl Column {
             sql_type: ty.to_owned(),
             base_type: ty.to_owned(),
             serial: false,
+            enum_labels: None,
         }
     }
 

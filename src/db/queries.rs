@@ -49,9 +49,14 @@ pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Op
         .context("failed to find the oldest live key")?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
+        scope: table
+            .profile
+            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
-        seconds: r.get("age_seconds"),
+        // NaN (printed "-", null in JSON) when its created_at is NULL: a nullable column, as
+        // Laravel's `timestamps()` writes it, leaves the age unknown.
+        seconds: r.get::<_, Option<f64>>("age_seconds").unwrap_or(f64::NAN),
     }))
 }
 
@@ -66,6 +71,9 @@ pub(crate) async fn oldest_expired(client: &Session, table: &KeyTable) -> Result
         .context("failed to find the oldest expired key")?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
+        scope: table
+            .profile
+            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("lag_seconds"),
@@ -151,6 +159,9 @@ pub(crate) async fn oldest_stuck(
         .context("failed to find the oldest stuck key")?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
+        scope: table
+            .profile
+            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("held_seconds"),

@@ -393,9 +393,13 @@ impl KeyTable {
         let Some((name, found, types)) = problems.first() else {
             return self.require_readable_times();
         };
-        let what = match found {
-            None => format!("has no column {name}"),
-            Some(t) => format!("column {name} is {t}, expected {}", types.join(" or ")),
+        let what = match (found, self.other_case(name)) {
+            (None, Some(has)) => format!(
+                "has no column {name} but has {}: names are matched exactly, and a predicate folds an unquoted name to lower case as SQL does, so write it there with double quotes",
+                quote_ident(has)
+            ),
+            (None, None) => format!("has no column {name}"),
+            (Some(t), _) => format!("column {name} is {t}, expected {}", types.join(" or ")),
         };
         let advice = match &self.profile.origin {
             Some(origin) => format!("the mapping in {origin} names it; correct the mapping"),
@@ -409,6 +413,15 @@ impl KeyTable {
                 self.profile.name
             ),
         ))
+    }
+
+    /// The table's column spelled as `name` but for case (`statusCode` for `statuscode`), which a
+    /// mapping most likely meant.
+    pub fn other_case(&self, name: &str) -> Option<&str> {
+        self.columns
+            .iter()
+            .find(|c| c.name != name && c.name.to_lowercase() == name.to_lowercase())
+            .map(|c| c.name.as_str())
     }
 
     /// Fail when the table's times are `timestamp without time zone` and no zone says how to read
@@ -927,6 +940,7 @@ async fn read_columns(client: &Session, oid: i64) -> Result<Vec<Column>> {
             sql_type: r.get("type"),
             base_type: r.get("base_type"),
             serial: r.get("serial"),
+            enum_labels: r.get("enum_labels"),
         })
         .collect())
 }

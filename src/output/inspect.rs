@@ -5,17 +5,21 @@
 use std::path::Path;
 
 use crate::fingerprint::Canonical;
-use crate::output::{Doc, human_secs, rfc3339, sanitize};
+use crate::output::{Doc, human_secs, key_cells, key_columns, rfc3339, sanitize};
 use crate::report::inspect::BodyCheck;
-use crate::report::rows::{KeyRecord, StoredBody, StoredFingerprint};
+use crate::report::rows::{KeyRecord, Scope, StoredBody, StoredFingerprint};
 use crate::report::table::Table;
 
 /// A sentence describing the key's state by the database clock.
 fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
-    let expiry = match r.expires_at {
-        None => "expiry unknown (pass --ttl)".to_owned(),
-        Some(at) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
-        Some(at) => format!("expires in {}", human_secs(-r.secs_since(at))),
+    let expiry = match (r.expires_at, &r.null_expiry) {
+        (None, Some(column)) => format!(
+            "no expiry ({} is NULL), so evict never removes it",
+            sanitize(column)
+        ),
+        (None, None) => "expiry unknown (pass --ttl)".to_owned(),
+        (Some(at), _) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
+        (Some(at), _) => format!("expires in {}", human_secs(-r.secs_since(at))),
     };
     match r.state.as_str() {
         "completed" if r.expired() => format!("completed, {expiry}, waiting for eviction"),
@@ -27,7 +31,10 @@ fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
             "no in-flight marker (the table has none, so idemctl takes every key as finished), {expiry}"
         ),
         "in_progress" => {
-            let held_for = human_secs(r.secs_since(r.held_since()));
+            let held_for = r.held_since().map_or_else(
+                || "an unknown time".to_owned(),
+                |t| human_secs(r.secs_since(t)),
+            );
             let cutoff = human_secs(stuck_after);
             let reclaim = if r.held {
                 "held by a live session (a running transaction locks the row), so reclaim would skip it".to_owned()
@@ -67,12 +74,8 @@ fn at_with_age(r: &KeyRecord, ts: time::OffsetDateTime) -> String {
 /// One key's record; `stuck_after` is the age past which reclaim takes an unheld key.
 pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
     let mut doc = Doc::default();
-    // A table without a tenant shows no api_key_id row.
-    let tenant = r
-        .api_key_id
-        .as_deref()
-        .map(|t| ("api_key_id".to_owned(), sanitize(t)));
-    let rows = tenant
+    // A table without a scope shows no scope row.
+    let rows = scope_rows(r.scope.as_ref(), r.api_key_id.as_deref())
         .into_iter()
         .chain([
             ("key".to_owned(), sanitize(&r.key)),
@@ -91,7 +94,11 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
                     .as_ref()
                     .map_or_else(|| "-".to_owned(), fingerprint),
             ),
-            ("created_at".to_owned(), at_with_age(r, r.created_at)),
+            (
+                "created_at".to_owned(),
+                r.created_at
+                    .map_or_else(|| "-".to_owned(), |t| at_with_age(r, t)),
+            ),
             (
                 "locked_at".to_owned(),
                 r.locked_at
@@ -99,8 +106,11 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
             ),
             (
                 "expires_at".to_owned(),
-                r.expires_at
-                    .map_or_else(|| "- (pass --ttl)".to_owned(), |t| at_with_age(r, t)),
+                match (r.expires_at, &r.null_expiry) {
+                    (Some(t), _) => at_with_age(r, t),
+                    (None, Some(column)) => format!("- ({} is NULL)", sanitize(column)),
+                    (None, None) => "- (pass --ttl)".to_owned(),
+                },
             ),
             (
                 "response_status".to_owned(),
@@ -125,6 +135,24 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
     }
     whole_row(&mut doc, r);
     doc
+}
+
+/// A key's scope as fields, each scope column by its own name (NULL for a NULL value); none
+/// without a scope.
+fn scope_rows(scope: Option<&Scope>, api_key_id: Option<&str>) -> Vec<(String, String)> {
+    match (scope, api_key_id) {
+        (Some(s), _) => {
+            s.0.iter()
+                .map(|(c, v)| {
+                    let value = v.as_deref().map_or_else(|| "NULL".to_owned(), sanitize);
+                    (sanitize(c), value)
+                })
+                .collect()
+        }
+        // Not read as the table's scope: the one text as read.
+        (None, Some(t)) => vec![("api_key_id".to_owned(), sanitize(t))],
+        (None, None) => Vec::new(),
+    }
 }
 
 /// Every column of the row as stored, mapped ones labelled by role (the body is shown above).
@@ -173,43 +201,40 @@ fn response_body(doc: &mut Doc, body: &StoredBody) {
     }
 }
 
-/// The tenants (the scopes, for a scope of `scope_columns` several) an ambiguous key exists under.
+/// The tenants (the scopes, for a scope of `scope_columns` several) an ambiguous key exists under,
+/// each scope column by its own name.
 pub(crate) fn tenants(records: &[KeyRecord], scope_columns: usize) -> Doc {
     let mut doc = Doc::default();
+    let header = records.iter().find_map(|r| r.scope.as_ref());
     let rows = records
         .iter()
         .map(|r| {
-            vec![
-                sanitize(r.api_key_id.as_deref().unwrap_or_default()),
+            let mut cells = key_cells(header, r.scope.as_ref(), &r.key);
+            cells.pop();
+            cells.extend([
                 r.state.clone(),
-                rfc3339(r.created_at),
+                r.created_at.map_or_else(|| "-".to_owned(), rfc3339),
                 r.expires_at.map_or_else(|| "-".to_owned(), rfc3339),
-            ]
+            ]);
+            cells
         })
         .collect();
-    // A scope of several columns reads as one text array of their values (`{payment,c-42}`).
     let title = if scope_columns > 1 {
         "The key exists under several scopes:"
     } else {
         "The key exists under several tenants:"
     };
-    doc.rows(
-        Some(title),
-        &["api_key_id", "state", "created_at", "expires_at"],
-        rows,
-    );
+    let mut columns = key_columns(header, &["state", "created_at", "expires_at"]);
+    // The key is the one asked for: not repeated per row.
+    columns.remove(header.map_or(0, |h| h.0.len()));
+    doc.rows(Some(title), &columns, rows);
     doc
 }
 
 /// The verdict of `inspect --body`: the fingerprint and each compared attribute.
 pub(crate) fn body_check(c: &BodyCheck) -> Doc {
     let verdict = |m: bool| if m { "match" } else { "mismatch" };
-    let mut rows: Vec<(String, String)> = c
-        .api_key_id
-        .as_deref()
-        .map(|t| ("api_key_id".to_owned(), sanitize(t)))
-        .into_iter()
-        .collect();
+    let mut rows = scope_rows(c.scope.as_ref(), c.api_key_id.as_deref());
     rows.extend([
         ("key".to_owned(), sanitize(&c.key)),
         (
