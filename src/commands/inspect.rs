@@ -419,9 +419,7 @@ async fn by_key(
         }
     }?;
     if found.truncated {
-        crate::output::warn(&format!(
-            "searched only the first {MAX_TENANTS_PROBED} tenants; pass --api-key-id for an exact lookup"
-        ));
+        crate::output::warn(&output::searched_first_tenants(MAX_TENANTS_PROBED));
     }
     Ok(found.records)
 }

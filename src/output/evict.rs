@@ -714,6 +714,11 @@ pub(crate) fn replica_positions_hidden(role: &str) -> String {
     )
 }
 
+/// A partition --drop-partitions failed to drop (the name as the catalog holds it).
+pub(crate) fn partition_not_dropped(name: &str) -> String {
+    format!("failed to drop partition {name}")
+}
+
 /// --drop-partitions on a table not range-partitioned on its expiry (`how`: how it is partitioned,
 /// if at all).
 pub(crate) fn drop_partitions_layout(table: &Table, how: Option<&str>) -> String {

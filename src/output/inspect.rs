@@ -460,6 +460,11 @@ pub(crate) fn no_identity_index(table: &Table) -> String {
     )
 }
 
+/// A key looked up without its tenant through the first `probed` tenants only.
+pub(crate) fn searched_first_tenants(probed: i32) -> String {
+    format!("searched only the first {probed} tenants; pass --api-key-id for an exact lookup")
+}
+
 /// A key looked up alone on a table without an index that finds it.
 pub(crate) fn no_key_index(table: &Table) -> String {
     // A scope of several columns is walked through no index: the key must lead one.

@@ -14,6 +14,11 @@ use crate::report::rows::{Capped, DatabaseIdentity};
 use crate::report::rows::{Filter, Scope};
 use crate::report::table::Table;
 
+/// The reclaim session on a Citus worker (`host:port`) could not be set up.
+pub(crate) fn worker_session_unset(worker: &str) -> String {
+    format!("failed to set up the reclaim session on worker {worker}")
+}
+
 /// The preview: what would be reclaimed, the keys listed, and what the listing leaves out.
 pub(crate) fn preview(r: &PreviewReport) -> Doc {
     let mut doc = Doc::default();

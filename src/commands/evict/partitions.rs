@@ -240,7 +240,7 @@ enum Refused {
 
 /// Detach, prove and drop one partition in one transaction; None when it went.
 async fn try_drop(client: &Session, run: &DropRun<'_>, p: &Partition) -> Result<Option<Refused>> {
-    let context = || format!("failed to drop partition {}", p.name);
+    let context = || crate::output::evict::partition_not_dropped(&p.name);
     partitions::begin(client).await.with_context(context)?;
     partitions::set_local_lock_timeout(client, run.lock_timeout)
         .await

@@ -209,10 +209,7 @@ impl Node<'_> {
         crate::db::batch::limit_row_waits(&session, ROW_LOCK_WAIT)
             .await
             .with_context(|| {
-                format!(
-                    "failed to set up the reclaim session on worker {}",
-                    crate::output::names::worker(&node.host, node.port)
-                )
+                output::worker_session_unset(&crate::output::names::worker(&node.host, node.port))
             })?;
         Ok(Connected::Worker(session))
     }
