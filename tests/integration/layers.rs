@@ -953,3 +953,80 @@ fn the_import_check_resolves_paths_groups_and_child_modules() {
     assert_eq!(layer_of("src/output/evict.rs").0, "output");
     assert!(!layer_of("src/db/mod.rs").1.contains(&"output"));
 }
+
+/// The functions of `text` longer than `limit` lines, as `(name, first line, lines)`: from the
+/// line that declares one to the closing brace at its indentation.
+fn long_functions(text: &str, limit: usize) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        let mut rest = body;
+        for word in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
+            rest = rest.strip_prefix(word).unwrap_or(rest);
+        }
+        let Some(name) = rest.strip_prefix("fn ") else {
+            continue;
+        };
+        let name: String = name
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if line.trim_end().ends_with(';') || line.trim_end().ends_with('}') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = lines[i..].iter().position(|l| *l == close)
+            && end + 1 > limit
+        {
+            out.push((name, i + 1, end + 1));
+        }
+    }
+    out
+}
+
+#[test]
+fn no_function_is_over_a_hundred_lines() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for f in &files {
+        let shown = f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(f).unwrap();
+        for (name, at, n) in long_functions(&text, 100) {
+            found.push(format!("{shown}:{at}: {name} ({n} lines)"));
+        }
+    }
+    assert!(files.len() > 20, "{files:?}");
+    assert!(
+        found.is_empty(),
+        "split these along their steps (see CONTRIBUTING.md):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_length_check_counts_a_function_to_its_closing_brace() {
+    let mut text =
+        String::from("impl X {\n    pub(crate) async fn long(\n        a: u8,\n    ) {\n");
+    for _ in 0..98 {
+        text.push_str("        a;\n");
+    }
+    text.push_str("    }\n\n    fn short() {}\n}\nfn f() -> u8 {\n    1\n}\n");
+    assert_eq!(
+        long_functions(&text, 100),
+        [("long".to_owned(), 2, 102)],
+        "{text}"
+    );
+    assert!(long_functions(&text, 102).is_empty());
+}
