@@ -348,3 +348,64 @@ async fn hostile_inputs_fail_cleanly_and_change_nothing() {
         "a hostile input changed the table"
     );
 }
+
+/// The refusals of a bad `--body-file` or plan file come before any connection, each exactly this
+/// one line with exit 2 (the server named here does not exist).
+#[test]
+fn bad_body_and_plan_files_are_refused_exactly_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, body: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let not_json = file("not-json.json", b"{\"type\": ");
+    let array = file("array.json", b"[1, 2, 3]");
+    let no_version = file("plan.json", b"{}");
+    let fail_with = |body: &str| {
+        vec!["reclaim", "--action", "fail", "--yes", "--body-file", body]
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            fail_with("/nonexistent/body.json"),
+            "cannot read --body-file /nonexistent/body.json: No such file or directory (os error 2)"
+                .to_owned(),
+        ),
+        (
+            fail_with(&not_json),
+            format!(
+                "--body-file {not_json} is not valid JSON (EOF while parsing a value at line 1 \
+                 column 9); the stored body must be a JSON object"
+            ),
+        ),
+        (
+            fail_with(&array),
+            format!(
+                "--body-file {array} holds a JSON array, but the stored response body must be a \
+                 JSON object"
+            ),
+        ),
+        (
+            ["reclaim", "--yes", "--apply", no_version.as_str()]
+                .map(str::to_owned)
+                .to_vec(),
+            format!(
+                "plan {no_version} is not a valid reclaim plan (schema_version missing, this \
+                 idemctl reads 1); nothing was changed, make a new one with --plan"
+            ),
+        ),
+    ];
+    for (args, says) in &cases {
+        Cmd::new()
+            .env(
+                "IDEMCTL_DATABASE_URL",
+                "postgres://nobody@127.0.0.1:1/nowhere",
+            )
+            .args(args)
+            .run()
+            .assert_error(2, says);
+    }
+}
