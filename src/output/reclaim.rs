@@ -7,7 +7,8 @@ use std::path::Path;
 use crate::domain::ReclaimAction;
 use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
 use crate::report::reclaim::{
-    BatchEnd, BatchFailed, Candidate, LeftAlone, PreviewReport, ReclaimReport, action_name,
+    BatchEnd, BatchFailed, Candidate, LeftAlone, PlanProblem, PreviewReport, ReclaimReport,
+    action_name,
 };
 use crate::report::rows::Layout;
 use crate::report::rows::{Capped, DatabaseIdentity};
@@ -430,22 +431,43 @@ pub(crate) fn plan_unreadable(path: &Path, error: &std::io::Error) -> String {
 }
 
 /// A plan file idemctl cannot use (`why`: what is wrong with it).
-pub(crate) fn plan_invalid(path: &Path, why: &str) -> String {
+pub(crate) fn plan_invalid(path: &Path, why: &PlanProblem) -> String {
+    let why = plan_problem(why);
     format!(
         "plan {} is not a valid reclaim plan ({why}); nothing was changed, make a new one with --plan",
         shown_path(path)
     )
 }
 
-/// A plan file that lists one key twice (`api_key_id` None: keys without a tenant).
-pub(crate) fn plan_key_twice(key: &str, api_key_id: Option<&str>) -> String {
-    match api_key_id {
-        Some(t) => format!(
+/// Why a plan file is refused, in words.
+fn plan_problem(why: &PlanProblem) -> String {
+    match why {
+        PlanProblem::Unparsed(e) => e.clone(),
+        PlanProblem::Version { found, read } => format!(
+            "schema_version {}, this idemctl reads {read}",
+            found.map_or_else(|| "missing".to_owned(), |v| v.to_string())
+        ),
+        PlanProblem::OlderThan => "older_than_seconds must be a positive number".to_owned(),
+        PlanProblem::Status(s) => format!("status {s} is not an HTTP status"),
+        PlanProblem::FailWithoutBody => "action fail needs a JSON object as body".to_owned(),
+        PlanProblem::BodyWithoutFail => "actions delete and release take no body".to_owned(),
+        PlanProblem::KeyTwice {
+            key,
+            api_key_id: Some(t),
+        } => format!(
             "key {} of api_key_id {} is listed twice",
             sanitize(key),
             sanitize(t)
         ),
-        None => format!("key {} is listed twice", sanitize(key)),
+        PlanProblem::KeyTwice {
+            key,
+            api_key_id: None,
+        } => format!("key {} is listed twice", sanitize(key)),
+        PlanProblem::RowTenantUnfit {
+            table,
+            key,
+            api_key_id,
+        } => plan_row_tenant_unfit(table, key, api_key_id.as_deref()),
     }
 }
 

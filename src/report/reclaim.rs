@@ -39,6 +39,34 @@ pub(crate) struct BatchFailed {
     pub(crate) end: BatchEnd,
 }
 
+/// What makes a plan file one that apply refuses.
+#[derive(Debug, Clone)]
+pub(crate) enum PlanProblem {
+    /// It is not the JSON of a plan (the parser's words).
+    Unparsed(String),
+    /// Its schema_version (None: missing) is not the one this idemctl reads.
+    Version { found: Option<u32>, read: u32 },
+    /// older_than_seconds is not a positive number.
+    OlderThan,
+    /// The status is not an HTTP status.
+    Status(i32),
+    /// Action fail without a JSON object as body.
+    FailWithoutBody,
+    /// A body with action delete or release.
+    BodyWithoutFail,
+    /// A key (of a tenant, or of none) listed twice.
+    KeyTwice {
+        key: String,
+        api_key_id: Option<String>,
+    },
+    /// A row whose tenant does not fit the table (`api_key_id` None: a row without one).
+    RowTenantUnfit {
+        table: Box<crate::report::table::Table>,
+        key: String,
+        api_key_id: Option<String>,
+    },
+}
+
 /// A stuck key as the preview lists it.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Candidate {

@@ -16,6 +16,7 @@ use crate::db::{KeyTable, Session};
 use crate::domain::ReclaimAction;
 use crate::exit::{Exit, fail};
 use crate::output::reclaim as output;
+use crate::report::reclaim::PlanProblem;
 use crate::report::rows::DatabaseIdentity;
 
 /// The status a plan without one stores (plans always carry one; this reads hand-made ones).
@@ -90,36 +91,35 @@ pub(super) struct PlanVersion {
 }
 
 pub(super) fn load_plan(path: &Path) -> Result<Plan> {
-    let invalid = |why: String| fail(Exit::Usage, output::plan_invalid(path, &why));
+    let invalid = |why: PlanProblem| fail(Exit::Usage, output::plan_invalid(path, &why));
     let text = std::fs::read_to_string(path)
         .map_err(|e| fail(Exit::Usage, output::plan_unreadable(path, &e)))?;
-    let version: PlanVersion = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let unparsed = |e: serde_json::Error| invalid(PlanProblem::Unparsed(e.to_string()));
+    let version: PlanVersion = serde_json::from_str(&text).map_err(unparsed)?;
     if version.schema_version != Some(PLAN_VERSION) {
-        return Err(invalid(format!(
-            "schema_version {}, this idemctl reads {PLAN_VERSION}",
-            version
-                .schema_version
-                .map_or_else(|| "missing".to_owned(), |v| v.to_string())
-        )));
+        return Err(invalid(PlanProblem::Version {
+            found: version.schema_version,
+            read: PLAN_VERSION,
+        }));
     }
-    let plan: Plan = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+    let plan: Plan = serde_json::from_str(&text).map_err(unparsed)?;
     check_plan(&plan).map_err(invalid)?;
     Ok(plan)
 }
 
 /// What serde cannot check: sane numbers, a body that fits the action, no key listed twice.
-pub(super) fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
+pub(super) fn check_plan(plan: &Plan) -> std::result::Result<(), PlanProblem> {
     if !(plan.older_than_seconds.is_finite() && plan.older_than_seconds > 0.0) {
-        return Err("older_than_seconds must be a positive number".into());
+        return Err(PlanProblem::OlderThan);
     }
     if !(100..=599).contains(&plan.status) {
-        return Err(format!("status {} is not an HTTP status", plan.status));
+        return Err(PlanProblem::Status(plan.status));
     }
     match (plan.action, &plan.body) {
         (ReclaimAction::Fail, Some(Value::Object(_))) | (ReclaimAction::Delete, None) => {}
-        (ReclaimAction::Fail, _) => return Err("action fail needs a JSON object as body".into()),
+        (ReclaimAction::Fail, _) => return Err(PlanProblem::FailWithoutBody),
         (ReclaimAction::Delete | ReclaimAction::Release, Some(_)) => {
-            return Err("actions delete and release take no body".into());
+            return Err(PlanProblem::BodyWithoutFail);
         }
         (ReclaimAction::Release, None) => {}
     }
@@ -127,11 +127,14 @@ pub(super) fn check_plan(plan: &Plan) -> std::result::Result<(), String> {
 }
 
 /// No key listed twice (checked again once an earlier release's `""` tenants read as none).
-pub(super) fn listed_twice(plan: &Plan) -> std::result::Result<(), String> {
+pub(super) fn listed_twice(plan: &Plan) -> std::result::Result<(), PlanProblem> {
     let mut seen = HashSet::new();
     for r in &plan.rows {
         if !seen.insert((r.api_key_id.as_deref(), r.key.as_str())) {
-            return Err(output::plan_key_twice(&r.key, r.api_key_id.as_deref()));
+            return Err(PlanProblem::KeyTwice {
+                key: r.key.clone(),
+                api_key_id: r.api_key_id.clone(),
+            });
         }
     }
     Ok(())
@@ -204,7 +207,11 @@ pub(super) fn check_plan_tenants(table: &KeyTable, path: &Path, plan: &Plan) -> 
             Exit::Usage,
             output::plan_invalid(
                 path,
-                &output::plan_row_tenant_unfit(&table.shown(), &r.key, r.api_key_id.as_deref()),
+                &PlanProblem::RowTenantUnfit {
+                    table: Box::new(table.shown()),
+                    key: r.key.clone(),
+                    api_key_id: r.api_key_id.clone(),
+                },
             ),
         )),
     }
@@ -294,6 +301,9 @@ mod tests {
             filter: reclaim_db::Filter::default(),
             rows: vec![row.clone(), row],
         };
-        assert!(check_plan(&plan).unwrap_err().contains("twice"));
+        assert!(matches!(
+            check_plan(&plan),
+            Err(PlanProblem::KeyTwice { .. })
+        ));
     }
 }
