@@ -15,8 +15,9 @@ use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::profile::Action;
 use crate::db::session::{Session, Writability};
-use crate::db::table::{Index, Job, Privileges, quote_ident};
+use crate::db::table::{Index, Job, Privileges};
 use crate::exit::{Exit, fail};
+use crate::ident::quote_ident;
 use crate::report::check::{
     self as r, DropPartitions, Found, Identity, IndexRef, Referencing, Structure as S, Threshold,
 };

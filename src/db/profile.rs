@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::column::Column;
 use super::predicate::Pred;
-use super::table::{Column, quote_ident, quote_ident_if_needed};
+use crate::ident::{literal, quote_ident, quote_ident_if_needed};
 
 /// The names `--profile` accepts besides a mapping from the config file.
 pub(crate) const BUILTIN: &[&str] = &["storage", "explainer", "rocket-rides"];
@@ -253,11 +254,6 @@ pub(crate) fn fits_type(value: &str, ty: &str) -> bool {
         }
         _ => true,
     }
-}
-
-/// A SQL string literal, quotes doubled.
-pub(crate) fn literal(v: &str) -> String {
-    format!("'{}'", v.replace('\'', "''"))
 }
 
 impl Profile {

@@ -4,7 +4,7 @@ use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 
 use super::KeyTable;
-use super::table::quote_ident;
+use crate::ident::quote_ident;
 pub(crate) use crate::report::rows::{
     Capped, DatabaseIdentity, KeyRef, ReferencingKey, Sizes, Stuck, Vacuum,
 };

@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use crate::db::KeyTable;
 use crate::fingerprint::Canonical;
 use crate::output::{Doc, human_secs, rfc3339, sanitize};
 use crate::report::inspect::BodyCheck;
 use crate::report::rows::{KeyRecord, StoredBody, StoredFingerprint};
+use crate::report::table::Table;
 
 /// A sentence describing the key's state by the database clock.
 fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
@@ -271,7 +271,7 @@ pub(crate) fn body_check(c: &BodyCheck) -> Doc {
 // code); keys, tenants, columns and paths are escaped here.
 
 /// --api-key-id on a table without a tenant column.
-pub(crate) fn no_tenant_column(table: &KeyTable) -> String {
+pub(crate) fn no_tenant_column(table: &Table) -> String {
     format!(
         "table {} has no tenant column (profile {}), so --api-key-id does not apply; look the key up alone",
         table.display(),
@@ -280,7 +280,7 @@ pub(crate) fn no_tenant_column(table: &KeyTable) -> String {
 }
 
 /// --method or --path on a table without that column (`what`: "request method", ...).
-pub(crate) fn no_column_for_flag(table: &KeyTable, flag: &str, what: &str) -> String {
+pub(crate) fn no_column_for_flag(table: &Table, flag: &str, what: &str) -> String {
     format!(
         "{flag} does not apply to table {} (profile {}): it has no {what} column to compare with; drop {flag}",
         table.display(),
@@ -291,7 +291,7 @@ pub(crate) fn no_column_for_flag(table: &KeyTable, flag: &str, what: &str) -> St
 /// A tenant or key (`role`) that the column's SQL type `ty` cannot hold; `given` names it
 /// (`--api-key-id`, `the key`).
 pub(crate) fn value_type_mismatch(
-    table: &KeyTable,
+    table: &Table,
     given: &str,
     role: &str,
     value: &str,
@@ -306,17 +306,17 @@ pub(crate) fn value_type_mismatch(
 }
 
 /// --api-key-id that the one-column scope's type `ty` cannot hold.
-pub(crate) fn tenant_unfit(table: &KeyTable, value: &str, ty: &str) -> String {
+pub(crate) fn tenant_unfit(table: &Table, value: &str, ty: &str) -> String {
     value_type_mismatch(table, "--api-key-id", "tenant", value, ty)
 }
 
 /// A key that the key column's type `ty` cannot hold.
-pub(crate) fn key_unfit(table: &KeyTable, value: &str, ty: &str) -> String {
+pub(crate) fn key_unfit(table: &Table, value: &str, ty: &str) -> String {
     value_type_mismatch(table, "the key", "key", value, ty)
 }
 
 /// --body on a table that stores no request fingerprint.
-pub(crate) fn no_fingerprint_column(table: &KeyTable) -> String {
+pub(crate) fn no_fingerprint_column(table: &Table) -> String {
     format!(
         "table {} stores no request fingerprint (profile {}), so --body cannot be checked",
         table.display(),
@@ -384,7 +384,7 @@ pub(crate) fn scope_flag_twice(column: &str) -> String {
 }
 
 /// A --scope column that is not one of the table's scope columns.
-pub(crate) fn scope_column_unknown(table: &KeyTable, column: &str) -> String {
+pub(crate) fn scope_column_unknown(table: &Table, column: &str) -> String {
     format!(
         "--scope names column {}, which is not in the scope of table {} (profile {}): its scope is ({}); name those columns",
         sanitize(column),
@@ -395,7 +395,7 @@ pub(crate) fn scope_column_unknown(table: &KeyTable, column: &str) -> String {
 }
 
 /// A --scope value its column's type cannot hold.
-pub(crate) fn scope_value_unfit(table: &KeyTable, column: &str, value: &str, ty: &str) -> String {
+pub(crate) fn scope_value_unfit(table: &Table, column: &str, value: &str, ty: &str) -> String {
     format!(
         "--scope {}={} cannot be a scope of table {}: its column {} is of type {}",
         sanitize(column),
@@ -440,29 +440,29 @@ pub(crate) fn canonical_refused(error: &impl std::fmt::Display, how: Canonical) 
 }
 
 /// --api-key-id on a table without an index on (tenant, key).
-pub(crate) fn no_identity_index(table: &KeyTable) -> String {
+pub(crate) fn no_identity_index(table: &Table) -> String {
     format!(
         "table {} has no index on its scope and key {}, so a key cannot be looked up without a scan; create it with: {}",
         table.display(),
         table.identity_label(),
-        table.lookup_index_fix()
+        table.lookup_index_fix
     )
 }
 
 /// A key looked up alone on a table without an index that finds it.
-pub(crate) fn no_key_index(table: &KeyTable) -> String {
+pub(crate) fn no_key_index(table: &Table) -> String {
     // A scope of several columns is walked through no index: the key must lead one.
     if table.profile.tenant.len() > 1 {
         return format!(
             "table {} has no index led by its key, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of {}, or create: {}",
             table.display(),
             sanitize(&table.profile.tenant.join(", ")),
-            table.key_index_fix()
+            table.key_index_fix
         );
     }
     format!(
         "table {} has no index that finds a key without its tenant; pass --api-key-id, or create: {}",
         table.display(),
-        table.lookup_index_fix()
+        table.lookup_index_fix
     )
 }
