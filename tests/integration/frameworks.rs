@@ -1238,8 +1238,8 @@ async fn a_masstransit_inbox_is_maintained_as_shipped() {
 }
 
 /// Laravel: timestamp(0) columns and `timestamps()` that allow NULL. Keys written without
-/// created_at are read everywhere (check, stats, the dry run, inspect), their age unknown; evict
-/// removes exactly the expired keys. Mapped to expire a TTL after created_at, such a key never
+/// created_at are read everywhere (check, stats, the dry run, inspect), their age unknown and
+/// their TTL left out of stats' sample; evict removes exactly the expired keys. Mapped to expire a TTL after created_at, such a key never
 /// expires, and inspect says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_laravel_table_with_null_timestamps_is_maintained_as_shipped() {
@@ -1305,6 +1305,12 @@ async fn a_laravel_table_with_null_timestamps_is_maintained_as_shipped() {
     let kind = "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)";
     s.evicts_exactly("idempotency_keys", kind, Some(8), &[("near-new", 4)])
         .await;
+    // Every key left has a NULL created_at: none has a TTL to sample.
+    s.idemctl()
+        .arg("stats")
+        .run()
+        .assert_success()
+        .assert_stdout_contains("recent TTL                no keys to sample");
 }
 
 /// A unique index over a column that allows NULL (a TypeORM migration's optional `scope`) is not
