@@ -363,6 +363,7 @@ fn check_body(
         && path.as_ref().is_none_or(|c| c.matches);
     let report = BodyCheck {
         api_key_id: r.api_key_id.clone(),
+        scope: r.scope.clone(),
         key: r.key.clone(),
         canonical: how,
         stored: stored.clone(),

@@ -553,12 +553,14 @@ pub(crate) async fn preview_sample(
     for r in &rows {
         sample.held_back = r.try_get("held_back_count")?;
         sample.walked = r.try_get("walked")?;
+        let api_key_id: Option<String> = if has_tenant {
+            Some(r.try_get("api_key_id")?)
+        } else {
+            None
+        };
         let key = SampleKey {
-            api_key_id: if has_tenant {
-                Some(r.try_get("api_key_id")?)
-            } else {
-                None
-            },
+            scope: table.profile.scope_of(api_key_id.as_deref()),
+            api_key_id,
             key: r.try_get("key")?,
             expires_at: r.try_get("expires_at")?,
             created_at: r.try_get("created_at")?,

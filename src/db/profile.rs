@@ -184,8 +184,14 @@ pub(crate) fn scope_text(values: &[&str]) -> String {
 /// itself for one column, else the elements of a one-dimensional text array of `n` non-NULL
 /// elements (plain or double-quoted with backslash escapes); None when it is not one.
 pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
+    scope_elements(text, n)?.into_iter().collect()
+}
+
+/// [`scope_values`] as the server prints a scope read from the table: an unquoted NULL element is
+/// a NULL column (None).
+pub(crate) fn scope_elements(text: &str, n: usize) -> Option<Vec<Option<String>>> {
     if n == 1 {
-        return Some(vec![text.to_owned()]);
+        return Some(vec![Some(text.to_owned())]);
     }
     let inner = text.trim().strip_prefix('{')?.strip_suffix('}')?;
     let mut out = Vec::new();
@@ -207,6 +213,7 @@ pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
             while chars.peek().is_some_and(|c| c.is_whitespace()) {
                 chars.next();
             }
+            out.push(Some(v));
         } else {
             while let Some(&c) = chars.peek() {
                 if c == ',' {
@@ -218,13 +225,12 @@ pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
                 v.push(c);
                 chars.next();
             }
-            let v2 = v.trim().to_owned();
-            if v2.is_empty() || v2.eq_ignore_ascii_case("null") {
+            let v = v.trim();
+            if v.is_empty() {
                 return None;
             }
-            v = v2;
+            out.push((!v.eq_ignore_ascii_case("null")).then(|| v.to_owned()));
         }
-        out.push(v);
         match chars.next() {
             None => break,
             Some(',') => {}
@@ -232,6 +238,18 @@ pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
         }
     }
     (out.len() == n).then_some(out)
+}
+
+/// A scope read as one text (None on a table without a scope) split into the values of its
+/// `columns`; None when it is not a scope of those columns.
+pub(crate) fn scope_from(
+    columns: &[String],
+    text: Option<&str>,
+) -> Option<crate::report::rows::Scope> {
+    let values = scope_elements(text?, columns.len())?;
+    Some(crate::report::rows::Scope(
+        columns.iter().cloned().zip(values).collect(),
+    ))
 }
 
 /// Whether `value` is valid input for a tenant or key column of SQL type `ty` (text types take
@@ -692,6 +710,12 @@ impl Profile {
         } else {
             self.row_identity.iter().map(String::as_str).collect()
         }
+    }
+
+    /// A scope read from the table as one text (`{tenant}::text`, None on a table without a
+    /// scope), split into its columns' values; None when it is not a scope of this table.
+    pub(crate) fn scope_of(&self, text: Option<&str>) -> Option<crate::report::rows::Scope> {
+        scope_from(&self.tenant, text)
     }
 
     /// Whether the table has a scope (one column or several).

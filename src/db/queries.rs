@@ -49,6 +49,9 @@ pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Op
         .context("failed to find the oldest live key")?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
+        scope: table
+            .profile
+            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         // NaN (printed "-", null in JSON) when its created_at is NULL: a nullable column, as
@@ -68,6 +71,9 @@ pub(crate) async fn oldest_expired(client: &Session, table: &KeyTable) -> Result
         .context("failed to find the oldest expired key")?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
+        scope: table
+            .profile
+            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("lag_seconds"),
@@ -153,6 +159,9 @@ pub(crate) async fn oldest_stuck(
         .context("failed to find the oldest stuck key")?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
+        scope: table
+            .profile
+            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("held_seconds"),

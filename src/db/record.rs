@@ -49,12 +49,14 @@ impl KeyRecord {
         let expires_at: Option<OffsetDateTime> = row.try_get("expires_at")?;
         let null_expiry = (expires_at.is_none() && !table.profile.lacks_ttl())
             .then(|| table.profile.expiry_column().to_owned());
+        let api_key_id: Option<String> = if has_tenant {
+            Some(row.try_get("api_key_id")?)
+        } else {
+            None
+        };
         Ok(KeyRecord {
-            api_key_id: if has_tenant {
-                Some(row.try_get("api_key_id")?)
-            } else {
-                None
-            },
+            scope: table.profile.scope_of(api_key_id.as_deref()),
+            api_key_id,
             key: row.try_get("key")?,
             request_method: row.try_get("request_method")?,
             request_path: row.try_get("request_path")?,

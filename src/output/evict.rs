@@ -331,16 +331,16 @@ fn candidate(t: Option<time::OffsetDateTime>, r: &DryRunReport, end: &str) -> St
 /// Tables of the sampled keys.
 fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey]) {
     // Keys of a table without a tenant column have none to show.
-    let with_tenant = evict.iter().chain(kept).any(|k| k.api_key_id.is_some());
+    let scope = evict.iter().chain(kept).find_map(|k| k.scope.as_ref());
     let cells = |k: &SampleKey| {
-        let mut cells = key_cells(with_tenant, k.api_key_id.as_deref(), &k.key);
+        let mut cells = key_cells(scope, k.scope.as_ref(), &k.key);
         cells.extend([
             rfc3339(k.expires_at),
             k.created_at.map_or_else(|| "-".to_owned(), rfc3339),
         ]);
         cells
     };
-    let header = key_columns(with_tenant, &["expires_at", "created_at"]);
+    let header = key_columns(scope, &["expires_at", "created_at"]);
     if !evict.is_empty() {
         doc.rows(
             Some("The first keys it would evict (oldest expiry first):"),

@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use crate::fingerprint::Canonical;
-use crate::output::{Doc, human_secs, rfc3339, sanitize};
+use crate::output::{Doc, human_secs, key_cells, key_columns, rfc3339, sanitize};
 use crate::report::inspect::BodyCheck;
-use crate::report::rows::{KeyRecord, StoredBody, StoredFingerprint};
+use crate::report::rows::{KeyRecord, Scope, StoredBody, StoredFingerprint};
 use crate::report::table::Table;
 
 /// A sentence describing the key's state by the database clock.
@@ -74,12 +74,8 @@ fn at_with_age(r: &KeyRecord, ts: time::OffsetDateTime) -> String {
 /// One key's record; `stuck_after` is the age past which reclaim takes an unheld key.
 pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
     let mut doc = Doc::default();
-    // A table without a tenant shows no api_key_id row.
-    let tenant = r
-        .api_key_id
-        .as_deref()
-        .map(|t| ("api_key_id".to_owned(), sanitize(t)));
-    let rows = tenant
+    // A table without a scope shows no scope row.
+    let rows = scope_rows(r.scope.as_ref(), r.api_key_id.as_deref())
         .into_iter()
         .chain([
             ("key".to_owned(), sanitize(&r.key)),
@@ -141,6 +137,24 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
     doc
 }
 
+/// A key's scope as fields, each scope column by its own name (NULL for a NULL value); none
+/// without a scope.
+fn scope_rows(scope: Option<&Scope>, api_key_id: Option<&str>) -> Vec<(String, String)> {
+    match (scope, api_key_id) {
+        (Some(s), _) => {
+            s.0.iter()
+                .map(|(c, v)| {
+                    let value = v.as_deref().map_or_else(|| "NULL".to_owned(), sanitize);
+                    (sanitize(c), value)
+                })
+                .collect()
+        }
+        // Not read as the table's scope: the one text as read.
+        (None, Some(t)) => vec![("api_key_id".to_owned(), sanitize(t))],
+        (None, None) => Vec::new(),
+    }
+}
+
 /// Every column of the row as stored, mapped ones labelled by role (the body is shown above).
 fn whole_row(doc: &mut Doc, r: &KeyRecord) {
     if r.row.is_empty() {
@@ -187,43 +201,40 @@ fn response_body(doc: &mut Doc, body: &StoredBody) {
     }
 }
 
-/// The tenants (the scopes, for a scope of `scope_columns` several) an ambiguous key exists under.
+/// The tenants (the scopes, for a scope of `scope_columns` several) an ambiguous key exists under,
+/// each scope column by its own name.
 pub(crate) fn tenants(records: &[KeyRecord], scope_columns: usize) -> Doc {
     let mut doc = Doc::default();
+    let header = records.iter().find_map(|r| r.scope.as_ref());
     let rows = records
         .iter()
         .map(|r| {
-            vec![
-                sanitize(r.api_key_id.as_deref().unwrap_or_default()),
+            let mut cells = key_cells(header, r.scope.as_ref(), &r.key);
+            cells.pop();
+            cells.extend([
                 r.state.clone(),
                 r.created_at.map_or_else(|| "-".to_owned(), rfc3339),
                 r.expires_at.map_or_else(|| "-".to_owned(), rfc3339),
-            ]
+            ]);
+            cells
         })
         .collect();
-    // A scope of several columns reads as one text array of their values (`{payment,c-42}`).
     let title = if scope_columns > 1 {
         "The key exists under several scopes:"
     } else {
         "The key exists under several tenants:"
     };
-    doc.rows(
-        Some(title),
-        &["api_key_id", "state", "created_at", "expires_at"],
-        rows,
-    );
+    let mut columns = key_columns(header, &["state", "created_at", "expires_at"]);
+    // The key is the one asked for: not repeated per row.
+    columns.remove(header.map_or(0, |h| h.0.len()));
+    doc.rows(Some(title), &columns, rows);
     doc
 }
 
 /// The verdict of `inspect --body`: the fingerprint and each compared attribute.
 pub(crate) fn body_check(c: &BodyCheck) -> Doc {
     let verdict = |m: bool| if m { "match" } else { "mismatch" };
-    let mut rows: Vec<(String, String)> = c
-        .api_key_id
-        .as_deref()
-        .map(|t| ("api_key_id".to_owned(), sanitize(t)))
-        .into_iter()
-        .collect();
+    let mut rows = scope_rows(c.scope.as_ref(), c.api_key_id.as_deref());
     rows.extend([
         ("key".to_owned(), sanitize(&c.key)),
         (

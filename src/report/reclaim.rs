@@ -8,7 +8,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::domain::ReclaimAction;
-use crate::report::rows::{Capped, Filter};
+use crate::report::rows::{Capped, Filter, Scope};
 use crate::report::run::EndReason;
 
 /// Why a batch ended a writing run (the batches before it are committed).
@@ -44,6 +44,8 @@ pub(crate) struct BatchFailed {
 pub(crate) struct Candidate {
     /// None on a table without a tenant column (null in JSON).
     pub(crate) api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub(crate) scope: Option<Scope>,
     pub(crate) key: String,
     /// None where the table has no such column or the row holds NULL (null in JSON).
     pub(crate) request_method: Option<String>,
@@ -93,6 +95,8 @@ pub(crate) struct PreviewReport {
 pub(crate) struct KeyId {
     /// None on a table without a tenant column (null in JSON).
     pub(crate) api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub(crate) scope: Option<Scope>,
     pub(crate) key: String,
 }
 
@@ -101,6 +105,8 @@ pub(crate) struct KeyId {
 pub(crate) struct LeftAlone {
     /// None on a table without a tenant column (null in JSON).
     pub(crate) api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub(crate) scope: Option<Scope>,
     pub(crate) key: String,
     /// gone, filtered, completed, other_state, changed, too_young or held.
     pub(crate) reason: String,
@@ -134,6 +140,9 @@ pub(crate) struct ReclaimReport {
     /// The keys reclaimed (the first LIST_CAP).
     pub(crate) reclaimed: Vec<KeyId>,
     pub(crate) reclaimed_listing_truncated: bool,
+    /// The table's scope columns, which name each listed key's scope values.
+    #[serde(skip)]
+    pub(crate) scope_columns: Vec<String>,
 }
 
 /// The filters for JSON output: null without any.

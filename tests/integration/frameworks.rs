@@ -431,6 +431,11 @@ async fn a_jdbc_table_is_maintained_as_shipped() {
     run.assert_success();
     assert_eq!(run.json()["api_key_id"], "{payment,client-1}", "{run}");
     assert_eq!(
+        run.json()["scope"],
+        serde_json::json!({"request_type": "payment", "client_id": "client-1"}),
+        "{run}"
+    );
+    assert_eq!(
         run.json()["response_body"],
         "{\"ok\": 1, \"type\": \"payment\"}",
         "{run}"
@@ -448,8 +453,8 @@ async fn a_jdbc_table_is_maintained_as_shipped() {
         let run = s.idemctl().args(["inspect", "near-new-1"]).args(part).run();
         run.assert_code(2)
             .assert_stdout_contains("The key exists under several scopes:")
-            .assert_stdout_contains("{payment,client-1}")
-            .assert_stdout_contains("{refund,client-1}")
+            .assert_stdout_contains("request_type")
+            .assert_stdout_contains("client_id")
             .assert_stderr("idemctl: key near-new-1 exists under 2 scopes; pass --scope COLUMN=VALUE for each of request_type, client_id to choose one\n");
     }
     let run = s
@@ -526,6 +531,112 @@ async fn a_jdbc_table_is_maintained_as_shipped() {
         &[("busy-new", 6), ("near-new", 6)],
     )
     .await;
+}
+
+/// A multi-column scope is shown column by column: inspect's text names each scope column with its
+/// value, `-o json` carries them as an object beside the one-text `api_key_id`, and so do
+/// reclaim's preview and evict's sample. Values holding a comma, a quote, a brace, a backslash or
+/// the word NULL come back exactly, and the one text printed is accepted back by --api-key-id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_of_several_columns_is_shown_column_by_column_exactly() {
+    let awkward = [
+        ("a,b", "c-1"),
+        ("say \"hi\"", "{x}"),
+        ("NULL", "back\\slash"),
+        ("", " spaced "),
+    ];
+    let rows: String = awkward
+        .iter()
+        .map(|(ty, client)| {
+            format!(
+                "INSERT INTO idempotency_record VALUES ('k', {}, {}, 'IN_PROGRESS', NULL, \
+                 (now() AT TIME ZONE 'UTC') - interval '2 days', (now() AT TIME ZONE 'UTC') - interval '1 day');",
+                sql_literal(ty),
+                sql_literal(client)
+            )
+        })
+        .collect();
+    let s = Shape::new("JDBC (Flyway)", &rows).await;
+    for (ty, client) in awkward {
+        let run = s
+            .idemctl()
+            .args(["-o", "json", "inspect", "k"])
+            .arg("--scope")
+            .arg(format!("request_type={ty}"))
+            .arg("--scope")
+            .arg(format!("client_id={client}"))
+            .run();
+        run.assert_success();
+        let j = run.json();
+        assert_eq!(
+            j["scope"],
+            serde_json::json!({"request_type": ty, "client_id": client}),
+            "{run}"
+        );
+        // The one text is the server's text array, and is taken back as it is printed.
+        let text = j["api_key_id"].as_str().unwrap().to_owned();
+        let again = s
+            .idemctl()
+            .args(["-o", "json", "inspect", "k", "--api-key-id", &text])
+            .run();
+        again.assert_success();
+        assert_eq!(again.json()["scope"], j["scope"], "{again}");
+        let run = s
+            .idemctl()
+            .args(["inspect", "k", "--api-key-id", &text])
+            .run();
+        run.assert_success();
+        // Each scope column on its own line, by its name, with its value.
+        for (column, value) in [("request_type", ty), ("client_id", client)] {
+            let shown = run
+                .stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{column} ")))
+                .map(|v| v.trim_start_matches(' '));
+            // Escaped for the terminal: a backslash is shown doubled.
+            let escaped = value.trim_start().replace('\\', "\\\\");
+            assert_eq!(shown, Some(escaped.as_str()), "{run}");
+        }
+        assert!(!run.stdout.contains("api_key_id"), "{run}");
+    }
+    // Part of the scope: the listing names each column.
+    let run = s.idemctl().args(["-o", "json", "inspect", "k"]).run();
+    run.assert_code(2);
+    let listed: Vec<serde_json::Value> = run.json()["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["scope"].clone())
+        .collect();
+    assert_eq!(listed.len(), awkward.len(), "{run}");
+    for (ty, client) in awkward {
+        let want = serde_json::json!({"request_type": ty, "client_id": client});
+        assert!(listed.contains(&want), "{want} in {run}");
+    }
+    // reclaim's preview and evict's sample carry the same object per key.
+    let run = s
+        .idemctl()
+        .args(["-o", "json", "reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success();
+    let previewed: Vec<serde_json::Value> = run.json()["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["scope"].clone())
+        .collect();
+    for (ty, client) in awkward {
+        let want = serde_json::json!({"request_type": ty, "client_id": client});
+        assert!(previewed.contains(&want), "{want} in {run}");
+    }
+    let run = s
+        .idemctl()
+        .args(["reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("request_type")
+        .assert_stdout_contains("client_id")
+        .assert_stdout_contains("say \"hi\"");
 }
 
 /// Rails 7: timestamp(6) without time zone, a bytea digest key given as psql prints it, a bytea
@@ -1347,4 +1458,9 @@ async fn a_unique_index_over_a_nullable_column_is_not_walked() {
         scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
         12
     );
+}
+
+/// `value` as an SQL string literal.
+fn sql_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
 }

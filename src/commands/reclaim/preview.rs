@@ -53,6 +53,7 @@ impl Candidate {
                 "created_at"
             },
             api_key_id: r.api_key_id,
+            scope: r.scope,
             key: r.key,
             request_method: r.request_method,
             request_path: r.request_path,
