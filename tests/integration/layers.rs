@@ -1030,3 +1030,52 @@ fn the_length_check_counts_a_function_to_its_closing_brace() {
     );
     assert!(long_functions(&text, 102).is_empty());
 }
+
+/// The lint attributes of `text` (`#[allow(...)]`, `#[expect(...)]`, inner or outer) that give no
+/// `reason`, by first line.
+fn lints_without_reason(text: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        let opens = ["#[allow(", "#![allow(", "#[expect(", "#![expect("]
+            .iter()
+            .any(|a| t.starts_with(a));
+        if !opens {
+            continue;
+        }
+        // The attribute ends at the first line that closes it.
+        let end = lines[i..]
+            .iter()
+            .position(|l| l.trim_end().ends_with(")]"))
+            .map_or(lines.len(), |n| i + n + 1);
+        if !lines[i..end].iter().any(|l| l.contains("reason = ")) {
+            out.push(i + 1);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_allowed_lint_says_why() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    rust_files(&root.join("tests"), &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for f in &files {
+        let shown = f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(f).unwrap();
+        for at in lints_without_reason(&text) {
+            found.push(format!("{shown}:{at}"));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "give these a reason = \"...\":\n{}",
+        found.join("\n")
+    );
+    let sample = "#[allow(dead_code)]\nfn a() {}\n#[expect(\n    clippy::x,\n    reason = \"y\"\n)]\nfn b() {}\n";
+    assert_eq!(lints_without_reason(sample), [1]);
+}
