@@ -63,3 +63,26 @@ impl Placement {
         worker(&self.node, self.port)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Where a Citus error was met, exactly as the error chain says it (the host escaped).
+    #[test]
+    fn workers_and_shards_are_named_exactly() {
+        let w = super::worker("w1\n", 5433);
+        assert_eq!(w, "w1\\n:5433");
+        assert_eq!(
+            super::on_shard(102008, &w),
+            "shard 102008 on worker w1\\n:5433"
+        );
+        assert_eq!(super::on_worker(&w), "worker w1\\n:5433");
+        assert_eq!(
+            super::worker_unreachable(&w),
+            "failed to connect to Citus worker w1\\n:5433"
+        );
+        assert_eq!(
+            super::worker_unprepared(&w),
+            "failed to prepare connections to Citus worker w1\\n:5433"
+        );
+    }
+}

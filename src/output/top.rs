@@ -932,6 +932,16 @@ impl Drop for Screen {
 mod tests {
     use super::*;
 
+    /// The Citus note reads the same in the view and in the JSON document.
+    #[test]
+    fn the_citus_note_is_worded_once_for_the_view_and_json() {
+        let n = TopNote::CoordinatorSessionsOnly;
+        let text =
+            "on Citus, sessions and row waits are the coordinator's; the workers' are not listed";
+        assert_eq!(n.text(), text);
+        assert_eq!(serde_json::to_string(&n).unwrap(), format!("\"{text}\""));
+    }
+
     fn frame() -> Frame {
         Frame {
             table: "public.idempotency_keys".into(),
