@@ -402,17 +402,26 @@ async fn by_key(
         KeyLookup::ByKey => {
             record::by_key(client, table, key, within, stuck_secs, MAX_TENANTS_LISTED).await
         }
-        // Only a one-column scope is walked, and a part of it is none of it.
         KeyLookup::SkipScan => {
-            record::by_key_through_tenants(client, table, key, stuck_secs, MAX_TENANTS_PROBED).await
+            record::by_key_through_tenants(
+                client,
+                table,
+                key,
+                within,
+                stuck_secs,
+                MAX_TENANTS_PROBED,
+                MAX_TENANTS_LISTED,
+            )
+            .await
         }
         KeyLookup::Unindexed => {
             return Err(fail(Exit::Usage, output::no_key_index(table)));
         }
     }?;
     if found.truncated {
-        crate::output::warn(&format!(
-            "searched only the first {MAX_TENANTS_PROBED} tenants; pass --api-key-id for an exact lookup"
+        crate::output::warn(&output::search_truncated(
+            MAX_TENANTS_PROBED,
+            &table.profile.tenant,
         ));
     }
     Ok(found.records)

@@ -151,7 +151,10 @@ fn filtered<'a>(
 
 /// Key lookups without a tenant: which one runs depends on the table's indexes.
 const BY_KEY: (&str, &str) = ("inspect_by_key.sql", "'no-such-key', 300, 50, NULL");
-const SKIP_SCAN: (&str, &str) = ("inspect_skip_scan.sql", "'no-such-key', 300, 10000");
+const SKIP_SCAN: (&str, &str) = (
+    "inspect_skip_scan.sql",
+    "'no-such-key', 300, 10000, NULL, 50",
+);
 /// A key looked up with part of a scope of several columns (the second column's value given).
 const BY_KEY_IN_PART: (&str, &str) = (
     "inspect_by_key.sql",
@@ -791,4 +794,59 @@ async fn every_statement_is_index_backed_with_a_scope_of_several_columns() {
         out
     })
     .await;
+}
+
+/// inspect without the whole scope on the JDBC table whose primary key lists the scope before the
+/// key (request_type, client_id, idempotency_key), with no index led by the key: the distinct
+/// scopes are walked through the primary key (compared as a row) and the key probed under each,
+/// with no scope given, part of it, or all of it; and through a unique index that lists only
+/// client_id before the key, walking client_id alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_skip_scan_over_a_scope_of_several_columns_is_index_backed() {
+    let doc = |lang| crate::frameworks::doc_block("JDBC (Flyway)", lang);
+    let ddl = doc("sql")
+        .replace("idempotency_record", "idempotency_keys")
+        .replace(
+            "PRIMARY KEY (idempotency_key, request_type, client_id)",
+            "PRIMARY KEY (request_type, client_id, idempotency_key)",
+        );
+    let config = idemctl::config::parse("c.toml", &doc("toml")).unwrap();
+    let mut profile = config.mappings[0].clone();
+    profile.naive_times = true;
+    profile.tenant_types = vec!["character varying".into(), "character varying".into()];
+    profile.key_type = "character varying".into();
+    profile.body_type = "bytea".into();
+    profile.scope_walk = vec!["request_type".into(), "client_id".into()];
+    let db = TestDb::new().await;
+    db.exec(&ddl).await;
+    db.exec(
+        "INSERT INTO idempotency_keys SELECT 'key-' || g, \
+         (ARRAY['payment', 'refund', 'void'])[1 + g % 3], 'client-' || g % 500, 'COMPLETED', NULL, \
+         (now() AT TIME ZONE 'UTC') - g * interval '3 seconds', \
+         (now() AT TIME ZONE 'UTC') + interval '1 day' FROM generate_series(1, 200000) g;",
+    )
+    .await;
+    db.exec("VACUUM ANALYZE idempotency_keys").await;
+    let rels = key_relations(&db).await;
+    let sql = sql_file(SKIP_SCAN.0);
+    for within in [
+        "NULL",
+        "ARRAY[NULL, 'client-7']",
+        "ARRAY['refund', NULL]",
+        "ARRAY['refund', 'client-7']",
+    ] {
+        let args = format!("'key-7', 300, 10000, {within}, 50");
+        assert_index_backed_as(&db, &profile, &sql, SKIP_SCAN.0, &args, &rels).await;
+    }
+    db.exec(
+        "ALTER TABLE idempotency_keys DROP CONSTRAINT pk_idempotency_keys; \
+         CREATE UNIQUE INDEX ON idempotency_keys (client_id, idempotency_key, request_type); \
+         ANALYZE idempotency_keys;",
+    )
+    .await;
+    profile.scope_walk = vec!["client_id".into()];
+    for within in ["NULL", "ARRAY['refund', NULL]"] {
+        let args = format!("'key-7', 300, 10000, {within}, 50");
+        assert_index_backed_as(&db, &profile, &sql, SKIP_SCAN.0, &args, &rels).await;
+    }
 }

@@ -1151,8 +1151,88 @@ async fn check_never_proposes_a_unique_index_over_part_of_the_identity() {
         .run()
         .assert_error(
             2,
-            "table public.idempotency_record has no index led by its key, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of request_type, client_id, or create: CREATE INDEX CONCURRENTLY \"idempotency_record_key\" ON \"public\".\"idempotency_record\" (idempotency_key);",
+            "table public.idempotency_record has no index led by its key or by scope columns before it, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of request_type, client_id, or create: CREATE INDEX CONCURRENTLY \"idempotency_record_key\" ON \"public\".\"idempotency_record\" (idempotency_key);",
         );
+}
+
+/// On the JDBC table with its primary key listing the scope before the key (request_type,
+/// client_id, idempotency_key) and no index led by the key, inspect finds a key from part of its
+/// scope or none of it by walking the scopes through the primary key: it lists the scopes holding
+/// the key, or shows the one record the part given selects, and says when a key is nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_walks_the_scopes_when_no_index_is_led_by_the_key() {
+    let ddl = doc_block("JDBC (Flyway)", "sql").replace(
+        "PRIMARY KEY (idempotency_key, request_type, client_id)",
+        "PRIMARY KEY (request_type, client_id, idempotency_key)",
+    );
+    let rows = "INSERT INTO idempotency_record SELECT 'k-' || g % 10, ty, 'client-' || g / 10, \
+                'COMPLETED', NULL, now() AT TIME ZONE 'UTC', (now() AT TIME ZONE 'UTC') + interval '1 day' \
+                FROM generate_series(0, 29) g, unnest(ARRAY['payment', 'refund']) ty;";
+    let db = loaded(&ddl, rows, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, doc_block("JDBC (Flyway)", "toml")).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    // None of the scope: every scope holding the key (2 types x 3 clients).
+    let run = idemctl().args(["-o", "json", "inspect", "k-3"]).run();
+    run.assert_code(2).assert_stderr("idemctl: key k-3 exists under 6 scopes; pass --scope COLUMN=VALUE for each of request_type, client_id to choose one\n");
+    assert_eq!(run.json()["matches"].as_array().unwrap().len(), 6, "{run}");
+    // The leading column, or the other one: the scopes narrowed to it.
+    let run = idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "k-3",
+            "--scope",
+            "client_id=client-2",
+        ])
+        .run();
+    run.assert_code(2);
+    let scopes: Vec<serde_json::Value> = run.json()["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["scope"].clone())
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            serde_json::json!({"request_type": "payment", "client_id": "client-2"}),
+            serde_json::json!({"request_type": "refund", "client_id": "client-2"}),
+        ],
+        "{run}"
+    );
+    // Both columns, in either order: the one record, through the primary key.
+    for scope in [
+        &[
+            "--scope",
+            "request_type=refund",
+            "--scope",
+            "client_id=client-1",
+        ][..],
+        &[
+            "--scope",
+            "client_id=client-1",
+            "--scope",
+            "request_type=refund",
+        ][..],
+    ] {
+        let run = idemctl()
+            .args(["-o", "json", "inspect", "k-3"])
+            .args(scope)
+            .run();
+        run.assert_success();
+        assert_eq!(run.json()["api_key_id"], "{refund,client-1}", "{run}");
+    }
+    idemctl()
+        .args(["inspect", "k-3", "--scope", "client_id=client-9"])
+        .run()
+        .assert_error(
+            3,
+            "key k-3 not found under any scope with client_id=client-9",
+        );
+    idemctl().args(["inspect", "k-77"]).run().assert_code(3);
 }
 
 /// `value` as an SQL string literal.
