@@ -11,9 +11,9 @@ use time::OffsetDateTime;
 use super::batch::ThroughCoordinator;
 use super::queries::Capped;
 pub(crate) use super::references::References;
-use super::table::quote_ident;
 use super::{KeyTable, Param, Session, p, with_deadline};
 use crate::exit::{Exit, fail};
+use crate::ident::quote_ident;
 pub(crate) use crate::report::rows::SampleKey;
 
 const CLAIM_SQL: &str = include_str!("../../sql/evict_range_end.sql");

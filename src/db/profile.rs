@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::column::Column;
 use super::predicate::Pred;
-use super::table::{Column, quote_ident, quote_ident_if_needed};
+use crate::ident::{literal, quote_ident, quote_ident_if_needed};
 
 /// The names `--profile` accepts besides a mapping from the config file.
 pub(crate) const BUILTIN: &[&str] = &["storage", "explainer", "rocket-rides"];
@@ -79,6 +80,10 @@ pub enum FingerprintKind {
     Bytea,
     Hex,
 }
+
+/// What a state column may be besides a text type: an enum type holding every value the mapping
+/// names (the state is compared with literals, which PostgreSQL reads as the enum's values).
+const ENUM_OF_VALUES: &str = "an enum holding every value the mapping names";
 
 /// The roles of a key table's columns.
 #[derive(Clone, Debug, Serialize)]
@@ -274,11 +279,6 @@ pub(crate) fn fits_type(value: &str, ty: &str) -> bool {
     }
 }
 
-/// A SQL string literal, quotes doubled.
-pub(crate) fn literal(v: &str) -> String {
-    format!("'{}'", v.replace('\'', "''"))
-}
-
 impl Profile {
     /// The storage article's table (`sql/schema.sql`).
     pub fn storage() -> Profile {
@@ -457,9 +457,10 @@ impl Profile {
             out.push((column.clone(), TS));
         }
         match &self.in_flight {
-            InFlight::State { column, .. } => {
-                out.push((column.clone(), &["text", "character varying"]))
-            }
+            InFlight::State { column, .. } => out.push((
+                column.clone(),
+                &["text", "character varying", ENUM_OF_VALUES],
+            )),
             // A predicate compares its columns with literals: any type PostgreSQL can compare.
             InFlight::Mapped { parsed, .. } => {
                 out.extend(parsed.columns().into_iter().map(|c| (c, ANY)));
@@ -485,10 +486,40 @@ impl Profile {
                 |(name, types)| match columns.iter().find(|c| c.name == name) {
                     None => Some((name, None, types)),
                     Some(c) if types.is_empty() || types.contains(&c.base_type.as_str()) => None,
+                    Some(c) if c.enum_labels.is_some() && types.contains(&ENUM_OF_VALUES) => {
+                        self.enum_problem(c).map(|found| (name, Some(found), types))
+                    }
                     Some(c) => Some((name, Some(c.sql_type.clone()), types)),
                 },
             )
             .collect()
+    }
+
+    /// A state column of an enum type lacking a value the mapping names (comparing with it would
+    /// fail): the column's type and values, and the values it lacks.
+    fn enum_problem(&self, column: &Column) -> Option<String> {
+        let InFlight::State {
+            in_flight, done, ..
+        } = &self.in_flight
+        else {
+            return None;
+        };
+        let labels = column.enum_labels.as_deref().unwrap_or_default();
+        let listed = |v: &[&String]| v.iter().map(|l| literal(l)).collect::<Vec<_>>().join(", ");
+        let missing: Vec<&String> = in_flight
+            .iter()
+            .chain(done)
+            .filter(|v| !labels.contains(v))
+            .collect();
+        if missing.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "{}, whose values ({}) do not include {}",
+            column.sql_type,
+            listed(&labels.iter().collect::<Vec<_>>()),
+            listed(&missing)
+        ))
     }
 
     /// The column keys are ordered by for expiry (`expires_at`, or `created_at` for a TTL table).
@@ -1328,6 +1359,33 @@ mod tests {
         assert_eq!(
             e.render("{r.in_flight}", "t"),
             "(r.response_status = 202 AND r.response_body = '{\"status\": \"processing\"}'::jsonb)"
+        );
+    }
+
+    #[test]
+    fn a_state_column_may_be_an_enum_holding_every_mapped_value() {
+        let mut columns = cols(&[
+            ("key", "text"),
+            ("api_key_id", "text"),
+            ("state", "idempotency_state"),
+            ("created_at", "timestamp with time zone"),
+            ("expires_at", "timestamp with time zone"),
+            ("locked_at", "timestamp with time zone"),
+            ("request_method", "text"),
+            ("request_path", "text"),
+            ("request_fingerprint", "bytea"),
+            ("response_status", "integer"),
+            ("response_body", "jsonb"),
+        ]);
+        assert_eq!(Profile::storage().column_problems(&columns).len(), 1);
+        columns[2].enum_labels = Some(vec![s("in_progress"), s("completed"), s("failed")]);
+        assert!(Profile::storage().column_problems(&columns).is_empty());
+        columns[2].enum_labels = Some(vec![s("in_progress"), s("done")]);
+        assert_eq!(
+            Profile::storage().column_problems(&columns)[0].1.as_deref(),
+            Some(
+                "idempotency_state, whose values ('in_progress', 'done') do not include 'completed'"
+            )
         );
     }
 

@@ -4,7 +4,7 @@ use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 
 use super::KeyTable;
-use super::table::quote_ident;
+use crate::ident::quote_ident;
 pub(crate) use crate::report::rows::{
     Capped, DatabaseIdentity, KeyRef, ReferencingKey, Sizes, Stuck, Vacuum,
 };
@@ -54,7 +54,9 @@ pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Op
             .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
-        seconds: r.get("age_seconds"),
+        // NaN (printed "-", null in JSON) when its created_at is NULL: a nullable column, as
+        // Laravel's `timestamps()` writes it, leaves the age unknown.
+        seconds: r.get::<_, Option<f64>>("age_seconds").unwrap_or(f64::NAN),
     }))
 }
 

@@ -16,7 +16,7 @@
 //! on the privilege; `check` names the grant.
 
 use super::queries::{KeyRef, ReferencingKey};
-use super::table::quote_ident;
+use crate::ident::quote_ident;
 
 /// The alias of a referencing table inside the generated probes (unlikely to shadow a name).
 const REF: &str = "idemctl_ref";

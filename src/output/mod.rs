@@ -9,7 +9,7 @@ pub(crate) mod citus;
 pub(crate) mod evict;
 pub(crate) mod inspect;
 pub(crate) mod json_text;
-mod names;
+pub(crate) mod names;
 pub(crate) mod prometheus;
 pub(crate) mod reclaim;
 mod sanitize;

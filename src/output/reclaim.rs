@@ -7,18 +7,12 @@ use std::path::Path;
 use crate::domain::ReclaimAction;
 use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
 use crate::report::reclaim::{
-    BatchEnd, BatchFailed, Candidate, LeftAlone, PreviewReport, ReclaimReport, Table, action_name,
+    BatchEnd, BatchFailed, Candidate, LeftAlone, PreviewReport, ReclaimReport, action_name,
 };
 use crate::report::rows::Layout;
 use crate::report::rows::{Capped, DatabaseIdentity};
 use crate::report::rows::{Filter, Scope};
-
-impl Table {
-    /// The table's name for messages: `schema.name`, control characters escaped.
-    fn display(&self) -> String {
-        sanitize(&self.name)
-    }
-}
+use crate::report::table::Table;
 
 /// The preview: what would be reclaimed, the keys listed, and what the listing leaves out.
 pub(crate) fn preview(r: &PreviewReport) -> Doc {
@@ -511,7 +505,7 @@ pub(crate) fn no_identity_index(table: &Table) -> String {
     format!(
         "table {} has no index on {}, so plan rows cannot be found without a scan; create it with: {}",
         table.display(),
-        sanitize(&table.identity_columns),
+        table.identity_label(),
         table.lookup_index_fix
     )
 }
@@ -523,7 +517,7 @@ pub(crate) fn no_identity_on_citus(table: &Table, layout: &Layout) -> String {
         "table {} is {}: Citus changes its rows only when they are named by their identity {}, which needs a unique index on exactly those columns on a table that is not partitioned; nothing was changed: create it with: {}",
         table.display(),
         layout.describe(),
-        sanitize(&table.identity_columns),
+        table.identity_label(),
         table.identity_index_fix
     )
 }

@@ -162,32 +162,3 @@ pub(crate) fn action_name(a: ReclaimAction) -> &'static str {
         ReclaimAction::Release => "release",
     }
 }
-
-/// The key table as reclaim's messages name it: names as the catalog and the config file hold
-/// them (the output layer escapes them), and the statements that would give it a missing index.
-#[derive(Debug, Clone)]
-pub(crate) struct Table {
-    /// `schema.name`.
-    pub(crate) name: String,
-    pub(crate) profile: Profile,
-    /// The statement that creates the index on in_progress keys.
-    pub(crate) stuck_index_fix: String,
-    /// The statement that creates the index on the key's identity.
-    pub(crate) identity_index_fix: String,
-    /// The statement that creates a plain index looking a key up by its scope and key.
-    pub(crate) lookup_index_fix: String,
-    /// The identity columns, as `(tenant, key)` or `(key)`.
-    pub(crate) identity_columns: String,
-}
-
-/// What the messages say of the table's profile.
-#[derive(Debug, Clone)]
-pub(crate) struct Profile {
-    pub(crate) name: String,
-    /// The reclaim actions it allows, the default first.
-    pub(crate) actions: Vec<ReclaimAction>,
-    /// The creation time column.
-    pub(crate) created_at: String,
-    /// The tenant (scope) columns, none on a table without.
-    pub(crate) tenant: Vec<String>,
-}

@@ -148,8 +148,9 @@ pub(crate) struct SampleKey {
     pub key: String,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
+    /// None where the column allows NULL and holds it (Laravel's `timestamps()`).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub created_at: Option<OffsetDateTime>,
 }
 
 /// One physical standby's replay position, as last reported to the primary.
@@ -249,11 +250,17 @@ pub(crate) struct KeyRecord {
     pub response_body: Option<StoredBody>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub locked_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
-    /// None on a table whose keys expire a TTL after creation when no TTL was given.
+    /// None where the column allows NULL and holds it (Laravel's `timestamps()`).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub created_at: Option<OffsetDateTime>,
+    /// None on a table whose keys expire a TTL after creation when no TTL was given, or when the
+    /// expiry column (created_at on such a table) holds NULL.
     #[serde(with = "time::serde::rfc3339::option")]
     pub expires_at: Option<OffsetDateTime>,
+    /// The column whose NULL leaves the key without an expiry (evict never removes it), when the
+    /// expiry is unknown for that reason rather than for want of a TTL.
+    #[serde(skip)]
+    pub null_expiry: Option<String>,
     /// The zone the table's `timestamp without time zone` columns were read in (None for
     /// timestamptz columns); every time above is that local time turned into an instant.
     #[serde(skip_serializing_if = "Option::is_none")]

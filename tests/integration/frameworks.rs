@@ -1235,6 +1235,269 @@ async fn inspect_walks_the_scopes_when_no_index_is_led_by_the_key() {
     idemctl().args(["inspect", "k-77"]).run().assert_code(3);
 }
 
+/// Prisma: TIMESTAMP(3) columns, the state as a PostgreSQL enum type, a key unique within its
+/// method and endpoint (a column in two roles) and an expiry index: every command runs; evict
+/// removes exactly the expired finished keys (30 minutes past expiry removed, 30 minutes short
+/// kept, in-flight kept); reclaim --action fail sets the enum's first done value; a mapped value
+/// the enum lacks is refused before anything is read, naming the enum's values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prisma_table_with_an_enum_state_is_maintained_as_shipped() {
+    let row = |kind: &str, status: &str, code: &str, body: &str, expires: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (id, \"key\", method, endpoint, status, payload_hash, response_status, \
+             response_body, expires_at, created_at) \
+             SELECT md5('{kind}' || g), '{kind}-' || g, 'POST', '/wallets/w' || g % 2 || '/topup', '{status}', \
+             encode(sha256(g::text::bytea), 'hex'), {code}, {body}, {at}, ({at} - interval '1 day') FROM generate_series(1, 4) g;",
+            at = utc(expires),
+        )
+    };
+    let rows = [
+        row(
+            "near-old",
+            "COMPLETED",
+            "201",
+            "'{\"balance\": 10}'",
+            "-30 minutes",
+        ),
+        row(
+            "near-new",
+            "COMPLETED",
+            "201",
+            "'{\"balance\": 10}'",
+            "30 minutes",
+        ),
+        row(
+            "done-old",
+            "FAILED",
+            "409",
+            "'{\"error\": \"limit\"}'",
+            "-2 days",
+        ),
+        row("busy-old", "IN_PROGRESS", "NULL", "NULL", "-2 days"),
+    ]
+    .concat();
+    let s = Shape::new("Prisma", &rows).await;
+    s.idemctl()
+        .arg("check")
+        .run()
+        .assert_success()
+        .assert_stdout_contains(
+            "idempotency_keys_key_method_endpoint_key is unique on (key, method, endpoint)",
+        );
+    let run = s
+        .idemctl()
+        .args([
+            "inspect",
+            "near-new-1",
+            "--scope",
+            "method=POST",
+            "--scope",
+            "endpoint=/wallets/w1/topup",
+        ])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("completed and live, expires in")
+        .assert_stdout_contains("status (in_flight)          COMPLETED");
+    let kind = "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)";
+    s.evicts_exactly(
+        "idempotency_keys",
+        kind,
+        Some(8),
+        &[("busy-old", 4), ("near-new", 4)],
+    )
+    .await;
+    s.idemctl()
+        .args(["-q", "reclaim", "--yes", "--action", "fail", "--allow-scan"])
+        .run()
+        .assert_success();
+    assert_eq!(
+        scalar_i64(
+            &s.db,
+            "SELECT count(*) FROM idempotency_keys WHERE \"key\" LIKE 'busy-old-%' \
+             AND status = 'COMPLETED' AND response_status = 500 AND response_body ? 'type'"
+        )
+        .await,
+        4
+    );
+
+    let config = doc_block("Prisma", "toml").replace(
+        "done = [\"COMPLETED\", \"FAILED\"]",
+        "done = [\"COMPLETED\", \"FAILED\", \"DONE\"]",
+    );
+    std::fs::write(s.dir.path().join("idemctl.toml"), config).unwrap();
+    let refused = "table public.idempotency_keys column status is \"IdempotencyStatus\", whose values ('IN_PROGRESS', 'COMPLETED', 'FAILED') do not include 'DONE', expected text or character varying or an enum holding every value the mapping names, which profile prisma needs; the mapping in config file";
+    for command in [&["evict"][..], &["reclaim", "--dry-run", "--allow-scan"]] {
+        s.idemctl()
+            .args(command)
+            .run()
+            .assert_code(2)
+            .assert_stderr_contains(refused);
+    }
+    s.idemctl()
+        .arg("check")
+        .run()
+        .assert_code(4)
+        .assert_stdout_contains(
+            "whose values ('IN_PROGRESS', 'COMPLETED', 'FAILED') do not include 'DONE'",
+        );
+    assert_eq!(
+        scalar_i64(&s.db, "SELECT count(*) FROM idempotency_keys").await,
+        8
+    );
+}
+
+/// MassTransit's inbox (EF Core): quoted column names, a uuid key within a uuid consumer, keys
+/// expiring a window after `Delivered` (NULL while in flight) through its own index, and outbox
+/// rows referencing inbox rows ON DELETE NO ACTION: evict removes exactly the expired delivered
+/// keys nothing references. An unquoted predicate column (folded to lower case) is refused naming
+/// the column the table has, by check (FAIL, exit 4) as by the other commands (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_masstransit_inbox_is_maintained_as_shipped() {
+    // The MessageId's first digit is the kind: 1 expired 30 minutes ago, 2 expiring in 30
+    // minutes, 3 expired long ago, 4 in flight (not delivered), 5 expired but still referenced.
+    let row = |digit: u8, delivered: &str| {
+        format!(
+            "INSERT INTO \"InboxState\" (\"MessageId\", \"ConsumerId\", \"LockId\", \"Received\", \"ReceiveCount\", \
+             \"Consumed\", \"Delivered\") SELECT ('{digit}0000000-0000-0000-0000-00000000000' || g)::uuid, \
+             '11111111-1111-1111-1111-111111111111', gen_random_uuid(), now() - interval '20 days', 1, {delivered}, \
+             {delivered} FROM generate_series(1, 4) g;"
+        )
+    };
+    let rows = [
+        row(1, "now() - interval '7 days 30 minutes'"),
+        row(2, "now() - interval '6 days 23 hours 30 minutes'"),
+        row(3, "now() - interval '19 days'"),
+        row(4, "NULL"),
+        row(5, "now() - interval '19 days'"),
+        "INSERT INTO \"OutboxMessage\" (\"SentTime\", \"InboxMessageId\", \"InboxConsumerId\", \"MessageId\", \"Body\") \
+         SELECT now(), \"MessageId\", \"ConsumerId\", gen_random_uuid(), '{}' FROM \"InboxState\" \
+         WHERE \"MessageId\"::text LIKE '5%';"
+            .to_owned(),
+    ]
+    .concat();
+    let s = Shape::new("EF Core (MassTransit inbox)", &rows).await;
+    s.idemctl()
+        .arg("check")
+        .run()
+        .assert_success()
+        .assert_stdout_contains(
+            "\"AK_InboxState_MessageId_ConsumerId\" is unique on (\"MessageId\", \"ConsumerId\")",
+        )
+        .assert_stdout_contains("\"IX_InboxState_Delivered\" orders keys by Delivered")
+        .assert_stdout_contains("references the table ON DELETE NO ACTION");
+    s.idemctl()
+        .args([
+            "inspect",
+            "20000000-0000-0000-0000-000000000001",
+            "--api-key-id",
+            "11111111-1111-1111-1111-111111111111",
+        ])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("completed and live, expires in")
+        .assert_stdout_contains("Delivered (created_at)");
+    s.evicts_exactly(
+        "\"InboxState\"",
+        "left(\"MessageId\"::text, 1)",
+        Some(12),
+        &[("2", 4), ("4", 4), ("5", 4)],
+    )
+    .await;
+
+    let config = doc_block("EF Core (MassTransit inbox)", "toml")
+        .replace("'\"Delivered\" IS NULL'", "'Delivered IS NULL'");
+    std::fs::write(s.dir.path().join("idemctl.toml"), config).unwrap();
+    let hint = "has \"Delivered\": names are matched exactly, and a predicate folds an unquoted name to lower case as SQL does, so write it there with double quotes";
+    s.idemctl()
+        .arg("check")
+        .run()
+        .assert_code(4)
+        .assert_stdout_contains(&format!(
+            "column delivered (profile masstransit) is missing, but the table {hint}"
+        ));
+    s.idemctl()
+        .arg("evict")
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains(&format!(
+            "table public.InboxState has no column delivered but {hint}, which profile masstransit needs"
+        ));
+    assert_eq!(
+        scalar_i64(&s.db, "SELECT count(*) FROM \"InboxState\"").await,
+        12
+    );
+}
+
+/// Laravel: timestamp(0) columns and `timestamps()` that allow NULL. Keys written without
+/// created_at are read everywhere (check, stats, the dry run, inspect), their age unknown; evict
+/// removes exactly the expired keys. Mapped to expire a TTL after created_at, such a key never
+/// expires, and inspect says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_laravel_table_with_null_timestamps_is_maintained_as_shipped() {
+    let row = |kind: &str, expires: &str, created: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (\"key\", response, expires_at, created_at, updated_at) \
+             SELECT '{kind}-' || g, '{{\"order\": 1}}', date_trunc('second', {}), {created}, {created} \
+             FROM generate_series(1, 4) g;",
+            utc(expires)
+        )
+    };
+    let rows = [
+        row("near-old", "-30 minutes", "NULL"),
+        row("near-new", "30 minutes", "NULL"),
+        row(
+            "done-old",
+            "-3 days",
+            &format!("date_trunc('second', {})", utc("-4 days")),
+        ),
+    ]
+    .concat();
+    let s = Shape::new("Laravel", &rows).await;
+    let run = s.idemctl().args(["-o", "json", "stats"]).run();
+    run.assert_success();
+    assert_eq!(run.json()["oldest_live"]["key"], "near-new-1", "{run}");
+    assert_eq!(
+        run.json()["oldest_live"]["seconds"],
+        serde_json::Value::Null,
+        "{run}"
+    );
+    s.idemctl()
+        .args(["evict", "--dry-run"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("would evict       8");
+    s.idemctl()
+        .args(["inspect", "near-new-1"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("created_at       -\n");
+
+    let by_ttl = s.dir.path().join("ttl.toml");
+    std::fs::write(
+        &by_ttl,
+        format!(
+            "ttl = \"24h\"\n{}\n",
+            doc_block("Laravel", "toml").replace("expires_at = \"expires_at\"\n", "")
+        ),
+    )
+    .unwrap();
+    s.db.idemctl()
+        .args([
+            "--config",
+            &by_ttl.to_string_lossy(),
+            "inspect",
+            "near-old-1",
+        ])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("no expiry (created_at is NULL), so evict never removes it")
+        .assert_stdout_contains("expires_at       - (created_at is NULL)");
+
+    let kind = "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)";
+    s.evicts_exactly("idempotency_keys", kind, Some(8), &[("near-new", 4)])
+        .await;
+}
+
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))

@@ -500,7 +500,7 @@ async fn require_plannable_references(client: &Session, table: &KeyTable) -> Res
     match keys.first() {
         Some(key) => Err(fail(
             Exit::Usage,
-            crate::output::evict::reference_table_referenced_by_distributed(table, key),
+            crate::output::evict::reference_table_referenced_by_distributed(&table.shown(), key),
         )),
         None => Ok(()),
     }

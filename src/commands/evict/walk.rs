@@ -31,7 +31,7 @@ pub(super) async fn require(args: &EvictArgs, client: &Session, table: &KeyTable
     let Some(index) = table.walk_index() else {
         return Err(fail(
             Exit::Usage,
-            crate::output::evict::nothing_to_walk(table, &table.expiry_index_fix()),
+            crate::output::evict::nothing_to_walk(&table.shown(), &table.expiry_index_fix()),
         ));
     };
     // --min-age needs the rows' creation time on every row of a page, which the walk's statement
@@ -39,14 +39,21 @@ pub(super) async fn require(args: &EvictArgs, client: &Session, table: &KeyTable
     if args.min_age.is_some() {
         return Err(fail(
             Exit::Usage,
-            crate::output::evict::walk_refuses(table, "--min-age", &table.expiry_index_fix()),
+            crate::output::evict::walk_refuses(
+                &table.shown(),
+                "--min-age",
+                &table.expiry_index_fix(),
+            ),
         ));
     }
     let keys = crate::db::queries::referencing_keys(client, table).await?;
     if keys.iter().any(|k| k.blocks()) {
         return Err(fail(
             Exit::Usage,
-            crate::output::evict::walk_refuses_blocking_key(table, &table.expiry_index_fix()),
+            crate::output::evict::walk_refuses_blocking_key(
+                &table.shown(),
+                &table.expiry_index_fix(),
+            ),
         ));
     }
     Ok(Walk::new(table, index))
@@ -55,7 +62,7 @@ pub(super) async fn require(args: &EvictArgs, client: &Session, table: &KeyTable
 /// Say once per run that it walks, and what the expiry index would save.
 pub(super) fn say(ctx: &Context, args: &EvictArgs, table: &KeyTable, walk: &Walk) {
     ctx.output.note(&crate::output::evict::walking(
-        table,
+        &table.shown(),
         &walk.index,
         args.batch_size.unwrap_or(PAGE),
         walk.follows_age,
