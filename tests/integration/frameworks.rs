@@ -637,6 +637,24 @@ async fn a_scope_of_several_columns_is_shown_column_by_column_exactly() {
         .assert_stdout_contains("request_type")
         .assert_stdout_contains("client_id")
         .assert_stdout_contains("say \"hi\"");
+    // evict's sample: the expired keys (every one here) with their scope objects.
+    s.db.exec(
+        "UPDATE idempotency_record SET status = 'COMPLETED'; \
+         CREATE INDEX ON idempotency_record (expires_at);",
+    )
+    .await;
+    let run = s.idemctl().args(["-o", "json", "evict", "--dry-run"]).run();
+    run.assert_success();
+    let sampled: Vec<serde_json::Value> = run.json()["sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["scope"].clone())
+        .collect();
+    for (ty, client) in awkward {
+        let want = serde_json::json!({"request_type": ty, "client_id": client});
+        assert!(sampled.contains(&want), "{want} in {run}");
+    }
 }
 
 /// Rails 7: timestamp(6) without time zone, a bytea digest key given as psql prints it, a bytea
