@@ -1294,6 +1294,11 @@ mod tests {
         assert_eq!(scope_values("payment", 1).unwrap(), vec!["payment"]);
         assert!(scope_values("{payment}", 2).is_none());
         assert!(scope_values("{a,NULL}", 2).is_none());
+        // Read back from the table: an unquoted NULL is a NULL column, a quoted one the word.
+        assert_eq!(
+            scope_elements("{a,NULL,\"NULL\"}", 3).unwrap(),
+            [Some("a".to_owned()), None, Some("NULL".to_owned())]
+        );
         assert!(scope_values("payment,client-1", 2).is_none());
     }
 
