@@ -761,11 +761,6 @@ async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
             ("stuck-old".to_owned(), 3),
         ]
     );
-    db.idemctl()
-        .args(["--ttl", "1d", "evict", "--min-age", "1h"])
-        .run()
-        .assert_code(2)
-        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --min-age yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
     let db = loaded(ROCKET_RIDES_DDL, &rocket_rides_rows(4), None).await;
     db.exec(
         "INSERT INTO idempotency_keys (created_at, idempotency_key, last_run_at, request_method, request_params, \
@@ -798,18 +793,19 @@ async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
 
 /// The walk is one kind of batch: --max-rows bounds the keys it deletes, --max-batches its pages,
 /// and the rate caps and the replica lag pace its pages like any batch; runs that stop early
-/// leave the rest to the next run, which removes exactly the expired finished keys. --min-age stays
-/// refused (exit 2, nothing deleted): a page does not read when its rows were created.
+/// leave the rest to the next run, which removes exactly the expired finished keys.
+/// --drop-partitions, which needs the expiry index, is refused with one line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_walk_keeps_the_budgets_caps_and_replica_lag_of_any_batch() {
     use crate::profiles::{EXPLAINER_DDL, explainer_rows};
     let db = loaded(EXPLAINER_DDL, &explainer_rows(3), None).await;
     let total = "SELECT count(*) FROM idempotency_keys";
+    // Dropping whole partitions needs the expiry index: refused before anything changes.
     db.idemctl()
-        .args(["--ttl", "1d", "evict", "--min-age", "1h"])
+        .args(["--ttl", "1d", "evict", "--drop-partitions"])
         .run()
         .assert_code(2)
-        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --min-age yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
+        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --drop-partitions yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
     assert_eq!(scalar_i64(&db, total).await, 15);
     let evict = |extra: &[&str]| {
         let mut args = vec!["--ttl", "1d", "-o", "json", "evict", "--batch-size", "4"];
@@ -852,6 +848,166 @@ async fn the_walk_keeps_the_budgets_caps_and_replica_lag_of_any_batch() {
             ("stuck-2".to_owned(), 1),
             ("stuck-3".to_owned(), 1),
             ("stuck-old".to_owned(), 3),
+        ]
+    );
+}
+
+/// The dry run of a walk reads the pages the run would take, with a statement that changes
+/// nothing, under the same budgets: its count is exactly what the following run deletes (checked
+/// by SQL), with --max-rows, with --max-batches and to the end; on rocket-rides (a bigserial key)
+/// it stops where the run stops, at the first page in which nothing has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walks_dry_run_counts_what_the_run_deletes() {
+    use crate::profiles::{EXPLAINER_DDL, ROCKET_RIDES_DDL, explainer_rows, rocket_rides_rows};
+    let db = loaded(EXPLAINER_DDL, &explainer_rows(3), None).await;
+    let total = "SELECT count(*) FROM idempotency_keys";
+    let run = db
+        .idemctl()
+        .args(["--ttl", "1d", "evict", "--dry-run", "--batch-size", "4"])
+        .run();
+    run.assert_success();
+    run.assert_stdout_contains("would walk        idempotency_keys_pkey (15 index entries in 4 pages, to the end of the index; no index on the expiry column)\n");
+    run.assert_stdout_contains("batch size        pages of 4 index entries\n");
+    run.assert_stdout_contains(
+        "The first keys it would evict (in the order of idempotency_keys_pkey):",
+    );
+    run.assert_stdout_contains("statement (per page: $1 = the index entries a page reads, $2 = min-age seconds, $3... = the previous page's last key; plan of the first page):");
+    for budget in [
+        &["--max-rows", "2"][..],
+        &["--max-batches", "1"][..],
+        &["--max-runtime", "1h"][..],
+    ] {
+        let mut args = vec!["--ttl", "1d", "-o", "json", "evict", "--batch-size", "4"];
+        args.extend_from_slice(budget);
+        db.exec(&format!("TRUNCATE idempotency_keys; {}", explainer_rows(3)))
+            .await;
+        let before = scalar_i64(&db, total).await;
+        let mut dry = args.clone();
+        dry.push("--dry-run");
+        let run = db.idemctl().args(&dry).run();
+        run.assert_success();
+        let preview = run.json();
+        assert_eq!(preview["would_evict"]["at_least"], false, "{run}");
+        let would = preview["would_evict"]["count"].as_i64().unwrap();
+        assert!(would > 0, "{run}");
+        assert_eq!(scalar_i64(&db, total).await, before, "the dry run deleted");
+        let run = db.idemctl().args(&args).run();
+        run.assert_success();
+        let report = run.json();
+        assert_eq!(before - scalar_i64(&db, total).await, would, "{run}");
+        assert_eq!(report["rows_evicted"], would, "{run}");
+        assert_eq!(preview["walk"]["pages"], report["batches"], "{run}");
+        assert_eq!(
+            preview["walk"]["rows_examined"],
+            report["walk"]["rows_examined"]
+        );
+        assert_eq!(preview["walk"]["end_reason"], report["end_reason"], "{run}");
+    }
+    let run = db
+        .idemctl()
+        .args(["--ttl", "1d", "-o", "json", "evict", "--dry-run"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["would_evict"]["count"], 0, "{run}");
+    assert_eq!(run.json()["walk"]["end_reason"], "drained", "{run}");
+    let db = loaded(ROCKET_RIDES_DDL, &rocket_rides_rows(4), None).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (created_at, idempotency_key, last_run_at, request_method, request_params, \
+         request_path, recovery_point, user_id) \
+         SELECT now(), 'later-' || g, now(), 'POST', '{}', '/rides', 'finished', 1 FROM generate_series(1, 20) g",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args([
+            "--ttl",
+            "1d",
+            "-o",
+            "json",
+            "evict",
+            "--batch-size",
+            "5",
+            "--dry-run",
+        ])
+        .run();
+    run.assert_success();
+    let preview = run.json();
+    assert_eq!(preview["walk"]["stopped_early"], true, "{run}");
+    assert_eq!(preview["walk"]["rows_examined"], 20, "{run}");
+    assert_eq!(preview["would_evict"]["count"], 8, "{run}");
+}
+
+/// --min-age on a walked table: a key created less than --min-age ago stays even if expired, and
+/// is counted; the dry run says the same beforehand. --vacuum runs after the walk. Expiry by a one-hour TTL, --min-age 1d: keys
+/// created half an hour either side of a day ago go and stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walk_keeps_keys_younger_than_min_age() {
+    use crate::profiles::EXPLAINER_DDL;
+    let row = |kind: &str, status: i32, body: &str, created: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+             SELECT '{kind}-' || g, md5(g::text), {status}, {body}, now() - interval '{created}' \
+             FROM generate_series(1, 3) g;"
+        )
+    };
+    let done = "'{\"id\": 1}'";
+    let processing = "'{\"status\": \"processing\"}'";
+    let rows = [
+        row("old-done", 200, done, "24 hours 30 minutes"),
+        row("young-done", 200, done, "23 hours 30 minutes"),
+        row("fresh-done", 200, done, "30 minutes"),
+        row("old-busy", 202, processing, "3 days"),
+    ]
+    .concat();
+    let db = loaded(EXPLAINER_DDL, &rows, None).await;
+    let args = [
+        "--ttl",
+        "1h",
+        "-o",
+        "json",
+        "evict",
+        "--batch-size",
+        "5",
+        "--min-age",
+        "1d",
+    ];
+    let mut dry = args.to_vec();
+    dry.push("--dry-run");
+    let run = db.idemctl().args(&dry).run();
+    run.assert_success();
+    let preview = run.json();
+    assert_eq!(preview["would_evict"]["count"], 3, "{run}");
+    assert_eq!(preview["held_back_by_min_age"], 3, "{run}");
+    let kept: Vec<&str> = preview["held_back_sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert!(kept.iter().all(|k| k.starts_with("young-done-")), "{run}");
+    let mut run_args = args.to_vec();
+    run_args.extend(["--vacuum", "--vacuum-min-rows", "0"]);
+    let run = db.idemctl().args(&run_args).run();
+    run.assert_success();
+    assert_eq!(run.json()["rows_evicted"], 3, "{run}");
+    assert_eq!(run.json()["skipped_min_age"], 3, "{run}");
+    // VACUUM after a walk, as after any run.
+    assert_eq!(run.json()["vacuum"]["ran"], true, "{run}");
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'"
+        )
+        .await
+        .min(1),
+        1
+    );
+    assert_eq!(
+        kinds_left(&db, "idempotency_keys", "key").await,
+        [
+            ("fresh-done".to_owned(), 3),
+            ("old-busy".to_owned(), 3),
+            ("young-done".to_owned(), 3),
         ]
     );
 }
