@@ -1012,6 +1012,52 @@ async fn the_walk_keeps_keys_younger_than_min_age() {
     );
 }
 
+/// Without an expiry index, check recommends it with the walk's cost measured beside it: the walked
+/// index's entries (the planner's count, here every row), the pages of a full walk, the expired
+/// share as the planner estimates it and one page read and timed; in text and as typed fields in
+/// JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_measures_the_walk_beside_the_index_it_recommends() {
+    use crate::profiles::EXPLAINER_DDL;
+    let rows = "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+         SELECT 'k-' || g, md5(g::text), 200, '{}', \
+                CASE WHEN g % 3 = 0 THEN now() - interval '3 days' ELSE now() END \
+         FROM generate_series(1, 3000) g;";
+    let db = loaded(EXPLAINER_DDL, rows, None).await;
+    db.exec("VACUUM ANALYZE idempotency_keys").await;
+    let run = db
+        .idemctl()
+        .args(["--ttl", "1d", "-o", "json", "check"])
+        .run();
+    run.assert_success();
+    let findings = run.json()["findings"].as_array().unwrap().clone();
+    let expiry = findings
+        .iter()
+        .find(|f| f["check"] == "expiry index")
+        .unwrap_or_else(|| panic!("{run}"));
+    assert_eq!(expiry["status"], "warn", "{run}");
+    let cost = &expiry["walk_cost"];
+    assert_eq!(cost["index"], "idempotency_keys_pkey", "{run}");
+    assert_eq!(cost["index_entries"], 3000, "{run}");
+    assert_eq!(cost["page_size"], 2000, "{run}");
+    assert_eq!(cost["pages_per_run"], 2, "{run}");
+    assert_eq!(cost["follows_age"], false, "{run}");
+    let expired = cost["expired_estimate"].as_i64().unwrap();
+    assert!((1..=3000).contains(&expired), "{run}");
+    let fraction = cost["expired_fraction"].as_f64().unwrap();
+    assert!(fraction > 0.0 && fraction <= 1.0, "{run}");
+    assert_eq!(cost["timed_entries"], 3000, "{run}");
+    assert!(
+        cost["full_walk_seconds_estimate"].as_f64().unwrap() > 0.0,
+        "{run}"
+    );
+    let run = db.idemctl().args(["--ttl", "1d", "check"]).run();
+    run.assert_success();
+    run.assert_stdout_contains("measured (planner's estimates, one page timed): a full walk reads about 3000 entries of idempotency_keys_pkey (");
+    run.assert_stdout_contains(") each run, in 2 pages of 2000; about ");
+    run.assert_stdout_contains("one page of 3000 entries read in ");
+}
+
 /// A mapping that allows no reclaim action: the dry run still lists the stuck keys and says none is
 /// allowed; a run refuses. stats works on a table without an expiry column and no --ttl, reporting
 /// the figures that need none and marking the others unknown.

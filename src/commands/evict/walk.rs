@@ -21,7 +21,7 @@ use crate::report::evict::WalkPreview;
 use crate::report::rows::{Capped, SampleKey};
 
 /// Index entries a page reads when --batch-size does not say.
-const PAGE: u32 = 2_000;
+const PAGE: u32 = crate::domain::WALK_PAGE;
 
 /// The pages' size: --batch-size, else [`PAGE`] (a page's cost is its entries, not its deletions,
 /// so its size does not follow the statement time).
