@@ -263,6 +263,18 @@ fn one_spaced(text: &str) -> String {
     out
 }
 
+/// A TTL as people write it, in the largest unit that divides it: `24h`, `90m`, `30s`, `250ms`.
+pub(crate) fn ttl_text(ttl: Duration) -> String {
+    let ms = ttl.as_millis();
+    match ms {
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms if ms > 0 => format!("{ms}ms"),
+        _ => format!("{}us", ttl.as_micros()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

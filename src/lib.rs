@@ -12,6 +12,7 @@ pub(crate) mod db;
 pub(crate) mod domain;
 pub(crate) mod exit;
 pub(crate) mod fingerprint;
+pub(crate) mod ident;
 pub(crate) mod metrics;
 pub(crate) mod output;
 pub(crate) mod progress;

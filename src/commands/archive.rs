@@ -6,7 +6,8 @@
 //! * a key: `{"type": "key", "batch": "<pid>-<n>", "at": <database time of the batch>,
 //!   "action": "delete"|"fail"|"release", "reason": ..., "older_than_seconds": ..., ["plan":
 //!   <the plan file, apply only>,] ["filter": {"api_key_id"|"path"|"method": ...},] "committed":
-//!   "unknown", "api_key_id": ..., "key": ..., "record": {<every column, as before the change>}}`.
+//!   "unknown", "api_key_id": ..., "scope": {<each scope column>: <its value>} (null without a
+//!   scope), "key": ..., "record": {<every column, as before the change>}}`.
 //!   `committed` is "unknown" because the line is made durable before the commit: a run killed
 //!   between the two leaves a line for a key whose batch rolled back (the key is still in the
 //!   table, unchanged).
@@ -112,6 +113,7 @@ impl Archive {
             }
             line["committed"] = json!("unknown");
             line["api_key_id"] = json!(k.api_key_id);
+            line["scope"] = json!(k.scope);
             line["key"] = json!(k.key);
             line["record"] = k.record.clone();
             serde_json::to_writer(&mut buf, &line)?;

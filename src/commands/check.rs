@@ -15,8 +15,9 @@ use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::profile::Action;
 use crate::db::session::{Session, Writability};
-use crate::db::table::{Index, Job, Privileges, quote_ident};
+use crate::db::table::{Index, Job, Privileges};
 use crate::exit::{Exit, fail};
+use crate::ident::quote_ident;
 use crate::report::check::{
     self as r, DropPartitions, Found, Identity, IndexRef, Referencing, Structure as S, Threshold,
 };
@@ -181,11 +182,13 @@ fn structure(table: &KeyTable) -> Vec<Finding> {
     for (column, found, types) in problems {
         let expected = types.iter().map(|t| (*t).to_owned()).collect();
         let profile = p.name.clone();
+        let other_case = table.other_case(&column).map(quote_ident);
         let found = Found::Structure(S::Column {
             column,
             profile,
             found,
             expected,
+            other_case,
         });
         out.push(Finding::new(Status::Fail, found));
     }
@@ -354,6 +357,7 @@ async fn references(client: &Session, table: &KeyTable, role: &str) -> Result<Ve
             && k.may_read
             && !table.profile.lacks_ttl()
             && table.profile.time_problem(&table.columns).is_none()
+            && table.column_problems().is_empty()
             && table.expiry_index().is_some();
         let counted = match cheap {
             true => Some(

@@ -42,13 +42,16 @@ pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
     table.require_columns()?;
     let stuck_secs = args.stuck_after.as_secs_f64();
     if (args.api_key_id.is_some() || !pairs.is_empty()) && !table.profile.has_scope() {
-        return Err(fail(Exit::Usage, output::no_tenant_column(&table)));
+        return Err(fail(Exit::Usage, output::no_tenant_column(&table.shown())));
     }
     refuse_what_the_table_cannot_hold(&table, args)?;
     let scope = scope_given(&table, args, &pairs)?;
     let fingerprint_column = table.profile.fingerprint.as_ref().map(|(c, _)| c.clone());
     if body.is_some() && fingerprint_column.is_none() {
-        return Err(fail(Exit::Usage, output::no_fingerprint_column(&table)));
+        return Err(fail(
+            Exit::Usage,
+            output::no_fingerprint_column(&table.shown()),
+        ));
     }
     let records = match crate::commands::shards::distributed(&client, &table).await? {
         Some(layout) => on_shards(ctx, &client, &table, layout, args, &scope, stuck_secs).await?,
@@ -134,7 +137,7 @@ fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Re
         if given.is_some() && column.is_none() {
             return Err(fail(
                 Exit::Usage,
-                output::no_column_for_flag(table, flag, what),
+                output::no_column_for_flag(&table.shown(), flag, what),
             ));
         }
     }
@@ -144,13 +147,13 @@ fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Re
     {
         return Err(fail(
             Exit::Usage,
-            output::tenant_unfit(table, v, p.scope_type(0)),
+            output::tenant_unfit(&table.shown(), v, p.scope_type(0)),
         ));
     }
     if !crate::db::reclaim::fits_type(&args.key, &p.key_type) {
         return Err(fail(
             Exit::Usage,
-            output::key_unfit(table, &args.key, &p.key_type),
+            output::key_unfit(&table.shown(), &args.key, &p.key_type),
         ));
     }
     Ok(())
@@ -198,13 +201,13 @@ fn scope_given(table: &KeyTable, args: &InspectArgs, pairs: &[(String, String)])
         let Some(i) = p.tenant.iter().position(|c| c == column) else {
             return Err(fail(
                 Exit::Usage,
-                output::scope_column_unknown(table, column),
+                output::scope_column_unknown(&table.shown(), column),
             ));
         };
         if !crate::db::reclaim::fits_type(value, p.scope_type(i)) {
             return Err(fail(
                 Exit::Usage,
-                output::scope_value_unfit(table, column, value, p.scope_type(i)),
+                output::scope_value_unfit(&table.shown(), column, value, p.scope_type(i)),
             ));
         }
         values[i] = Some(value.clone());
@@ -263,7 +266,12 @@ async fn on_shards(
                     .await
                 }
             }
-            .with_context(|| format!("shard {} on worker {}", shard.id, node.name()))?;
+            .with_context(|| {
+                crate::output::names::on_shard(
+                    shard.id,
+                    &crate::output::names::worker(&node.host, node.port),
+                )
+            })?;
             for mut r in found {
                 r.check_holder(&session).await?;
                 records.push(r);
@@ -355,6 +363,7 @@ fn check_body(
         && path.as_ref().is_none_or(|c| c.matches);
     let report = BodyCheck {
         api_key_id: r.api_key_id.clone(),
+        scope: r.scope.clone(),
         key: r.key.clone(),
         canonical: how,
         stored: stored.clone(),
@@ -384,7 +393,7 @@ async fn by_tenant(
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     if !table.has_tenant_key_index() {
-        return Err(fail(Exit::Usage, output::no_identity_index(table)));
+        return Err(fail(Exit::Usage, output::no_identity_index(&table.shown())));
     }
     record::by_tenant(client, table, tenant, key, stuck_secs).await
 }
@@ -406,7 +415,7 @@ async fn by_key(
             record::by_key_through_tenants(client, table, key, stuck_secs, MAX_TENANTS_PROBED).await
         }
         KeyLookup::Unindexed => {
-            return Err(fail(Exit::Usage, output::no_key_index(table)));
+            return Err(fail(Exit::Usage, output::no_key_index(&table.shown())));
         }
     }?;
     if found.truncated {

@@ -33,11 +33,11 @@ pub(crate) struct Shard {
 impl Node {
     /// A session on this worker, with idemctl's session limits.
     pub(crate) async fn session(&self) -> Result<Session> {
-        let client = self
-            .target
-            .connect(&self.pool)
-            .await
-            .with_context(|| format!("failed to connect to Citus worker {}", self.name()))?;
+        let client = self.target.connect(&self.pool).await.with_context(|| {
+            crate::output::names::worker_unreachable(&crate::output::names::worker(
+                &self.host, self.port,
+            ))
+        })?;
         let pooled = !self.pool.route().is_some_and(Route::owns_session);
         let line = self.pool.line(&client).await;
         Ok(Session::new(

@@ -135,7 +135,11 @@ pub(crate) async fn gather(
         Some(cluster) => {
             for node in &cluster.nodes {
                 let session = node.session().await?;
-                let mut part = node_part(node.name(), node.shards.len(), count_stuck);
+                let mut part = node_part(
+                    crate::output::names::worker(&node.host, node.port),
+                    node.shards.len(),
+                    count_stuck,
+                );
                 for shard in &node.shards {
                     let s = read_shard(&session, node, shard, &plan, &mut budget, &mut totals);
                     let s = s.await?;
@@ -375,7 +379,12 @@ async fn read_shard(
     citus::begin_catalog_reads(session).await?;
     let read = read_figures(session, &shard.table, plan, budget, totals, false)
         .await
-        .with_context(|| format!("shard {} on worker {}", shard.id, node.name()));
+        .with_context(|| {
+            crate::output::names::on_shard(
+                shard.id,
+                &crate::output::names::worker(&node.host, node.port),
+            )
+        });
     match read {
         Ok(mut s) => {
             citus::end_catalog_reads(session).await?;

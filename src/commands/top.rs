@@ -345,6 +345,7 @@ async fn sample(
 fn key_fig(k: &KeyRef) -> KeyFig {
     KeyFig {
         api_key_id: k.api_key_id.clone(),
+        scope: k.scope.clone(),
         key: k.key.clone(),
         seconds: k.seconds,
     }

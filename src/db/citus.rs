@@ -214,8 +214,8 @@ pub(crate) fn recreate_index(
     let drop = existing.map_or_else(String::new, |i| {
         format!(
             "DROP INDEX CONCURRENTLY IF EXISTS {}.{}; ",
-            super::table::quote_ident(&table.schema),
-            super::table::quote_ident(&i.name)
+            crate::ident::quote_ident(&table.schema),
+            crate::ident::quote_ident(&i.name)
         )
     });
     format!("{drop}{create}")

@@ -11,9 +11,9 @@ use time::OffsetDateTime;
 use super::batch::ThroughCoordinator;
 use super::queries::Capped;
 pub(crate) use super::references::References;
-use super::table::quote_ident;
 use super::{KeyTable, Param, Session, p, with_deadline};
 use crate::exit::{Exit, fail};
+use crate::ident::quote_ident;
 pub(crate) use crate::report::rows::SampleKey;
 
 const CLAIM_SQL: &str = include_str!("../../sql/evict_range_end.sql");
@@ -46,8 +46,8 @@ pub struct Walk {
     /// The walk follows age (a key from a sequence): it stops at the first page in which nothing
     /// has expired.
     pub follows_age: bool,
-    /// The table's keys have a scope (the sample lists it).
-    has_scope: bool,
+    /// The table's scope columns (the sample lists each key's scope).
+    scope: Vec<String>,
 }
 
 /// What one page of the walk did.
@@ -131,7 +131,7 @@ impl Walk {
             preview_next: fill(WALK_PREVIEW_SQL, &after(4)),
             index: String::new(),
             follows_age: false,
-            has_scope: profile.has_scope(),
+            scope: profile.tenant.clone(),
         }
     }
 
@@ -204,7 +204,7 @@ impl Walk {
         let scope: Vec<Option<String>> = row.try_get("sample_scope")?;
         let key: Vec<Option<String>> = row.try_get("sample_key")?;
         let expires: Vec<OffsetDateTime> = row.try_get("sample_expires_at")?;
-        let created: Vec<OffsetDateTime> = row.try_get("sample_created_at")?;
+        let created: Vec<Option<OffsetDateTime>> = row.try_get("sample_created_at")?;
         let mut preview = PreviewPage {
             page: Page {
                 examined: count(&row, "examined")?,
@@ -218,13 +218,18 @@ impl Walk {
             newest: row.try_get("newest")?,
             ..PreviewPage::default()
         };
-        let has_scope = self.has_scope;
         for (n, young) in young.into_iter().enumerate() {
+            let api_key_id = scope
+                .get(n)
+                .cloned()
+                .flatten()
+                .filter(|_| !self.scope.is_empty());
             let sample = SampleKey {
-                api_key_id: scope.get(n).cloned().flatten().filter(|_| has_scope),
+                scope: super::profile::scope_from(&self.scope, api_key_id.as_deref()),
+                api_key_id,
                 key: key.get(n).cloned().flatten().unwrap_or_default(),
                 expires_at: expires[n],
-                created_at: created[n],
+                created_at: created.get(n).copied().flatten(),
             };
             match young {
                 true => preview.kept.push(sample),
@@ -648,12 +653,14 @@ pub(crate) async fn preview_sample(
     for r in &rows {
         sample.held_back = r.try_get("held_back_count")?;
         sample.walked = r.try_get("walked")?;
+        let api_key_id: Option<String> = if has_tenant {
+            Some(r.try_get("api_key_id")?)
+        } else {
+            None
+        };
         let key = SampleKey {
-            api_key_id: if has_tenant {
-                Some(r.try_get("api_key_id")?)
-            } else {
-                None
-            },
+            scope: table.profile.scope_of(api_key_id.as_deref()),
+            api_key_id,
             key: r.try_get("key")?,
             expires_at: r.try_get("expires_at")?,
             created_at: r.try_get("created_at")?,

@@ -25,8 +25,8 @@ pub(crate) async fn autovacuum(client: &Session, table: &KeyTable) -> Result<Vec
             AutovacuumRel {
                 relation: format!(
                     "{}.{}",
-                    crate::db::table::quote_ident_if_needed(&schema),
-                    crate::db::table::quote_ident_if_needed(&name)
+                    crate::ident::quote_ident_if_needed(&schema),
+                    crate::ident::quote_ident_if_needed(&name)
                 ),
                 reltuples: r.get("reltuples"),
                 live_tuples: r.get("live_tuples"),

@@ -4,6 +4,7 @@
 pub(crate) mod activity;
 pub(crate) mod batch;
 pub(crate) mod citus;
+pub(crate) mod column;
 pub(crate) mod evict;
 pub(crate) mod lock;
 pub(crate) mod maintenance;

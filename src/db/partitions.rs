@@ -6,7 +6,7 @@ use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 
 use super::KeyTable;
-use super::table::quote_ident;
+use crate::ident::quote_ident;
 pub(crate) use crate::report::rows::Partition;
 
 /// Lists every leaf partition with its bounds (catalog only).

@@ -436,7 +436,7 @@ fn join(parts: &[Pred], sep: &str, column: &dyn Fn(&str) -> String) -> String {
 impl Literal {
     fn sql(&self) -> String {
         match self {
-            Literal::Text(t) => super::profile::literal(t),
+            Literal::Text(t) => crate::ident::literal(t),
             Literal::Number(n) => n.clone(),
             Literal::Bool(true) => "TRUE".into(),
             Literal::Bool(false) => "FALSE".into(),

@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::column::Column;
 use super::predicate::Pred;
-use super::table::{Column, quote_ident, quote_ident_if_needed};
+use crate::ident::{literal, quote_ident, quote_ident_if_needed};
 
 /// The names `--profile` accepts besides a mapping from the config file.
 pub(crate) const BUILTIN: &[&str] = &["storage", "explainer", "rocket-rides"];
@@ -79,6 +80,10 @@ pub enum FingerprintKind {
     Bytea,
     Hex,
 }
+
+/// What a state column may be besides a text type: an enum type holding every value the mapping
+/// names (the state is compared with literals, which PostgreSQL reads as the enum's values).
+const ENUM_OF_VALUES: &str = "an enum holding every value the mapping names";
 
 /// The roles of a key table's columns.
 #[derive(Clone, Debug, Serialize)]
@@ -179,8 +184,14 @@ pub(crate) fn scope_text(values: &[&str]) -> String {
 /// itself for one column, else the elements of a one-dimensional text array of `n` non-NULL
 /// elements (plain or double-quoted with backslash escapes); None when it is not one.
 pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
+    scope_elements(text, n)?.into_iter().collect()
+}
+
+/// [`scope_values`] as the server prints a scope read from the table: an unquoted NULL element is
+/// a NULL column (None).
+pub(crate) fn scope_elements(text: &str, n: usize) -> Option<Vec<Option<String>>> {
     if n == 1 {
-        return Some(vec![text.to_owned()]);
+        return Some(vec![Some(text.to_owned())]);
     }
     let inner = text.trim().strip_prefix('{')?.strip_suffix('}')?;
     let mut out = Vec::new();
@@ -202,6 +213,7 @@ pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
             while chars.peek().is_some_and(|c| c.is_whitespace()) {
                 chars.next();
             }
+            out.push(Some(v));
         } else {
             while let Some(&c) = chars.peek() {
                 if c == ',' {
@@ -213,13 +225,12 @@ pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
                 v.push(c);
                 chars.next();
             }
-            let v2 = v.trim().to_owned();
-            if v2.is_empty() || v2.eq_ignore_ascii_case("null") {
+            let v = v.trim();
+            if v.is_empty() {
                 return None;
             }
-            v = v2;
+            out.push((!v.eq_ignore_ascii_case("null")).then(|| v.to_owned()));
         }
-        out.push(v);
         match chars.next() {
             None => break,
             Some(',') => {}
@@ -227,6 +238,18 @@ pub(crate) fn scope_values(text: &str, n: usize) -> Option<Vec<String>> {
         }
     }
     (out.len() == n).then_some(out)
+}
+
+/// A scope read as one text (None on a table without a scope) split into the values of its
+/// `columns`; None when it is not a scope of those columns.
+pub(crate) fn scope_from(
+    columns: &[String],
+    text: Option<&str>,
+) -> Option<crate::report::rows::Scope> {
+    let values = scope_elements(text?, columns.len())?;
+    Some(crate::report::rows::Scope(
+        columns.iter().cloned().zip(values).collect(),
+    ))
 }
 
 /// Whether `value` is valid input for a tenant or key column of SQL type `ty` (text types take
@@ -249,11 +272,6 @@ pub(crate) fn fits_type(value: &str, ty: &str) -> bool {
         }
         _ => true,
     }
-}
-
-/// A SQL string literal, quotes doubled.
-pub(crate) fn literal(v: &str) -> String {
-    format!("'{}'", v.replace('\'', "''"))
 }
 
 impl Profile {
@@ -431,9 +449,10 @@ impl Profile {
             out.push((column.clone(), TS));
         }
         match &self.in_flight {
-            InFlight::State { column, .. } => {
-                out.push((column.clone(), &["text", "character varying"]))
-            }
+            InFlight::State { column, .. } => out.push((
+                column.clone(),
+                &["text", "character varying", ENUM_OF_VALUES],
+            )),
             // A predicate compares its columns with literals: any type PostgreSQL can compare.
             InFlight::Mapped { parsed, .. } => {
                 out.extend(parsed.columns().into_iter().map(|c| (c, ANY)));
@@ -459,10 +478,40 @@ impl Profile {
                 |(name, types)| match columns.iter().find(|c| c.name == name) {
                     None => Some((name, None, types)),
                     Some(c) if types.is_empty() || types.contains(&c.base_type.as_str()) => None,
+                    Some(c) if c.enum_labels.is_some() && types.contains(&ENUM_OF_VALUES) => {
+                        self.enum_problem(c).map(|found| (name, Some(found), types))
+                    }
                     Some(c) => Some((name, Some(c.sql_type.clone()), types)),
                 },
             )
             .collect()
+    }
+
+    /// A state column of an enum type lacking a value the mapping names (comparing with it would
+    /// fail): the column's type and values, and the values it lacks.
+    fn enum_problem(&self, column: &Column) -> Option<String> {
+        let InFlight::State {
+            in_flight, done, ..
+        } = &self.in_flight
+        else {
+            return None;
+        };
+        let labels = column.enum_labels.as_deref().unwrap_or_default();
+        let listed = |v: &[&String]| v.iter().map(|l| literal(l)).collect::<Vec<_>>().join(", ");
+        let missing: Vec<&String> = in_flight
+            .iter()
+            .chain(done)
+            .filter(|v| !labels.contains(v))
+            .collect();
+        if missing.is_empty() {
+            return None;
+        }
+        Some(format!(
+            "{}, whose values ({}) do not include {}",
+            column.sql_type,
+            listed(&labels.iter().collect::<Vec<_>>()),
+            listed(&missing)
+        ))
     }
 
     /// The column keys are ordered by for expiry (`expires_at`, or `created_at` for a TTL table).
@@ -661,6 +710,12 @@ impl Profile {
         } else {
             self.row_identity.iter().map(String::as_str).collect()
         }
+    }
+
+    /// A scope read from the table as one text (`{tenant}::text`, None on a table without a
+    /// scope), split into its columns' values; None when it is not a scope of this table.
+    pub(crate) fn scope_of(&self, text: Option<&str>) -> Option<crate::report::rows::Scope> {
+        scope_from(&self.tenant, text)
     }
 
     /// Whether the table has a scope (one column or several).
@@ -1264,6 +1319,33 @@ mod tests {
         assert_eq!(
             e.render("{r.in_flight}", "t"),
             "(r.response_status = 202 AND r.response_body = '{\"status\": \"processing\"}'::jsonb)"
+        );
+    }
+
+    #[test]
+    fn a_state_column_may_be_an_enum_holding_every_mapped_value() {
+        let mut columns = cols(&[
+            ("key", "text"),
+            ("api_key_id", "text"),
+            ("state", "idempotency_state"),
+            ("created_at", "timestamp with time zone"),
+            ("expires_at", "timestamp with time zone"),
+            ("locked_at", "timestamp with time zone"),
+            ("request_method", "text"),
+            ("request_path", "text"),
+            ("request_fingerprint", "bytea"),
+            ("response_status", "integer"),
+            ("response_body", "jsonb"),
+        ]);
+        assert_eq!(Profile::storage().column_problems(&columns).len(), 1);
+        columns[2].enum_labels = Some(vec![s("in_progress"), s("completed"), s("failed")]);
+        assert!(Profile::storage().column_problems(&columns).is_empty());
+        columns[2].enum_labels = Some(vec![s("in_progress"), s("done")]);
+        assert_eq!(
+            Profile::storage().column_problems(&columns)[0].1.as_deref(),
+            Some(
+                "idempotency_state, whose values ('in_progress', 'done') do not include 'completed'"
+            )
         );
     }
 

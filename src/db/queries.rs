@@ -4,7 +4,7 @@ use crate::db::{Session, p};
 use anyhow::{Context as _, Result};
 
 use super::KeyTable;
-use super::table::quote_ident;
+use crate::ident::quote_ident;
 pub(crate) use crate::report::rows::{
     Capped, DatabaseIdentity, KeyRef, ReferencingKey, Sizes, Stuck, Vacuum,
 };
@@ -66,9 +66,14 @@ pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Op
         .context("failed to find the oldest live key")?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
+        scope: table
+            .profile
+            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
-        seconds: r.get("age_seconds"),
+        // NaN (printed "-", null in JSON) when its created_at is NULL: a nullable column, as
+        // Laravel's `timestamps()` writes it, leaves the age unknown.
+        seconds: r.get::<_, Option<f64>>("age_seconds").unwrap_or(f64::NAN),
     }))
 }
 
@@ -83,6 +88,9 @@ pub(crate) async fn oldest_expired(client: &Session, table: &KeyTable) -> Result
         .context("failed to find the oldest expired key")?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
+        scope: table
+            .profile
+            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("lag_seconds"),
@@ -168,6 +176,9 @@ pub(crate) async fn oldest_stuck(
         .context("failed to find the oldest stuck key")?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
+        scope: table
+            .profile
+            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("held_seconds"),

@@ -96,6 +96,8 @@ pub(crate) async fn count_stuck(
 pub(crate) struct StuckKey {
     /// None on a table without a tenant column.
     pub api_key_id: Option<String>,
+    /// Each scope column's value (None without a scope).
+    pub scope: Option<crate::report::rows::Scope>,
     pub key: String,
     /// None where the table has no such column or the row holds NULL.
     pub request_method: Option<String>,
@@ -151,8 +153,10 @@ pub(crate) async fn list_stuck(
     let rows = rows
         .iter()
         .map(|r| {
+            let api_key_id = tenant_of(has_tenant, r.try_get("api_key_id")?);
             Ok(StuckKey {
-                api_key_id: tenant_of(has_tenant, r.try_get("api_key_id")?),
+                scope: table.profile.scope_of(api_key_id.as_deref()),
+                api_key_id,
                 key: r.try_get("key")?,
                 request_method: r.try_get("request_method")?,
                 request_path: r.try_get("request_path")?,
@@ -175,6 +179,8 @@ pub(crate) async fn list_stuck(
 pub(crate) struct ArchivedKey {
     /// None on a table without a tenant column.
     pub api_key_id: Option<String>,
+    /// Each scope column's value (None without a scope).
+    pub scope: Option<crate::report::rows::Scope>,
     pub key: String,
     pub record: serde_json::Value,
     /// The database clock at the batch (its transaction's start).
@@ -210,6 +216,8 @@ pub(crate) struct Statements {
     /// The table has a tenant column (without one, its statements answer '' as the tenant, and
     /// plan rows without a tenant are bound as '').
     has_tenant: bool,
+    /// The scope's columns, which name an archived key's scope values.
+    scope_columns: Vec<String>,
 }
 
 /// How a table's batches reach its rows, for [`Statements::new`].
@@ -278,6 +286,7 @@ impl Statements {
             bound_waits: route.bound_waits,
             by_identity: route.by_identity,
             has_tenant: table.profile.has_scope(),
+            scope_columns: table.profile.tenant.clone(),
         })
     }
 
@@ -470,6 +479,7 @@ impl Statements {
         for k in got {
             match records.remove(&k) {
                 Some((record, at)) => archived.push(ArchivedKey {
+                    scope: super::profile::scope_from(&self.scope_columns, k.0.as_deref()),
                     api_key_id: k.0,
                     key: k.1,
                     record,

@@ -46,12 +46,17 @@ impl KeyRecord {
                 .try_get::<_, Option<String>>("request_fingerprint")?
                 .map(StoredFingerprint::Text),
         };
+        let expires_at: Option<OffsetDateTime> = row.try_get("expires_at")?;
+        let null_expiry = (expires_at.is_none() && !table.profile.lacks_ttl())
+            .then(|| table.profile.expiry_column().to_owned());
+        let api_key_id: Option<String> = if has_tenant {
+            Some(row.try_get("api_key_id")?)
+        } else {
+            None
+        };
         Ok(KeyRecord {
-            api_key_id: if has_tenant {
-                Some(row.try_get("api_key_id")?)
-            } else {
-                None
-            },
+            scope: table.profile.scope_of(api_key_id.as_deref()),
+            api_key_id,
             key: row.try_get("key")?,
             request_method: row.try_get("request_method")?,
             request_path: row.try_get("request_path")?,
@@ -61,7 +66,8 @@ impl KeyRecord {
             response_body: body(row, table)?,
             locked_at: row.try_get("locked_at")?,
             created_at: row.try_get("created_at")?,
-            expires_at: row.try_get("expires_at")?,
+            expires_at,
+            null_expiry,
             row: whole_row(row, table)?,
             time_zone: table
                 .profile
@@ -114,9 +120,10 @@ impl KeyRecord {
         self.expires_at.is_some_and(|e| e <= self.db_now)
     }
 
-    /// When the owner took the key: `locked_at`, or `created_at` where it was never set.
-    pub(crate) fn held_since(&self) -> OffsetDateTime {
-        self.locked_at.unwrap_or(self.created_at)
+    /// When the owner took the key: `locked_at`, or `created_at` where it was never set (None
+    /// when neither holds a time).
+    pub(crate) fn held_since(&self) -> Option<OffsetDateTime> {
+        self.locked_at.or(self.created_at)
     }
 }
 

@@ -16,7 +16,7 @@
 //! on the privilege; `check` names the grant.
 
 use super::queries::{KeyRef, ReferencingKey};
-use super::table::quote_ident;
+use crate::ident::quote_ident;
 
 /// The alias of a referencing table inside the generated probes (unlikely to shadow a name).
 const REF: &str = "idemctl_ref";
@@ -340,12 +340,14 @@ pub(crate) async fn oldest_expired_by_reference(
         out.examined = r.try_get("examined")?;
         out.capped = r.try_get("capped")?;
         out.newest_examined_seconds = r.try_get("newest_examined_seconds")?;
+        let api_key_id: Option<String> = if table.profile.has_scope() {
+            r.try_get("api_key_id")?
+        } else {
+            None
+        };
         let key = KeyRef {
-            api_key_id: if table.profile.has_scope() {
-                r.try_get("api_key_id")?
-            } else {
-                None
-            },
+            scope: table.profile.scope_of(api_key_id.as_deref()),
+            api_key_id,
             key: r.try_get("key")?,
             expires_at: r.try_get("expires_at")?,
             seconds: r.try_get("lag_seconds")?,

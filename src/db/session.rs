@@ -22,6 +22,7 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Error, Row, SimpleQueryMessage};
 
 use crate::conn::Line;
+use crate::ident::literal;
 
 /// A parameter and its PostgreSQL type; make one with [`p`].
 pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
@@ -404,11 +405,6 @@ impl Session {
 
 fn split<'a>(params: &'a [Param<'a>]) -> (Vec<Type>, Vec<&'a (dyn ToSql + Sync)>) {
     params.iter().map(|(v, t)| (t.clone(), *v)).unzip()
-}
-
-/// A string literal for `SET` (idemctl's own values only, quoted anyway).
-fn literal(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
 }
 
 /// Whether a session can write at all: a hot standby, or a role or database whose transactions

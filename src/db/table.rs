@@ -1,48 +1,16 @@
 //! The key table as found in the catalog: which relation `--table` names, its columns, the indexes
 //! idemctl can use, and what the current role may do with it.
 
-use crate::db::{Session, p};
+use crate::db::column::Column;
+use crate::db::session::{Session, p};
+use crate::domain::ttl_text;
+use crate::ident::{quote_ident, quote_ident_if_needed};
 use anyhow::{Context as _, Result};
 
 use crate::db::profile::{self, Action, Detected, Profile};
 use crate::domain::TableName;
 use crate::exit::{Exit, fail};
 pub(crate) use crate::report::rows::Partitioning;
-
-/// One column as the catalog describes it.
-#[derive(Clone, Debug)]
-pub struct Column {
-    pub name: String,
-    /// The type as declared, with its modifier (`character varying(255)`), for messages.
-    pub sql_type: String,
-    /// The type without modifier (a domain's base type): what roles are matched against, so a
-    /// modifier is accepted wherever its base type is.
-    pub base_type: String,
-    /// Its values come from a sequence (serial, bigserial, identity): they follow insertion.
-    pub serial: bool,
-}
-
-impl Column {
-    /// A column of type `ty` with no modifier (tests, and shapes written by hand).
-    pub fn new(name: &str, ty: &str) -> Column {
-        Column {
-            name: name.to_owned(),
-            sql_type: ty.to_owned(),
-            base_type: ty.to_owned(),
-            serial: false,
-        }
-    }
-
-    /// The type a bound text value is cast to for comparison with this column: the base type
-    /// (an unbounded varchar compares as the column does, where varchar(n) would truncate), with
-    /// `character` written `bpchar` (bare `character` is character(1)).
-    pub fn cast_type(&self) -> String {
-        match self.base_type.as_str() {
-            "character" => "bpchar".to_owned(),
-            t => t.to_owned(),
-        }
-    }
-}
 
 /// One index as the catalog describes it.
 #[derive(Clone, Debug)]
@@ -166,164 +134,6 @@ pub enum Job {
     Reclaim(Action),
 }
 
-/// The keywords PostgreSQL restricts as bare column names.
-const RESTRICTED: &[&str] = &[
-    "all",
-    "analyse",
-    "analyze",
-    "and",
-    "any",
-    "array",
-    "as",
-    "asc",
-    "asymmetric",
-    "authorization",
-    "between",
-    "bigint",
-    "binary",
-    "bit",
-    "boolean",
-    "both",
-    "case",
-    "cast",
-    "char",
-    "character",
-    "check",
-    "coalesce",
-    "collate",
-    "collation",
-    "column",
-    "concurrently",
-    "constraint",
-    "create",
-    "cross",
-    "current_catalog",
-    "current_date",
-    "current_role",
-    "current_schema",
-    "current_time",
-    "current_timestamp",
-    "current_user",
-    "dec",
-    "decimal",
-    "default",
-    "deferrable",
-    "desc",
-    "distinct",
-    "do",
-    "else",
-    "end",
-    "except",
-    "exists",
-    "extract",
-    "false",
-    "fetch",
-    "float",
-    "for",
-    "foreign",
-    "freeze",
-    "from",
-    "full",
-    "grant",
-    "greatest",
-    "group",
-    "grouping",
-    "having",
-    "ilike",
-    "in",
-    "initially",
-    "inner",
-    "inout",
-    "int",
-    "integer",
-    "intersect",
-    "interval",
-    "into",
-    "is",
-    "isnull",
-    "join",
-    "lateral",
-    "leading",
-    "least",
-    "left",
-    "like",
-    "limit",
-    "localtime",
-    "localtimestamp",
-    "national",
-    "natural",
-    "nchar",
-    "none",
-    "normalize",
-    "not",
-    "notnull",
-    "null",
-    "nullif",
-    "numeric",
-    "offset",
-    "on",
-    "only",
-    "or",
-    "order",
-    "out",
-    "outer",
-    "overlaps",
-    "overlay",
-    "placing",
-    "position",
-    "precision",
-    "primary",
-    "real",
-    "references",
-    "returning",
-    "right",
-    "row",
-    "select",
-    "session_user",
-    "setof",
-    "similar",
-    "smallint",
-    "some",
-    "substring",
-    "symmetric",
-    "system_user",
-    "table",
-    "tablesample",
-    "then",
-    "time",
-    "timestamp",
-    "to",
-    "trailing",
-    "treat",
-    "trim",
-    "true",
-    "union",
-    "unique",
-    "user",
-    "using",
-    "values",
-    "varchar",
-    "variadic",
-    "verbose",
-    "when",
-    "where",
-    "window",
-    "with",
-];
-
-/// An identifier as a person would write it: bare when it is a plain lowercase name that is no
-/// keyword PostgreSQL restricts, quoted otherwise (statements idemctl runs always quote).
-pub(crate) fn quote_ident_if_needed(c: &str) -> String {
-    let plain = c
-        .chars()
-        .next()
-        .is_some_and(|ch| ch.is_ascii_lowercase() || ch == '_')
-        && c.chars()
-            .all(|ch| ch.is_ascii_lowercase() || ch.is_ascii_digit() || ch == '_')
-        && !RESTRICTED.contains(&c);
-    if plain { c.to_owned() } else { quote_ident(c) }
-}
-
 /// The statement that turns autovacuum back on for `relation` (as the catalog names it), for
 /// `check` to show.
 pub(crate) fn autovacuum_on_fix(relation: &str) -> String {
@@ -406,46 +216,6 @@ pub struct ProfileChoice {
 /// The shortest TTL evict and stats accept without --force: a unit typo (24m for 24h) stays far
 /// below it, and no API keeps keys for a retry window shorter than an hour.
 pub(crate) const MIN_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
-
-/// A TTL as people write it, in the largest unit that divides it: `24h`, `90m`, `30s`, `250ms`.
-pub(crate) fn ttl_text(ttl: std::time::Duration) -> String {
-    let ms = ttl.as_millis();
-    match ms {
-        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
-        ms if ms > 0 => format!("{ms}ms"),
-        _ => format!("{}us", ttl.as_micros()),
-    }
-}
-
-/// Quote an identifier the way PostgreSQL's `quote_ident` always would. A name holding a control
-/// character or a bidirectional override is written in the Unicode-escape form (`U&"a\000Ab"`),
-/// the same identifier to the server: a statement printed as a fix then runs as printed and never
-/// carries a raw control to the terminal.
-pub(crate) fn quote_ident(s: &str) -> String {
-    if !s.chars().any(crate::domain::moves_the_terminal) {
-        return format!("\"{}\"", s.replace('"', "\"\""));
-    }
-    let mut out = String::from("U&\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\"\""),
-            '\\' => out.push_str("\\\\"),
-            c if crate::domain::moves_the_terminal(c) => {
-                let n = c as u32;
-                if n <= 0xffff {
-                    out.push_str(&format!("\\{n:04X}"));
-                } else {
-                    out.push_str(&format!("\\+{n:06X}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
 
 impl KeyTable {
     /// Find the table `--table` names (following search_path when unqualified) and read its
@@ -623,9 +393,13 @@ impl KeyTable {
         let Some((name, found, types)) = problems.first() else {
             return self.require_readable_times();
         };
-        let what = match found {
-            None => format!("has no column {name}"),
-            Some(t) => format!("column {name} is {t}, expected {}", types.join(" or ")),
+        let what = match (found, self.other_case(name)) {
+            (None, Some(has)) => format!(
+                "has no column {name} but has {}: names are matched exactly, and a predicate folds an unquoted name to lower case as SQL does, so write it there with double quotes",
+                quote_ident(has)
+            ),
+            (None, None) => format!("has no column {name}"),
+            (Some(t), _) => format!("column {name} is {t}, expected {}", types.join(" or ")),
         };
         let advice = match &self.profile.origin {
             Some(origin) => format!("the mapping in {origin} names it; correct the mapping"),
@@ -639,6 +413,15 @@ impl KeyTable {
                 self.profile.name
             ),
         ))
+    }
+
+    /// The table's column spelled as `name` but for case (`statusCode` for `statuscode`), which a
+    /// mapping most likely meant.
+    pub fn other_case(&self, name: &str) -> Option<&str> {
+        self.columns
+            .iter()
+            .find(|c| c.name != name && c.name.to_lowercase() == name.to_lowercase())
+            .map(|c| c.name.as_str())
     }
 
     /// Fail when the table's times are `timestamp without time zone` and no zone says how to read
@@ -809,6 +592,27 @@ impl KeyTable {
     pub fn key_index_fix(&self) -> String {
         let key = quote_ident_if_needed(&self.profile.key);
         self.create_index(false, "key", &format!("({key})"))
+    }
+
+    /// The table as messages name it (the output layer words and escapes it).
+    pub(crate) fn shown(&self) -> crate::report::table::Table {
+        let p = &self.profile;
+        crate::report::table::Table {
+            name: self.qualified_name(),
+            quoted: self.quoted.clone(),
+            profile: crate::report::table::Profile {
+                name: p.name.clone(),
+                actions: p.actions.clone(),
+                created_at: p.created_at.clone(),
+                expiry_column: p.expiry_column().to_owned(),
+                tenant: p.tenant.clone(),
+            },
+            stuck_index_fix: self.stuck_index_fix(),
+            identity_index_fix: self.identity_index_fix(),
+            lookup_index_fix: self.lookup_index_fix(),
+            key_index_fix: self.key_index_fix(),
+            identity_columns: self.identity_columns_text(),
+        }
     }
 
     /// The columns that identify a key, as `(tenant, key)`, `(type, client, key)` or `(key)`,
@@ -1127,6 +931,7 @@ async fn read_columns(client: &Session, oid: i64) -> Result<Vec<Column>> {
             sql_type: r.get("type"),
             base_type: r.get("base_type"),
             serial: r.get("serial"),
+            enum_labels: r.get("enum_labels"),
         })
         .collect())
 }

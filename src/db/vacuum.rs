@@ -33,8 +33,8 @@ pub(crate) async fn targets(client: &Session, table: &KeyTable) -> Result<Vec<Ta
             Target {
                 relation: format!(
                     "{}.{}",
-                    crate::db::table::quote_ident_if_needed(&schema),
-                    crate::db::table::quote_ident_if_needed(&name)
+                    crate::ident::quote_ident_if_needed(&schema),
+                    crate::ident::quote_ident_if_needed(&name)
                 ),
                 owner: r.get("owner"),
                 may_vacuum: r.get("may_vacuum"),

@@ -227,10 +227,14 @@ fn structure(status: Status, found: &Structure) -> Worded {
             profile,
             found,
             expected,
+            other_case,
         } => {
-            let detail = match found {
-                None => format!("column {column} (profile {profile}) is missing"),
-                Some(t) => format!(
+            let detail = match (found, other_case) {
+                (None, Some(has)) => format!(
+                    "column {column} (profile {profile}) is missing, but the table has {has}: names are matched exactly, and a predicate folds an unquoted name to lower case as SQL does, so write it there with double quotes"
+                ),
+                (None, None) => format!("column {column} (profile {profile}) is missing"),
+                (Some(t), _) => format!(
                     "column {column} is {t}, profile {profile} expects {}",
                     expected.join(" or ")
                 ),

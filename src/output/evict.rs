@@ -2,8 +2,8 @@
 //! summary, with the partition tables both share.
 //! Names from the catalog are escaped here, where they are printed.
 
-use crate::db::KeyTable;
-use crate::db::table::{quote_ident, quote_ident_if_needed, ttl_text};
+use crate::domain::ttl_text;
+use crate::ident::{quote_ident, quote_ident_if_needed};
 use crate::output::{
     Doc, escape_controls, escape_lines, human_bytes, human_secs, key_cells, key_columns, rfc3339,
     sanitize,
@@ -21,6 +21,7 @@ use crate::report::rows::Capped;
 use crate::report::rows::Layout;
 use crate::report::rows::SampleKey;
 use crate::report::run::EndReason;
+use crate::report::table::Table;
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
 /// workers' table and the partitions it dropped.
@@ -162,7 +163,7 @@ pub(crate) fn expiry_text(e: &Expiry) -> String {
 
 /// The note a walk prints once: which index it walks, and what the expiry index would save.
 pub(crate) fn walking(
-    table: &KeyTable,
+    table: &Table,
     index: &str,
     page: u32,
     follows_age: bool,
@@ -171,7 +172,7 @@ pub(crate) fn walking(
     format!(
         "table {} has no index on {}: evict walks {} in pages of {page} entries, reading every key to find the expired ones{}; the index would let each batch read only expired keys: {fix}",
         table.display(),
-        sanitize(table.profile.expiry_column()),
+        sanitize(&table.profile.expiry_column),
         sanitize(index),
         if follows_age {
             " (it stops at the first page in which nothing has expired: the key follows age)"
@@ -194,7 +195,7 @@ pub(crate) enum WalkRefusal {
 }
 
 /// Something the walk (no expiry index) does not handle.
-pub(crate) fn walk_refuses(table: &KeyTable, what: WalkRefusal, fix: &str) -> String {
+pub(crate) fn walk_refuses(table: &Table, what: WalkRefusal, fix: &str) -> String {
     let what = match what {
         WalkRefusal::DropPartitions => "--drop-partitions",
         WalkRefusal::Distributed => "a table Citus distributes",
@@ -203,16 +204,16 @@ pub(crate) fn walk_refuses(table: &KeyTable, what: WalkRefusal, fix: &str) -> St
     format!(
         "table {} has no index on {}, so evict would walk its unique index, which does not handle {what} yet; nothing was changed; create the index with: {fix}",
         table.display(),
-        sanitize(table.profile.expiry_column())
+        sanitize(&table.profile.expiry_column)
     )
 }
 
 /// Neither an expiry index nor a unique index to walk.
-pub(crate) fn nothing_to_walk(table: &KeyTable, fix: &str) -> String {
+pub(crate) fn nothing_to_walk(table: &Table, fix: &str) -> String {
     format!(
         "table {} has no index on {} and no unique index of plain columns to walk, so expired keys cannot be found in bounded batches; create the index with: {fix}",
         table.display(),
-        sanitize(table.profile.expiry_column())
+        sanitize(&table.profile.expiry_column)
     )
 }
 
@@ -384,13 +385,16 @@ fn walk_fields(fields: &mut Vec<(String, String)>, w: &WalkPreview) {
 /// Tables of the sampled keys, listed in `order`.
 fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey], order: &str) {
     // Keys of a table without a tenant column have none to show.
-    let with_tenant = evict.iter().chain(kept).any(|k| k.api_key_id.is_some());
+    let scope = evict.iter().chain(kept).find_map(|k| k.scope.as_ref());
     let cells = |k: &SampleKey| {
-        let mut cells = key_cells(with_tenant, k.api_key_id.as_deref(), &k.key);
-        cells.extend([rfc3339(k.expires_at), rfc3339(k.created_at)]);
+        let mut cells = key_cells(scope, k.scope.as_ref(), &k.key);
+        cells.extend([
+            rfc3339(k.expires_at),
+            k.created_at.map_or_else(|| "-".to_owned(), rfc3339),
+        ]);
         cells
     };
-    let header = key_columns(with_tenant, &["expires_at", "created_at"]);
+    let header = key_columns(scope, &["expires_at", "created_at"]);
     if !evict.is_empty() {
         doc.rows(
             Some(&format!("The first keys it would evict ({order}):")),
@@ -655,7 +659,7 @@ pub(crate) fn pace_summary(r: &PaceReport) -> String {
 // `error_line` prints the line; names are escaped here like everywhere else in this layer.
 
 /// A flag a table that Citus manages does not support.
-pub(crate) fn refused_on_citus(flag: &str, table: &KeyTable, layout: &Layout) -> String {
+pub(crate) fn refused_on_citus(flag: &str, table: &Table, layout: &Layout) -> String {
     format!(
         "{flag} is not supported on table {}, which Citus manages ({}); evict it without {flag}",
         table.display(),
@@ -682,16 +686,6 @@ pub(crate) fn tell(event: Event) {
     }
 }
 
-/// Where on a Citus cluster an error was met: a shard on its worker.
-pub(crate) fn on_shard(id: i64, worker: &str) -> String {
-    format!("shard {id} on worker {worker}")
-}
-
-/// Where on a Citus cluster an error was met: a worker.
-pub(crate) fn on_worker(worker: &str) -> String {
-    format!("worker {worker}")
-}
-
 /// The pace could not be set up (on a Citus worker, when `worker` names it).
 pub(crate) fn pace_setup_failed(worker: Option<&str>) -> String {
     match worker {
@@ -703,7 +697,7 @@ pub(crate) fn pace_setup_failed(worker: Option<&str>) -> String {
 /// A reference key table that a distributed table references with ON DELETE NO ACTION / RESTRICT:
 /// evict cannot leave the keys still referenced out of its batches there.
 pub(crate) fn reference_table_referenced_by_distributed(
-    table: &KeyTable,
+    table: &Table,
     key: &crate::report::rows::DistributedReference,
 ) -> String {
     format!(
@@ -718,7 +712,7 @@ pub(crate) fn reference_table_referenced_by_distributed(
 }
 
 /// A shard of a Citus table that lost the expiry index evict's batches walk (dropped on `worker`).
-pub(crate) fn shard_without_expiry_index(shard: i64, table: &KeyTable, worker: &str) -> String {
+pub(crate) fn shard_without_expiry_index(shard: i64, table: &Table, worker: &str) -> String {
     format!(
         "shard {shard} of {} on worker {worker} has no expiry index (it was dropped on the worker), so every evict batch there would scan the shard whole; nothing was changed: recreate the index on the coordinator, which Citus creates on every shard (`idemctl check` prints the statements)",
         table.display()
@@ -731,7 +725,7 @@ pub(crate) fn shard_grants_missing(
     role: &str,
     lacks: &[&str],
     shard: i64,
-    table: &KeyTable,
+    table: &Table,
     worker: &str,
 ) -> String {
     format!(
@@ -778,7 +772,7 @@ pub(crate) fn replica_positions_hidden(role: &str) -> String {
 
 /// --drop-partitions on a table not range-partitioned on its expiry (`how`: how it is partitioned,
 /// if at all).
-pub(crate) fn drop_partitions_layout(table: &KeyTable, how: Option<&str>) -> String {
+pub(crate) fn drop_partitions_layout(table: &Table, how: Option<&str>) -> String {
     let how = how.map_or_else(
         || "is not partitioned".to_owned(),
         |definition| format!("is partitioned by {}", sanitize(definition)),
@@ -790,18 +784,18 @@ pub(crate) fn drop_partitions_layout(table: &KeyTable, how: Option<&str>) -> Str
 }
 
 /// --drop-partitions on a table without the optional in_progress index its proof needs.
-pub(crate) fn drop_partitions_without_stuck_index(table: &KeyTable) -> String {
+pub(crate) fn drop_partitions_without_stuck_index(table: &Table) -> String {
     format!(
         "--drop-partitions proves a partition holds no in_progress key with the optional \
          in_progress index, which table {} lacks (without it the proof would scan the partition \
          while the whole table is locked); create it with: {}",
         table.display(),
-        table.stuck_index_fix()
+        table.stuck_index_fix
     )
 }
 
 /// --drop-partitions for a role that does not own the table.
-pub(crate) fn drop_partitions_not_owner(role: &str, table: &KeyTable) -> String {
+pub(crate) fn drop_partitions_not_owner(role: &str, table: &Table) -> String {
     format!(
         "permission denied: role {} does not own table {} (nor belong to its owner role), which \
          DETACH PARTITION needs; run --drop-partitions as the owner, or evict without it",

@@ -4,18 +4,22 @@
 
 use std::path::Path;
 
-use crate::db::KeyTable;
 use crate::fingerprint::Canonical;
-use crate::output::{Doc, human_secs, rfc3339, sanitize};
+use crate::output::{Doc, human_secs, key_cells, key_columns, rfc3339, sanitize};
 use crate::report::inspect::BodyCheck;
-use crate::report::rows::{KeyRecord, StoredBody, StoredFingerprint};
+use crate::report::rows::{KeyRecord, Scope, StoredBody, StoredFingerprint};
+use crate::report::table::Table;
 
 /// A sentence describing the key's state by the database clock.
 fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
-    let expiry = match r.expires_at {
-        None => "expiry unknown (pass --ttl)".to_owned(),
-        Some(at) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
-        Some(at) => format!("expires in {}", human_secs(-r.secs_since(at))),
+    let expiry = match (r.expires_at, &r.null_expiry) {
+        (None, Some(column)) => format!(
+            "no expiry ({} is NULL), so evict never removes it",
+            sanitize(column)
+        ),
+        (None, None) => "expiry unknown (pass --ttl)".to_owned(),
+        (Some(at), _) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
+        (Some(at), _) => format!("expires in {}", human_secs(-r.secs_since(at))),
     };
     match r.state.as_str() {
         "completed" if r.expired() => format!("completed, {expiry}, waiting for eviction"),
@@ -27,7 +31,10 @@ fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
             "no in-flight marker (the table has none, so idemctl takes every key as finished), {expiry}"
         ),
         "in_progress" => {
-            let held_for = human_secs(r.secs_since(r.held_since()));
+            let held_for = r.held_since().map_or_else(
+                || "an unknown time".to_owned(),
+                |t| human_secs(r.secs_since(t)),
+            );
             let cutoff = human_secs(stuck_after);
             let reclaim = if r.held {
                 "held by a live session (a running transaction locks the row), so reclaim would skip it".to_owned()
@@ -67,12 +74,8 @@ fn at_with_age(r: &KeyRecord, ts: time::OffsetDateTime) -> String {
 /// One key's record; `stuck_after` is the age past which reclaim takes an unheld key.
 pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
     let mut doc = Doc::default();
-    // A table without a tenant shows no api_key_id row.
-    let tenant = r
-        .api_key_id
-        .as_deref()
-        .map(|t| ("api_key_id".to_owned(), sanitize(t)));
-    let rows = tenant
+    // A table without a scope shows no scope row.
+    let rows = scope_rows(r.scope.as_ref(), r.api_key_id.as_deref())
         .into_iter()
         .chain([
             ("key".to_owned(), sanitize(&r.key)),
@@ -91,7 +94,11 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
                     .as_ref()
                     .map_or_else(|| "-".to_owned(), fingerprint),
             ),
-            ("created_at".to_owned(), at_with_age(r, r.created_at)),
+            (
+                "created_at".to_owned(),
+                r.created_at
+                    .map_or_else(|| "-".to_owned(), |t| at_with_age(r, t)),
+            ),
             (
                 "locked_at".to_owned(),
                 r.locked_at
@@ -99,8 +106,11 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
             ),
             (
                 "expires_at".to_owned(),
-                r.expires_at
-                    .map_or_else(|| "- (pass --ttl)".to_owned(), |t| at_with_age(r, t)),
+                match (r.expires_at, &r.null_expiry) {
+                    (Some(t), _) => at_with_age(r, t),
+                    (None, Some(column)) => format!("- ({} is NULL)", sanitize(column)),
+                    (None, None) => "- (pass --ttl)".to_owned(),
+                },
             ),
             (
                 "response_status".to_owned(),
@@ -125,6 +135,24 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
     }
     whole_row(&mut doc, r);
     doc
+}
+
+/// A key's scope as fields, each scope column by its own name (NULL for a NULL value); none
+/// without a scope.
+fn scope_rows(scope: Option<&Scope>, api_key_id: Option<&str>) -> Vec<(String, String)> {
+    match (scope, api_key_id) {
+        (Some(s), _) => {
+            s.0.iter()
+                .map(|(c, v)| {
+                    let value = v.as_deref().map_or_else(|| "NULL".to_owned(), sanitize);
+                    (sanitize(c), value)
+                })
+                .collect()
+        }
+        // Not read as the table's scope: the one text as read.
+        (None, Some(t)) => vec![("api_key_id".to_owned(), sanitize(t))],
+        (None, None) => Vec::new(),
+    }
 }
 
 /// Every column of the row as stored, mapped ones labelled by role (the body is shown above).
@@ -173,43 +201,40 @@ fn response_body(doc: &mut Doc, body: &StoredBody) {
     }
 }
 
-/// The tenants (the scopes, for a scope of `scope_columns` several) an ambiguous key exists under.
+/// The tenants (the scopes, for a scope of `scope_columns` several) an ambiguous key exists under,
+/// each scope column by its own name.
 pub(crate) fn tenants(records: &[KeyRecord], scope_columns: usize) -> Doc {
     let mut doc = Doc::default();
+    let header = records.iter().find_map(|r| r.scope.as_ref());
     let rows = records
         .iter()
         .map(|r| {
-            vec![
-                sanitize(r.api_key_id.as_deref().unwrap_or_default()),
+            let mut cells = key_cells(header, r.scope.as_ref(), &r.key);
+            cells.pop();
+            cells.extend([
                 r.state.clone(),
-                rfc3339(r.created_at),
+                r.created_at.map_or_else(|| "-".to_owned(), rfc3339),
                 r.expires_at.map_or_else(|| "-".to_owned(), rfc3339),
-            ]
+            ]);
+            cells
         })
         .collect();
-    // A scope of several columns reads as one text array of their values (`{payment,c-42}`).
     let title = if scope_columns > 1 {
         "The key exists under several scopes:"
     } else {
         "The key exists under several tenants:"
     };
-    doc.rows(
-        Some(title),
-        &["api_key_id", "state", "created_at", "expires_at"],
-        rows,
-    );
+    let mut columns = key_columns(header, &["state", "created_at", "expires_at"]);
+    // The key is the one asked for: not repeated per row.
+    columns.remove(header.map_or(0, |h| h.0.len()));
+    doc.rows(Some(title), &columns, rows);
     doc
 }
 
 /// The verdict of `inspect --body`: the fingerprint and each compared attribute.
 pub(crate) fn body_check(c: &BodyCheck) -> Doc {
     let verdict = |m: bool| if m { "match" } else { "mismatch" };
-    let mut rows: Vec<(String, String)> = c
-        .api_key_id
-        .as_deref()
-        .map(|t| ("api_key_id".to_owned(), sanitize(t)))
-        .into_iter()
-        .collect();
+    let mut rows = scope_rows(c.scope.as_ref(), c.api_key_id.as_deref());
     rows.extend([
         ("key".to_owned(), sanitize(&c.key)),
         (
@@ -257,7 +282,7 @@ pub(crate) fn body_check(c: &BodyCheck) -> Doc {
 // code); keys, tenants, columns and paths are escaped here.
 
 /// --api-key-id on a table without a tenant column.
-pub(crate) fn no_tenant_column(table: &KeyTable) -> String {
+pub(crate) fn no_tenant_column(table: &Table) -> String {
     format!(
         "table {} has no tenant column (profile {}), so --api-key-id does not apply; look the key up alone",
         table.display(),
@@ -266,7 +291,7 @@ pub(crate) fn no_tenant_column(table: &KeyTable) -> String {
 }
 
 /// --method or --path on a table without that column (`what`: "request method", ...).
-pub(crate) fn no_column_for_flag(table: &KeyTable, flag: &str, what: &str) -> String {
+pub(crate) fn no_column_for_flag(table: &Table, flag: &str, what: &str) -> String {
     format!(
         "{flag} does not apply to table {} (profile {}): it has no {what} column to compare with; drop {flag}",
         table.display(),
@@ -277,7 +302,7 @@ pub(crate) fn no_column_for_flag(table: &KeyTable, flag: &str, what: &str) -> St
 /// A tenant or key (`role`) that the column's SQL type `ty` cannot hold; `given` names it
 /// (`--api-key-id`, `the key`).
 pub(crate) fn value_type_mismatch(
-    table: &KeyTable,
+    table: &Table,
     given: &str,
     role: &str,
     value: &str,
@@ -292,17 +317,17 @@ pub(crate) fn value_type_mismatch(
 }
 
 /// --api-key-id that the one-column scope's type `ty` cannot hold.
-pub(crate) fn tenant_unfit(table: &KeyTable, value: &str, ty: &str) -> String {
+pub(crate) fn tenant_unfit(table: &Table, value: &str, ty: &str) -> String {
     value_type_mismatch(table, "--api-key-id", "tenant", value, ty)
 }
 
 /// A key that the key column's type `ty` cannot hold.
-pub(crate) fn key_unfit(table: &KeyTable, value: &str, ty: &str) -> String {
+pub(crate) fn key_unfit(table: &Table, value: &str, ty: &str) -> String {
     value_type_mismatch(table, "the key", "key", value, ty)
 }
 
 /// --body on a table that stores no request fingerprint.
-pub(crate) fn no_fingerprint_column(table: &KeyTable) -> String {
+pub(crate) fn no_fingerprint_column(table: &Table) -> String {
     format!(
         "table {} stores no request fingerprint (profile {}), so --body cannot be checked",
         table.display(),
@@ -370,7 +395,7 @@ pub(crate) fn scope_flag_twice(column: &str) -> String {
 }
 
 /// A --scope column that is not one of the table's scope columns.
-pub(crate) fn scope_column_unknown(table: &KeyTable, column: &str) -> String {
+pub(crate) fn scope_column_unknown(table: &Table, column: &str) -> String {
     format!(
         "--scope names column {}, which is not in the scope of table {} (profile {}): its scope is ({}); name those columns",
         sanitize(column),
@@ -381,7 +406,7 @@ pub(crate) fn scope_column_unknown(table: &KeyTable, column: &str) -> String {
 }
 
 /// A --scope value its column's type cannot hold.
-pub(crate) fn scope_value_unfit(table: &KeyTable, column: &str, value: &str, ty: &str) -> String {
+pub(crate) fn scope_value_unfit(table: &Table, column: &str, value: &str, ty: &str) -> String {
     format!(
         "--scope {}={} cannot be a scope of table {}: its column {} is of type {}",
         sanitize(column),
@@ -426,29 +451,29 @@ pub(crate) fn canonical_refused(error: &impl std::fmt::Display, how: Canonical) 
 }
 
 /// --api-key-id on a table without an index on (tenant, key).
-pub(crate) fn no_identity_index(table: &KeyTable) -> String {
+pub(crate) fn no_identity_index(table: &Table) -> String {
     format!(
         "table {} has no index on its scope and key {}, so a key cannot be looked up without a scan; create it with: {}",
         table.display(),
         table.identity_label(),
-        table.lookup_index_fix()
+        table.lookup_index_fix
     )
 }
 
 /// A key looked up alone on a table without an index that finds it.
-pub(crate) fn no_key_index(table: &KeyTable) -> String {
+pub(crate) fn no_key_index(table: &Table) -> String {
     // A scope of several columns is walked through no index: the key must lead one.
     if table.profile.tenant.len() > 1 {
         return format!(
             "table {} has no index led by its key, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of {}, or create: {}",
             table.display(),
             sanitize(&table.profile.tenant.join(", ")),
-            table.key_index_fix()
+            table.key_index_fix
         );
     }
     format!(
         "table {} has no index that finds a key without its tenant; pass --api-key-id, or create: {}",
         table.display(),
-        table.lookup_index_fix()
+        table.lookup_index_fix
     )
 }

@@ -9,7 +9,7 @@ pub(crate) mod citus;
 pub(crate) mod evict;
 pub(crate) mod inspect;
 pub(crate) mod json_text;
-mod names;
+pub(crate) mod names;
 pub(crate) mod prometheus;
 pub(crate) mod reclaim;
 mod sanitize;
@@ -22,6 +22,7 @@ use comfy_table::presets::UTF8_FULL_CONDENSED;
 use comfy_table::{Cell, ContentArrangement, Table};
 
 use crate::domain::{ColorChoice, OutputFormat};
+use crate::report::rows::Scope;
 
 pub(crate) use crate::domain::human_secs;
 pub(crate) use sanitize::{escape_controls, escape_lines, sanitize};
@@ -63,10 +64,15 @@ impl Doc {
     }
 
     /// Add a table.
-    pub(crate) fn rows(&mut self, title: Option<&str>, header: &[&str], rows: Vec<Vec<String>>) {
+    pub(crate) fn rows<S: AsRef<str>>(
+        &mut self,
+        title: Option<&str>,
+        header: &[S],
+        rows: Vec<Vec<String>>,
+    ) {
         self.blocks.push(Block::Rows {
             title: title.map(str::to_owned),
-            header: header.iter().map(|h| (*h).to_owned()).collect(),
+            header: header.iter().map(|h| h.as_ref().to_owned()).collect(),
             rows,
         });
     }
@@ -364,22 +370,58 @@ pub(crate) fn human_bytes(n: i64) -> String {
     }
 }
 
-/// The leading columns of a table of keys: `api_key_id` and `key`, or `key` alone when the keys
-/// have no tenant (a table without a tenant column), as inspect shows no api_key_id row for such a
-/// key and stats names it by the key alone.
-pub(crate) fn key_columns<'a>(with_tenant: bool, rest: &[&'a str]) -> Vec<&'a str> {
-    let tenant = with_tenant.then_some("api_key_id");
-    tenant
+/// The leading columns of a table of keys: each scope column by its own name (those of `scope`,
+/// the first listed key's scope), then `key`; `key` alone for keys without a scope (a table
+/// without a scope column), as inspect shows no scope row for such a key.
+pub(crate) fn key_columns(scope: Option<&Scope>, rest: &[&str]) -> Vec<String> {
+    scope
+        .map(|s| s.0.iter().map(|(c, _)| sanitize(c)).collect::<Vec<_>>())
+        .unwrap_or_default()
         .into_iter()
-        .chain(["key"])
-        .chain(rest.iter().copied())
+        .chain(["key".to_owned()])
+        .chain(rest.iter().map(|c| (*c).to_owned()))
         .collect()
 }
 
-/// The cells of [`key_columns`] for one key, escaped.
-pub(crate) fn key_cells(with_tenant: bool, tenant: Option<&str>, key: &str) -> Vec<String> {
-    let tenant = with_tenant.then(|| sanitize(tenant.unwrap_or_default()));
-    tenant.into_iter().chain([sanitize(key)]).collect()
+/// The cells of [`key_columns`] for one key, escaped: its value in each of the header's scope
+/// columns (`NULL` for a NULL one), then the key.
+pub(crate) fn key_cells(header: Option<&Scope>, scope: Option<&Scope>, key: &str) -> Vec<String> {
+    let columns = header.map_or(0, |h| h.0.len());
+    (0..columns)
+        .map(|i| match scope.and_then(|s| s.0.get(i)) {
+            Some((_, Some(v))) => sanitize(v),
+            _ => "NULL".to_owned(),
+        })
+        .chain([sanitize(key)])
+        .collect()
+}
+
+/// A scope in words, each column by its own name: `request_type=payment, client_id=c-42`
+/// (escaped; `NULL` for a NULL value).
+pub(crate) fn scope_words(scope: &Scope) -> String {
+    scope
+        .0
+        .iter()
+        .map(|(c, v)| {
+            format!(
+                "{}={}",
+                sanitize(c),
+                v.as_deref().map_or_else(|| "NULL".to_owned(), sanitize)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A key named with its scope in one phrase: `tenant/key` for a one-column scope, the key with
+/// its scope columns named for several (`key k (request_type=payment, client_id=c-42)`), the key
+/// alone without a scope.
+pub(crate) fn key_label(api_key_id: Option<&str>, scope: Option<&Scope>, key: &str) -> String {
+    match (scope, api_key_id) {
+        (Some(s), _) if s.0.len() > 1 => format!("key {} ({})", sanitize(key), scope_words(s)),
+        (_, Some(t)) => format!("{}/{}", sanitize(t), sanitize(key)),
+        (_, None) => sanitize(key),
+    }
 }
 
 /// Format a timestamp as RFC 3339 (UTC, seconds).

@@ -2,19 +2,18 @@
 //! layer, so that `db/` hands out names exactly as the catalog holds them.
 
 use super::sanitize;
-use crate::commands::shards::Node;
-use crate::db::KeyTable;
 use crate::report::rows::{Layout, Placement};
+use crate::report::table::Table;
 
-impl KeyTable {
+impl Table {
     /// The table's name for reports: `schema.name`, control characters escaped.
-    pub fn display(&self) -> String {
-        sanitize(&self.qualified_name())
+    pub(crate) fn display(&self) -> String {
+        sanitize(&self.name)
     }
 
     /// The columns that identify a key, as `(tenant, key)` or `(key)`, escaped for reports.
-    pub fn identity_label(&self) -> String {
-        sanitize(&self.identity_columns_text())
+    pub(crate) fn identity_label(&self) -> String {
+        sanitize(&self.identity_columns)
     }
 }
 
@@ -38,11 +37,19 @@ pub(crate) fn worker(host: &str, port: u16) -> String {
     format!("{}:{port}", sanitize(host))
 }
 
-impl Node {
-    /// `host:port`, for messages and reports.
-    pub(crate) fn name(&self) -> String {
-        worker(&self.host, self.port)
-    }
+/// Where on a Citus cluster an error was met: a shard on its worker.
+pub(crate) fn on_shard(id: i64, worker: &str) -> String {
+    format!("shard {id} on worker {worker}")
+}
+
+/// Where on a Citus cluster an error was met: a worker.
+pub(crate) fn on_worker(worker: &str) -> String {
+    format!("worker {worker}")
+}
+
+/// A Citus worker (`host:port`) that could not be reached.
+pub(crate) fn worker_unreachable(worker: &str) -> String {
+    format!("failed to connect to Citus worker {worker}")
 }
 
 impl Placement {

@@ -7,18 +7,12 @@ use std::path::Path;
 use crate::domain::ReclaimAction;
 use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
 use crate::report::reclaim::{
-    BatchEnd, BatchFailed, Candidate, LeftAlone, PreviewReport, ReclaimReport, Table, action_name,
+    BatchEnd, BatchFailed, Candidate, LeftAlone, PreviewReport, ReclaimReport, action_name,
 };
-use crate::report::rows::Filter;
 use crate::report::rows::Layout;
 use crate::report::rows::{Capped, DatabaseIdentity};
-
-impl Table {
-    /// The table's name for messages: `schema.name`, control characters escaped.
-    fn display(&self) -> String {
-        sanitize(&self.name)
-    }
-}
+use crate::report::rows::{Filter, Scope};
+use crate::report::table::Table;
 
 /// The preview: what would be reclaimed, the keys listed, and what the listing leaves out.
 pub(crate) fn preview(r: &PreviewReport) -> Doc {
@@ -26,13 +20,9 @@ pub(crate) fn preview(r: &PreviewReport) -> Doc {
     doc.fields(None, preview_fields(r));
     if !r.rows.is_empty() {
         // Keys of a table without a tenant column have none to show.
-        let with_tenant = r.rows.iter().any(|c| c.api_key_id.is_some());
-        let cells = r
-            .rows
-            .iter()
-            .map(|c| candidate_cells(with_tenant, c))
-            .collect();
-        doc.rows(None, &key_columns(with_tenant, &CANDIDATE_COLUMNS), cells);
+        let scope = r.rows.iter().find_map(|c| c.scope.as_ref());
+        let cells = r.rows.iter().map(|c| candidate_cells(scope, c)).collect();
+        doc.rows(None, &key_columns(scope, &CANDIDATE_COLUMNS), cells);
         preview_notes(&mut doc, r);
     }
     if let Some(p) = &r.plan_file {
@@ -112,8 +102,8 @@ pub(crate) fn filter_text(f: &Filter) -> Option<String> {
 /// The preview's columns after the key's.
 const CANDIDATE_COLUMNS: [&str; 5] = ["method", "path", "held since", "from", "age"];
 
-fn candidate_cells(with_tenant: bool, c: &Candidate) -> Vec<String> {
-    let mut cells = key_cells(with_tenant, c.api_key_id.as_deref(), &c.key);
+fn candidate_cells(header: Option<&Scope>, c: &Candidate) -> Vec<String> {
+    let mut cells = key_cells(header, c.scope.as_ref(), &c.key);
     cells.extend([
         c.request_method
             .as_deref()
@@ -186,22 +176,22 @@ pub(crate) fn summary(r: &ReclaimReport) -> Doc {
     let mut d = Doc::default();
     d.fields(None, fields);
     if !r.left_alone.is_empty() {
-        let with_tenant = r.left_alone.iter().any(|l| l.api_key_id.is_some());
+        let scope = r.left_alone.iter().find_map(|l| l.scope.as_ref());
         let rows = r
             .left_alone
             .iter()
-            .map(|l| left_alone_cells(with_tenant, l))
+            .map(|l| left_alone_cells(scope, l))
             .collect();
         d.rows(
             Some("Plan rows left alone:"),
-            &key_columns(with_tenant, &["why"]),
+            &key_columns(scope, &["why"]),
             rows,
         );
     }
     d
 }
 
-fn left_alone_cells(with_tenant: bool, l: &LeftAlone) -> Vec<String> {
+fn left_alone_cells(header: Option<&Scope>, l: &LeftAlone) -> Vec<String> {
     let why = match l.reason.as_str() {
         "gone" => "gone: deleted since the plan".to_owned(),
         "filtered" => "does not match --api-key-id, --path or --method".to_owned(),
@@ -215,7 +205,7 @@ fn left_alone_cells(with_tenant: bool, l: &LeftAlone) -> Vec<String> {
             sanitize(l.state.as_deref().unwrap_or("-"))
         ),
     };
-    let mut cells = key_cells(with_tenant, l.api_key_id.as_deref(), &l.key);
+    let mut cells = key_cells(header, l.scope.as_ref(), &l.key);
     cells.push(why);
     cells
 }
@@ -515,7 +505,7 @@ pub(crate) fn no_identity_index(table: &Table) -> String {
     format!(
         "table {} has no index on {}, so plan rows cannot be found without a scan; create it with: {}",
         table.display(),
-        sanitize(&table.identity_columns),
+        table.identity_label(),
         table.lookup_index_fix
     )
 }
@@ -527,7 +517,7 @@ pub(crate) fn no_identity_on_citus(table: &Table, layout: &Layout) -> String {
         "table {} is {}: Citus changes its rows only when they are named by their identity {}, which needs a unique index on exactly those columns on a table that is not partitioned; nothing was changed: create it with: {}",
         table.display(),
         layout.describe(),
-        sanitize(&table.identity_columns),
+        table.identity_label(),
         table.identity_index_fix
     )
 }

@@ -36,11 +36,7 @@ fn ttl_text(t: Option<&crate::report::rows::RecentTtl>) -> String {
 }
 
 pub(crate) fn key_label(k: &KeyRef) -> String {
-    match &k.api_key_id {
-        Some(t) => format!("{}/{}", sanitize(t), sanitize(&k.key)),
-        // A table without a tenant: the key alone.
-        None => sanitize(&k.key),
-    }
+    crate::output::key_label(k.api_key_id.as_deref(), k.scope.as_ref(), &k.key)
 }
 
 /// The human-readable report.

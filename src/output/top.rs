@@ -47,6 +47,8 @@ pub(crate) struct Count {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct KeyFig {
     pub api_key_id: Option<String>,
+    /// Each scope column's value (null without a scope).
+    pub scope: Option<crate::report::rows::Scope>,
     pub key: String,
     pub seconds: f64,
 }
@@ -246,10 +248,7 @@ fn rate_text(r: Option<f64>) -> String {
 }
 
 fn key_text(k: &KeyFig) -> String {
-    match &k.api_key_id {
-        Some(t) => format!("{}/{}", sanitize(t), sanitize(&k.key)),
-        None => sanitize(&k.key),
-    }
+    crate::output::key_label(k.api_key_id.as_deref(), k.scope.as_ref(), &k.key)
 }
 
 /// A string cut to `width` characters, with `…` when cut.
@@ -920,6 +919,7 @@ mod tests {
             rate_seconds: Some(10.0),
             oldest_live: Some(KeyFig {
                 api_key_id: Some("t\x1b[2J".into()),
+                scope: None,
                 key: "k\n1".into(),
                 seconds: 3600.0,
             }),

@@ -105,6 +105,8 @@ pub(crate) enum Structure {
         profile: String,
         found: Option<String>,
         expected: Vec<String>,
+        /// The table's column of that name but for case (quoted), when one is missing.
+        other_case: Option<String>,
     },
     /// The time columns cannot be compared as they are.
     TimeColumns { why: String },

@@ -8,6 +8,8 @@ use crate::fingerprint::Canonical;
 pub(crate) struct BodyCheck {
     /// None on a table without a tenant (null in JSON).
     pub(crate) api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub(crate) scope: Option<crate::report::rows::Scope>,
     pub(crate) key: String,
     pub(crate) canonical: Canonical,
     /// The stored fingerprint.

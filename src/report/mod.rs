@@ -9,3 +9,4 @@ pub(crate) mod reclaim;
 pub(crate) mod rows;
 pub(crate) mod run;
 pub(crate) mod stats;
+pub(crate) mod table;

@@ -8,7 +8,7 @@ use serde_json::Value;
 use time::OffsetDateTime;
 
 use crate::domain::ReclaimAction;
-use crate::report::rows::{Capped, Filter};
+use crate::report::rows::{Capped, Filter, Scope};
 use crate::report::run::EndReason;
 
 /// Why a batch ended a writing run (the batches before it are committed).
@@ -44,6 +44,8 @@ pub(crate) struct BatchFailed {
 pub(crate) struct Candidate {
     /// None on a table without a tenant column (null in JSON).
     pub(crate) api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub(crate) scope: Option<Scope>,
     pub(crate) key: String,
     /// None where the table has no such column or the row holds NULL (null in JSON).
     pub(crate) request_method: Option<String>,
@@ -93,6 +95,8 @@ pub(crate) struct PreviewReport {
 pub(crate) struct KeyId {
     /// None on a table without a tenant column (null in JSON).
     pub(crate) api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub(crate) scope: Option<Scope>,
     pub(crate) key: String,
 }
 
@@ -101,6 +105,8 @@ pub(crate) struct KeyId {
 pub(crate) struct LeftAlone {
     /// None on a table without a tenant column (null in JSON).
     pub(crate) api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub(crate) scope: Option<Scope>,
     pub(crate) key: String,
     /// gone, filtered, completed, other_state, changed, too_young or held.
     pub(crate) reason: String,
@@ -134,6 +140,9 @@ pub(crate) struct ReclaimReport {
     /// The keys reclaimed (the first LIST_CAP).
     pub(crate) reclaimed: Vec<KeyId>,
     pub(crate) reclaimed_listing_truncated: bool,
+    /// The table's scope columns, which name each listed key's scope values.
+    #[serde(skip)]
+    pub(crate) scope_columns: Vec<String>,
 }
 
 /// The filters for JSON output: null without any.
@@ -152,33 +161,4 @@ pub(crate) fn action_name(a: ReclaimAction) -> &'static str {
         ReclaimAction::Fail => "fail",
         ReclaimAction::Release => "release",
     }
-}
-
-/// The key table as reclaim's messages name it: names as the catalog and the config file hold
-/// them (the output layer escapes them), and the statements that would give it a missing index.
-#[derive(Debug, Clone)]
-pub(crate) struct Table {
-    /// `schema.name`.
-    pub(crate) name: String,
-    pub(crate) profile: Profile,
-    /// The statement that creates the index on in_progress keys.
-    pub(crate) stuck_index_fix: String,
-    /// The statement that creates the index on the key's identity.
-    pub(crate) identity_index_fix: String,
-    /// The statement that creates a plain index looking a key up by its scope and key.
-    pub(crate) lookup_index_fix: String,
-    /// The identity columns, as `(tenant, key)` or `(key)`.
-    pub(crate) identity_columns: String,
-}
-
-/// What the messages say of the table's profile.
-#[derive(Debug, Clone)]
-pub(crate) struct Profile {
-    pub(crate) name: String,
-    /// The reclaim actions it allows, the default first.
-    pub(crate) actions: Vec<ReclaimAction>,
-    /// The creation time column.
-    pub(crate) created_at: String,
-    /// The tenant (scope) columns, none on a table without.
-    pub(crate) tenant: Vec<String>,
 }

@@ -42,11 +42,30 @@ impl Capped {
     }
 }
 
+/// A key's scope: each scope column with its value (None for NULL), in the mapping's order. In
+/// JSON an object of the columns' values (`{"request_type": "payment", "client_id": "c-42"}`),
+/// beside `api_key_id`, which keeps the scope as one text (a text array for several columns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Scope(pub Vec<(String, Option<String>)>);
+
+impl Serialize for Scope {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (column, value) in &self.0 {
+            map.serialize_entry(column, value)?;
+        }
+        map.end()
+    }
+}
+
 /// A key picked out by a stats query.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct KeyRef {
     /// None on a table without a tenant column (null in JSON).
     pub api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub scope: Option<Scope>,
     pub key: String,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
@@ -124,11 +143,14 @@ pub(crate) struct DistributedReference {
 pub(crate) struct SampleKey {
     /// None on a table without a tenant column (null in JSON).
     pub api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub scope: Option<Scope>,
     pub key: String,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
+    /// None where the column allows NULL and holds it (Laravel's `timestamps()`).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub created_at: Option<OffsetDateTime>,
 }
 
 /// One physical standby's replay position, as last reported to the primary.
@@ -213,6 +235,8 @@ pub(crate) struct RowColumn {
 pub(crate) struct KeyRecord {
     /// None on a table without a tenant column (null in JSON).
     pub api_key_id: Option<String>,
+    /// Each scope column's value, by column (null in JSON on a table without a scope).
+    pub scope: Option<Scope>,
     pub key: String,
     /// None on a table that does not store the request method.
     pub request_method: Option<String>,
@@ -226,11 +250,17 @@ pub(crate) struct KeyRecord {
     pub response_body: Option<StoredBody>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub locked_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339")]
-    pub created_at: OffsetDateTime,
-    /// None on a table whose keys expire a TTL after creation when no TTL was given.
+    /// None where the column allows NULL and holds it (Laravel's `timestamps()`).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub created_at: Option<OffsetDateTime>,
+    /// None on a table whose keys expire a TTL after creation when no TTL was given, or when the
+    /// expiry column (created_at on such a table) holds NULL.
     #[serde(with = "time::serde::rfc3339::option")]
     pub expires_at: Option<OffsetDateTime>,
+    /// The column whose NULL leaves the key without an expiry (evict never removes it), when the
+    /// expiry is unknown for that reason rather than for want of a TTL.
+    #[serde(skip)]
+    pub null_expiry: Option<String>,
     /// The zone the table's `timestamp without time zone` columns were read in (None for
     /// timestamptz columns); every time above is that local time turned into an instant.
     #[serde(skip_serializing_if = "Option::is_none")]

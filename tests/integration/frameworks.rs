@@ -431,6 +431,11 @@ async fn a_jdbc_table_is_maintained_as_shipped() {
     run.assert_success();
     assert_eq!(run.json()["api_key_id"], "{payment,client-1}", "{run}");
     assert_eq!(
+        run.json()["scope"],
+        serde_json::json!({"request_type": "payment", "client_id": "client-1"}),
+        "{run}"
+    );
+    assert_eq!(
         run.json()["response_body"],
         "{\"ok\": 1, \"type\": \"payment\"}",
         "{run}"
@@ -448,8 +453,8 @@ async fn a_jdbc_table_is_maintained_as_shipped() {
         let run = s.idemctl().args(["inspect", "near-new-1"]).args(part).run();
         run.assert_code(2)
             .assert_stdout_contains("The key exists under several scopes:")
-            .assert_stdout_contains("{payment,client-1}")
-            .assert_stdout_contains("{refund,client-1}")
+            .assert_stdout_contains("request_type")
+            .assert_stdout_contains("client_id")
             .assert_stderr("idemctl: key near-new-1 exists under 2 scopes; pass --scope COLUMN=VALUE for each of request_type, client_id to choose one\n");
     }
     let run = s
@@ -526,6 +531,112 @@ async fn a_jdbc_table_is_maintained_as_shipped() {
         &[("busy-new", 6), ("near-new", 6)],
     )
     .await;
+}
+
+/// A multi-column scope is shown column by column: inspect's text names each scope column with its
+/// value, `-o json` carries them as an object beside the one-text `api_key_id`, and so do
+/// reclaim's preview and evict's sample. Values holding a comma, a quote, a brace, a backslash or
+/// the word NULL come back exactly, and the one text printed is accepted back by --api-key-id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scope_of_several_columns_is_shown_column_by_column_exactly() {
+    let awkward = [
+        ("a,b", "c-1"),
+        ("say \"hi\"", "{x}"),
+        ("NULL", "back\\slash"),
+        ("", " spaced "),
+    ];
+    let rows: String = awkward
+        .iter()
+        .map(|(ty, client)| {
+            format!(
+                "INSERT INTO idempotency_record VALUES ('k', {}, {}, 'IN_PROGRESS', NULL, \
+                 (now() AT TIME ZONE 'UTC') - interval '2 days', (now() AT TIME ZONE 'UTC') - interval '1 day');",
+                sql_literal(ty),
+                sql_literal(client)
+            )
+        })
+        .collect();
+    let s = Shape::new("JDBC (Flyway)", &rows).await;
+    for (ty, client) in awkward {
+        let run = s
+            .idemctl()
+            .args(["-o", "json", "inspect", "k"])
+            .arg("--scope")
+            .arg(format!("request_type={ty}"))
+            .arg("--scope")
+            .arg(format!("client_id={client}"))
+            .run();
+        run.assert_success();
+        let j = run.json();
+        assert_eq!(
+            j["scope"],
+            serde_json::json!({"request_type": ty, "client_id": client}),
+            "{run}"
+        );
+        // The one text is the server's text array, and is taken back as it is printed.
+        let text = j["api_key_id"].as_str().unwrap().to_owned();
+        let again = s
+            .idemctl()
+            .args(["-o", "json", "inspect", "k", "--api-key-id", &text])
+            .run();
+        again.assert_success();
+        assert_eq!(again.json()["scope"], j["scope"], "{again}");
+        let run = s
+            .idemctl()
+            .args(["inspect", "k", "--api-key-id", &text])
+            .run();
+        run.assert_success();
+        // Each scope column on its own line, by its name, with its value.
+        for (column, value) in [("request_type", ty), ("client_id", client)] {
+            let shown = run
+                .stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{column} ")))
+                .map(|v| v.trim_start_matches(' '));
+            // Escaped for the terminal: a backslash is shown doubled.
+            let escaped = value.trim_start().replace('\\', "\\\\");
+            assert_eq!(shown, Some(escaped.as_str()), "{run}");
+        }
+        assert!(!run.stdout.contains("api_key_id"), "{run}");
+    }
+    // Part of the scope: the listing names each column.
+    let run = s.idemctl().args(["-o", "json", "inspect", "k"]).run();
+    run.assert_code(2);
+    let listed: Vec<serde_json::Value> = run.json()["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["scope"].clone())
+        .collect();
+    assert_eq!(listed.len(), awkward.len(), "{run}");
+    for (ty, client) in awkward {
+        let want = serde_json::json!({"request_type": ty, "client_id": client});
+        assert!(listed.contains(&want), "{want} in {run}");
+    }
+    // reclaim's preview and evict's sample carry the same object per key.
+    let run = s
+        .idemctl()
+        .args(["-o", "json", "reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success();
+    let previewed: Vec<serde_json::Value> = run.json()["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["scope"].clone())
+        .collect();
+    for (ty, client) in awkward {
+        let want = serde_json::json!({"request_type": ty, "client_id": client});
+        assert!(previewed.contains(&want), "{want} in {run}");
+    }
+    let run = s
+        .idemctl()
+        .args(["reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("request_type")
+        .assert_stdout_contains("client_id")
+        .assert_stdout_contains("say \"hi\"");
 }
 
 /// Rails 7: timestamp(6) without time zone, a bytea digest key given as psql prints it, a bytea
@@ -1244,4 +1355,272 @@ async fn check_never_proposes_a_unique_index_over_part_of_the_identity() {
             2,
             "table public.idempotency_record has no index led by its key, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of request_type, client_id, or create: CREATE INDEX CONCURRENTLY \"idempotency_record_key\" ON \"public\".\"idempotency_record\" (idempotency_key);",
         );
+}
+
+/// Prisma: TIMESTAMP(3) columns, the state as a PostgreSQL enum type, a key unique within its
+/// method and endpoint (a column in two roles) and an expiry index: every command runs; evict
+/// removes exactly the expired finished keys (30 minutes past expiry removed, 30 minutes short
+/// kept, in-flight kept); reclaim --action fail sets the enum's first done value; a mapped value
+/// the enum lacks is refused before anything is read, naming the enum's values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prisma_table_with_an_enum_state_is_maintained_as_shipped() {
+    let row = |kind: &str, status: &str, code: &str, body: &str, expires: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (id, \"key\", method, endpoint, status, payload_hash, response_status, \
+             response_body, expires_at, created_at) \
+             SELECT md5('{kind}' || g), '{kind}-' || g, 'POST', '/wallets/w' || g % 2 || '/topup', '{status}', \
+             encode(sha256(g::text::bytea), 'hex'), {code}, {body}, {at}, ({at} - interval '1 day') FROM generate_series(1, 4) g;",
+            at = utc(expires),
+        )
+    };
+    let rows = [
+        row(
+            "near-old",
+            "COMPLETED",
+            "201",
+            "'{\"balance\": 10}'",
+            "-30 minutes",
+        ),
+        row(
+            "near-new",
+            "COMPLETED",
+            "201",
+            "'{\"balance\": 10}'",
+            "30 minutes",
+        ),
+        row(
+            "done-old",
+            "FAILED",
+            "409",
+            "'{\"error\": \"limit\"}'",
+            "-2 days",
+        ),
+        row("busy-old", "IN_PROGRESS", "NULL", "NULL", "-2 days"),
+    ]
+    .concat();
+    let s = Shape::new("Prisma", &rows).await;
+    s.idemctl()
+        .arg("check")
+        .run()
+        .assert_success()
+        .assert_stdout_contains(
+            "idempotency_keys_key_method_endpoint_key is unique on (key, method, endpoint)",
+        );
+    let run = s
+        .idemctl()
+        .args([
+            "inspect",
+            "near-new-1",
+            "--scope",
+            "method=POST",
+            "--scope",
+            "endpoint=/wallets/w1/topup",
+        ])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("completed and live, expires in")
+        .assert_stdout_contains("status (in_flight)          COMPLETED");
+    let kind = "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)";
+    s.evicts_exactly(
+        "idempotency_keys",
+        kind,
+        Some(8),
+        &[("busy-old", 4), ("near-new", 4)],
+    )
+    .await;
+    s.idemctl()
+        .args(["-q", "reclaim", "--yes", "--action", "fail", "--allow-scan"])
+        .run()
+        .assert_success();
+    assert_eq!(
+        scalar_i64(
+            &s.db,
+            "SELECT count(*) FROM idempotency_keys WHERE \"key\" LIKE 'busy-old-%' \
+             AND status = 'COMPLETED' AND response_status = 500 AND response_body ? 'type'"
+        )
+        .await,
+        4
+    );
+
+    let config = doc_block("Prisma", "toml").replace(
+        "done = [\"COMPLETED\", \"FAILED\"]",
+        "done = [\"COMPLETED\", \"FAILED\", \"DONE\"]",
+    );
+    std::fs::write(s.dir.path().join("idemctl.toml"), config).unwrap();
+    let refused = "table public.idempotency_keys column status is \"IdempotencyStatus\", whose values ('IN_PROGRESS', 'COMPLETED', 'FAILED') do not include 'DONE', expected text or character varying or an enum holding every value the mapping names, which profile prisma needs; the mapping in config file";
+    for command in [&["evict"][..], &["reclaim", "--dry-run", "--allow-scan"]] {
+        s.idemctl()
+            .args(command)
+            .run()
+            .assert_code(2)
+            .assert_stderr_contains(refused);
+    }
+    s.idemctl()
+        .arg("check")
+        .run()
+        .assert_code(4)
+        .assert_stdout_contains(
+            "whose values ('IN_PROGRESS', 'COMPLETED', 'FAILED') do not include 'DONE'",
+        );
+    assert_eq!(
+        scalar_i64(&s.db, "SELECT count(*) FROM idempotency_keys").await,
+        8
+    );
+}
+
+/// MassTransit's inbox (EF Core): quoted column names, a uuid key within a uuid consumer, keys
+/// expiring a window after `Delivered` (NULL while in flight) through its own index, and outbox
+/// rows referencing inbox rows ON DELETE NO ACTION: evict removes exactly the expired delivered
+/// keys nothing references. An unquoted predicate column (folded to lower case) is refused naming
+/// the column the table has, by check (FAIL, exit 4) as by the other commands (exit 2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_masstransit_inbox_is_maintained_as_shipped() {
+    // The MessageId's first digit is the kind: 1 expired 30 minutes ago, 2 expiring in 30
+    // minutes, 3 expired long ago, 4 in flight (not delivered), 5 expired but still referenced.
+    let row = |digit: u8, delivered: &str| {
+        format!(
+            "INSERT INTO \"InboxState\" (\"MessageId\", \"ConsumerId\", \"LockId\", \"Received\", \"ReceiveCount\", \
+             \"Consumed\", \"Delivered\") SELECT ('{digit}0000000-0000-0000-0000-00000000000' || g)::uuid, \
+             '11111111-1111-1111-1111-111111111111', gen_random_uuid(), now() - interval '20 days', 1, {delivered}, \
+             {delivered} FROM generate_series(1, 4) g;"
+        )
+    };
+    let rows = [
+        row(1, "now() - interval '7 days 30 minutes'"),
+        row(2, "now() - interval '6 days 23 hours 30 minutes'"),
+        row(3, "now() - interval '19 days'"),
+        row(4, "NULL"),
+        row(5, "now() - interval '19 days'"),
+        "INSERT INTO \"OutboxMessage\" (\"SentTime\", \"InboxMessageId\", \"InboxConsumerId\", \"MessageId\", \"Body\") \
+         SELECT now(), \"MessageId\", \"ConsumerId\", gen_random_uuid(), '{}' FROM \"InboxState\" \
+         WHERE \"MessageId\"::text LIKE '5%';"
+            .to_owned(),
+    ]
+    .concat();
+    let s = Shape::new("EF Core (MassTransit inbox)", &rows).await;
+    s.idemctl()
+        .arg("check")
+        .run()
+        .assert_success()
+        .assert_stdout_contains(
+            "\"AK_InboxState_MessageId_ConsumerId\" is unique on (\"MessageId\", \"ConsumerId\")",
+        )
+        .assert_stdout_contains("\"IX_InboxState_Delivered\" orders keys by Delivered")
+        .assert_stdout_contains("references the table ON DELETE NO ACTION");
+    s.idemctl()
+        .args([
+            "inspect",
+            "20000000-0000-0000-0000-000000000001",
+            "--api-key-id",
+            "11111111-1111-1111-1111-111111111111",
+        ])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("completed and live, expires in")
+        .assert_stdout_contains("Delivered (created_at)");
+    s.evicts_exactly(
+        "\"InboxState\"",
+        "left(\"MessageId\"::text, 1)",
+        Some(12),
+        &[("2", 4), ("4", 4), ("5", 4)],
+    )
+    .await;
+
+    let config = doc_block("EF Core (MassTransit inbox)", "toml")
+        .replace("'\"Delivered\" IS NULL'", "'Delivered IS NULL'");
+    std::fs::write(s.dir.path().join("idemctl.toml"), config).unwrap();
+    let hint = "has \"Delivered\": names are matched exactly, and a predicate folds an unquoted name to lower case as SQL does, so write it there with double quotes";
+    s.idemctl()
+        .arg("check")
+        .run()
+        .assert_code(4)
+        .assert_stdout_contains(&format!(
+            "column delivered (profile masstransit) is missing, but the table {hint}"
+        ));
+    s.idemctl()
+        .arg("evict")
+        .run()
+        .assert_code(2)
+        .assert_stderr_contains(&format!(
+            "table public.InboxState has no column delivered but {hint}, which profile masstransit needs"
+        ));
+    assert_eq!(
+        scalar_i64(&s.db, "SELECT count(*) FROM \"InboxState\"").await,
+        12
+    );
+}
+
+/// Laravel: timestamp(0) columns and `timestamps()` that allow NULL. Keys written without
+/// created_at are read everywhere (check, stats, the dry run, inspect), their age unknown; evict
+/// removes exactly the expired keys. Mapped to expire a TTL after created_at, such a key never
+/// expires, and inspect says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_laravel_table_with_null_timestamps_is_maintained_as_shipped() {
+    let row = |kind: &str, expires: &str, created: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (\"key\", response, expires_at, created_at, updated_at) \
+             SELECT '{kind}-' || g, '{{\"order\": 1}}', date_trunc('second', {}), {created}, {created} \
+             FROM generate_series(1, 4) g;",
+            utc(expires)
+        )
+    };
+    let rows = [
+        row("near-old", "-30 minutes", "NULL"),
+        row("near-new", "30 minutes", "NULL"),
+        row(
+            "done-old",
+            "-3 days",
+            &format!("date_trunc('second', {})", utc("-4 days")),
+        ),
+    ]
+    .concat();
+    let s = Shape::new("Laravel", &rows).await;
+    let run = s.idemctl().args(["-o", "json", "stats"]).run();
+    run.assert_success();
+    assert_eq!(run.json()["oldest_live"]["key"], "near-new-1", "{run}");
+    assert_eq!(
+        run.json()["oldest_live"]["seconds"],
+        serde_json::Value::Null,
+        "{run}"
+    );
+    s.idemctl()
+        .args(["evict", "--dry-run"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("would evict       8");
+    s.idemctl()
+        .args(["inspect", "near-new-1"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("created_at       -\n");
+
+    let by_ttl = s.dir.path().join("ttl.toml");
+    std::fs::write(
+        &by_ttl,
+        format!(
+            "ttl = \"24h\"\n{}\n",
+            doc_block("Laravel", "toml").replace("expires_at = \"expires_at\"\n", "")
+        ),
+    )
+    .unwrap();
+    s.db.idemctl()
+        .args([
+            "--config",
+            &by_ttl.to_string_lossy(),
+            "inspect",
+            "near-old-1",
+        ])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("no expiry (created_at is NULL), so evict never removes it")
+        .assert_stdout_contains("expires_at       - (created_at is NULL)");
+
+    let kind = "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)";
+    s.evicts_exactly("idempotency_keys", kind, Some(8), &[("near-new", 4)])
+        .await;
+}
+
+/// `value` as an SQL string literal.
+fn sql_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
 }

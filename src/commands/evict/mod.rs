@@ -145,7 +145,7 @@ async fn require(
         if let Some(what) = what {
             return Err(fail(
                 Exit::Usage,
-                crate::output::evict::walk_refuses(table, what, &table.expiry_index_fix()),
+                crate::output::evict::walk_refuses(&table.shown(), what, &table.expiry_index_fix()),
             ));
         }
     }
@@ -510,7 +510,7 @@ async fn require_plannable_references(client: &Session, table: &KeyTable) -> Res
     match keys.first() {
         Some(key) => Err(fail(
             Exit::Usage,
-            crate::output::evict::reference_table_referenced_by_distributed(table, key),
+            crate::output::evict::reference_table_referenced_by_distributed(&table.shown(), key),
         )),
         None => Ok(()),
     }

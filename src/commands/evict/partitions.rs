@@ -86,13 +86,13 @@ pub(crate) fn require_layout(
         let how = table.partitioning.as_ref().map(|p| p.definition.as_str());
         return Err(fail(
             Exit::Usage,
-            crate::output::evict::drop_partitions_layout(table, how),
+            crate::output::evict::drop_partitions_layout(&table.shown(), how),
         ));
     };
     if table.stuck_index().is_none() {
         return Err(fail(
             Exit::Usage,
-            crate::output::evict::drop_partitions_without_stuck_index(table),
+            crate::output::evict::drop_partitions_without_stuck_index(&table.shown()),
         ));
     }
     if let Some(p) = privileges
@@ -100,7 +100,7 @@ pub(crate) fn require_layout(
     {
         return Err(fail(
             Exit::PermissionDenied,
-            crate::output::evict::drop_partitions_not_owner(&p.role, table),
+            crate::output::evict::drop_partitions_not_owner(&p.role, &table.shown()),
         ));
     }
     Ok(key)

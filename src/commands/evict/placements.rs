@@ -115,7 +115,7 @@ impl<'a> Node<'a> {
     fn name(&self) -> Option<String> {
         match &self.source {
             Source::Server(_) => None,
-            Source::Worker(n) => Some(n.name()),
+            Source::Worker(n) => Some(crate::output::names::worker(&n.host, n.port)),
         }
     }
 
@@ -159,7 +159,7 @@ impl<'a> Node<'a> {
     /// An error met on the placement `shard`, naming the shard and worker on Citus.
     fn on(&self, shard: Option<i64>, e: anyhow::Error) -> anyhow::Error {
         match (shard, self.name()) {
-            (Some(id), Some(worker)) => e.context(crate::output::evict::on_shard(id, &worker)),
+            (Some(id), Some(worker)) => e.context(crate::output::names::on_shard(id, &worker)),
             _ => e,
         }
     }
@@ -181,7 +181,7 @@ pub(super) fn require_supported(
     match refused.iter().find(|(_, given)| *given) {
         Some((flag, _)) => Err(fail(
             Exit::Usage,
-            crate::output::evict::refused_on_citus(flag, table, layout),
+            crate::output::evict::refused_on_citus(flag, &table.shown(), layout),
         )),
         None => Ok(()),
     }
@@ -222,8 +222,11 @@ fn require_shard_indexes(table: &KeyTable, nodes: &[shards::Node]) -> Result<()>
             .iter()
             .find(|s| s.table.expiry_index().is_none())
         {
-            let why =
-                crate::output::evict::shard_without_expiry_index(shard.id, table, &node.name());
+            let why = crate::output::evict::shard_without_expiry_index(
+                shard.id,
+                &table.shown(),
+                &crate::output::names::worker(&node.host, node.port),
+            );
             return Err(fail(Exit::Usage, why));
         }
     }
@@ -237,9 +240,7 @@ fn require_shard_indexes(table: &KeyTable, nodes: &[shards::Node]) -> Result<()>
 async fn require_shard_grants(table: &KeyTable, nodes: &[shards::Node]) -> Result<()> {
     let lock = format!(
         "UPDATE ({})",
-        crate::db::table::quote_ident_if_needed(
-            table.row_lock_column(crate::db::table::Job::Evict)
-        )
+        crate::ident::quote_ident_if_needed(table.row_lock_column(crate::db::table::Job::Evict))
     );
     for node in nodes {
         let session = node.session().await?;
@@ -260,8 +261,8 @@ async fn require_shard_grants(table: &KeyTable, nodes: &[shards::Node]) -> Resul
                     &g.role,
                     &lacks,
                     shard.id,
-                    table,
-                    &node.name(),
+                    &table.shown(),
+                    &crate::output::names::worker(&node.host, node.port),
                 );
                 return Err(fail(Exit::PermissionDenied, why));
             }
@@ -283,7 +284,12 @@ async fn oldest_first(nodes: Vec<shards::Node>) -> Result<Vec<shards::Node>> {
         for shard in std::mem::take(&mut node.shards) {
             let at = crate::db::queries::oldest_expired(&session, &shard.table)
                 .await
-                .map_err(|e| e.context(crate::output::evict::on_shard(shard.id, &node.name())))?
+                .map_err(|e| {
+                    e.context(crate::output::names::on_shard(
+                        shard.id,
+                        &crate::output::names::worker(&node.host, node.port),
+                    ))
+                })?
                 .map(|k| k.expires_at);
             keyed.push((at, shard));
         }
@@ -328,7 +334,11 @@ async fn with_statements<'a>(
         let tables: Vec<&KeyTable> = node.shards.iter().map(|s| &s.table).collect();
         let keys = citus::shard_referencing_keys(&session, &tables)
             .await
-            .map_err(|e| e.context(crate::output::evict::on_worker(&node.name())))?;
+            .map_err(|e| {
+                e.context(crate::output::names::on_worker(
+                    &crate::output::names::worker(&node.host, node.port),
+                ))
+            })?;
         let statements = node
             .shards
             .iter()
@@ -353,7 +363,10 @@ pub(super) async fn not_foreground(coordinator: &Session, nodes: &[Node<'_>]) ->
             continue;
         };
         let session = worker.session().await?;
-        let name = format!("worker {}", worker.name());
+        let name = crate::output::names::on_worker(&crate::output::names::worker(
+            &worker.host,
+            worker.port,
+        ));
         gpids.extend(citus::not_foreground(&session, &name).await?);
     }
     gpids.sort_unstable();

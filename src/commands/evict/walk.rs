@@ -35,7 +35,7 @@ pub(super) async fn require(client: &Session, table: &KeyTable) -> Result<Walk> 
     let Some(index) = table.walk_index() else {
         return Err(fail(
             Exit::Usage,
-            crate::output::evict::nothing_to_walk(table, &table.expiry_index_fix()),
+            crate::output::evict::nothing_to_walk(&table.shown(), &table.expiry_index_fix()),
         ));
     };
     let keys = crate::db::queries::referencing_keys(client, table).await?;
@@ -43,7 +43,7 @@ pub(super) async fn require(client: &Session, table: &KeyTable) -> Result<Walk> 
         return Err(fail(
             Exit::Usage,
             crate::output::evict::walk_refuses(
-                table,
+                &table.shown(),
                 crate::output::evict::WalkRefusal::BlockingKey,
                 &table.expiry_index_fix(),
             ),
@@ -55,7 +55,7 @@ pub(super) async fn require(client: &Session, table: &KeyTable) -> Result<Walk> 
 /// Say once per run that it walks, and what the expiry index would save.
 pub(super) fn say(ctx: &Context, args: &EvictArgs, table: &KeyTable, walk: &Walk) {
     ctx.output.note(&crate::output::evict::walking(
-        table,
+        &table.shown(),
         &walk.index,
         args.batch_size.unwrap_or(PAGE),
         walk.follows_age,

@@ -11,7 +11,7 @@ use super::plan::{
     without_empty_tenants,
 };
 use super::report::print_report;
-use super::request::{Request, shown};
+use super::request::Request;
 use super::validation::{require_identity_index, require_privileges};
 use super::writing::{
     after_failure, archive_why, begin_writes, confirm, fail_with, open_archive, question,
@@ -234,7 +234,7 @@ async fn apply_placements(
     if let Some(missing) = placed.shards.iter().find(|id| !placements.holds(**id)) {
         return Err(fail(
             Exit::Failure,
-            output::shard_unplaced(missing.unwrap_or_default(), &shown(table)),
+            output::shard_unplaced(missing.unwrap_or_default(), &table.shown()),
         ));
     }
     for node in placements.nodes() {

@@ -34,7 +34,7 @@ use crate::output::reclaim as output;
 use apply::apply;
 use placements::resolve_layout;
 use preview::{nothing_in_flight, preview};
-use request::{Mode, shown};
+use request::Mode;
 use sweep::sweep;
 use validation::{profile_action, validate};
 
@@ -62,12 +62,12 @@ pub(crate) async fn run(ctx: &Context, args: &ReclaimArgs) -> Result<Exit> {
         if args.keep_failed_for.is_some() {
             return Err(fail(
                 Exit::Usage,
-                output::keep_failed_without_expiry(&shown(&table)),
+                output::keep_failed_without_expiry(&table.shown()),
             ));
         }
         req.keep_failed = 0.0;
         crate::output::warn(&output::failed_keys_expire_by_ttl(
-            &shown(&table),
+            &table.shown(),
             table.profile.ttl(),
         ));
     }

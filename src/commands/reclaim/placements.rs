@@ -13,7 +13,7 @@ use std::ops::Deref;
 use anyhow::{Context as _, Result};
 
 use super::plan::PlanRow;
-use super::request::{Mode, ROW_LOCK_WAIT, Request, shown};
+use super::request::{Mode, ROW_LOCK_WAIT, Request};
 use super::validation::require_rows_by_identity;
 use crate::commands::shards::{self, Cluster};
 use crate::context::Context;
@@ -79,7 +79,7 @@ pub(super) async fn shards_of_rows(
     if !by_tenant {
         return Err(fail(
             Exit::Usage,
-            output::apply_not_by_tenant(&shown(table), layout),
+            output::apply_not_by_tenant(&table.shown(), layout),
         ));
     }
     // Distributed by its tenant column: every plan row has a tenant (apply checked the plan).
@@ -211,7 +211,7 @@ impl Node<'_> {
             .with_context(|| {
                 format!(
                     "failed to set up the reclaim session on worker {}",
-                    node.name()
+                    crate::output::names::worker(&node.host, node.port)
                 )
             })?;
         Ok(Connected::Worker(session))

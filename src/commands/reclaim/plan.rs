@@ -9,7 +9,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use time::OffsetDateTime;
 
-use super::request::shown;
 use crate::cli::ReclaimArgs;
 use crate::db::queries;
 use crate::db::reclaim as reclaim_db;
@@ -173,7 +172,7 @@ pub(super) fn check_plan_table(table: &KeyTable, path: &Path, plan: &Plan) -> Re
     }
     Err(fail(
         Exit::Usage,
-        output::plan_for_another_table(path, &plan.table, &shown(table)),
+        output::plan_for_another_table(path, &plan.table, &table.shown()),
     ))
 }
 
@@ -205,7 +204,7 @@ pub(super) fn check_plan_tenants(table: &KeyTable, path: &Path, plan: &Plan) -> 
             Exit::Usage,
             output::plan_invalid(
                 path,
-                &output::plan_row_tenant_unfit(&shown(table), &r.key, r.api_key_id.as_deref()),
+                &output::plan_row_tenant_unfit(&table.shown(), &r.key, r.api_key_id.as_deref()),
             ),
         )),
     }

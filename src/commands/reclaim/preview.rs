@@ -7,7 +7,7 @@ use anyhow::Result;
 use time::OffsetDateTime;
 
 use super::plan::{PLAN_VERSION, Plan, PlanRow};
-use super::request::{COUNT_CAP, LIST_CAP, Mode, Request, shown};
+use super::request::{COUNT_CAP, LIST_CAP, Mode, Request};
 use super::validation::{require_privileges, require_stuck_index};
 use crate::cli::ReclaimArgs;
 use crate::context::Context;
@@ -28,7 +28,7 @@ pub(super) fn nothing_in_flight(ctx: &Context, table: &KeyTable, req: &Request) 
     if !matches!(req.mode, Mode::Preview(None)) {
         return Err(fail(
             Exit::Usage,
-            output::no_in_flight_marker(&shown(table)),
+            output::no_in_flight_marker(&table.shown()),
         ));
     }
     let json = serde_json::json!({
@@ -39,7 +39,7 @@ pub(super) fn nothing_in_flight(ctx: &Context, table: &KeyTable, req: &Request) 
         "rows": [],
     });
     ctx.output
-        .emit(&output::nothing_in_flight(&shown(table)), &json)?;
+        .emit(&output::nothing_in_flight(&table.shown()), &json)?;
     Ok(Exit::Success)
 }
 
@@ -53,6 +53,7 @@ impl Candidate {
                 "created_at"
             },
             api_key_id: r.api_key_id,
+            scope: r.scope,
             key: r.key,
             request_method: r.request_method,
             request_path: r.request_path,
@@ -95,7 +96,7 @@ pub(super) async fn preview(
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, None).await?;
     if plan_path.is_some() && req.no_action {
-        return Err(fail(Exit::Usage, output::no_safe_action(&shown(table))));
+        return Err(fail(Exit::Usage, output::no_safe_action(&table.shown())));
     }
     let cap = req.limit.map_or(LIST_CAP, |l| {
         i64::try_from(l).unwrap_or(i64::MAX).min(LIST_CAP)

@@ -7,6 +7,7 @@ use super::request::{LIST_CAP, Mode, Request};
 use crate::context::Context;
 use crate::db::KeyTable;
 use crate::db::batch;
+use crate::db::profile::scope_from;
 use crate::db::session::Lost;
 use crate::domain::ReclaimAction;
 use crate::exit::Exit;
@@ -53,13 +54,21 @@ impl ReclaimReport {
             left_alone: Vec::new(),
             reclaimed: Vec::new(),
             reclaimed_listing_truncated: false,
+            scope_columns: table.profile.tenant.clone(),
         }
     }
 
-    pub(super) fn add_reclaimed(&mut self, key: KeyId) {
+    /// Count a reclaimed key (its scope as one text, None without a scope), listing the first
+    /// LIST_CAP.
+    pub(super) fn add_reclaimed(&mut self, api_key_id: Option<String>, key: String) {
         self.rows_reclaimed += 1;
         if self.reclaimed.len() < usize::try_from(LIST_CAP).unwrap_or(usize::MAX) {
-            self.reclaimed.push(key);
+            let scope = scope_from(&self.scope_columns, api_key_id.as_deref());
+            self.reclaimed.push(KeyId {
+                api_key_id,
+                scope,
+                key,
+            });
         } else {
             self.reclaimed_listing_truncated = true;
         }
@@ -109,9 +118,10 @@ impl ReclaimReport {
         for (row, (reason, state)) in chunk.iter().zip(outcomes) {
             let (api_key_id, key) = (row.api_key_id.clone(), row.key.clone());
             if reason == "reclaimed" {
-                self.add_reclaimed(KeyId { api_key_id, key });
+                self.add_reclaimed(api_key_id, key);
             } else {
                 self.left_alone.push(LeftAlone {
+                    scope: scope_from(&self.scope_columns, api_key_id.as_deref()),
                     api_key_id,
                     key,
                     reason,

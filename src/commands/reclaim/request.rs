@@ -7,10 +7,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::plan::Plan;
-use crate::db::KeyTable;
 use crate::db::reclaim as reclaim_db;
 use crate::domain::ReclaimAction;
-use crate::report::reclaim::{Profile, Table};
 use crate::report::rows::Layout;
 
 /// How long any reclaim statement may wait for a lock: SKIP LOCKED never waits on rows, so this
@@ -57,21 +55,3 @@ pub(super) struct Request {
 }
 
 pub(crate) use crate::report::reclaim::action_name;
-
-/// The table as reclaim's messages name it (the output layer words and escapes it).
-pub(super) fn shown(table: &KeyTable) -> Table {
-    let p = &table.profile;
-    Table {
-        name: table.qualified_name(),
-        profile: Profile {
-            name: p.name.clone(),
-            actions: p.actions.clone(),
-            created_at: p.created_at.clone(),
-            tenant: p.tenant.clone(),
-        },
-        stuck_index_fix: table.stuck_index_fix(),
-        identity_index_fix: table.identity_index_fix(),
-        lookup_index_fix: table.lookup_index_fix(),
-        identity_columns: table.identity_columns_text(),
-    }
-}

@@ -18,7 +18,7 @@ use crate::context::Context;
 use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
 use crate::exit::Exit;
-use crate::report::reclaim::{KeyId, ReclaimReport};
+use crate::report::reclaim::ReclaimReport;
 use crate::report::rows::Capped;
 use crate::report::run::EndReason;
 
@@ -99,7 +99,8 @@ async fn sweep_batches(
         };
         report.batches += 1;
         let n = u64::try_from(got.len()).unwrap_or(u64::MAX);
-        got.into_iter().for_each(|k| report.add_reclaimed(k));
+        got.into_iter()
+            .for_each(|(tenant, key)| report.add_reclaimed(tenant, key));
         if n < want {
             return Ok(EndReason::Drained);
         }
@@ -121,15 +122,12 @@ pub(super) async fn sweep_batch(
     client: &Session,
     req: &Request,
     want: u64,
-) -> Result<Vec<KeyId>> {
+) -> Result<Vec<reclaim_db::TakenKey>> {
     let limit = i64::try_from(want).unwrap_or(i64::MAX);
     let got = statements
         .sweep_batch(client, req.older_than, limit, fail_with(req).as_ref())
         .await?;
-    Ok(got
-        .into_iter()
-        .map(|(api_key_id, key)| KeyId { api_key_id, key })
-        .collect())
+    Ok(got)
 }
 
 /// One batch of the sweep with --archive: its keys are in the archive, durable, before it commits.
@@ -139,7 +137,7 @@ pub(super) async fn archived_batch(
     req: &Request,
     want: u64,
     archive: &mut Archive,
-) -> Result<Vec<KeyId>> {
+) -> Result<Vec<reclaim_db::TakenKey>> {
     let limit = i64::try_from(want).unwrap_or(i64::MAX);
     let why = archive_why(req);
     let mut batch = None;
@@ -160,10 +158,7 @@ pub(super) async fn archived_batch(
     if let Some(b) = batch {
         archive.write_commit(&b, got.len())?;
     }
-    Ok(got
-        .into_iter()
-        .map(|(api_key_id, key)| KeyId { api_key_id, key })
-        .collect())
+    Ok(got)
 }
 
 /// The sweep over the table's placements, shard after shard (a plain server's one); stops at the

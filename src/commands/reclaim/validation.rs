@@ -10,7 +10,7 @@ use anyhow::Result;
 use serde_json::{Value, json};
 
 use super::plan::{Plan, check_plan_flags, load_plan};
-use super::request::{Mode, Request, shown};
+use super::request::{Mode, Request};
 use crate::cli::ReclaimArgs;
 use crate::context::Context;
 use crate::db::reclaim as reclaim_db;
@@ -45,7 +45,7 @@ pub(super) fn profile_action(
         if matches!(req.mode, Mode::Preview(None)) && args.action.is_none() {
             return Ok(None);
         }
-        return Err(fail(Exit::Usage, output::no_safe_action(&shown(table))));
+        return Err(fail(Exit::Usage, output::no_safe_action(&table.shown())));
     };
     let chosen = if args.action.is_none() && args.apply.is_none() {
         default
@@ -55,7 +55,7 @@ pub(super) fn profile_action(
     if !allowed.contains(&chosen) {
         return Err(fail(
             Exit::Usage,
-            output::action_unfit(chosen, &shown(table)),
+            output::action_unfit(chosen, &table.shown()),
         ));
     }
     if chosen != ReclaimAction::Fail && args.action.is_none() {
@@ -69,7 +69,7 @@ pub(super) fn profile_action(
         if let Some(flag) = flag {
             return Err(fail(
                 Exit::Usage,
-                output::only_for_fail_by_default(flag, &shown(table), chosen),
+                output::only_for_fail_by_default(flag, &table.shown(), chosen),
             ));
         }
     }
@@ -233,10 +233,10 @@ pub(super) fn require_stuck_index(table: &KeyTable, allow_scan: bool, quiet: boo
         if quiet {
             return Ok(());
         }
-        crate::output::warn(&output::scanning_for_stuck_keys(&shown(table)));
+        crate::output::warn(&output::scanning_for_stuck_keys(&table.shown()));
         return Ok(());
     }
-    Err(fail(Exit::Usage, output::no_stuck_index(&shown(table))))
+    Err(fail(Exit::Usage, output::no_stuck_index(&table.shown())))
 }
 
 /// Refuse, before any change and naming the missing grant, a role that lacks what the run needs:
@@ -282,7 +282,7 @@ pub(super) fn require_rows_by_identity(
     }
     Err(fail(
         Exit::Usage,
-        output::no_identity_on_citus(&shown(table), layout),
+        output::no_identity_on_citus(&table.shown(), layout),
     ))
 }
 
@@ -291,7 +291,7 @@ pub(super) fn require_identity_index(table: &KeyTable) -> Result<()> {
     if table.has_tenant_key_index() {
         return Ok(());
     }
-    Err(fail(Exit::Usage, output::no_identity_index(&shown(table))))
+    Err(fail(Exit::Usage, output::no_identity_index(&table.shown())))
 }
 
 pub(super) fn request_from_plan(args: &ReclaimArgs, path: &Path) -> Result<Request> {

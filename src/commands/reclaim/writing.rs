@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 
-use super::request::{ROW_LOCK_WAIT, Request, action_name, shown};
+use super::request::{ROW_LOCK_WAIT, Request, action_name};
 use crate::cli::ReclaimArgs;
 use crate::commands::archive::Archive;
 use crate::context::Context;
@@ -53,7 +53,7 @@ pub(super) fn confirm(args: &ReclaimArgs, question: &str) -> Result<()> {
 /// The confirmation question, worded by the output layer.
 pub(super) fn question(table: &KeyTable, req: &Request, count: &str) -> String {
     output::question(&output::Asked {
-        table: &shown(table),
+        table: &table.shown(),
         action: req.action,
         status: req.status,
         filter: &req.filter,
