@@ -319,11 +319,8 @@ pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     }
     let mut doc = Doc::default();
     doc.fields(None, fields);
-    let order = match &r.walk {
-        Some(w) => format!("in the order of {}", sanitize(&w.index)),
-        None => "oldest expiry first".to_owned(),
-    };
-    sample_blocks(&mut doc, &r.sample, &r.held_back_sample, &order);
+    let walked = r.walk.as_ref().map(|w| sanitize(&w.index));
+    sample_blocks(&mut doc, &r.sample, &r.held_back_sample, walked.as_deref());
     if let (Some(dropped), Some(kept)) = (&r.would_drop_partitions, &r.partitions_kept) {
         partition_blocks(&mut doc, dropped, kept, "partitions that would be dropped");
     }
@@ -382,8 +379,8 @@ fn walk_fields(fields: &mut Vec<(String, String)>, w: &WalkPreview) {
     ));
 }
 
-/// Tables of the sampled keys, listed in `order`.
-fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey], order: &str) {
+/// Tables of the sampled keys: oldest expiry first, or in the order of the index `walked`.
+fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey], walked: Option<&str>) {
     // Keys of a table without a tenant column have none to show.
     let scope = evict.iter().chain(kept).find_map(|k| k.scope.as_ref());
     let cells = |k: &SampleKey| {
@@ -397,16 +394,22 @@ fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey], order: 
     let header = key_columns(scope, &["expires_at", "created_at"]);
     if !evict.is_empty() {
         doc.rows(
-            Some(&format!("The first keys it would evict ({order}):")),
+            Some(&match walked {
+                Some(index) => format!("The first keys it would evict (in the order of {index}):"),
+                None => "The first keys it would evict (oldest expiry first):".to_owned(),
+            }),
             &header,
             evict.iter().map(cells).collect(),
         );
     }
     if !kept.is_empty() {
         doc.rows(
-            Some(&format!(
-                "The first keys --min-age holds back (created too recently; {order}):"
-            )),
+            Some(&match walked {
+                Some(index) => format!(
+                    "The first keys --min-age holds back (created too recently; in the order of {index}):"
+                ),
+                None => "The first keys --min-age holds back (created too recently):".to_owned(),
+            }),
             &header,
             kept.iter().map(cells).collect(),
         );

@@ -1096,6 +1096,14 @@ async fn the_walk_keeps_keys_younger_than_min_age() {
         .map(|k| k["key"].as_str().unwrap())
         .collect();
     assert!(kept.iter().all(|k| k.starts_with("young-done-")), "{run}");
+    db.idemctl()
+        .args(["--ttl", "1h", "evict", "--dry-run", "--min-age", "1d"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("held back by --min-age  3\n")
+        .assert_stdout_contains(
+            "The first keys --min-age holds back (created too recently; in the order of idempotency_keys_pkey):\n",
+        );
     let mut run_args = args.to_vec();
     run_args.extend(["--vacuum", "--vacuum-min-rows", "0"]);
     let run = db.idemctl().args(&run_args).run();
