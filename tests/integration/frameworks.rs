@@ -236,7 +236,7 @@ impl Shape {
     /// check, stats (its backlog), then evict: exactly the `kept` kinds stay. `backlog`: the
     /// expired backlog stats counts through the expiry index; None on a table without one, where
     /// the backlog is estimated and evict walks the primary key in pages of 5 entries, reading each
-    /// row once.
+    /// row once, after a dry run that reads the same pages and counts exactly what it deletes.
     async fn evicts_exactly(
         &self,
         table: &str,
@@ -256,12 +256,29 @@ impl Shape {
             }
         }
         let rows = scalar_i64(&self.db, &format!("SELECT count(*) FROM {table}")).await;
+        // On a walk, the dry run reads the same pages first: it counts what the run deletes.
+        let would = match backlog {
+            Some(_) => None,
+            None => {
+                let run = self
+                    .idemctl()
+                    .args(["-o", "json", "evict", "--batch-size", "5", "--dry-run"])
+                    .run();
+                run.assert_success();
+                assert_eq!(run.json()["walk"]["rows_examined"], rows, "{run}");
+                Some(run.json()["would_evict"]["count"].as_i64().unwrap())
+            }
+        };
         let run = self
             .idemctl()
             .args(["-o", "json", "evict", "--batch-size", "5"])
             .run();
         run.assert_success();
         let report = run.json();
+        if let Some(would) = would {
+            let left = scalar_i64(&self.db, &format!("SELECT count(*) FROM {table}")).await;
+            assert_eq!(rows - left, would, "{run}");
+        }
         if backlog.is_none() {
             assert!(
                 run.stderr.contains("evict walks") && run.stderr.contains("CREATE INDEX"),
