@@ -263,6 +263,11 @@ pub(crate) fn plan_needs_delete() -> &'static str {
     "(not shown: explaining the DELETE needs the DELETE privilege, which this role lacks)"
 }
 
+/// In place of the walk's page plan, for a role that may not delete or lock rows.
+pub(crate) fn page_plan_needs_delete() -> &'static str {
+    "(not shown: explaining the page's DELETE needs the DELETE privilege and the right to lock rows (UPDATE on a column), which this role lacks)"
+}
+
 pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     let mut fields: Vec<(String, String)> = vec![
         ("table".into(), sanitize(&r.table)),

@@ -1038,6 +1038,22 @@ async fn the_walks_dry_run_counts_what_the_run_deletes() {
     run.assert_success();
     assert_eq!(run.json()["would_evict"]["count"], 0, "{run}");
     assert_eq!(run.json()["walk"]["end_reason"], "drained", "{run}");
+    // A role that may only read previews the walk; the page's plan needs the right to delete.
+    let role = format!("ro_{}", &db.name()[10..]);
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT SELECT ON idempotency_keys TO {role};"
+    ))
+    .await;
+    db.exec(&format!("TRUNCATE idempotency_keys; {}", explainer_rows(3)))
+        .await;
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["--ttl", "1d", "evict", "--dry-run"])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("would evict       3\n")
+        .assert_stdout_contains("plan:\n(not shown: explaining the page's DELETE needs the DELETE privilege and the right to lock rows (UPDATE on a column), which this role lacks)");
     let db = loaded(ROCKET_RIDES_DDL, &rocket_rides_rows(4), None).await;
     db.exec(
         "INSERT INTO idempotency_keys (created_at, idempotency_key, last_run_at, request_method, request_params, \

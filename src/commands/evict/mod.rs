@@ -72,7 +72,11 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let layout = crate::db::citus::layout(&client, &table).await?;
     let privileges = require(ctx, args, &client, &table, layout.as_ref()).await?;
     if args.dry_run {
-        let can_delete = privileges.delete;
+        // The walk's page locks the rows it deletes (FOR UPDATE), which explaining it checks too.
+        let can_delete = match table.expiry_index() {
+            Some(_) => privileges.delete,
+            None => privileges.delete && privileges.lock_rows,
+        };
         return dry_run(ctx, &client, &table, args, layout.as_ref(), can_delete).await;
     }
     let vacuum_targets = require_for_a_run(args, &client, &table, &privileges).await?;

@@ -92,7 +92,7 @@ pub(super) async fn dry_run(
         let rows = i64::from(sizing(args).first());
         crate::db::evict::explain_first_page(client, &walk, rows, min_age).await?
     } else {
-        vec![crate::output::evict::plan_needs_delete().to_owned()]
+        vec![crate::output::evict::page_plan_needs_delete().to_owned()]
     };
     let replicas = match args.max_replica_lag {
         Some(_) => Some(crate::db::replication::replicas(client).await?),
