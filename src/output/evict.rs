@@ -376,10 +376,11 @@ fn walk_fields(fields: &mut Vec<(String, String)>, w: &WalkPreview) {
     fields.push((
         "would walk".into(),
         format!(
-            "{} ({} index entries in {} pages, {end}; no index on the expiry column)",
+            "{} ({} index entries in {} page{}, {end}; no index on the expiry column)",
             sanitize(&w.index),
             w.rows_examined,
-            w.pages
+            w.pages,
+            if w.pages == 1 { "" } else { "s" }
         ),
     ));
 }
