@@ -211,7 +211,7 @@ pub(crate) fn walk_refuses(table: &Table, what: WalkRefusal, fix: &str) -> Strin
 /// Neither an expiry index nor a unique index to walk.
 pub(crate) fn nothing_to_walk(table: &Table, fix: &str) -> String {
     format!(
-        "table {} has no index on {} and no unique index of plain columns to walk, so expired keys cannot be found in bounded batches; create the index with: {fix}",
+        "table {} has no index on {} and no unique index of plain NOT NULL columns to walk, so expired keys cannot be found in bounded batches; create the index with: {fix}",
         table.display(),
         sanitize(&table.profile.expiry_column)
     )

@@ -1592,8 +1592,8 @@ async fn a_masstransit_inbox_is_maintained_as_shipped() {
 }
 
 /// Laravel: timestamp(0) columns and `timestamps()` that allow NULL. Keys written without
-/// created_at are read everywhere (check, stats, the dry run, inspect), their age unknown; evict
-/// removes exactly the expired keys. Mapped to expire a TTL after created_at, such a key never
+/// created_at are read everywhere (check, stats, the dry run, inspect), their age unknown and
+/// their TTL left out of stats' sample; evict removes exactly the expired keys. Mapped to expire a TTL after created_at, such a key never
 /// expires, and inspect says so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_laravel_table_with_null_timestamps_is_maintained_as_shipped() {
@@ -1659,6 +1659,48 @@ async fn a_laravel_table_with_null_timestamps_is_maintained_as_shipped() {
     let kind = "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)";
     s.evicts_exactly("idempotency_keys", kind, Some(8), &[("near-new", 4)])
         .await;
+    // Every key left has a NULL created_at: none has a TTL to sample.
+    s.idemctl()
+        .arg("stats")
+        .run()
+        .assert_success()
+        .assert_stdout_contains("recent TTL                no keys to sample");
+}
+
+/// A unique index over a column that allows NULL (a TypeORM migration's optional `scope`) is not
+/// walked: NULLs let it hold duplicates and end keyset pagination's row comparison. evict refuses
+/// before deleting anything (exit 2) instead of failing after its first page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unique_index_over_a_nullable_column_is_not_walked() {
+    let ddl = "CREATE TABLE idempotency_keys (idempotency_key uuid NOT NULL, endpoint text NOT NULL, scope text, \
+               status varchar(20) NOT NULL DEFAULT 'PROCESSING', created_at timestamp DEFAULT now()); \
+               CREATE UNIQUE INDEX idx_idempotency_key_scope ON idempotency_keys (idempotency_key, endpoint, scope);";
+    let rows = format!(
+        "INSERT INTO idempotency_keys SELECT gen_random_uuid(), '/orders', CASE WHEN g % 2 = 0 THEN NULL ELSE 'user-' || g END, \
+         'COMPLETED', {} FROM generate_series(1, 12) g;",
+        utc("-3 days")
+    );
+    let db = loaded(ddl, &rows, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(
+        &config,
+        "ttl = \"24h\"\n[profiles.typeorm]\nkey = \"idempotency_key\"\ntenant = [\"endpoint\", \"scope\"]\n\
+         in_flight = { column = \"status\", values = [\"PROCESSING\"], done = [\"COMPLETED\", \"FAILED\"] }\n\
+         time_zone = \"UTC\"\n",
+    )
+    .unwrap();
+    db.idemctl()
+        .args(["--config", &config.to_string_lossy(), "evict", "--batch-size", "5"])
+        .run()
+        .assert_error(
+            2,
+            "table public.idempotency_keys has no index on created_at and no unique index of plain NOT NULL columns to walk, so expired keys cannot be found in bounded batches; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);",
+        );
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        12
+    );
 }
 
 /// `value` as an SQL string literal.
