@@ -5,7 +5,8 @@
 -- with a short TTL expires before the others): in a steady state each TTL is represented by its
 -- rate of new keys, whatever its length. A key in both lists is counted once, known by its identity
 -- (tenant, key): not by its physical address, which on Citus is the address within one shard, shared
--- by rows of different shards.
+-- by rows of different shards. A key whose created_at is NULL (a nullable column, as Laravel's
+-- timestamps() writes it) has no TTL and is left out of the figures.
 WITH next AS (
     SELECT {tenant} AS id_tenant, {key} AS id_key, {created_at}{zone} AS created_at, {expires_at}{zone} AS expires_at
       FROM {table}
@@ -43,3 +44,4 @@ SELECT count(*)::bigint AS keys,
              count(*) FILTER (WHERE seconds >= 86400 AND seconds < 604800),
              count(*) FILTER (WHERE seconds >= 604800)]::int8[] AS buckets
   FROM ttl
+ WHERE seconds IS NOT NULL

@@ -13,6 +13,8 @@ pub struct Column {
     pub serial: bool,
     /// The values of an enum type (or a domain over one), in order; None for any other type.
     pub enum_labels: Option<Vec<String>>,
+    /// The column is NOT NULL.
+    pub not_null: bool,
 }
 
 impl Column {
@@ -24,6 +26,7 @@ impl Column {
             base_type: ty.to_owned(),
             serial: false,
             enum_labels: None,
+            not_null: false,
         }
     }
 

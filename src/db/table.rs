@@ -498,10 +498,19 @@ impl KeyTable {
     }
 
     /// The index evict walks when there is no expiry index: the primary key, else another unique
-    /// index, of plain columns only (keyset pagination compares them as a row).
+    /// index, of plain NOT NULL columns only (keyset pagination compares them as a row, and a NULL
+    /// in the row would end the walk's comparison, as it also lets the index hold duplicates).
     pub fn walk_index(&self) -> Option<&Index> {
+        let not_null = |c: &Option<String>| {
+            c.as_ref()
+                .is_some_and(|c| self.columns.iter().any(|k| &k.name == c && k.not_null))
+        };
         let usable = |i: &&Index| {
-            i.is_unique && i.is_valid && i.predicate.is_none() && i.plain_columns().is_some()
+            i.is_unique
+                && i.is_valid
+                && i.predicate.is_none()
+                && i.plain_columns().is_some()
+                && i.attnames.iter().all(not_null)
         };
         self.indexes
             .iter()
@@ -950,6 +959,7 @@ async fn read_columns(client: &Session, oid: i64) -> Result<Vec<Column>> {
             base_type: r.get("base_type"),
             serial: r.get("serial"),
             enum_labels: r.get("enum_labels"),
+            not_null: r.get("not_null"),
         })
         .collect())
 }

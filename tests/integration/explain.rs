@@ -165,9 +165,9 @@ const BY_KEY_IN_PART: (&str, &str) = (
 /// scans anything): each must render fully for the profile and yield a row estimate.
 const PLANNED_ONLY: &[&str] = &["evict_estimate.sql"];
 
-/// Statements generated around a template, explained by a test of their own: evict's walk
-/// (`the_walk_without_an_expiry_index_is_index_backed`).
-const EXPLAINED_APART: &[&str] = &["evict_walk.sql"];
+/// Statements generated around a template, explained by a test of their own: evict's walk and its
+/// dry run's pages (`the_walk_without_an_expiry_index_is_index_backed`).
+const EXPLAINED_APART: &[&str] = &["evict_walk.sql", "evict_walk_preview.sql"];
 
 /// sql/ files that mention the table but are not statements idemctl runs against it.
 const NOT_RUN_BY_IDEMCTL: &[&str] = &["sample_data.sql"];
@@ -479,10 +479,12 @@ async fn every_statement_is_index_backed_on_a_timestamp_table_read_in_a_declared
     assert_planned(&db, &profile).await;
 }
 
-/// evict's walk of the primary key on a table without an expiry index (its page after a key and
-/// its first page), on a table of timestamptz columns and on one of `timestamp without time zone`
-/// read in a declared zone: each page is an index range of the primary key under a LIMIT, and
-/// its deletes find their rows by address; no plan reads the table whole.
+/// evict's walk of a unique index on a table without an expiry index, and its dry run's read-only
+/// pages (each page after a key and each first page, with and without --min-age), on every shape
+/// the walk runs on: the storage table (a two-column primary key) of timestamptz columns and of
+/// `timestamp without time zone` read in a declared zone, the explainer's (a text key, expiry by
+/// TTL) and rocket-rides' (a bigserial key). Each page is an index range under a LIMIT, and the
+/// run's deletes find their rows by address; no plan reads the table whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_walk_without_an_expiry_index_is_index_backed() {
     let without_expiry_index = |ddl: &str| {
@@ -491,10 +493,9 @@ async fn the_walk_without_an_expiry_index_is_index_backed() {
             "",
         )
     };
-    let columns = [
-        ("api_key_id".to_owned(), "text".to_owned()),
-        ("key".to_owned(), "text".to_owned()),
-    ];
+    let pair = |a: &str, b: &str| vec![(a.to_owned(), b.to_owned())];
+    let mut storage_key = pair("api_key_id", "text");
+    storage_key.extend(pair("key", "text"));
     let naive = {
         let mut p = Profile::storage();
         p.naive_times = true;
@@ -513,13 +514,78 @@ async fn the_walk_without_an_expiry_index_is_index_backed() {
     ] {
         assert!(!ddl.contains("idempotency_keys_expiry"));
         let db = load_ddl(&ddl, false).await;
-        let rels = key_relations(&db).await;
-        let walk = idemctl::Walk::of(&profile, "\"public\".\"idempotency_keys\"", &columns);
-        for (sql, args) in [
-            (walk.sql(true), "2000, 'tenant_0003', 'k'"),
-            (walk.sql(false), "2000"),
+        assert_pages_bounded(&db, &profile, &storage_key, "'tenant_0003', 'k'").await;
+    }
+    let ttl = Some(std::time::Duration::from_secs(86_400));
+    let db = TestDb::new().await;
+    db.exec(profiles::EXPLAINER_DDL).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+         SELECT 'k-' || g, md5(g::text), 200, '{}', now() - g * interval '1 second' \
+         FROM generate_series(1, 100000) g",
+    )
+    .await;
+    db.exec("VACUUM ANALYZE idempotency_keys").await;
+    let explainer = Profile::explainer().with_ttl(ttl);
+    assert_pages_bounded(&db, &explainer, &pair("key", "text"), "'k-5'").await;
+    let db = TestDb::new().await;
+    db.exec(profiles::ROCKET_RIDES_DDL).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (created_at, idempotency_key, request_method, request_params, \
+         request_path, recovery_point, user_id) \
+         SELECT now() - g * interval '1 second', 'k-' || g, 'POST', '{}', '/rides', 'finished', 1 + g % 7 \
+         FROM generate_series(1, 100000) g",
+    )
+    .await;
+    db.exec("VACUUM ANALYZE idempotency_keys").await;
+    let rocket_rides = Profile::rocket_rides().with_ttl(ttl);
+    assert_pages_bounded(&db, &rocket_rides, &pair("id", "bigint"), "'5000'").await;
+}
+
+/// The walk's page and the dry run's page, after a key (`key`, as text) and first, without and
+/// with --min-age: index-backed, and bounded by a LIMIT.
+async fn assert_pages_bounded(
+    db: &TestDb,
+    profile: &Profile,
+    columns: &[(String, String)],
+    key: &str,
+) {
+    let rels = key_relations(db).await;
+    let walk = idemctl::Walk::of(profile, "\"public\".\"idempotency_keys\"", columns);
+    for min_age in ["NULL", "3600"] {
+        for (sql, file, args) in [
+            (
+                walk.sql(true),
+                "evict_walk.sql",
+                format!("2000, {min_age}, {key}"),
+            ),
+            (
+                walk.sql(false),
+                "evict_walk.sql",
+                format!("2000, {min_age}"),
+            ),
+            (
+                walk.preview_sql(true),
+                "evict_walk_preview.sql",
+                format!("2000, {min_age}, 10, {key}"),
+            ),
+            (
+                walk.preview_sql(false),
+                "evict_walk_preview.sql",
+                format!("2000, {min_age}, 10"),
+            ),
         ] {
-            assert_index_backed_as(&db, &profile, sql, "evict_walk.sql", args, &rels).await;
+            assert_index_backed_as(db, profile, sql, file, &args, &rels).await;
+            let client = db.client().await;
+            let rendered = profile.render(sql, "\"public\".\"idempotency_keys\"");
+            for mode in ["force_custom_plan", "force_generic_plan"] {
+                let execute = format!("EXECUTE s({args})");
+                let (text, _) = explain_scans(&client, file, mode, &rendered, &execute).await;
+                assert!(
+                    text.contains("\"Node Type\": \"Limit\""),
+                    "{file} ({mode}, args {args}) reads its page without a LIMIT:\n{text}"
+                );
+            }
         }
     }
 }
