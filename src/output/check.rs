@@ -210,6 +210,30 @@ fn index_write_cost(written_by_completion: bool) -> &'static str {
     }
 }
 
+/// A column the profile names that the table lacks (`other_case`: one it has under another
+/// case) or has with another type (`found`).
+fn column_unfit(
+    status: Status,
+    column: &str,
+    profile: &str,
+    found: Option<&str>,
+    expected: &[String],
+    other_case: Option<&str>,
+) -> Worded {
+    let detail = match (found, other_case) {
+        (None, Some(has)) => format!(
+            "column {column} (profile {profile}) is missing, but the table has {has}: names are matched exactly, and a predicate folds an unquoted name to lower case as SQL does, so write it there with double quotes"
+        ),
+        (None, None) => format!("column {column} (profile {profile}) is missing"),
+        (Some(t), _) => format!(
+            "column {column} is {t}, profile {profile} expects {}",
+            expected.join(" or ")
+        ),
+    };
+    let fix = "choose the profile that fits with --profile, or map the table's columns in a config file (--config)".to_owned();
+    worded("columns", status, detail, Some(fix))
+}
+
 /// The findings about the table's columns and indexes.
 fn structure(status: Status, found: &Structure) -> Worded {
     match found {
@@ -228,20 +252,14 @@ fn structure(status: Status, found: &Structure) -> Worded {
             found,
             expected,
             other_case,
-        } => {
-            let detail = match (found, other_case) {
-                (None, Some(has)) => format!(
-                    "column {column} (profile {profile}) is missing, but the table has {has}: names are matched exactly, and a predicate folds an unquoted name to lower case as SQL does, so write it there with double quotes"
-                ),
-                (None, None) => format!("column {column} (profile {profile}) is missing"),
-                (Some(t), _) => format!(
-                    "column {column} is {t}, profile {profile} expects {}",
-                    expected.join(" or ")
-                ),
-            };
-            let fix = "choose the profile that fits with --profile, or map the table's columns in a config file (--config)".to_owned();
-            worded("columns", status, detail, Some(fix))
-        }
+        } => column_unfit(
+            status,
+            column,
+            profile,
+            found.as_deref(),
+            expected,
+            other_case.as_deref(),
+        ),
         Structure::TimeColumns { why } => worded("columns", status, why.clone(), None),
         Structure::NoExpiry { created_at } => worded(
             "expiry",
