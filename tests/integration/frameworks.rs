@@ -1460,6 +1460,68 @@ async fn a_unique_index_over_a_nullable_column_is_not_walked() {
     );
 }
 
+/// Without an index on the expiry column (TypeORM ships none) the eviction lag is unknown, never a
+/// 0 that reads as "nothing waits": null in JSON, "unknown" in text, and in the metrics no lag
+/// gauge but `idemctl_eviction_lag_known 0`; with the index it is known again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_lag_stats_cannot_find_is_unknown_not_zero() {
+    let rows = format!(
+        "INSERT INTO idempotency_key (\"key\", \"userId\", \"statusCode\", response, \"createdAt\") \
+         SELECT 'old-' || g, 'user-1', 201, '{{}}', {} FROM generate_series(1, 4) g;",
+        utc("-3 days")
+    );
+    let s = Shape::new("TypeORM", &rows).await;
+    let run = s.idemctl().args(["-o", "json", "stats"]).run();
+    run.assert_success();
+    assert_eq!(run.json()["expiry_figures"], "estimated", "{run}");
+    assert_eq!(
+        run.json()["eviction_lag_seconds"],
+        serde_json::Value::Null,
+        "{run}"
+    );
+    s.idemctl()
+        .arg("stats")
+        .run()
+        .assert_success()
+        .assert_stdout_contains(
+            "eviction lag              unknown (no index on expiry to find it)\n",
+        );
+    let lag_samples = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("idemctl_eviction_lag_"))
+            .map(|l| l.split('{').next().unwrap().to_owned() + " " + l.rsplit(' ').next().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let run = s.idemctl().args(["stats", "-o", "prometheus"]).run();
+    run.assert_success();
+    assert_eq!(
+        lag_samples(&run.stdout),
+        ["idemctl_eviction_lag_known 0"],
+        "{run}"
+    );
+    crate::metrics::promtool_check_metrics(&run.stdout);
+
+    s.db.client()
+        .await
+        .batch_execute("CREATE INDEX ON idempotency_key (\"createdAt\"); ANALYZE idempotency_key;")
+        .await
+        .unwrap();
+    let run = s.idemctl().args(["stats", "-o", "prometheus"]).run();
+    run.assert_success();
+    let samples = lag_samples(&run.stdout);
+    assert!(
+        samples.iter().any(|l| l == "idemctl_eviction_lag_known 1"),
+        "{run}"
+    );
+    let lag: f64 = samples
+        .iter()
+        .find_map(|l| l.strip_prefix("idemctl_eviction_lag_seconds "))
+        .unwrap_or_else(|| panic!("no lag gauge: {run}"))
+        .parse()
+        .unwrap();
+    assert!(lag > 86_400.0, "{run}");
+}
+
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
