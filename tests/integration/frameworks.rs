@@ -1522,6 +1522,54 @@ async fn an_eviction_lag_stats_cannot_find_is_unknown_not_zero() {
     assert!(lag > 86_400.0, "{run}");
 }
 
+/// On a table with no response column (MassTransit's inbox) inspect says so instead of "no stored
+/// response", in text and JSON; the whole row's timestamptz values are in UTC like every time above
+/// them, whatever the session's zone (Asia/Tokyo here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_says_a_table_has_no_response_column_and_shows_the_row_in_utc() {
+    let rows = "INSERT INTO \"InboxState\" (\"MessageId\", \"ConsumerId\", \"LockId\", \"Received\", \"ReceiveCount\", \
+                \"Consumed\", \"Delivered\") VALUES ('10000000-0000-0000-0000-000000000001', \
+                '11111111-1111-1111-1111-111111111111', gen_random_uuid(), '2026-01-02 03:04:05.25+00', 1, \
+                '2026-01-02 03:04:06+00', now() - interval '1 day');";
+    let s = Shape::new("EF Core (MassTransit inbox)", rows).await;
+    let args = [
+        "inspect",
+        "10000000-0000-0000-0000-000000000001",
+        "--api-key-id",
+        "11111111-1111-1111-1111-111111111111",
+    ];
+    let run = s.idemctl().args(args).run();
+    run.assert_success()
+        .assert_stdout_contains("response_body: - (the table has no response column)\n")
+        .assert_stdout_contains("2026-01-02T03:04:05.25Z\n")
+        .assert_stdout_contains("2026-01-02T03:04:06Z\n");
+    assert!(!run.stdout.contains("no stored response"), "{run}");
+    assert!(!run.stdout.contains("+09:00"), "{run}");
+    let run = s.idemctl().args(["-o", "json"]).args(args).run();
+    run.assert_success();
+    let j = run.json();
+    assert_eq!(j["response_column"], serde_json::Value::Null, "{run}");
+    assert_eq!(j["response_body"], serde_json::Value::Null, "{run}");
+    let value = |column: &str| {
+        j["row"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["column"] == column)
+            .map(|c| c["value"].clone())
+    };
+    assert_eq!(
+        value("Received"),
+        Some("2026-01-02T03:04:05.25Z".into()),
+        "{run}"
+    );
+    assert_eq!(
+        value("ExpirationTime"),
+        Some(serde_json::Value::Null),
+        "{run}"
+    );
+}
+
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
