@@ -1570,6 +1570,68 @@ async fn inspect_says_a_table_has_no_response_column_and_shows_the_row_in_utc() 
     );
 }
 
+/// A nullable created_at (Laravel's, Alembic's `timestamptz NULL`): reclaim lists a stuck key whose
+/// created_at is NULL (its locked_at says how long it is held), writes the NULL into the plan, and
+/// --apply takes exactly that row; a plan row whose created_at was set since is "changed", not taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_takes_stuck_keys_whose_created_at_is_null() {
+    let ddl = "CREATE TABLE idempotency_keys (key varchar(255) PRIMARY KEY, response_code integer, \
+               locked_at timestamptz, created_at timestamptz NULL, expires_at timestamptz NOT NULL); \
+               CREATE INDEX ON idempotency_keys (expires_at);";
+    let rows = "INSERT INTO idempotency_keys SELECT 'stuck-' || g, NULL, now() - interval '1 hour', \
+                CASE WHEN g = 1 THEN now() - interval '1 hour' END, now() + interval '1 day' \
+                FROM generate_series(1, 3) g; \
+                INSERT INTO idempotency_keys VALUES ('done-1', 200, NULL, NULL, now() + interval '1 day');";
+    let db = loaded(ddl, rows, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(
+        &config,
+        "[profiles.nullable]\nkey = \"key\"\nlocked_at = \"locked_at\"\nexpires_at = \"expires_at\"\n\
+         response_status = \"response_code\"\nactions = [\"delete\"]\n\
+         in_flight.predicate = 'response_code IS NULL'\n",
+    )
+    .unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    let run = idemctl()
+        .args(["-o", "json", "reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["would_reclaim"]["count"], 3, "{run}");
+    let plan = dir.path().join("plan.json");
+    idemctl()
+        .args(["reclaim", "--allow-scan", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_success();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let nulls = written["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["created_at"].is_null())
+        .count();
+    assert_eq!(nulls, 2, "{written}");
+    db.exec("UPDATE idempotency_keys SET created_at = now() WHERE key = 'stuck-3'")
+        .await;
+    let run = idemctl()
+        .args(["-o", "json", "reclaim", "--yes", "--allow-scan", "--apply"])
+        .arg(&plan)
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["rows_reclaimed"], 2, "{run}");
+    assert!(run.stdout.contains("\"changed\""), "{run}");
+    assert_eq!(
+        scalar_text(
+            &db,
+            "SELECT string_agg(key, ' ' ORDER BY key) FROM idempotency_keys"
+        )
+        .await,
+        "done-1 stuck-3"
+    );
+}
+
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))

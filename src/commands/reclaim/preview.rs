@@ -46,7 +46,12 @@ pub(super) fn nothing_in_flight(ctx: &Context, table: &KeyTable, req: &Request) 
 impl Candidate {
     pub(super) fn from_stuck(r: reclaim_db::StuckKey) -> Candidate {
         Candidate {
-            held_since: r.locked_at.unwrap_or(r.created_at),
+            // The listing returns only keys held past its cutoff, which compares locked_at or
+            // created_at: one of them is set.
+            held_since: r
+                .locked_at
+                .or(r.created_at)
+                .unwrap_or(OffsetDateTime::UNIX_EPOCH),
             held_since_column: if r.locked_at.is_some() {
                 "locked_at"
             } else {
