@@ -217,7 +217,9 @@ pub(crate) struct InspectArgs {
     /// One column of the key's scope and its value, as COLUMN=VALUE; repeat it for a scope of
     /// several columns (tenant = ["request_type", "client_id"] in a mapping): --scope
     /// request_type=payment --scope client_id=c-42. Without every scope column, inspect lists the
-    /// scopes holding the key among those given.
+    /// scopes holding the key among those given (through an index led by the key, or by walking
+    /// the scopes of an index that lists scope columns before the key). Output names each scope
+    /// column; -o json carries them as an object, "scope", beside api_key_id.
     #[arg(long, value_name = "COLUMN=VALUE", conflicts_with = "api_key_id")]
     pub scope: Vec<String>,
 

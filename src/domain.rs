@@ -130,6 +130,10 @@ impl std::fmt::Display for TableName {
 /// The batch time of --catch-up, which the adaptive pace also uses while the foreground is idle.
 pub(crate) const CATCH_UP_BATCH_TIME: Duration = Duration::from_millis(15);
 
+/// Index entries a page of evict's walk (a table without an expiry index) reads when --batch-size
+/// does not say.
+pub(crate) const WALK_PAGE: u32 = 2_000;
+
 /// The caps of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Caps {

@@ -44,6 +44,10 @@ pub(crate) async fn run(ctx: &Context, args: &CheckArgs) -> Result<Exit> {
         Err(e) if !shard_by_shard => return Err(e),
         placements => placements,
     };
+    // The walk runs on one server only: on the shards of a distributed table nothing is walked.
+    if !shard_by_shard {
+        measure_walk(ctx, &client, &table, &mut findings).await;
+    }
     if let Some(layout) = layout.filter(|_| shard_by_shard) {
         for o in citus(&table, layout, &placements, &role_privileges).await {
             findings.push(Finding::new(o.status(), Found::Citus(o)));
@@ -222,8 +226,74 @@ fn expiry_index(table: &KeyTable) -> (Status, Found) {
         index,
         ttl: table.profile.expires_by_ttl(),
         fix: table.expiry_index_fix(),
+        walk_cost: None,
     });
     (status, found)
+}
+
+/// Entries of the timed page: a few milliseconds of reading on any table.
+const TIMED_PAGE: i64 = 5_000;
+
+/// Measure what evict's walk costs on a table without an expiry index, and put it beside the
+/// expiry index's finding: the walked index's entries and the expired share (the planner's
+/// figures), and one bounded read-only page (the dry run's statement), timed, to extrapolate a
+/// full walk. Nothing is measured where the table has the index or nothing to walk; a figure that
+/// cannot be read is left out, never a failure of check.
+async fn measure_walk(ctx: &Context, client: &Session, table: &KeyTable, findings: &mut [Finding]) {
+    if table.expiry_index().is_some() {
+        return;
+    }
+    let Some(index) = table.walk_index() else {
+        return;
+    };
+    let Some(slot) = findings.iter_mut().find_map(|f| match &mut f.found {
+        Found::Structure(S::ExpiryIndex { walk_cost, .. }) => Some(walk_cost),
+        _ => None,
+    }) else {
+        return;
+    };
+    let (entries, bytes) = crate::db::queries::index_entries(client, table, &index.name)
+        .await
+        .unwrap_or((None, 0));
+    let expired = match table.profile.lacks_ttl() {
+        true => None,
+        false => crate::db::evict::estimate_backlog(client, table)
+            .await
+            .ok()
+            .and_then(|n| i64::try_from(n).ok()),
+    };
+    let walk = crate::db::evict::Walk::new(table, index);
+    let t0 = std::time::Instant::now();
+    let timed = walk
+        .preview_page(client, ctx.answer_deadline(), TIMED_PAGE, None, 0, None)
+        .await
+        .ok();
+    let seconds = t0.elapsed().as_secs_f64();
+    let page = crate::domain::WALK_PAGE;
+    let examined = timed.map_or(0, |t| t.page.examined);
+    let fraction = match (expired, entries) {
+        (Some(x), Some(n)) if n > 0 => Some((x as f64 / n as f64).min(1.0)),
+        _ => None,
+    };
+    *slot = Some(r::WalkCost {
+        index: index.name.clone(),
+        index_entries: entries,
+        index_bytes: bytes,
+        page_size: page,
+        pages_per_run: entries.map(|n| (n + i64::from(page) - 1) / i64::from(page)),
+        expired_estimate: expired,
+        expired_fraction: fraction,
+        entries_per_expired_row: match (expired, entries) {
+            (Some(x), Some(n)) if x > 0 => Some(n as f64 / x as f64),
+            _ => None,
+        },
+        follows_age: walk.follows_age,
+        timed_entries: examined,
+        timed_seconds: seconds,
+        full_walk_seconds_estimate: entries
+            .filter(|_| examined > 0)
+            .map(|n| seconds / examined as f64 * n as f64),
+    });
 }
 
 /// The identity index: unique across the table, within a partition, wider than the mapping, or

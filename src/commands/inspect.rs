@@ -223,9 +223,10 @@ fn scope_given(table: &KeyTable, args: &InspectArgs, pairs: &[(String, String)])
 }
 
 /// On a table Citus distributes: the same lookups on the shards, on their workers (each read and
-/// its row-holder check on the worker that holds the row). With --api-key-id only the tenant's
-/// shard is read; without, every shard (a key found under several tenants is listed, whichever
-/// shards hold them).
+/// its row-holder check on the worker that holds the row). When the table is distributed by a
+/// scope column whose value is given (--api-key-id, or --scope for that column) only the shard
+/// holding it is read; otherwise every shard (a key found under several scopes is listed,
+/// whichever shards hold them).
 async fn on_shards(
     ctx: &Context,
     client: &Session,
@@ -236,16 +237,14 @@ async fn on_shards(
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     use crate::commands::shards;
-    // The tenant's shard, when the table is distributed by the tenant column; otherwise its keys
-    // may be on any shard.
-    let routed_by_tenant = matches!(&layout, crate::report::rows::Layout::Distributed { column, .. }
-        if table.profile.tenant.as_slice() == std::slice::from_ref(column));
-    let only = match scope {
-        Scope::Whole(tenant) if routed_by_tenant => {
-            Some(crate::db::citus::shard_for(client, table, tenant).await?)
-        }
-        _ => None,
+    let given: Vec<Option<String>> = match scope {
+        Scope::Whole(text) => crate::db::profile::scope_values(text, table.profile.tenant.len())
+            .map(|v| v.into_iter().map(Some).collect())
+            .unwrap_or_default(),
+        Scope::Part(values) => values.clone().unwrap_or_default(),
     };
+    let given: Vec<Option<&str>> = given.iter().map(Option::as_deref).collect();
+    let only = shards::shard_of_scope(client, table, &layout, &given).await?;
     let cluster = shards::connect_to(ctx, client, table, 1, only).await?;
     let mut records = Vec::new();
     for node in &cluster.nodes {
@@ -410,17 +409,26 @@ async fn by_key(
         KeyLookup::ByKey => {
             record::by_key(client, table, key, within, stuck_secs, MAX_TENANTS_LISTED).await
         }
-        // Only a one-column scope is walked, and a part of it is none of it.
         KeyLookup::SkipScan => {
-            record::by_key_through_tenants(client, table, key, stuck_secs, MAX_TENANTS_PROBED).await
+            record::by_key_through_tenants(
+                client,
+                table,
+                key,
+                within,
+                stuck_secs,
+                MAX_TENANTS_PROBED,
+                MAX_TENANTS_LISTED,
+            )
+            .await
         }
         KeyLookup::Unindexed => {
             return Err(fail(Exit::Usage, output::no_key_index(&table.shown())));
         }
     }?;
     if found.truncated {
-        crate::output::warn(&format!(
-            "searched only the first {MAX_TENANTS_PROBED} tenants; pass --api-key-id for an exact lookup"
+        crate::output::warn(&output::search_truncated(
+            MAX_TENANTS_PROBED,
+            &table.profile.tenant,
         ));
     }
     Ok(found.records)

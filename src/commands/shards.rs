@@ -225,3 +225,26 @@ fn open_node(ctx: &Context, placement: &Placement, pool_size: usize) -> Result<N
         shards: Vec::new(),
     })
 }
+
+/// The one shard that holds a scope's rows, when the table is hash-distributed by one of its scope
+/// columns and that column's value is among `values` (each scope column's value in the mapping's
+/// order, None where not given): Citus places every row with that value on that shard. None when
+/// the rows may be on any shard (another layout, another distribution column, its value not
+/// given).
+pub(crate) async fn shard_of_scope(
+    client: &Session,
+    table: &KeyTable,
+    layout: &Layout,
+    values: &[Option<&str>],
+) -> Result<Option<i64>> {
+    let Layout::Distributed { column, .. } = layout else {
+        return Ok(None);
+    };
+    let Some(at) = table.profile.tenant.iter().position(|c| c == column) else {
+        return Ok(None);
+    };
+    match values.get(at).copied().flatten() {
+        Some(value) => Ok(Some(citus::shard_for(client, table, value).await?)),
+        None => Ok(None),
+    }
+}

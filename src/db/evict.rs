@@ -30,18 +30,24 @@ const PING_SQL: &str = include_str!("../../sql/ping.sql");
 const ESTIMATE_SQL: &str = include_str!("../../sql/evict_estimate.sql");
 const JIT_OFF_SQL: &str = include_str!("../../sql/jit_off.sql");
 const WALK_SQL: &str = include_str!("../../sql/evict_walk.sql");
+const WALK_PREVIEW_SQL: &str = include_str!("../../sql/evict_walk_preview.sql");
 
 /// evict's statements on a table without an expiry index: pages of a unique index walked in order
-/// ([`WALK_SQL`]), the first page's and the next ones'.
+/// ([`WALK_SQL`]), the first page's and the next ones', and the dry run's read-only pages
+/// ([`WALK_PREVIEW_SQL`]), the same pages.
 #[derive(Debug, Clone)]
 pub struct Walk {
     first: String,
     next: String,
+    preview_first: String,
+    preview_next: String,
     /// The index walked, for messages.
     pub index: String,
     /// The walk follows age (a key from a sequence): it stops at the first page in which nothing
     /// has expired.
     pub follows_age: bool,
+    /// The table's scope columns (the sample lists each key's scope).
+    scope: Vec<String>,
 }
 
 /// What one page of the walk did.
@@ -50,10 +56,25 @@ pub struct Page {
     pub examined: u64,
     pub expired: u64,
     pub deleted: u64,
+    /// Expired finished rows kept because they are younger than --min-age.
+    pub too_young: u64,
     /// The page's last key, as text (None: the page was empty).
     pub last_key: Option<Vec<String>>,
     /// No row of the page had expired.
     pub none_past: bool,
+}
+
+/// What one page of the walk would do (the dry run): `page.deleted` is 0, `page.expired` the rows
+/// a run would delete (unless a live transaction holds them).
+#[derive(Debug, Default)]
+pub(crate) struct PreviewPage {
+    pub page: Page,
+    /// The oldest and newest expiry among the rows a run would delete.
+    pub oldest: Option<OffsetDateTime>,
+    pub newest: Option<OffsetDateTime>,
+    /// The first keys a run would delete, and the first --min-age would keep, in the index's order.
+    pub evict: Vec<SampleKey>,
+    pub kept: Vec<SampleKey>,
 }
 
 impl Walk {
@@ -81,18 +102,21 @@ impl Walk {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        let after = format!(
-            "({list}) > ({})",
-            columns
-                .iter()
-                .enumerate()
-                .map(|(n, (_, ty))| format!("${}::text::{ty}", n + 2))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let fill = |after: &str| {
+        // The previous page's last key, from parameter $`from` on.
+        let after = |from: usize| {
+            format!(
+                "({list}) > ({})",
+                columns
+                    .iter()
+                    .enumerate()
+                    .map(|(n, (_, ty))| format!("${}::text::{ty}", n + from))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let fill = |template: &str, after: &str| {
             profile.render(
-                &WALK_SQL
+                &template
                     .replace("{walk_columns}", &list)
                     .replace("{walk_desc}", &each(" DESC"))
                     .replace("{walk_text}", &each("::text"))
@@ -101,10 +125,13 @@ impl Walk {
             )
         };
         Walk {
-            first: fill("true"),
-            next: fill(&after),
+            first: fill(WALK_SQL, "true"),
+            next: fill(WALK_SQL, &after(3)),
+            preview_first: fill(WALK_PREVIEW_SQL, "true"),
+            preview_next: fill(WALK_PREVIEW_SQL, &after(4)),
             index: String::new(),
             follows_age: false,
+            scope: profile.tenant.clone(),
         }
     }
 
@@ -113,15 +140,26 @@ impl Walk {
         if after_a_key { &self.next } else { &self.first }
     }
 
-    /// Walk one page of at most `size` index entries after `after` (None: from the start).
+    /// The dry run's statement of the first page, or of the page after a key.
+    pub fn preview_sql(&self, after_a_key: bool) -> &str {
+        if after_a_key {
+            &self.preview_next
+        } else {
+            &self.preview_first
+        }
+    }
+
+    /// Walk one page of at most `size` index entries after `after` (None: from the start),
+    /// keeping rows younger than `min_age` seconds.
     pub async fn page(
         &self,
         client: &Session,
         deadline: Duration,
         size: i64,
+        min_age: Option<f64>,
         after: Option<&[String]>,
     ) -> Result<Page> {
-        let mut params: Vec<Param<'_>> = vec![p(&size)];
+        let mut params: Vec<Param<'_>> = vec![p(&size), p(&min_age)];
         let sql = match after {
             None => &self.first,
             Some(key) => {
@@ -134,9 +172,71 @@ impl Walk {
             examined: count(&row, "examined")?,
             expired: count(&row, "expired")?,
             deleted: count(&row, "deleted")?,
+            too_young: count(&row, "too_young")?,
             last_key: row.try_get("last_key")?,
             none_past: row.try_get("none_past")?,
         })
+    }
+
+    /// Read one page as [`Walk::page`] would walk it, changing nothing; list up to `listed` keys of
+    /// each kind.
+    pub(crate) async fn preview_page(
+        &self,
+        client: &Session,
+        deadline: Duration,
+        size: i64,
+        min_age: Option<f64>,
+        listed: i64,
+        after: Option<&[String]>,
+    ) -> Result<PreviewPage> {
+        let mut params: Vec<Param<'_>> = vec![p(&size), p(&min_age), p(&listed)];
+        let sql = match after {
+            None => &self.preview_first,
+            Some(key) => {
+                params.extend(key.iter().map(p));
+                &self.preview_next
+            }
+        };
+        let row = with_deadline(deadline, client.query_one(sql, &params))
+            .await
+            .context("failed to read a page of the walk")?;
+        let young: Vec<bool> = row.try_get("sample_young")?;
+        let scope: Vec<Option<String>> = row.try_get("sample_scope")?;
+        let key: Vec<Option<String>> = row.try_get("sample_key")?;
+        let expires: Vec<OffsetDateTime> = row.try_get("sample_expires_at")?;
+        let created: Vec<Option<OffsetDateTime>> = row.try_get("sample_created_at")?;
+        let mut preview = PreviewPage {
+            page: Page {
+                examined: count(&row, "examined")?,
+                expired: count(&row, "expired")?,
+                deleted: 0,
+                too_young: count(&row, "too_young")?,
+                last_key: row.try_get("last_key")?,
+                none_past: row.try_get("none_past")?,
+            },
+            oldest: row.try_get("oldest")?,
+            newest: row.try_get("newest")?,
+            ..PreviewPage::default()
+        };
+        for (n, young) in young.into_iter().enumerate() {
+            let api_key_id = scope
+                .get(n)
+                .cloned()
+                .flatten()
+                .filter(|_| !self.scope.is_empty());
+            let sample = SampleKey {
+                scope: super::profile::scope_from(&self.scope, api_key_id.as_deref()),
+                api_key_id,
+                key: key.get(n).cloned().flatten().unwrap_or_default(),
+                expires_at: expires[n],
+                created_at: created.get(n).copied().flatten(),
+            };
+            match young {
+                true => preview.kept.push(sample),
+                false => preview.evict.push(sample),
+            }
+        }
+        Ok(preview)
     }
 }
 
@@ -589,21 +689,42 @@ pub(crate) async fn explain_first_batch(
         .await
         .context("failed to size the first batch")?
         .try_get("range_end")?;
-    // EXPLAIN of a parameterised statement shows a custom plan; PREPARE + EXPLAIN EXECUTE under
-    // force_generic_plan shows the one evict uses. The arguments are typed values, not user text.
     let end = end.map_or_else(
         || "NULL".to_owned(),
         |e| format!("'{}'::timestamptz", rfc3339_micros(e)),
     );
     let min_age = min_age.map_or_else(|| "NULL".to_owned(), |d| format!("{d}"));
+    explain_generic(
+        client,
+        statements.delete_sql(),
+        &format!("NULL, {end}, {min_age}"),
+    )
+    .await
+}
+
+/// The generic plan of the walk's first page (the one evict runs), of `rows` index entries, as
+/// EXPLAIN prints it. Needs the DELETE privilege.
+pub(crate) async fn explain_first_page(
+    client: &Session,
+    walk: &Walk,
+    rows: i64,
+    min_age: Option<f64>,
+) -> Result<Vec<String>> {
+    let min_age = min_age.map_or_else(|| "NULL".to_owned(), |d| format!("{d}"));
+    explain_generic(client, walk.sql(false), &format!("{rows}, {min_age}")).await
+}
+
+/// The generic plan of `sql` run with `args` (typed values idemctl wrote, never user text).
+async fn explain_generic(client: &Session, sql: &str, args: &str) -> Result<Vec<String>> {
+    // EXPLAIN of a parameterised statement shows a custom plan; PREPARE + EXPLAIN EXECUTE under
+    // force_generic_plan shows the one evict uses.
     // One transaction, one message: the prepared statement is gone before the server session is
     // anyone else's (behind a transaction pooler, a failed transaction keeps the server session
     // until it is rolled back, in the same message as the DEALLOCATE).
     let script = format!(
-        "SET LOCAL plan_cache_mode = force_generic_plan; PREPARE idemctl_evict_batch AS {}; \
-         EXPLAIN EXECUTE idemctl_evict_batch(NULL, {end}, {min_age}); \
-         DEALLOCATE idemctl_evict_batch",
-        statements.delete_sql()
+        "SET LOCAL plan_cache_mode = force_generic_plan; PREPARE idemctl_evict_batch AS {sql}; \
+         EXPLAIN EXECUTE idemctl_evict_batch({args}); \
+         DEALLOCATE idemctl_evict_batch"
     );
     client
         .begin("BEGIN")

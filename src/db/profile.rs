@@ -127,6 +127,11 @@ pub struct Profile {
     /// from the catalog; the scope and the key when the table has none.
     #[serde(skip)]
     pub row_identity: Vec<String>,
+    /// The scope columns an index lists before the key, in its order, which inspect walks (a skip
+    /// scan) to find a key without its scope when no index is led by the key; from the catalog.
+    /// The scope's columns in the mapping's order when the catalog was not read.
+    #[serde(skip)]
+    pub scope_walk: Vec<String>,
     /// Why this profile was chosen (`--profile`, or the columns that matched).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub matched_because: String,
@@ -305,6 +310,7 @@ impl Profile {
             key_type: s("text"),
             body_type: s("jsonb"),
             row_identity: Vec::new(),
+            scope_walk: Vec::new(),
         }
     }
 
@@ -335,6 +341,7 @@ impl Profile {
             key_type: s("text"),
             body_type: s("jsonb"),
             row_identity: Vec::new(),
+            scope_walk: Vec::new(),
         }
     }
 
@@ -370,6 +377,7 @@ impl Profile {
             key_type: s("text"),
             body_type: s("jsonb"),
             row_identity: Vec::new(),
+            scope_walk: Vec::new(),
         }
     }
 
@@ -771,7 +779,8 @@ impl Profile {
             r if r.starts_with("fail_body_p") || r.starts_with("keep_failed_p") => self.fail_sql(r),
             r if r == "tenant"
                 || r.starts_with("tenant_is_")
-                || r.starts_with("scope_within_p") =>
+                || r.starts_with("scope_within_p")
+                || r.starts_with("walk_") =>
             {
                 self.scope_sql(r, &q)
             }
@@ -805,6 +814,7 @@ impl Profile {
             }
             // The scope's columns each equal the value at its position in the text array `$N`,
             // where one is given (NULL elements match any value): a partly given scope.
+            r if r.starts_with("walk_") => self.walk_sql(r, q)?,
             r if r.starts_with("scope_within_p") => {
                 let n: u32 = r["scope_within_p".len()..].parse().ok()?;
                 let parts: Vec<String> = self
@@ -823,6 +833,36 @@ impl Profile {
                     parts.join(" AND ")
                 }
             }
+            _ => return None,
+        })
+    }
+
+    /// The skip scan's placeholders over the walked columns ([`Profile::scope_walk`]), each
+    /// selected as walk_1, walk_2, ... by the walk: `{walk_as}` (`"c" AS walk_1, ...`),
+    /// `{walk_list}` (`"c", ...`), `{walk_row}` (`("c", ...)`), `{walk_ids}` (the walk's values as
+    /// a row: `(scopes.walk_1, ...)` with the alias given) and `{walk_match}` (each column equal
+    /// to the walk's value: `"c" = scopes.walk_1 AND ...`).
+    fn walk_sql(&self, role: &str, q: &dyn Fn(&str) -> String) -> Option<String> {
+        let columns: Vec<&str> = if self.scope_walk.is_empty() {
+            self.tenant.iter().map(String::as_str).collect()
+        } else {
+            self.scope_walk.iter().map(String::as_str).collect()
+        };
+        let each = |f: &dyn Fn(usize, &str) -> String, sep: &str| {
+            columns
+                .iter()
+                .enumerate()
+                .map(|(i, c)| f(i + 1, c))
+                .collect::<Vec<_>>()
+                .join(sep)
+        };
+        Some(match role {
+            "walk_as" => each(&|i, c| format!("{} AS walk_{i}", q(c)), ", "),
+            "walk_list" => each(&|_, c| q(c), ", "),
+            "walk_row" => format!("({})", each(&|_, c| q(c), ", ")),
+            // The alias names the walk's row here: q("walk_1") is `scopes."walk_1"`.
+            "walk_ids" => format!("({})", each(&|i, _| q(&format!("walk_{i}")), ", ")),
+            "walk_match" => each(&|i, c| format!("{} = scopes.walk_{i}", q(c)), " AND "),
             _ => return None,
         })
     }
@@ -1254,6 +1294,11 @@ mod tests {
         assert_eq!(scope_values("payment", 1).unwrap(), vec!["payment"]);
         assert!(scope_values("{payment}", 2).is_none());
         assert!(scope_values("{a,NULL}", 2).is_none());
+        // Read back from the table: an unquoted NULL is a NULL column, a quoted one the word.
+        assert_eq!(
+            scope_elements("{a,NULL,\"NULL\"}", 3).unwrap(),
+            [Some("a".to_owned()), None, Some("NULL".to_owned())]
+        );
         assert!(scope_values("payment,client-1", 2).is_none());
     }
 

@@ -25,6 +25,23 @@ pub(crate) async fn sizes(client: &Session, table: &KeyTable) -> Result<Sizes> {
     })
 }
 
+/// The entries of `index` of `table` as the planner last counted them (None: never counted), and
+/// its size in bytes.
+pub(crate) async fn index_entries(
+    client: &Session,
+    table: &KeyTable,
+    index: &str,
+) -> Result<(Option<i64>, i64)> {
+    let r = client
+        .query_one(
+            include_str!("../../sql/walk_index_entries.sql"),
+            &[p(&table.oid), p(&index)],
+        )
+        .await
+        .context("failed to read the walked index's size")?;
+    Ok((r.try_get("entries")?, r.try_get("bytes")?))
+}
+
 /// Dead tuples and last (auto)vacuum / analyze.
 pub(crate) async fn vacuum(client: &Session, table: &KeyTable) -> Result<Vacuum> {
     let r = client

@@ -259,18 +259,26 @@ pub(crate) async fn by_key(
     found(&rows, table)
 }
 
-/// A key under every tenant when only a (tenant, key) index exists: the tenants are walked
-/// through it (a skip scan), up to `probed` tenants.
+/// A key under every scope when no index is led by the key but one lists only scope columns before
+/// it ([`crate::db::profile::Profile::scope_walk`]): their distinct values are walked through it (a
+/// skip scan), up to `probed` of them, and the key probed under each, narrowed to `within` (as
+/// [`by_key`]), up to `listed` rows.
 pub(crate) async fn by_key_through_tenants(
     client: &Session,
     table: &KeyTable,
     key: &str,
+    within: Option<&[Option<String>]>,
     stuck_secs: f64,
     probed: i32,
+    listed: i64,
 ) -> Result<Found> {
     let sql = table.sql(include_str!("../../sql/inspect_skip_scan.sql"));
+    let within: Option<Vec<Option<String>>> = within.map(<[_]>::to_vec);
     let rows = client
-        .query(&sql, &[p(&key), p(&stuck_secs), p(&probed)])
+        .query(
+            &sql,
+            &[p(&key), p(&stuck_secs), p(&probed), p(&within), p(&listed)],
+        )
         .await
         .context("failed to read the key")?;
     found(&rows, table)

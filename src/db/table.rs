@@ -314,6 +314,7 @@ impl KeyTable {
             referenced,
         };
         table.profile.row_identity = table.row_identity();
+        table.profile.scope_walk = table.scope_walk().unwrap_or_default();
         Ok(table)
     }
 
@@ -666,14 +667,31 @@ impl KeyTable {
         let key = self.profile.key.as_str();
         if self.indexes.iter().any(|i| i.leads_with(key)) {
             KeyLookup::ByKey
-        } else if let [tenant] = self.profile.tenant.as_slice()
-            && self.indexes.iter().any(|i| i.leads_with(tenant))
-            && self.has_tenant_key_index()
-        {
+        } else if self.scope_walk().is_some() {
             KeyLookup::SkipScan
         } else {
             KeyLookup::Unindexed
         }
+    }
+
+    /// The scope columns an index lists before the key, in its order (the fewest of any index):
+    /// walking their distinct values through it and probing the key under each finds a key
+    /// without its scope. None when no index has only scope columns before the key.
+    pub(crate) fn scope_walk(&self) -> Option<Vec<String>> {
+        let p = &self.profile;
+        self.indexes
+            .iter()
+            .filter(|i| i.is_valid && i.predicate.is_none())
+            .filter_map(|i| {
+                let at = i
+                    .attnames
+                    .iter()
+                    .position(|c| c.as_deref() == Some(p.key.as_str()))?;
+                let lead: Vec<String> = i.attnames[..at].iter().cloned().collect::<Option<_>>()?;
+                let scope_only = lead.iter().all(|c| p.tenant.contains(c));
+                (at > 0 && scope_only).then_some(lead)
+            })
+            .min_by_key(Vec::len)
     }
 
     /// The optional partial index on in_progress rows, if present (never on a table without an

@@ -8,7 +8,7 @@ use crate::output::stats::key_label;
 use crate::output::{Doc, escape_controls, escape_lines, human_secs, sanitize};
 use crate::report::check::{
     Autovacuum, DropPartitions, Finding, Found, Identity, Lag, Privileges, ReclaimGrants,
-    Referencing, Status, Structure, Stuck, Threshold, TtlCheck,
+    Referencing, Status, Structure, Stuck, Threshold, TtlCheck, WalkCost,
 };
 use crate::report::citus::{Outcome, ShardLacks};
 use crate::report::rows::Layout;
@@ -56,12 +56,20 @@ pub(crate) fn json(table: &str, findings: &[Finding]) -> serde_json::Value {
         .iter()
         .map(|f| {
             let w = words(f, findings);
-            serde_json::json!({
+            let mut row = serde_json::json!({
                 "check": w.check,
                 "status": w.status,
                 "detail": w.detail,
                 "fix": w.fix,
-            })
+            });
+            if let Found::Structure(Structure::ExpiryIndex {
+                walk_cost: Some(cost),
+                ..
+            }) = &f.found
+            {
+                row["walk_cost"] = serde_json::to_value(cost).unwrap_or_default();
+            }
+            row
         })
         .collect();
     serde_json::json!({ "table": table, "findings": rows })
@@ -249,14 +257,21 @@ fn structure(status: Status, found: &Structure) -> Worded {
             walked,
             ttl,
             fix,
-        } => expiry_index(
-            status,
-            column,
-            index.as_deref(),
-            walked.as_deref(),
-            *ttl,
-            fix,
-        ),
+            walk_cost,
+        } => {
+            let mut w = expiry_index(
+                status,
+                column,
+                index.as_deref(),
+                walked.as_deref(),
+                *ttl,
+                fix,
+            );
+            if let Some(cost) = walk_cost {
+                w.detail = format!("{}; {}", w.detail, walk_cost_text(cost));
+            }
+            w
+        }
         Structure::Identity { identity, label } => identity_index(status, identity, label),
         Structure::NoInFlightMarker { table, profile } => worded(
             "in_progress index",
@@ -332,6 +347,55 @@ fn expiry_index(
         ),
     };
     worded("expiry index", status, detail, fix)
+}
+
+/// The walk's measured cost, beside the expiry index it would save.
+fn walk_cost_text(c: &WalkCost) -> String {
+    let duration = |secs: f64| match secs {
+        s if s < 1.0 => format!("{:.0} ms", s * 1000.0),
+        s => human_secs(s),
+    };
+    let mut parts = Vec::new();
+    match (c.index_entries, c.pages_per_run) {
+        (Some(n), Some(pages)) => parts.push(format!(
+            "a full walk reads about {n} entries of {} ({}) each run, in {pages} pages of {}{}",
+            sanitize(&c.index),
+            crate::output::human_bytes(c.index_bytes),
+            c.page_size,
+            if c.follows_age {
+                " (less where it stops early: the key follows age)"
+            } else {
+                ""
+            }
+        )),
+        _ => parts.push(format!(
+            "the planner has not counted the entries of {} yet (ANALYZE the table)",
+            sanitize(&c.index)
+        )),
+    }
+    if let (Some(x), Some(f)) = (c.expired_estimate, c.expired_fraction) {
+        let per = c.entries_per_expired_row.map_or_else(String::new, |e| {
+            format!(", {e:.1} entries read per key evicted")
+        });
+        parts.push(format!(
+            "about {x} of them expired ({:.1}%{per})",
+            f * 100.0
+        ));
+    }
+    if c.timed_entries > 0 {
+        let whole = c.full_walk_seconds_estimate.map_or_else(String::new, |s| {
+            format!(", so a full walk spends about {} reading", duration(s))
+        });
+        parts.push(format!(
+            "one page of {} entries read in {}{whole}",
+            c.timed_entries,
+            duration(c.timed_seconds)
+        ));
+    }
+    format!(
+        "measured (planner's estimates, one page timed): {}",
+        parts.join("; ")
+    )
 }
 
 fn identity_index(status: Status, identity: &Identity, label: &str) -> Worded {

@@ -10,7 +10,7 @@ use crate::output::{
 };
 use crate::report::evict::Expiry;
 use crate::report::evict::{Dropped, Kept};
-use crate::report::evict::{DryRunReport, EvictReport};
+use crate::report::evict::{DryRunReport, EvictReport, WalkPreview};
 use crate::report::evict::{GaveUp, Lagging};
 use crate::report::evict::{
     INSERT_MULTIPLE, PRESENT_MULTIPLE, PaceReport, PaceStatus, Reason, State,
@@ -20,6 +20,7 @@ use crate::report::evict::{Skipped, VacuumReport};
 use crate::report::rows::Capped;
 use crate::report::rows::Layout;
 use crate::report::rows::SampleKey;
+use crate::report::run::EndReason;
 use crate::report::table::Table;
 
 /// The summary of a run: what it evicted and left, its batches, pace and limits, the Citus
@@ -181,22 +182,29 @@ pub(crate) fn walking(
     )
 }
 
-/// Something the walk (no expiry index) does not handle yet.
-pub(crate) fn walk_refuses(table: &Table, what: &str, fix: &str) -> String {
+/// What the walk (no expiry index) does not handle.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum WalkRefusal {
+    /// --drop-partitions.
+    DropPartitions,
+    /// A table Citus distributes (its shards' batches go through the expiry index).
+    Distributed,
+    /// A NO ACTION / RESTRICT foreign key referencing the table (a referenced key would fail the
+    /// page's DELETE).
+    BlockingKey,
+}
+
+/// Something the walk (no expiry index) does not handle.
+pub(crate) fn walk_refuses(table: &Table, what: WalkRefusal, fix: &str) -> String {
+    let what = match what {
+        WalkRefusal::DropPartitions => "--drop-partitions",
+        WalkRefusal::Distributed => "a table Citus distributes",
+        WalkRefusal::BlockingKey => "a NO ACTION / RESTRICT foreign key referencing the table",
+    };
     format!(
         "table {} has no index on {}, so evict would walk its unique index, which does not handle {what} yet; nothing was changed; create the index with: {fix}",
         table.display(),
         sanitize(&table.profile.expiry_column)
-    )
-}
-
-/// The walk refused a table that a NO ACTION / RESTRICT foreign key references (a referenced key
-/// would fail the page's DELETE).
-pub(crate) fn walk_refuses_blocking_key(table: &Table, fix: &str) -> String {
-    walk_refuses(
-        table,
-        "a NO ACTION / RESTRICT foreign key referencing the table",
-        fix,
     )
 }
 
@@ -250,6 +258,16 @@ fn bound_text(d: &Dropped) -> String {
 
 /// The dry run: what would go, a sample of it, the partitions and replicas when asked, and the
 /// batch statement with the plan of its first batch.
+/// In place of the plan, for a role that may not delete.
+pub(crate) fn plan_needs_delete() -> &'static str {
+    "(not shown: explaining the DELETE needs the DELETE privilege, which this role lacks)"
+}
+
+/// In place of the walk's page plan, for a role that may not delete or lock rows.
+pub(crate) fn page_plan_needs_delete() -> &'static str {
+    "(not shown: explaining the page's DELETE needs the DELETE privilege and the right to lock rows (UPDATE on a column), which this role lacks)"
+}
+
 pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     let mut fields: Vec<(String, String)> = vec![
         ("table".into(), sanitize(&r.table)),
@@ -301,16 +319,28 @@ pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
     if let Some(replicas) = &r.replicas {
         fields.push(("streaming replicas".into(), replicas_text(replicas)));
     }
+    if let Some(w) = &r.walk {
+        walk_fields(&mut fields, w);
+    }
     let mut doc = Doc::default();
     doc.fields(None, fields);
-    sample_blocks(&mut doc, &r.sample, &r.held_back_sample);
+    let walked = r.walk.as_ref().map(|w| sanitize(&w.index));
+    sample_blocks(&mut doc, &r.sample, &r.held_back_sample, walked.as_deref());
     if let (Some(dropped), Some(kept)) = (&r.would_drop_partitions, &r.partitions_kept) {
         partition_blocks(&mut doc, dropped, kept, "partitions that would be dropped");
     }
     for n in &r.notes {
         doc.text(format!("note: {}", escape_controls(n)));
     }
-    doc.text(format!("statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch):\n{}", escape_lines(&r.statement)));
+    let statement = match r.walk {
+        Some(_) => {
+            "statement (per page: $1 = the index entries a page reads, $2 = min-age seconds, $3... = the previous page's last key; plan of the first page)"
+        }
+        None => {
+            "statement (per batch: $1, $2 = the range evict_range_end.sql claims, $3 = min-age seconds; plan of the first batch)"
+        }
+    };
+    doc.text(format!("{statement}:\n{}", escape_lines(&r.statement)));
     doc.text(format!("plan:\n{}", escape_lines(&r.plan.join("\n"))));
     doc
 }
@@ -328,8 +358,35 @@ fn candidate(t: Option<time::OffsetDateTime>, r: &DryRunReport, end: &str) -> St
     }
 }
 
-/// Tables of the sampled keys.
-fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey]) {
+/// The dry run's walk (no expiry index): the index, the pages it would read and why it would stop.
+fn walk_fields(fields: &mut Vec<(String, String)>, w: &WalkPreview) {
+    if let Some(f) = fields.iter_mut().find(|(k, _)| k == "batch size") {
+        f.1 = format!("pages of {} index entries", w.page_size);
+    }
+    let end = match w.end_reason {
+        EndReason::Drained if w.stopped_early => {
+            "then stop at a page in which nothing has expired (the key follows age)".to_owned()
+        }
+        EndReason::Drained => "to the end of the index".to_owned(),
+        EndReason::RowBudget => "then stop at --max-rows".to_owned(),
+        EndReason::BatchBudget => "then stop at --max-batches".to_owned(),
+        EndReason::TimeBudget => "then stop at --max-runtime".to_owned(),
+        other => format!("then stop ({})", other.as_str()),
+    };
+    fields.push((
+        "would walk".into(),
+        format!(
+            "{} ({} index entries in {} page{}, {end}; no index on the expiry column)",
+            sanitize(&w.index),
+            w.rows_examined,
+            w.pages,
+            if w.pages == 1 { "" } else { "s" }
+        ),
+    ));
+}
+
+/// Tables of the sampled keys: oldest expiry first, or in the order of the index `walked`.
+fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey], walked: Option<&str>) {
     // Keys of a table without a tenant column have none to show.
     let scope = evict.iter().chain(kept).find_map(|k| k.scope.as_ref());
     let cells = |k: &SampleKey| {
@@ -343,14 +400,22 @@ fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey]) {
     let header = key_columns(scope, &["expires_at", "created_at"]);
     if !evict.is_empty() {
         doc.rows(
-            Some("The first keys it would evict (oldest expiry first):"),
+            Some(&match walked {
+                Some(index) => format!("The first keys it would evict (in the order of {index}):"),
+                None => "The first keys it would evict (oldest expiry first):".to_owned(),
+            }),
             &header,
             evict.iter().map(cells).collect(),
         );
     }
     if !kept.is_empty() {
         doc.rows(
-            Some("The first keys --min-age holds back (created too recently):"),
+            Some(&match walked {
+                Some(index) => format!(
+                    "The first keys --min-age holds back (created too recently; in the order of {index}):"
+                ),
+                None => "The first keys --min-age holds back (created too recently):".to_owned(),
+            }),
             &header,
             kept.iter().map(cells).collect(),
         );

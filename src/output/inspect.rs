@@ -465,10 +465,11 @@ pub(crate) fn no_identity_index(table: &Table) -> String {
 
 /// A key looked up alone on a table without an index that finds it.
 pub(crate) fn no_key_index(table: &Table) -> String {
-    // A scope of several columns is walked through no index: the key must lead one.
+    // A scope of several columns: an index led by the key finds it at once (the scopes could only
+    // be walked through an index listing scope columns before the key, and there is none).
     if table.profile.tenant.len() > 1 {
         return format!(
-            "table {} has no index led by its key, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of {}, or create: {}",
+            "table {} has no index led by its key or by scope columns before it, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of {}, or create: {}",
             table.display(),
             sanitize(&table.profile.tenant.join(", ")),
             table.key_index_fix
@@ -479,4 +480,21 @@ pub(crate) fn no_key_index(table: &Table) -> String {
         table.display(),
         table.lookup_index_fix
     )
+}
+
+/// The skip scan stopped at its cap of `probed` scopes (tenants, for a scope of one column): a key
+/// under a later one was not looked for.
+pub(crate) fn search_truncated(probed: i32, scope: &[String]) -> String {
+    match scope {
+        [_] => format!(
+            "searched only the first {probed} tenants; pass --api-key-id for an exact lookup"
+        ),
+        many => format!(
+            "searched only the first {probed} scopes; pass --scope COLUMN=VALUE for each of {} for an exact lookup",
+            many.iter()
+                .map(|c| sanitize(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }

@@ -120,6 +120,8 @@ pub(crate) enum Structure {
         walked: Option<String>,
         ttl: bool,
         fix: String,
+        /// What the walk costs on this table, measured (None: not walked, or not measurable).
+        walk_cost: Option<WalkCost>,
     },
     /// The identity index as found.
     Identity { identity: Identity, label: String },
@@ -131,6 +133,35 @@ pub(crate) enum Structure {
     Partitioning { definition: String, leaves: usize },
     /// The default partition holds rows.
     DefaultPartition { name: String, rows: i64 },
+}
+
+/// What evict's walk (no expiry index) costs on the table, measured cheaply: the planner's figures
+/// and one bounded read-only page, timed.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct WalkCost {
+    /// The unique index walked.
+    pub index: String,
+    /// Its entries as the planner last counted them: what a full walk reads each run (None: never
+    /// counted).
+    pub index_entries: Option<i64>,
+    pub index_bytes: i64,
+    /// Entries a page reads (evict's default).
+    pub page_size: u32,
+    /// Pages a full walk takes.
+    pub pages_per_run: Option<i64>,
+    /// The planner's estimate of the expired finished rows, and their share of the entries.
+    pub expired_estimate: Option<i64>,
+    pub expired_fraction: Option<f64>,
+    /// Index entries a full walk reads per expired row it finds.
+    pub entries_per_expired_row: Option<f64>,
+    /// The walk follows age (a key from a sequence): it stops at the first page in which nothing
+    /// has expired, so it reads less than the whole index.
+    pub follows_age: bool,
+    /// One page read, timed: its entries and how long it took.
+    pub timed_entries: u64,
+    pub timed_seconds: f64,
+    /// A full walk's reading time extrapolated from the timed page (None: nothing to time).
+    pub full_walk_seconds_estimate: Option<f64>,
 }
 
 /// The identity index: how it identifies a row.

@@ -269,6 +269,26 @@ pub(crate) struct DryRunReport {
     /// are not probed (counted in would_evict).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub(crate) notes: Vec<String>,
+    /// Without an expiry index: the walk a run would take, read page by page (None when the
+    /// batches go through the expiry index).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) walk: Option<WalkPreview>,
+}
+
+/// The dry run's walk of a unique index: the pages a run would read, as it would read them (same
+/// pages, same budgets), and why it would stop.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct WalkPreview {
+    pub index: String,
+    /// Index entries a page reads at most.
+    pub page_size: u32,
+    pub pages: u64,
+    /// Index entries (rows) the pages read.
+    pub rows_examined: u64,
+    /// The walk follows age and would stop at a page in which nothing has expired.
+    pub stopped_early: bool,
+    /// Why the walk would end: drained, or a budget (--max-rows, --max-batches, --max-runtime).
+    pub end_reason: EndReason,
 }
 
 fn to_the_second<S: serde::Serializer>(

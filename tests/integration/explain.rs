@@ -151,7 +151,10 @@ fn filtered<'a>(
 
 /// Key lookups without a tenant: which one runs depends on the table's indexes.
 const BY_KEY: (&str, &str) = ("inspect_by_key.sql", "'no-such-key', 300, 50, NULL");
-const SKIP_SCAN: (&str, &str) = ("inspect_skip_scan.sql", "'no-such-key', 300, 10000");
+const SKIP_SCAN: (&str, &str) = (
+    "inspect_skip_scan.sql",
+    "'no-such-key', 300, 10000, NULL, 50",
+);
 /// A key looked up with part of a scope of several columns (the second column's value given).
 const BY_KEY_IN_PART: (&str, &str) = (
     "inspect_by_key.sql",
@@ -162,9 +165,9 @@ const BY_KEY_IN_PART: (&str, &str) = (
 /// scans anything): each must render fully for the profile and yield a row estimate.
 const PLANNED_ONLY: &[&str] = &["evict_estimate.sql"];
 
-/// Statements generated around a template, explained by a test of their own: evict's walk
-/// (`the_walk_without_an_expiry_index_is_index_backed`).
-const EXPLAINED_APART: &[&str] = &["evict_walk.sql"];
+/// Statements generated around a template, explained by a test of their own: evict's walk and its
+/// dry run's pages (`the_walk_without_an_expiry_index_is_index_backed`).
+const EXPLAINED_APART: &[&str] = &["evict_walk.sql", "evict_walk_preview.sql"];
 
 /// sql/ files that mention the table but are not statements idemctl runs against it.
 const NOT_RUN_BY_IDEMCTL: &[&str] = &["sample_data.sql"];
@@ -476,10 +479,12 @@ async fn every_statement_is_index_backed_on_a_timestamp_table_read_in_a_declared
     assert_planned(&db, &profile).await;
 }
 
-/// evict's walk of the primary key on a table without an expiry index (its page after a key and
-/// its first page), on a table of timestamptz columns and on one of `timestamp without time zone`
-/// read in a declared zone: each page is an index range of the primary key under a LIMIT, and
-/// its deletes find their rows by address; no plan reads the table whole.
+/// evict's walk of a unique index on a table without an expiry index, and its dry run's read-only
+/// pages (each page after a key and each first page, with and without --min-age), on every shape
+/// the walk runs on: the storage table (a two-column primary key) of timestamptz columns and of
+/// `timestamp without time zone` read in a declared zone, the explainer's (a text key, expiry by
+/// TTL) and rocket-rides' (a bigserial key). Each page is an index range under a LIMIT, and the
+/// run's deletes find their rows by address; no plan reads the table whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_walk_without_an_expiry_index_is_index_backed() {
     let without_expiry_index = |ddl: &str| {
@@ -488,10 +493,9 @@ async fn the_walk_without_an_expiry_index_is_index_backed() {
             "",
         )
     };
-    let columns = [
-        ("api_key_id".to_owned(), "text".to_owned()),
-        ("key".to_owned(), "text".to_owned()),
-    ];
+    let pair = |a: &str, b: &str| vec![(a.to_owned(), b.to_owned())];
+    let mut storage_key = pair("api_key_id", "text");
+    storage_key.extend(pair("key", "text"));
     let naive = {
         let mut p = Profile::storage();
         p.naive_times = true;
@@ -510,13 +514,78 @@ async fn the_walk_without_an_expiry_index_is_index_backed() {
     ] {
         assert!(!ddl.contains("idempotency_keys_expiry"));
         let db = load_ddl(&ddl, false).await;
-        let rels = key_relations(&db).await;
-        let walk = idemctl::Walk::of(&profile, "\"public\".\"idempotency_keys\"", &columns);
-        for (sql, args) in [
-            (walk.sql(true), "2000, 'tenant_0003', 'k'"),
-            (walk.sql(false), "2000"),
+        assert_pages_bounded(&db, &profile, &storage_key, "'tenant_0003', 'k'").await;
+    }
+    let ttl = Some(std::time::Duration::from_secs(86_400));
+    let db = TestDb::new().await;
+    db.exec(profiles::EXPLAINER_DDL).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+         SELECT 'k-' || g, md5(g::text), 200, '{}', now() - g * interval '1 second' \
+         FROM generate_series(1, 100000) g",
+    )
+    .await;
+    db.exec("VACUUM ANALYZE idempotency_keys").await;
+    let explainer = Profile::explainer().with_ttl(ttl);
+    assert_pages_bounded(&db, &explainer, &pair("key", "text"), "'k-5'").await;
+    let db = TestDb::new().await;
+    db.exec(profiles::ROCKET_RIDES_DDL).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (created_at, idempotency_key, request_method, request_params, \
+         request_path, recovery_point, user_id) \
+         SELECT now() - g * interval '1 second', 'k-' || g, 'POST', '{}', '/rides', 'finished', 1 + g % 7 \
+         FROM generate_series(1, 100000) g",
+    )
+    .await;
+    db.exec("VACUUM ANALYZE idempotency_keys").await;
+    let rocket_rides = Profile::rocket_rides().with_ttl(ttl);
+    assert_pages_bounded(&db, &rocket_rides, &pair("id", "bigint"), "'5000'").await;
+}
+
+/// The walk's page and the dry run's page, after a key (`key`, as text) and first, without and
+/// with --min-age: index-backed, and bounded by a LIMIT.
+async fn assert_pages_bounded(
+    db: &TestDb,
+    profile: &Profile,
+    columns: &[(String, String)],
+    key: &str,
+) {
+    let rels = key_relations(db).await;
+    let walk = idemctl::Walk::of(profile, "\"public\".\"idempotency_keys\"", columns);
+    for min_age in ["NULL", "3600"] {
+        for (sql, file, args) in [
+            (
+                walk.sql(true),
+                "evict_walk.sql",
+                format!("2000, {min_age}, {key}"),
+            ),
+            (
+                walk.sql(false),
+                "evict_walk.sql",
+                format!("2000, {min_age}"),
+            ),
+            (
+                walk.preview_sql(true),
+                "evict_walk_preview.sql",
+                format!("2000, {min_age}, 10, {key}"),
+            ),
+            (
+                walk.preview_sql(false),
+                "evict_walk_preview.sql",
+                format!("2000, {min_age}, 10"),
+            ),
         ] {
-            assert_index_backed_as(&db, &profile, sql, "evict_walk.sql", args, &rels).await;
+            assert_index_backed_as(db, profile, sql, file, &args, &rels).await;
+            let client = db.client().await;
+            let rendered = profile.render(sql, "\"public\".\"idempotency_keys\"");
+            for mode in ["force_custom_plan", "force_generic_plan"] {
+                let execute = format!("EXECUTE s({args})");
+                let (text, _) = explain_scans(&client, file, mode, &rendered, &execute).await;
+                assert!(
+                    text.contains("\"Node Type\": \"Limit\""),
+                    "{file} ({mode}, args {args}) reads its page without a LIMIT:\n{text}"
+                );
+            }
         }
     }
 }
@@ -791,4 +860,59 @@ async fn every_statement_is_index_backed_with_a_scope_of_several_columns() {
         out
     })
     .await;
+}
+
+/// inspect without the whole scope on the JDBC table whose primary key lists the scope before the
+/// key (request_type, client_id, idempotency_key), with no index led by the key: the distinct
+/// scopes are walked through the primary key (compared as a row) and the key probed under each,
+/// with no scope given, part of it, or all of it; and through a unique index that lists only
+/// client_id before the key, walking client_id alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_skip_scan_over_a_scope_of_several_columns_is_index_backed() {
+    let doc = |lang| crate::frameworks::doc_block("JDBC (Flyway)", lang);
+    let ddl = doc("sql")
+        .replace("idempotency_record", "idempotency_keys")
+        .replace(
+            "PRIMARY KEY (idempotency_key, request_type, client_id)",
+            "PRIMARY KEY (request_type, client_id, idempotency_key)",
+        );
+    let config = idemctl::config::parse("c.toml", &doc("toml")).unwrap();
+    let mut profile = config.mappings[0].clone();
+    profile.naive_times = true;
+    profile.tenant_types = vec!["character varying".into(), "character varying".into()];
+    profile.key_type = "character varying".into();
+    profile.body_type = "bytea".into();
+    profile.scope_walk = vec!["request_type".into(), "client_id".into()];
+    let db = TestDb::new().await;
+    db.exec(&ddl).await;
+    db.exec(
+        "INSERT INTO idempotency_keys SELECT 'key-' || g, \
+         (ARRAY['payment', 'refund', 'void'])[1 + g % 3], 'client-' || g % 500, 'COMPLETED', NULL, \
+         (now() AT TIME ZONE 'UTC') - g * interval '3 seconds', \
+         (now() AT TIME ZONE 'UTC') + interval '1 day' FROM generate_series(1, 200000) g;",
+    )
+    .await;
+    db.exec("VACUUM ANALYZE idempotency_keys").await;
+    let rels = key_relations(&db).await;
+    let sql = sql_file(SKIP_SCAN.0);
+    for within in [
+        "NULL",
+        "ARRAY[NULL, 'client-7']",
+        "ARRAY['refund', NULL]",
+        "ARRAY['refund', 'client-7']",
+    ] {
+        let args = format!("'key-7', 300, 10000, {within}, 50");
+        assert_index_backed_as(&db, &profile, &sql, SKIP_SCAN.0, &args, &rels).await;
+    }
+    db.exec(
+        "ALTER TABLE idempotency_keys DROP CONSTRAINT pk_idempotency_keys; \
+         CREATE UNIQUE INDEX ON idempotency_keys (client_id, idempotency_key, request_type); \
+         ANALYZE idempotency_keys;",
+    )
+    .await;
+    profile.scope_walk = vec!["client_id".into()];
+    for within in ["NULL", "ARRAY['refund', NULL]"] {
+        let args = format!("'key-7', 300, 10000, {within}, 50");
+        assert_index_backed_as(&db, &profile, &sql, SKIP_SCAN.0, &args, &rels).await;
+    }
 }

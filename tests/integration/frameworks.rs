@@ -236,7 +236,7 @@ impl Shape {
     /// check, stats (its backlog), then evict: exactly the `kept` kinds stay. `backlog`: the
     /// expired backlog stats counts through the expiry index; None on a table without one, where
     /// the backlog is estimated and evict walks the primary key in pages of 5 entries, reading each
-    /// row once.
+    /// row once, after a dry run that reads the same pages and counts exactly what it deletes.
     async fn evicts_exactly(
         &self,
         table: &str,
@@ -256,12 +256,29 @@ impl Shape {
             }
         }
         let rows = scalar_i64(&self.db, &format!("SELECT count(*) FROM {table}")).await;
+        // On a walk, the dry run reads the same pages first: it counts what the run deletes.
+        let would = match backlog {
+            Some(_) => None,
+            None => {
+                let run = self
+                    .idemctl()
+                    .args(["-o", "json", "evict", "--batch-size", "5", "--dry-run"])
+                    .run();
+                run.assert_success();
+                assert_eq!(run.json()["walk"]["rows_examined"], rows, "{run}");
+                Some(run.json()["would_evict"]["count"].as_i64().unwrap())
+            }
+        };
         let run = self
             .idemctl()
             .args(["-o", "json", "evict", "--batch-size", "5"])
             .run();
         run.assert_success();
         let report = run.json();
+        if let Some(would) = would {
+            let left = scalar_i64(&self.db, &format!("SELECT count(*) FROM {table}")).await;
+            assert_eq!(rows - left, would, "{run}");
+        }
         if backlog.is_none() {
             assert!(
                 run.stderr.contains("evict walks") && run.stderr.contains("CREATE INDEX"),
@@ -637,6 +654,24 @@ async fn a_scope_of_several_columns_is_shown_column_by_column_exactly() {
         .assert_stdout_contains("request_type")
         .assert_stdout_contains("client_id")
         .assert_stdout_contains("say \"hi\"");
+    // evict's sample: the expired keys (every one here) with their scope objects.
+    s.db.exec(
+        "UPDATE idempotency_record SET status = 'COMPLETED'; \
+         CREATE INDEX ON idempotency_record (expires_at);",
+    )
+    .await;
+    let run = s.idemctl().args(["-o", "json", "evict", "--dry-run"]).run();
+    run.assert_success();
+    let sampled: Vec<serde_json::Value> = run.json()["sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["scope"].clone())
+        .collect();
+    for (ty, client) in awkward {
+        let want = serde_json::json!({"request_type": ty, "client_id": client});
+        assert!(sampled.contains(&want), "{want} in {run}");
+    }
 }
 
 /// Rails 7: timestamp(6) without time zone, a bytea digest key given as psql prints it, a bytea
@@ -872,11 +907,6 @@ async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
             ("stuck-old".to_owned(), 3),
         ]
     );
-    db.idemctl()
-        .args(["--ttl", "1d", "evict", "--min-age", "1h"])
-        .run()
-        .assert_code(2)
-        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --min-age yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
     let db = loaded(ROCKET_RIDES_DDL, &rocket_rides_rows(4), None).await;
     db.exec(
         "INSERT INTO idempotency_keys (created_at, idempotency_key, last_run_at, request_method, request_params, \
@@ -909,18 +939,19 @@ async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
 
 /// The walk is one kind of batch: --max-rows bounds the keys it deletes, --max-batches its pages,
 /// and the rate caps and the replica lag pace its pages like any batch; runs that stop early
-/// leave the rest to the next run, which removes exactly the expired finished keys. --min-age stays
-/// refused (exit 2, nothing deleted): a page does not read when its rows were created.
+/// leave the rest to the next run, which removes exactly the expired finished keys.
+/// --drop-partitions, which needs the expiry index, is refused with one line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_walk_keeps_the_budgets_caps_and_replica_lag_of_any_batch() {
     use crate::profiles::{EXPLAINER_DDL, explainer_rows};
     let db = loaded(EXPLAINER_DDL, &explainer_rows(3), None).await;
     let total = "SELECT count(*) FROM idempotency_keys";
+    // Dropping whole partitions needs the expiry index: refused before anything changes.
     db.idemctl()
-        .args(["--ttl", "1d", "evict", "--min-age", "1h"])
+        .args(["--ttl", "1d", "evict", "--drop-partitions"])
         .run()
         .assert_code(2)
-        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --min-age yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
+        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --drop-partitions yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
     assert_eq!(scalar_i64(&db, total).await, 15);
     let evict = |extra: &[&str]| {
         let mut args = vec!["--ttl", "1d", "-o", "json", "evict", "--batch-size", "4"];
@@ -965,6 +996,236 @@ async fn the_walk_keeps_the_budgets_caps_and_replica_lag_of_any_batch() {
             ("stuck-old".to_owned(), 3),
         ]
     );
+}
+
+/// The dry run of a walk reads the pages the run would take, with a statement that changes
+/// nothing, under the same budgets: its count is exactly what the following run deletes (checked
+/// by SQL), with --max-rows, with --max-batches and to the end; on rocket-rides (a bigserial key)
+/// it stops where the run stops, at the first page in which nothing has expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walks_dry_run_counts_what_the_run_deletes() {
+    use crate::profiles::{EXPLAINER_DDL, ROCKET_RIDES_DDL, explainer_rows, rocket_rides_rows};
+    let db = loaded(EXPLAINER_DDL, &explainer_rows(3), None).await;
+    let total = "SELECT count(*) FROM idempotency_keys";
+    let run = db
+        .idemctl()
+        .args(["--ttl", "1d", "evict", "--dry-run", "--batch-size", "4"])
+        .run();
+    run.assert_success();
+    run.assert_stdout_contains("would walk        idempotency_keys_pkey (15 index entries in 4 pages, to the end of the index; no index on the expiry column)\n");
+    run.assert_stdout_contains("batch size        pages of 4 index entries\n");
+    run.assert_stdout_contains(
+        "The first keys it would evict (in the order of idempotency_keys_pkey):",
+    );
+    run.assert_stdout_contains("statement (per page: $1 = the index entries a page reads, $2 = min-age seconds, $3... = the previous page's last key; plan of the first page):");
+    for budget in [
+        &["--max-rows", "2"][..],
+        &["--max-batches", "1"][..],
+        &["--max-runtime", "1h"][..],
+    ] {
+        let mut args = vec!["--ttl", "1d", "-o", "json", "evict", "--batch-size", "4"];
+        args.extend_from_slice(budget);
+        db.exec(&format!("TRUNCATE idempotency_keys; {}", explainer_rows(3)))
+            .await;
+        let before = scalar_i64(&db, total).await;
+        let mut dry = args.clone();
+        dry.push("--dry-run");
+        let run = db.idemctl().args(&dry).run();
+        run.assert_success();
+        let preview = run.json();
+        assert_eq!(preview["would_evict"]["at_least"], false, "{run}");
+        let would = preview["would_evict"]["count"].as_i64().unwrap();
+        assert!(would > 0, "{run}");
+        assert_eq!(scalar_i64(&db, total).await, before, "the dry run deleted");
+        let run = db.idemctl().args(&args).run();
+        run.assert_success();
+        let report = run.json();
+        assert_eq!(before - scalar_i64(&db, total).await, would, "{run}");
+        assert_eq!(report["rows_evicted"], would, "{run}");
+        assert_eq!(preview["walk"]["pages"], report["batches"], "{run}");
+        assert_eq!(
+            preview["walk"]["rows_examined"],
+            report["walk"]["rows_examined"]
+        );
+        assert_eq!(preview["walk"]["end_reason"], report["end_reason"], "{run}");
+    }
+    let run = db
+        .idemctl()
+        .args(["--ttl", "1d", "-o", "json", "evict", "--dry-run"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["would_evict"]["count"], 0, "{run}");
+    assert_eq!(run.json()["walk"]["end_reason"], "drained", "{run}");
+    // A role that may only read previews the walk; the page's plan needs the right to delete.
+    let role = format!("ro_{}", &db.name()[10..]);
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT SELECT ON idempotency_keys TO {role};"
+    ))
+    .await;
+    db.exec(&format!("TRUNCATE idempotency_keys; {}", explainer_rows(3)))
+        .await;
+    let run = db
+        .idemctl()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["--ttl", "1d", "evict", "--dry-run"])
+        .run();
+    run.assert_success()
+        .assert_stdout_contains("would evict       3\n")
+        .assert_stdout_contains("plan:\n(not shown: explaining the page's DELETE needs the DELETE privilege and the right to lock rows (UPDATE on a column), which this role lacks)");
+    let db = loaded(ROCKET_RIDES_DDL, &rocket_rides_rows(4), None).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (created_at, idempotency_key, last_run_at, request_method, request_params, \
+         request_path, recovery_point, user_id) \
+         SELECT now(), 'later-' || g, now(), 'POST', '{}', '/rides', 'finished', 1 FROM generate_series(1, 20) g",
+    )
+    .await;
+    let run = db
+        .idemctl()
+        .args([
+            "--ttl",
+            "1d",
+            "-o",
+            "json",
+            "evict",
+            "--batch-size",
+            "5",
+            "--dry-run",
+        ])
+        .run();
+    run.assert_success();
+    let preview = run.json();
+    assert_eq!(preview["walk"]["stopped_early"], true, "{run}");
+    assert_eq!(preview["walk"]["rows_examined"], 20, "{run}");
+    assert_eq!(preview["would_evict"]["count"], 8, "{run}");
+}
+
+/// --min-age on a walked table: a key created less than --min-age ago stays even if expired, and
+/// is counted; the dry run says the same beforehand. --vacuum runs after the walk. Expiry by a one-hour TTL, --min-age 1d: keys
+/// created half an hour either side of a day ago go and stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_walk_keeps_keys_younger_than_min_age() {
+    use crate::profiles::EXPLAINER_DDL;
+    let row = |kind: &str, status: i32, body: &str, created: &str| {
+        format!(
+            "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+             SELECT '{kind}-' || g, md5(g::text), {status}, {body}, now() - interval '{created}' \
+             FROM generate_series(1, 3) g;"
+        )
+    };
+    let done = "'{\"id\": 1}'";
+    let processing = "'{\"status\": \"processing\"}'";
+    let rows = [
+        row("old-done", 200, done, "24 hours 30 minutes"),
+        row("young-done", 200, done, "23 hours 30 minutes"),
+        row("fresh-done", 200, done, "30 minutes"),
+        row("old-busy", 202, processing, "3 days"),
+    ]
+    .concat();
+    let db = loaded(EXPLAINER_DDL, &rows, None).await;
+    let args = [
+        "--ttl",
+        "1h",
+        "-o",
+        "json",
+        "evict",
+        "--batch-size",
+        "5",
+        "--min-age",
+        "1d",
+    ];
+    let mut dry = args.to_vec();
+    dry.push("--dry-run");
+    let run = db.idemctl().args(&dry).run();
+    run.assert_success();
+    let preview = run.json();
+    assert_eq!(preview["would_evict"]["count"], 3, "{run}");
+    assert_eq!(preview["held_back_by_min_age"], 3, "{run}");
+    let kept: Vec<&str> = preview["held_back_sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["key"].as_str().unwrap())
+        .collect();
+    assert!(kept.iter().all(|k| k.starts_with("young-done-")), "{run}");
+    db.idemctl()
+        .args(["--ttl", "1h", "evict", "--dry-run", "--min-age", "1d"])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("held back by --min-age  3\n")
+        .assert_stdout_contains(
+            "The first keys --min-age holds back (created too recently; in the order of idempotency_keys_pkey):\n",
+        );
+    let mut run_args = args.to_vec();
+    run_args.extend(["--vacuum", "--vacuum-min-rows", "0"]);
+    let run = db.idemctl().args(&run_args).run();
+    run.assert_success();
+    assert_eq!(run.json()["rows_evicted"], 3, "{run}");
+    assert_eq!(run.json()["skipped_min_age"], 3, "{run}");
+    // VACUUM after a walk, as after any run.
+    assert_eq!(run.json()["vacuum"]["ran"], true, "{run}");
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables WHERE relname = 'idempotency_keys'"
+        )
+        .await
+        .min(1),
+        1
+    );
+    assert_eq!(
+        kinds_left(&db, "idempotency_keys", "key").await,
+        [
+            ("fresh-done".to_owned(), 3),
+            ("old-busy".to_owned(), 3),
+            ("young-done".to_owned(), 3),
+        ]
+    );
+}
+
+/// Without an expiry index, check recommends it with the walk's cost measured beside it: the walked
+/// index's entries (the planner's count, here every row), the pages of a full walk, the expired
+/// share as the planner estimates it and one page read and timed; in text and as typed fields in
+/// JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_measures_the_walk_beside_the_index_it_recommends() {
+    use crate::profiles::EXPLAINER_DDL;
+    let rows = "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+         SELECT 'k-' || g, md5(g::text), 200, '{}', \
+                CASE WHEN g % 3 = 0 THEN now() - interval '3 days' ELSE now() END \
+         FROM generate_series(1, 3000) g;";
+    let db = loaded(EXPLAINER_DDL, rows, None).await;
+    db.exec("VACUUM ANALYZE idempotency_keys").await;
+    let run = db
+        .idemctl()
+        .args(["--ttl", "1d", "-o", "json", "check"])
+        .run();
+    run.assert_success();
+    let findings = run.json()["findings"].as_array().unwrap().clone();
+    let expiry = findings
+        .iter()
+        .find(|f| f["check"] == "expiry index")
+        .unwrap_or_else(|| panic!("{run}"));
+    assert_eq!(expiry["status"], "warn", "{run}");
+    let cost = &expiry["walk_cost"];
+    assert_eq!(cost["index"], "idempotency_keys_pkey", "{run}");
+    assert_eq!(cost["index_entries"], 3000, "{run}");
+    assert_eq!(cost["page_size"], 2000, "{run}");
+    assert_eq!(cost["pages_per_run"], 2, "{run}");
+    assert_eq!(cost["follows_age"], false, "{run}");
+    let expired = cost["expired_estimate"].as_i64().unwrap();
+    assert!((1..=3000).contains(&expired), "{run}");
+    let fraction = cost["expired_fraction"].as_f64().unwrap();
+    assert!(fraction > 0.0 && fraction <= 1.0, "{run}");
+    assert_eq!(cost["timed_entries"], 3000, "{run}");
+    assert!(
+        cost["full_walk_seconds_estimate"].as_f64().unwrap() > 0.0,
+        "{run}"
+    );
+    let run = db.idemctl().args(["--ttl", "1d", "check"]).run();
+    run.assert_success();
+    run.assert_stdout_contains("measured (planner's estimates, one page timed): a full walk reads about 3000 entries of idempotency_keys_pkey (");
+    run.assert_stdout_contains(") each run, in 2 pages of 2000; about ");
+    run.assert_stdout_contains("one page of 3000 entries read in ");
 }
 
 /// A mapping that allows no reclaim action: the dry run still lists the stuck keys and says none is
@@ -1151,8 +1412,88 @@ async fn check_never_proposes_a_unique_index_over_part_of_the_identity() {
         .run()
         .assert_error(
             2,
-            "table public.idempotency_record has no index led by its key, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of request_type, client_id, or create: CREATE INDEX CONCURRENTLY \"idempotency_record_key\" ON \"public\".\"idempotency_record\" (idempotency_key);",
+            "table public.idempotency_record has no index led by its key or by scope columns before it, so a key cannot be found without its whole scope; pass --scope COLUMN=VALUE for each of request_type, client_id, or create: CREATE INDEX CONCURRENTLY \"idempotency_record_key\" ON \"public\".\"idempotency_record\" (idempotency_key);",
         );
+}
+
+/// On the JDBC table with its primary key listing the scope before the key (request_type,
+/// client_id, idempotency_key) and no index led by the key, inspect finds a key from part of its
+/// scope or none of it by walking the scopes through the primary key: it lists the scopes holding
+/// the key, or shows the one record the part given selects, and says when a key is nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_walks_the_scopes_when_no_index_is_led_by_the_key() {
+    let ddl = doc_block("JDBC (Flyway)", "sql").replace(
+        "PRIMARY KEY (idempotency_key, request_type, client_id)",
+        "PRIMARY KEY (request_type, client_id, idempotency_key)",
+    );
+    let rows = "INSERT INTO idempotency_record SELECT 'k-' || g % 10, ty, 'client-' || g / 10, \
+                'COMPLETED', NULL, now() AT TIME ZONE 'UTC', (now() AT TIME ZONE 'UTC') + interval '1 day' \
+                FROM generate_series(0, 29) g, unnest(ARRAY['payment', 'refund']) ty;";
+    let db = loaded(&ddl, rows, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, doc_block("JDBC (Flyway)", "toml")).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    // None of the scope: every scope holding the key (2 types x 3 clients).
+    let run = idemctl().args(["-o", "json", "inspect", "k-3"]).run();
+    run.assert_code(2).assert_stderr("idemctl: key k-3 exists under 6 scopes; pass --scope COLUMN=VALUE for each of request_type, client_id to choose one\n");
+    assert_eq!(run.json()["matches"].as_array().unwrap().len(), 6, "{run}");
+    // The leading column, or the other one: the scopes narrowed to it.
+    let run = idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "k-3",
+            "--scope",
+            "client_id=client-2",
+        ])
+        .run();
+    run.assert_code(2);
+    let scopes: Vec<serde_json::Value> = run.json()["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["scope"].clone())
+        .collect();
+    assert_eq!(
+        scopes,
+        [
+            serde_json::json!({"request_type": "payment", "client_id": "client-2"}),
+            serde_json::json!({"request_type": "refund", "client_id": "client-2"}),
+        ],
+        "{run}"
+    );
+    // Both columns, in either order: the one record, through the primary key.
+    for scope in [
+        &[
+            "--scope",
+            "request_type=refund",
+            "--scope",
+            "client_id=client-1",
+        ][..],
+        &[
+            "--scope",
+            "client_id=client-1",
+            "--scope",
+            "request_type=refund",
+        ][..],
+    ] {
+        let run = idemctl()
+            .args(["-o", "json", "inspect", "k-3"])
+            .args(scope)
+            .run();
+        run.assert_success();
+        assert_eq!(run.json()["api_key_id"], "{refund,client-1}", "{run}");
+    }
+    idemctl()
+        .args(["inspect", "k-3", "--scope", "client_id=client-9"])
+        .run()
+        .assert_error(
+            3,
+            "key k-3 not found under any scope with client_id=client-9",
+        );
+    idemctl().args(["inspect", "k-77"]).run().assert_code(3);
 }
 
 /// Prisma: TIMESTAMP(3) columns, the state as a PostgreSQL enum type, a key unique within its

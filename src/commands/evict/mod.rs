@@ -72,12 +72,16 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     let layout = crate::db::citus::layout(&client, &table).await?;
     let privileges = require(ctx, args, &client, &table, layout.as_ref()).await?;
     if args.dry_run {
-        let can_delete = privileges.delete;
+        // The walk's page locks the rows it deletes (FOR UPDATE), which explaining it checks too.
+        let can_delete = match table.expiry_index() {
+            Some(_) => privileges.delete,
+            None => privileges.delete && privileges.lock_rows,
+        };
         return dry_run(ctx, &client, &table, args, layout.as_ref(), can_delete).await;
     }
     let vacuum_targets = require_for_a_run(args, &client, &table, &privileges).await?;
     let walk = match table.expiry_index() {
-        None => Some(walk::require(args, &client, &table).await?),
+        None => Some(walk::require(&client, &table).await?),
         Some(_) => None,
     };
     let scope = lock::acquire(&client, &table, LockClass::Evict).await?;
@@ -134,10 +138,20 @@ async fn require(
     )?;
     let sharded = layout.filter(|l| l.sharded());
     // Without an index on expiry, evict walks a unique index instead, on one server, in its plain
-    // batches; everything else it does needs the index.
-    let walks = table.expiry_index().is_none();
-    if walks && (sharded.is_some() || args.drop_partitions || args.dry_run || args.vacuum) {
-        table.require_expiry_index()?;
+    // batches (a dry run reads the same pages): dropping whole partitions and the shards' batches
+    // need the index.
+    if table.expiry_index().is_none() {
+        let what = match (sharded.is_some(), args.drop_partitions) {
+            (true, _) => Some(crate::output::evict::WalkRefusal::Distributed),
+            (false, true) => Some(crate::output::evict::WalkRefusal::DropPartitions),
+            (false, false) => None,
+        };
+        if let Some(what) = what {
+            return Err(fail(
+                Exit::Usage,
+                crate::output::evict::walk_refuses(&table.shown(), what, &table.expiry_index_fix()),
+            ));
+        }
     }
     let privileges = table.privileges(client).await?;
     if args.max_replica_lag.is_some() {
@@ -618,6 +632,25 @@ async fn dry_run(
     layout: Option<&Layout>,
     can_delete: bool,
 ) -> Result<Exit> {
+    let report = match table.expiry_index() {
+        Some(_) => preview(ctx, client, table, args, layout, can_delete).await?,
+        None => walk::dry_run(ctx, args, client, table, can_delete).await?,
+    };
+    let json = serde_json::to_value(&report)?;
+    ctx.output
+        .emit(&crate::output::evict::dry_run(&report), &json)?;
+    Ok(Exit::Success)
+}
+
+/// What a run would do, through the expiry index.
+async fn preview(
+    ctx: &Context,
+    client: &Session,
+    table: &KeyTable,
+    args: &EvictArgs,
+    layout: Option<&Layout>,
+    can_delete: bool,
+) -> Result<DryRunReport> {
     let min_age = args.min_age.map(|d| d.as_secs_f64());
     // The keys the run would leave because a NO ACTION / RESTRICT foreign key still references
     // them are counted apart, as the batches count them. On Citus the run reads them on each
@@ -654,10 +687,7 @@ async fn dry_run(
         let rows = i64::from(args.batch_sizing().first());
         evict_db::explain_first_batch(client, table, &statements, rows, min_age).await?
     } else {
-        vec![
-            "(not shown: explaining the DELETE needs the DELETE privilege, which this role lacks)"
-                .to_owned(),
-        ]
+        vec![crate::output::evict::plan_needs_delete().to_owned()]
     };
     let sample =
         evict_db::preview_sample(client, table, &probed, COUNT_CAP, min_age, SAMPLE_SIZE).await?;
@@ -693,11 +723,9 @@ async fn dry_run(
         partitions_kept: drops.map(|d| d.kept),
         replicas,
         notes,
+        walk: None,
     };
-    let json = serde_json::to_value(&report)?;
-    ctx.output
-        .emit(&crate::output::evict::dry_run(&report), &json)?;
-    Ok(Exit::Success)
+    Ok(report)
 }
 
 fn print_report(ctx: &Context, r: &EvictReport) -> Result<()> {

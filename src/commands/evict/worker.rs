@@ -497,7 +497,8 @@ impl Shared {
     ) -> Result<Claim> {
         let t0 = Instant::now();
         let after = state.walked_to.as_deref();
-        let page = batch::retrying(|| walk.page(client, self.plan.deadline, limit, after))
+        let min_age = self.plan.min_age_secs;
+        let page = batch::retrying(|| walk.page(client, self.plan.deadline, limit, min_age, after))
             .await
             .map_err(batch_failed)?;
         let statement = t0.elapsed();
@@ -513,6 +514,7 @@ impl Shared {
         let outcome = Outcome {
             deleted: page.deleted,
             skipped_locked: page.expired.saturating_sub(page.deleted),
+            skipped_min_age: page.too_young,
             examined: page.examined,
             statement,
             ..Outcome::default()

@@ -230,7 +230,8 @@ async fn apply_placements(
     report: &mut ReclaimReport,
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
-    let placements = Placements::connect(ctx, client, table, req.layout.as_ref()).await?;
+    // Each plan row goes to its own shard (`shards_of_rows`): every placement is reached.
+    let placements = Placements::connect(ctx, client, table, req.layout.as_ref(), None).await?;
     if let Some(missing) = placed.shards.iter().find(|id| !placements.holds(**id)) {
         return Err(fail(
             Exit::Failure,

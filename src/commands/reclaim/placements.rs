@@ -62,9 +62,9 @@ pub(super) async fn resolve_layout(
 }
 
 /// Each plan row's shard, for `--apply`: the one shard of a plain server, a reference or a
-/// Citus local table (`None`), or on a table distributed by its tenant column the shard that
-/// holds the row's tenant. A table whose rows live on the workers by another column (or on a
-/// single shard without a column) cannot send a row to its shard: refused before any change.
+/// Citus local table (`None`), or on a table distributed by one of its scope columns the shard
+/// that holds the row's value of it. A table whose rows live on the workers by another column (or
+/// on a single shard without a column) cannot send a row to its shard: refused before any change.
 pub(super) async fn shards_of_rows(
     client: &Session,
     table: &KeyTable,
@@ -74,19 +74,28 @@ pub(super) async fn shards_of_rows(
     let Some(layout) = layout.filter(|l| on_workers(Some(l))) else {
         return Ok(vec![None; rows.len()]);
     };
-    let by_tenant = matches!(layout, Layout::Distributed { column, .. }
-        if table.profile.tenant.as_slice() == std::slice::from_ref(column));
-    if !by_tenant {
+    let scope = &table.profile.tenant;
+    let Some(at) = (match layout {
+        Layout::Distributed { column, .. } => scope.iter().position(|c| c == column),
+        _ => None,
+    }) else {
         return Err(fail(
             Exit::Usage,
             output::apply_not_by_tenant(&table.shown(), layout),
         ));
-    }
-    // Distributed by its tenant column: every plan row has a tenant (apply checked the plan).
-    let tenants: Vec<&str> = rows
+    };
+    // Distributed by a scope column: every plan row has a scope of the table's columns (apply
+    // checked the plan); the column's value places the row.
+    let values: Vec<String> = rows
         .iter()
-        .map(|r| r.api_key_id.as_deref().unwrap_or_default())
+        .map(|r| {
+            let text = r.api_key_id.as_deref().unwrap_or_default();
+            crate::db::profile::scope_values(text, scope.len())
+                .and_then(|mut v| (at < v.len()).then(|| v.swap_remove(at)))
+                .unwrap_or_default()
+        })
         .collect();
+    let tenants: Vec<&str> = values.iter().map(String::as_str).collect();
     let shards = citus::shards_for(client, table, &tenants).await?;
     Ok(shards.into_iter().map(Some).collect())
 }
@@ -138,14 +147,22 @@ impl Deref for Connected<'_> {
 impl<'a> Placements<'a> {
     /// The placements of `table` under `layout` (the run's, resolved once): on the workers,
     /// connected to each worker that holds a shard; otherwise the table on `client`.
+    /// With `scope` (--api-key-id) on a table distributed by one of the scope's columns, only
+    /// the shard that holds the scope's rows.
     pub(super) async fn connect(
         ctx: &Context,
         client: &'a Session,
         table: &'a KeyTable,
         layout: Option<&Layout>,
+        scope: Option<&str>,
     ) -> Result<Placements<'a>> {
-        let cluster = if on_workers(layout) {
-            let cluster = shards::connect(ctx, client, table, 1)
+        let cluster = if let Some(layout) = layout.filter(|l| on_workers(Some(l))) {
+            let values = scope
+                .and_then(|s| crate::db::profile::scope_values(s, table.profile.tenant.len()))
+                .unwrap_or_default();
+            let given: Vec<Option<&str>> = values.iter().map(|v| Some(v.as_str())).collect();
+            let only = shards::shard_of_scope(client, table, layout, &given).await?;
+            let cluster = shards::connect_to(ctx, client, table, 1, only)
                 .await
                 .context("failed to reach the key table's shards on the Citus workers")?;
             Some(cluster)

@@ -172,7 +172,8 @@ async fn sweep_placements(
     report: &mut ReclaimReport,
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
-    let placements = Placements::connect(ctx, client, table, req.layout.as_ref()).await?;
+    let scope = req.filter.api_key_id.as_deref();
+    let placements = Placements::connect(ctx, client, table, req.layout.as_ref(), scope).await?;
     for node in placements.nodes() {
         let session = node.session().await?;
         for shard in &node.shards {
