@@ -1973,6 +1973,52 @@ async fn reclaim_takes_stuck_keys_whose_created_at_is_null() {
     );
 }
 
+/// A unique index over a scope column that allows NULL does not identify a row (NULLs let it hold
+/// duplicates): check does not call it the identity index, batches name rows by the primary key,
+/// and reclaim refuses to write or apply a plan (which would report NULL-scope keys as gone) before
+/// reading anything, while a sweep takes them where they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nullable_scope_is_not_an_identity_and_reclaim_plans_refuse_it() {
+    let ddl = "CREATE TABLE idempotency_keys (id serial PRIMARY KEY, idempotency_key uuid NOT NULL, endpoint text NOT NULL, \
+               scope text, status varchar(20) NOT NULL DEFAULT 'PROCESSING', created_at timestamptz NOT NULL DEFAULT now()); \
+               CREATE UNIQUE INDEX idx_idempotency_key_scope ON idempotency_keys (idempotency_key, endpoint, scope); \
+               CREATE INDEX ON idempotency_keys (created_at);";
+    let rows = "INSERT INTO idempotency_keys (idempotency_key, endpoint, scope, created_at) \
+                SELECT gen_random_uuid(), '/orders', CASE WHEN g % 2 = 0 THEN NULL ELSE 'user-' || g END, \
+                now() - interval '1 hour' FROM generate_series(1, 4) g;";
+    let db = loaded(ddl, rows, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(
+        &config,
+        "ttl = \"24h\"\n[profiles.nullscope]\nkey = \"idempotency_key\"\ntenant = [\"endpoint\", \"scope\"]\n\
+         actions = [\"delete\"]\n\
+         in_flight = { column = \"status\", values = [\"PROCESSING\"], done = [\"COMPLETED\"] }\n",
+    )
+    .unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    idemctl().arg("check").run().assert_stdout_contains(
+        "identity index\tWARN\tno valid unique index makes (endpoint, scope, idempotency_key) name one row",
+    );
+    let refusal = "table public.idempotency_keys has scope columns that allow NULL (scope): a plan cannot find a key with a NULL scope again, so --plan and --apply refuse; reclaim without a plan (--dry-run, then --yes) takes such keys where they are, or make the columns NOT NULL";
+    let plan = dir.path().join("plan.json");
+    idemctl()
+        .args(["reclaim", "--allow-scan", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_error(2, refusal);
+    assert!(!plan.exists());
+    let run = idemctl()
+        .args(["-o", "json", "reclaim", "--yes", "--allow-scan"])
+        .run();
+    run.assert_success();
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        0,
+        "{run}"
+    );
+}
+
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 
 use super::plan::{PLAN_VERSION, Plan, PlanRow};
 use super::request::{COUNT_CAP, LIST_CAP, Mode, Request};
-use super::validation::{require_privileges, require_stuck_index};
+use super::validation::{require_not_null_scope, require_privileges, require_stuck_index};
 use crate::cli::ReclaimArgs;
 use crate::context::Context;
 use crate::db::queries;
@@ -98,6 +98,9 @@ pub(super) async fn preview(
     args: &ReclaimArgs,
     plan_path: Option<&Path>,
 ) -> Result<Exit> {
+    if plan_path.is_some() {
+        require_not_null_scope(table)?;
+    }
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, None).await?;
     if plan_path.is_some() && req.no_action {
