@@ -1,6 +1,7 @@
 //! One stored key as `inspect` reads it, with its state judged by the database clock.
 
 use crate::db::{KeyTable, Session, p};
+use crate::report::rows::RowValue;
 pub(crate) use crate::report::rows::{KeyRecord, RowColumn, StoredBody, StoredFingerprint};
 use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
@@ -138,28 +139,24 @@ fn whole_row(row: &Row, table: &KeyTable) -> Result<Vec<RowColumn>> {
         .zip(values.unwrap_or_default())
         .map(|(column, value)| RowColumn {
             role: table.profile.role_of(&column),
-            value: value.map(|v| in_utc(table, &column, v)),
+            value: value.map(|v| row_value(table, &column, v)),
             column,
         })
         .collect())
 }
 
-/// A `timestamptz` value of the whole row in UTC, as every other time inspect shows (the server
-/// prints it in the session's zone); any other value, or one that does not parse (infinity), as
-/// the server printed it.
-fn in_utc(table: &KeyTable, column: &str, value: String) -> String {
+/// A value of the whole row: a `timestamptz` column's as an instant in UTC (the server prints it in
+/// the session's zone); any other value, or one that does not parse (infinity), as printed.
+fn row_value(table: &KeyTable, column: &str, value: String) -> RowValue {
     use time::format_description::well_known::Rfc3339;
     let timestamptz = table
         .columns
         .iter()
         .any(|c| c.name == column && c.base_type == "timestamp with time zone");
-    if !timestamptz {
-        return value;
+    match OffsetDateTime::parse(&value, &Rfc3339) {
+        Ok(t) if timestamptz => RowValue::Instant(t.to_offset(time::UtcOffset::UTC)),
+        _ => RowValue::Text(value),
     }
-    OffsetDateTime::parse(&value, &Rfc3339)
-        .ok()
-        .and_then(|t| t.to_offset(time::UtcOffset::UTC).format(&Rfc3339).ok())
-        .unwrap_or(value)
 }
 
 /// The `response_body` of an inspect row, typed by its column.

@@ -7,7 +7,7 @@ use std::path::Path;
 use crate::fingerprint::Canonical;
 use crate::output::{Doc, human_secs, key_cells, key_columns, rfc3339, sanitize};
 use crate::report::inspect::BodyCheck;
-use crate::report::rows::{KeyRecord, Scope, StoredBody, StoredFingerprint};
+use crate::report::rows::{KeyRecord, RowValue, Scope, StoredBody, StoredFingerprint};
 use crate::report::table::Table;
 
 /// A sentence describing the key's state by the database clock.
@@ -174,7 +174,10 @@ fn whole_row(doc: &mut Doc, r: &KeyRecord) {
             let value = match (&c.value, c.role) {
                 (_, Some("response_body")) => "(shown above)".to_owned(),
                 (None, _) => "NULL".to_owned(),
-                (Some(v), _) => sanitize(v),
+                (Some(RowValue::Instant(t)), _) => t
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_else(|_| t.to_string()),
+                (Some(RowValue::Text(v)), _) => sanitize(v),
             };
             (name, value)
         })

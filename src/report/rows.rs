@@ -221,13 +221,22 @@ impl StoredBody {
     }
 }
 
-/// One column of the stored row, its value as the server prints it (None for NULL).
+/// One column of the stored row (its value None for NULL).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RowColumn {
     pub column: String,
     /// The role the profile gives it (None: a column the profile does not map).
     pub role: Option<&'static str>,
-    pub value: Option<String>,
+    pub value: Option<RowValue>,
+}
+
+/// A value of the stored row: an instant (a `timestamptz` column, kept in UTC like every other
+/// time of a record, whatever the session's zone), or any other value as the server prints it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub(crate) enum RowValue {
+    Instant(#[serde(with = "time::serde::rfc3339")] OffsetDateTime),
+    Text(String),
 }
 
 /// A key's stored record.
