@@ -1,0 +1,118 @@
+//! Refusals and errors worded by `src/output/`, each asserted exactly: the one stderr line, the
+//! exit code and nothing on stdout. The list in `layers.rs` names the messages no test holds yet.
+
+use crate::fixtures::{self, Mix, Schema};
+use crate::support::{Cmd, TestDb};
+
+/// A conninfo nothing listens on: a refusal seen with it was made before connecting.
+const NOWHERE: &str = "host=/nonexistent/idemctl-test port=1 dbname=none connect_timeout=1";
+
+fn nowhere() -> Cmd {
+    Cmd::new().env("IDEMCTL_DATABASE_URL", NOWHERE)
+}
+
+#[test]
+fn reclaim_refuses_bad_flags_before_connecting_in_exact_words() {
+    nowhere()
+        .args(["reclaim", "--dry-run", "--method", "post me"])
+        .run()
+        .assert_error(2, "--method \"post me\" is not an HTTP method: a method is a token of letters, digits and !#$%&'*+-.^_`|~ (RFC 9110), compared exactly with the stored one (POST, not post)");
+    nowhere()
+        .args(["reclaim", "--dry-run", "--path", "/v1/a\tb"])
+        .run()
+        .assert_error(2, "--path \"/v1/a\\tb\" holds a control character (a newline, tab or the like), which no stored value has; nothing was changed");
+    nowhere()
+        .args(["reclaim", "--action", "delete", "--yes", "--status", "500"])
+        .run()
+        .assert_error(
+            2,
+            "--status only applies to --action fail; drop it or pass --action fail",
+        );
+    nowhere()
+        .args(["reclaim", "--older-than", "59s", "--dry-run"])
+        .run()
+        .assert_error(2, "--older-than 59s is under 1m: a key held that briefly may belong to a request still running, which would then execute twice; use a value above the longest handler duration including downstream timeouts, or pass --force to override");
+
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.json");
+    let not_json = dir.path().join("not.json");
+    std::fs::write(&not_json, "{oops").unwrap();
+    let array = dir.path().join("array.json");
+    std::fs::write(&array, "[1, 2]").unwrap();
+    let body_file = |path: &std::path::Path, expected: String| {
+        nowhere()
+            .args(["reclaim", "--action", "fail", "--yes", "--body-file"])
+            .arg(path)
+            .run()
+            .assert_error(2, &expected);
+    };
+    body_file(
+        &missing,
+        format!(
+            "cannot read --body-file {}: No such file or directory (os error 2)",
+            missing.display()
+        ),
+    );
+    body_file(
+        &not_json,
+        format!(
+            "--body-file {} is not valid JSON (key must be a string at line 1 column 2); the \
+             stored body must be a JSON object",
+            not_json.display()
+        ),
+    );
+    body_file(
+        &array,
+        format!(
+            "--body-file {} holds a JSON array, but the stored response body must be a JSON object",
+            array.display()
+        ),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_refusals_are_worded_exactly() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            live: 10,
+            ..Mix::default()
+        },
+    )
+    .await;
+    db.idemctl()
+        .args(["inspect", "nope"])
+        .run()
+        .assert_error(3, "key nope not found under any tenant");
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.json");
+    db.idemctl()
+        .args(["inspect", "nope", "--api-key-id", "t", "--body"])
+        .arg(&missing)
+        .run()
+        .assert_error(
+            2,
+            &format!(
+                "cannot read the request body from {}: No such file or directory (os error 2)",
+                missing.display()
+            ),
+        );
+    let large = dir.path().join("large.json");
+    std::fs::File::create(&large)
+        .unwrap()
+        .set_len(64 * 1024 * 1024 + 1)
+        .unwrap();
+    db.idemctl()
+        .args(["inspect", "nope", "--api-key-id", "t", "--body"])
+        .arg(&large)
+        .run()
+        .assert_error(
+            2,
+            &format!(
+                "the request body in {} is larger than 64 MiB; pass the body the client sent",
+                large.display()
+            ),
+        );
+}
