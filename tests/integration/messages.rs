@@ -116,3 +116,63 @@ async fn inspect_refusals_are_worded_exactly() {
             ),
         );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_on_a_table_without_the_maintenance_indexes_are_worded_exactly() {
+    let db = crate::support::stuck::db_with(
+        Schema::Reference,
+        Mix {
+            expired: 5,
+            live: 5,
+            stuck: 5,
+            ..Mix::default()
+        },
+        false,
+    )
+    .await;
+    db.idemctl()
+        .args(["reclaim", "--dry-run"])
+        .run()
+        .assert_error(2, "table public.idempotency_keys has no index on in_progress keys, so finding stuck keys means reading the whole table; create it with: CREATE INDEX CONCURRENTLY \"idempotency_keys_in_progress\" ON \"public\".\"idempotency_keys\" ((coalesce(locked_at, created_at))) WHERE state = 'in_progress'; (its cost to the API: sql/maintenance_indexes.sql), or pass --allow-scan");
+    db.idemctl()
+        .args(["evict", "--drop-partitions"])
+        .run()
+        .assert_error(2, "table public.idempotency_keys is not partitioned; --drop-partitions needs a table range-partitioned on expires_at or created_at");
+    db.idemctl()
+        .args(["inspect", "k", "--api-key-id", "t"])
+        .run()
+        .assert_error(3, "key k not found for api_key_id t");
+    db.exec(
+        "DROP INDEX idempotency_keys_expiry; \
+         CREATE TABLE held (key text NOT NULL REFERENCES idempotency_keys (key)); \
+         INSERT INTO held SELECT key FROM idempotency_keys LIMIT 1",
+    )
+    .await;
+    db.idemctl().args(["evict"]).run().assert_error(2, "table public.idempotency_keys has no index on expires_at, so evict would walk its unique index, which does not handle a NO ACTION / RESTRICT foreign key referencing the table yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at);");
+    db.exec("DROP TABLE held").await;
+    let walk = db.idemctl().args(["evict"]).run();
+    walk.assert_code(0).assert_stderr(
+        "idemctl: note: table public.idempotency_keys has no index on expires_at: evict walks \
+         idempotency_keys_pkey in pages of 2000 entries, reading every key to find the expired \
+         ones; the index would let each batch read only expired keys: CREATE INDEX CONCURRENTLY \
+         \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at);\n",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_partitions_refusals_on_a_plain_table_are_worded_exactly() {
+    let db = crate::support::stuck::db_with(
+        Schema::Corrected,
+        Mix {
+            expired: 5,
+            live: 5,
+            ..Mix::default()
+        },
+        true,
+    )
+    .await;
+    db.idemctl()
+        .args(["evict", "--drop-partitions"])
+        .run()
+        .assert_error(2, "table public.idempotency_keys is not partitioned; --drop-partitions needs a table range-partitioned on expires_at or created_at");
+}
