@@ -176,3 +176,56 @@ async fn drop_partitions_refusals_on_a_plain_table_are_worded_exactly() {
         .run()
         .assert_error(2, "table public.idempotency_keys is not partitioned; --drop-partitions needs a table range-partitioned on expires_at or created_at");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_plan_refusals_are_worded_exactly() {
+    let db = crate::support::stuck::db_with(
+        Schema::Corrected,
+        Mix {
+            live: 5,
+            stuck: 5,
+            ..Mix::default()
+        },
+        true,
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let reclaim = || db.idemctl().current_dir(dir.path()).arg("reclaim");
+    reclaim()
+        .args(["--plan", "plan.json", "--path", "/v1/payments"])
+        .run()
+        .assert_code(0);
+    let text = std::fs::read_to_string(dir.path().join("plan.json")).unwrap();
+    let before = fixtures::snapshot(&db).await;
+
+    std::fs::write(dir.path().join("truncated.json"), "{\"rows\": [").unwrap();
+    reclaim()
+        .args(["--yes", "--apply", "truncated.json"])
+        .run()
+        .assert_error(2, "plan truncated.json is not a valid reclaim plan (EOF while parsing a list at line 1 column 10); nothing was changed, make a new one with --plan");
+
+    db.exec("CREATE TABLE other_keys (LIKE idempotency_keys INCLUDING ALL)")
+        .await;
+    reclaim()
+        .args(["--yes", "-t", "other_keys", "--apply", "plan.json"])
+        .run()
+        .assert_error(2, "plan plan.json was made for table public.idempotency_keys, not public.other_keys; pass --table public.idempotency_keys or make a new plan; nothing was changed");
+
+    reclaim()
+        .args(["--yes", "--apply", "plan.json", "--path", "/v1/refunds"])
+        .run()
+        .assert_error(2, "--path \"/v1/refunds\" differs from the plan's filter \"/v1/payments\": its rows were chosen by that one; drop --path, or make a new plan with it; nothing was changed");
+    reclaim()
+        .args(["--yes", "--apply", "plan.json", "--status", "503"])
+        .run()
+        .assert_error(2, "--status differs from the plan: --apply takes action, status, body, cutoff and --keep-failed-for from the plan file; drop --status, or make a new plan with it");
+
+    let mut plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    plan.as_object_mut().unwrap().remove("database");
+    std::fs::write(dir.path().join("nodb.json"), plan.to_string()).unwrap();
+    reclaim()
+        .args(["--yes", "--apply", "nodb.json"])
+        .run()
+        .assert_error(2, "plan nodb.json does not record which database it was made on; make a new one with --plan; nothing was changed");
+    assert_eq!(fixtures::snapshot(&db).await, before);
+}
