@@ -355,8 +355,7 @@ async fn a_typeorm_table_is_maintained_as_shipped() {
     s.idemctl()
         .args(["reclaim", "--yes"])
         .run()
-        .assert_code(2)
-        .assert_stderr_contains("table public.idempotency_key has no in-flight marker (profile typeorm maps no in_flight): no key is ever in flight, so there is nothing to reclaim; nothing was changed");
+        .assert_error(2, "table public.idempotency_key has no in-flight marker (profile typeorm maps no in_flight): no key is ever in flight, so there is nothing to reclaim; nothing was changed");
     s.evicts_exactly(
         "idempotency_key",
         "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)",
