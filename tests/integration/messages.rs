@@ -135,6 +135,11 @@ async fn refusals_on_a_table_without_the_maintenance_indexes_are_worded_exactly(
         .run()
         .assert_error(2, "table public.idempotency_keys has no index on in_progress keys, so finding stuck keys means reading the whole table; create it with: CREATE INDEX CONCURRENTLY \"idempotency_keys_in_progress\" ON \"public\".\"idempotency_keys\" ((coalesce(locked_at, created_at))) WHERE state = 'in_progress'; (its cost to the API: sql/maintenance_indexes.sql), or pass --allow-scan");
     db.idemctl()
+        .args(["reclaim", "--dry-run", "--allow-scan"])
+        .run()
+        .assert_code(0)
+        .assert_stderr("idemctl: warning: table public.idempotency_keys has no index on in_progress keys: reading the whole table (each statement bounded by --statement-timeout)\n");
+    db.idemctl()
         .args(["evict", "--drop-partitions"])
         .run()
         .assert_error(2, "table public.idempotency_keys is not partitioned; --drop-partitions needs a table range-partitioned on expires_at or created_at");
