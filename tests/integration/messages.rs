@@ -232,5 +232,16 @@ async fn reclaim_plan_refusals_are_worded_exactly() {
         .args(["--yes", "--apply", "nodb.json"])
         .run()
         .assert_error(2, "plan nodb.json does not record which database it was made on; make a new one with --plan; nothing was changed");
+
+    db.exec("ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey")
+        .await;
+    reclaim()
+        .args(["--yes", "--apply", "plan.json"])
+        .run()
+        .assert_error(2, "table public.idempotency_keys has no index on (api_key_id, key), so plan rows cannot be found without a scan; create it with: CREATE INDEX CONCURRENTLY \"idempotency_keys_scope\" ON \"public\".\"idempotency_keys\" (api_key_id, key);");
+    db.idemctl()
+        .args(["inspect", "k", "--api-key-id", "t"])
+        .run()
+        .assert_error(2, "table public.idempotency_keys has no index on its scope and key (api_key_id, key), so a key cannot be looked up without a scan; create it with: CREATE INDEX CONCURRENTLY \"idempotency_keys_scope\" ON \"public\".\"idempotency_keys\" (api_key_id, key);");
     assert_eq!(fixtures::snapshot(&db).await, before);
 }
