@@ -233,6 +233,29 @@ async fn reclaim_plan_refusals_are_worded_exactly() {
         .run()
         .assert_error(2, "plan nodb.json does not record which database it was made on; make a new one with --plan; nothing was changed");
 
+    let mut plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let cluster = plan["database"]["system_identifier"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    plan["database"]["name"] = "elsewhere".into();
+    std::fs::write(dir.path().join("otherdb.json"), plan.to_string()).unwrap();
+    reclaim()
+        .args(["--yes", "--apply", "otherdb.json"])
+        .run()
+        .assert_error(
+            2,
+            &format!(
+                "plan otherdb.json was made on database elsewhere of cluster {cluster}, not on {} \
+                 of cluster {cluster}; connect to that database or make a new plan; nothing was \
+                 changed",
+                db.name()
+            ),
+        );
+    reclaim()
+        .args(["--yes", "--archive", "missing/archive.jsonl"])
+        .run()
+        .assert_error(2, "--archive missing/archive.jsonl: cannot open it for appending (No such file or directory (os error 2)); nothing was changed");
     db.exec("ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey")
         .await;
     reclaim()
