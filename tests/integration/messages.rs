@@ -115,6 +115,30 @@ async fn inspect_refusals_are_worded_exactly() {
                 large.display()
             ),
         );
+    db.exec(
+        "ALTER TABLE idempotency_keys ALTER COLUMN request_fingerprint DROP NOT NULL; \
+         INSERT INTO idempotency_keys (api_key_id, key, request_method, request_path, \
+         state, response_status, created_at, expires_at) \
+         VALUES ('t', 'nofp', 'POST', '/v1/payments', 'completed', 200, now(), now() + interval '1 day'), \
+         ('t', 'fp', 'POST', '/v1/payments', 'completed', 200, now(), now() + interval '1 day')",
+    )
+    .await;
+    db.exec("UPDATE idempotency_keys SET request_fingerprint = '\\xdeadbeef' WHERE key = 'fp'")
+        .await;
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, "{\"a\": 1}").unwrap();
+    db.idemctl()
+        .args(["inspect", "nofp", "--api-key-id", "t", "--body"])
+        .arg(&body)
+        .run()
+        .assert_error(2, "key nofp has no stored request fingerprint (request_fingerprint is NULL), so --body cannot be checked");
+    let huge = dir.path().join("huge.json");
+    std::fs::write(&huge, "{\"a\": 1e400}").unwrap();
+    db.idemctl()
+        .args(["inspect", "fp", "--api-key-id", "t", "--body"])
+        .arg(&huge)
+        .run()
+        .assert_error(2, "number 1e400 is beyond the IEEE 754 double range JCS allows; use --canonical raw or sorted-keys (--canonical jcs was chosen from the fingerprint column's type)");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
