@@ -1108,7 +1108,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "reclaim::apply_not_by_tenant",
     "reclaim::archive_commit_unwritten",
     "reclaim::no_identity_on_citus",
-    "reclaim::plan_row_tenant_unfit",
     "reclaim::plan_unwritten",
     "reclaim::question",
     "reclaim::shard_unplaced",
