@@ -1086,7 +1086,6 @@ fn every_allowed_lint_says_why() {
 /// one.
 const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::lost_connection",
-    "evict::no_wal_position",
     "evict::pace_setup_failed",
     "evict::partition_not_dropped",
     "evict::rate_summary",

@@ -292,3 +292,31 @@ async fn reclaim_plan_refusals_are_worded_exactly() {
         .assert_error(2, "table public.idempotency_keys has no index on its scope and key (api_key_id, key), so a key cannot be looked up without a scan; create it with: CREATE INDEX CONCURRENTLY \"idempotency_keys_scope\" ON \"public\".\"idempotency_keys\" (api_key_id, key);");
     assert_eq!(fixtures::snapshot(&db).await, before);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_refuses_max_wal_rate_where_the_wal_position_is_hidden_in_exact_words() {
+    let db = TestDb::new().await;
+    fixtures::table_with(
+        &db,
+        Schema::Corrected,
+        Mix {
+            expired: 5,
+            ..Mix::default()
+        },
+    )
+    .await;
+    let role = format!("{}_walless", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role}; \
+         GRANT SELECT, DELETE, UPDATE (expires_at) ON idempotency_keys TO {role}; \
+         REVOKE EXECUTE ON FUNCTION pg_current_wal_insert_lsn() FROM PUBLIC"
+    ))
+    .await;
+    Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["evict", "--max-wal-rate", "1MB/s"])
+        .run()
+        .assert_error(1, "--max-wal-rate needs the server's WAL position (pg_current_wal_insert_lsn()), which this server does not give (failed to read the server's WAL position: db error: ERROR: permission denied for function pg_current_wal_insert_lsn); run without --max-wal-rate, or cap rows with --max-rate");
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+}
