@@ -1110,7 +1110,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "reclaim::shard_unplaced",
     "reclaim::worker_session_unset",
     "stats::no_in_flight_marker",
-    "stats::note",
     "top::no_answer",
 ];
 
