@@ -1109,7 +1109,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "reclaim::question",
     "reclaim::shard_unplaced",
     "reclaim::worker_session_unset",
-    "stats::no_in_flight_marker",
     "top::no_answer",
 ];
 
