@@ -11,7 +11,8 @@
 -- filtered (not matching the filters), completed, other_state, changed (taken again since the
 -- plan), too_young, or held (unchanged but locked: its owner is alive).
 -- $1 = api_key_id[], $2 = key[], $3 = locked_at[] (NULL where the plan had none),
--- $4 = created_at[], $5 = --older-than in seconds (the plan's), $6, $7, $8 = --api-key-id, --path,
+-- $4 = created_at[] (NULL where the row holds none; matched as a filter
+-- after the identity, like locked_at), $5 = --older-than in seconds (the plan's), $6, $7, $8 = --api-key-id, --path,
 -- --method (NULL when not given); a plan row whose key does not match them is left alone as filtered.
 WITH planned AS (
     SELECT *
@@ -23,7 +24,7 @@ WITH planned AS (
       JOIN {table} t ON {t.tenant_is_plan} AND {t.key} = p.key::{key_type}
      WHERE {t.in_flight}
        AND {t.locked_at}{zone} IS NOT DISTINCT FROM p.locked_at
-       AND {t.created_at}{zone} = p.created_at
+       AND {t.created_at}{zone} IS NOT DISTINCT FROM p.created_at
        AND {t.held_since} < (now() - make_interval(secs => $5::float8)){zone}
        AND ($6::text IS NULL OR {t.tenant_is_p6})
        AND ($7::text IS NULL OR {t.request_path} = $7::text)
@@ -45,7 +46,7 @@ SELECT p.ord,
                   AND ($8::text IS NULL OR {t.request_method} = $8::text)) IS NOT TRUE THEN 'filtered'
             WHEN {t.done} AND NOT {t.in_flight} THEN 'completed'
             WHEN NOT {t.in_flight} THEN 'other_state'
-            WHEN {t.locked_at}{zone} IS DISTINCT FROM p.locked_at OR {t.created_at}{zone} <> p.created_at THEN 'changed'
+            WHEN {t.locked_at}{zone} IS DISTINCT FROM p.locked_at OR {t.created_at}{zone} IS DISTINCT FROM p.created_at THEN 'changed'
             WHEN {t.held_since} >= (now() - make_interval(secs => $5::float8)){zone} THEN 'too_young'
             ELSE 'held'
        END AS outcome,

@@ -13,7 +13,7 @@ WITH planned AS (
       JOIN {table} t ON {t.tenant_is_plan} AND {t.key} = p.key::{key_type}
      WHERE {t.in_flight}
        AND {t.locked_at}{zone} IS NOT DISTINCT FROM p.locked_at
-       AND {t.created_at}{zone} = p.created_at
+       AND {t.created_at}{zone} IS NOT DISTINCT FROM p.created_at
        AND {t.held_since} < (now() - make_interval(secs => $5::float8)){zone}
        AND ($6::text IS NULL OR {t.tenant_is_p6})
        AND ($7::text IS NULL OR {t.request_path} = $7::text)
@@ -36,7 +36,7 @@ SELECT p.ord,
                   AND ($8::text IS NULL OR {t.request_method} = $8::text)) IS NOT TRUE THEN 'filtered'
             WHEN {t.done} AND NOT {t.in_flight} THEN 'completed'
             WHEN NOT {t.in_flight} THEN 'other_state'
-            WHEN {t.locked_at}{zone} IS DISTINCT FROM p.locked_at OR {t.created_at}{zone} <> p.created_at THEN 'changed'
+            WHEN {t.locked_at}{zone} IS DISTINCT FROM p.locked_at OR {t.created_at}{zone} IS DISTINCT FROM p.created_at THEN 'changed'
             WHEN {t.held_since} >= (now() - make_interval(secs => $5::float8)){zone} THEN 'too_young'
             ELSE 'held'
        END AS outcome,

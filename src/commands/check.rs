@@ -547,10 +547,9 @@ fn thresholds(r: &StatsReport, args: &CheckArgs) -> Vec<Finding> {
 /// examined is still referenced and more wait beyond them, the lag is at most the newest one's
 /// wait, and past the threshold it is not evict's (a warning, not a breach).
 fn lag(r: &StatsReport, args: &CheckArgs) -> (Status, Found) {
-    if r.expiry_figures != stats::ExpiryFigures::Exact {
+    let Some(seconds) = r.eviction_lag_seconds else {
         return (Status::Note, Found::Lag(r::Lag::Unknown));
-    }
-    let seconds = r.eviction_lag_seconds;
+    };
     let at_most = r.referenced_expired.clone().filter(|x| x.lag_at_most);
     let max = args.max_eviction_lag.map(|m| m.as_secs_f64());
     let status = match max {

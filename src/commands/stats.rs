@@ -67,8 +67,8 @@ struct PlacementStats {
     autovacuum: Vec<AutovacuumRel>,
     oldest_live: Option<KeyRef>,
     oldest_expired: Option<KeyRef>,
-    /// The eviction lag on this placement.
-    lag: f64,
+    /// The eviction lag on this placement (None: unknown, the figures are not exact).
+    lag: Option<f64>,
     referenced: Option<ReferencedExpired>,
     backlog: Option<Capped>,
     /// The planner's estimate of the expired backlog, read when the count stopped at its cap or
@@ -263,7 +263,7 @@ fn empty(table: &KeyTable, plan: &Plan, count_backlog: bool) -> StatsReport {
         },
         oldest_live: None,
         oldest_expired: None,
-        eviction_lag_seconds: 0.0,
+        eviction_lag_seconds: (plan.figures == ExpiryFigures::Exact).then_some(0.0),
         referenced_expired: None,
         expired_backlog: count_backlog.then_some(Capped::ZERO),
         expired_backlog_estimate: None,
@@ -322,8 +322,10 @@ fn merge(report: &mut StatsReport, part: &mut NodeStats, totals: &mut Totals, s:
     part.dead_tuples += s.vacuum.dead_tuples;
     part.inserted_rows += s.vacuum.inserted_rows;
     part.deleted_rows += s.vacuum.deleted_rows;
-    part.eviction_lag_seconds = part.eviction_lag_seconds.max(s.lag);
-    report.eviction_lag_seconds = report.eviction_lag_seconds.max(s.lag);
+    if let Some(lag) = s.lag {
+        part.eviction_lag_seconds = part.eviction_lag_seconds.max(lag);
+        report.eviction_lag_seconds = Some(report.eviction_lag_seconds.unwrap_or(0.0).max(lag));
+    }
     report.oldest_live = earliest(report.oldest_live.take(), s.oldest_live);
     report.oldest_expired = earliest(report.oldest_expired.take(), s.oldest_expired);
     if s.referenced.is_some() {
@@ -445,13 +447,16 @@ async fn read_figures(
         false => None,
     };
     let (oldest_expired, referenced, lag) = match exact {
-        true if whole => eviction_lag(c, t, &mut totals.notes).await?,
+        true if whole => {
+            let (oldest, referenced, lag) = eviction_lag(c, t, &mut totals.notes).await?;
+            (oldest, referenced, Some(lag))
+        }
         true => {
             let oldest = queries::oldest_expired(c, t).await?;
             let lag = oldest.as_ref().map_or(0.0, |k| k.seconds);
-            (oldest, None, lag)
+            (oldest, None, Some(lag))
         }
-        false => (None, None, 0.0),
+        false => (None, None, None),
     };
     let backlog = match budget.backlog_left {
         Some(left) => {
@@ -582,7 +587,12 @@ pub(crate) fn metrics(r: &StatsReport) -> Metrics {
         S::OldestLiveKeyAge,
         r.oldest_live.as_ref().map_or(0.0, |k| k.seconds),
     );
-    m.set(S::EvictionLag, r.eviction_lag_seconds);
+    // An unknown lag is no gauge at all (a 0 would say nothing waits): an absent() alert, or one
+    // on idemctl_eviction_lag_known == 0, fires instead.
+    if let Some(lag) = r.eviction_lag_seconds {
+        m.set(S::EvictionLag, lag);
+    }
+    m.set(S::EvictionLagKnown, r.eviction_lag_seconds.is_some());
     if let Some(refd) = &r.referenced_expired {
         m.set(S::ExpiredReferencedKeys, refd.count.count);
         m.set(S::ExpiredReferencedCapped, refd.count.at_least);

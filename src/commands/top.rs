@@ -429,7 +429,10 @@ impl History {
         let t = &mut self.trends;
         for (series, value) in [
             (&mut t.backlog, backlog_trend(r)),
-            (&mut t.lag, r.eviction_lag_seconds.max(0.0) as u64),
+            (
+                &mut t.lag,
+                r.eviction_lag_seconds.unwrap_or(0.0).max(0.0) as u64,
+            ),
             (&mut t.insert, insert.unwrap_or(0.0) as u64),
             (&mut t.evict, evict.unwrap_or(0.0) as u64),
         ] {

@@ -103,7 +103,8 @@ pub(crate) struct StuckKey {
     pub request_method: Option<String>,
     pub request_path: Option<String>,
     pub locked_at: Option<OffsetDateTime>,
-    pub created_at: OffsetDateTime,
+    /// None where the column allows NULL and holds it (Laravel's, Alembic's `created_at`).
+    pub created_at: Option<OffsetDateTime>,
     pub age_seconds: f64,
 }
 
@@ -237,7 +238,7 @@ pub(crate) type PlanKey<'a> = (
     Option<&'a str>,
     &'a str,
     Option<OffsetDateTime>,
-    OffsetDateTime,
+    Option<OffsetDateTime>,
 );
 
 /// A key a batch took: (tenant, key), the tenant None on a table without a tenant column.
@@ -552,7 +553,7 @@ struct PlanArrays<'a> {
     tenants: Vec<&'a str>,
     keys: Vec<&'a str>,
     locked: Vec<Option<OffsetDateTime>>,
-    created: Vec<OffsetDateTime>,
+    created: Vec<Option<OffsetDateTime>>,
 }
 
 impl<'a> PlanArrays<'a> {

@@ -64,6 +64,7 @@ impl KeyRecord {
             state: row.try_get("state")?,
             response_status: row.try_get("response_status")?,
             response_body: body(row, table)?,
+            response_column: table.profile.response_body.clone(),
             locked_at: row.try_get("locked_at")?,
             created_at: row.try_get("created_at")?,
             expires_at,
@@ -137,10 +138,28 @@ fn whole_row(row: &Row, table: &KeyTable) -> Result<Vec<RowColumn>> {
         .zip(values.unwrap_or_default())
         .map(|(column, value)| RowColumn {
             role: table.profile.role_of(&column),
+            value: value.map(|v| in_utc(table, &column, v)),
             column,
-            value,
         })
         .collect())
+}
+
+/// A `timestamptz` value of the whole row in UTC, as every other time inspect shows (the server
+/// prints it in the session's zone); any other value, or one that does not parse (infinity), as
+/// the server printed it.
+fn in_utc(table: &KeyTable, column: &str, value: String) -> String {
+    use time::format_description::well_known::Rfc3339;
+    let timestamptz = table
+        .columns
+        .iter()
+        .any(|c| c.name == column && c.base_type == "timestamp with time zone");
+    if !timestamptz {
+        return value;
+    }
+    OffsetDateTime::parse(&value, &Rfc3339)
+        .ok()
+        .and_then(|t| t.to_offset(time::UtcOffset::UTC).format(&Rfc3339).ok())
+        .unwrap_or(value)
 }
 
 /// The `response_body` of an inspect row, typed by its column.

@@ -551,13 +551,34 @@ impl KeyTable {
         self.create_index(false, "expiry", &format!("({column})"))
     }
 
-    /// The unique index that identifies a row, if any.
+    /// The unique index that identifies a row, if any. An index over a column that allows NULL
+    /// does not: NULLs are distinct in it, so it holds any number of rows with the same key and a
+    /// NULL scope (an index made NULLS NOT DISTINCT is not told apart and is passed over too).
     pub fn identity_index(&self) -> Option<&Index> {
         let part = self.partition_key();
         let identity = self.identity_columns();
         self.indexes
             .iter()
+            .filter(|i| self.all_not_null(i))
             .find(|i| i.identifies_rows(part, &identity))
+    }
+
+    /// Whether each of the index's columns is a plain NOT NULL column.
+    fn all_not_null(&self, index: &Index) -> bool {
+        index.attnames.iter().all(|c| {
+            c.as_ref()
+                .is_some_and(|c| self.columns.iter().any(|k| &k.name == c && k.not_null))
+        })
+    }
+
+    /// The scope columns that allow NULL (the key is always NOT NULL in an identity).
+    pub fn nullable_scope_columns(&self) -> Vec<String> {
+        self.profile
+            .tenant
+            .iter()
+            .filter(|t| !self.columns.iter().any(|k| &k.name == *t && k.not_null))
+            .cloned()
+            .collect()
     }
 
     /// A unique index over the key, the scope and more columns: the table's identity is wider than
@@ -568,6 +589,7 @@ impl KeyTable {
             i.is_unique
                 && i.is_valid
                 && i.predicate.is_none()
+                && self.all_not_null(i)
                 && i.plain_columns()
                     .is_some_and(|cols| identity.iter().all(|c| cols.contains(c)))
         })

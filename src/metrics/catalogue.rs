@@ -75,7 +75,9 @@ catalogue! {
     OldestLiveKeyAge = Gauge "idemctl_oldest_live_key_age_seconds" []
         "Age of the live key that expires next (0 when no key is live).";
     EvictionLag = Gauge "idemctl_eviction_lag_seconds" []
-        "How long the oldest expired completed key evict can delete has waited for eviction (0 when none waits; an upper bound when idemctl_eviction_lag_upper_bound is 1).";
+        "How long the oldest expired completed key evict can delete has waited for eviction (0 when none waits; an upper bound when idemctl_eviction_lag_upper_bound is 1; absent when idemctl_eviction_lag_known is 0).";
+    EvictionLagKnown = Gauge "idemctl_eviction_lag_known" []
+        "1 when stats found the eviction lag; 0 when it is unknown (no index on the expiry column, or no expiry column and no --ttl), and idemctl_eviction_lag_seconds is then absent.";
     ExpiredReferencedKeys = Gauge "idemctl_expired_referenced_keys" []
         "Expired completed keys evict leaves because a NO ACTION or RESTRICT foreign key still references them, among the oldest examined (not in the eviction lag).";
     ExpiredReferencedCapped = Gauge "idemctl_expired_referenced_capped" []

@@ -130,6 +130,9 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
         .collect::<Vec<_>>();
     doc.fields(None, rows);
     match &r.response_body {
+        None if r.response_column.is_none() => {
+            doc.text("response_body: - (the table has no response column)")
+        }
         None => doc.text("response_body: (no stored response)"),
         Some(body) => response_body(&mut doc, body),
     }

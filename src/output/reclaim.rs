@@ -527,6 +527,16 @@ pub(crate) fn no_stuck_index(table: &Table) -> String {
     )
 }
 
+/// --plan or --apply on a table whose scope columns allow NULL.
+pub(crate) fn nullable_scope(table: &Table, columns: &[String]) -> String {
+    let columns: Vec<String> = columns.iter().map(|c| sanitize(c)).collect();
+    format!(
+        "table {} has scope columns that allow NULL ({}): a plan cannot find a key with a NULL scope again, so --plan and --apply refuse; reclaim without a plan (--dry-run, then --yes) takes such keys where they are, or make the columns NOT NULL",
+        table.display(),
+        columns.join(", ")
+    )
+}
+
 /// --apply on a table without the index that finds plan rows.
 pub(crate) fn no_identity_index(table: &Table) -> String {
     format!(

@@ -153,7 +153,7 @@ fn lag_text(r: &StatsReport) -> String {
         ),
         (None, Some(x)) if x.lag_at_most => format!(
             "unknown, at most {} (each of the oldest {} expired keys is still referenced, and more wait beyond them: the oldest key evict can delete, if any, is younger than those)",
-            human_secs(r.eviction_lag_seconds),
+            human_secs(r.eviction_lag_seconds.unwrap_or(0.0)),
             x.examined
         ),
         (None, Some(_)) => "0s (no expired key evict can delete is waiting)".to_owned(),

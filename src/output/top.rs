@@ -140,7 +140,8 @@ pub(crate) struct Frame {
     /// Expired completed keys waiting for evict (None when not counted).
     pub backlog: Option<Count>,
     pub backlog_estimate: Option<u64>,
-    pub eviction_lag_seconds: f64,
+    /// None when unknown (no expiry index, or no expiry and no TTL).
+    pub eviction_lag_seconds: Option<f64>,
     /// The lag is an upper bound (every oldest expired key examined is still referenced).
     pub eviction_lag_at_most: bool,
     /// Rows inserted and deleted per second, from the server's counters over `rate_seconds`
@@ -405,10 +406,10 @@ fn eviction_block(f: &Frame, view: &View, area: Rect, buf: &mut Buffer) {
         (Some(c), _) => count_text(c),
         (None, _) => "not counted".into(),
     };
-    let lag = if f.eviction_lag_at_most {
-        format!("≤{}", human_secs(f.eviction_lag_seconds))
-    } else {
-        human_secs(f.eviction_lag_seconds)
+    let lag = match f.eviction_lag_seconds {
+        None => "unknown".to_owned(),
+        Some(s) if f.eviction_lag_at_most => format!("≤{}", human_secs(s)),
+        Some(s) => human_secs(s),
     };
     // Behind: evicting less than is inserted while the lag grows, or the backlog while it is
     // counted exactly (past the cap its trend is the planner's estimate, which jumps when the table
@@ -951,7 +952,7 @@ mod tests {
                 at_least: false,
             }),
             backlog_estimate: None,
-            eviction_lag_seconds: 192.0,
+            eviction_lag_seconds: Some(192.0),
             eviction_lag_at_most: false,
             insert_per_second: Some(240.0),
             evict_per_second: Some(180.0),

@@ -80,8 +80,9 @@ pub(crate) struct Candidate {
     pub(crate) request_path: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub(crate) locked_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339")]
-    pub(crate) created_at: OffsetDateTime,
+    /// None where the row holds none (a nullable created_at column).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub(crate) created_at: Option<OffsetDateTime>,
     /// locked_at, or created_at where the owner never set locked_at.
     #[serde(with = "time::serde::rfc3339")]
     pub(crate) held_since: OffsetDateTime,

@@ -248,6 +248,9 @@ pub(crate) struct KeyRecord {
     /// The stored body, exact (JSON text as the server prints it; bytes as stored).
     #[serde(skip)]
     pub response_body: Option<StoredBody>,
+    /// The column the body is stored in; None (null in JSON) on a table with no response column,
+    /// where a missing body says nothing about the request.
+    pub response_column: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub locked_at: Option<OffsetDateTime>,
     /// None where the column allows NULL and holds it (Laravel's `timestamps()`).

@@ -23,8 +23,9 @@ pub(crate) struct StatsReport {
     pub oldest_expired: Option<KeyRef>,
     /// How the figures about expiry (oldest live key, lag, backlog, recent TTL) were found.
     pub expiry_figures: ExpiryFigures,
-    /// 0 unless `expiry_figures` is exact.
-    pub eviction_lag_seconds: f64,
+    /// None (null) unless `expiry_figures` is exact: without the expiry index the lag is unknown,
+    /// and a 0 would read as "nothing waits".
+    pub eviction_lag_seconds: Option<f64>,
     /// The expired completed keys evict leaves because a NO ACTION / RESTRICT foreign key still
     /// references them, among the oldest ones (absent when no such key references the table
     /// through an indexed column).

@@ -1813,6 +1813,224 @@ async fn a_unique_index_over_a_nullable_column_is_not_walked() {
     );
 }
 
+/// Without an index on the expiry column (TypeORM ships none) the eviction lag is unknown, never a
+/// 0 that reads as "nothing waits": null in JSON, "unknown" in text, and in the metrics no lag
+/// gauge but `idemctl_eviction_lag_known 0`; with the index it is known again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_lag_stats_cannot_find_is_unknown_not_zero() {
+    let rows = format!(
+        "INSERT INTO idempotency_key (\"key\", \"userId\", \"statusCode\", response, \"createdAt\") \
+         SELECT 'old-' || g, 'user-1', 201, '{{}}', {} FROM generate_series(1, 4) g;",
+        utc("-3 days")
+    );
+    let s = Shape::new("TypeORM", &rows).await;
+    let run = s.idemctl().args(["-o", "json", "stats"]).run();
+    run.assert_success();
+    assert_eq!(run.json()["expiry_figures"], "estimated", "{run}");
+    assert_eq!(
+        run.json()["eviction_lag_seconds"],
+        serde_json::Value::Null,
+        "{run}"
+    );
+    s.idemctl()
+        .arg("stats")
+        .run()
+        .assert_success()
+        .assert_stdout_contains(
+            "eviction lag              unknown (no index on expiry to find it)\n",
+        );
+    let lag_samples = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("idemctl_eviction_lag_"))
+            .map(|l| l.split('{').next().unwrap().to_owned() + " " + l.rsplit(' ').next().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let run = s.idemctl().args(["stats", "-o", "prometheus"]).run();
+    run.assert_success();
+    assert_eq!(
+        lag_samples(&run.stdout),
+        ["idemctl_eviction_lag_known 0"],
+        "{run}"
+    );
+    crate::metrics::promtool_check_metrics(&run.stdout);
+
+    s.db.client()
+        .await
+        .batch_execute("CREATE INDEX ON idempotency_key (\"createdAt\"); ANALYZE idempotency_key;")
+        .await
+        .unwrap();
+    let run = s.idemctl().args(["stats", "-o", "prometheus"]).run();
+    run.assert_success();
+    let samples = lag_samples(&run.stdout);
+    assert!(
+        samples.iter().any(|l| l == "idemctl_eviction_lag_known 1"),
+        "{run}"
+    );
+    let lag: f64 = samples
+        .iter()
+        .find_map(|l| l.strip_prefix("idemctl_eviction_lag_seconds "))
+        .unwrap_or_else(|| panic!("no lag gauge: {run}"))
+        .parse()
+        .unwrap();
+    assert!(lag > 86_400.0, "{run}");
+}
+
+/// On a table with no response column (MassTransit's inbox) inspect says so instead of "no stored
+/// response", in text and JSON; the whole row's timestamptz values are in UTC like every time above
+/// them, whatever the session's zone (Asia/Tokyo here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_says_a_table_has_no_response_column_and_shows_the_row_in_utc() {
+    let rows = "INSERT INTO \"InboxState\" (\"MessageId\", \"ConsumerId\", \"LockId\", \"Received\", \"ReceiveCount\", \
+                \"Consumed\", \"Delivered\") VALUES ('10000000-0000-0000-0000-000000000001', \
+                '11111111-1111-1111-1111-111111111111', gen_random_uuid(), '2026-01-02 03:04:05.25+00', 1, \
+                '2026-01-02 03:04:06+00', now() - interval '1 day');";
+    let s = Shape::new("EF Core (MassTransit inbox)", rows).await;
+    let args = [
+        "inspect",
+        "10000000-0000-0000-0000-000000000001",
+        "--api-key-id",
+        "11111111-1111-1111-1111-111111111111",
+    ];
+    let run = s.idemctl().args(args).run();
+    run.assert_success()
+        .assert_stdout_contains("response_body: - (the table has no response column)\n")
+        .assert_stdout_contains("2026-01-02T03:04:05.25Z\n")
+        .assert_stdout_contains("2026-01-02T03:04:06Z\n");
+    assert!(!run.stdout.contains("no stored response"), "{run}");
+    assert!(!run.stdout.contains("+09:00"), "{run}");
+    let run = s.idemctl().args(["-o", "json"]).args(args).run();
+    run.assert_success();
+    let j = run.json();
+    assert_eq!(j["response_column"], serde_json::Value::Null, "{run}");
+    assert_eq!(j["response_body"], serde_json::Value::Null, "{run}");
+    let value = |column: &str| {
+        j["row"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["column"] == column)
+            .map(|c| c["value"].clone())
+    };
+    assert_eq!(
+        value("Received"),
+        Some("2026-01-02T03:04:05.25Z".into()),
+        "{run}"
+    );
+    assert_eq!(
+        value("ExpirationTime"),
+        Some(serde_json::Value::Null),
+        "{run}"
+    );
+}
+
+/// A nullable created_at (Laravel's, Alembic's `timestamptz NULL`): reclaim lists a stuck key whose
+/// created_at is NULL (its locked_at says how long it is held), writes the NULL into the plan, and
+/// --apply takes exactly that row; a plan row whose created_at was set since is "changed", not taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_takes_stuck_keys_whose_created_at_is_null() {
+    let ddl = "CREATE TABLE idempotency_keys (key varchar(255) PRIMARY KEY, response_code integer, \
+               locked_at timestamptz, created_at timestamptz NULL, expires_at timestamptz NOT NULL); \
+               CREATE INDEX ON idempotency_keys (expires_at);";
+    let rows = "INSERT INTO idempotency_keys SELECT 'stuck-' || g, NULL, now() - interval '1 hour', \
+                CASE WHEN g = 1 THEN now() - interval '1 hour' END, now() + interval '1 day' \
+                FROM generate_series(1, 3) g; \
+                INSERT INTO idempotency_keys VALUES ('done-1', 200, NULL, NULL, now() + interval '1 day');";
+    let db = loaded(ddl, rows, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(
+        &config,
+        "[profiles.nullable]\nkey = \"key\"\nlocked_at = \"locked_at\"\nexpires_at = \"expires_at\"\n\
+         response_status = \"response_code\"\nactions = [\"delete\"]\n\
+         in_flight.predicate = 'response_code IS NULL'\n",
+    )
+    .unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    let run = idemctl()
+        .args(["-o", "json", "reclaim", "--dry-run", "--allow-scan"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["would_reclaim"]["count"], 3, "{run}");
+    let plan = dir.path().join("plan.json");
+    idemctl()
+        .args(["reclaim", "--allow-scan", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_success();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let nulls = written["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["created_at"].is_null())
+        .count();
+    assert_eq!(nulls, 2, "{written}");
+    db.exec("UPDATE idempotency_keys SET created_at = now() WHERE key = 'stuck-3'")
+        .await;
+    let run = idemctl()
+        .args(["-o", "json", "reclaim", "--yes", "--allow-scan", "--apply"])
+        .arg(&plan)
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["rows_reclaimed"], 2, "{run}");
+    assert!(run.stdout.contains("\"changed\""), "{run}");
+    assert_eq!(
+        scalar_text(
+            &db,
+            "SELECT string_agg(key, ' ' ORDER BY key) FROM idempotency_keys"
+        )
+        .await,
+        "done-1 stuck-3"
+    );
+}
+
+/// A unique index over a scope column that allows NULL does not identify a row (NULLs let it hold
+/// duplicates): check does not call it the identity index, batches name rows by the primary key,
+/// and reclaim refuses to write or apply a plan (which would report NULL-scope keys as gone) before
+/// reading anything, while a sweep takes them where they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nullable_scope_is_not_an_identity_and_reclaim_plans_refuse_it() {
+    let ddl = "CREATE TABLE idempotency_keys (id serial PRIMARY KEY, idempotency_key uuid NOT NULL, endpoint text NOT NULL, \
+               scope text, status varchar(20) NOT NULL DEFAULT 'PROCESSING', created_at timestamptz NOT NULL DEFAULT now()); \
+               CREATE UNIQUE INDEX idx_idempotency_key_scope ON idempotency_keys (idempotency_key, endpoint, scope); \
+               CREATE INDEX ON idempotency_keys (created_at);";
+    let rows = "INSERT INTO idempotency_keys (idempotency_key, endpoint, scope, created_at) \
+                SELECT gen_random_uuid(), '/orders', CASE WHEN g % 2 = 0 THEN NULL ELSE 'user-' || g END, \
+                now() - interval '1 hour' FROM generate_series(1, 4) g;";
+    let db = loaded(ddl, rows, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(
+        &config,
+        "ttl = \"24h\"\n[profiles.nullscope]\nkey = \"idempotency_key\"\ntenant = [\"endpoint\", \"scope\"]\n\
+         actions = [\"delete\"]\n\
+         in_flight = { column = \"status\", values = [\"PROCESSING\"], done = [\"COMPLETED\"] }\n",
+    )
+    .unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    idemctl().arg("check").run().assert_stdout_contains(
+        "identity index\tWARN\tno valid unique index makes (endpoint, scope, idempotency_key) name one row",
+    );
+    let refusal = "table public.idempotency_keys has scope columns that allow NULL (scope): a plan cannot find a key with a NULL scope again, so --plan and --apply refuse; reclaim without a plan (--dry-run, then --yes) takes such keys where they are, or make the columns NOT NULL";
+    let plan = dir.path().join("plan.json");
+    idemctl()
+        .args(["reclaim", "--allow-scan", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_error(2, refusal);
+    assert!(!plan.exists());
+    let run = idemctl()
+        .args(["-o", "json", "reclaim", "--yes", "--allow-scan"])
+        .run();
+    run.assert_success();
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        0,
+        "{run}"
+    );
+}
+
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))

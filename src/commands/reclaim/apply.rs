@@ -12,7 +12,7 @@ use super::plan::{
 };
 use super::report::print_report;
 use super::request::Request;
-use super::validation::{require_identity_index, require_privileges};
+use super::validation::{require_identity_index, require_not_null_scope, require_privileges};
 use super::writing::{
     after_failure, archive_why, begin_writes, confirm, fail_with, open_archive, question,
     statements,
@@ -42,6 +42,7 @@ pub(super) async fn apply(
     listed_twice(plan).map_err(|why| fail(Exit::Usage, output::plan_invalid(path, &why)))?;
     check_plan_tenants(table, path, plan)?;
     check_plan_database(client, path, plan).await?;
+    require_not_null_scope(table)?;
     require_identity_index(table)?;
     require_privileges(client, table, Some(req.action)).await?;
     let rows = within_limit(&plan.rows, req.limit);

@@ -70,8 +70,9 @@ pub(super) struct PlanRow {
     pub(super) key: String,
     #[serde(with = "time::serde::rfc3339::option")]
     pub(super) locked_at: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339")]
-    pub(super) created_at: OffsetDateTime,
+    /// Null where the row holds none (a nullable created_at column).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub(super) created_at: Option<OffsetDateTime>,
     #[serde(default)]
     pub(super) request_method: Option<String>,
     #[serde(default)]
@@ -244,14 +245,14 @@ mod tests {
             api_key_id: Some("t".into()),
             key: "k".into(),
             locked_at: None,
-            created_at: ts,
+            created_at: Some(ts),
             request_method: None,
             request_path: None,
             age_seconds: 0.0,
         };
         let text = serde_json::to_string(&row).unwrap();
         let back: PlanRow = serde_json::from_str(&text).unwrap();
-        assert_eq!(back.created_at, ts);
+        assert_eq!(back.created_at, Some(ts));
         assert!(text.contains(".123456"), "{text}");
     }
 
@@ -261,7 +262,7 @@ mod tests {
             api_key_id: None,
             key: "k".into(),
             locked_at: None,
-            created_at: OffsetDateTime::UNIX_EPOCH,
+            created_at: Some(OffsetDateTime::UNIX_EPOCH),
             request_method: None,
             request_path: None,
             age_seconds: 0.0,
@@ -282,7 +283,7 @@ mod tests {
             api_key_id: Some("t".into()),
             key: "k".into(),
             locked_at: Some(ts),
-            created_at: ts,
+            created_at: Some(ts),
             request_method: None,
             request_path: None,
             age_seconds: 0.0,

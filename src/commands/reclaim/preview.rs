@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 
 use super::plan::{PLAN_VERSION, Plan, PlanRow};
 use super::request::{COUNT_CAP, LIST_CAP, Mode, Request};
-use super::validation::{require_privileges, require_stuck_index};
+use super::validation::{require_not_null_scope, require_privileges, require_stuck_index};
 use crate::cli::ReclaimArgs;
 use crate::context::Context;
 use crate::db::queries;
@@ -46,7 +46,12 @@ pub(super) fn nothing_in_flight(ctx: &Context, table: &KeyTable, req: &Request) 
 impl Candidate {
     pub(super) fn from_stuck(r: reclaim_db::StuckKey) -> Candidate {
         Candidate {
-            held_since: r.locked_at.unwrap_or(r.created_at),
+            // The listing returns only keys held past its cutoff, which compares locked_at or
+            // created_at: one of them is set.
+            held_since: r
+                .locked_at
+                .or(r.created_at)
+                .unwrap_or(OffsetDateTime::UNIX_EPOCH),
             held_since_column: if r.locked_at.is_some() {
                 "locked_at"
             } else {
@@ -93,6 +98,9 @@ pub(super) async fn preview(
     args: &ReclaimArgs,
     plan_path: Option<&Path>,
 ) -> Result<Exit> {
+    if plan_path.is_some() {
+        require_not_null_scope(table)?;
+    }
     require_stuck_index(table, args.allow_scan, ctx.global.quiet)?;
     require_privileges(client, table, None).await?;
     if plan_path.is_some() && req.no_action {

@@ -286,6 +286,20 @@ pub(super) fn require_rows_by_identity(
     ))
 }
 
+/// A plan names each key by its scope and key, and finds it again by equality: a NULL scope value
+/// never equals itself, so such a key would come back "gone" though it is still there. Refuse a
+/// plan (written or applied) on a table whose scope allows NULL, before anything is read.
+pub(super) fn require_not_null_scope(table: &KeyTable) -> Result<()> {
+    let nullable = table.nullable_scope_columns();
+    if nullable.is_empty() {
+        return Ok(());
+    }
+    Err(fail(
+        Exit::Usage,
+        output::nullable_scope(&table.shown(), &nullable),
+    ))
+}
+
 /// Apply finds plan rows by (api_key_id, key); without an index on them every batch would scan.
 pub(super) fn require_identity_index(table: &KeyTable) -> Result<()> {
     if table.has_tenant_key_index() {
