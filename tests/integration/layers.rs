@@ -1216,8 +1216,25 @@ fn message_functions(text: &str) -> Vec<(String, String)> {
 }
 
 /// Whether `piece` occurs in `tests` inside an exact assertion: `assert_error(` or
-/// `assert_stderr(` within the 1,200 characters before it, or `assert_eq!` within 300.
+/// `assert_stderr(` within the 1,200 characters before it, `assert_eq!` within 300, or a
+/// `let NAME = "..."` holding it that a later `assert_error(CODE, NAME)` asserts.
 fn asserted_exactly(tests: &str, piece: &str) -> bool {
+    let bound_and_asserted = |at: usize| {
+        let start = tests[..at].rfind("let ").unwrap_or(0);
+        let decl = &tests[start..at];
+        let Some((name, value)) = decl["let ".len()..].split_once(" = ") else {
+            return false;
+        };
+        let name = name.trim();
+        if decl.contains(';') || !value.trim_start().starts_with('"') || name.contains(' ') {
+            return false;
+        }
+        let mut end = (at + 3000).min(tests.len());
+        while !tests.is_char_boundary(end) {
+            end -= 1;
+        }
+        tests[at..end].contains(&format!(", {name})")) && tests[at..end].contains("assert_error(")
+    };
     let before = |at: usize, n: usize| {
         let mut from = at.saturating_sub(n);
         while !tests.is_char_boundary(from) {
@@ -1227,9 +1244,10 @@ fn asserted_exactly(tests: &str, piece: &str) -> bool {
     };
     tests.match_indices(piece).any(|(at, _)| {
         let near = before(at, 1200);
-        near.contains("assert_error") || near.contains("assert_stderr(") || {
-            before(at, 300).contains("assert_eq!")
-        }
+        near.contains("assert_error")
+            || near.contains("assert_stderr(")
+            || before(at, 300).contains("assert_eq!")
+            || bound_and_asserted(at)
     })
 }
 
@@ -1302,6 +1320,9 @@ fn the_message_scan_finds_a_function_and_its_fixed_words() {
     );
     let near = "r.assert_error(2, \"table t has no expiry index, so evict refuses\");";
     assert!(asserted_exactly(near, " has no expiry index, so evict"));
+    let bound = "let refusal = \"table t has no expiry index, so evict refuses\";\n\
+                 other();\nrun.assert_error(2, refusal);";
+    assert!(asserted_exactly(bound, " has no expiry index, so evict"));
     assert!(!asserted_exactly(
         "r.assert_stderr_contains(\"has no expiry index, so evict\");",
         " has no expiry index, so evict"
