@@ -317,6 +317,19 @@ async fn a_typeorm_table_is_maintained_as_shipped() {
     ]
     .concat();
     let s = Shape::new("TypeORM", &rows).await;
+    let stats = s.idemctl().args(["stats", "-o", "json"]).run();
+    let notes = stats.json()["notes"].clone();
+    assert_eq!(notes.as_array().map(Vec::len), Some(2), "{stats}");
+    assert_eq!(
+        notes[0],
+        "table public.idempotency_key has no index on createdAt: the expired backlog is the planner's estimate, and the eviction lag and the oldest live key are unknown (finding them would read the whole table); evict walks the table's unique index meanwhile. The index makes them exact: CREATE INDEX CONCURRENTLY \"idempotency_key_expiry\" ON \"public\".\"idempotency_key\" (\"createdAt\");",
+        "{stats}"
+    );
+    assert_eq!(
+        notes[1],
+        "table public.idempotency_key has no in-flight marker (profile typeorm maps no in_flight): no key is ever in flight, so none is stuck, reclaim has nothing to do and no in_progress index is needed; evict removes every expired key no live transaction holds",
+        "{stats}"
+    );
     let run = s.idemctl().arg("check").run();
     run.assert_success()
         .assert_stdout_contains("has no in-flight marker (profile typeorm maps no in_flight)")
@@ -355,8 +368,7 @@ async fn a_typeorm_table_is_maintained_as_shipped() {
     s.idemctl()
         .args(["reclaim", "--yes"])
         .run()
-        .assert_code(2)
-        .assert_stderr_contains("table public.idempotency_key has no in-flight marker (profile typeorm maps no in_flight): no key is ever in flight, so there is nothing to reclaim; nothing was changed");
+        .assert_error(2, "table public.idempotency_key has no in-flight marker (profile typeorm maps no in_flight): no key is ever in flight, so there is nothing to reclaim; nothing was changed");
     s.evicts_exactly(
         "idempotency_key",
         "split_part(\"key\", '-', 1) || '-' || split_part(\"key\", '-', 2)",

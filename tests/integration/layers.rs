@@ -1079,3 +1079,252 @@ fn every_allowed_lint_says_why() {
     let sample = "#[allow(dead_code)]\nfn a() {}\n#[expect(\n    clippy::x,\n    reason = \"y\"\n)]\nfn b() {}\n";
     assert_eq!(lints_without_reason(sample), [1]);
 }
+
+/// The message functions of `src/output/` (`pub(crate) fn NAME(...) -> String` in a module's
+/// non-test part) that no test asserts exactly, as `module::function`. This list may only shrink:
+/// a function that gains an exact assertion must come off it, and a new function must arrive with
+/// one.
+const UNASSERTED_MESSAGES: &[&str] = &[
+    "evict::lost_connection",
+    "evict::pace_setup_failed",
+    "evict::partition_not_dropped",
+    "evict::rate_summary",
+    "evict::reference_table_referenced_by_distributed",
+    "evict::refused_on_citus",
+    "evict::replica_gave_up",
+    "evict::shard_grants_missing",
+    "evict::shard_without_expiry_index",
+    "evict::vacuum_summary",
+    "evict::walking",
+    "evict::worker_stopped",
+    "inspect::no_fingerprint_column",
+    "inspect::search_truncated",
+    "mod::unprobed_reference_note",
+    "names::worker_unprepared",
+    "names::worker_unreachable",
+    "reclaim::apply_not_by_tenant",
+    "reclaim::archive_commit_unwritten",
+    "reclaim::no_identity_on_citus",
+    "reclaim::plan_unwritten",
+    "reclaim::question",
+    "reclaim::shard_unplaced",
+    "reclaim::worker_session_unset",
+    "top::no_answer",
+];
+
+/// The string literals of `text` as written (escapes kept), skipping char literals such as '"'.
+fn literals_of(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] == '\'' && chars.get(i + 2) == Some(&'\'') {
+            i += 3;
+            continue;
+        }
+        if chars[i] != '"' {
+            i += 1;
+            continue;
+        }
+        let mut lit = String::new();
+        i += 1;
+        while i < chars.len() && chars[i] != '"' {
+            if chars[i] == '\\' && i + 1 < chars.len() {
+                lit.push(chars[i]);
+                i += 1;
+            }
+            lit.push(chars[i]);
+            i += 1;
+        }
+        out.push(lit);
+        i += 1;
+    }
+    out
+}
+
+/// `text` with Rust's string continuations (a backslash, the line break and the next line's
+/// leading blanks) taken out, so a literal reads as it is written on one line.
+fn without_continuations(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("\\\n") {
+        out.push_str(&rest[..at]);
+        rest = rest[at + 2..].trim_start();
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The longest fixed piece (18 characters or more, at most 60) of the literals in a message
+/// function's body: the text between its `{}` placeholders.
+fn fixed_piece(body: &str) -> Option<String> {
+    let mut best: Option<String> = None;
+    for lit in literals_of(body) {
+        let lit = without_continuations(&lit);
+        let mut piece = String::new();
+        let mut depth = 0;
+        let mut pieces = Vec::new();
+        for c in lit.chars() {
+            match c {
+                '{' => {
+                    depth += 1;
+                    pieces.push(std::mem::take(&mut piece));
+                }
+                '}' if depth > 0 => depth -= 1,
+                _ if depth == 0 => piece.push(c),
+                _ => {}
+            }
+        }
+        pieces.push(piece);
+        for p in pieces {
+            if p.chars().count() >= 18 && best.as_ref().is_none_or(|b| p.len() > b.len()) {
+                best = Some(p);
+            }
+        }
+    }
+    best.map(|b| b.chars().take(60).collect())
+}
+
+/// The message functions of one output module's source, as `(name, fixed piece)`.
+fn message_functions(text: &str) -> Vec<(String, String)> {
+    let text = text.find("#[cfg(test)]").map_or(text, |at| &text[..at]);
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("\npub(crate) fn ") {
+        rest = &rest[at + "\npub(crate) fn ".len()..];
+        let Some(open) = rest.find('(') else { break };
+        let name = &rest[..open];
+        let Some(close) = rest[open..].find(')') else {
+            break;
+        };
+        let after = rest[open + close + 1..].trim_start();
+        let Some(body) = after
+            .strip_prefix("->")
+            .map(str::trim_start)
+            .and_then(|a| a.strip_prefix("String"))
+            .map(str::trim_start)
+            .and_then(|a| a.strip_prefix('{'))
+        else {
+            continue;
+        };
+        let body = body.find("\n}\n").map_or(body, |end| &body[..end]);
+        if let Some(piece) = fixed_piece(body) {
+            out.push((name.to_owned(), piece));
+        }
+    }
+    out
+}
+
+/// Whether `piece` occurs in `tests` inside an exact assertion: `assert_error(` or
+/// `assert_stderr(` within the 1,200 characters before it, `assert_eq!` within 300, or a
+/// `let NAME = "..."` holding it that a later `assert_error(CODE, NAME)` asserts.
+fn asserted_exactly(tests: &str, piece: &str) -> bool {
+    let bound_and_asserted = |at: usize| {
+        let start = tests[..at].rfind("let ").unwrap_or(0);
+        let decl = &tests[start..at];
+        let Some((name, value)) = decl["let ".len()..].split_once(" = ") else {
+            return false;
+        };
+        let name = name.trim();
+        if decl.contains(';') || !value.trim_start().starts_with('"') || name.contains(' ') {
+            return false;
+        }
+        let mut end = (at + 3000).min(tests.len());
+        while !tests.is_char_boundary(end) {
+            end -= 1;
+        }
+        tests[at..end].contains(&format!(", {name})")) && tests[at..end].contains("assert_error(")
+    };
+    let before = |at: usize, n: usize| {
+        let mut from = at.saturating_sub(n);
+        while !tests.is_char_boundary(from) {
+            from += 1;
+        }
+        &tests[from..at]
+    };
+    tests.match_indices(piece).any(|(at, _)| {
+        let near = before(at, 1200);
+        near.contains("assert_error")
+            || near.contains("assert_stderr(")
+            || before(at, 300).contains("assert_eq!")
+            || bound_and_asserted(at)
+    })
+}
+
+#[test]
+fn the_list_of_messages_without_an_exact_assertion_only_shrinks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut test_files = Vec::new();
+    rust_files(&root.join("tests"), &mut test_files);
+    test_files.sort();
+    let mut tests = String::new();
+    for f in &test_files {
+        // This file names functions, never their words; leave the list out all the same.
+        tests.push_str(&std::fs::read_to_string(f).unwrap());
+        tests.push('\n');
+    }
+    let tests = without_continuations(&tests);
+    let mut modules: Vec<_> = std::fs::read_dir(root.join("src/output"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    modules.sort();
+    let mut seen = 0;
+    let mut unasserted = Vec::new();
+    for m in &modules {
+        let module = m.file_stem().unwrap().to_string_lossy().into_owned();
+        for (name, piece) in message_functions(&std::fs::read_to_string(m).unwrap()) {
+            seen += 1;
+            if !asserted_exactly(&tests, &piece) {
+                unasserted.push(format!("{module}::{name}"));
+            }
+        }
+    }
+    assert!(seen > 50, "found only {seen} message functions");
+    eprintln!(
+        "{} of {seen} message functions without an exact assertion",
+        unasserted.len()
+    );
+    let now_asserted: Vec<_> = UNASSERTED_MESSAGES
+        .iter()
+        .filter(|n| !unasserted.iter().any(|u| u == *n))
+        .collect();
+    let new: Vec<_> = unasserted
+        .iter()
+        .filter(|u| !UNASSERTED_MESSAGES.contains(&u.as_str()))
+        .collect();
+    assert!(
+        now_asserted.is_empty(),
+        "asserted exactly now, take them off UNASSERTED_MESSAGES: {now_asserted:?}"
+    );
+    assert!(
+        new.is_empty(),
+        "no test asserts these messages exactly (text and exit code, with assert_error): {new:?}"
+    );
+}
+
+#[test]
+fn the_message_scan_finds_a_function_and_its_fixed_words() {
+    let text = "use x;\n\npub(crate) fn refused(table: &str) -> String {\n    format!(\n        \
+                \"table {table} has no expiry index, \\\n         so evict refuses\"\n    )\n}\n\
+                \npub(crate) fn count(n: u8) -> u8 {\n    n\n}\n#[cfg(test)]\n\
+                \npub(crate) fn hidden() -> String {\n    \"a long enough piece of words\".into()\n}\n";
+    let found = message_functions(text);
+    assert_eq!(
+        found,
+        [(
+            "refused".to_owned(),
+            " has no expiry index, so evict refuses".to_owned()
+        )]
+    );
+    let near = "r.assert_error(2, \"table t has no expiry index, so evict refuses\");";
+    assert!(asserted_exactly(near, " has no expiry index, so evict"));
+    let bound = "let refusal = \"table t has no expiry index, so evict refuses\";\n\
+                 other();\nrun.assert_error(2, refusal);";
+    assert!(asserted_exactly(bound, " has no expiry index, so evict"));
+    assert!(!asserted_exactly(
+        "r.assert_stderr_contains(\"has no expiry index, so evict\");",
+        " has no expiry index, so evict"
+    ));
+}

@@ -25,6 +25,7 @@ mod inspect;
 mod layers;
 mod leftovers;
 mod maintenance;
+mod messages;
 mod metrics;
 mod pace;
 mod partitions;

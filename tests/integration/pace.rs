@@ -140,6 +140,25 @@ async fn a_role_that_cannot_see_other_sessions_keeps_the_fixed_duty_cycle_and_sa
     assert_eq!(j["rows_evicted"], 20_000, "{run}");
     assert_eq!(j["pace"]["mode"], "fixed", "{run}");
     assert_eq!(j["pace"]["duty_cycle"], 20, "{run}");
+    run.assert_stderr(&format!(
+        "idemctl: warning: evict paces itself at the fixed 20% duty cycle: role {role} cannot see \
+         other sessions' activity (grant it pg_monitor); --duty-cycle 20 keeps this pace without \
+         the warning
+"
+    ));
+    Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["evict", "--max-replica-lag", "10s"])
+        .run_async()
+        .await
+        .assert_error(
+            6,
+            &format!(
+                "permission denied: --max-replica-lag reads the replicas' replay positions from \
+                 pg_stat_replication, which role {role} cannot see (it needs the privileges of \
+                 pg_read_all_stats); grant them with: GRANT pg_monitor TO \"{role}\";"
+            ),
+        );
     db.exec(&format!(
         "DROP OWNED BY {r}; DROP ROLE {r}",
         r = ident(&role)

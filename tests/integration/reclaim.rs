@@ -654,6 +654,18 @@ async fn reclaim_refuses_a_plan_row_without_a_tenant_on_a_tenant_table() {
             .assert_stderr_contains("edited.json is not a valid reclaim plan")
             .assert_stderr_contains(says);
         assert_eq!(run.stderr.lines().count(), 1, "{run}");
+        if says.starts_with("has no api_key_id") {
+            run.assert_error(
+                2,
+                &format!(
+                    "plan {} is not a valid reclaim plan (the row of key {} has no api_key_id, \
+                     but table public.idempotency_keys has a tenant column (api_key_id)); nothing \
+                     was changed, make a new one with --plan",
+                    edited.display(),
+                    written["rows"][1]["key"].as_str().unwrap()
+                ),
+            );
+        }
     }
     assert_eq!(snapshot(&db).await, before);
 }

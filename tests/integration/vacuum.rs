@@ -188,8 +188,23 @@ async fn evict_vacuum_is_refused_before_any_change_without_the_right_to_vacuum()
         .args(["evict", "--vacuum"])
         .run_async()
         .await;
-    run.assert_code(6).assert_stderr_contains(
-        "evict --vacuum: this role may not VACUUM public.idempotency_keys (only the owner, a superuser or the database's owner may), nothing was changed",
+    let owner: String = db
+        .client()
+        .await
+        .query_one(
+            "SELECT tableowner::text FROM pg_tables WHERE tablename = 'idempotency_keys'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    run.assert_error(
+        6,
+        &format!(
+            "evict --vacuum: this role may not VACUUM public.idempotency_keys (only the owner, a \
+             superuser or the database's owner may), nothing was changed; run without --vacuum, \
+             or as the owner: GRANT {owner} TO <this role>"
+        ),
     );
     assert_eq!(
         scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
