@@ -600,12 +600,16 @@ pub(crate) fn metrics(r: &StatsReport) -> Metrics {
         let oldest = refd.oldest.as_ref().map_or(0.0, |k| k.seconds);
         m.set(S::ExpiredReferencedOldest, oldest);
     }
-    m.set(
-        S::ExpiredBacklogKeys,
-        r.expired_backlog.map_or(0, |b| b.count),
-    );
-    let capped = r.expired_backlog.is_some_and(|b| b.at_least);
-    m.set(S::ExpiredBacklogCapped, capped);
+    // A backlog that was not counted is no gauge at all (a 0 would say nothing waits); the
+    // planner's estimate, where there is one, has its own.
+    match (r.expired_backlog, r.expired_backlog_estimate) {
+        (Some(b), _) => {
+            m.set(S::ExpiredBacklogKeys, b.count);
+            m.set(S::ExpiredBacklogCapped, b.at_least);
+        }
+        (None, Some(estimate)) => m.set(S::ExpiredBacklogEstimatedKeys, estimate),
+        (None, None) => {}
+    }
     if let Some(st) = &r.stuck {
         m.set(S::StuckKeys, st.count.count);
     }

@@ -87,7 +87,9 @@ catalogue! {
     ExpiredReferencedOldest = Gauge "idemctl_expired_referenced_oldest_seconds" []
         "How long the oldest expired completed key a foreign key still references has waited (0 when none).";
     ExpiredBacklogKeys = Gauge "idemctl_expired_backlog_keys" []
-        "Expired completed keys not yet evicted (exact up to the cap).";
+        "Expired completed keys not yet evicted (exact up to the cap; absent when they cannot be counted: no index on the expiry column, or no expiry column and no --ttl).";
+    ExpiredBacklogEstimatedKeys = Gauge "idemctl_expired_backlog_estimated_keys" []
+        "The planner's estimate of the expired completed keys not yet evicted, where they cannot be counted (no index on the expiry column); absent where they are counted.";
     ExpiredBacklogCapped = Gauge "idemctl_expired_backlog_capped" []
         "1 when the expired backlog exceeds the counting cap, so the backlog figure is a lower bound.";
     StuckKeys = Gauge "idemctl_stuck_keys" []

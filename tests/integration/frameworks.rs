@@ -1852,6 +1852,18 @@ async fn an_eviction_lag_stats_cannot_find_is_unknown_not_zero() {
         ["idemctl_eviction_lag_known 0"],
         "{run}"
     );
+    // Nor is the backlog a 0 when it cannot be counted: the planner's estimate has its own gauge.
+    let backlog_samples = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("idemctl_expired_backlog_"))
+            .map(|l| l.split('{').next().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        backlog_samples(&run.stdout),
+        ["idemctl_expired_backlog_estimated_keys"],
+        "{run}"
+    );
     crate::metrics::promtool_check_metrics(&run.stdout);
 
     s.db.client()
@@ -1873,6 +1885,14 @@ async fn an_eviction_lag_stats_cannot_find_is_unknown_not_zero() {
         .parse()
         .unwrap();
     assert!(lag > 86_400.0, "{run}");
+    assert_eq!(
+        backlog_samples(&run.stdout),
+        [
+            "idemctl_expired_backlog_keys",
+            "idemctl_expired_backlog_capped"
+        ],
+        "{run}"
+    );
 }
 
 /// On a table with no response column (MassTransit's inbox) inspect says so instead of "no stored
