@@ -386,7 +386,7 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
         body_type: "jsonb".to_owned(),
         row_identity: Vec::new(),
         scope_walk: Vec::new(),
-        matched_because: String::new(),
+        matched_because: None,
         origin: Some(format!("config file {}, [profiles.{name}]", path)),
     };
     p.actions = actions(path, name, &p, m.actions)?;
@@ -602,15 +602,10 @@ impl Config {
                 }
             },
         };
-        chosen.matched_because = format!(
-            "the mapping in {}{}",
-            chosen.origin.as_deref().unwrap_or("the config file"),
-            if profile.is_some() {
-                ", chosen by name"
-            } else {
-                ""
-            }
-        );
+        chosen.matched_because = Some(crate::report::db::MatchReason::MappingIn {
+            origin: chosen.origin.clone(),
+            by_name: profile.is_some(),
+        });
         Ok(Some(chosen))
     }
 }

@@ -117,16 +117,26 @@ impl From<Exit> for std::process::ExitCode {
 }
 
 /// An error that carries its own exit code. Attach it where a condition is known precisely; the
-/// message is one lowercase sentence fragment that names what was wrong and what to do.
-#[derive(Debug)]
+/// message is one lowercase sentence fragment that names what was wrong and what to do. It is held
+/// as a typed value until printed, so a layer below the output layer can refuse with what it found
+/// and leave the wording to src/output/.
 pub(crate) struct Classified {
     pub exit: Exit,
-    pub message: String,
+    pub message: Box<dyn fmt::Display + Send + Sync>,
+}
+
+impl fmt::Debug for Classified {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Classified")
+            .field("exit", &self.exit)
+            .field("message", &self.message.to_string())
+            .finish()
+    }
 }
 
 impl fmt::Display for Classified {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.message)
+        self.message.fmt(f)
     }
 }
 
@@ -134,9 +144,15 @@ impl std::error::Error for Classified {}
 
 /// Build an error with an explicit exit code.
 pub(crate) fn fail(exit: Exit, message: impl Into<String>) -> anyhow::Error {
+    refuse(exit, message.into())
+}
+
+/// Build an error with an explicit exit code from a typed reason that the output layer words (its
+/// `Display`).
+pub(crate) fn refuse(exit: Exit, why: impl fmt::Display + Send + Sync + 'static) -> anyhow::Error {
     anyhow::Error::new(Classified {
         exit,
-        message: message.into(),
+        message: Box::new(why),
     })
 }
 

@@ -23,6 +23,7 @@ use crate::report::check::{
 };
 pub(crate) use crate::report::check::{Finding, Status};
 use crate::report::citus::{Outcome, ShardLacks, Worker};
+use crate::report::db::ColumnProblem;
 use crate::report::rows::{Layout, ReferencingKey};
 
 /// Run `check`.
@@ -142,13 +143,12 @@ fn connection(route: Option<Route>) -> (Status, Found) {
 
 /// Whether evict and reclaim can change anything on this session.
 fn writes(writability: Writability) -> (Status, Found) {
-    let problem = writability.problem();
-    let status = if problem.is_none() {
+    let status = if writability == Writability::Writable {
         Status::Ok
     } else {
         Status::Note
     };
-    (status, Found::Writes { problem })
+    (status, Found::Writes { writability })
 }
 
 fn index_ref(i: &Index) -> IndexRef {
@@ -179,7 +179,12 @@ fn structure(table: &KeyTable) -> Vec<Finding> {
     }
     // The table belongs to the application: a mismatch is fixed by choosing or mapping the
     // profile, never by changing the table.
-    for (column, found, types) in problems {
+    for ColumnProblem {
+        column,
+        found,
+        expected: types,
+    } in problems
+    {
         let expected = types.iter().map(|t| (*t).to_owned()).collect();
         let profile = p.name.clone();
         let other_case = table.other_case(&column).map(quote_ident);
@@ -440,7 +445,7 @@ fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) -> Vec
             .map(|(g, _)| g)
             .collect()
     };
-    let refused = writability.problem();
+    let refused = (writability != Writability::Writable).then_some(writability);
     let granted = |missing: &[String]| match (missing.is_empty(), refused) {
         (true, None) => Status::Ok,
         _ => Status::Note,

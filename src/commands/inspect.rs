@@ -189,7 +189,7 @@ fn scope_given(table: &KeyTable, args: &InspectArgs, pairs: &[(String, String)])
     let p = &table.profile;
     if let Some(v) = &args.api_key_id {
         if let Some(why) = p.scope_value_problem(v, "--api-key-id", &table.qualified_name()) {
-            return Err(fail(Exit::Usage, why));
+            return Err(crate::exit::refuse(Exit::Usage, why));
         }
         return Ok(Scope::Whole(v.clone()));
     }

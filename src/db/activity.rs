@@ -3,6 +3,7 @@
 use anyhow::{Context as _, Result};
 
 use crate::db::{Session, p};
+use crate::report::db::Step;
 use time::OffsetDateTime;
 
 /// Whether the role may see other sessions' state, and its name for messages.
@@ -10,7 +11,7 @@ pub(crate) async fn visibility(client: &Session) -> Result<(String, bool)> {
     let row = client
         .query_one(include_str!("../../sql/pace_visibility.sql"), &[])
         .await
-        .context("failed to check whether this role may read other sessions' activity")?;
+        .context(Step::CheckActivityAccess)?;
     Ok((row.get("role"), row.get("can_see")))
 }
 
@@ -52,7 +53,7 @@ pub(crate) async fn foreground(
             &[p(&since), p(&lookback_ms), p(&tables), p(&left_out)],
         )
         .await
-        .context("failed to sample the other sessions' activity")?;
+        .context(Step::SampleActivity)?;
     let n = |c: &str| u32::try_from(row.get::<_, i32>(c)).unwrap_or(0);
     Ok(Foreground {
         sampled_at: row.get("sampled_at"),
@@ -70,7 +71,7 @@ pub(crate) async fn wal_insert_position(client: &Session) -> Result<i64> {
     let row = client
         .query_one(include_str!("../../sql/wal_insert_position.sql"), &[])
         .await
-        .context("failed to read the server's WAL position")?;
+        .context(Step::ReadWalPosition)?;
     Ok(row.try_get("position")?)
 }
 
@@ -108,7 +109,7 @@ pub(crate) async fn idemctl_sessions(
             ],
         )
         .await
-        .context("failed to list idemctl's sessions")?;
+        .context(Step::ListOwnSessions)?;
     Ok(rows
         .iter()
         .map(|r| IdemctlSession {
@@ -153,7 +154,7 @@ pub(crate) async fn row_waits(
             &[p(&table.oid), p(&limit)],
         )
         .await
-        .context("failed to list the sessions waiting for a key's row")?;
+        .context(Step::ListWaiters)?;
     Ok(rows
         .iter()
         .map(|r| RowWait {

@@ -22,6 +22,7 @@ use anyhow::{Context as _, Result};
 use tokio_postgres::error::SqlState;
 
 use super::Session;
+use crate::report::db::{BatchFailure, Step};
 
 /// Tries of one batch (the first included) before a transient failure ends the run.
 pub(crate) const TRIES: u32 = 5;
@@ -86,12 +87,12 @@ impl Failure {
     }
 }
 
-/// What a batch that failed with `e` met, in words for the error line. A lock wait names a row
-/// only when the server said it waited on one (its error's context names the tuple); otherwise
-/// the lock may have been a table's (DDL) or a row's, and the words say both.
-pub(crate) fn lock_failure(e: &anyhow::Error) -> &'static str {
+/// What a batch that failed with `e` met, for the error line. A lock wait names a row only when
+/// the server said it waited on one (its error's context names the tuple); otherwise the lock may
+/// have been a table's (DDL) or a row's, and the words say both.
+pub(crate) fn lock_failure(e: &anyhow::Error) -> BatchFailure {
     if Failure::of(e) != Failure::LockTimeout {
-        return "a batch failed and was rolled back";
+        return BatchFailure::Failed;
     }
     let on_row = e.chain().any(|cause| {
         cause
@@ -101,17 +102,14 @@ pub(crate) fn lock_failure(e: &anyhow::Error) -> &'static str {
             .is_some_and(|w| w.contains("tuple"))
     });
     if on_row {
-        "a batch could not lock a row within lock_timeout (a live transaction holds it)"
+        BatchFailure::RowLock
     } else {
-        "a batch could not get its locks within lock_timeout (a live transaction or DDL holds them)"
+        BatchFailure::Locks
     }
 }
 
-/// A batch that found the rows changed under it between its statements (an archived batch took a
-/// key whose record it had not read) and was rolled back to run again.
-#[derive(Debug, thiserror::Error)]
-#[error("the batch raced another session and was rolled back")]
-pub(crate) struct Rerun;
+/// A batch that found the rows changed under it between its statements, rolled back to run again.
+pub(crate) use crate::report::db::Rerun;
 
 /// Keep every row (and table) wait of the session's batches to `wait`: `SET` on an owned session,
 /// `SET LOCAL` in each batch's transaction behind a pooler.
@@ -119,7 +117,7 @@ pub(crate) async fn limit_row_waits(session: &Session, wait: Duration) -> Result
     session
         .set("lock_timeout", &format!("{}ms", wait.as_millis()))
         .await
-        .context("failed to set the session's lock_timeout")
+        .context(Step::SetSessionLockTimeout)
 }
 
 /// The size to do a failed batch of `rows` again at: half as large (at least one row) when it
@@ -191,16 +189,7 @@ const HELD_PAUSE_FIRST: Duration = Duration::from_millis(2);
 const HELD_PAUSE_MAX: Duration = Duration::from_millis(100);
 
 /// A live transaction held a row of a Citus reference table for longer than the run waits.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "a live transaction held a row of this Citus reference table for more than {} s, and Citus \
-     lets no other write to a reference table proceed until that transaction ends; no request \
-     waited on idemctl longer than its lock_timeout; run it again once that transaction has ended",
-    patience.as_secs_f64()
-)]
-pub(crate) struct HeldReferenceRow {
-    pub patience: Duration,
-}
+pub(crate) use crate::report::db::HeldReferenceRow;
 
 /// Run one batch on a table written through the coordinator: a try that met a lock held past
 /// `how.wait` is made again after a short pause, for up to `how.patience` (then
@@ -296,7 +285,7 @@ where
 /// when the transaction could not be started, then when it could not be committed.
 pub(crate) async fn in_transaction<T>(
     client: &Session,
-    failed: [&'static str; 2],
+    failed: [Step; 2],
     work: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     let [begin, commit] = failed;

@@ -9,7 +9,8 @@ use super::session::p;
 use super::table::ProfileChoice;
 use super::{KeyTable, Session};
 use crate::domain::TableName;
-use crate::exit::{Exit, fail};
+use crate::exit::{Exit, refuse};
+use crate::report::db::{Fault, Refusal, Step};
 pub(crate) use crate::report::rows::{DistributedReference, Layout, Placement};
 
 const PROPAGATE_SET_LOCAL_SQL: &str = include_str!("../../sql/citus_propagate_set_local.sql");
@@ -103,11 +104,11 @@ pub(crate) async fn bound_row_waits(session: &Session, wait: Duration) -> Result
     session
         .batch_execute(PROPAGATE_SET_LOCAL_SQL)
         .await
-        .context("failed to pass the batch's settings on to the Citus workers")?;
+        .context(Step::PassSettingsToWorkers)?;
     session
         .set_local("lock_timeout", &format!("{}ms", wait.as_millis()))
         .await
-        .context("failed to set the batch's lock_timeout")
+        .context(Step::SetBatchLockTimeout)
 }
 
 /// Inside a batch's transaction on a table Citus plans on the coordinator
@@ -118,7 +119,7 @@ pub(crate) async fn plan_with_values(session: &Session) -> Result<()> {
     session
         .batch_execute(CUSTOM_PLAN_LOCAL_SQL)
         .await
-        .context("failed to plan the batch with its values")
+        .context(Step::PlanWithValues)
 }
 
 #[cfg(test)]
@@ -161,7 +162,7 @@ pub(crate) async fn layout(client: &Session, table: &KeyTable) -> Result<Option<
     let installed: bool = client
         .query_one(include_str!("../../sql/citus_installed.sql"), &[])
         .await
-        .context("failed to check for the citus extension")?
+        .context(Step::CheckCitus)?
         .get("installed");
     if !installed {
         return Ok(None);
@@ -172,7 +173,7 @@ pub(crate) async fn layout(client: &Session, table: &KeyTable) -> Result<Option<
             &[p(&table.oid)],
         )
         .await
-        .context("failed to read how Citus distributes the key table")?
+        .context(Step::ReadDistribution)?
     else {
         return Ok(None);
     };
@@ -197,7 +198,7 @@ pub(crate) async fn not_foreground(client: &Session, node: &str) -> Result<Vec<i
     Ok(client
         .query_one(include_str!("../../sql/citus_not_foreground.sql"), &[])
         .await
-        .with_context(|| format!("failed to read Citus's own sessions on {node}"))?
+        .with_context(|| Step::ReadCitusSessions(node.to_owned()))?
         .get("gpids"))
 }
 
@@ -238,7 +239,7 @@ pub(crate) async fn shard_grants(client: &Session, oids: &Vec<i64>) -> Result<Ve
             &[p(oids)],
         )
         .await
-        .context("failed to read the role's privileges on the shards")?;
+        .context(Step::ReadShardPrivileges)?;
     rows.iter()
         .map(|r| {
             Ok(ShardGrants {
@@ -288,7 +289,7 @@ pub(crate) async fn distributed_blocking_references(
             &[p(&table.oid)],
         )
         .await
-        .context("failed to read the distributed tables' foreign keys that reference the table")?;
+        .context(Step::ReadDistributedReferences)?;
     rows.iter()
         .map(|r| {
             Ok(DistributedReference {
@@ -305,16 +306,15 @@ pub(crate) async fn placements(client: &Session, table: &KeyTable) -> Result<Vec
     let rows = client
         .query(include_str!("../../sql/citus_shards.sql"), &[p(&table.oid)])
         .await
-        .context("failed to list the key table's shards")?;
+        .context(Step::ListShards)?;
     rows.iter()
         .map(|r| {
             let port: i32 = r.get("port");
             Ok(Placement {
                 shard_id: r.get("shard_id"),
                 node: r.get("node"),
-                port: u16::try_from(port).map_err(|_| {
-                    fail(Exit::Internal, format!("Citus metadata names port {port}"))
-                })?,
+                port: u16::try_from(port)
+                    .map_err(|_| refuse(Exit::Internal, Fault::MetadataPort(port)))?,
             })
         })
         .collect()
@@ -329,7 +329,7 @@ pub(crate) async fn shard_for(client: &Session, table: &KeyTable, value: &str) -
             &[p(&table.oid), p(&value)],
         )
         .await
-        .context("failed to find the shard that holds the tenant")?
+        .context(Step::FindTenantShard)?
         .get("shard_id"))
 }
 
@@ -345,7 +345,7 @@ pub(crate) async fn shards_for(
             &[p(&table.oid), p(values)],
         )
         .await
-        .context("failed to find the shards that hold the plan's tenants")?;
+        .context(Step::FindPlanShards)?;
     Ok(rows.iter().map(|r| r.get("shard_id")).collect())
 }
 
@@ -366,12 +366,13 @@ pub(crate) async fn resolve_shard(
     placement: &Placement,
 ) -> Result<KeyTable> {
     let name = shard_name(table, placement.shard_id);
-    begin_catalog_reads(client).await.with_context(|| {
-        format!(
-            "failed to read shard {} on node {}:{}",
-            placement.shard_id, placement.node, placement.port
-        )
-    })?;
+    begin_catalog_reads(client)
+        .await
+        .with_context(|| Step::ReadShard {
+            shard_id: placement.shard_id,
+            node: placement.node.clone(),
+            port: placement.port,
+        })?;
     // The shard has the table's columns: it plays the same profile.
     let choice = ProfileChoice {
         mapping: Some(table.profile.clone()),
@@ -380,17 +381,16 @@ pub(crate) async fn resolve_shard(
     let resolved = KeyTable::resolve(client, &name, &choice).await;
     end_catalog_reads(client).await?;
     resolved.map_err(|e| {
-        fail(
+        refuse(
             Exit::NotFound,
-            format!(
-                "shard {} of {} (table {}) is not on node {}:{} where the coordinator's metadata places it ({}); a shard move may be under way, try again",
-                placement.shard_id,
-                table.qualified_name(),
-                name,
-                placement.node,
-                placement.port,
-                crate::domain::one_line(&e)
-            ),
+            Refusal::ShardMissing {
+                shard_id: placement.shard_id,
+                table: table.qualified_name(),
+                shard: name.to_string(),
+                node: placement.node.clone(),
+                port: placement.port,
+                why: crate::domain::one_line(&e),
+            },
         )
     })
 }
@@ -401,17 +401,14 @@ pub(crate) async fn begin_catalog_reads(client: &Session) -> Result<()> {
     client
         .begin("BEGIN READ ONLY")
         .await
-        .context("failed to start a read-only transaction on the worker")?;
+        .context(Step::StartWorkerReads)?;
     client
         .batch_execute(include_str!("../../sql/citus_show_shards.sql"))
         .await
-        .context("failed to show the shards to the catalog reads on the worker")
+        .context(Step::ShowShards)
 }
 
 /// Ends [`begin_catalog_reads`].
 pub(crate) async fn end_catalog_reads(client: &Session) -> Result<()> {
-    client
-        .commit()
-        .await
-        .context("failed to end the read-only transaction on the worker")
+    client.commit().await.context(Step::EndWorkerReads)
 }

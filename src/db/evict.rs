@@ -12,8 +12,9 @@ use super::batch::ThroughCoordinator;
 use super::queries::Capped;
 pub(crate) use super::references::References;
 use super::{KeyTable, Param, Session, p, with_deadline};
-use crate::exit::{Exit, fail};
+use crate::exit::{Exit, refuse};
 use crate::ident::quote_ident;
+use crate::report::db::{Fault, Step};
 pub(crate) use crate::report::rows::SampleKey;
 
 const CLAIM_SQL: &str = include_str!("../../sql/evict_range_end.sql");
@@ -199,7 +200,7 @@ impl Walk {
         };
         let row = with_deadline(deadline, client.query_one(sql, &params))
             .await
-            .context("failed to read a page of the walk")?;
+            .context(Step::ReadWalkPage)?;
         let young: Vec<bool> = row.try_get("sample_young")?;
         let scope: Vec<Option<String>> = row.try_get("sample_scope")?;
         let key: Vec<Option<String>> = row.try_get("sample_key")?;
@@ -282,10 +283,7 @@ async fn one_row(
     let mut rows = with_deadline(deadline, client.query_reused(sql, params)).await?;
     match rows.len() {
         1 => Ok(rows.remove(0)),
-        n => Err(fail(
-            Exit::Internal,
-            format!("a statement that returns one row returned {n}"),
-        )),
+        n => Err(refuse(Exit::Internal, Fault::RowCount(n))),
     }
 }
 
@@ -351,12 +349,8 @@ impl Statements {
     /// NO ACTION / RESTRICT row of `refs` still references, as the batch statement does; it does
     /// not lock the rows an ON DELETE action changes first.
     pub(crate) fn by_identity(mut self, table: &KeyTable, refs: &References) -> Result<Statements> {
-        let template = super::citus::rows_by_identity(SKIP_LOCKED_SQL).ok_or_else(|| {
-            fail(
-                Exit::Internal,
-                "evict's SKIP LOCKED statement has no form that finds its rows by the key's identity",
-            )
-        })?;
+        let template = super::citus::rows_by_identity(SKIP_LOCKED_SQL)
+            .ok_or_else(|| refuse(Exit::Internal, Fault::EvictWithoutIdentityForm))?;
         self.skip_locked = refs
             .blocking_only()
             .fill(&table.sql(&template), &table.quoted);
@@ -382,22 +376,15 @@ impl Statements {
         if wait.is_none() && !self.by_identity {
             return statement.await;
         }
-        super::batch::in_transaction(
-            client,
-            [
-                "failed to start a batch's transaction",
-                "failed to commit a batch",
-            ],
-            async {
-                if self.by_identity {
-                    super::citus::plan_with_values(client).await?;
-                }
-                if let Some(wait) = wait {
-                    super::citus::bound_row_waits(client, wait).await?;
-                }
-                statement.await
-            },
-        )
+        super::batch::in_transaction(client, [Step::StartBatch, Step::CommitBatch], async {
+            if self.by_identity {
+                super::citus::plan_with_values(client).await?;
+            }
+            if let Some(wait) = wait {
+                super::citus::bound_row_waits(client, wait).await?;
+            }
+            statement.await
+        })
         .await
     }
 
@@ -552,11 +539,11 @@ pub(crate) async fn backlog_from(
     client
         .set("plan_cache_mode", "force_generic_plan")
         .await
-        .context("failed to set up the session for the final count")?;
+        .context(Step::SetUpFinalCount)?;
     let row = client
         .query_one(&table.sql(BACKLOG_FROM_SQL), &[p(&cap), p(&cursor)])
         .await
-        .context("failed to count the backlog left")?;
+        .context(Step::CountBacklogLeft)?;
     Ok(Capped::from_raw(row.try_get("n")?, cap))
 }
 
@@ -570,7 +557,7 @@ pub(crate) async fn in_progress_from(
     let row = client
         .query_one(&table.sql(IN_PROGRESS_FROM_SQL), &[p(&cap), p(&cursor)])
         .await
-        .context("failed to count the expired in_progress keys left")?;
+        .context(Step::CountExpiredInProgressLeft)?;
     let examined: i64 = row.try_get("examined")?;
     Ok(Capped {
         count: row.try_get("n")?,
@@ -602,7 +589,7 @@ pub(crate) async fn preview(
             &[p(&cap), p(&min_age)],
         )
         .await
-        .context("failed to preview the eviction")?;
+        .context(Step::PreviewEviction)?;
     let walked: i64 = row.try_get("walked")?;
     // Both counts come from one walk of at most cap + 1 candidates: past the cap, each is a floor.
     let capped = |n: i64| Capped {
@@ -642,7 +629,7 @@ pub(crate) async fn preview_sample(
             &[p(&cap), p(&min_age), p(&size)],
         )
         .await
-        .context("failed to sample the keys the run would evict")?;
+        .context(Step::SampleEvicted)?;
     let mut sample = Sample {
         evict: Vec::new(),
         kept: Vec::new(),
@@ -687,7 +674,7 @@ pub(crate) async fn explain_first_batch(
     let end: Option<OffsetDateTime> = client
         .query_one(&table.sql(CLAIM_SQL), &[p(&start), p(&rows)])
         .await
-        .context("failed to size the first batch")?
+        .context(Step::SizeFirstBatch)?
         .try_get("range_end")?;
     let end = end.map_or_else(
         || "NULL".to_owned(),
@@ -726,21 +713,15 @@ async fn explain_generic(client: &Session, sql: &str, args: &str) -> Result<Vec<
          EXPLAIN EXECUTE idemctl_evict_batch({args}); \
          DEALLOCATE idemctl_evict_batch"
     );
-    client
-        .begin("BEGIN")
-        .await
-        .context("failed to explain the batch statement")?;
+    client.begin("BEGIN").await.context(Step::ExplainBatch)?;
     let messages = match client.simple_query(&script).await {
         Ok(messages) => {
-            client
-                .commit()
-                .await
-                .context("failed to explain the batch statement")?;
+            client.commit().await.context(Step::ExplainBatch)?;
             messages
         }
         Err(e) => {
             client.rollback_then("DEALLOCATE idemctl_evict_batch").await;
-            return Err(e.context("failed to explain the batch statement"));
+            return Err(e.context(Step::ExplainBatch));
         }
     };
     Ok(messages

@@ -20,7 +20,8 @@ use anyhow::{Context as _, Result};
 use super::KeyTable;
 use crate::conn::Route;
 use crate::db::{Session, p};
-use crate::exit::{Exit, fail};
+use crate::exit::{Exit, refuse};
+use crate::report::db::{LockHolder, Refusal, Step};
 
 /// What keeps another run of the same command off the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,20 +33,10 @@ pub(crate) enum LockScope {
 }
 
 impl LockScope {
-    /// The one line said at run time when a pooler was detected (`--pool-mode transaction` says
-    /// the operator knows; `--quiet` silences it too).
-    pub(crate) fn note(self, class: LockClass, route: Option<Route>) -> Option<String> {
-        if self != LockScope::Rows || route != Some(Route::DetectedPooler) {
-            return None;
-        }
-        let name = class.name();
-        Some(format!(
-            "connected through a connection pooler (transaction pooling assumed): this {name} run \
-             holds no lock beyond its own transactions, so another {name} run on this table is not \
-             kept out; overlapping runs share the rows, none is changed twice and no request waits \
-             on them longer than lock_timeout (--pool-mode session behind a session pooler keeps \
-             runs apart; --pool-mode transaction silences this note)"
-        ))
+    /// Whether to say at run time that a pooler was detected, so runs are not kept apart
+    /// (`--pool-mode transaction` says the operator knows; `--quiet` silences it too).
+    pub(crate) fn pooler_note(self, route: Option<Route>) -> bool {
+        self == LockScope::Rows && route == Some(Route::DetectedPooler)
     }
 }
 
@@ -65,7 +56,7 @@ impl LockClass {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             LockClass::Evict => "evict",
             LockClass::Reclaim => "reclaim",
@@ -94,13 +85,13 @@ pub(crate) async fn acquire(
             &[p(&class.key()), p(&table_key(table))],
         )
         .await
-        .context("failed to take the maintenance lock")?;
+        .context(Step::TakeLock)?;
     if row.get::<_, bool>("acquired") {
         let idle = crate::conn::setting_millis(client.idle_limit());
         client
             .query_one(include_str!("../../sql/guard_idle.sql"), &[p(&idle)])
             .await
-            .context("failed to bound how long the maintenance lock outlives a silent run")?;
+            .context(Step::BoundLockIdle)?;
         keep(client.clone());
         return Ok(LockScope::Run);
     }
@@ -112,33 +103,21 @@ pub(crate) async fn acquire(
         .await
         .ok()
         .flatten();
-    let (name, table) = (class.name(), table.qualified_name());
-    let Some(h) = holder else {
-        return Err(fail(
-            Exit::LockBusy,
-            format!(
-                "another {name} run holds the lock on {table}; this run did nothing, try again when it has finished"
-            ),
-        ));
-    };
-    let pid: Option<i32> = h.get("pid");
-    let app: Option<String> = h.get("application_name");
-    let addr: Option<String> = h.get("client_addr");
-    let user: Option<String> = h.get("usename");
-    let pid = pid.map_or_else(|| "?".into(), |p| p.to_string());
-    let who = format!(
-        "pid {pid}, application_name {}, user {}, client {}",
-        app.unwrap_or_else(|| "unknown".into()),
-        user.unwrap_or_else(|| "unknown".into()),
-        addr.unwrap_or_else(|| "local socket".into()),
-    );
-    // The holder is named, never judged: its application_name is whatever its conninfo said, so
-    // it proves neither that it is an idemctl run nor that it is not.
-    let message = format!(
-        "another {name} run holds the lock on {table} ({who}); this run did nothing, try again \
-         when it has finished"
-    );
-    Err(fail(Exit::LockBusy, message))
+    let holder = holder.map(|h| LockHolder {
+        pid: h.get("pid"),
+        application_name: h.get("application_name"),
+        user: h.get("usename"),
+        client_addr: h.get("client_addr"),
+    });
+    // The holder is named, never judged (see the output layer's words).
+    Err(refuse(
+        Exit::LockBusy,
+        Refusal::LockBusy {
+            command: class.name(),
+            table: table.qualified_name(),
+            holder,
+        },
+    ))
 }
 
 /// Ping the session that holds the lock four times per its idle limit while the run holds the

@@ -4,6 +4,7 @@
 use anyhow::{Context as _, Result};
 
 use crate::db::{KeyTable, Session, p};
+use crate::report::db::Step;
 pub(crate) use crate::report::rows::{AutovacuumRel, RecentTtl, TtlBucket};
 
 /// The autovacuum statement (catalog only).
@@ -16,7 +17,7 @@ pub(crate) async fn autovacuum(client: &Session, table: &KeyTable) -> Result<Vec
     let rows = client
         .query(AUTOVACUUM_SQL, &[p(&table.oid)])
         .await
-        .context("failed to read the autovacuum settings")?;
+        .context(Step::ReadAutovacuumSettings)?;
     Ok(rows
         .iter()
         .map(|r| {
@@ -75,7 +76,7 @@ pub(crate) async fn recent_ttl(
             &[p(&TTL_SAMPLE), p(&below_seconds)],
         )
         .await
-        .context("failed to sample the TTL of recent keys")?;
+        .context(Step::SampleTtl)?;
     let keys: i64 = r.get("keys");
     if keys == 0 {
         return Ok(None);

@@ -35,6 +35,9 @@ pub(crate) async fn with_deadline<T>(
 ) -> anyhow::Result<T> {
     match tokio::time::timeout(deadline + Duration::from_secs(1), work).await {
         Ok(r) => r,
-        Err(_) => Err(anyhow::Error::new(session::Lost::NoAnswer(deadline))),
+        Err(_) => Err(anyhow::Error::new(session::Lost::NoAnswer {
+            deadline,
+            margin: crate::conn::ANSWER_MARGIN,
+        })),
     }
 }

@@ -7,6 +7,7 @@ use time::OffsetDateTime;
 
 use super::KeyTable;
 use crate::ident::quote_ident;
+use crate::report::db::Step;
 pub(crate) use crate::report::rows::Partition;
 
 /// Lists every leaf partition with its bounds (catalog only).
@@ -28,7 +29,7 @@ pub(crate) async fn list(client: &Session, table: &KeyTable) -> Result<Vec<Parti
     let rows = client
         .query(LIST_SQL, &[p(&table.oid), p(&timestamp_bounds)])
         .await
-        .context("failed to list the key table's partitions")?;
+        .context(Step::ListPartitions)?;
     Ok(rows
         .iter()
         .map(|r| {
@@ -83,7 +84,7 @@ pub(crate) async fn probe(
     let row = client
         .query_one(&partition.sql(table, PROBE_SQL), &[])
         .await
-        .with_context(|| format!("failed to probe partition {}", partition.name))?;
+        .with_context(|| Step::ProbePartition(partition.name.clone()))?;
     Ok(Probe {
         holds_in_progress: row.get("holds_in_progress"),
         newest_expiry: row.get("newest_expiry"),

@@ -4,8 +4,6 @@
 //! tree and rendered back with every column quoted as an identifier and every string escaped as a
 //! literal, so no text from the file reaches a statement as written.
 
-use std::fmt;
-
 /// A literal a column is compared with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Literal {
@@ -39,15 +37,10 @@ pub enum Pred {
     },
 }
 
-/// Why a predicate was refused: what was found where, and what the grammar accepts.
-#[derive(Debug, PartialEq, Eq)]
-pub struct ParseError(pub String);
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
+/// Why a predicate was refused: what was found where, and what the grammar accepts (worded by
+/// the output layer).
+pub(crate) use crate::report::db::ParseError;
+use crate::report::db::Seen;
 
 #[derive(Clone, Debug, PartialEq)]
 enum Token {
@@ -70,7 +63,7 @@ fn quoted(chars: &[char], start: usize) -> Result<(Token, usize), ParseError> {
     loop {
         match chars.get(i) {
             None => {
-                return Err(ParseError(format!("unterminated {c}...{c}")));
+                return Err(ParseError::Unterminated(c));
             }
             Some(&q) if q == c && chars.get(i + 1) == Some(&c) => {
                 text.push(c);
@@ -88,7 +81,7 @@ fn quoted(chars: &[char], start: usize) -> Result<(Token, usize), ParseError> {
     }
     if c == '"' {
         if text.is_empty() {
-            return Err(ParseError("empty quoted column name".into()));
+            return Err(ParseError::EmptyQuotedName);
         }
         return Ok((Token::Quoted(text), i));
     }
@@ -108,7 +101,7 @@ fn number(chars: &[char], start: usize) -> Result<(Token, usize), ParseError> {
         && digits.chars().filter(|&d| d == '.').count() <= 1
         && digits.chars().any(|d| d.is_ascii_digit());
     if !valid {
-        return Err(ParseError(format!("`{n}` is not a number")));
+        return Err(ParseError::NotANumber(n));
     }
     Ok((Token::Number(n), i))
 }
@@ -150,7 +143,7 @@ fn tokens(input: &str) -> Result<Vec<Token>, ParseError> {
                     ('>', Some('=')) => ">=",
                     ('<', _) => "<",
                     ('>', _) => ">",
-                    _ => return Err(ParseError("unexpected `!`".into())),
+                    _ => return Err(ParseError::LoneBang),
                 };
                 i += if matches!(op, "<" | ">") { 1 } else { 2 };
                 out.push(Token::Op(op));
@@ -170,10 +163,7 @@ fn tokens(input: &str) -> Result<Vec<Token>, ParseError> {
                 out.push(Token::Word(chars[start..i].iter().collect()));
             }
             other => {
-                return Err(ParseError(format!(
-                    "unexpected `{}`",
-                    other.escape_default()
-                )));
+                return Err(ParseError::Unexpected(other));
             }
         }
     }
@@ -243,7 +233,7 @@ impl Parser {
             self.at += 1;
             let inner = self.or()?;
             if self.next() != Some(Token::Close) {
-                return Err(ParseError("a `(` is not closed".into()));
+                return Err(ParseError::Unclosed);
             }
             return Ok(inner);
         }
@@ -257,10 +247,7 @@ impl Parser {
                 // An unquoted name folds to lower case, as PostgreSQL folds it.
                 Ok(w.to_lowercase())
             }
-            other => Err(ParseError(format!(
-                "expected a column name, found {}",
-                describe(other.as_ref())
-            ))),
+            other => Err(ParseError::ExpectedColumn(seen(other.as_ref()))),
         }
     }
 
@@ -270,10 +257,7 @@ impl Parser {
             Some(Token::Number(n)) => Ok(Literal::Number(n)),
             Some(Token::Word(w)) if w.eq_ignore_ascii_case("true") => Ok(Literal::Bool(true)),
             Some(Token::Word(w)) if w.eq_ignore_ascii_case("false") => Ok(Literal::Bool(false)),
-            other => Err(ParseError(format!(
-                "expected a literal ('text', a number, true or false), found {}",
-                describe(other.as_ref())
-            ))),
+            other => Err(ParseError::ExpectedLiteral(seen(other.as_ref()))),
         }
     }
 
@@ -288,10 +272,7 @@ impl Parser {
             } else if self.eat_kw("false") {
                 Some(false)
             } else {
-                return Err(ParseError(format!(
-                    "expected NULL, TRUE or FALSE after IS, found {}",
-                    describe(self.peek())
-                )));
+                return Err(ParseError::ExpectedIsOperand(seen(self.peek())));
             };
             return Ok(Pred::Is {
                 column,
@@ -302,7 +283,7 @@ impl Parser {
         let negated = self.eat_kw("not");
         if self.eat_kw("in") {
             if self.next() != Some(Token::Open) {
-                return Err(ParseError("expected `(` after IN".into()));
+                return Err(ParseError::ExpectedOpenAfterIn);
             }
             let mut values = vec![self.literal()?];
             loop {
@@ -310,10 +291,7 @@ impl Parser {
                     Some(Token::Comma) => values.push(self.literal()?),
                     Some(Token::Close) => break,
                     other => {
-                        return Err(ParseError(format!(
-                            "expected `,` or `)` in the IN list, found {}",
-                            describe(other.as_ref())
-                        )));
+                        return Err(ParseError::ExpectedInListSeparator(seen(other.as_ref())));
                     }
                 }
             }
@@ -324,7 +302,7 @@ impl Parser {
             });
         }
         if negated {
-            return Err(ParseError("expected IN after NOT".into()));
+            return Err(ParseError::ExpectedInAfterNot);
         }
         match self.next() {
             Some(Token::Op(op)) => Ok(Pred::Compare {
@@ -332,42 +310,40 @@ impl Parser {
                 op,
                 value: self.literal()?,
             }),
-            other => Err(ParseError(format!(
-                "expected IS, IN or a comparison (=, <>, <, <=, >, >=) after {column}, found {}",
-                describe(other.as_ref())
-            ))),
+            other => Err(ParseError::ExpectedComparison {
+                column,
+                found: seen(other.as_ref()),
+            }),
         }
     }
 }
 
-fn describe(t: Option<&Token>) -> String {
+/// What a parse error found at a place: a token, or the end.
+fn seen(t: Option<&Token>) -> Seen {
     match t {
-        None => "the end".into(),
-        Some(Token::Word(w)) => format!("`{w}`"),
-        Some(Token::Quoted(w)) => format!("`\"{w}\"`"),
-        Some(Token::Text(w)) => format!("'{w}'"),
-        Some(Token::Number(n)) => format!("`{n}`"),
-        Some(Token::Op(o)) => format!("`{o}`"),
-        Some(Token::Open) => "`(`".into(),
-        Some(Token::Close) => "`)`".into(),
-        Some(Token::Comma) => "`,`".into(),
+        None => Seen::End,
+        Some(Token::Word(w)) => Seen::Word(w.clone()),
+        Some(Token::Quoted(w)) => Seen::Quoted(w.clone()),
+        Some(Token::Text(w)) => Seen::Text(w.clone()),
+        Some(Token::Number(n)) => Seen::Number(n.clone()),
+        Some(Token::Op(o)) => Seen::Op(o),
+        Some(Token::Open) => Seen::Open,
+        Some(Token::Close) => Seen::Close,
+        Some(Token::Comma) => Seen::Comma,
     }
 }
 
 impl Pred {
     /// Parse a predicate; anything outside the grammar is refused.
-    pub fn parse(input: &str) -> Result<Pred, ParseError> {
+    pub(crate) fn parse(input: &str) -> Result<Pred, ParseError> {
         let tokens = tokens(input)?;
         if tokens.is_empty() {
-            return Err(ParseError("the predicate is empty".into()));
+            return Err(ParseError::Empty);
         }
         let mut p = Parser { tokens, at: 0 };
         let pred = p.or()?;
         if p.at < p.tokens.len() {
-            return Err(ParseError(format!(
-                "unexpected {} after a complete predicate",
-                describe(p.peek())
-            )));
+            return Err(ParseError::Trailing(seen(p.peek())));
         }
         Ok(pred)
     }

@@ -17,6 +17,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::report::db::{
+    ColumnProblem, FoundType, MatchReason, Missing, ProfileMiss, ScopeValueProblem, TimeProblem,
+};
+
 use super::column::Column;
 use super::predicate::Pred;
 use crate::ident::{literal, quote_ident, quote_ident_if_needed};
@@ -133,8 +137,8 @@ pub struct Profile {
     #[serde(skip)]
     pub scope_walk: Vec<String>,
     /// Why this profile was chosen (`--profile`, or the columns that matched).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub matched_because: String,
+    #[serde(skip)]
+    pub(crate) matched_because: Option<MatchReason>,
     /// Where a config file's mapping was written (`config file F, [profiles.NAME]`), for messages.
     #[serde(skip)]
     pub origin: Option<String>,
@@ -304,7 +308,7 @@ impl Profile {
             actions: vec![Action::Delete, Action::Fail],
             time_zone: None,
             naive_times: false,
-            matched_because: String::new(),
+            matched_because: None,
             origin: None,
             tenant_types: vec![s("text")],
             key_type: s("text"),
@@ -335,7 +339,7 @@ impl Profile {
             actions: vec![Action::Delete, Action::Fail],
             time_zone: None,
             naive_times: false,
-            matched_because: String::new(),
+            matched_because: None,
             origin: None,
             tenant_types: Vec::new(),
             key_type: s("text"),
@@ -371,7 +375,7 @@ impl Profile {
             actions: vec![Action::Release],
             time_zone: None,
             naive_times: false,
-            matched_because: String::new(),
+            matched_because: None,
             origin: None,
             tenant_types: vec![s("text")],
             key_type: s("text"),
@@ -474,22 +478,27 @@ impl Profile {
         out
     }
 
-    /// Columns the profile needs that the table lacks or has with another type: (column, found
-    /// type or None, expected types).
-    pub fn column_problems(
-        &self,
-        columns: &[Column],
-    ) -> Vec<(String, Option<String>, &'static [&'static str])> {
+    /// Columns the profile needs that the table lacks or has with another type.
+    pub(crate) fn column_problems(&self, columns: &[Column]) -> Vec<ColumnProblem> {
+        let problem = |column: String, found: Option<FoundType>, expected| ColumnProblem {
+            column,
+            found,
+            expected,
+        };
         self.required_columns()
             .into_iter()
             .filter_map(
                 |(name, types)| match columns.iter().find(|c| c.name == name) {
-                    None => Some((name, None, types)),
+                    None => Some(problem(name, None, types)),
                     Some(c) if types.is_empty() || types.contains(&c.base_type.as_str()) => None,
-                    Some(c) if c.enum_labels.is_some() && types.contains(&ENUM_OF_VALUES) => {
-                        self.enum_problem(c).map(|found| (name, Some(found), types))
-                    }
-                    Some(c) => Some((name, Some(c.sql_type.clone()), types)),
+                    Some(c) if c.enum_labels.is_some() && types.contains(&ENUM_OF_VALUES) => self
+                        .enum_problem(c)
+                        .map(|found| problem(name, Some(found), types)),
+                    Some(c) => Some(problem(
+                        name,
+                        Some(FoundType::Type(c.sql_type.clone())),
+                        types,
+                    )),
                 },
             )
             .collect()
@@ -497,7 +506,7 @@ impl Profile {
 
     /// A state column of an enum type lacking a value the mapping names (comparing with it would
     /// fail): the column's type and values, and the values it lacks.
-    fn enum_problem(&self, column: &Column) -> Option<String> {
+    fn enum_problem(&self, column: &Column) -> Option<FoundType> {
         let InFlight::State {
             in_flight, done, ..
         } = &self.in_flight
@@ -505,21 +514,20 @@ impl Profile {
             return None;
         };
         let labels = column.enum_labels.as_deref().unwrap_or_default();
-        let listed = |v: &[&String]| v.iter().map(|l| literal(l)).collect::<Vec<_>>().join(", ");
-        let missing: Vec<&String> = in_flight
+        let missing: Vec<String> = in_flight
             .iter()
             .chain(done)
             .filter(|v| !labels.contains(v))
+            .cloned()
             .collect();
         if missing.is_empty() {
             return None;
         }
-        Some(format!(
-            "{}, whose values ({}) do not include {}",
-            column.sql_type,
-            listed(&labels.iter().collect::<Vec<_>>()),
-            listed(&missing)
-        ))
+        Some(FoundType::EnumLacking {
+            sql_type: column.sql_type.clone(),
+            labels: labels.to_vec(),
+            missing,
+        })
     }
 
     /// The column keys are ordered by for expiry (`expires_at`, or `created_at` for a TTL table).
@@ -581,8 +589,8 @@ impl Profile {
     /// Why the table's time columns cannot be read, given the catalog: a mix of `timestamptz`
     /// and `timestamp without time zone`, or the latter without a declared zone (naming the key
     /// that declares it, as `origin` says where the mapping lives).
-    pub fn time_problem(&self, columns: &[Column]) -> Option<String> {
-        let naive: Vec<&str> = self
+    pub(crate) fn time_problem(&self, columns: &[Column]) -> Option<TimeProblem> {
+        let naive: Vec<String> = self
             .time_columns()
             .into_iter()
             .filter(|c| {
@@ -590,27 +598,21 @@ impl Profile {
                     .iter()
                     .any(|k| &k.name == c && k.base_type == "timestamp without time zone")
             })
+            .map(str::to_owned)
             .collect();
         if naive.is_empty() {
             return None;
         }
         if naive.len() < self.time_columns().len() {
-            return Some(format!(
-                "column {} is timestamp without time zone while the other time columns are timestamp with time zone; idemctl reads a table's times in one kind: map columns of one kind",
-                naive.join(", column ")
-            ));
+            return Some(TimeProblem::Mixed { naive });
         }
         if self.time_zone.is_some() {
             return None;
         }
-        let key = match &self.origin {
-            Some(origin) => format!("time_zone = \"UTC\" in the mapping ({origin})"),
-            None => "time_zone = \"UTC\" in a config file".to_owned(),
-        };
-        Some(format!(
-            "column {} is timestamp without time zone, which holds no zone: declare the zone the application writes it in with {key}, --time-zone or IDEMCTL_TIME_ZONE (any IANA name, e.g. UTC)",
-            naive.join(", column ")
-        ))
+        Some(TimeProblem::NoZone {
+            naive,
+            origin: self.origin.clone(),
+        })
     }
 
     /// The role a column plays in this profile (`key`, `tenant`, ...), None for a column it does not
@@ -679,30 +681,42 @@ impl Profile {
     /// Why `value`, given by `flag` as a scope value of table `table`, is not one: not a text
     /// array of one value per column (a scope of several columns), or a value its column's type
     /// cannot hold. None when it fits.
-    pub fn scope_value_problem(&self, value: &str, flag: &str, table: &str) -> Option<String> {
+    pub(crate) fn scope_value_problem(
+        &self,
+        value: &str,
+        flag: &str,
+        table: &str,
+    ) -> Option<ScopeValueProblem> {
         let Some(values) = scope_values(value, self.tenant.len()) else {
             let example: Vec<&str> = self.tenant.iter().map(|_| "VALUE").collect();
-            return Some(format!(
-                "{flag} \"{value}\" is not a scope of table {table}: its scope is the {} columns ({}), given as one text array of their values in that order, as idemctl prints it ({})",
-                self.tenant.len(),
-                self.tenant.join(", "),
-                scope_text(&example)
-            ));
+            return Some(ScopeValueProblem::NotAScope {
+                flag: flag.to_owned(),
+                value: value.to_owned(),
+                table: table.to_owned(),
+                columns: self.tenant.clone(),
+                example: scope_text(&example),
+            });
         };
         let (i, v) = values
             .iter()
             .enumerate()
             .find(|(i, v)| !fits_type(v, self.scope_type(*i)))?;
+        let (flag, value, table) = (flag.to_owned(), value.to_owned(), table.to_owned());
         Some(match self.tenant.as_slice() {
-            [_] => format!(
-                "{flag} \"{value}\" cannot be a tenant of table {table}: its tenant column is of type {}",
-                self.scope_type(0)
-            ),
-            _ => format!(
-                "{flag} \"{value}\" cannot be a scope of table {table}: its column {} is of type {}, which cannot hold \"{v}\"",
-                self.tenant[i],
-                self.scope_type(i)
-            ),
+            [_] => ScopeValueProblem::TenantType {
+                flag,
+                value,
+                table,
+                column_type: self.scope_type(0).to_owned(),
+            },
+            _ => ScopeValueProblem::ScopeType {
+                flag,
+                value,
+                table,
+                column: self.tenant[i].clone(),
+                column_type: self.scope_type(i).to_owned(),
+                part: v.clone(),
+            },
         })
     }
 
@@ -1225,8 +1239,8 @@ fn qualify(pred: &str, q: &dyn Fn(&str) -> String) -> String {
 /// The outcome of matching the built-in profiles against a table's columns.
 pub(crate) enum Detected {
     Found(Box<Profile>),
-    /// No profile fits: for each, the roles whose column it could not find, as `role column NAME`.
-    None(Vec<(String, Vec<String>)>),
+    /// No profile fits: what each missed.
+    None(Vec<ProfileMiss>),
 }
 
 /// Pick the built-in profile whose columns the table has (the most specific first).
@@ -1239,10 +1253,13 @@ pub(crate) fn detect(columns: &[Column]) -> Detected {
         Profile::explainer(),
     ] {
         let sig = p.signature();
-        let missing: Vec<String> = sig
+        let missing: Vec<Missing> = sig
             .iter()
             .filter(|(c, _)| !has(c))
-            .map(|(c, role)| format!("{role} column {c}"))
+            .map(|(c, role)| Missing::Column {
+                role,
+                column: c.clone(),
+            })
             .collect();
         // The explainer's table is a subset of storage's columns minus state and expiry: it must
         // not be taken for a storage table missing those (the storage check comes first).
@@ -1250,7 +1267,9 @@ pub(crate) fn detect(columns: &[Column]) -> Detected {
         if missing.is_empty() && problems.is_empty() {
             let mut p = p;
             let names: Vec<&str> = sig.iter().map(|(c, _)| c.as_str()).collect();
-            p.matched_because = format!("the table has the columns {}", names.join(", "));
+            p.matched_because = Some(MatchReason::Columns(
+                names.iter().map(|n| (*n).to_owned()).collect(),
+            ));
             return Detected::Found(Box::new(p));
         }
         let mut missing = missing;
@@ -1258,16 +1277,19 @@ pub(crate) fn detect(columns: &[Column]) -> Detected {
             // Every column is there, some with a type the profile cannot use.
             missing = problems
                 .iter()
-                .filter_map(|(c, found, types)| {
-                    let found = found.as_deref()?;
-                    Some(format!(
-                        "column {c} as {} (it is {found})",
-                        types.join(" or ")
-                    ))
+                .filter_map(|problem| {
+                    Some(Missing::Type {
+                        column: problem.column.clone(),
+                        expected: problem.expected,
+                        found: problem.found.clone()?,
+                    })
                 })
                 .collect();
         }
-        misses.push((p.name.clone(), missing));
+        misses.push(ProfileMiss {
+            profile: p.name.clone(),
+            missing,
+        });
     }
     Detected::None(misses)
 }
@@ -1387,10 +1409,12 @@ mod tests {
         assert!(Profile::storage().column_problems(&columns).is_empty());
         columns[2].enum_labels = Some(vec![s("in_progress"), s("done")]);
         assert_eq!(
-            Profile::storage().column_problems(&columns)[0].1.as_deref(),
-            Some(
-                "idempotency_state, whose values ('in_progress', 'done') do not include 'completed'"
-            )
+            Profile::storage().column_problems(&columns)[0].found,
+            Some(FoundType::EnumLacking {
+                sql_type: s("idempotency_state"),
+                labels: vec![s("in_progress"), s("done")],
+                missing: vec![s("completed")],
+            })
         );
     }
 
@@ -1409,10 +1433,8 @@ mod tests {
         assert!(Profile::explainer().column_problems(&columns).is_empty());
         columns[0].base_type = "integer".into();
         assert_eq!(
-            Profile::explainer().column_problems(&columns)[0]
-                .1
-                .as_deref(),
-            Some("character varying(255)")
+            Profile::explainer().column_problems(&columns)[0].found,
+            Some(FoundType::Type(s("character varying(255)")))
         );
     }
 
@@ -1434,7 +1456,10 @@ mod tests {
             Detected::Found(p) => panic!("matched {}", p.name),
             Detected::None(misses) => {
                 assert_eq!(misses.len(), 3);
-                assert!(misses[0].1.contains(&"expiry column expires_at".to_owned()));
+                assert!(misses[0].missing.contains(&Missing::Column {
+                    role: "expiry",
+                    column: s("expires_at"),
+                }));
             }
         }
     }

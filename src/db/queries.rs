@@ -5,6 +5,7 @@ use anyhow::{Context as _, Result};
 
 use super::KeyTable;
 use crate::ident::quote_ident;
+use crate::report::db::Step;
 pub(crate) use crate::report::rows::{
     Capped, DatabaseIdentity, KeyRef, ReferencingKey, Sizes, Stuck, Vacuum,
 };
@@ -14,7 +15,7 @@ pub(crate) async fn sizes(client: &Session, table: &KeyTable) -> Result<Sizes> {
     let r = client
         .query_one(include_str!("../../sql/stats_size.sql"), &[p(&table.oid)])
         .await
-        .context("failed to read table sizes")?;
+        .context(Step::ReadTableSizes)?;
     Ok(Sizes {
         estimated_rows: r.get("estimated_rows"),
         heap_bytes: r.get("heap_bytes"),
@@ -38,7 +39,7 @@ pub(crate) async fn index_entries(
             &[p(&table.oid), p(&index)],
         )
         .await
-        .context("failed to read the walked index's size")?;
+        .context(Step::ReadWalkedIndexSize)?;
     Ok((r.try_get("entries")?, r.try_get("bytes")?))
 }
 
@@ -47,7 +48,7 @@ pub(crate) async fn vacuum(client: &Session, table: &KeyTable) -> Result<Vacuum>
     let r = client
         .query_one(include_str!("../../sql/stats_vacuum.sql"), &[p(&table.oid)])
         .await
-        .context("failed to read vacuum statistics")?;
+        .context(Step::ReadVacuumStats)?;
     Ok(Vacuum {
         live_tuples: r.get("live_tuples"),
         dead_tuples: r.get("dead_tuples"),
@@ -63,7 +64,7 @@ pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Op
     let r = client
         .query_opt(&table.sql(include_str!("../../sql/oldest_live.sql")), &[])
         .await
-        .context("failed to find the oldest live key")?;
+        .context(Step::FindOldestLive)?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
         scope: table
@@ -85,7 +86,7 @@ pub(crate) async fn oldest_expired(client: &Session, table: &KeyTable) -> Result
             &[],
         )
         .await
-        .context("failed to find the oldest expired key")?;
+        .context(Step::FindOldestExpired)?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
         scope: table
@@ -114,11 +115,8 @@ impl Capped {
     }
 }
 
-async fn capped(client: &Session, sql: &str, cap: i64, what: &str) -> Result<Capped> {
-    let r = client
-        .query_one(sql, &[p(&cap)])
-        .await
-        .with_context(|| format!("failed to count {what}"))?;
+async fn capped(client: &Session, sql: &str, cap: i64, what: Step) -> Result<Capped> {
+    let r = client.query_one(sql, &[p(&cap)]).await.context(what)?;
     Ok(Capped::from_raw(r.get("n"), cap))
 }
 
@@ -129,7 +127,7 @@ pub(crate) async fn expired_backlog(
     cap: i64,
 ) -> Result<Capped> {
     let sql = table.sql(include_str!("../../sql/expired_backlog.sql"));
-    capped(client, &sql, cap, "the expired backlog").await
+    capped(client, &sql, cap, Step::CountExpiredBacklog).await
 }
 
 /// Stuck in_progress keys, exact up to `cap`. The caller decides whether a scan is acceptable.
@@ -152,7 +150,7 @@ pub(crate) async fn stuck(
             &[p(&after_secs), p(&cap)],
         )
         .await
-        .context("failed to count stuck in_progress keys")?;
+        .context(Step::CountStuck)?;
     Ok(Stuck {
         count: Capped::from_raw(r.get("n"), cap),
         oldest_since: r.get("oldest"),
@@ -173,7 +171,7 @@ pub(crate) async fn oldest_stuck(
             &[p(&after_secs)],
         )
         .await
-        .context("failed to find the oldest stuck key")?;
+        .context(Step::FindOldestStuck)?;
     Ok(r.map(|r| KeyRef {
         api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
         scope: table
@@ -190,7 +188,7 @@ pub(crate) async fn database_identity(client: &Session) -> Result<DatabaseIdenti
     let row = client
         .query_one(include_str!("../../sql/database_identity.sql"), &[])
         .await
-        .context("failed to read which database this is")?;
+        .context(Step::ReadDatabase)?;
     Ok(DatabaseIdentity {
         system_identifier: row.try_get("system_identifier")?,
         name: row.try_get("name")?,
@@ -219,7 +217,7 @@ pub(crate) async fn referencing_keys(
             &[p(&table.oid)],
         )
         .await
-        .context("failed to read the foreign keys that reference the table")?;
+        .context(Step::ReadReferences)?;
     rows.iter()
         .map(|r| {
             Ok(ReferencingKey {

@@ -13,7 +13,8 @@ use super::batch::{self, Rerun, ThroughCoordinator};
 use super::queries::Capped;
 use super::{KeyTable, Param, Session, p};
 use crate::domain::ReclaimAction;
-use crate::exit::{Exit, fail};
+use crate::exit::{Exit, refuse};
+use crate::report::db::{Fault, Refusal, Step};
 pub(crate) use crate::report::rows::Filter;
 
 /// The preview: stuck keys, oldest first, up to a cap.
@@ -42,14 +43,15 @@ impl Filter {
     /// only fail on).
     pub(crate) fn check(&self, table: &KeyTable) -> Result<()> {
         let profile = &table.profile;
-        let lacks = |flag: &str, what: &str| {
-            fail(
+        let lacks = |flag: &'static str, column: &'static str| {
+            refuse(
                 Exit::Usage,
-                format!(
-                    "{flag} does not apply to table {} (profile {}): it has no {what} column, so reclaim cannot tell its keys apart by it; drop {flag}",
-                    table.qualified_name(),
-                    profile.name
-                ),
+                Refusal::FilterNotApplicable {
+                    flag,
+                    table: table.qualified_name(),
+                    profile: profile.name.clone(),
+                    column,
+                },
             )
         };
         if self.api_key_id.is_some() && !profile.has_scope() {
@@ -65,7 +67,7 @@ impl Filter {
             profile
                 .scope_value_problem(id, "--api-key-id", &table.qualified_name())
                 .map_or(Ok(()), |why| {
-                    Err(fail(Exit::Usage, format!("{why}; nothing was changed")))
+                    Err(refuse(Exit::Usage, Refusal::ScopeValue(why)))
                 })?;
         }
         Ok(())
@@ -87,7 +89,7 @@ pub(crate) async fn count_stuck(
     let r = client
         .query_one(&table.sql(COUNT_SQL), &params)
         .await
-        .context("failed to count stuck in_progress keys")?;
+        .context(Step::CountStuck)?;
     Ok(Capped::from_raw(r.try_get("n")?, cap))
 }
 
@@ -131,11 +133,11 @@ pub(crate) async fn list_stuck(
     client
         .begin("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await
-        .context("failed to start the preview's read-only transaction")?;
+        .context(Step::StartPreview)?;
     let db_now: OffsetDateTime = client
         .query_one(include_str!("../../sql/database_now.sql"), &[])
         .await
-        .context("failed to read the database clock")?
+        .context(Step::ReadClock)?
         .try_get("now")?;
     let listed = cap + 1;
     let mut params = vec![p(&older_than), p(&listed)];
@@ -143,12 +145,9 @@ pub(crate) async fn list_stuck(
     let rows = client
         .query(&table.sql(PREVIEW_SQL), &params)
         .await
-        .context("failed to list stuck in_progress keys")?;
+        .context(Step::ListStuck)?;
     let count = count_stuck(client, table, older_than, count_cap, filter).await?;
-    client
-        .commit()
-        .await
-        .context("failed to end the preview's transaction")?;
+    client.commit().await.context(Step::EndPreview)?;
     let cap = usize::try_from(cap).unwrap_or(usize::MAX);
     let has_tenant = table.profile.has_scope();
     let rows = rows
@@ -167,7 +166,7 @@ pub(crate) async fn list_stuck(
             })
         })
         .collect::<Result<Vec<_>>>()
-        .context("failed to read a listed key")?;
+        .context(Step::ReadListedKey)?;
     Ok(Listing {
         truncated: rows.len() > cap,
         rows: rows.into_iter().take(cap).collect(),
@@ -270,12 +269,7 @@ impl Statements {
             }
             super::citus::rows_by_identity(template)
                 .map(|t| table.sql(&t))
-                .ok_or_else(|| {
-                    fail(
-                        Exit::Internal,
-                        "a reclaim statement has no form that finds its rows by the key's identity",
-                    )
-                })
+                .ok_or_else(|| refuse(Exit::Internal, Fault::ReclaimWithoutIdentityForm))
         };
         Ok(Statements {
             sweep: render(sweep)?,
@@ -429,25 +423,19 @@ impl Statements {
         archive: ArchiveSink<'_>,
         read: TakenBy<'_, T>,
     ) -> Result<T> {
-        let failed = [
-            "failed to start an archived batch's transaction",
-            "failed to commit a batch (its keys are in the archive)",
-        ];
+        let failed = [Step::StartArchivedBatch, Step::CommitArchivedBatch];
         // Each try hands its records to the one archive, one try after another.
         let archive = std::sync::Mutex::new(archive);
         let attempt = || {
             let once = self.archived_once(client, batch, &archive, read);
-            batch::in_transaction(client, failed, once)
+            batch::in_transaction(client, failed.clone(), once)
         };
         batch::retrying_through(self.bound_waits.as_ref(), attempt)
             .await
             .map_err(|e| match batch::Failure::of(&e) {
-            batch::Failure::Rerun => fail(
-                Exit::Failure,
-                "an archived batch kept taking keys other than those it locked; it was rolled back",
-            ),
-            _ => e,
-        })
+                batch::Failure::Rerun => refuse(Exit::Failure, Refusal::ArchivedBatchRaced),
+                _ => e,
+            })
     }
 
     /// One try of an archived batch inside its transaction: a [`Rerun`] when the batch took a key
@@ -464,7 +452,7 @@ impl Statements {
         let locked =
             super::with_deadline(self.deadline, client.query_reused(lock_sql, lock_params))
                 .await
-                .context("failed to read the records of a batch's keys for the archive")?;
+                .context(Step::ReadArchiveRecords)?;
         let mut records = std::collections::HashMap::new();
         for r in &locked {
             let tenant = tenant_of(self.has_tenant, r.try_get("api_key_id")?);
@@ -512,17 +500,10 @@ impl Statements {
             .await;
         }
         let attempt = || {
-            batch::in_transaction(
-                client,
-                [
-                    "failed to start a batch's transaction",
-                    "failed to commit a batch",
-                ],
-                async move {
-                    self.through_citus(client).await?;
-                    super::with_deadline(self.deadline, client.query_reused(sql, params)).await
-                },
-            )
+            batch::in_transaction(client, [Step::StartBatch, Step::CommitBatch], async move {
+                self.through_citus(client).await?;
+                super::with_deadline(self.deadline, client.query_reused(sql, params)).await
+            })
         };
         batch::retrying_through(self.bound_waits.as_ref(), attempt).await
     }
@@ -571,7 +552,7 @@ impl<'a> PlanArrays<'a> {
 fn taken(rows: &[tokio_postgres::Row], has_tenant: bool) -> Result<Vec<TakenKey>> {
     let row = rows
         .first()
-        .ok_or_else(|| fail(Exit::Internal, "the batch statement returned no row"))?;
+        .ok_or_else(|| refuse(Exit::Internal, Fault::NoBatchRow))?;
     let tenants: Vec<String> = row.try_get("api_key_ids")?;
     let keys: Vec<String> = row.try_get("keys")?;
     Ok(tenants
@@ -593,13 +574,12 @@ fn outcomes(
     rows: &[PlanKey<'_>],
 ) -> Result<Vec<(String, Option<String>)>> {
     if answered.len() != rows.len() {
-        return Err(fail(
+        return Err(refuse(
             Exit::Internal,
-            format!(
-                "the apply statement answered for {} of {} plan rows",
-                answered.len(),
-                rows.len()
-            ),
+            Fault::ApplyAnswered {
+                answered: answered.len(),
+                rows: rows.len(),
+            },
         ));
     }
     answered

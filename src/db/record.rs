@@ -1,6 +1,7 @@
 //! One stored key as `inspect` reads it, with its state judged by the database clock.
 
 use crate::db::{KeyTable, Session, p};
+use crate::report::db::Step;
 use crate::report::rows::RowValue;
 pub(crate) use crate::report::rows::{KeyRecord, RowColumn, StoredBody, StoredFingerprint};
 use anyhow::{Context as _, Result};
@@ -106,7 +107,7 @@ impl KeyRecord {
                 &[p(&full)],
             )
             .await
-            .context("failed to check whether a running transaction holds the key")?;
+            .context(Step::CheckKeyHolder)?;
         let status: Option<String> = row.try_get("status")?;
         self.held = status.as_deref() == Some("in progress");
         Ok(())
@@ -226,7 +227,7 @@ pub(crate) async fn by_tenant(
     let rows = client
         .query(&sql, &[p(&tenant), p(&key), p(&stuck_secs)])
         .await
-        .context("failed to read the key")?;
+        .context(Step::ReadKey)?;
     rows.iter().map(|r| KeyRecord::from_row(r, table)).collect()
 }
 
@@ -252,7 +253,7 @@ pub(crate) async fn by_key(
     let rows = client
         .query(&sql, &[p(&key), p(&stuck_secs), p(&listed), p(&within)])
         .await
-        .context("failed to read the key")?;
+        .context(Step::ReadKey)?;
     found(&rows, table)
 }
 
@@ -277,7 +278,7 @@ pub(crate) async fn by_key_through_tenants(
             &[p(&key), p(&stuck_secs), p(&probed), p(&within), p(&listed)],
         )
         .await
-        .context("failed to read the key")?;
+        .context(Step::ReadKey)?;
     found(&rows, table)
 }
 

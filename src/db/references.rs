@@ -17,6 +17,7 @@
 
 use super::queries::{KeyRef, ReferencingKey};
 use crate::ident::quote_ident;
+use crate::report::db::Step;
 
 /// The alias of a referencing table inside the generated probes (unlikely to shadow a name).
 const REF: &str = "idemctl_ref";
@@ -286,7 +287,7 @@ pub(crate) async fn referenced_expired(
     let row = client
         .query_one(&sql, &[super::p(&cap)])
         .await
-        .context("failed to count the expired keys still referenced")?;
+        .context(Step::CountReferenced)?;
     Ok((row.try_get("referenced")?, row.try_get("examined")?))
 }
 
@@ -326,7 +327,7 @@ pub(crate) async fn oldest_expired_by_reference(
     let rows = client
         .query(&sql, &[super::p(&cap)])
         .await
-        .context("failed to find the oldest expired key evict can delete")?;
+        .context(Step::FindOldestDeletable)?;
     let mut out = ExpiredByReference {
         deletable: None,
         referenced: None,

@@ -2,6 +2,7 @@
 //! `evict --max-replica-lag`.
 
 use crate::db::Session;
+use crate::report::db::Step;
 pub(crate) use crate::report::rows::Replica;
 use anyhow::{Context as _, Result};
 
@@ -10,7 +11,7 @@ pub(crate) async fn visibility(client: &Session) -> Result<(String, bool)> {
     let row = client
         .query_one(include_str!("../../sql/replica_visibility.sql"), &[])
         .await
-        .context("failed to check whether this role may read pg_stat_replication")?;
+        .context(Step::CheckReplicationAccess)?;
     Ok((row.get("role"), row.get("can_see")))
 }
 
@@ -19,7 +20,7 @@ pub(crate) async fn replicas(client: &Session) -> Result<Vec<Replica>> {
     let rows = client
         .query(include_str!("../../sql/replica_lag.sql"), &[])
         .await
-        .context("failed to read replica lag from pg_stat_replication")?;
+        .context(Step::ReadReplicaLag)?;
     Ok(rows
         .iter()
         .map(|r| Replica {

@@ -91,21 +91,10 @@ struct Inner {
     given_up: AtomicBool,
 }
 
-/// The connection under a session was lost: no answer within the deadline, or it ended.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum Lost {
-    #[error(
-        "no answer from the server within {} (statement_timeout plus {}); the connection was given up",
-        crate::domain::human_secs(.0.as_secs_f64()),
-        crate::domain::human_secs(crate::conn::ANSWER_MARGIN.as_secs_f64())
-    )]
-    NoAnswer(Duration),
-    #[error("the server ended the connection: {0}")]
-    Ended(String),
-    /// The server's FATAL error, whose message follows in the chain.
-    #[error("the server ended the connection (SQLSTATE {0})")]
-    Fatal(String),
-}
+/// The connection under a session was lost (worded by the output layer).
+pub(crate) use crate::report::db::Lost;
+/// Whether a session can write at all (see [`crate::report::db::Writability`]).
+pub(crate) use crate::report::db::Writability;
 
 impl Session {
     /// `pooled`: the server session is shared between transactions; `settings` are then applied
@@ -173,7 +162,10 @@ impl Session {
         let mut silent = self.0.line.silent.subscribe();
         if self.0.given_up.load(Ordering::SeqCst) || *silent.borrow() {
             self.0.given_up.store(true, Ordering::SeqCst);
-            return Err(anyhow::Error::new(Lost::NoAnswer(self.deadline())));
+            return Err(anyhow::Error::new(Lost::NoAnswer {
+                deadline: self.deadline(),
+                margin: crate::conn::ANSWER_MARGIN,
+            }));
         }
         // On the heap: the statements' futures nest deeply (a batch in a retry in a worker).
         let answered = tokio::select! {
@@ -186,7 +178,10 @@ impl Session {
             Err(_) => {
                 self.0.given_up.store(true, Ordering::SeqCst);
                 self.0.line.silent.send_replace(true);
-                Err(anyhow::Error::new(Lost::NoAnswer(deadline)))
+                Err(anyhow::Error::new(Lost::NoAnswer {
+                    deadline,
+                    margin: crate::conn::ANSWER_MARGIN,
+                }))
             }
         }
     }
@@ -204,12 +199,7 @@ impl Session {
         if !(e.is_closed() || self.client().is_closed()) {
             return anyhow::Error::new(e);
         }
-        let reason = self
-            .0
-            .line
-            .ended
-            .reason()
-            .unwrap_or_else(|| "the connection was closed without a reason".to_owned());
+        let reason = self.0.line.ended.reason();
         anyhow::Error::new(e).context(Lost::Ended(reason))
     }
 
@@ -407,43 +397,14 @@ fn split<'a>(params: &'a [Param<'a>]) -> (Vec<Type>, Vec<&'a (dyn ToSql + Sync)>
     params.iter().map(|(v, t)| (t.clone(), *v)).unzip()
 }
 
-/// Whether a session can write at all: a hot standby, or a role or database whose transactions
-/// are read-only by default (`default_transaction_read_only = on`, a pooler's read-only endpoint),
-/// would let evict and reclaim fail only mid-run; they ask first, and `check` reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Writability {
-    Writable,
-    /// The server is in recovery (a hot standby): nothing can be written.
-    HotStandby,
-    /// Transactions are read-only by default.
-    ReadOnly,
-}
-
-impl Writability {
-    /// Why writing commands refuse, in words; `None` when the session can write.
-    pub fn problem(self) -> Option<&'static str> {
-        match self {
-            Writability::Writable => None,
-            Writability::HotStandby => Some(
-                "the server is a standby (in recovery); connect to the primary (for example with \
-                 target_session_attrs=read-write)",
-            ),
-            Writability::ReadOnly => Some(
-                "the session is read-only (default_transaction_read_only is on for this role, \
-                 database or server); connect as a role without it",
-            ),
-        }
-    }
-}
-
 impl Session {
     /// Whether this session can write (one short statement, no table touched).
-    pub async fn writability(&self) -> anyhow::Result<Writability> {
+    pub(crate) async fn writability(&self) -> anyhow::Result<Writability> {
         use anyhow::Context as _;
         let row = self
             .query_one(include_str!("../../sql/session_read_only.sql"), &[])
             .await
-            .context("failed to check whether the session can write")?;
+            .context(crate::report::db::Step::CheckWritable)?;
         Ok(match (row.get("in_recovery"), row.get("read_only")) {
             (true, _) => Writability::HotStandby,
             (false, true) => Writability::ReadOnly,
@@ -453,11 +414,14 @@ impl Session {
 
     /// Refuse `command` (exit 6, before any work) when this session cannot write.
     pub async fn require_writable(&self, command: &str) -> anyhow::Result<()> {
-        match self.writability().await?.problem() {
-            None => Ok(()),
-            Some(why) => Err(crate::exit::fail(
+        match self.writability().await? {
+            Writability::Writable => Ok(()),
+            writability => Err(crate::exit::refuse(
                 crate::exit::Exit::PermissionDenied,
-                format!("{command} cannot run here, nothing was changed: {why}"),
+                crate::report::db::Refusal::CannotWrite {
+                    command: command.to_owned(),
+                    writability,
+                },
             )),
         }
     }

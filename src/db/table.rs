@@ -3,13 +3,13 @@
 
 use crate::db::column::Column;
 use crate::db::session::{Session, p};
-use crate::domain::ttl_text;
 use crate::ident::{quote_ident, quote_ident_if_needed};
 use anyhow::{Context as _, Result};
 
 use crate::db::profile::{self, Action, Detected, Profile};
 use crate::domain::TableName;
-use crate::exit::{Exit, fail};
+use crate::exit::{Exit, refuse};
+use crate::report::db::{ColumnProblem, MatchReason, Refusal, Step};
 pub(crate) use crate::report::rows::Partitioning;
 
 /// One index as the catalog describes it.
@@ -231,14 +231,13 @@ impl KeyTable {
                 &[p(&name.schema), p(&name.name)],
             )
             .await
-            .context("failed to look up the key table in the catalog")?;
+            .context(Step::LookUpTable)?;
         let Some(row) = row else {
-            return Err(fail(
+            return Err(refuse(
                 Exit::NotFound,
-                format!(
-                    "table {} does not exist (or is not visible on search_path); check --table, or create it from sql/schema.sql",
-                    name
-                ),
+                Refusal::NoTable {
+                    table: name.to_string(),
+                },
             ));
         };
         let oid: i64 = row.get("oid");
@@ -381,38 +380,27 @@ impl KeyTable {
         format!("{}.{}", self.schema, self.name)
     }
 
-    /// Columns the profile names that are missing or of an unexpected type: (column, found type
-    /// or None, accepted types).
-    pub fn column_problems(&self) -> Vec<(String, Option<String>, &'static [&'static str])> {
+    /// Columns the profile names that are missing or of an unexpected type.
+    pub(crate) fn column_problems(&self) -> Vec<ColumnProblem> {
         self.profile.column_problems(&self.columns)
     }
 
     /// Fail with a one-line, actionable error when a column the profile names is missing or
     /// mistyped.
     pub fn require_columns(&self) -> Result<()> {
-        let problems = self.column_problems();
-        let Some((name, found, types)) = problems.first() else {
+        let Some(problem) = self.column_problems().into_iter().next() else {
             return self.require_readable_times();
         };
-        let what = match (found, self.other_case(name)) {
-            (None, Some(has)) => format!(
-                "has no column {name} but has {}: names are matched exactly, and a predicate folds an unquoted name to lower case as SQL does, so write it there with double quotes",
-                quote_ident(has)
-            ),
-            (None, None) => format!("has no column {name}"),
-            (Some(t), _) => format!("column {name} is {t}, expected {}", types.join(" or ")),
-        };
-        let advice = match &self.profile.origin {
-            Some(origin) => format!("the mapping in {origin} names it; correct the mapping"),
-            None => "pick another with --profile, or map the table's columns in a config file with --config (see docs/profiles.md)".to_owned(),
-        };
-        Err(fail(
+        let other_case = self.other_case(&problem.column).map(str::to_owned);
+        Err(refuse(
             Exit::Usage,
-            format!(
-                "table {} {what}, which profile {} needs; {advice}",
-                self.qualified_name(),
-                self.profile.name
-            ),
+            Refusal::Column {
+                table: self.qualified_name(),
+                profile: self.profile.name.clone(),
+                problem,
+                other_case,
+                origin: self.profile.origin.clone(),
+            },
         ))
     }
 
@@ -430,12 +418,12 @@ impl KeyTable {
     pub fn require_readable_times(&self) -> Result<()> {
         match self.profile.time_problem(&self.columns) {
             None => Ok(()),
-            Some(why) => Err(fail(
+            Some(problem) => Err(refuse(
                 Exit::Usage,
-                format!(
-                    "table {}: {why}; nothing was changed",
-                    self.qualified_name()
-                ),
+                Refusal::Times {
+                    table: self.qualified_name(),
+                    problem,
+                },
             )),
         }
     }
@@ -445,14 +433,14 @@ impl KeyTable {
         if !self.profile.lacks_ttl() {
             return Ok(());
         }
-        Err(fail(
+        Err(refuse(
             Exit::Usage,
-            format!(
-                "table {} has no expiry column (profile {}): keys expire a TTL after {}, so {command} needs --ttl DUR (or IDEMCTL_TTL), e.g. --ttl 24h",
-                self.qualified_name(),
-                self.profile.name,
-                self.profile.created_at
-            ),
+            Refusal::NoTtl {
+                table: self.qualified_name(),
+                profile: self.profile.name.clone(),
+                created_at: self.profile.created_at.clone(),
+                command: command.to_owned(),
+            },
         ))
     }
 
@@ -461,16 +449,15 @@ impl KeyTable {
     /// make nearly every answered key expired. `from` says where the TTL came from.
     pub fn require_ttl_floor(&self, command: &str, allowed: bool, from: &str) -> Result<()> {
         match self.profile.ttl() {
-            Some(ttl) if ttl < MIN_TTL && !allowed => {
-                let ttl = ttl_text(ttl);
-                Err(fail(
-                    Exit::Usage,
-                    format!(
-                        "the TTL {ttl} (from {from}) is under 1h: table {} has no expiry column, so {command} would take every answered key created over {ttl} ago as expired; give the time the API keeps keys for (e.g. 24h), or pass --force (or allow_short_ttl = true in the config file) if {ttl} is meant",
-                        self.qualified_name()
-                    ),
-                ))
-            }
+            Some(ttl) if ttl < MIN_TTL && !allowed => Err(refuse(
+                Exit::Usage,
+                Refusal::ShortTtl {
+                    ttl,
+                    from: from.to_owned(),
+                    table: self.qualified_name(),
+                    command: command.to_owned(),
+                },
+            )),
             _ => Ok(()),
         }
     }
@@ -485,14 +472,13 @@ impl KeyTable {
     /// Fail unless the expiry index exists: without it nothing idemctl does with expiry is bounded.
     pub fn require_expiry_index(&self) -> Result<&Index> {
         self.expiry_index().ok_or_else(|| {
-            fail(
+            refuse(
                 Exit::Usage,
-                format!(
-                    "table {} has no valid index on {}, so expired keys cannot be found without reading the whole table; create it with: {}",
-                    self.qualified_name(),
-                    self.profile.expiry_column(),
-                    self.expiry_index_fix()
-                ),
+                Refusal::NoExpiryIndex {
+                    table: self.qualified_name(),
+                    column: self.profile.expiry_column().to_owned(),
+                    fix: self.expiry_index_fix(),
+                },
             )
         })
     }
@@ -750,7 +736,7 @@ impl KeyTable {
                 &[p(&self.oid)],
             )
             .await
-            .context("failed to read the role's privileges")?;
+            .context(Step::ReadPrivileges)?;
         let mut names = self.fail_columns();
         for c in self.release_columns() {
             if !names.contains(&c) {
@@ -763,7 +749,7 @@ impl KeyTable {
                 &[p(&self.oid), p(&names)],
             )
             .await
-            .context("failed to read the role's column privileges")?
+            .context(Step::ReadColumnPrivileges)?
             .try_get("granted")?;
         Ok(Privileges {
             role: row.get("role"),
@@ -870,18 +856,17 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
             &choice.forced_by
         };
         if let Some(m) = choice.mapping.as_ref().filter(|m| &m.name == name) {
-            let mut m = m.clone();
-            m.matched_because = format!("the config file's mapping, chosen by {by}");
-            return Ok(m);
+            // The config file said why it chose its mapping.
+            return Ok(m.clone());
         }
         let mut p = Profile::builtin(name).ok_or_else(|| {
-            fail(
+            refuse(
                 Exit::Usage,
-                format!(
-                    "unknown profile {} (named by {by}): expected one of {}, or a [profiles.NAME] mapping in a config file (--config)",
-                    name,
-                    profile::BUILTIN.join(", ")
-                ),
+                Refusal::UnknownProfile {
+                    name: name.clone(),
+                    by: by.to_owned(),
+                    builtin: profile::BUILTIN,
+                },
             )
         })?;
         // A forced profile whose columns the table lacks would have every later finding and fix
@@ -889,40 +874,34 @@ fn choose_profile(display: &str, columns: &[Column], choice: &ProfileChoice) -> 
         let missing: Vec<String> = p
             .column_problems(columns)
             .into_iter()
-            .filter(|(_, found, _)| found.is_none())
-            .map(|(c, _, _)| c)
+            .filter(|problem| problem.found.is_none())
+            .map(|problem| problem.column)
             .collect();
         if !missing.is_empty() {
-            return Err(fail(
+            return Err(refuse(
                 Exit::Usage,
-                format!(
-                    "table {display} has no column {}, which profile {name} needs (chosen by {by}); drop {by} to detect the table's profile, or map its columns in a config file (--config)",
-                    missing.join(", column ")
-                ),
+                Refusal::ForcedProfileLacks {
+                    table: display.to_owned(),
+                    missing,
+                    profile: name.clone(),
+                    by: by.to_owned(),
+                },
             ));
         }
-        p.matched_because = format!("chosen by {by}");
+        p.matched_because = Some(MatchReason::ChosenBy(by.to_owned()));
         return Ok(p);
     }
     if let Some(m) = &choice.mapping {
-        let mut m = m.clone();
-        if m.matched_because.is_empty() {
-            m.matched_because = "the config file's mapping".into();
-        }
-        return Ok(m);
+        return Ok(m.clone());
     }
     match profile::detect(columns) {
         Detected::Found(p) => Ok(*p),
-        Detected::None(misses) => Err(fail(
+        Detected::None(misses) => Err(refuse(
             Exit::Usage,
-            format!(
-                "table {display} matches no table profile ({}); force one with --profile, or map the table's columns in a config file with --config (docs/profiles.md)",
-                misses
-                    .iter()
-                    .map(|(name, missing)| format!("{name} needs {}", missing.join(", ")))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
+            Refusal::NoProfile {
+                table: display.to_owned(),
+                misses,
+            },
         )),
     }
 }
@@ -942,14 +921,15 @@ async fn check_time_zone(client: &Session, zone: &str, from: &str) -> Result<()>
                     pg.code() == Some(&tokio_postgres::error::SqlState::INVALID_PARAMETER_VALUE)
                 }) =>
         {
-            Err(fail(
+            Err(refuse(
                 Exit::Usage,
-                format!(
-                    "time zone {zone:?} (given by {from}) is not one the server knows; give an IANA name as pg_timezone_names lists it, e.g. UTC or Europe/Paris; nothing was changed"
-                ),
+                Refusal::UnknownZone {
+                    zone: zone.to_owned(),
+                    from: from.to_owned(),
+                },
             ))
         }
-        Err(e) => Err(e.context("failed to check the declared time zone")),
+        Err(e) => Err(e.context(Step::CheckTimeZone)),
     }
 }
 
@@ -957,7 +937,7 @@ async fn read_partitioning(client: &Session, oid: i64) -> Result<Option<Partitio
     let row = client
         .query_opt(include_str!("../../sql/table_partitioning.sql"), &[p(&oid)])
         .await
-        .context("failed to read how the key table is partitioned")?;
+        .context(Step::ReadPartitioning)?;
     Ok(row.map(|r| {
         let strategy = match r.get::<_, String>("strategy").as_str() {
             "r" => "range",
@@ -981,7 +961,7 @@ async fn read_columns(client: &Session, oid: i64) -> Result<Vec<Column>> {
     let rows = client
         .query(include_str!("../../sql/table_columns.sql"), &[p(&oid)])
         .await
-        .context("failed to read the key table's columns")?;
+        .context(Step::ReadColumns)?;
     Ok(rows
         .iter()
         .map(|r| Column {
@@ -999,7 +979,7 @@ async fn read_indexes(client: &Session, oid: i64) -> Result<Vec<Index>> {
     let rows = client
         .query(include_str!("../../sql/table_indexes.sql"), &[p(&oid)])
         .await
-        .context("failed to read the key table's indexes")?;
+        .context(Step::ReadIndexes)?;
     Ok(rows
         .iter()
         .map(|r| Index {
@@ -1034,17 +1014,15 @@ impl Privileges {
         if missing.is_empty() {
             return Ok(());
         }
-        Err(fail(
+        Err(refuse(
             Exit::PermissionDenied,
-            format!(
-                "permission denied: role {} lacks {} on {}, which {command} needs; grant it with: GRANT {} ON {} TO {};",
-                self.role,
-                missing.join(", "),
-                table.qualified_name(),
-                missing.join(", "),
-                table.quoted,
-                quote_ident(&self.role)
-            ),
+            Refusal::Grant {
+                role: self.role.clone(),
+                missing: missing.iter().map(|m| (*m).to_owned()).collect(),
+                table: table.qualified_name(),
+                quoted: table.quoted.clone(),
+                command: command.to_owned(),
+            },
         ))
     }
 }

@@ -5,6 +5,7 @@
 use anyhow::{Context as _, Result};
 
 use crate::db::{KeyTable, Session, p};
+use crate::report::db::Step;
 
 /// The relations and the role's right to vacuum each.
 pub(crate) const PRIVILEGES_SQL: &str = include_str!("../../sql/vacuum_privileges.sql");
@@ -24,7 +25,7 @@ pub(crate) async fn targets(client: &Session, table: &KeyTable) -> Result<Vec<Ta
     let rows = client
         .query(PRIVILEGES_SQL, &[p(&table.oid)])
         .await
-        .context("failed to read who may vacuum the table")?;
+        .context(Step::ReadVacuumRights)?;
     Ok(rows
         .iter()
         .map(|r| {

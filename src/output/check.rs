@@ -3,6 +3,7 @@
 //! into a fix's statement; the detail escaped once more where it reaches the terminal).
 
 use crate::domain::ReclaimAction;
+use crate::output::db::{found_type, match_reason, time_problem};
 use crate::output::names::worker;
 use crate::output::stats::key_label;
 use crate::output::{Doc, escape_controls, escape_lines, human_secs, sanitize};
@@ -158,8 +159,8 @@ pub(crate) fn words(f: &Finding, all: &[Finding]) -> Worded {
             route,
             owns_session,
         } => connection(status, *route, *owns_session),
-        Found::Writes { problem } => {
-            let detail = match problem {
+        Found::Writes { writability } => {
+            let detail = match crate::output::db::write_problem(*writability) {
                 None => "the session can write".to_owned(),
                 Some(why) => format!("evict and reclaim refuse to run here: {why}"),
             };
@@ -238,6 +239,7 @@ fn column_unfit(
 fn structure(status: Status, found: &Structure) -> Worded {
     match found {
         Structure::Profile { name, because } => {
+            let because = match_reason(because.as_ref());
             worded("profile", status, format!("{name}: {because}"), None)
         }
         Structure::ColumnsOk { profile } => worded(
@@ -256,11 +258,11 @@ fn structure(status: Status, found: &Structure) -> Worded {
             status,
             column,
             profile,
-            found.as_deref(),
+            found.as_ref().map(found_type).as_deref(),
             expected,
             other_case.as_deref(),
         ),
-        Structure::TimeColumns { why } => worded("columns", status, why.clone(), None),
+        Structure::TimeColumns { why } => worded("columns", status, time_problem(why), None),
         Structure::NoExpiry { created_at } => worded(
             "expiry",
             status,
@@ -616,7 +618,7 @@ fn privileges(status: Status, p: &Privileges) -> Worded {
                     granted_but(
                         format!("{role} may SELECT, DELETE and lock rows"),
                         "evict",
-                        *refused,
+                        refused.and_then(crate::output::db::write_problem),
                     ),
                     None,
                 ),
@@ -664,7 +666,14 @@ fn reclaim_privileges(status: Status, g: &ReclaimGrants) -> Worded {
         (format!("profile {profile} allows no reclaim action"), None)
     } else if unable.is_empty() {
         let may = format!("{role} may reclaim with {}", action_names(able));
-        (granted_but(may, "reclaim", *refused), None)
+        (
+            granted_but(
+                may,
+                "reclaim",
+                refused.and_then(crate::output::db::write_problem),
+            ),
+            None,
+        )
     } else if able.is_empty() {
         (
             format!(

@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use crate::domain::ReclaimAction;
 use crate::report::citus::Outcome;
+use crate::report::db::{FoundType, MatchReason, TimeProblem, Writability};
 use crate::report::rows::{Capped, RecentTtl, ReferencingKey};
 use crate::report::stats::ReferencedExpired;
 
@@ -59,8 +60,8 @@ pub(crate) enum Found {
         route: Option<&'static str>,
         owns_session: bool,
     },
-    /// Whether evict and reclaim can write on this session (`problem`: why not).
-    Writes { problem: Option<&'static str> },
+    /// Whether evict and reclaim can write on this session.
+    Writes { writability: Writability },
     /// What the table is: its profile, columns and indexes, its partitioning.
     Structure(Structure),
     /// A foreign key that references the key table, and what it means for evict.
@@ -96,20 +97,23 @@ pub(crate) enum Found {
 #[derive(Debug)]
 pub(crate) enum Structure {
     /// The profile chosen, and why.
-    Profile { name: String, because: String },
+    Profile {
+        name: String,
+        because: Option<MatchReason>,
+    },
     /// Every column the profile names is there with a usable type.
     ColumnsOk { profile: String },
     /// A column of the profile is missing (`found` None) or has a type it cannot use.
     Column {
         column: String,
         profile: String,
-        found: Option<String>,
+        found: Option<FoundType>,
         expected: Vec<String>,
         /// The table's column of that name but for case (quoted), when one is missing.
         other_case: Option<String>,
     },
     /// The time columns cannot be compared as they are.
-    TimeColumns { why: String },
+    TimeColumns { why: TimeProblem },
     /// No expiry column and no TTL.
     NoExpiry { created_at: String },
     /// The expiry index (None: missing; `walked`: the index evict walks instead). `ttl`: keys
@@ -225,7 +229,7 @@ pub(crate) enum Privileges {
         role: String,
         grantee: String,
         missing: Vec<String>,
-        refused: Option<&'static str>,
+        refused: Option<Writability>,
         table: String,
     },
     /// evict --drop-partitions: whether the role owns the table.
@@ -243,7 +247,7 @@ pub(crate) struct ReclaimGrants {
     pub able: Vec<ReclaimAction>,
     pub unable: Vec<ReclaimAction>,
     pub lacks: Vec<String>,
-    pub refused: Option<&'static str>,
+    pub refused: Option<Writability>,
     pub table: String,
 }
 

@@ -330,3 +330,121 @@ async fn evict_refuses_max_wal_rate_where_the_wal_position_is_hidden_in_exact_wo
     db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await;
 }
+
+/// The tables the database layer's refusals are seen on: the storage table, one no profile fits,
+/// an explainer table (no expiry column), one whose expiry column alone holds no zone, one whose
+/// times all hold none, and one mapped by a config file.
+const REFUSED_TABLES: &str = "\
+    CREATE TABLE odd (key text PRIMARY KEY, expires_at timestamptz); \
+    CREATE TABLE expl (key text PRIMARY KEY, request_hash text, response_status integer, \
+        response_body jsonb, created_at timestamptz NOT NULL, locked_at timestamptz); \
+    CREATE TABLE mixed (LIKE idempotency_keys INCLUDING ALL); \
+    ALTER TABLE mixed ALTER expires_at TYPE timestamp; \
+    CREATE TABLE naive (LIKE idempotency_keys INCLUDING ALL); \
+    ALTER TABLE naive ALTER expires_at TYPE timestamp, ALTER created_at TYPE timestamp, \
+        ALTER locked_at TYPE timestamp; \
+    CREATE TABLE jobs (tok uuid PRIMARY KEY, born timestamptz NOT NULL, \"Phase\" text, \
+        code smallint, answer json)";
+
+const JOBS_MAPPING: &str = r#"[profiles.jobs]
+key = "tok"
+created_at = "born"
+response_status = "code"
+response_body = "answer"
+in_flight = { column = "phase", values = ["running"], done = ["error", "ok"] }
+actions = ["fail"]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_layers_refusals_are_worded_exactly() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        expired: 3,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    db.exec(REFUSED_TABLES).await;
+    let before = fixtures::snapshot(&db).await;
+    let run = |args: &[&str]| db.idemctl().args(args).run();
+    run(&["--table", "nope", "stats"]).assert_error(3, "table nope does not exist (or is not visible on search_path); check --table, or create it from sql/schema.sql");
+    run(&["check", "--profile", "bogus"]).assert_error(2, "unknown profile bogus (named by --profile): expected one of storage, explainer, rocket-rides, or a [profiles.NAME] mapping in a config file (--config)");
+    run(&["check", "--profile", "rocket-rides"]).assert_error(2, "table public.idempotency_keys has no column idempotency_key, column user_id, column response_code, which profile rocket-rides needs (chosen by --profile); drop --profile to detect the table's profile, or map its columns in a config file (--config)");
+    run(&["-t", "odd", "evict"]).assert_error(2, "table public.odd matches no table profile (storage needs tenant column api_key_id, creation time column created_at, fingerprint column request_fingerprint, in-flight state column state; rocket-rides needs creation time column created_at, key column idempotency_key, lock time column locked_at, recovery point column recovery_point, response body column response_body, response status column response_code, tenant column user_id; explainer needs creation time column created_at, lock time column locked_at, fingerprint column request_hash, response body column response_body, response status column response_status); force one with --profile, or map the table's columns in a config file with --config (docs/profiles.md)");
+    run(&["-t", "expl", "evict"]).assert_error(2, "table public.expl has no expiry column (profile explainer): keys expire a TTL after created_at, so evict needs --ttl DUR (or IDEMCTL_TTL), e.g. --ttl 24h");
+    run(&["-t", "expl", "evict", "--ttl", "5m"]).assert_error(2, "the TTL 5m (from --ttl) is under 1h: table public.expl has no expiry column, so evict would take every answered key created over 5m ago as expired; give the time the API keeps keys for (e.g. 24h), or pass --force (or allow_short_ttl = true in the config file) if 5m is meant");
+    run(&["-t", "expl", "reclaim", "--path", "/x", "--dry-run"]).assert_error(2, "--path does not apply to table public.expl (profile explainer): it has no request path column, so reclaim cannot tell its keys apart by it; drop --path");
+    run(&["-t", "mixed", "evict"]).assert_error(2, "table public.mixed: column expires_at is timestamp without time zone while the other time columns are timestamp with time zone; idemctl reads a table's times in one kind: map columns of one kind; nothing was changed");
+    run(&["-t", "naive", "evict", "--time-zone", "Nowhere/Else"]).assert_error(2, "time zone \"Nowhere/Else\" (given by --time-zone) is not one the server knows; give an IANA name as pg_timezone_names lists it, e.g. UTC or Europe/Paris; nothing was changed");
+    let profile = run(&["check", "-o", "json"]).json()["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "profile")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        profile["detail"],
+        "storage: the table has the columns api_key_id, created_at, expires_at, key, request_fingerprint, state",
+        "{profile}"
+    );
+
+    // A config file's mapping: a column named but for case, then a predicate it cannot parse.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, JOBS_MAPPING).unwrap();
+    let bad = dir.path().join("bad.toml");
+    let predicate = JOBS_MAPPING
+        .lines()
+        .filter(|l| !l.starts_with("in_flight"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\nin_flight.predicate = \"code = (\"\n";
+    std::fs::write(&bad, predicate).unwrap();
+    let with = |file: &std::path::Path| {
+        db.idemctl()
+            .args(["-t", "jobs", "--config"])
+            .arg(file)
+            .args(["evict", "--ttl", "1d"])
+            .run()
+    };
+    with(&config).assert_error(2, &format!("table public.jobs has no column phase but has \"Phase\": names are matched exactly, and a predicate folds an unquoted name to lower case as SQL does, so write it there with double quotes, which profile jobs needs; the mapping in config file {}, [profiles.jobs] names it; correct the mapping", config.display()));
+    with(&bad).assert_error(2, &format!("config file {}: profiles.jobs.in_flight.predicate: expected a literal ('text', a number, true or false), found `(`; write column IS [NOT] NULL, column = 'text' or 42, column [NOT] IN ('a', 'b'), joined by AND, OR, NOT and parentheses", bad.display()));
+
+    // A role without evict's grants, and one whose sessions cannot write.
+    let reader = format!("{}_reader", db.name());
+    let read_only = format!("{}_ro", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {reader} LOGIN; GRANT USAGE ON SCHEMA public TO {reader}; \
+         GRANT SELECT ON idempotency_keys TO {reader}; \
+         CREATE ROLE {read_only} LOGIN; GRANT USAGE ON SCHEMA public TO {read_only}; \
+         GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {read_only}; \
+         ALTER ROLE {read_only} SET default_transaction_read_only = on"
+    ))
+    .await;
+    let as_role = |role: &str| {
+        Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", role)]))
+            .args(["evict"])
+            .run()
+    };
+    as_role(&reader).assert_error(6, &format!("permission denied: role {reader} lacks DELETE, UPDATE (expires_at) on public.idempotency_keys, which evict needs; grant it with: GRANT DELETE, UPDATE (expires_at) ON \"public\".\"idempotency_keys\" TO \"{reader}\";"));
+    as_role(&read_only).assert_error(6, "evict cannot run here, nothing was changed: the session is read-only (default_transaction_read_only is on for this role, database or server); connect as a role without it");
+
+    // Another session holds evict's maintenance lock on the table.
+    let holder = db.client().await;
+    let pid: i32 = holder
+        .query_one(
+            "SELECT pg_advisory_lock(x'1dec701'::int, 'idempotency_keys'::regclass::oid::int), \
+                    pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(1);
+    run(&["evict"]).assert_error(7, &format!("another evict run holds the lock on public.idempotency_keys (pid {pid}, application_name , user postgres, client local socket); this run did nothing, try again when it has finished"));
+    drop(holder);
+    assert_eq!(fixtures::snapshot(&db).await, before);
+
+    db.exec("DROP INDEX idempotency_keys_expiry").await;
+    run(&["top", "--once"]).assert_error(2, "table public.idempotency_keys has no valid index on expires_at, so expired keys cannot be found without reading the whole table; create it with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at);");
+}

@@ -85,8 +85,9 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         Some(_) => None,
     };
     let scope = lock::acquire(&client, &table, LockClass::Evict).await?;
-    if let Some(note) = scope.note(LockClass::Evict, ctx.route()) {
-        ctx.output.note(&note);
+    if scope.pooler_note(ctx.route()) {
+        ctx.output
+            .note(&crate::output::db::pooler_note(LockClass::Evict.name()));
     }
     ctx.cancel.install()?;
     let started = Instant::now();

@@ -23,8 +23,9 @@ use crate::report::reclaim::ReclaimReport;
 /// (behind a transaction pooler: no lock, and the wait set in each batch's transaction).
 pub(super) async fn begin_writes(ctx: &Context, client: &Session, table: &KeyTable) -> Result<()> {
     let scope = lock::acquire(client, table, LockClass::Reclaim).await?;
-    if let Some(note) = scope.note(LockClass::Reclaim, ctx.route()) {
-        ctx.output.note(&note);
+    if scope.pooler_note(ctx.route()) {
+        ctx.output
+            .note(&crate::output::db::pooler_note(LockClass::Reclaim.name()));
     }
     batch::limit_row_waits(client, ROW_LOCK_WAIT)
         .await
