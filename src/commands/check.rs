@@ -182,10 +182,9 @@ fn structure(table: &KeyTable) -> Vec<Finding> {
     for ColumnProblem {
         column,
         found,
-        expected: types,
+        expected,
     } in problems
     {
-        let expected = types.iter().map(|t| (*t).to_owned()).collect();
         let profile = p.name.clone();
         let other_case = table.other_case(&column).map(quote_ident);
         let found = Found::Structure(S::Column {

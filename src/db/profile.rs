@@ -18,7 +18,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::report::db::{
-    ColumnProblem, FoundType, MatchReason, Missing, ProfileMiss, ScopeValueProblem, TimeProblem,
+    Accepted, ColumnProblem, FoundType, MatchReason, Missing, ProfileMiss, ScopeValueProblem,
+    TimeProblem,
 };
 
 use super::column::Column;
@@ -84,10 +85,6 @@ pub enum FingerprintKind {
     Bytea,
     Hex,
 }
-
-/// What a state column may be besides a text type: an enum type holding every value the mapping
-/// names (the state is compared with literals, which PostgreSQL reads as the enum's values).
-const ENUM_OF_VALUES: &str = "an enum holding every value the mapping names";
 
 /// The roles of a key table's columns.
 #[derive(Clone, Debug, Serialize)]
@@ -420,7 +417,7 @@ impl Profile {
     }
 
     /// The columns the profile names, with the types each may have (empty = any type).
-    pub fn required_columns(&self) -> Vec<(String, &'static [&'static str])> {
+    pub(crate) fn required_columns(&self) -> Vec<(String, Accepted)> {
         const TEXT: &[&str] = &["text", "character varying", "uuid"];
         const TENANT: &[&str] = &["text", "character varying", "uuid", "bigint", "integer"];
         // Without a zone, `timestamp without time zone` is refused by [`Profile::time_problem`].
@@ -443,13 +440,20 @@ impl Profile {
         // body as jsonb); a mapping takes any key and body type idemctl can read.
         let mapped = self.origin.is_some();
         let (key_types, body_types) = if mapped { (KEY, BODY) } else { (TEXT, JSON) };
-        let mut out = vec![(self.key.clone(), key_types), (self.created_at.clone(), TS)];
+        let of = |types: &'static [&'static str]| Accepted {
+            types,
+            or_enum: false,
+        };
+        let mut out = vec![
+            (self.key.clone(), of(key_types)),
+            (self.created_at.clone(), of(TS)),
+        ];
         for c in &self.tenant {
-            out.push((c.clone(), TENANT));
+            out.push((c.clone(), of(TENANT)));
         }
         let mut opt = |c: &Option<String>, t: &'static [&'static str]| {
             if let Some(c) = c {
-                out.push((c.clone(), t));
+                out.push((c.clone(), of(t)));
             }
         };
         opt(&self.locked_at, TS);
@@ -458,22 +462,26 @@ impl Profile {
         opt(&self.response_status, INT);
         opt(&self.response_body, body_types);
         if let Expiry::Column { column } = &self.expiry {
-            out.push((column.clone(), TS));
+            out.push((column.clone(), of(TS)));
         }
         match &self.in_flight {
+            // An enum state is compared with literals, which PostgreSQL reads as its values.
             InFlight::State { column, .. } => out.push((
                 column.clone(),
-                &["text", "character varying", ENUM_OF_VALUES],
+                Accepted {
+                    types: &["text", "character varying"],
+                    or_enum: true,
+                },
             )),
             // A predicate compares its columns with literals: any type PostgreSQL can compare.
             InFlight::Mapped { parsed, .. } => {
-                out.extend(parsed.columns().into_iter().map(|c| (c, ANY)));
+                out.extend(parsed.columns().into_iter().map(|c| (c, of(ANY))));
             }
             InFlight::Predicate { .. } | InFlight::None => {}
         }
         if let Some((c, _)) = &self.fingerprint {
             // A raw digest (bytea) or its hex text: which one is read from the catalog.
-            out.push((c.clone(), &["bytea", "text", "character varying"]));
+            out.push((c.clone(), of(&["bytea", "text", "character varying"])));
         }
         out
     }
@@ -490,8 +498,13 @@ impl Profile {
             .filter_map(
                 |(name, types)| match columns.iter().find(|c| c.name == name) {
                     None => Some(problem(name, None, types)),
-                    Some(c) if types.is_empty() || types.contains(&c.base_type.as_str()) => None,
-                    Some(c) if c.enum_labels.is_some() && types.contains(&ENUM_OF_VALUES) => self
+                    Some(c)
+                        if (types.types.is_empty() && !types.or_enum)
+                            || types.types.contains(&c.base_type.as_str()) =>
+                    {
+                        None
+                    }
+                    Some(c) if c.enum_labels.is_some() && types.or_enum => self
                         .enum_problem(c)
                         .map(|found| problem(name, Some(found), types)),
                     Some(c) => Some(problem(

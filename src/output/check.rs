@@ -12,6 +12,7 @@ use crate::report::check::{
     Referencing, Status, Structure, Stuck, Threshold, TtlCheck, WalkCost,
 };
 use crate::report::citus::{Outcome, ShardLacks};
+use crate::report::db::Accepted;
 use crate::report::rows::Layout;
 use crate::report::stats::ReferencedExpired;
 
@@ -218,7 +219,7 @@ fn column_unfit(
     column: &str,
     profile: &str,
     found: Option<&str>,
-    expected: &[String],
+    expected: &Accepted,
     other_case: Option<&str>,
 ) -> Worded {
     let detail = match (found, other_case) {
@@ -228,7 +229,7 @@ fn column_unfit(
         (None, None) => format!("column {column} (profile {profile}) is missing"),
         (Some(t), _) => format!(
             "column {column} is {t}, profile {profile} expects {}",
-            expected.join(" or ")
+            crate::output::db::accepted(expected)
         ),
     };
     let fix = "choose the profile that fits with --profile, or map the table's columns in a config file (--config)".to_owned();

@@ -8,8 +8,8 @@ use std::fmt;
 use crate::domain::{human_secs, ttl_text};
 use crate::ident::{literal, quote_ident};
 use crate::report::db::{
-    BatchFailure, ColumnProblem, Fault, FoundType, HeldReferenceRow, Lost, MatchReason, Missing,
-    ParseError, ProfileMiss, Refusal, Rerun, ScopeValueProblem, Seen, Step, TimeProblem,
+    Accepted, BatchFailure, ColumnProblem, Fault, FoundType, HeldReferenceRow, Lost, MatchReason,
+    Missing, ParseError, ProfileMiss, Refusal, Rerun, ScopeValueProblem, Seen, Step, TimeProblem,
     Writability,
 };
 
@@ -105,6 +105,15 @@ impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&failed(self))
     }
+}
+
+/// The types the profile accepts for a column, as `a or b`.
+pub(crate) fn accepted(a: &Accepted) -> String {
+    let mut names: Vec<&str> = a.types.to_vec();
+    if a.or_enum {
+        names.push("an enum holding every value the mapping names");
+    }
+    names.join(" or ")
 }
 
 /// A type the profile cannot use, as found.
@@ -373,7 +382,7 @@ pub(crate) fn column_refused(
         (Some(t), _) => format!(
             "column {name} is {}, expected {}",
             found_type(t),
-            problem.expected.join(" or ")
+            accepted(&problem.expected)
         ),
     };
     let advice = match origin {
@@ -452,7 +461,7 @@ fn profile_miss(miss: &ProfileMiss) -> String {
                 found,
             } => format!(
                 "column {column} as {} (it is {})",
-                expected.join(" or "),
+                accepted(expected),
                 found_type(found)
             ),
         })

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::domain::ReclaimAction;
 use crate::report::citus::Outcome;
-use crate::report::db::{FoundType, MatchReason, TimeProblem, Writability};
+use crate::report::db::{Accepted, FoundType, MatchReason, TimeProblem, Writability};
 use crate::report::rows::{Capped, RecentTtl, ReferencingKey};
 use crate::report::stats::ReferencedExpired;
 
@@ -108,7 +108,7 @@ pub(crate) enum Structure {
         column: String,
         profile: String,
         found: Option<FoundType>,
-        expected: Vec<String>,
+        expected: Accepted,
         /// The table's column of that name but for case (quoted), when one is missing.
         other_case: Option<String>,
     },

@@ -100,6 +100,15 @@ pub(crate) enum FoundType {
     },
 }
 
+/// The types the profile accepts for a column: these type names, or (`or_enum`) also an enum type
+/// holding every value the mapping names (a state compared with literals, which PostgreSQL reads
+/// as the enum's values). No type names and no enum: any type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Accepted {
+    pub(crate) types: &'static [&'static str],
+    pub(crate) or_enum: bool,
+}
+
 /// A column the profile names that the table lacks (`found` None) or holds with a type the
 /// profile cannot use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,7 +116,7 @@ pub(crate) struct ColumnProblem {
     pub(crate) column: String,
     pub(crate) found: Option<FoundType>,
     /// The types the profile accepts for it.
-    pub(crate) expected: &'static [&'static str],
+    pub(crate) expected: Accepted,
 }
 
 /// Why the table's time columns cannot be read.
@@ -152,7 +161,7 @@ pub(crate) enum Missing {
     /// The column is there with a type the profile cannot use.
     Type {
         column: String,
-        expected: &'static [&'static str],
+        expected: Accepted,
         found: FoundType,
     },
 }
