@@ -1328,3 +1328,180 @@ fn the_message_scan_finds_a_function_and_its_fixed_words() {
         " has no expiry index, so evict"
     ));
 }
+
+/// `text` with each `#[cfg(test)]` item (the attribute to its item's closing brace) blanked out,
+/// line breaks kept so lines keep their numbers: unit tests may spell out what they check.
+fn without_unit_tests(text: &str) -> String {
+    let mut out = text.to_owned();
+    while let Some(at) = out.find("#[cfg(test)]") {
+        let Some(open) = out[at..].find('{').map(|o| at + o) else {
+            break;
+        };
+        let mut depth = 0;
+        let mut end = out.len();
+        for (i, c) in out[open..].char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                end = open + i + 1;
+                break;
+            }
+        }
+        let blank: String = out[at..end].chars().filter(|c| *c == '\n').collect();
+        out.replace_range(at..end, &blank);
+    }
+    out
+}
+
+/// The string literals of Rust source `text` (comments and char literals skipped, a string
+/// continued with a backslash read as one line), each with the line it starts on.
+fn literals_by_line(text: &str) -> Vec<(usize, String)> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let (mut i, mut line) = (0, 1);
+    while i < chars.len() {
+        match chars[i] {
+            '\n' => line += 1,
+            '/' if chars.get(i + 1) == Some(&'/') => {
+                while i < chars.len() && chars[i] != '\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            '\'' if chars.get(i + 2) == Some(&'\'') => i += 2,
+            '\'' if chars.get(i + 1) == Some(&'\\') && chars.get(i + 3) == Some(&'\'') => i += 3,
+            '"' => {
+                let start = line;
+                let mut lit = String::new();
+                i += 1;
+                while i < chars.len() && chars[i] != '"' {
+                    if chars[i] == '\\' && chars.get(i + 1) == Some(&'\n') {
+                        i += 1;
+                        while i < chars.len() && chars[i].is_whitespace() {
+                            line += usize::from(chars[i] == '\n');
+                            i += 1;
+                        }
+                        continue;
+                    }
+                    if chars[i] == '\\' {
+                        lit.push(chars[i]);
+                        i += 1;
+                    }
+                    if let Some(&c) = chars.get(i) {
+                        line += usize::from(c == '\n');
+                        lit.push(c);
+                    }
+                    i += 1;
+                }
+                out.push((start, lit));
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Whether a string literal reads as words for people: three lowercase words or more in a row,
+/// once SQL comments (`-- ...`, to the line's end), format placeholders and the two timestamp type
+/// names are taken out. SQL as idemctl writes it has upper-case keywords between its lower-case
+/// identifiers, so a statement does not read as a sentence.
+fn reads_as_prose(literal: &str) -> bool {
+    let mut text = String::new();
+    let mut rest = literal;
+    while let Some(at) = rest.find("--") {
+        text.push_str(&rest[..at]);
+        let end = [rest[at..].find('\n'), rest[at..].find("\\n")]
+            .into_iter()
+            .flatten()
+            .min()
+            .map_or(rest.len(), |e| at + e);
+        rest = &rest[end..];
+    }
+    text.push_str(rest);
+    let mut plain = String::new();
+    let mut depth = 0;
+    for c in text.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                plain.push('X');
+            }
+            '}' if depth > 0 => depth -= 1,
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let plain = plain
+        .replace("timestamp without time zone", "T")
+        .replace("timestamp with time zone", "T");
+    let mut run = 0;
+    for token in plain.split(' ') {
+        let word = !token.is_empty() && token.chars().all(|c| c.is_ascii_lowercase() || c == '\'');
+        run = if word { run + 1 } else { 0 };
+        if run >= 3 {
+            return true;
+        }
+    }
+    false
+}
+
+/// The literals of `text` (before and beside its unit tests) that read as prose, as
+/// `file:line: "literal"`.
+fn prose_in(shown: &str, text: &str) -> Vec<String> {
+    literals_by_line(&without_unit_tests(text))
+        .into_iter()
+        .filter(|(_, lit)| reads_as_prose(lit))
+        .map(|(line, lit)| format!("{shown}:{line}: \"{lit}\""))
+        .collect()
+}
+
+/// The database layer hands typed values up (src/report/db.rs: a failed step, a refusal, a
+/// column's problem, why a profile matched) and src/output/ words them: a string literal under
+/// `src/db/` that reads as a sentence fails this test, which names the file, the line and the
+/// literal. SQL, generated or not, is wanted there and passes.
+#[test]
+fn the_data_layer_writes_no_prose() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src/db"), &mut files);
+    files.sort();
+    assert!(files.len() > 10, "{files:?}");
+    let mut found = Vec::new();
+    for f in &files {
+        let shown = f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        found.extend(prose_in(&shown, &std::fs::read_to_string(f).unwrap()));
+    }
+    assert!(
+        found.is_empty(),
+        "word these in src/output/ from a typed value of src/report/db.rs (a Step for a failed \
+         statement's context, a Refusal or Fault for an error with its exit code), not here:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_prose_check_sees_sentences_and_lets_sql_through() {
+    let sample = "let r = q.await.context(\"failed to read the key\")?;\n\
+                  return Err(fail(Exit::Usage, format!(\"table {t} has no column {c}\")));\n\
+                  let e = anyhow!(\n    \"the batch was \\\n     rolled back\"\n);\n\
+                  let sql = \"SELECT key, state FROM t WHERE state = 'in_progress' AND x IS NULL\";\n\
+                  let s = \"-- evict: a range of the expiry index\\nDELETE FROM {table} WHERE k = $1\";\n\
+                  let t = \"timestamp without time zone\";\n\
+                  let c = '\"'; // a comment with several words in it\n\
+                  #[cfg(test)]\nmod tests {\n    const S: &str = \"words a test may use\";\n}\n\
+                  let n = format!(\"{}.{}\", a, b);\n";
+    let found = prose_in("x.rs", sample);
+    assert_eq!(
+        found,
+        [
+            "x.rs:1: \"failed to read the key\"",
+            "x.rs:2: \"table {t} has no column {c}\"",
+            "x.rs:4: \"the batch was rolled back\"",
+        ],
+        "{sample}"
+    );
+}
