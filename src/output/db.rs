@@ -669,3 +669,131 @@ impl fmt::Display for Fault {
         f.write_str(&fault(self))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn a_failed_step_reads_as_the_context_of_the_servers_error() {
+        assert_eq!(
+            Step::ReadTableSizes.to_string(),
+            "failed to read table sizes"
+        );
+        assert_eq!(
+            Step::ReadShard {
+                shard_id: 102008,
+                node: "w1".into(),
+                port: 5432
+            }
+            .to_string(),
+            "failed to read shard 102008 on node w1:5432"
+        );
+        assert_eq!(
+            Step::ProbePartition("public.keys_2024".into()).to_string(),
+            "failed to probe partition public.keys_2024"
+        );
+    }
+
+    #[test]
+    fn an_enum_that_lacks_a_mapped_value_is_named_with_its_values() {
+        let found = FoundType::EnumLacking {
+            sql_type: "idempotency_state".into(),
+            labels: vec!["in_progress".into(), "done".into()],
+            missing: vec!["completed".into()],
+        };
+        assert_eq!(
+            found_type(&found),
+            "idempotency_state, whose values ('in_progress', 'done') do not include 'completed'"
+        );
+        let state = Accepted {
+            types: &["text", "character varying"],
+            or_enum: true,
+        };
+        assert_eq!(
+            accepted(&state),
+            "text or character varying or an enum holding every value the mapping names"
+        );
+    }
+
+    #[test]
+    fn a_lost_connection_says_how() {
+        let no_answer = Lost::NoAnswer {
+            deadline: Duration::from_secs(12),
+            margin: Duration::from_secs(10),
+        };
+        assert_eq!(
+            no_answer.to_string(),
+            "no answer from the server within 12s (statement_timeout plus 10s); the connection was given up"
+        );
+        assert_eq!(
+            Lost::Ended(None).to_string(),
+            "the server ended the connection: the connection was closed without a reason"
+        );
+        assert_eq!(
+            Lost::Fatal("57P01".into()).to_string(),
+            "the server ended the connection (SQLSTATE 57P01)"
+        );
+    }
+
+    #[test]
+    fn a_predicate_error_names_what_it_found() {
+        assert_eq!(
+            ParseError::ExpectedComparison {
+                column: "code".into(),
+                found: Seen::Text("x".into())
+            }
+            .to_string(),
+            "expected IS, IN or a comparison (=, <>, <, <=, >, >=) after code, found 'x'"
+        );
+        assert_eq!(
+            ParseError::Trailing(Seen::End).to_string(),
+            "unexpected the end after a complete predicate"
+        );
+        assert_eq!(ParseError::Unexpected('\t').to_string(), "unexpected `\\t`");
+        assert_eq!(
+            ParseError::Unterminated('"').to_string(),
+            "unterminated \"...\""
+        );
+    }
+
+    #[test]
+    fn refusals_and_faults_that_no_run_here_reaches_keep_their_words() {
+        let missing = Refusal::ShardMissing {
+            shard_id: 102008,
+            table: "public.keys".into(),
+            shard: "public.keys_102008".into(),
+            node: "w1".into(),
+            port: 5432,
+            why: "relation does not exist".into(),
+        };
+        assert_eq!(
+            missing.to_string(),
+            "shard 102008 of public.keys (table public.keys_102008) is not on node w1:5432 where the coordinator's metadata places it (relation does not exist); a shard move may be under way, try again"
+        );
+        assert_eq!(
+            HeldReferenceRow {
+                patience: Duration::from_secs(10)
+            }
+            .to_string(),
+            "a live transaction held a row of this Citus reference table for more than 10 s, and Citus lets no other write to a reference table proceed until that transaction ends; no request waited on idemctl longer than its lock_timeout; run it again once that transaction has ended"
+        );
+        assert_eq!(
+            Fault::ApplyAnswered {
+                answered: 2,
+                rows: 3
+            }
+            .to_string(),
+            "the apply statement answered for 2 of 3 plan rows"
+        );
+        assert_eq!(
+            match_reason(Some(&MatchReason::MappingIn {
+                origin: None,
+                by_name: true
+            })),
+            "the mapping in the config file, chosen by name"
+        );
+    }
+}
