@@ -140,12 +140,16 @@ pub(crate) fn fail(exit: Exit, message: impl Into<String>) -> anyhow::Error {
     })
 }
 
-/// Decide the exit code of an error: an explicit [`Classified`] anywhere in the chain wins, then the
+/// Decide the exit code of an error: an explicit [`Classified`] or a typed failure (which names its
+/// own code) anywhere in the chain wins, then the
 /// SQLSTATE of a server error, then a lost or refused connection; anything else is a plain failure.
 pub(crate) fn classify(err: &anyhow::Error) -> Exit {
     for cause in err.chain() {
         if let Some(c) = cause.downcast_ref::<Classified>() {
             return c.exit;
+        }
+        if let Some(c) = cause.downcast_ref::<crate::report::failure::ConnFailure>() {
+            return c.exit();
         }
     }
     for cause in err.chain() {

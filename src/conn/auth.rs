@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use super::attrs::{Mismatch, Observed, SessionAttrs};
+use crate::report::failure::AuthRuleError;
 use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -54,7 +55,7 @@ pub(crate) struct AuthRule {
 impl AuthRule {
     /// libpq's parsing: a comma-separated list of methods, all plain (the only ones allowed) or all
     /// negated with `!` (every other one allowed). The error is libpq's message.
-    pub(crate) fn parse(value: &str) -> Result<AuthRule, String> {
+    pub(crate) fn parse(value: &str) -> Result<AuthRule, AuthRuleError> {
         let mut listed: Vec<Method> = Vec::new();
         let mut negated: Option<bool> = None;
         for item in value.split(',') {
@@ -63,26 +64,20 @@ impl AuthRule {
                 None => (false, item),
             };
             let Some(&(_, method)) = METHODS.iter().find(|(n, _)| *n == name) else {
-                return Err(format!("invalid require_auth value: \"{name}\""));
+                return Err(AuthRuleError::UnknownMethod(name.to_owned()));
             };
             match negated {
                 Some(false) if neg => {
-                    return Err(format!(
-                        "negative require_auth method \"{item}\" cannot be mixed with non-negative methods"
-                    ));
+                    return Err(AuthRuleError::NegatedAmongPlain(item.to_owned()));
                 }
                 Some(true) if !neg => {
-                    return Err(format!(
-                        "require_auth method \"{item}\" cannot be mixed with negative methods"
-                    ));
+                    return Err(AuthRuleError::PlainAmongNegated(item.to_owned()));
                 }
                 _ => negated = Some(neg),
             }
             if listed.contains(&method) {
                 // libpq names the item as written, `!` included.
-                return Err(format!(
-                    "require_auth method \"{item}\" is specified more than once"
-                ));
+                return Err(AuthRuleError::Repeated(item.to_owned()));
             }
             listed.push(method);
         }
@@ -862,27 +857,27 @@ mod tests {
         assert!(AuthRule::parse("scram-sha-256").is_ok());
         assert!(AuthRule::parse("!password,!md5").is_ok());
         assert_eq!(
-            AuthRule::parse("kerberos").unwrap_err(),
+            AuthRule::parse("kerberos").unwrap_err().to_string(),
             "invalid require_auth value: \"kerberos\""
         );
         assert_eq!(
-            AuthRule::parse("md5,!password").unwrap_err(),
+            AuthRule::parse("md5,!password").unwrap_err().to_string(),
             "negative require_auth method \"!password\" cannot be mixed with non-negative methods"
         );
         assert_eq!(
-            AuthRule::parse("!md5,password").unwrap_err(),
+            AuthRule::parse("!md5,password").unwrap_err().to_string(),
             "require_auth method \"password\" cannot be mixed with negative methods"
         );
         assert_eq!(
-            AuthRule::parse("md5,md5").unwrap_err(),
+            AuthRule::parse("md5,md5").unwrap_err().to_string(),
             "require_auth method \"md5\" is specified more than once"
         );
         assert_eq!(
-            AuthRule::parse("!md5,!md5").unwrap_err(),
+            AuthRule::parse("!md5,!md5").unwrap_err().to_string(),
             "require_auth method \"!md5\" is specified more than once"
         );
         assert_eq!(
-            AuthRule::parse("!oauth").unwrap_err(),
+            AuthRule::parse("!oauth").unwrap_err().to_string(),
             "invalid require_auth value: \"oauth\"",
             "libpq 17 knows no oauth"
         );

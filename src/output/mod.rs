@@ -6,6 +6,7 @@
 
 pub(crate) mod check;
 pub(crate) mod citus;
+pub(crate) mod errors;
 pub(crate) mod evict;
 pub(crate) mod inspect;
 pub(crate) mod json_text;

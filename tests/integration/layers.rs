@@ -1096,6 +1096,8 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::shard_without_expiry_index",
     "evict::vacuum_summary",
     "evict::walking",
+    // Reached only where neither USER, LOGNAME nor the passwd file names the OS user.
+    "errors::no_os_user",
     "evict::worker_stopped",
     "inspect::no_fingerprint_column",
     "inspect::search_truncated",

@@ -330,3 +330,88 @@ async fn evict_refuses_max_wal_rate_where_the_wal_position_is_hidden_in_exact_wo
     db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
         .await;
 }
+
+/// `idemctl stats` against `conninfo`, which it refuses before connecting.
+fn stats_with(conninfo: &str) -> crate::support::Run {
+    Cmd::new()
+        .args([
+            "stats",
+            "--connect-timeout",
+            "1s",
+            "--database-url",
+            conninfo,
+        ])
+        .run()
+}
+
+#[test]
+fn connection_strings_are_refused_before_connecting_in_exact_words() {
+    stats_with("host=/nonexistent bogus_opt=1")
+        .assert_error(2, "unknown connection option \"bogus_opt\" in --database-url; see the libpq connection parameters");
+    stats_with("host=a,b hostaddr=10.0.0.1,").assert_error(
+        2,
+        "invalid hostaddr in --database-url: expected an address for every host, or no hostaddr",
+    );
+    stats_with("host=/nonexistent ssl_min_protocol_version=TLSv1.3 ssl_max_protocol_version=TLSv1.2")
+        .assert_error(2, "invalid ssl_min_protocol_version in --database-url: expected a version not above ssl_max_protocol_version");
+    stats_with("host=/nonexistent sslmode=disable channel_binding=require")
+        .assert_error(2, "channel_binding in --database-url: channel binding required, but SSL not in use; use sslmode=require (or verify-ca, verify-full), or remove channel_binding=require");
+    stats_with("host=/nonexistent require_auth=md5,!password")
+        .assert_error(2, "require_auth in --database-url: negative require_auth method \"!password\" cannot be mixed with non-negative methods");
+    stats_with("host=localhost sslmode=verify-full sslrootcert=/nonexistent/root.crt")
+        .assert_error(2, "root certificate file \"/nonexistent/root.crt\" does not exist; either provide the file, use the system's trusted roots (sslrootcert=system), or change sslmode");
+}
+
+#[test]
+fn service_files_and_client_keys_are_refused_before_connecting_in_exact_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = dir.path().join("pg_service.conf");
+    std::fs::write(&services, "[outer]\nservice=inner\n").unwrap();
+    Cmd::new()
+        .env("PGSERVICEFILE", &services)
+        .args(["stats", "--database-url", "service=outer"])
+        .run()
+        .assert_error(
+            2,
+            &format!(
+                "nested service specifications not supported in service file \"{}\", line 2",
+                services.display()
+            ),
+        );
+
+    use std::os::unix::fs::PermissionsExt;
+    let testdata = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/conn/testdata");
+    let key = dir.path().join("client.key");
+    std::fs::copy(testdata.join("client.key"), &key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let conninfo = format!(
+        "host=localhost sslmode=require sslcert={} sslkey={}",
+        testdata.join("client.crt").display(),
+        key.display()
+    );
+    stats_with(&conninfo).assert_error(
+        2,
+        &format!(
+            "private key file \"{}\" has group or world access; permissions should be u=rw (0600) or less if owned by the current user, or u=rw,g=r (0640) or less if owned by root",
+            key.display()
+        ),
+    );
+}
+
+#[test]
+fn an_unsafe_password_file_is_skipped_with_a_warning_and_the_failed_connection_named() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let passfile = dir.path().join("pgpass");
+    std::fs::write(&passfile, "*:*:*:*:secret-pw\n").unwrap();
+    std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let run = stats_with(&format!(
+        "host=/nonexistent/idemctl-test port=1 user=u dbname=none passfile={}",
+        passfile.display()
+    ));
+    run.assert_code(5).assert_stderr(&format!(
+        "idemctl: warning: password file \"{}\" has group or world access; permissions should be u=rw (0600) or less; ignoring it\n\
+         idemctl: cannot connect to user \"u\" at socket directory \"/nonexistent/idemctl-test\" port 1, database \"none\": no server socket found (is the server running?) (retried for 1s)\n",
+        passfile.display()
+    ));
+}
