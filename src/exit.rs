@@ -151,6 +151,9 @@ pub(crate) fn classify(err: &anyhow::Error) -> Exit {
         if let Some(c) = cause.downcast_ref::<crate::report::failure::ConnFailure>() {
             return c.exit();
         }
+        if cause.is::<crate::report::failure::ConfigFailure>() {
+            return Exit::Usage;
+        }
     }
     for cause in err.chain() {
         if let Some(pg) = cause.downcast_ref::<tokio_postgres::Error>() {

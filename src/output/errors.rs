@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::report::failure::{
-    AuthRuleError, ConnFailure, ConnWarning, Expected, Origin, Place, Reason, TargetName,
-    Unsupported,
+    ActionProblem, AuthRuleError, ConfigFailure, ConfigProblem, ConnFailure, ConnWarning, Expected,
+    Origin, Place, Reason, TargetName, Unsupported,
 };
 
 impl fmt::Display for Origin {
@@ -387,6 +387,143 @@ pub(crate) fn password_file_warning(warning: &ConnWarning) -> String {
             place(chosen)
         ),
     }
+}
+
+impl fmt::Display for ConfigFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            ConfigFailure::Key { path, key, problem } => config_key_refused(path, key, problem),
+            other => config_file_refused(other),
+        };
+        f.write_str(&text)
+    }
+}
+
+/// A config file that cannot be read or parsed, or maps several profiles with none chosen.
+pub(crate) fn config_file_refused(failure: &ConfigFailure) -> String {
+    match failure {
+        ConfigFailure::Unreadable { path, error } => {
+            format!("cannot read config file {path}: {error}; check --config (or IDEMCTL_CONFIG)")
+        }
+        ConfigFailure::Syntax {
+            path,
+            line,
+            message,
+        } => {
+            let at = line.map_or_else(String::new, |l| format!("line {l}"));
+            format!("config file {path}: {at}: {message}; docs/profiles.md lists the keys")
+        }
+        ConfigFailure::SeveralMappings { path, names } => format!(
+            "config file {path} maps several profiles ({}); choose one with --profile, \
+             IDEMCTL_PROFILE or profile = \"NAME\" in the file",
+            names.join(", ")
+        ),
+        ConfigFailure::Key { path, key, problem } => config_key_refused(path, key, problem),
+    }
+}
+
+/// A config file's key whose value idemctl refuses, and what to write instead.
+pub(crate) fn config_key_refused(path: &str, key: &str, problem: &ConfigProblem) -> String {
+    let what = match problem {
+        ConfigProblem::UrlAndService => {
+            "database_url and service are both set; keep one".to_owned()
+        }
+        ConfigProblem::ServiceName => {
+            "expected the name of a section of the service file, without blanks or quotes"
+                .to_owned()
+        }
+        ConfigProblem::Parser(words) => words.clone(),
+        ConfigProblem::Predicate(error) => format!(
+            "{error}; write column IS [NOT] NULL, column = 'text' or 42, column [NOT] IN ('a', \
+             'b'), joined by AND, OR, NOT and parentheses"
+        ),
+        ConfigProblem::Ttl { given, error } => format!("{given:?} {error}"),
+        ConfigProblem::NoSuchProfile { name, builtin } => format!(
+            "no profile {name}: expected {} or a [profiles.NAME] section of the file",
+            builtin.join(", ")
+        ),
+        ConfigProblem::NoScopeColumns => "expected a column name or a list of them (leave tenant \
+                                          out for a table without one)"
+            .to_owned(),
+        ConfigProblem::ColumnTwice(name) => format!("column {name} is listed twice"),
+        ConfigProblem::ColumnName => "expected a column name (1 to 63 bytes, no control \
+                                      characters), as the catalog spells it"
+            .to_owned(),
+        ConfigProblem::MappingName { builtin } => format!(
+            "a mapping's name is letters, digits, - and _, and not a built-in profile ({})",
+            builtin.join(", ")
+        ),
+        ConfigProblem::NoInFlightValues => {
+            "a state column needs values = [...], the states that mean in flight".to_owned()
+        }
+        ConfigProblem::NoDoneValues => "a state column needs done = [...], the states that mean \
+                                        finished (evict removes expired keys in them)"
+            .to_owned(),
+        ConfigProblem::StateInBoth(state) => format!(
+            "state {state:?} is listed both in values (in flight) and in done; a key in it would \
+             be evicted while in flight: list it in one of them"
+        ),
+        ConfigProblem::InFlightMissing => "give predicate = \"...\", or column = \"...\" with \
+                                           values = [...] (in flight) and done = [...] (finished)"
+            .to_owned(),
+        ConfigProblem::InFlightBoth => "give either predicate = \"...\" or column = \"...\" with \
+                                        values and done, not both"
+            .to_owned(),
+        ConfigProblem::ActionTwice => "an action is listed twice".to_owned(),
+        ConfigProblem::Action(why) => mapping_action_refused(*why),
+    };
+    format!("config file {path}: {key}: {what}")
+}
+
+/// Why a mapping cannot allow a reclaim action: it needs columns to write, and what it writes must
+/// end the key's in-flight state.
+pub(crate) fn mapping_action_refused(why: ActionProblem) -> String {
+    match why {
+        ActionProblem::NoInFlightMarker => {
+            "reclaim acts on keys stuck in flight, and the mapping \
+            has no in_flight marker (no key is ever in flight): drop actions, or map in_flight"
+        }
+        ActionProblem::FailWithoutResponse => {
+            "fail stores an error response: map response_status and response_body, or drop fail"
+        }
+        ActionProblem::FailLeavesInFlight => {
+            "fail writes the response columns, which the \
+            in-flight predicate does not read, so a failed key would stay in flight; make the \
+            predicate read response_status or response_body, or drop fail"
+        }
+        ActionProblem::ReleaseWithoutLock => {
+            "release clears the lock time: map locked_at, or drop release"
+        }
+        ActionProblem::ReleaseLeavesInFlight => {
+            "release clears locked_at, which must end the \
+            key's in-flight state: use an in-flight predicate that reads locked_at (e.g. ... AND \
+            locked_at IS NOT NULL), or drop release"
+        }
+    }
+    .to_owned()
+}
+
+/// Where a setting was read from when the config file gave it: `ttl in config file idemctl.toml`,
+/// or `allow_short_ttl in [profiles.billing] of config file idemctl.toml` for a mapping's own.
+pub(crate) fn set_in_config_file(key: &str, mapping: Option<&str>, path: &str) -> String {
+    match mapping {
+        None => format!("{key} in config file {path}"),
+        Some(mapping) => format!("{key} in [profiles.{mapping}] of config file {path}"),
+    }
+}
+
+/// Where a mapping of the config file is defined, for the profile's origin.
+pub(crate) fn mapping_origin(path: &str, mapping: &str) -> String {
+    format!("config file {path}, [profiles.{mapping}]")
+}
+
+/// Why the profile in use is a config file's mapping.
+pub(crate) fn mapping_matched(origin: Option<&str>, by_name: bool) -> String {
+    format!(
+        "the mapping in {}{}",
+        origin.unwrap_or("the config file"),
+        if by_name { ", chosen by name" } else { "" }
+    )
 }
 
 #[cfg(test)]

@@ -240,3 +240,73 @@ pub(crate) enum ConnWarning {
     PasswordFileShortLine { file: PathBuf, line: usize },
     PasswordsDifferPerHost { file: PathBuf, chosen: Place },
 }
+
+/// A config file that cannot be read or holds a value idemctl refuses; every one is a usage error.
+#[derive(Debug)]
+pub(crate) enum ConfigFailure {
+    Unreadable {
+        path: String,
+        error: String,
+    },
+    /// TOML the parser refused (its message, on one line), at a line when it said where.
+    Syntax {
+        path: String,
+        line: Option<usize>,
+        message: String,
+    },
+    /// A key's value refused.
+    Key {
+        path: String,
+        key: String,
+        problem: ConfigProblem,
+    },
+    /// Several `[profiles.NAME]` sections and none chosen.
+    SeveralMappings {
+        path: String,
+        names: Vec<String>,
+    },
+}
+
+impl std::error::Error for ConfigFailure {}
+
+/// What is wrong with one key of a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ConfigProblem {
+    UrlAndService,
+    ServiceName,
+    /// The flag parser's own words for a table name, a duration or a time zone.
+    Parser(String),
+    Ttl {
+        given: String,
+        error: String,
+    },
+    NoSuchProfile {
+        name: String,
+        builtin: Vec<&'static str>,
+    },
+    NoScopeColumns,
+    ColumnTwice(String),
+    ColumnName,
+    MappingName {
+        builtin: Vec<&'static str>,
+    },
+    /// The in-flight predicate's parser's words.
+    Predicate(String),
+    NoInFlightValues,
+    NoDoneValues,
+    StateInBoth(String),
+    InFlightMissing,
+    InFlightBoth,
+    ActionTwice,
+    Action(ActionProblem),
+}
+
+/// Why a mapping cannot allow a reclaim action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ActionProblem {
+    NoInFlightMarker,
+    FailWithoutResponse,
+    FailLeavesInFlight,
+    ReleaseWithoutLock,
+    ReleaseLeavesInFlight,
+}

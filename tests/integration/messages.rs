@@ -415,3 +415,39 @@ fn an_unsafe_password_file_is_skipped_with_a_warning_and_the_failed_connection_n
         passfile.display()
     ));
 }
+
+#[test]
+fn config_files_are_refused_before_connecting_in_exact_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let run = nowhere().arg("--config").arg(&path).args(["stats"]).run();
+        (run, path.display().to_string())
+    };
+    let mapping = "[profiles.billing]\nkey = \"request_id\"\n";
+    let (r, file) = run(
+        "fail.toml",
+        &format!(
+            "{mapping}response_status = \"status\"\nresponse_body = \"body\"\nin_flight.predicate = \"done_at IS NULL\"\nactions = [\"fail\"]\n"
+        ),
+    );
+    r.assert_error(2, &"config file <file>: profiles.billing.actions: fail writes the response columns, which the in-flight predicate does not read, so a failed key would stay in flight; make the predicate read response_status or response_body, or drop fail".replace("<file>", &file));
+    let (r, file) = run(
+        "several.toml",
+        &format!("{mapping}[profiles.ledger]\nkey = \"id\"\n"),
+    );
+    r.assert_error(2, &"config file <file> maps several profiles (billing, ledger); choose one with --profile, IDEMCTL_PROFILE or profile = \"NAME\" in the file".replace("<file>", &file));
+    let (r, file) = run(
+        "both.toml",
+        &format!(
+            "{mapping}in_flight.column = \"state\"\nin_flight.values = [\"running\"]\nin_flight.done = [\"running\", \"done\"]\n"
+        ),
+    );
+    r.assert_error(2, &"config file <file>: profiles.billing.in_flight: state \"running\" is listed both in values (in flight) and in done; a key in it would be evicted while in flight: list it in one of them".replace("<file>", &file));
+    let (r, file) = run(
+        "predicate.toml",
+        &format!("{mapping}in_flight.predicate = \"done_at IS NULL;\"\n"),
+    );
+    r.assert_error(2, &"config file <file>: profiles.billing.in_flight.predicate: unexpected `;`; write column IS [NOT] NULL, column = 'text' or 42, column [NOT] IN ('a', 'b'), joined by AND, OR, NOT and parentheses".replace("<file>", &file));
+}
