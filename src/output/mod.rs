@@ -12,6 +12,7 @@ pub(crate) mod inspect;
 pub(crate) mod json_text;
 pub(crate) mod names;
 pub(crate) mod prometheus;
+pub(crate) mod reasons;
 pub(crate) mod reclaim;
 mod sanitize;
 pub(crate) mod stats;

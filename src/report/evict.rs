@@ -40,7 +40,23 @@ pub(crate) struct Dropped {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Kept {
     pub name: String,
-    pub reason: String,
+    /// Worded by the output layer, in the summary and the JSON alike.
+    pub reason: KeptBecause,
+}
+
+/// Why --drop-partitions left a partition to the batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeptBecause {
+    NotOwner,
+    HoldsInProgress,
+    HoldsUnexpired,
+    /// Its locks were not granted within the lock timeout (in milliseconds).
+    LocksNotGranted {
+        ms: u128,
+    },
+    Dependents,
+    RunStopped,
+    EarlierLocksNotGranted,
 }
 
 /// Why --vacuum did not run (worded by the output layer, in the summary and the JSON alike).

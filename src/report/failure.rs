@@ -310,3 +310,31 @@ pub(crate) enum ActionProblem {
     ReleaseWithoutLock,
     ReleaseLeavesInFlight,
 }
+
+/// What a command was doing when an error came, as the context of the error chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    OpenExtraWorker,
+    ReachShards,
+    SetUpEvictSession,
+    CountLeftInRange,
+    MakeDeletesDurable,
+    FindNextRange,
+    MeasureRoundTrip,
+    CountInProgressInRange,
+    CountReferenced,
+    CountTooYoung,
+    /// A batch whose connection was lost: its end is unknown.
+    BatchLost,
+    BatchRolledBack,
+    EncodePlan,
+    SetUpReclaimSession,
+    AskConfirmation,
+    ReadConfirmation,
+    ListenForSigterm,
+    ListenForSigint,
+    SetUpTerminal,
+    DrawLiveView,
+}
+
+impl std::error::Error for Step {}

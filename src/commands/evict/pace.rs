@@ -442,9 +442,7 @@ impl Pacer {
                 if can_see {
                     mode
                 } else {
-                    let why = format!(
-                        "role {role} cannot see other sessions' activity (grant it pg_monitor)"
-                    );
+                    let why = crate::output::reasons::activity_hidden_from(&role);
                     warn(&crate::output::evict::pace_fallback(&why));
                     Mode::Fixed {
                         duty: 20,
