@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use super::attrs::{Mismatch, Observed, SessionAttrs};
-use crate::report::failure::AuthRuleError;
+use crate::report::failure::{AttrsMismatch, AuthAsked, AuthRefusal, AuthRuleError};
 use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -108,13 +108,13 @@ impl AuthRule {
         self.allowed.contains(&m)
     }
 
-    fn refuse(&self, reason: &str) -> io::Error {
+    fn refuse(&self, asked: AuthAsked) -> io::Error {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!(
-                "authentication method requirement \"{}\" failed: {reason}",
-                self.text
-            ),
+            AuthRefusal {
+                rule: self.text.clone(),
+                asked,
+            },
         )
     }
 }
@@ -257,24 +257,24 @@ impl Parser {
                     self.stage = Stage::Off;
                     None
                 } else {
-                    Some("server did not complete authentication")
+                    Some(AuthAsked::Incomplete)
                 }
             }
-            3 if !rule.allows(Method::Password) => Some("server requested a cleartext password"),
-            5 if !rule.allows(Method::Md5) => Some("server requested a hashed password"),
+            3 if !rule.allows(Method::Password) => Some(AuthAsked::Cleartext),
+            5 if !rule.allows(Method::Md5) => Some(AuthAsked::Md5),
             3 | 5 => {
                 self.finished = true;
                 None
             }
-            7 | 8 if !rule.allows(Method::Gss) => Some("server requested GSSAPI authentication"),
-            9 if !rule.allows(Method::Sspi) => Some("server requested SSPI authentication"),
-            10 | 11 if !rule.allows(Method::Scram) => Some("server requested SASL authentication"),
+            7 | 8 if !rule.allows(Method::Gss) => Some(AuthAsked::Gss),
+            9 if !rule.allows(Method::Sspi) => Some(AuthAsked::Sspi),
+            10 | 11 if !rule.allows(Method::Scram) => Some(AuthAsked::Sasl),
             12 => {
                 self.finished = true;
                 None
             }
             7..=11 => None,
-            _ => Some("server requested an unknown authentication type"),
+            _ => Some(AuthAsked::Unknown),
         };
         match refusal {
             Some(reason) => {
@@ -739,9 +739,7 @@ where
     });
     Ok(match seen {
         Some(seen) => attrs.judge(seen),
-        None => Err(Mismatch(
-            "the server did not say whether it is a standby; check target_session_attrs".into(),
-        )),
+        None => Err(Mismatch(AttrsMismatch::Unknown)),
     })
 }
 

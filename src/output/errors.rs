@@ -8,8 +8,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::report::failure::{
-    ActionProblem, AuthRuleError, ConfigFailure, ConfigProblem, ConnFailure, ConnWarning, Expected,
-    Origin, Place, Reason, TargetName, Unsupported,
+    ActionProblem, AttrsMismatch, AuthAsked, AuthRefusal, AuthRuleError, ConfigFailure,
+    ConfigProblem, ConnFailure, ConnWarning, Expected, HostMismatch, Origin, Place, Reason,
+    TargetName, TlsFailure, Unsupported,
 };
 
 impl fmt::Display for Origin {
@@ -523,6 +524,132 @@ pub(crate) fn mapping_matched(origin: Option<&str>, by_name: bool) -> String {
         "the mapping in {}{}",
         origin.unwrap_or("the config file"),
         if by_name { ", chosen by name" } else { "" }
+    )
+}
+
+impl fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&tls_failed(self))
+    }
+}
+
+/// A TLS session refused or failed (libpq's words where it has them).
+pub(crate) fn tls_failed(failure: &TlsFailure) -> String {
+    match failure {
+        TlsFailure::NoPeerCertificate => "the server sent no certificate to verify".to_owned(),
+        TlsFailure::HostMismatch(m) => format!(
+            "{}; connect with a host name the certificate names, or use sslmode=verify-ca",
+            host_mismatch(m)
+        ),
+        TlsFailure::NoAlpn => {
+            "direct SSL connection was established without ALPN protocol negotiation extension"
+                .to_owned()
+        }
+        TlsFailure::UnexpectedAlpn => {
+            "SSL connection was established with unexpected ALPN protocol".to_owned()
+        }
+        TlsFailure::VerifyFailed {
+            reason,
+            issuer_hint,
+        } => {
+            let hint = if *issuer_hint {
+                "; sslrootcert (or ~/.postgresql/root.crt) must hold the root certificate that \
+                 signed the server's certificate"
+            } else {
+                ""
+            };
+            format!("certificate verify failed: {reason}{hint}")
+        }
+        TlsFailure::Handshake { io } => format!("TLS handshake failed: {io}"),
+        TlsFailure::ClosedInHandshake => {
+            "the server closed the connection during the TLS handshake".to_owned()
+        }
+        TlsFailure::OpenSsl(reasons) => format!("TLS error: {reasons}"),
+    }
+}
+
+/// The server certificate's names against the host (libpq's words).
+pub(crate) fn host_mismatch(m: &HostMismatch) -> String {
+    match m {
+        HostMismatch::NoHost => {
+            "host name must be specified for a verified SSL connection".to_owned()
+        }
+        HostMismatch::NoName => {
+            "could not get server's host name from server certificate".to_owned()
+        }
+        HostMismatch::One { name, host } => {
+            format!("server certificate for \"{name}\" does not match host name \"{host}\"")
+        }
+        HostMismatch::Several {
+            first,
+            others,
+            host,
+        } => format!(
+            "server certificate for \"{first}\" (and {others} other name{}) does not match host \
+             name \"{host}\"",
+            if *others == 1 { "" } else { "s" }
+        ),
+    }
+}
+
+impl fmt::Display for AttrsMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&session_attrs_mismatch(*self))
+    }
+}
+
+/// A server skipped because its session does not fit `target_session_attrs`, and what to change.
+pub(crate) fn session_attrs_mismatch(m: AttrsMismatch) -> String {
+    let (reason, attrs, fix) = match m {
+        AttrsMismatch::ReadOnly(attrs) => (
+            "session is read-only",
+            attrs,
+            "list a writable server, connect as a role without default_transaction_read_only, or \
+             change target_session_attrs",
+        ),
+        AttrsMismatch::NotReadOnly(attrs) => (
+            "session is not read-only",
+            attrs,
+            "list a standby (or a read-only role's server), or change target_session_attrs",
+        ),
+        AttrsMismatch::HotStandby(attrs) => (
+            "server is in hot standby mode",
+            attrs,
+            "list the primary among the hosts, or change target_session_attrs",
+        ),
+        AttrsMismatch::NotHotStandby(attrs) => (
+            "server is not in hot standby mode",
+            attrs,
+            "list a standby among the hosts, or use target_session_attrs=prefer-standby",
+        ),
+        AttrsMismatch::Unknown => {
+            return "the server did not say whether it is a standby; check target_session_attrs"
+                .to_owned();
+        }
+    };
+    format!("{reason} (target_session_attrs={attrs}): {fix}")
+}
+
+impl fmt::Display for AuthRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&auth_refused(self))
+    }
+}
+
+/// The server asked for a method `require_auth` does not allow (libpq's words).
+pub(crate) fn auth_refused(r: &AuthRefusal) -> String {
+    let asked = match r.asked {
+        AuthAsked::Incomplete => "server did not complete authentication",
+        AuthAsked::Cleartext => "server requested a cleartext password",
+        AuthAsked::Md5 => "server requested a hashed password",
+        AuthAsked::Gss => "server requested GSSAPI authentication",
+        AuthAsked::Sspi => "server requested SSPI authentication",
+        AuthAsked::Sasl => "server requested SASL authentication",
+        AuthAsked::Unknown => "server requested an unknown authentication type",
+    };
+    format!(
+        "authentication method requirement \"{}\" failed: {asked}",
+        r.rule
     )
 }
 

@@ -338,3 +338,74 @@ pub(crate) enum Step {
 }
 
 impl std::error::Error for Step {}
+
+/// Why a TLS session was refused or failed, in the handshake or just after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TlsFailure {
+    NoPeerCertificate,
+    HostMismatch(HostMismatch),
+    /// Direct TLS without the ALPN protocol, or with another one.
+    NoAlpn,
+    UnexpectedAlpn,
+    /// OpenSSL's verify result; `issuer_hint` when the roots lack the signer.
+    VerifyFailed {
+        reason: String,
+        issuer_hint: bool,
+    },
+    Handshake {
+        io: String,
+    },
+    ClosedInHandshake,
+    /// OpenSSL's reasons (or the whole stack when it gave none).
+    OpenSsl(String),
+}
+
+/// The names a server certificate holds that do not match the host connected to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum HostMismatch {
+    /// No host name to check the certificate against.
+    NoHost,
+    /// A certificate that names no host at all.
+    NoName,
+    One {
+        name: String,
+        host: String,
+    },
+    Several {
+        first: String,
+        others: usize,
+        host: String,
+    },
+}
+
+/// A server whose session does not fit `target_session_attrs` (its name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttrsMismatch {
+    ReadOnly(&'static str),
+    NotReadOnly(&'static str),
+    HotStandby(&'static str),
+    NotHotStandby(&'static str),
+    /// The server did not say whether it is a standby.
+    Unknown,
+}
+
+/// What the server asked for that `require_auth` (its text) does not allow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AuthRefusal {
+    pub(crate) rule: String,
+    pub(crate) asked: AuthAsked,
+}
+
+/// An authentication request of the server, as libpq names it in a refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AuthAsked {
+    Incomplete,
+    Cleartext,
+    Md5,
+    Gss,
+    Sspi,
+    Sasl,
+    Unknown,
+}
+
+impl std::error::Error for AuthRefusal {}

@@ -451,3 +451,43 @@ fn config_files_are_refused_before_connecting_in_exact_words() {
     );
     r.assert_error(2, &"config file <file>: profiles.billing.in_flight.predicate: unexpected `;`; write column IS [NOT] NULL, column = 'text' or 42, column [NOT] IN ('a', 'b'), joined by AND, OR, NOT and parentheses".replace("<file>", &file));
 }
+
+/// The `user ... at ..., database ...` words idemctl names a connection string's target by (a
+/// key=value conninfo with a socket directory, as the test cluster's).
+fn target_words(conninfo: &str) -> String {
+    let get = |key: &str| {
+        conninfo
+            .split_whitespace()
+            .find_map(|p| p.strip_prefix(&format!("{key}=")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    format!(
+        "user {:?} at socket directory {:?} port {}, database {:?}",
+        get("user"),
+        get("host"),
+        get("port"),
+        get("dbname")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_does_not_fit_target_session_attrs_is_refused_in_exact_words() {
+    let db = TestDb::new().await;
+    let url = db.url_with(&[
+        ("options", "-c default_transaction_read_only=on"),
+        ("target_session_attrs", "read-write"),
+    ]);
+    let run = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["stats", "--connect-timeout", "5s"])
+        .run_async()
+        .await;
+    run.assert_error(
+        5,
+        &format!(
+            "cannot connect to {}: session is read-only (target_session_attrs=read-write): list a writable server, connect as a role without default_transaction_read_only, or change target_session_attrs",
+            target_words(&db.url())
+        ),
+    );
+}
