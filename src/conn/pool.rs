@@ -49,48 +49,7 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 /// How long [`Pool::close`] waits for the connections to finish saying goodbye.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-/// How idemctl's connections reach their server sessions, as far as it can tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Route {
-    /// The server process that answers is the one whose cancel key the login sent: a direct
-    /// connection, whose session idemctl owns until it disconnects.
-    Direct,
-    /// `--pool-mode session`: a pooler that gives idemctl a server session until it disconnects.
-    DeclaredSession,
-    /// The login's cancel key names no server process of this connection: a pooler (PgBouncer and
-    /// the like), assumed to share server sessions between transactions.
-    DetectedPooler,
-    /// `--pool-mode transaction`.
-    DeclaredTransaction,
-}
-
-impl Route {
-    /// Whether session-level state (settings, advisory locks, named prepared statements) stays
-    /// idemctl's own: false behind a transaction-mode pooler, where it would leak to the API.
-    pub(crate) fn owns_session(self) -> bool {
-        matches!(self, Route::Direct | Route::DeclaredSession)
-    }
-
-    /// One line for the operator.
-    pub(crate) fn describe(self) -> &'static str {
-        match self {
-            Route::Direct => "direct connection: idemctl owns its server sessions",
-            Route::DeclaredSession => {
-                "session pooling (--pool-mode session): idemctl owns its server sessions while connected"
-            }
-            Route::DetectedPooler => {
-                "through a connection pooler (the server process differs from the one the login \
-                 announced): transaction pooling assumed, so idemctl keeps its settings, locks and \
-                 statements inside its own transactions"
-            }
-            Route::DeclaredTransaction => {
-                "transaction pooling (--pool-mode transaction): idemctl keeps its settings, locks and \
-                 statements inside its own transactions"
-            }
-        }
-    }
-}
+pub(crate) use crate::domain::Route;
 
 /// What the pool's connections share: the mode asked for, what was found, and the connection
 /// tasks to wait for on close.
