@@ -1319,7 +1319,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     // rules never leave; transport.rs holds a mismatch of names exactly.
     "errors::host_mismatch",
     "evict::worker_stopped",
-    "inspect::no_fingerprint_column",
     "inspect::search_truncated",
     "mod::unprobed_reference_note",
     "names::worker_unprepared",
@@ -1327,7 +1326,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "reclaim::apply_not_by_tenant",
     "reclaim::archive_commit_unwritten",
     "reclaim::no_identity_on_citus",
-    "reclaim::plan_unwritten",
     "reclaim::question",
     "reclaim::shard_unplaced",
     "reclaim::worker_session_unset",

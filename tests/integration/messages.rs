@@ -234,6 +234,12 @@ async fn reclaim_plan_refusals_are_worded_exactly() {
         .args(["--plan", "plan.json", "--path", "/v1/payments"])
         .run()
         .assert_code(0);
+    // A plan path that names a directory: the finished plan cannot replace it.
+    std::fs::create_dir(dir.path().join("plans")).unwrap();
+    reclaim().args(["--plan", "plans"]).run().assert_error(
+        1,
+        "failed to write plan plans: failed to replace plans: Is a directory (os error 21)",
+    );
     let text = std::fs::read_to_string(dir.path().join("plan.json")).unwrap();
     let before = fixtures::snapshot(&db).await;
 
