@@ -931,6 +931,9 @@ async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
         .args(["--ttl", "1d", "-o", "json", "evict", "--batch-size", "5"])
         .run();
     run.assert_success();
+    run.assert_stderr(
+        "idemctl: note: table public.idempotency_keys has no index on created_at: evict walks idempotency_keys_pkey in pages of 5 entries, reading every key to find the expired ones (it stops at the first page in which nothing has expired: the key follows age); the index would let each batch read only expired keys: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);\n",
+    );
     let report = run.json();
     assert_eq!(report["walk"]["stopped_early"], true, "{run}");
     assert_eq!(report["walk"]["rows_examined"], 20, "{run}");

@@ -1306,7 +1306,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::shard_grants_missing",
     "evict::shard_without_expiry_index",
     "evict::vacuum_summary",
-    "evict::walking",
     // Reached only where neither USER, LOGNAME nor the passwd file names the OS user.
     "errors::no_os_user",
     // Contexts of a server, terminal or signal failure at that very step, which no test can cause
