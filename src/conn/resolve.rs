@@ -51,11 +51,8 @@ pub(crate) fn resolve_node_quietly(
 
 fn url_pairs(settings: &ConnectSettings) -> anyhow::Result<conninfo::Pairs> {
     Ok(match &settings.database_url {
-        Some(url) => conninfo::tokenize(url).map_err(|e| {
-            anyhow::Error::new(ConnFailure::BadUrl {
-                error: e.to_string(),
-            })
-        })?,
+        Some(url) => conninfo::tokenize(url)
+            .map_err(|error| anyhow::Error::new(ConnFailure::BadUrl { error }))?,
         None => Vec::new(),
     })
 }

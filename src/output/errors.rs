@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::report::failure::{
     ActionProblem, AttrsMismatch, AuthAsked, AuthRefusal, AuthRuleError, ConfigFailure,
     ConfigProblem, ConnFailure, ConnWarning, Expected, HostMismatch, Origin, Place, Reason,
-    TargetName, TlsFailure, Unsupported,
+    SyntaxError, TargetName, TlsFailure, Unsupported,
 };
 
 impl fmt::Display for Origin {
@@ -651,6 +651,39 @@ pub(crate) fn auth_refused(r: &AuthRefusal) -> String {
         "authentication method requirement \"{}\" failed: {asked}",
         r.rule
     )
+}
+
+impl fmt::Display for SyntaxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&url_syntax(*self))
+    }
+}
+
+/// What is malformed in a connection string, and where (never the text: it may hold a password).
+pub(crate) fn url_syntax(e: SyntaxError) -> String {
+    match e {
+        SyntaxError::MissingEquals { position } => {
+            format!("missing \"=\" after a keyword at character {position}")
+        }
+        SyntaxError::EmptyKeyword { position } => {
+            format!("a value without a keyword at character {position}")
+        }
+        SyntaxError::UnterminatedQuote => "unterminated quoted string".to_owned(),
+        SyntaxError::UnsupportedScheme => {
+            "unsupported URI scheme (use postgresql:// or postgres://)".to_owned()
+        }
+        SyntaxError::BadPercentEncoding => "invalid percent-encoding in the URI".to_owned(),
+        SyntaxError::PercentEncodedNul => "forbidden %00 in the URI".to_owned(),
+        SyntaxError::NotUtf8 => "a percent-encoded part of the URI is not valid UTF-8".to_owned(),
+        SyntaxError::UnterminatedIpv6 => "missing \"]\" after an IPv6 host address".to_owned(),
+        SyntaxError::EmptyIpv6 => "empty IPv6 host address \"[]\"".to_owned(),
+        SyntaxError::UnexpectedAfterIpv6 => {
+            "unexpected character after an IPv6 host address".to_owned()
+        }
+        SyntaxError::QueryParamWithoutValue => {
+            "a URI query parameter without \"=\" (use key=value)".to_owned()
+        }
+    }
 }
 
 #[cfg(test)]

@@ -68,7 +68,7 @@ pub(crate) enum AuthRuleError {
 pub(crate) enum ConnFailure {
     /// `--database-url` does not parse (the parser's words, which never echo a password).
     BadUrl {
-        error: String,
+        error: SyntaxError,
     },
     Invalid {
         key: String,
@@ -409,3 +409,33 @@ pub(crate) enum AuthAsked {
 }
 
 impl std::error::Error for AuthRefusal {}
+
+/// What is malformed in a connection string. Deliberately carries no input text (it may hold a
+/// password).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SyntaxError {
+    /// A keyword not followed by `=` (position is 1-based, in characters).
+    MissingEquals { position: usize },
+    /// `=value` without a keyword.
+    EmptyKeyword { position: usize },
+    /// A single-quoted value without its closing quote.
+    UnterminatedQuote,
+    /// `scheme://` other than `postgresql://` or `postgres://`.
+    UnsupportedScheme,
+    /// `%` not followed by two hex digits.
+    BadPercentEncoding,
+    /// `%00`, which libpq forbids because C strings cannot hold it.
+    PercentEncodedNul,
+    /// Percent-decoding produced bytes that are not UTF-8.
+    NotUtf8,
+    /// `[` of an IPv6 address without `]`.
+    UnterminatedIpv6,
+    /// `[]`.
+    EmptyIpv6,
+    /// Something other than `:`, `,`, `/` or `?` right after `[address]`.
+    UnexpectedAfterIpv6,
+    /// A query parameter without `=`.
+    QueryParamWithoutValue,
+}
+
+impl std::error::Error for SyntaxError {}

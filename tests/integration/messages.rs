@@ -352,6 +352,10 @@ fn stats_with(conninfo: &str) -> crate::support::Run {
 
 #[test]
 fn connection_strings_are_refused_before_connecting_in_exact_words() {
+    stats_with("mysql://u@h/db").assert_error(
+        2,
+        "invalid --database-url: unsupported URI scheme (use postgresql:// or postgres://)",
+    );
     stats_with("host=/nonexistent bogus_opt=1")
         .assert_error(2, "unknown connection option \"bogus_opt\" in --database-url; see the libpq connection parameters");
     stats_with("host=a,b hostaddr=10.0.0.1,").assert_error(
