@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use super::attrs::{Mismatch, Observed, SessionAttrs};
-use crate::report::failure::{AttrsMismatch, AuthAsked, AuthRefusal, AuthRuleError};
+use crate::report::failure::{AttemptEnded, AttrsMismatch, AuthAsked, AuthRefusal, AuthRuleError};
 use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -514,7 +514,7 @@ where
         Some(e) => Err(e),
         None => Err(failed(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "no host to connect to",
+            AttemptEnded::NoHost,
         ))
         .await),
     }
@@ -697,7 +697,7 @@ async fn within<T>(
         Some(t) => tokio::time::timeout(t, fut).await.unwrap_or_else(|_| {
             Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                "connection timed out",
+                AttemptEnded::TimedOut,
             ))
         }),
         None => fut.await,
@@ -725,7 +725,7 @@ where
             ended?;
             return Err(failed(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                "the server closed the connection",
+                AttemptEnded::Closed,
             ))
             .await);
         }

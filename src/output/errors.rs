@@ -8,9 +8,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::report::failure::{
-    ActionProblem, AttrsMismatch, AuthAsked, AuthRefusal, AuthRuleError, ConfigFailure,
-    ConfigProblem, ConnFailure, ConnWarning, Expected, HostMismatch, Origin, Place, Reason,
-    SyntaxError, TargetName, TlsFailure, Unsupported,
+    ActionProblem, AttemptEnded, AttrsMismatch, AuthAsked, AuthRefusal, AuthRuleError,
+    ConfigFailure, ConfigProblem, ConnFailure, ConnWarning, Expected, HostMismatch, Origin, Place,
+    Reason, SyntaxError, TargetName, TlsFailure, Unsupported,
 };
 
 impl fmt::Display for Origin {
@@ -683,6 +683,16 @@ pub(crate) fn url_syntax(e: SyntaxError) -> String {
         SyntaxError::QueryParamWithoutValue => {
             "a URI query parameter without \"=\" (use key=value)".to_owned()
         }
+    }
+}
+
+impl fmt::Display for AttemptEnded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AttemptEnded::NoHost => "no host to connect to",
+            AttemptEnded::TimedOut => "connection timed out",
+            AttemptEnded::Closed => "the server closed the connection",
+        })
     }
 }
 

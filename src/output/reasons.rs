@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 
-use crate::report::evict::KeptBecause;
+use crate::report::evict::{KeptBecause, PaceSignal};
 use crate::report::failure::Step;
 
 impl fmt::Display for Step {
@@ -84,4 +84,26 @@ pub(crate) fn archived_because(older_than_secs: impl fmt::Display, plan: Option<
 /// Why evict cannot pace itself by the other sessions' activity.
 pub(crate) fn activity_hidden_from(role: &str) -> String {
     format!("role {role} cannot see other sessions' activity (grant it pg_monitor)")
+}
+
+impl Serialize for PaceSignal {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&pace_signal(*self))
+    }
+}
+
+/// A signal the adaptive pace watches, as the report lists it.
+pub(crate) fn pace_signal(signal: PaceSignal) -> String {
+    match signal {
+        PaceSignal::Activity => {
+            "pg_stat_activity: other sessions' activity, waits and statement age"
+        }
+        PaceSignal::OwnBatchTime => "evict's own batch time per row",
+        PaceSignal::Interval => "every 200 ms",
+        PaceSignal::InsertedRows => {
+            "the table's inserted-row counter: removal kept at >= 10x its rate, <= 20x while \
+             others are active"
+        }
+    }
+    .to_owned()
 }

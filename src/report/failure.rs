@@ -439,3 +439,15 @@ pub(crate) enum SyntaxError {
 }
 
 impl std::error::Error for SyntaxError {}
+
+/// A connection attempt that ended before the login, for a reason idemctl's host loop knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptEnded {
+    /// The connection string left no host to try.
+    NoHost,
+    TimedOut,
+    /// The server closed the connection before the login finished.
+    Closed,
+}
+
+impl std::error::Error for AttemptEnded {}
