@@ -501,3 +501,25 @@ async fn a_session_that_does_not_fit_target_session_attrs_is_refused_in_exact_wo
         ),
     );
 }
+
+/// A key looked up without its tenant on a table with more tenants than inspect probes: the key
+/// found among those probed is shown, and a warning says the search stopped there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_past_the_tenants_inspect_probes_is_worded_exactly() {
+    let db = TestDb::new().await;
+    fixtures::create(&db, Schema::Corrected).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+         request_fingerprint, state, response_status, response_body, expires_at) \
+         SELECT CASE WHEN g = 1 THEN 'only' ELSE 'k' END, 'tenant-' || lpad(g::text, 5, '0'), \
+         'POST', '/v1/x', '\\x00', 'completed', 200, '{}', now() + interval '1 day' \
+         FROM generate_series(1, 10001) g; \
+         ANALYZE idempotency_keys",
+    )
+    .await;
+    let run = db.idemctl().args(["inspect", "only", "-o", "json"]).run();
+    run.assert_code(0).assert_stderr(
+        "idemctl: warning: searched only the first 10000 tenants; pass --api-key-id for an exact lookup\n",
+    );
+    assert_eq!(run.json()["api_key_id"], "tenant-00001", "{run}");
+}
