@@ -19,7 +19,7 @@ use crate::conn::Env;
 use crate::db::predicate::Pred;
 use crate::db::profile::{self, Expiry, FingerprintKind, InFlight, Profile};
 use crate::domain::{ColorChoice, OutputFormat, PoolMode, ReclaimAction, TableName};
-use crate::exit::{Exit, fail};
+use crate::report::failure::{ActionProblem, ConfigFailure, ConfigProblem};
 
 /// What a config file sets.
 #[derive(Clone, Debug, Default)]
@@ -94,21 +94,22 @@ struct RawInFlight {
 }
 
 /// A refusal naming the file and the key.
-fn bad(path: &str, key: &str, what: impl std::fmt::Display) -> anyhow::Error {
-    fail(Exit::Usage, format!("config file {}: {key}: {what}", path))
+fn bad(path: &str, key: &str, problem: ConfigProblem) -> anyhow::Error {
+    anyhow::Error::new(ConfigFailure::Key {
+        path: path.to_owned(),
+        key: key.to_owned(),
+        problem,
+    })
 }
 
 /// Read and check the file at `path`.
 pub fn load(path: &Path) -> Result<Config> {
     let shown = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| {
-        fail(
-            Exit::Usage,
-            format!(
-                "cannot read config file {}: {e}; check --config (or IDEMCTL_CONFIG)",
-                shown
-            ),
-        )
+        anyhow::Error::new(ConfigFailure::Unreadable {
+            path: shown.clone(),
+            error: e.to_string(),
+        })
     })?;
     parse(&shown, &text)
 }
@@ -120,32 +121,20 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
             .span()
             .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
         let message = e.message().replace('\n', " ");
-        let message = message.trim_end_matches('.');
-        let at = line.map_or_else(|| "".to_owned(), |l| format!("line {l}"));
-        fail(
-            Exit::Usage,
-            format!(
-                "config file {}: {at}: {}; docs/profiles.md lists the keys",
-                path, message
-            ),
-        )
+        anyhow::Error::new(ConfigFailure::Syntax {
+            path: path.to_owned(),
+            line,
+            message: message.trim_end_matches('.').to_owned(),
+        })
     })?;
     let database_url = match (raw.database_url, raw.service) {
         (Some(_), Some(_)) => {
-            return Err(bad(
-                path,
-                "service",
-                "database_url and service are both set; keep one",
-            ));
+            return Err(bad(path, "service", ConfigProblem::UrlAndService));
         }
         (Some(url), None) => Some(url),
         (None, Some(service)) => {
             if service.is_empty() || service.chars().any(|c| c.is_whitespace() || c == '\'') {
-                return Err(bad(
-                    path,
-                    "service",
-                    "expected the name of a section of the service file, without blanks or quotes",
-                ));
+                return Err(bad(path, "service", ConfigProblem::ServiceName));
             }
             Some(format!("service={service}"))
         }
@@ -153,13 +142,16 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
     };
     let table = raw
         .table
-        .map(|t| crate::cli::parse_table_name(&t).map_err(|e| bad(path, "table", e)))
+        .map(|t| {
+            crate::cli::parse_table_name(&t)
+                .map_err(|e| bad(path, "table", ConfigProblem::Parser(e)))
+        })
         .transpose()?;
     let ttl = raw
         .ttl
         .map(|t| {
             crate::cli::parse_positive_duration(&t)
-                .map_err(|e| bad(path, "ttl", format!("{t:?} {e}")))
+                .map_err(|error| bad(path, "ttl", ConfigProblem::Ttl { given: t, error }))
         })
         .transpose()?;
     let time_zone = raw
@@ -181,11 +173,10 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
         return Err(bad(
             path,
             "profile",
-            format!(
-                "no profile {}: expected {} or a [profiles.NAME] section of the file",
-                p,
-                profile::BUILTIN.join(", ")
-            ),
+            ConfigProblem::NoSuchProfile {
+                name: p.clone(),
+                builtin: profile::BUILTIN.to_vec(),
+            },
         ));
     }
     Ok(Config {
@@ -204,7 +195,7 @@ pub fn parse(path: &str, text: &str) -> Result<Config> {
 /// A time zone as written in the file: its form is checked here, the name by the server once
 /// connected (before any change).
 fn zone(path: &str, key: &str, z: String) -> Result<String> {
-    crate::cli::parse_time_zone(&z).map_err(|e| bad(path, key, e))
+    crate::cli::parse_time_zone(&z).map_err(|e| bad(path, key, ConfigProblem::Parser(e)))
 }
 
 /// The scope's columns, in order: none, one, or several distinct ones.
@@ -215,17 +206,13 @@ fn scope(path: &str, key: &str, raw: Option<RawScope>) -> Result<Vec<String>> {
         Some(RawScope::Many(names)) => names,
     };
     if names.is_empty() {
-        return Err(bad(
-            path,
-            key,
-            "expected a column name or a list of them (leave tenant out for a table without one)",
-        ));
+        return Err(bad(path, key, ConfigProblem::NoScopeColumns));
     }
     let mut out: Vec<String> = Vec::with_capacity(names.len());
     for name in names {
         let name = column(path, key, name)?;
         if out.contains(&name) {
-            return Err(bad(path, key, format!("column {name} is listed twice")));
+            return Err(bad(path, key, ConfigProblem::ColumnTwice(name)));
         }
         out.push(name);
     }
@@ -234,11 +221,7 @@ fn scope(path: &str, key: &str, raw: Option<RawScope>) -> Result<Vec<String>> {
 
 fn column(path: &str, key: &str, name: String) -> Result<String> {
     if name.is_empty() || name.len() > 63 || name.chars().any(char::is_control) {
-        return Err(bad(
-            path,
-            key,
-            "expected a column name (1 to 63 bytes, no control characters), as the catalog spells it",
-        ));
+        return Err(bad(path, key, ConfigProblem::ColumnName));
     }
     Ok(name)
 }
@@ -253,10 +236,9 @@ fn check_mapping_name(path: &str, name: &str) -> Result<()> {
         return Err(bad(
             path,
             &format!("profiles.{}", name),
-            format!(
-                "a mapping's name is letters, digits, - and _, and not a built-in profile ({})",
-                profile::BUILTIN.join(", ")
-            ),
+            ConfigProblem::MappingName {
+                builtin: profile::BUILTIN.to_vec(),
+            },
         ));
     }
     Ok(())
@@ -277,9 +259,7 @@ fn in_flight(path: &str, name: &str, raw: Option<RawInFlight>) -> Result<InFligh
                 bad(
                     path,
                     &at("in_flight.predicate"),
-                    format!(
-                        "{e}; write column IS [NOT] NULL, column = 'text' or 42, column [NOT] IN ('a', 'b'), joined by AND, OR, NOT and parentheses"
-                    ),
+                    ConfigProblem::Predicate(e.to_string()),
                 )
             })?;
             InFlight::Mapped {
@@ -299,23 +279,21 @@ fn in_flight(path: &str, name: &str, raw: Option<RawInFlight>) -> Result<InFligh
                 return Err(bad(
                     path,
                     &at("in_flight.values"),
-                    "a state column needs values = [...], the states that mean in flight",
+                    ConfigProblem::NoInFlightValues,
                 ));
             }
             if done.is_empty() {
                 return Err(bad(
                     path,
                     &at("in_flight.done"),
-                    "a state column needs done = [...], the states that mean finished (evict removes expired keys in them)",
+                    ConfigProblem::NoDoneValues,
                 ));
             }
             if let Some(both) = values.iter().find(|v| done.contains(v)) {
                 return Err(bad(
                     path,
                     &at("in_flight"),
-                    format!(
-                        "state {both:?} is listed both in values (in flight) and in done; a key in it would be evicted while in flight: list it in one of them"
-                    ),
+                    ConfigProblem::StateInBoth(both.clone()),
                 ));
             }
             InFlight::State {
@@ -329,18 +307,10 @@ fn in_flight(path: &str, name: &str, raw: Option<RawInFlight>) -> Result<InFligh
             column: None,
             ..
         }) => {
-            return Err(bad(
-                path,
-                &at("in_flight"),
-                "give predicate = \"...\", or column = \"...\" with values = [...] (in flight) and done = [...] (finished)",
-            ));
+            return Err(bad(path, &at("in_flight"), ConfigProblem::InFlightMissing));
         }
         Some(_) => {
-            return Err(bad(
-                path,
-                &at("in_flight"),
-                "give either predicate = \"...\" or column = \"...\" with values and done, not both",
-            ));
+            return Err(bad(path, &at("in_flight"), ConfigProblem::InFlightBoth));
         }
     })
 }
@@ -387,7 +357,7 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
         row_identity: Vec::new(),
         scope_walk: Vec::new(),
         matched_because: None,
-        origin: Some(format!("config file {}, [profiles.{name}]", path)),
+        origin: Some(crate::output::errors::mapping_origin(path, name)),
     };
     p.actions = actions(path, name, &p, m.actions)?;
     Ok(p)
@@ -404,10 +374,10 @@ fn actions(
     let mut actions = Vec::new();
     for action in listed {
         if actions.contains(&action) {
-            return Err(bad(path, &at, "an action is listed twice"));
+            return Err(bad(path, &at, ConfigProblem::ActionTwice));
         }
         if let Some(why) = action_problem(p, action) {
-            return Err(bad(path, &at, why));
+            return Err(bad(path, &at, ConfigProblem::Action(why)));
         }
         actions.push(action);
     }
@@ -416,7 +386,7 @@ fn actions(
 
 /// Why `action` cannot be allowed on a mapping: it needs columns to write, and what it writes must
 /// end the key's in-flight state (or the same key would be reclaimed again at every run).
-fn action_problem(p: &Profile, action: ReclaimAction) -> Option<&'static str> {
+fn action_problem(p: &Profile, action: ReclaimAction) -> Option<ActionProblem> {
     let reads = |c: &Option<String>| {
         c.as_ref().is_some_and(|c| match &p.in_flight {
             InFlight::Mapped { parsed, .. } => parsed.columns().contains(c),
@@ -424,29 +394,21 @@ fn action_problem(p: &Profile, action: ReclaimAction) -> Option<&'static str> {
         })
     };
     if !p.has_in_flight_marker() {
-        return Some(
-            "reclaim acts on keys stuck in flight, and the mapping has no in_flight marker (no key is ever in flight): drop actions, or map in_flight",
-        );
+        return Some(ActionProblem::NoInFlightMarker);
     }
     match action {
         ReclaimAction::Delete => None,
-        ReclaimAction::Fail if p.response_status.is_none() || p.response_body.is_none() => Some(
-            "fail stores an error response: map response_status and response_body, or drop fail",
-        ),
+        ReclaimAction::Fail if p.response_status.is_none() || p.response_body.is_none() => {
+            Some(ActionProblem::FailWithoutResponse)
+        }
         ReclaimAction::Fail => match &p.in_flight {
             InFlight::State { .. } => None,
             _ if reads(&p.response_status) || reads(&p.response_body) => None,
-            _ => Some(
-                "fail writes the response columns, which the in-flight predicate does not read, so a failed key would stay in flight; make the predicate read response_status or response_body, or drop fail",
-            ),
+            _ => Some(ActionProblem::FailLeavesInFlight),
         },
-        ReclaimAction::Release if p.locked_at.is_none() => {
-            Some("release clears the lock time: map locked_at, or drop release")
-        }
+        ReclaimAction::Release if p.locked_at.is_none() => Some(ActionProblem::ReleaseWithoutLock),
         ReclaimAction::Release if reads(&p.locked_at) => None,
-        ReclaimAction::Release => Some(
-            "release clears locked_at, which must end the key's in-flight state: use an in-flight predicate that reads locked_at (e.g. ... AND locked_at IS NOT NULL), or drop release",
-        ),
+        ReclaimAction::Release => Some(ActionProblem::ReleaseLeavesInFlight),
     }
 }
 
@@ -535,7 +497,7 @@ impl Plan {
     /// Fill in from the config file `c` what the flags and the environment left unset, and choose
     /// the mapping that applies.
     fn fill_from(&mut self, c: &Config, given: &Given) -> Result<()> {
-        let by = |key: &str| format!("{key} in config file {}", c.path);
+        let by = |key: &str| crate::output::errors::set_in_config_file(key, None, &c.path);
         if self.database_url.is_none() && c.database_url.is_some() {
             self.database_url.clone_from(&c.database_url);
             self.database_url_from = by("database_url");
@@ -563,9 +525,10 @@ impl Plan {
                 .as_ref()
                 .filter(|m| c.short_ttl_mappings.contains(&m.name))
                 .map(|m| {
-                    format!(
-                        "allow_short_ttl in [profiles.{}] of config file {}",
-                        m.name, c.path
+                    crate::output::errors::set_in_config_file(
+                        "allow_short_ttl",
+                        Some(&m.name),
+                        &c.path,
                     )
                 })
         };
@@ -587,18 +550,10 @@ impl Config {
                 [] => return Ok(None),
                 [only] => only.clone(),
                 several => {
-                    return Err(fail(
-                        Exit::Usage,
-                        format!(
-                            "config file {} maps several profiles ({}); choose one with --profile, IDEMCTL_PROFILE or profile = \"NAME\" in the file",
-                            self.path,
-                            several
-                                .iter()
-                                .map(|m| m.name.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    ));
+                    return Err(anyhow::Error::new(ConfigFailure::SeveralMappings {
+                        path: self.path.clone(),
+                        names: several.iter().map(|m| m.name.clone()).collect(),
+                    }));
                 }
             },
         };
@@ -613,6 +568,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::Exit;
 
     fn message(text: &str) -> String {
         let e = parse("idemctl.toml", text).unwrap_err();

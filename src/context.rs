@@ -50,6 +50,9 @@ impl Context {
             let text = format!("{e:#}").replace("--database-url", from);
             crate::exit::fail(crate::exit::classify(&e), text)
         })?;
+        for warning in target.warnings() {
+            crate::output::warn(&crate::output::errors::password_file_warning(warning));
+        }
         let pool = target.pool_with(pool_size, global.pool_mode)?;
         let metrics = match metrics {
             Some((command, dest)) => {

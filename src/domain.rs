@@ -287,3 +287,27 @@ mod tests {
         assert_eq!(super::one_spaced("a \n  \n b"), "a b");
     }
 }
+
+/// How idemctl's connections reach their server sessions, as far as it can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Route {
+    /// The server process that answers is the one whose cancel key the login sent: a direct
+    /// connection, whose session idemctl owns until it disconnects.
+    Direct,
+    /// `--pool-mode session`: a pooler that gives idemctl a server session until it disconnects.
+    DeclaredSession,
+    /// The login's cancel key names no server process of this connection: a pooler (PgBouncer and
+    /// the like), assumed to share server sessions between transactions.
+    DetectedPooler,
+    /// `--pool-mode transaction`.
+    DeclaredTransaction,
+}
+
+impl Route {
+    /// Whether session-level state (settings, advisory locks, named prepared statements) stays
+    /// idemctl's own: false behind a transaction-mode pooler, where it would leak to the API.
+    pub(crate) fn owns_session(self) -> bool {
+        matches!(self, Route::Direct | Route::DeclaredSession)
+    }
+}

@@ -156,12 +156,19 @@ pub(crate) fn refuse(exit: Exit, why: impl fmt::Display + Send + Sync + 'static)
     })
 }
 
-/// Decide the exit code of an error: an explicit [`Classified`] anywhere in the chain wins, then the
+/// Decide the exit code of an error: an explicit [`Classified`] or a typed failure (which names its
+/// own code) anywhere in the chain wins, then the
 /// SQLSTATE of a server error, then a lost or refused connection; anything else is a plain failure.
 pub(crate) fn classify(err: &anyhow::Error) -> Exit {
     for cause in err.chain() {
         if let Some(c) = cause.downcast_ref::<Classified>() {
             return c.exit;
+        }
+        if let Some(c) = cause.downcast_ref::<crate::report::failure::ConnFailure>() {
+            return c.exit();
+        }
+        if cause.is::<crate::report::failure::ConfigFailure>() {
+            return Exit::Usage;
         }
     }
     for cause in err.chain() {

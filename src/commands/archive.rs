@@ -89,12 +89,7 @@ impl Archive {
         self.batches += 1;
         let batch = format!("{}-{}", std::process::id(), self.batches);
         let older_than = why.older_than;
-        let reason = match &self.plan {
-            None => format!("in_progress, held longer than --older-than ({older_than}s)"),
-            Some(plan) => format!(
-                "in the plan {plan}, unchanged since, in_progress and held longer than its --older-than ({older_than}s)"
-            ),
-        };
+        let reason = crate::output::reasons::archived_because(older_than, self.plan.as_deref());
         let mut buf = Vec::new();
         for k in keys {
             let mut line = json!({

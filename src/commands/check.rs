@@ -135,7 +135,7 @@ fn connection(route: Option<Route>) -> (Status, Found) {
         _ => Status::Note,
     };
     let found = Found::Connection {
-        route: route.map(Route::describe),
+        route,
         owns_session: route.is_some_and(Route::owns_session),
     };
     (status, found)

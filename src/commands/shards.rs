@@ -97,7 +97,7 @@ impl Placements {
         let one = matches!(layout, Layout::Reference | Layout::CitusLocal);
         let cluster = connect_placements(ctx, client, table, 1, one)
             .await
-            .context("failed to reach the key table's shards on the Citus workers")?;
+            .context(crate::report::failure::Step::ReachShards)?;
         Ok(Placements {
             layout: Some(layout),
             cluster: Some(cluster),

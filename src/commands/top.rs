@@ -164,10 +164,11 @@ async fn live(
     mut history: History,
 ) -> Result<Exit> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("failed to listen for SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("failed to listen for SIGINT")?;
-    let mut screen =
-        view::Screen::enter().context("failed to set up the terminal for the live view")?;
+    let mut term =
+        signal(SignalKind::terminate()).context(crate::report::failure::Step::ListenForSigterm)?;
+    let mut int =
+        signal(SignalKind::interrupt()).context(crate::report::failure::Step::ListenForSigint)?;
+    let mut screen = view::Screen::enter().context(crate::report::failure::Step::SetUpTerminal)?;
     let mut keys = key_reader();
     let mut keys_open = true;
     let mut v = View {
@@ -187,7 +188,9 @@ async fn live(
     let mut next = tokio::time::Instant::now();
     let mut inflight: Option<Refresh<'_>> = None;
     let code = loop {
-        screen.draw(&v).context("failed to draw the live view")?;
+        screen
+            .draw(&v)
+            .context(crate::report::failure::Step::DrawLiveView)?;
         if inflight.is_none() && !paused && tokio::time::Instant::now() >= next {
             next = tokio::time::Instant::now() + args.interval;
             let s = session.take();

@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::report::failure::AttrsMismatch;
+
 /// The value of `target_session_attrs`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) enum SessionAttrs {
@@ -38,11 +40,11 @@ pub(crate) struct Observed {
 
 /// Why a server was skipped: libpq's words, then what to change.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Mismatch(pub(crate) String);
+pub(crate) struct Mismatch(pub(crate) AttrsMismatch);
 
 impl fmt::Display for Mismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -61,37 +63,18 @@ impl SessionAttrs {
 
     /// `Ok` when the session fits, else libpq's reason for skipping it.
     pub(crate) fn judge(self, seen: Observed) -> Result<(), Mismatch> {
-        let (fits, reason, fix) = match self {
+        let name = self.name();
+        let (fits, mismatch) = match self {
             SessionAttrs::Any | SessionAttrs::PreferStandby => return Ok(()),
-            SessionAttrs::ReadWrite => (
-                !seen.read_only,
-                "session is read-only",
-                "list a writable server, connect as a role without default_transaction_read_only, \
-                 or change target_session_attrs",
-            ),
-            SessionAttrs::ReadOnly => (
-                seen.read_only,
-                "session is not read-only",
-                "list a standby (or a read-only role's server), or change target_session_attrs",
-            ),
-            SessionAttrs::Primary => (
-                !seen.in_hot_standby,
-                "server is in hot standby mode",
-                "list the primary among the hosts, or change target_session_attrs",
-            ),
-            SessionAttrs::Standby => (
-                seen.in_hot_standby,
-                "server is not in hot standby mode",
-                "list a standby among the hosts, or use target_session_attrs=prefer-standby",
-            ),
+            SessionAttrs::ReadWrite => (!seen.read_only, AttrsMismatch::ReadOnly(name)),
+            SessionAttrs::ReadOnly => (seen.read_only, AttrsMismatch::NotReadOnly(name)),
+            SessionAttrs::Primary => (!seen.in_hot_standby, AttrsMismatch::HotStandby(name)),
+            SessionAttrs::Standby => (seen.in_hot_standby, AttrsMismatch::NotHotStandby(name)),
         };
         if fits {
             Ok(())
         } else {
-            Err(Mismatch(format!(
-                "{reason} (target_session_attrs={}): {fix}",
-                self.name()
-            )))
+            Err(Mismatch(mismatch))
         }
     }
 

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use super::attrs::{Mismatch, Observed, SessionAttrs};
+use crate::report::failure::{AttemptEnded, AttrsMismatch, AuthAsked, AuthRefusal, AuthRuleError};
 use socket2::{SockRef, TcpKeepalive};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -54,7 +55,7 @@ pub(crate) struct AuthRule {
 impl AuthRule {
     /// libpq's parsing: a comma-separated list of methods, all plain (the only ones allowed) or all
     /// negated with `!` (every other one allowed). The error is libpq's message.
-    pub(crate) fn parse(value: &str) -> Result<AuthRule, String> {
+    pub(crate) fn parse(value: &str) -> Result<AuthRule, AuthRuleError> {
         let mut listed: Vec<Method> = Vec::new();
         let mut negated: Option<bool> = None;
         for item in value.split(',') {
@@ -63,26 +64,20 @@ impl AuthRule {
                 None => (false, item),
             };
             let Some(&(_, method)) = METHODS.iter().find(|(n, _)| *n == name) else {
-                return Err(format!("invalid require_auth value: \"{name}\""));
+                return Err(AuthRuleError::UnknownMethod(name.to_owned()));
             };
             match negated {
                 Some(false) if neg => {
-                    return Err(format!(
-                        "negative require_auth method \"{item}\" cannot be mixed with non-negative methods"
-                    ));
+                    return Err(AuthRuleError::NegatedAmongPlain(item.to_owned()));
                 }
                 Some(true) if !neg => {
-                    return Err(format!(
-                        "require_auth method \"{item}\" cannot be mixed with negative methods"
-                    ));
+                    return Err(AuthRuleError::PlainAmongNegated(item.to_owned()));
                 }
                 _ => negated = Some(neg),
             }
             if listed.contains(&method) {
                 // libpq names the item as written, `!` included.
-                return Err(format!(
-                    "require_auth method \"{item}\" is specified more than once"
-                ));
+                return Err(AuthRuleError::Repeated(item.to_owned()));
             }
             listed.push(method);
         }
@@ -113,13 +108,13 @@ impl AuthRule {
         self.allowed.contains(&m)
     }
 
-    fn refuse(&self, reason: &str) -> io::Error {
+    fn refuse(&self, asked: AuthAsked) -> io::Error {
         io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!(
-                "authentication method requirement \"{}\" failed: {reason}",
-                self.text
-            ),
+            AuthRefusal {
+                rule: self.text.clone(),
+                asked,
+            },
         )
     }
 }
@@ -262,24 +257,24 @@ impl Parser {
                     self.stage = Stage::Off;
                     None
                 } else {
-                    Some("server did not complete authentication")
+                    Some(AuthAsked::Incomplete)
                 }
             }
-            3 if !rule.allows(Method::Password) => Some("server requested a cleartext password"),
-            5 if !rule.allows(Method::Md5) => Some("server requested a hashed password"),
+            3 if !rule.allows(Method::Password) => Some(AuthAsked::Cleartext),
+            5 if !rule.allows(Method::Md5) => Some(AuthAsked::Md5),
             3 | 5 => {
                 self.finished = true;
                 None
             }
-            7 | 8 if !rule.allows(Method::Gss) => Some("server requested GSSAPI authentication"),
-            9 if !rule.allows(Method::Sspi) => Some("server requested SSPI authentication"),
-            10 | 11 if !rule.allows(Method::Scram) => Some("server requested SASL authentication"),
+            7 | 8 if !rule.allows(Method::Gss) => Some(AuthAsked::Gss),
+            9 if !rule.allows(Method::Sspi) => Some(AuthAsked::Sspi),
+            10 | 11 if !rule.allows(Method::Scram) => Some(AuthAsked::Sasl),
             12 => {
                 self.finished = true;
                 None
             }
             7..=11 => None,
-            _ => Some("server requested an unknown authentication type"),
+            _ => Some(AuthAsked::Unknown),
         };
         match refusal {
             Some(reason) => {
@@ -519,7 +514,7 @@ where
         Some(e) => Err(e),
         None => Err(failed(io::Error::new(
             io::ErrorKind::InvalidInput,
-            "no host to connect to",
+            AttemptEnded::NoHost,
         ))
         .await),
     }
@@ -702,7 +697,7 @@ async fn within<T>(
         Some(t) => tokio::time::timeout(t, fut).await.unwrap_or_else(|_| {
             Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                "connection timed out",
+                AttemptEnded::TimedOut,
             ))
         }),
         None => fut.await,
@@ -730,7 +725,7 @@ where
             ended?;
             return Err(failed(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                "the server closed the connection",
+                AttemptEnded::Closed,
             ))
             .await);
         }
@@ -744,9 +739,7 @@ where
     });
     Ok(match seen {
         Some(seen) => attrs.judge(seen),
-        None => Err(Mismatch(
-            "the server did not say whether it is a standby; check target_session_attrs".into(),
-        )),
+        None => Err(Mismatch(AttrsMismatch::Unknown)),
     })
 }
 
@@ -862,27 +855,27 @@ mod tests {
         assert!(AuthRule::parse("scram-sha-256").is_ok());
         assert!(AuthRule::parse("!password,!md5").is_ok());
         assert_eq!(
-            AuthRule::parse("kerberos").unwrap_err(),
+            AuthRule::parse("kerberos").unwrap_err().to_string(),
             "invalid require_auth value: \"kerberos\""
         );
         assert_eq!(
-            AuthRule::parse("md5,!password").unwrap_err(),
+            AuthRule::parse("md5,!password").unwrap_err().to_string(),
             "negative require_auth method \"!password\" cannot be mixed with non-negative methods"
         );
         assert_eq!(
-            AuthRule::parse("!md5,password").unwrap_err(),
+            AuthRule::parse("!md5,password").unwrap_err().to_string(),
             "require_auth method \"password\" cannot be mixed with negative methods"
         );
         assert_eq!(
-            AuthRule::parse("md5,md5").unwrap_err(),
+            AuthRule::parse("md5,md5").unwrap_err().to_string(),
             "require_auth method \"md5\" is specified more than once"
         );
         assert_eq!(
-            AuthRule::parse("!md5,!md5").unwrap_err(),
+            AuthRule::parse("!md5,!md5").unwrap_err().to_string(),
             "require_auth method \"!md5\" is specified more than once"
         );
         assert_eq!(
-            AuthRule::parse("!oauth").unwrap_err(),
+            AuthRule::parse("!oauth").unwrap_err().to_string(),
             "invalid require_auth value: \"oauth\"",
             "libpq 17 knows no oauth"
         );

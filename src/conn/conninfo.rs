@@ -4,67 +4,10 @@
 //! Nothing here knows what a keyword means; `params.rs` validates them. Errors describe what is
 //! wrong and where (a character position), never the text itself: the input may hold a password.
 
-use std::fmt;
-
 /// Keyword/value pairs in input order; a later duplicate overrides an earlier one, as in libpq.
 pub(crate) type Pairs = Vec<(String, String)>;
 
-/// What is malformed. Deliberately carries no input text.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SyntaxError {
-    /// A keyword not followed by `=` (position is 1-based, in characters).
-    MissingEquals { position: usize },
-    /// `=value` without a keyword.
-    EmptyKeyword { position: usize },
-    /// A single-quoted value without its closing quote.
-    UnterminatedQuote,
-    /// `scheme://` other than `postgresql://` or `postgres://`.
-    UnsupportedScheme,
-    /// `%` not followed by two hex digits.
-    BadPercentEncoding,
-    /// `%00`, which libpq forbids because C strings cannot hold it.
-    PercentEncodedNul,
-    /// Percent-decoding produced bytes that are not UTF-8.
-    NotUtf8,
-    /// `[` of an IPv6 address without `]`.
-    UnterminatedIpv6,
-    /// `[]`.
-    EmptyIpv6,
-    /// Something other than `:`, `,`, `/` or `?` right after `[address]`.
-    UnexpectedAfterIpv6,
-    /// A query parameter without `=`.
-    QueryParamWithoutValue,
-}
-
-impl fmt::Display for SyntaxError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::MissingEquals { position } => {
-                write!(f, "missing \"=\" after a keyword at character {position}")
-            }
-            Self::EmptyKeyword { position } => {
-                write!(f, "a value without a keyword at character {position}")
-            }
-            Self::UnterminatedQuote => f.write_str("unterminated quoted string"),
-            Self::UnsupportedScheme => {
-                f.write_str("unsupported URI scheme (use postgresql:// or postgres://)")
-            }
-            Self::BadPercentEncoding => f.write_str("invalid percent-encoding in the URI"),
-            Self::PercentEncodedNul => f.write_str("forbidden %00 in the URI"),
-            Self::NotUtf8 => f.write_str("a percent-encoded part of the URI is not valid UTF-8"),
-            Self::UnterminatedIpv6 => f.write_str("missing \"]\" after an IPv6 host address"),
-            Self::EmptyIpv6 => f.write_str("empty IPv6 host address \"[]\""),
-            Self::UnexpectedAfterIpv6 => {
-                f.write_str("unexpected character after an IPv6 host address")
-            }
-            Self::QueryParamWithoutValue => {
-                f.write_str("a URI query parameter without \"=\" (use key=value)")
-            }
-        }
-    }
-}
-
-impl std::error::Error for SyntaxError {}
+pub(crate) use crate::report::failure::SyntaxError;
 
 /// Tokenise a conninfo string or a URI.
 pub(crate) fn tokenize(input: &str) -> Result<Pairs, SyntaxError> {

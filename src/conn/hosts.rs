@@ -3,6 +3,7 @@
 
 use super::env::{default_socket_dir, is_default_socket_dir};
 use super::params::Params;
+use crate::report::failure::{Expected, Place, Unsupported};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -38,20 +39,18 @@ impl Endpoint {
         }
     }
 
-    /// `host "db1" port 5432` (quoted with escapes, so odd names cannot garble a log line).
-    pub(crate) fn describe(&self) -> String {
+    /// The endpoint as messages name it (the address only where it differs from the name).
+    pub(crate) fn place(&self) -> Place {
         match (&self.host, self.addr) {
-            (HostKind::Unix(dir), _) => {
-                format!(
-                    "socket directory {:?} port {}",
-                    dir.display().to_string(),
-                    self.port
-                )
-            }
-            (HostKind::Tcp(name), Some(addr)) if *name != addr.to_string() => {
-                format!("host {name:?} (address {addr}) port {}", self.port)
-            }
-            (HostKind::Tcp(name), _) => format!("host {name:?} port {}", self.port),
+            (HostKind::Unix(dir), _) => Place::Socket {
+                dir: dir.clone(),
+                port: self.port,
+            },
+            (HostKind::Tcp(name), addr) => Place::Host {
+                name: name.clone(),
+                addr: addr.filter(|a| *name != a.to_string()),
+                port: self.port,
+            },
         }
     }
 }
@@ -62,14 +61,11 @@ pub(crate) fn endpoints(params: &Params) -> anyhow::Result<Vec<Endpoint>> {
     let hosts = list(params.get("host"));
     let addrs = parse_addrs(params)?;
     if !hosts.is_empty() && !addrs.is_empty() && hosts.len() != addrs.len() {
-        return Err(params.invalid(
-            "hostaddr",
-            &format!("as many addresses as host names ({})", hosts.len()),
-        ));
+        return Err(params.invalid("hostaddr", Expected::AddressPerHostName(hosts.len())));
     }
     // The driver pairs addresses with hosts only as whole lists.
     if addrs.iter().any(Option::is_some) && addrs.iter().any(Option::is_none) {
-        return Err(params.invalid("hostaddr", "an address for every host, or no hostaddr"));
+        return Err(params.invalid("hostaddr", Expected::AddressForEveryHost));
     }
     let count = hosts.len().max(addrs.len()).max(1);
     let ports = parse_ports(params, count)?;
@@ -89,10 +85,7 @@ pub(crate) fn endpoints(params: &Params) -> anyhow::Result<Vec<Endpoint>> {
 
 fn host_kind(params: &Params, name: &str, raw_addr: Option<&str>) -> anyhow::Result<HostKind> {
     if name.starts_with('@') {
-        return Err(params.unsupported(
-            "host",
-            "abstract Unix sockets (@name) are not supported; use a socket directory",
-        ));
+        return Err(params.unsupported("host", Unsupported::AbstractSocket));
     }
     Ok(match (name, raw_addr) {
         (n, _) if !n.is_empty() && !n.starts_with('/') => HostKind::Tcp(n.to_string()),
@@ -118,7 +111,7 @@ fn parse_addrs(params: &Params) -> anyhow::Result<Vec<Option<(IpAddr, String)>>>
             text => text
                 .parse()
                 .map(|ip| Some((ip, a.clone())))
-                .map_err(|_| params.invalid("hostaddr", "numeric IP addresses")),
+                .map_err(|_| params.invalid("hostaddr", Expected::NumericAddresses)),
         })
         .collect()
 }
@@ -132,17 +125,14 @@ fn parse_ports(params: &Params, hosts: usize) -> anyhow::Result<Vec<u16>> {
                 .parse::<u16>()
                 .ok()
                 .filter(|n| *n != 0)
-                .ok_or_else(|| params.invalid("port", "port numbers from 1 to 65535")),
+                .ok_or_else(|| params.invalid("port", Expected::PortNumbers)),
         })
         .collect::<anyhow::Result<_>>()?;
     match ports.len() {
         0 => Ok(vec![5432; hosts]),
         1 => Ok(vec![ports[0]; hosts]),
         n if n == hosts => Ok(ports),
-        n => Err(params.invalid(
-            "port",
-            &format!("one port or one per host ({hosts} hosts, {n} ports)"),
-        )),
+        n => Err(params.invalid("port", Expected::PortPerHost { hosts, ports: n })),
     }
 }
 

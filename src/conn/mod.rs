@@ -32,6 +32,7 @@ pub(crate) use params::ENV_VARS as LIBPQ_ENV_VARS;
 pub(crate) use pool::setting_millis;
 pub(crate) use pool::{Line, Pool, Route};
 
+use crate::report::failure::{ConnWarning, TargetName};
 use std::fmt;
 use std::time::Duration;
 
@@ -121,20 +122,16 @@ pub(crate) struct Target {
     attrs: attrs::SessionAttrs,
     /// `require_auth`: the authentication methods the server may ask for.
     require_auth: Option<std::sync::Arc<auth::AuthRule>>,
-    warnings: Vec<String>,
+    warnings: Vec<ConnWarning>,
 }
 
 /// Resolve the connection like libpq: explicit URL parameters, then `PG*` variables, then
 /// defaults; `~/.pgpass` when no password is given. Warnings (such as an unsafe password file) are
-/// printed to stderr as `idemctl: warning: ...` and also kept in [`Target::warnings`].
+/// kept in [`Target::warnings`] for the caller to print.
 ///
 /// Errors carry [`crate::exit::Exit::Usage`], name what is wrong and never echo the URL.
 pub(crate) fn resolve(settings: &ConnectSettings, env: &dyn Env) -> anyhow::Result<Target> {
-    let target = resolve::resolve_quietly(settings, env)?;
-    for warning in &target.warnings {
-        eprintln!("idemctl: warning: {warning}");
-    }
-    Ok(target)
+    resolve::resolve_quietly(settings, env)
 }
 
 /// [`resolve()`] for another node of the same cluster: see [`resolve::resolve_node_quietly`].
@@ -149,19 +146,13 @@ pub(crate) fn resolve_node(
 }
 
 impl Target {
-    /// `user "app" at host "db1" port 5432, database "app"`; never includes the password.
-    pub(crate) fn describe(&self) -> String {
-        let places: Vec<String> = self
-            .endpoints
-            .iter()
-            .map(hosts::Endpoint::describe)
-            .collect();
-        format!(
-            "user {:?} at {}, database {:?}",
-            self.config.get_user().unwrap_or_default(),
-            places.join(" or "),
-            self.config.get_dbname().unwrap_or_default()
-        )
+    /// The user, the hosts and the database, as messages name them; never the password.
+    pub(crate) fn name(&self) -> TargetName {
+        TargetName {
+            user: self.config.get_user().unwrap_or_default().to_owned(),
+            places: self.endpoints.iter().map(hosts::Endpoint::place).collect(),
+            dbname: self.config.get_dbname().unwrap_or_default().to_owned(),
+        }
     }
 
     /// The database connected to (as resolved: dbname, PGDATABASE, else the user name).
@@ -175,9 +166,8 @@ impl Target {
         self.connect_timeout
     }
 
-    /// Problems that did not stop resolution (already printed by [`resolve()`]).
-    #[cfg(test)]
-    pub(crate) fn warnings(&self) -> &[String] {
+    /// Problems that did not stop resolution, for the caller to print.
+    pub(crate) fn warnings(&self) -> &[ConnWarning] {
         &self.warnings
     }
 }

@@ -7,9 +7,8 @@
 
 use super::conninfo::Pairs;
 use super::env::{Env, non_empty};
-use crate::exit::{Exit, fail};
+use crate::report::failure::{ConnFailure, Expected, Unsupported};
 use std::collections::HashMap;
-use std::fmt;
 
 /// Every keyword libpq (up to PostgreSQL 18) accepts, plus tokio-postgres's `keepalives_retries`
 /// spelling of `keepalives_count`.
@@ -120,24 +119,7 @@ const NO_EMPTY_VALUE: &[&str] = &[
     "gssencmode",
 ];
 
-/// Where a value came from, for error messages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Origin {
-    Url,
-    /// A connection service file's section.
-    Service,
-    Env(&'static str),
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Origin::Url => f.write_str("--database-url"),
-            Origin::Service => f.write_str("the connection service file"),
-            Origin::Env(var) => write!(f, "environment variable {var}"),
-        }
-    }
-}
+pub(crate) use crate::report::failure::Origin;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Param {
@@ -200,18 +182,21 @@ impl Params {
     }
 
     /// A usage error about a keyword's value, naming the keyword and its source but not the value.
-    pub(crate) fn invalid(&self, key: &str, expected: &str) -> anyhow::Error {
-        let origin = self.origin(key);
-        fail(
-            Exit::Usage,
-            format!("invalid {key} in {origin}: expected {expected}"),
-        )
+    pub(crate) fn invalid(&self, key: &str, expected: Expected) -> anyhow::Error {
+        anyhow::Error::new(ConnFailure::Invalid {
+            key: key.to_owned(),
+            origin: self.origin(key),
+            expected,
+        })
     }
 
     /// A usage error for a keyword idemctl understands but cannot honour.
-    pub(crate) fn unsupported(&self, key: &str, why: &str) -> anyhow::Error {
-        let origin = self.origin(key);
-        fail(Exit::Usage, format!("{key} in {origin}: {why}"))
+    pub(crate) fn unsupported(&self, key: &str, why: Unsupported) -> anyhow::Error {
+        anyhow::Error::new(ConnFailure::Unsupported {
+            key: key.to_owned(),
+            origin: self.origin(key),
+            why,
+        })
     }
 
     /// A libpq integer (surrounding whitespace allowed, like libpq's strtol check).
@@ -222,7 +207,7 @@ impl Params {
                 .trim()
                 .parse()
                 .map(Some)
-                .map_err(|_| self.invalid(key, "an integer")),
+                .map_err(|_| self.invalid(key, Expected::Integer)),
         }
     }
 
@@ -237,29 +222,23 @@ impl Params {
         key: &str,
         choices: &[(&str, T)],
     ) -> anyhow::Result<Option<T>> {
-        let names = || {
-            let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
-            names.join(", ")
-        };
+        let names = || choices.iter().map(|(n, _)| (*n).to_owned()).collect();
         let Some(value) = self.get(key) else {
             // libpq refuses an empty value of these (`invalid sslmode value: ""`), from the
             // URL, a service file or an empty PG* variable alike.
             let given_empty = self.map.get(key).is_some_and(|p| p.value.is_empty());
             if given_empty && NO_EMPTY_VALUE.contains(&key) {
-                let origin = self.origin(key);
-                return Err(fail(
-                    Exit::Usage,
-                    format!(
-                        "invalid {key} value: \"\" in {origin}; use one of {}, or leave {key} out",
-                        names()
-                    ),
-                ));
+                return Err(anyhow::Error::new(ConnFailure::EmptyChoice {
+                    key: key.to_owned(),
+                    origin: self.origin(key),
+                    choices: names(),
+                }));
             }
             return Ok(None);
         };
         match choices.iter().find(|(name, _)| *name == value) {
             Some((_, t)) => Ok(Some(*t)),
-            None => Err(self.invalid(key, &format!("one of {}", names()))),
+            None => Err(self.invalid(key, Expected::OneOf(names()))),
         }
     }
 }
@@ -276,20 +255,15 @@ fn known_keyword(key: &str) -> anyhow::Result<&'static str> {
     // Only echo something that looks like a keyword: a mangled string could put password text here.
     let looks_like_keyword =
         key.len() <= 64 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    let named = if looks_like_keyword {
-        format!("unknown connection option \"{key}\"")
-    } else {
-        "unknown connection option (not a valid keyword)".to_string()
-    };
-    Err(fail(
-        Exit::Usage,
-        format!("{named} in --database-url; see the libpq connection parameters"),
-    ))
+    Err(anyhow::Error::new(ConnFailure::UnknownOption {
+        key: looks_like_keyword.then(|| key.to_owned()),
+    }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exit::Exit;
 
     fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
         vars.iter()

@@ -7,6 +7,8 @@ use std::io::ErrorKind;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use crate::report::failure::ConnWarning;
+
 /// What a pgpass line is matched against.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Lookup<'a> {
@@ -19,33 +21,37 @@ pub(crate) struct Lookup<'a> {
 
 /// The file's contents if it exists and is safe to use. A missing file is normal and silent; an
 /// unsafe or unreadable one is skipped with a warning, as libpq does.
-pub(crate) fn read(path: &Path, warnings: &mut Vec<String>) -> Option<Vec<u8>> {
-    let shown = path.display();
+pub(crate) fn read(path: &Path, warnings: &mut Vec<ConnWarning>) -> Option<Vec<u8>> {
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == ErrorKind::NotFound => return None,
         Err(e) => {
-            warnings.push(format!("cannot read password file \"{shown}\": {e}"));
+            warnings.push(ConnWarning::PasswordFileUnreadable {
+                file: path.to_owned(),
+                error: e.to_string(),
+            });
             return None;
         }
     };
     if !meta.is_file() {
-        warnings.push(format!(
-            "password file \"{shown}\" is not a plain file; ignoring it"
-        ));
+        warnings.push(ConnWarning::PasswordFileNotPlain {
+            file: path.to_owned(),
+        });
         return None;
     }
     if meta.permissions().mode() & 0o077 != 0 {
-        warnings.push(format!(
-            "password file \"{shown}\" has group or world access; permissions should be \
-             u=rw (0600) or less; ignoring it"
-        ));
+        warnings.push(ConnWarning::PasswordFileLoose {
+            file: path.to_owned(),
+        });
         return None;
     }
     match std::fs::read(path) {
         Ok(contents) => Some(contents),
         Err(e) => {
-            warnings.push(format!("cannot read password file \"{shown}\": {e}"));
+            warnings.push(ConnWarning::PasswordFileUnreadable {
+                file: path.to_owned(),
+                error: e.to_string(),
+            });
             None
         }
     }
@@ -57,7 +63,7 @@ pub(crate) fn find(
     contents: &[u8],
     path: &Path,
     lookup: Lookup<'_>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<ConnWarning>,
 ) -> Option<Vec<u8>> {
     let port = lookup.port.to_string();
     let wanted: [&[u8]; 4] = [
@@ -73,11 +79,10 @@ pub(crate) fn find(
         }
         let fields = split_fields(line);
         if fields.len() < 5 {
-            warnings.push(format!(
-                "password file \"{}\" line {}: fewer than 5 colon-separated fields; line skipped",
-                path.display(),
-                index + 1
-            ));
+            warnings.push(ConnWarning::PasswordFileShortLine {
+                file: path.to_owned(),
+                line: index + 1,
+            });
             continue;
         }
         if fields
@@ -159,7 +164,10 @@ db2:*:*:*:never
             user,
         };
         let pw = find(FILE.as_bytes(), &PathBuf::from("/p"), lookup, &mut warnings);
-        (pw.map(|p| String::from_utf8(p).expect("utf8")), warnings)
+        (
+            pw.map(|p| String::from_utf8(p).expect("utf8")),
+            warnings.iter().map(ToString::to_string).collect(),
+        )
     }
 
     #[test]
@@ -215,8 +223,8 @@ db2:*:*:*:never
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).expect("chmod");
         assert_eq!(read(&path, &mut warnings), None);
         assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].contains("group or world access"));
-        assert!(!warnings[0].contains("secretpw"));
+        assert!(warnings[0].to_string().contains("group or world access"));
+        assert!(!warnings[0].to_string().contains("secretpw"));
 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
         assert!(read(&path, &mut warnings).is_some());

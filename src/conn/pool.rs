@@ -9,7 +9,7 @@ use super::auth;
 use super::tls_stream::MakeTls;
 use super::{SessionTimeouts, Target};
 use crate::domain::{PoolMode, SetBy, StatementTimeout};
-use crate::exit::{Exit, fail};
+use crate::report::failure::{ConnFailure, Reason};
 use deadpool_postgres::{
     Connect, Hook, HookError, Manager, ManagerConfig, Object, PoolError, RecyclingMethod, Runtime,
 };
@@ -49,48 +49,7 @@ const MAX_RETRY_DELAY: Duration = Duration::from_secs(2);
 /// How long [`Pool::close`] waits for the connections to finish saying goodbye.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-/// How idemctl's connections reach their server sessions, as far as it can tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Route {
-    /// The server process that answers is the one whose cancel key the login sent: a direct
-    /// connection, whose session idemctl owns until it disconnects.
-    Direct,
-    /// `--pool-mode session`: a pooler that gives idemctl a server session until it disconnects.
-    DeclaredSession,
-    /// The login's cancel key names no server process of this connection: a pooler (PgBouncer and
-    /// the like), assumed to share server sessions between transactions.
-    DetectedPooler,
-    /// `--pool-mode transaction`.
-    DeclaredTransaction,
-}
-
-impl Route {
-    /// Whether session-level state (settings, advisory locks, named prepared statements) stays
-    /// idemctl's own: false behind a transaction-mode pooler, where it would leak to the API.
-    pub(crate) fn owns_session(self) -> bool {
-        matches!(self, Route::Direct | Route::DeclaredSession)
-    }
-
-    /// One line for the operator.
-    pub(crate) fn describe(self) -> &'static str {
-        match self {
-            Route::Direct => "direct connection: idemctl owns its server sessions",
-            Route::DeclaredSession => {
-                "session pooling (--pool-mode session): idemctl owns its server sessions while connected"
-            }
-            Route::DetectedPooler => {
-                "through a connection pooler (the server process differs from the one the login \
-                 announced): transaction pooling assumed, so idemctl keeps its settings, locks and \
-                 statements inside its own transactions"
-            }
-            Route::DeclaredTransaction => {
-                "transaction pooling (--pool-mode transaction): idemctl keeps its settings, locks and \
-                 statements inside its own transactions"
-            }
-        }
-    }
-}
+pub(crate) use crate::domain::Route;
 
 /// What the pool's connections share: the mode asked for, what was found, and the connection
 /// tasks to wait for on close.
@@ -287,10 +246,9 @@ impl Target {
             .post_create(session_hook(shared.clone()))
             .build()
             .map_err(|e| {
-                fail(
-                    Exit::Internal,
-                    format!("cannot build the connection pool: {e}"),
-                )
+                anyhow::Error::new(ConnFailure::PoolUnbuilt {
+                    error: e.to_string(),
+                })
             })?;
         Ok(Pool { inner, shared })
     }
@@ -319,7 +277,7 @@ impl Target {
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if !failure.transient || left.is_zero() {
-                return Err(self.connect_error(&failure, attempts, started.elapsed()));
+                return Err(self.connect_error(failure, attempts, started.elapsed()));
             }
             tokio::time::sleep(delay.min(left)).await;
             delay = (delay * 2).min(MAX_RETRY_DELAY);
@@ -327,29 +285,13 @@ impl Target {
         }
     }
 
-    fn connect_error(&self, failure: &Failure, attempts: u32, elapsed: Duration) -> anyhow::Error {
-        let retried = if attempts > 1 {
-            format!(" (retried for {})", rounded(elapsed))
-        } else {
-            String::new()
-        };
-        let message = format!(
-            "cannot connect to {}: {}{retried}",
-            self.describe(),
-            failure.reason
-        );
-        fail(Exit::CannotConnect, message)
+    fn connect_error(&self, failure: Failure, attempts: u32, elapsed: Duration) -> anyhow::Error {
+        anyhow::Error::new(ConnFailure::CannotConnect {
+            target: self.name(),
+            reason: failure.reason,
+            retried: (attempts > 1).then_some(elapsed),
+        })
     }
-}
-
-/// `10s` rather than `10s 3ms 120us`.
-fn rounded(elapsed: Duration) -> humantime::FormattedDuration {
-    let step = if elapsed < Duration::from_secs(1) {
-        Duration::from_millis(elapsed.as_millis().try_into().unwrap_or(u64::MAX))
-    } else {
-        Duration::from_secs(elapsed.as_secs() + u64::from(elapsed.subsec_millis() >= 500))
-    };
-    humantime::format_duration(step)
 }
 
 type Connected = Result<(tokio_postgres::Client, JoinHandle<()>), tokio_postgres::Error>;
@@ -660,17 +602,17 @@ pub(crate) fn setting_millis(duration: Duration) -> String {
     format!("{}ms", millis.min(i32::MAX as u128))
 }
 
-/// Why an attempt failed, in words for the operator, and whether trying again may help.
+/// Why an attempt failed, and whether trying again may help.
 #[derive(Debug)]
 pub(crate) struct Failure {
-    pub(crate) reason: String,
+    pub(crate) reason: Reason,
     pub(crate) transient: bool,
 }
 
 impl Failure {
     fn timed_out(after: Duration) -> Failure {
         Failure {
-            reason: format!("timed out after {}", rounded(after)),
+            reason: Reason::TimedOutAfter(after),
             transient: true,
         }
     }
@@ -679,18 +621,15 @@ impl Failure {
         match e {
             PoolError::Backend(e) => Failure::from_pg(e),
             PoolError::PostCreateHook(HookError::Backend(e)) => Failure {
-                reason: format!(
-                    "setting session timeouts failed: {}",
-                    Failure::from_pg(e).reason
-                ),
+                reason: Reason::SessionSetup(Box::new(Failure::from_pg(e).reason)),
                 transient: false,
             },
             PoolError::Timeout(_) => Failure {
-                reason: "timed out".to_string(),
+                reason: Reason::TimedOut,
                 transient: true,
             },
             other => Failure {
-                reason: other.to_string().trim().to_string(),
+                reason: Reason::Other(other.to_string().trim().to_string()),
                 transient: false,
             },
         }
@@ -702,14 +641,13 @@ impl Failure {
         if let Some(db) = e.as_db_error() {
             // 57P03: starting up or shutting down; 53300: too many connections.
             let transient = matches!(db.code().code(), "57P03" | "53300");
-            let mut reason = db.message().to_string();
-            if reason.starts_with("unsupported startup parameter") {
-                // PgBouncer's refusal of a startup parameter it does not pass on.
-                reason.push_str(
-                    "; the connection pooler does not accept it: remove it (options=, PGOPTIONS), \
-                     or list it in the pooler's ignore_startup_parameters",
-                );
-            }
+            let message = db.message().to_string();
+            // PgBouncer's refusal of a startup parameter it does not pass on.
+            let reason = if message.starts_with("unsupported startup parameter") {
+                Reason::PoolerParameter(message)
+            } else {
+                Reason::Server(message)
+            };
             return Failure { reason, transient };
         }
         if let Some(mismatch) = sources(e)
@@ -717,18 +655,14 @@ impl Failure {
             .find_map(|io| io.get_ref()?.downcast_ref::<Mismatch>())
         {
             return Failure {
-                reason: mismatch.to_string(),
+                reason: Reason::Other(mismatch.to_string()),
                 transient: false,
             };
         }
         let chain = chain_text(e);
         if let Some(at) = chain.find(auth::REFUSAL) {
             return Failure {
-                reason: format!(
-                    "{}; allow the server's method in require_auth, or change the method the \
-                     server's pg_hba.conf asks for",
-                    &chain[at..]
-                ),
+                reason: Reason::AuthRefused(chain[at..].to_owned()),
                 transient: false,
             };
         }
@@ -739,15 +673,13 @@ impl Failure {
             return failure;
         }
         if chain.ends_with("password missing") {
-            let reason = "the server asks for a password and none was given (set PGPASSWORD, \
-                          add a ~/.pgpass line, or put it in the URL)";
             return Failure {
-                reason: reason.to_string(),
+                reason: Reason::PasswordMissing,
                 transient: false,
             };
         }
         Failure {
-            reason: chain,
+            reason: Reason::Other(chain),
             transient: false,
         }
     }
@@ -763,11 +695,7 @@ fn closed_at_ssl_request(e: &tokio_postgres::Error) -> Option<Failure> {
         return None;
     }
     Some(Failure {
-        reason: "server closed the connection unexpectedly before answering the SSLRequest; if it \
-                 expects TLS from the first byte (a TLS-terminating proxy, or a server set up for \
-                 direct TLS), connect with sslnegotiation=direct and sslmode=require (or \
-                 verify-ca, verify-full)"
-            .to_string(),
+        reason: Reason::ClosedAtSslRequest,
         transient: false,
     })
 }
@@ -776,14 +704,14 @@ fn closed_at_ssl_request(e: &tokio_postgres::Error) -> Option<Failure> {
 fn io_failure(e: &tokio_postgres::Error) -> Option<Failure> {
     let io = sources(e).find_map(|s| s.downcast_ref::<io::Error>())?;
     let reason = match io.kind() {
-        io::ErrorKind::ConnectionRefused => "connection refused",
-        io::ErrorKind::NotFound => "no server socket found (is the server running?)",
-        io::ErrorKind::TimedOut => "timed out",
-        io::ErrorKind::ConnectionReset => "connection reset by the server",
+        io::ErrorKind::ConnectionRefused => Reason::Refused,
+        io::ErrorKind::NotFound => Reason::NoSocket,
+        io::ErrorKind::TimedOut => Reason::TimedOut,
+        io::ErrorKind::ConnectionReset => Reason::Reset,
         _ => return None,
     };
     Some(Failure {
-        reason: reason.to_string(),
+        reason,
         transient: true,
     })
 }

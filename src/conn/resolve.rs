@@ -16,7 +16,7 @@ use super::params::Params;
 use super::pgpass;
 use super::tls;
 use super::{ConnectSettings, Liveness, SessionTimeouts, Target};
-use crate::exit::{Exit, fail};
+use crate::report::failure::{ConnFailure, ConnWarning, Unsupported};
 use std::path::PathBuf;
 use std::time::Duration;
 use tokio_postgres::config::{ChannelBinding, LoadBalanceHosts, SslNegotiation};
@@ -52,7 +52,7 @@ pub(crate) fn resolve_node_quietly(
 fn url_pairs(settings: &ConnectSettings) -> anyhow::Result<conninfo::Pairs> {
     Ok(match &settings.database_url {
         Some(url) => conninfo::tokenize(url)
-            .map_err(|e| fail(Exit::Usage, format!("invalid --database-url: {e}")))?,
+            .map_err(|error| anyhow::Error::new(ConnFailure::BadUrl { error }))?,
         None => Vec::new(),
     })
 }
@@ -67,12 +67,7 @@ fn resolve_pairs(
     let endpoints = hosts::endpoints(&params)?;
     let user = match params.get("user") {
         Some(user) => user.to_string(),
-        None => env::os_user(env).ok_or_else(|| {
-            fail(
-                Exit::Usage,
-                "cannot determine the OS user name; set PGUSER or user= in --database-url",
-            )
-        })?,
+        None => env::os_user(env).ok_or_else(|| anyhow::Error::new(ConnFailure::NoOsUser))?,
     };
     let dbname = params.get("dbname").unwrap_or(&user).to_string();
     let mut warnings = Vec::new();
@@ -100,7 +95,7 @@ fn resolve_pairs(
     let require_auth = match params.get("require_auth") {
         Some(value) => Some(std::sync::Arc::new(
             super::auth::AuthRule::parse(value)
-                .map_err(|why| params.unsupported("require_auth", &why))?,
+                .map_err(|why| params.unsupported("require_auth", Unsupported::RequireAuth(why)))?,
         )),
         None => None,
     };
@@ -126,20 +121,11 @@ fn resolve_pairs(
 /// Keywords whose effect idemctl cannot provide; dropping them silently could weaken security or
 /// connect somewhere else than intended.
 fn reject_unsupported(params: &Params) -> anyhow::Result<()> {
-    let refusals: [(&str, &str); 4] = [
-        (
-            "requirepeer",
-            "checking the socket peer's user name is not supported; remove it",
-        ),
-        (
-            "scram_client_key",
-            "SCRAM key pass-through is not supported; use a password",
-        ),
-        (
-            "scram_server_key",
-            "SCRAM key pass-through is not supported; use a password",
-        ),
-        ("oauth_issuer", "OAuth authentication is not supported"),
+    let refusals: [(&str, Unsupported); 4] = [
+        ("requirepeer", Unsupported::RequirePeer),
+        ("scram_client_key", Unsupported::ScramKeys),
+        ("scram_server_key", Unsupported::ScramKeys),
+        ("oauth_issuer", Unsupported::OAuth),
     ];
     for (key, why) in refusals {
         if params.get(key).is_some() {
@@ -148,16 +134,16 @@ fn reject_unsupported(params: &Params) -> anyhow::Result<()> {
     }
     for key in ["oauth_client_id", "oauth_client_secret", "oauth_scope"] {
         if params.get(key).is_some() {
-            return Err(params.unsupported(key, "OAuth authentication is not supported"));
+            return Err(params.unsupported(key, Unsupported::OAuth));
         }
     }
     let off = ["0", "off", "false", "no"];
     if params.get("replication").is_some_and(|v| !off.contains(&v)) {
-        return Err(params.unsupported("replication", "replication connections are not supported"));
+        return Err(params.unsupported("replication", Unsupported::Replication));
     }
     let versions = [("3.0", true), ("3.2", false), ("latest", false)];
     if params.choice("min_protocol_version", &versions)? == Some(false) {
-        return Err(params.unsupported("min_protocol_version", "only protocol 3.0 is supported"));
+        return Err(params.unsupported("min_protocol_version", Unsupported::ProtocolVersion));
     }
     params.choice("max_protocol_version", &versions)?;
     Ok(())
@@ -172,7 +158,7 @@ fn password(
     endpoints: &[Endpoint],
     user: &str,
     dbname: &str,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<ConnWarning>,
 ) -> Option<Vec<u8>> {
     if let Some(password) = params.get("password") {
         return Some(password.as_bytes().to_vec());
@@ -197,11 +183,10 @@ fn password(
     });
     let (first_host, chosen) = found.by_ref().find_map(|(e, pw)| pw.map(|pw| (e, pw)))?;
     if found.any(|(_, pw)| pw.is_some_and(|pw| pw != chosen)) {
-        warnings.push(format!(
-            "password file \"{}\" has different passwords for different hosts; using the one for {}",
-            path.display(),
-            first_host.describe()
-        ));
+        warnings.push(ConnWarning::PasswordsDifferPerHost {
+            file: path.clone(),
+            chosen: first_host.place(),
+        });
     }
     Some(chosen)
 }
@@ -285,11 +270,9 @@ fn apply_session_options(
     if let Some(binding) = params.choice("channel_binding", &binding)? {
         // libpq refuses this before logging in: nothing could bind the channel.
         if binding == ChannelBinding::Require && tls_plan.mode == tls::SslMode::Disable {
-            return Err(params.unsupported(
-                "channel_binding",
-                "channel binding required, but SSL not in use; use sslmode=require (or \
-                 verify-ca, verify-full), or remove channel_binding=require",
-            ));
+            return Err(
+                params.unsupported("channel_binding", Unsupported::ChannelBindingWithoutTls)
+            );
         }
         config.channel_binding(binding);
     }

@@ -7,7 +7,7 @@
 //! spaces around `=`, `#` comments.
 
 use super::env::{Env, non_empty};
-use crate::exit::{Exit, fail};
+use crate::report::failure::ConnFailure;
 use std::path::{Path, PathBuf};
 
 /// Where the system-wide file lives when `PGSYSCONFDIR` is unset (Debian's libpq).
@@ -25,10 +25,9 @@ pub(crate) fn lookup(
         .or_else(|| non_empty(env, "PGSERVICEFILE").map(PathBuf::from));
     // A file named explicitly must exist; only ~/.pg_service.conf is optional.
     if let Some(file) = named.as_ref().filter(|f| !f.exists()) {
-        return Err(fail(
-            Exit::Usage,
-            format!("service file \"{}\" not found", file.display()),
-        ));
+        return Err(failed(ConnFailure::ServiceFileMissing {
+            file: file.clone(),
+        }));
     }
     let user_file = named.or_else(|| env.home().map(|h| h.join(".pg_service.conf")));
     let system_dir = non_empty(env, "PGSYSCONFDIR").unwrap_or_else(|| SYSCONFDIR.to_string());
@@ -41,20 +40,18 @@ pub(crate) fn lookup(
             return Ok(pairs);
         }
     }
-    Err(fail(
-        Exit::Usage,
-        format!("definition of service \"{name}\" not found"),
-    ))
+    Err(failed(ConnFailure::ServiceUndefined {
+        name: name.to_owned(),
+    }))
 }
 
 /// The section `[name]` of `file`, or `None` when the file has no such section.
 fn parse(file: &Path, name: &str) -> anyhow::Result<Option<Vec<(String, String)>>> {
-    let shown = file.display();
     let text = std::fs::read(file).map_err(|e| {
-        fail(
-            Exit::Usage,
-            format!("service file \"{shown}\" not found: {e}"),
-        )
+        failed(ConnFailure::ServiceFileUnreadable {
+            file: file.to_owned(),
+            error: e.to_string(),
+        })
     })?;
     let text = String::from_utf8_lossy(&text);
     let mut pairs: Option<Vec<(String, String)>> = None;
@@ -64,13 +61,10 @@ fn parse(file: &Path, name: &str) -> anyhow::Result<Option<Vec<(String, String)>
             continue;
         }
         let syntax = || {
-            fail(
-                Exit::Usage,
-                format!(
-                    "syntax error in service file \"{shown}\", line {}",
-                    number + 1
-                ),
-            )
+            failed(ConnFailure::ServiceSyntax {
+                file: file.to_owned(),
+                line: number + 1,
+            })
         };
         if let Some(section) = line.strip_prefix('[') {
             if pairs.is_some() {
@@ -90,13 +84,10 @@ fn parse(file: &Path, name: &str) -> anyhow::Result<Option<Vec<(String, String)>
         };
         let (key, value) = line.split_once('=').ok_or_else(syntax)?;
         if key == "service" {
-            return Err(fail(
-                Exit::Usage,
-                format!(
-                    "nested service specifications not supported in service file \"{shown}\", line {}",
-                    number + 1
-                ),
-            ));
+            return Err(failed(ConnFailure::ServiceNested {
+                file: file.to_owned(),
+                line: number + 1,
+            }));
         }
         if !super::params::is_keyword(key) {
             return Err(syntax());
@@ -104,6 +95,10 @@ fn parse(file: &Path, name: &str) -> anyhow::Result<Option<Vec<(String, String)>
         found.push((key.to_string(), value.to_string()));
     }
     Ok(pairs)
+}
+
+fn failed(failure: ConnFailure) -> anyhow::Error {
+    anyhow::Error::new(failure)
 }
 
 #[cfg(test)]

@@ -501,24 +501,41 @@ fn malformed_input_names_the_problem_without_echoing() {
 
 #[test]
 fn password_never_shows_in_describe_or_debug() {
+    use crate::report::failure::{Place, TargetName};
+    let name = |user: &str, places: Vec<Place>| TargetName {
+        user: user.to_owned(),
+        places,
+        dbname: "app".to_owned(),
+    };
+    let host = |name: &str, addr: Option<&str>, port: u16| Place::Host {
+        name: name.to_owned(),
+        addr: addr.map(|a| a.parse().unwrap()),
+        port,
+    };
     let t = resolved(Some("postgresql://app:hunter2@db1:5433/app"), &[]);
-    assert_eq!(
-        t.describe(),
-        "user \"app\" at host \"db1\" port 5433, database \"app\""
-    );
+    assert_eq!(t.name(), name("app", vec![host("db1", None, 5433)]));
     assert!(!format!("{t:?}").contains(SECRET));
     let t = resolved(
         Some("host=db1,/srv/pg hostaddr=10.0.0.1,10.0.0.2 user=app password=hunter2"),
         &[],
     );
     assert_eq!(
-        t.describe(),
-        "user \"app\" at host \"db1\" (address 10.0.0.1) port 5432 or host \"10.0.0.2\" port 5432, database \"app\""
+        t.name(),
+        name(
+            "app",
+            vec![
+                host("db1", Some("10.0.0.1"), 5432),
+                host("10.0.0.2", None, 5432)
+            ]
+        )
     );
     let sock = resolved(Some("host=/srv/pg user=app"), &[]);
     assert_eq!(
-        sock.describe(),
-        "user \"app\" at socket directory \"/srv/pg\" port 5432, database \"app\""
+        sock.name().places,
+        [Place::Socket {
+            dir: "/srv/pg".into(),
+            port: 5432
+        }]
     );
 }
 
@@ -611,11 +628,13 @@ fn pgpass_location_and_permissions() {
     assert_eq!(t.config.get_password(), None);
     assert_eq!(t.warnings().len(), 1);
     assert!(
-        t.warnings()[0].contains("has group or world access"),
+        t.warnings()[0]
+            .to_string()
+            .contains("has group or world access"),
         "{:?}",
         t.warnings()
     );
-    assert!(!t.warnings()[0].contains("custom\n"));
+    assert!(!t.warnings()[0].to_string().contains("custom\n"));
 }
 
 #[test]
@@ -628,8 +647,12 @@ fn pgpass_disagreeing_hosts_warn() {
     );
     assert_eq!(t.config.get_password(), Some(&b"pw-a"[..]));
     assert_eq!(t.warnings().len(), 1);
-    assert!(t.warnings()[0].contains("using the one for host \"a\" port 5432"));
-    assert!(!t.warnings()[0].contains("pw-"));
+    assert!(
+        t.warnings()[0]
+            .to_string()
+            .contains("using the one for host \"a\" port 5432")
+    );
+    assert!(!t.warnings()[0].to_string().contains("pw-"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
 use super::env::Env;
 use super::params::Params;
 use super::tls_stream::{MakeTls, openssl_error};
-use crate::exit::{Exit, fail};
+use crate::report::failure::{ConnFailure, Expected, Unsupported};
 use openssl::error::ErrorStack;
 use openssl::pkey::{PKey, Private};
 use openssl::ssl::{
@@ -148,20 +148,14 @@ pub(crate) fn plan(params: &Params, env: &dyn Env, all_unix: bool) -> anyhow::Re
 /// Keywords whose meaning idemctl cannot provide and must not silently drop.
 fn reject_unsupported(params: &Params) -> anyhow::Result<()> {
     if params.get("gssencmode") == Some("require") {
-        return Err(params.unsupported(
-            "gssencmode",
-            "GSSAPI encryption is not supported; use sslmode for encryption",
-        ));
+        return Err(params.unsupported("gssencmode", Unsupported::GssEncryption));
     }
     params.choice(
         "gssencmode",
         &[("disable", ()), ("prefer", ()), ("require", ())],
     )?;
     if params.get("sslcertmode") == Some("require") {
-        return Err(params.unsupported(
-            "sslcertmode",
-            "\"require\" is not supported; use allow (the default) or disable",
-        ));
+        return Err(params.unsupported("sslcertmode", Unsupported::SslCertModeRequire));
     }
     params.choice(
         "sslcertmode",
@@ -181,11 +175,7 @@ fn check_roots_exist(roots: Option<&Roots>, pg_dir: Option<&Path>) -> anyhow::Re
             |d| d.join("root.crt"),
         ),
     };
-    Err(usage(format!(
-        "root certificate file \"{}\" does not exist; either provide the file, use the system's \
-         trusted roots (sslrootcert=system), or change sslmode",
-        missing.display()
-    )))
+    Err(failed(ConnFailure::RootFileMissing { file: missing }))
 }
 
 fn roots(params: &Params, pg_dir: Option<&Path>) -> Option<Roots> {
@@ -231,10 +221,7 @@ fn system_roots_need_verify_full(
     if roots == Some(&Roots::System) && mode != SslMode::VerifyFull {
         return Err(params.unsupported(
             "sslmode",
-            &format!(
-                "weak sslmode \"{}\" may not be used with sslrootcert=system (use \"verify-full\")",
-                mode_name(mode)
-            ),
+            Unsupported::SystemRootsNeedVerifyFull(mode_name(mode)),
         ));
     }
     Ok(())
@@ -249,10 +236,7 @@ fn negotiation(params: &Params, mode: SslMode) -> anyhow::Result<bool> {
     if direct && matches!(mode, SslMode::Disable | SslMode::Allow | SslMode::Prefer) {
         return Err(params.unsupported(
             "sslnegotiation",
-            &format!(
-                "weak sslmode \"{}\" may not be used with sslnegotiation=direct (use \"require\", \"verify-ca\", or \"verify-full\")",
-                mode_name(mode)
-            ),
+            Unsupported::DirectNeedsStrongMode(mode_name(mode)),
         ));
     }
     Ok(direct)
@@ -269,9 +253,7 @@ fn client_cert(
     }
     match (cert.filter(|c| c.exists()), key) {
         (Some(cert), Some(key)) => Ok(Some((cert, key))),
-        (Some(_), None) => Err(usage(
-            "certificate present, but no private key file (set sslkey)",
-        )),
+        (Some(_), None) => Err(failed(ConnFailure::CertificateWithoutKey)),
         (None, _) => Ok(None),
     }
 }
@@ -293,16 +275,10 @@ fn versions(params: &Params) -> anyhow::Result<(u8, u8)> {
         .choice("ssl_max_protocol_version", &names)?
         .unwrap_or(13);
     if max < 12 {
-        return Err(params.unsupported(
-            "ssl_max_protocol_version",
-            "TLS versions below TLSv1.2 are not supported",
-        ));
+        return Err(params.unsupported("ssl_max_protocol_version", Unsupported::OldTlsVersions));
     }
     if min > max {
-        return Err(params.invalid(
-            "ssl_min_protocol_version",
-            "a version not above ssl_max_protocol_version",
-        ));
+        return Err(params.invalid("ssl_min_protocol_version", Expected::VersionNotAboveMax));
     }
     Ok((min, max))
 }
@@ -325,7 +301,11 @@ pub(crate) fn connector(plan: &TlsPlan) -> anyhow::Result<Option<MakeTls>> {
 /// The OpenSSL context libpq would build: no certificate check at all without verification,
 /// otherwise the roots (and CRLs, which then apply to the whole chain) with peer verification.
 pub(crate) fn context(plan: &TlsPlan) -> anyhow::Result<SslContext> {
-    let setup = |e: ErrorStack| usage(format!("cannot set up TLS: {}", openssl_error(&e)));
+    let setup = |e: ErrorStack| {
+        failed(ConnFailure::TlsSetup {
+            error: openssl_error(&e).to_string(),
+        })
+    };
     let mut builder = SslContext::builder(SslMethod::tls_client()).map_err(setup)?;
     builder.set_options(SslOptions::NO_COMPRESSION);
     let version = |v: u8| match v {
@@ -351,27 +331,24 @@ pub(crate) fn context(plan: &TlsPlan) -> anyhow::Result<SslContext> {
     }
     if let Some((cert, key)) = &plan.client_cert {
         builder.set_certificate_chain_file(cert).map_err(|e| {
-            usage(format!(
-                "could not read certificate file \"{}\": {}",
-                cert.display(),
-                openssl_error(&e)
-            ))
+            failed(ConnFailure::CertificateUnreadable {
+                file: cert.clone(),
+                error: openssl_error(&e).to_string(),
+            })
         })?;
         builder
             .set_private_key(load_key(key)?.as_ref())
             .map_err(|e| {
-                usage(format!(
-                    "cannot use client certificate \"{}\": {}",
-                    cert.display(),
-                    openssl_error(&e)
-                ))
+                failed(ConnFailure::CertificateUnusable {
+                    file: cert.clone(),
+                    error: openssl_error(&e).to_string(),
+                })
             })?;
         builder.check_private_key().map_err(|_| {
-            usage(format!(
-                "certificate \"{}\" does not match private key file \"{}\"",
-                cert.display(),
-                key.display()
-            ))
+            failed(ConnFailure::CertificateKeyMismatch {
+                cert: cert.clone(),
+                key: key.clone(),
+            })
         })?;
     }
     Ok(builder.build())
@@ -382,43 +359,43 @@ pub(crate) fn context(plan: &TlsPlan) -> anyhow::Result<SslContext> {
 fn load_roots(plan: &TlsPlan, builder: &mut SslContextBuilder) -> anyhow::Result<()> {
     match &plan.roots {
         Some(Roots::System) => builder.set_default_verify_paths().map_err(|e| {
-            usage(format!(
-                "could not load the system root certificates: {}",
-                openssl_error(&e)
-            ))
+            failed(ConnFailure::SystemRootsUnloadable {
+                error: openssl_error(&e).to_string(),
+            })
         }),
         Some(Roots::File(path)) => builder.set_ca_file(path).map_err(|e| {
-            usage(format!(
-                "could not read root certificate file \"{}\": {}",
-                path.display(),
-                openssl_error(&e)
-            ))
+            failed(ConnFailure::RootFileUnreadable {
+                file: path.clone(),
+                error: openssl_error(&e).to_string(),
+            })
         }),
         // `plan` only asks for verification when roots exist.
-        None => Err(usage("no root certificates to verify the server against")),
+        None => Err(failed(ConnFailure::NoRoots)),
     }
 }
 
 /// The client key, refused when others can read it (libpq's rule: 0600, or 0640 if owned by root).
 fn load_key(path: &Path) -> anyhow::Result<PKey<Private>> {
-    let shown = path.display();
-    let meta = std::fs::metadata(path)
-        .map_err(|e| usage(format!("cannot read private key file \"{shown}\": {e}")))?;
+    let unreadable = |e: std::io::Error| {
+        failed(ConnFailure::KeyUnreadable {
+            file: path.to_owned(),
+            error: e.to_string(),
+        })
+    };
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
     let loose = if meta.uid() == 0 { 0o037 } else { 0o077 };
     if meta.mode() & loose != 0 {
-        return Err(usage(format!(
-            "private key file \"{shown}\" has group or world access; permissions should be u=rw (0600) \
-             or less if owned by the current user, or u=rw,g=r (0640) or less if owned by root"
-        )));
+        return Err(failed(ConnFailure::KeyLoose {
+            file: path.to_owned(),
+        }));
     }
-    let pem = std::fs::read(path)
-        .map_err(|e| usage(format!("cannot read private key file \"{shown}\": {e}")))?;
+    let pem = std::fs::read(path).map_err(unreadable)?;
     // An empty passphrase: an encrypted key fails here instead of prompting on a terminal.
     PKey::private_key_from_pem_passphrase(&pem, b"").map_err(|e| {
-        usage(format!(
-            "cannot load private key file \"{shown}\": {} (encrypted keys and sslpassword are not supported)",
-            openssl_error(&e)
-        ))
+        failed(ConnFailure::KeyUnloadable {
+            file: path.to_owned(),
+            error: openssl_error(&e).to_string(),
+        })
     })
 }
 
@@ -434,42 +411,39 @@ fn load_crls(plan: &TlsPlan, builder: &mut SslContextBuilder) -> anyhow::Result<
         return Ok(());
     }
     let store = builder.cert_store_mut();
+    let crl_setup = |e: ErrorStack| {
+        failed(ConnFailure::CrlSetup {
+            error: openssl_error(&e).to_string(),
+        })
+    };
     if let Some(file) = file {
-        let lookup = store
-            .add_lookup(X509Lookup::file())
-            .map_err(|e| usage(format!("cannot set up CRL checks: {}", openssl_error(&e))))?;
+        let lookup = store.add_lookup(X509Lookup::file()).map_err(crl_setup)?;
         lookup.load_crl_file(file, SslFiletype::PEM).map_err(|e| {
-            usage(format!(
-                "could not load SSL certificate revocation list file \"{}\": {}",
-                file.display(),
-                openssl_error(&e)
-            ))
+            failed(ConnFailure::CrlFileUnloadable {
+                file: file.clone(),
+                error: openssl_error(&e).to_string(),
+            })
         })?;
     }
     if let Some(dir) = dir {
-        let shown = dir.display();
-        let lookup = store.add_lookup(X509Lookup::hash_dir()).map_err(|e| {
-            usage(format!(
-                "cannot use sslcrldir \"{shown}\": {}",
-                openssl_error(&e)
-            ))
-        })?;
+        let unusable = |e: ErrorStack| {
+            failed(ConnFailure::CrlDirUnusable {
+                dir: dir.clone(),
+                error: openssl_error(&e).to_string(),
+            })
+        };
+        let lookup = store.add_lookup(X509Lookup::hash_dir()).map_err(unusable)?;
         let text = dir
             .to_str()
-            .ok_or_else(|| usage("sslcrldir is not valid UTF-8"))?;
-        lookup.add_dir(text, SslFiletype::PEM).map_err(|e| {
-            usage(format!(
-                "cannot use sslcrldir \"{shown}\": {}",
-                openssl_error(&e)
-            ))
-        })?;
+            .ok_or_else(|| failed(ConnFailure::CrlDirNotUtf8))?;
+        lookup.add_dir(text, SslFiletype::PEM).map_err(unusable)?;
     }
     store
         .set_flags(X509VerifyFlags::CRL_CHECK | X509VerifyFlags::CRL_CHECK_ALL)
-        .map_err(|e| usage(format!("cannot set up CRL checks: {}", openssl_error(&e))))?;
+        .map_err(crl_setup)?;
     Ok(())
 }
 
-fn usage(message: impl Into<String>) -> anyhow::Error {
-    fail(Exit::Usage, message)
+fn failed(failure: ConnFailure) -> anyhow::Error {
+    anyhow::Error::new(failure)
 }

@@ -10,6 +10,8 @@ use openssl::nid::Nid;
 use openssl::ssl::{Ssl, SslContext, SslRef};
 use openssl::x509::X509VerifyResult;
 use std::fmt;
+
+use crate::report::failure::TlsFailure;
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -62,11 +64,11 @@ impl MakeTls {
 
 /// Why the TLS handshake failed, in words; never contains anything secret.
 #[derive(Debug)]
-pub(super) struct TlsError(String);
+pub(super) struct TlsError(TlsFailure);
 
 impl fmt::Display for TlsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -140,12 +142,9 @@ impl Connect {
         if self.shared.check_host {
             let cert = ssl
                 .peer_certificate()
-                .ok_or_else(|| TlsError("the server sent no certificate to verify".to_string()))?;
-            verify::host_matches(&cert, &self.host).map_err(|e| {
-                TlsError(format!(
-                    "{e}; connect with a host name the certificate names, or use sslmode=verify-ca"
-                ))
-            })?;
+                .ok_or(TlsError(TlsFailure::NoPeerCertificate))?;
+            verify::host_matches(&cert, &self.host)
+                .map_err(|e| TlsError(TlsFailure::HostMismatch(e)))?;
         }
         Ok(())
     }
@@ -168,13 +167,8 @@ pub(crate) const ALPN_PROTOCOL: &[u8] = b"postgresql";
 pub(crate) fn check_alpn(selected: Option<&[u8]>) -> Result<(), TlsError> {
     match selected {
         Some(protocol) if protocol == ALPN_PROTOCOL => Ok(()),
-        None => Err(TlsError(
-            "direct SSL connection was established without ALPN protocol negotiation extension"
-                .to_string(),
-        )),
-        Some(_) => Err(TlsError(
-            "SSL connection was established with unexpected ALPN protocol".to_string(),
-        )),
+        None => Err(TlsError(TlsFailure::NoAlpn)),
+        Some(_) => Err(TlsError(TlsFailure::UnexpectedAlpn)),
     }
 }
 
@@ -182,22 +176,20 @@ pub(crate) fn check_alpn(selected: Option<&[u8]>) -> Result<(), TlsError> {
 fn handshake_error(e: &openssl::ssl::Error, ssl: &SslRef) -> TlsError {
     let verdict = ssl.verify_result();
     if verdict != X509VerifyResult::OK {
-        let reason = verdict.error_string();
+        let reason = verdict.error_string().to_owned();
         // A certificate from an issuer the roots do not hold: say which file must hold it.
-        let hint = if reason.contains("issuer") || reason.contains("self-signed") {
-            "; sslrootcert (or ~/.postgresql/root.crt) must hold the root certificate that signed \
-             the server's certificate"
-        } else {
-            ""
-        };
-        return TlsError(format!("certificate verify failed: {reason}{hint}"));
+        let issuer_hint = reason.contains("issuer") || reason.contains("self-signed");
+        return TlsError(TlsFailure::VerifyFailed {
+            reason,
+            issuer_hint,
+        });
     }
     if let Some(io) = e.io_error() {
-        return TlsError(format!("TLS handshake failed: {io}"));
+        return TlsError(TlsFailure::Handshake { io: io.to_string() });
     }
     match e.ssl_error() {
         Some(stack) => openssl_error(stack),
-        None => TlsError("the server closed the connection during the TLS handshake".to_string()),
+        None => TlsError(TlsFailure::ClosedInHandshake),
     }
 }
 
@@ -205,9 +197,9 @@ fn handshake_error(e: &openssl::ssl::Error, ssl: &SslRef) -> TlsError {
 pub(crate) fn openssl_error(stack: &openssl::error::ErrorStack) -> TlsError {
     let reasons: Vec<&str> = stack.errors().iter().filter_map(|e| e.reason()).collect();
     if reasons.is_empty() {
-        TlsError(format!("TLS error: {stack}"))
+        TlsError(TlsFailure::OpenSsl(stack.to_string()))
     } else {
-        TlsError(format!("TLS error: {}", reasons.join(": ")))
+        TlsError(TlsFailure::OpenSsl(reasons.join(": ")))
     }
 }
 

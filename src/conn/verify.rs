@@ -2,14 +2,15 @@
 //! the certificate's subjectAltName of the host's kind (DNS name, or IP address for a numeric
 //! host), else its Common Name; a leading `*.` matches one whole label. Messages are libpq's.
 
+use crate::report::failure::HostMismatch;
 use openssl::nid::Nid;
 use openssl::x509::X509Ref;
 use std::net::IpAddr;
 
 /// `Ok` when `host` is a name the certificate carries, else libpq's message.
-pub(crate) fn host_matches(cert: &X509Ref, host: &str) -> Result<(), String> {
+pub(crate) fn host_matches(cert: &X509Ref, host: &str) -> Result<(), HostMismatch> {
     if host.is_empty() {
-        return Err("host name must be specified for a verified SSL connection".to_string());
+        return Err(HostMismatch::NoHost);
     }
     let ip = host.parse::<IpAddr>().ok();
     let mut examined: Vec<String> = Vec::new();
@@ -46,14 +47,18 @@ pub(crate) fn host_matches(cert: &X509Ref, host: &str) -> Result<(), String> {
             examined.push(cn);
         }
     }
+    let host = host.to_owned();
     Err(match examined.as_slice() {
-        [] => "could not get server's host name from server certificate".to_string(),
-        [only] => format!("server certificate for \"{only}\" does not match host name \"{host}\""),
-        [first, rest @ ..] => format!(
-            "server certificate for \"{first}\" (and {} other name{}) does not match host name \"{host}\"",
-            rest.len(),
-            if rest.len() == 1 { "" } else { "s" }
-        ),
+        [] => HostMismatch::NoName,
+        [only] => HostMismatch::One {
+            name: only.clone(),
+            host,
+        },
+        [first, rest @ ..] => HostMismatch::Several {
+            first: first.clone(),
+            others: rest.len(),
+            host,
+        },
     })
 }
 

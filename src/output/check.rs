@@ -2,7 +2,7 @@
 //! detail and fix worded here from what the checks found (names escaped where they are spliced
 //! into a fix's statement; the detail escaped once more where it reaches the terminal).
 
-use crate::domain::ReclaimAction;
+use crate::domain::{ReclaimAction, Route};
 use crate::output::db::{found_type, match_reason, time_problem};
 use crate::output::names::worker;
 use crate::output::stats::key_label;
@@ -186,8 +186,27 @@ pub(crate) fn words(f: &Finding, all: &[Finding]) -> Worded {
     }
 }
 
-fn connection(status: Status, route: Option<&str>, owns_session: bool) -> Worded {
-    let detail = match route {
+/// How idemctl reaches its server sessions, in one line for the operator.
+fn route_words(route: Route) -> &'static str {
+    match route {
+        Route::Direct => "direct connection: idemctl owns its server sessions",
+        Route::DeclaredSession => {
+            "session pooling (--pool-mode session): idemctl owns its server sessions while connected"
+        }
+        Route::DetectedPooler => {
+            "through a connection pooler (the server process differs from the one the login \
+             announced): transaction pooling assumed, so idemctl keeps its settings, locks and \
+             statements inside its own transactions"
+        }
+        Route::DeclaredTransaction => {
+            "transaction pooling (--pool-mode transaction): idemctl keeps its settings, locks and \
+             statements inside its own transactions"
+        }
+    }
+}
+
+fn connection(status: Status, route: Option<Route>, owns_session: bool) -> Worded {
+    let detail = match route.map(route_words) {
         None => "not determined".to_owned(),
         Some(route) if owns_session => {
             format!("{route}; evict and reclaim each hold a per-table lock for the whole run")

@@ -240,7 +240,7 @@ pub(crate) fn partition_blocks(doc: &mut Doc, dropped: &[Dropped], kept: &[Kept]
     if !kept.is_empty() {
         let rows = kept
             .iter()
-            .map(|k| vec![sanitize(&k.name), k.reason.clone()])
+            .map(|k| vec![sanitize(&k.name), super::reasons::kept_because(k.reason)])
             .collect();
         doc.rows(
             Some("partitions left to the batches"),

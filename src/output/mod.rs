@@ -7,11 +7,13 @@
 pub(crate) mod check;
 pub(crate) mod citus;
 pub(crate) mod db;
+pub(crate) mod errors;
 pub(crate) mod evict;
 pub(crate) mod inspect;
 pub(crate) mod json_text;
 pub(crate) mod names;
 pub(crate) mod prometheus;
+pub(crate) mod reasons;
 pub(crate) mod reclaim;
 mod sanitize;
 pub(crate) mod stats;

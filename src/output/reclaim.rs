@@ -238,8 +238,31 @@ pub(crate) struct Asked<'a> {
     pub(crate) status: i32,
     pub(crate) filter: &'a Filter,
     pub(crate) older_than: f64,
-    /// How many keys, as the question says it ("up to 10 of 42", "the plan's 5").
-    pub(crate) count: &'a str,
+    /// How many keys the run would take.
+    pub(crate) count: AskedCount,
+}
+
+/// How many keys a confirmation question names.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum AskedCount {
+    /// Every stuck key its filters match (counted up to a cap).
+    Stuck(crate::report::rows::Capped),
+    /// `--limit` of them.
+    UpTo {
+        limit: u64,
+        of: crate::report::rows::Capped,
+    },
+    /// The rows of an applied plan.
+    Planned(usize),
+}
+
+/// `42`, `up to 10 of 42`, `the plan's 5`.
+fn asked_count(count: AskedCount) -> String {
+    match count {
+        AskedCount::Stuck(n) => n.to_string(),
+        AskedCount::UpTo { limit, of } => format!("up to {limit} of {of}"),
+        AskedCount::Planned(n) => format!("the plan's {n}"),
+    }
 }
 
 /// The confirmation question of a writing run.
@@ -252,7 +275,7 @@ pub(crate) fn question(a: &Asked<'_>) -> String {
     let only = filter_text(a.filter).map_or_else(String::new, |f| format!(" ({f})"));
     format!(
         "reclaim: {what} {} in_progress keys of {}{only} held longer than {}?",
-        a.count,
+        asked_count(a.count),
         a.table.display(),
         human_secs(a.older_than)
     )

@@ -54,10 +54,10 @@ pub(crate) struct IndexRef {
 /// What a check found.
 #[derive(Debug)]
 pub(crate) enum Found {
-    /// How idemctl reaches its server sessions (`route`: the route's description, None when not
-    /// determined), and whether it owns them (so evict and reclaim hold a per-table lock).
+    /// How idemctl reaches its server sessions (`route`: None when not determined), and whether
+    /// it owns them (so evict and reclaim hold a per-table lock).
     Connection {
-        route: Option<&'static str>,
+        route: Option<crate::domain::Route>,
         owns_session: bool,
     },
     /// Whether evict and reclaim can write on this session.

@@ -40,7 +40,33 @@ pub(crate) struct Dropped {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Kept {
     pub name: String,
-    pub reason: String,
+    /// Worded by the output layer, in the summary and the JSON alike.
+    pub reason: KeptBecause,
+}
+
+/// A signal the adaptive pace watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PaceSignal {
+    Activity,
+    OwnBatchTime,
+    Interval,
+    /// The table's insert rate, the floor of the removal rate.
+    InsertedRows,
+}
+
+/// Why --drop-partitions left a partition to the batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeptBecause {
+    NotOwner,
+    HoldsInProgress,
+    HoldsUnexpired,
+    /// Its locks were not granted within the lock timeout (in milliseconds).
+    LocksNotGranted {
+        ms: u128,
+    },
+    Dependents,
+    RunStopped,
+    EarlierLocksNotGranted,
 }
 
 /// Why --vacuum did not run (worded by the output layer, in the summary and the JSON alike).
@@ -391,8 +417,8 @@ pub(crate) struct PaceReport {
     pub pause_seconds: Option<f64>,
     /// Why an adaptive pace was not possible (fixed mode by fallback).
     pub fallback: Option<String>,
-    /// What the adaptive pace watched.
-    pub signals: Vec<&'static str>,
+    /// What the adaptive pace watched (worded by the output layer, in the JSON too).
+    pub signals: Vec<PaceSignal>,
     pub samples: u64,
     /// Wall time unpaced because the foreground was idle.
     pub full_seconds: f64,

@@ -5,6 +5,7 @@ pub(crate) mod check;
 pub(crate) mod citus;
 pub(crate) mod db;
 pub(crate) mod evict;
+pub(crate) mod failure;
 pub(crate) mod inspect;
 pub(crate) mod reclaim;
 pub(crate) mod rows;

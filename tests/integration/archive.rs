@@ -88,11 +88,8 @@ async fn reclaim_archive_holds_every_reclaimed_key_with_its_record_before_the_ch
         assert_eq!(l["action"], "delete");
         assert_eq!(l["committed"], "unknown");
         assert_eq!(l["older_than_seconds"], 300.0);
-        assert!(
-            l["reason"]
-                .as_str()
-                .unwrap()
-                .starts_with("in_progress, held longer than --older-than"),
+        assert_eq!(
+            l["reason"], "in_progress, held longer than --older-than (300s)",
             "{l}"
         );
         assert!(l["at"].as_str().unwrap().ends_with('Z'), "{l}");
@@ -277,8 +274,13 @@ async fn reclaim_apply_archives_the_keys_it_takes_and_none_it_leaves_alone() {
         assert_eq!(l["committed"], "unknown");
         assert_eq!(l["plan"], plan.display().to_string(), "{l}");
         assert_eq!(l["filter"], serde_json::json!({"method": "POST"}), "{l}");
-        assert!(
-            l["reason"].as_str().unwrap().starts_with("in the plan "),
+        assert_eq!(
+            l["reason"].as_str().unwrap(),
+            format!(
+                "in the plan {}, unchanged since, in_progress and held longer than its --older-than ({}s)",
+                plan.display(),
+                l["older_than_seconds"].as_f64().unwrap()
+            ),
             "{l}"
         );
         assert_eq!(l["record"]["state"], "in_progress", "{l}");

@@ -881,3 +881,22 @@ async fn a_mapping_of_columns_whose_names_need_quoting() {
         0
     );
 }
+
+/// A mapping without a fingerprint column: inspect --body has nothing to compare, and says so
+/// before reading any key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_body_on_a_mapping_without_a_fingerprint_is_refused_in_exact_words() {
+    let config = generic_config().replace("fingerprint = \"body_sha256\"\n", "");
+    assert!(!config.contains("fingerprint ="), "{config}");
+    let m = Mapped::new(1, &config).await;
+    let sent = m.dir.path().join("sent.json");
+    std::fs::write(&sent, "{}").unwrap();
+    m.idemctl()
+        .args(["inspect", "paid", "--api-key-id", "7", "--body"])
+        .arg(&sent)
+        .run()
+        .assert_error(
+            2,
+            "table public.request_log stores no request fingerprint (profile ledger), so --body cannot be checked",
+        );
+}

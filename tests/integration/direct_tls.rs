@@ -334,6 +334,13 @@ async fn the_connecting_page_example_for_direct_tls_works_as_written() {
         ),
     );
     let default = idemctl(&db, &["check"], &via(&db, proxy.port, &[]));
+    default.assert_error(
+        5,
+        &format!(
+            "cannot connect to user {:?} at host \"localhost\" port {}, database {:?}: server closed the connection unexpectedly before answering the SSLRequest; if it expects TLS from the first byte (a TLS-terminating proxy, or a server set up for direct TLS), connect with sslnegotiation=direct and sslmode=require (or verify-ca, verify-full)",
+            db.user, proxy.port, db.dbname
+        ),
+    );
     for (run, quoted) in [
         (
             &weak,

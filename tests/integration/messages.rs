@@ -234,6 +234,12 @@ async fn reclaim_plan_refusals_are_worded_exactly() {
         .args(["--plan", "plan.json", "--path", "/v1/payments"])
         .run()
         .assert_code(0);
+    // A plan path that names a directory: the finished plan cannot replace it.
+    std::fs::create_dir(dir.path().join("plans")).unwrap();
+    reclaim().args(["--plan", "plans"]).run().assert_error(
+        1,
+        "failed to write plan plans: failed to replace plans: Is a directory (os error 21)",
+    );
     let text = std::fs::read_to_string(dir.path().join("plan.json")).unwrap();
     let before = fixtures::snapshot(&db).await;
 
@@ -447,4 +453,191 @@ async fn the_database_layers_refusals_are_worded_exactly() {
 
     db.exec("DROP INDEX idempotency_keys_expiry").await;
     run(&["top", "--once"]).assert_error(2, "table public.idempotency_keys has no valid index on expires_at, so expired keys cannot be found without reading the whole table; create it with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at);");
+}
+
+/// `idemctl stats` against `conninfo`, which it refuses before connecting.
+fn stats_with(conninfo: &str) -> crate::support::Run {
+    Cmd::new()
+        .args([
+            "stats",
+            "--connect-timeout",
+            "1s",
+            "--database-url",
+            conninfo,
+        ])
+        .run()
+}
+
+#[test]
+fn connection_strings_are_refused_before_connecting_in_exact_words() {
+    stats_with("mysql://u@h/db").assert_error(
+        2,
+        "invalid --database-url: unsupported URI scheme (use postgresql:// or postgres://)",
+    );
+    stats_with("host=/nonexistent bogus_opt=1")
+        .assert_error(2, "unknown connection option \"bogus_opt\" in --database-url; see the libpq connection parameters");
+    stats_with("host=a,b hostaddr=10.0.0.1,").assert_error(
+        2,
+        "invalid hostaddr in --database-url: expected an address for every host, or no hostaddr",
+    );
+    stats_with("host=/nonexistent ssl_min_protocol_version=TLSv1.3 ssl_max_protocol_version=TLSv1.2")
+        .assert_error(2, "invalid ssl_min_protocol_version in --database-url: expected a version not above ssl_max_protocol_version");
+    stats_with("host=/nonexistent sslmode=disable channel_binding=require")
+        .assert_error(2, "channel_binding in --database-url: channel binding required, but SSL not in use; use sslmode=require (or verify-ca, verify-full), or remove channel_binding=require");
+    stats_with("host=/nonexistent require_auth=md5,!password")
+        .assert_error(2, "require_auth in --database-url: negative require_auth method \"!password\" cannot be mixed with non-negative methods");
+    stats_with("host=localhost sslmode=verify-full sslrootcert=/nonexistent/root.crt")
+        .assert_error(2, "root certificate file \"/nonexistent/root.crt\" does not exist; either provide the file, use the system's trusted roots (sslrootcert=system), or change sslmode");
+}
+
+#[test]
+fn service_files_and_client_keys_are_refused_before_connecting_in_exact_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let services = dir.path().join("pg_service.conf");
+    std::fs::write(&services, "[outer]\nservice=inner\n").unwrap();
+    Cmd::new()
+        .env("PGSERVICEFILE", &services)
+        .args(["stats", "--database-url", "service=outer"])
+        .run()
+        .assert_error(
+            2,
+            &format!(
+                "nested service specifications not supported in service file \"{}\", line 2",
+                services.display()
+            ),
+        );
+
+    use std::os::unix::fs::PermissionsExt;
+    let testdata = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/conn/testdata");
+    let key = dir.path().join("client.key");
+    std::fs::copy(testdata.join("client.key"), &key).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let conninfo = format!(
+        "host=localhost sslmode=require sslcert={} sslkey={}",
+        testdata.join("client.crt").display(),
+        key.display()
+    );
+    stats_with(&conninfo).assert_error(
+        2,
+        &format!(
+            "private key file \"{}\" has group or world access; permissions should be u=rw (0600) or less if owned by the current user, or u=rw,g=r (0640) or less if owned by root",
+            key.display()
+        ),
+    );
+}
+
+#[test]
+fn an_unsafe_password_file_is_skipped_with_a_warning_and_the_failed_connection_named() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let passfile = dir.path().join("pgpass");
+    std::fs::write(&passfile, "*:*:*:*:secret-pw\n").unwrap();
+    std::fs::set_permissions(&passfile, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let run = stats_with(&format!(
+        "host=/nonexistent/idemctl-test port=1 user=u dbname=none passfile={}",
+        passfile.display()
+    ));
+    run.assert_code(5).assert_stderr(&format!(
+        "idemctl: warning: password file \"{}\" has group or world access; permissions should be u=rw (0600) or less; ignoring it\n\
+         idemctl: cannot connect to user \"u\" at socket directory \"/nonexistent/idemctl-test\" port 1, database \"none\": no server socket found (is the server running?) (retried for 1s)\n",
+        passfile.display()
+    ));
+}
+
+#[test]
+fn config_files_are_refused_before_connecting_in_exact_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let run = nowhere().arg("--config").arg(&path).args(["stats"]).run();
+        (run, path.display().to_string())
+    };
+    let mapping = "[profiles.billing]\nkey = \"request_id\"\n";
+    let (r, file) = run(
+        "fail.toml",
+        &format!(
+            "{mapping}response_status = \"status\"\nresponse_body = \"body\"\nin_flight.predicate = \"done_at IS NULL\"\nactions = [\"fail\"]\n"
+        ),
+    );
+    r.assert_error(2, &"config file <file>: profiles.billing.actions: fail writes the response columns, which the in-flight predicate does not read, so a failed key would stay in flight; make the predicate read response_status or response_body, or drop fail".replace("<file>", &file));
+    let (r, file) = run(
+        "several.toml",
+        &format!("{mapping}[profiles.ledger]\nkey = \"id\"\n"),
+    );
+    r.assert_error(2, &"config file <file> maps several profiles (billing, ledger); choose one with --profile, IDEMCTL_PROFILE or profile = \"NAME\" in the file".replace("<file>", &file));
+    let (r, file) = run(
+        "both.toml",
+        &format!(
+            "{mapping}in_flight.column = \"state\"\nin_flight.values = [\"running\"]\nin_flight.done = [\"running\", \"done\"]\n"
+        ),
+    );
+    r.assert_error(2, &"config file <file>: profiles.billing.in_flight: state \"running\" is listed both in values (in flight) and in done; a key in it would be evicted while in flight: list it in one of them".replace("<file>", &file));
+    let (r, file) = run(
+        "predicate.toml",
+        &format!("{mapping}in_flight.predicate = \"done_at IS NULL;\"\n"),
+    );
+    r.assert_error(2, &"config file <file>: profiles.billing.in_flight.predicate: unexpected `;`; write column IS [NOT] NULL, column = 'text' or 42, column [NOT] IN ('a', 'b'), joined by AND, OR, NOT and parentheses".replace("<file>", &file));
+}
+
+/// The `user ... at ..., database ...` words idemctl names a connection string's target by (a
+/// key=value conninfo with a socket directory, as the test cluster's).
+fn target_words(conninfo: &str) -> String {
+    let get = |key: &str| {
+        conninfo
+            .split_whitespace()
+            .find_map(|p| p.strip_prefix(&format!("{key}=")))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    format!(
+        "user {:?} at socket directory {:?} port {}, database {:?}",
+        get("user"),
+        get("host"),
+        get("port"),
+        get("dbname")
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_does_not_fit_target_session_attrs_is_refused_in_exact_words() {
+    let db = TestDb::new().await;
+    let url = db.url_with(&[
+        ("options", "-c default_transaction_read_only=on"),
+        ("target_session_attrs", "read-write"),
+    ]);
+    let run = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["stats", "--connect-timeout", "5s"])
+        .run_async()
+        .await;
+    run.assert_error(
+        5,
+        &format!(
+            "cannot connect to {}: session is read-only (target_session_attrs=read-write): list a writable server, connect as a role without default_transaction_read_only, or change target_session_attrs",
+            target_words(&db.url())
+        ),
+    );
+}
+
+/// A key looked up without its tenant on a table with more tenants than inspect probes: the key
+/// found among those probed is shown, and a warning says the search stopped there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_search_past_the_tenants_inspect_probes_is_worded_exactly() {
+    let db = TestDb::new().await;
+    fixtures::create(&db, Schema::Corrected).await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+         request_fingerprint, state, response_status, response_body, expires_at) \
+         SELECT CASE WHEN g = 1 THEN 'only' ELSE 'k' END, 'tenant-' || lpad(g::text, 5, '0'), \
+         'POST', '/v1/x', '\\x00', 'completed', 200, '{}', now() + interval '1 day' \
+         FROM generate_series(1, 10001) g; \
+         ANALYZE idempotency_keys",
+    )
+    .await;
+    let run = db.idemctl().args(["inspect", "only", "-o", "json"]).run();
+    run.assert_code(0).assert_stderr(
+        "idemctl: warning: searched only the first 10000 tenants; pass --api-key-id for an exact lookup\n",
+    );
+    assert_eq!(run.json()["api_key_id"], "tenant-00001", "{run}");
 }

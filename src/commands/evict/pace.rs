@@ -49,6 +49,7 @@ use crate::db::activity::{self, Foreground};
 use crate::domain::Cancel;
 use crate::metrics::Series;
 use crate::output::prometheus::Metrics;
+use crate::report::evict::PaceSignal;
 pub(crate) use crate::report::evict::{
     Decision, INSERT_MULTIPLE, PRESENT_MULTIPLE, PaceReport, PaceStatus, Reason, State,
 };
@@ -328,13 +329,13 @@ impl PaceReport {
 }
 
 /// The signals the adaptive pace uses, for the report.
-const SIGNALS: [&str; 3] = [
-    "pg_stat_activity: other sessions' activity, waits and statement age",
-    "evict's own batch time per row",
-    "every 200 ms",
+const SIGNALS: [PaceSignal; 3] = [
+    PaceSignal::Activity,
+    PaceSignal::OwnBatchTime,
+    PaceSignal::Interval,
 ];
 /// The floor's signal, for the report.
-const FLOOR_SIGNAL: &str = "the table's inserted-row counter: removal kept at >= 10x its rate, <= 20x while others are active";
+const FLOOR_SIGNAL: PaceSignal = PaceSignal::InsertedRows;
 
 /// The table's insert rate from its counter's readings over [`INSERT_WINDOW`].
 #[derive(Debug, Default)]
@@ -442,9 +443,7 @@ impl Pacer {
                 if can_see {
                     mode
                 } else {
-                    let why = format!(
-                        "role {role} cannot see other sessions' activity (grant it pg_monitor)"
-                    );
+                    let why = crate::output::reasons::activity_hidden_from(&role);
                     warn(&crate::output::evict::pace_fallback(&why));
                     Mode::Fixed {
                         duty: 20,

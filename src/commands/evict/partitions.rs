@@ -46,7 +46,7 @@ use crate::db::table::{Privileges, RangeKey};
 use crate::domain::Cancel;
 use crate::exit::{Exit, fail};
 use crate::progress::Progress;
-pub(crate) use crate::report::evict::{Dropped, Kept};
+pub(crate) use crate::report::evict::{Dropped, Kept, KeptBecause};
 use crate::report::run::EndReason;
 
 /// After this many partitions in a row whose locks were not granted, the table is busy: the rest are
@@ -119,16 +119,16 @@ fn candidates(parts: &[Partition], min_age_secs: Option<f64>) -> (Vec<&Partition
         if p.owned {
             tried.push(p);
         } else {
-            passed.push(kept(p, "the role does not own it, so it cannot drop it"));
+            passed.push(kept(p, KeptBecause::NotOwner));
         }
     }
     (tried, passed)
 }
 
-fn kept(p: &Partition, reason: &str) -> Kept {
+fn kept(p: &Partition, reason: KeptBecause) -> Kept {
     Kept {
         name: p.name.clone(),
-        reason: reason.to_owned(),
+        reason,
     }
 }
 
@@ -142,11 +142,11 @@ fn dropped(p: &Partition) -> Dropped {
 }
 
 /// Why a probe says no.
-fn refusal(probe: &Probe) -> &'static str {
+fn refusal(probe: &Probe) -> KeptBecause {
     if probe.holds_in_progress {
-        "it holds an in_progress key"
+        KeptBecause::HoldsInProgress
     } else {
-        "it holds a key that has not expired"
+        KeptBecause::HoldsUnexpired
     }
 }
 
@@ -208,9 +208,9 @@ async fn drop_each(
         };
         if stop.is_some() || misses >= MAX_LOCK_MISSES_IN_A_ROW {
             let why = if stop.is_some() {
-                "not tried: the run stopped first"
+                KeptBecause::RunStopped
             } else {
-                "not tried: the locks of the partitions before it were not granted (the table is busy)"
+                KeptBecause::EarlierLocksNotGranted
             };
             report.kept.extend(tried[n..].iter().map(|p| kept(p, why)));
             return Ok(stop);
@@ -223,10 +223,12 @@ async fn drop_each(
             Some(Refused::Lock) => {
                 misses += 1;
                 let ms = run.lock_timeout.as_millis().max(1);
-                report.kept.push(kept(p, &format!("its locks were not granted within {ms}ms (a live request was using the table)")));
+                report
+                    .kept
+                    .push(kept(p, KeptBecause::LocksNotGranted { ms }));
             }
             Some(Refused::Probe(why)) => report.kept.push(kept(p, why)),
-            Some(Refused::Dependents) => report.kept.push(kept(p, "other objects depend on it")),
+            Some(Refused::Dependents) => report.kept.push(kept(p, KeptBecause::Dependents)),
         }
     }
     Ok(None)
@@ -234,7 +236,7 @@ async fn drop_each(
 
 enum Refused {
     Lock,
-    Probe(&'static str),
+    Probe(KeptBecause),
     Dependents,
 }
 

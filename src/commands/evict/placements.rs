@@ -148,7 +148,7 @@ impl<'a> Node<'a> {
                 Source::Server(ctx) => ctx
                     .session()
                     .await
-                    .context("failed to open a session for an extra --jobs worker")?,
+                    .context(crate::report::failure::Step::OpenExtraWorker)?,
                 Source::Worker(n) => n.session().await?,
             };
             sessions.push(session);
@@ -201,7 +201,7 @@ pub(super) async fn workers<'a>(
     // pace's samples and the counts.
     let cluster = shards::connect(ctx, coordinator, table, usize::from(jobs) + 2)
         .await
-        .context("failed to reach the key table's shards on the Citus workers")?;
+        .context(crate::report::failure::Step::ReachShards)?;
     require_shard_indexes(table, &cluster.nodes)?;
     require_shard_grants(table, &cluster.nodes).await?;
     let nodes = match budgeted {
@@ -867,7 +867,7 @@ async fn run_workers(
         set.spawn(async move {
             session_setup(&client)
                 .await
-                .context("failed to set up the evict session")?;
+                .context(crate::report::failure::Step::SetUpEvictSession)?;
             let result = worker::work(shared.clone(), client, index).await;
             if result.is_err() {
                 shared.abort().await;

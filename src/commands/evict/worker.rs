@@ -130,7 +130,7 @@ pub(super) async fn count_left(
 ) -> Result<(u64, u64)> {
     sql.range_left(client, deadline, range.lower, range.upper)
         .await
-        .context("failed to count the expired keys left in a batch's range")
+        .context(crate::report::failure::Step::CountLeftInRange)
 }
 
 /// The shared cursor and totals.
@@ -258,7 +258,7 @@ impl Shared {
         let rows = self.state.lock().await.totals.rows;
         crate::db::vacuum::flush_commits(client)
             .await
-            .context("failed to make the deleted rows durable")?;
+            .context(crate::report::failure::Step::MakeDeletesDurable)?;
         let mut durable = self.durable.lock().await;
         durable.1 = durable.1.max(rows);
         Ok(())
@@ -391,7 +391,7 @@ impl Shared {
             .sql
             .claim(client, self.plan.deadline, start, limit)
             .await
-            .context("failed to find the next batch's range")?;
+            .context(crate::report::failure::Step::FindNextRange)?;
         if first.is_none() {
             // Nothing expired is left from the cursor: no batch runs, so none is counted (an empty
             // Citus shard spends none of --max-batches).
@@ -703,7 +703,7 @@ async fn round_trip(shared: &Shared, client: &Session) -> Result<Duration> {
         let t0 = Instant::now();
         crate::db::evict::ping(client, shared.plan.deadline)
             .await
-            .context("failed to measure the round trip to the server")?;
+            .context(crate::report::failure::Step::MeasureRoundTrip)?;
         best = best.min(t0.elapsed());
     }
     Ok(best)
@@ -738,7 +738,7 @@ async fn range_in_progress(
         .sql
         .range_left(client, shared.plan.deadline, start, end)
         .await
-        .context("failed to count the expired in_progress keys of a batch's range")?;
+        .context(crate::report::failure::Step::CountInProgressInRange)?;
     Ok(passed_over)
 }
 
@@ -895,9 +895,9 @@ async fn or_shrinking<T>(
 /// whose end is unknown (the run's line says so).
 fn batch_failed(e: anyhow::Error) -> anyhow::Error {
     if e.downcast_ref::<crate::db::session::Lost>().is_some() {
-        e.context("a batch lost its connection")
+        e.context(crate::report::failure::Step::BatchLost)
     } else {
-        e.context("a batch failed and was rolled back")
+        e.context(crate::report::failure::Step::BatchRolledBack)
     }
 }
 
@@ -961,7 +961,7 @@ async fn referenced(
         .sql
         .referenced(client, shared.plan.deadline, start, end)
         .await
-        .context("failed to count the keys a batch left because they are still referenced")
+        .context(crate::report::failure::Step::CountReferenced)
 }
 
 /// Expired completed rows of [start, end) kept back by --min-age.
@@ -981,7 +981,7 @@ async fn too_young(
             shared.plan.min_age_secs,
         )
         .await
-        .context("failed to count rows kept back by --min-age")
+        .context(crate::report::failure::Step::CountTooYoung)
 }
 
 #[cfg(test)]

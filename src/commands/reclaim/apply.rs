@@ -52,7 +52,7 @@ pub(super) async fn apply(
     if !rows.is_empty() {
         confirm(
             args,
-            &question(table, req, &format!("the plan's {}", rows.len())),
+            &question(table, req, output::AskedCount::Planned(rows.len())),
         )?;
     }
     ctx.cancel.install()?;

@@ -164,7 +164,7 @@ impl<'a> Placements<'a> {
             let only = shards::shard_of_scope(client, table, layout, &given).await?;
             let cluster = shards::connect_to(ctx, client, table, 1, only)
                 .await
-                .context("failed to reach the key table's shards on the Citus workers")?;
+                .context(crate::report::failure::Step::ReachShards)?;
             Some(cluster)
         } else {
             None

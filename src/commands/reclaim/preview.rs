@@ -199,7 +199,8 @@ pub(super) fn write_plan(
         filter: req.filter.clone(),
         rows: found.rows.iter().map(Candidate::plan_row).collect(),
     };
-    let mut text = serde_json::to_string_pretty(&plan).context("failed to encode the plan")?;
+    let mut text =
+        serde_json::to_string_pretty(&plan).context(crate::report::failure::Step::EncodePlan)?;
     text.push('\n');
     write_atomic(path, &text).with_context(|| output::plan_unwritten(path))
 }

@@ -36,10 +36,10 @@ pub(super) async fn sweep(
     let before = count_stuck(client, table, req).await?;
     if before.count > 0 {
         let count = match req.limit {
-            Some(l) => format!("up to {l} of {before}"),
-            None => before.to_string(),
+            Some(limit) => crate::output::reclaim::AskedCount::UpTo { limit, of: before },
+            None => crate::output::reclaim::AskedCount::Stuck(before),
         };
-        confirm(args, &question(table, req, &count))?;
+        confirm(args, &question(table, req, count))?;
     }
     ctx.cancel.install()?;
     let start = Instant::now();

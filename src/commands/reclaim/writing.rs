@@ -29,7 +29,7 @@ pub(super) async fn begin_writes(ctx: &Context, client: &Session, table: &KeyTab
     }
     batch::limit_row_waits(client, ROW_LOCK_WAIT)
         .await
-        .context("failed to set up the reclaim session")
+        .context(crate::report::failure::Step::SetUpReclaimSession)
 }
 
 /// Ask on the terminal unless --yes. `validate` has already refused a run without a terminal.
@@ -40,11 +40,11 @@ pub(super) fn confirm(args: &ReclaimArgs, question: &str) -> Result<()> {
     let mut err = std::io::stderr().lock();
     write!(err, "{question} [y/N] ")
         .and_then(|()| err.flush())
-        .context("failed to ask for confirmation")?;
+        .context(crate::report::failure::Step::AskConfirmation)?;
     let mut answer = String::new();
     std::io::stdin()
         .read_line(&mut answer)
-        .context("failed to read the confirmation")?;
+        .context(crate::report::failure::Step::ReadConfirmation)?;
     if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
         return Ok(());
     }
@@ -52,7 +52,7 @@ pub(super) fn confirm(args: &ReclaimArgs, question: &str) -> Result<()> {
 }
 
 /// The confirmation question, worded by the output layer.
-pub(super) fn question(table: &KeyTable, req: &Request, count: &str) -> String {
+pub(super) fn question(table: &KeyTable, req: &Request, count: output::AskedCount) -> String {
     output::question(&output::Asked {
         table: &table.shown(),
         action: req.action,
