@@ -2051,6 +2051,53 @@ async fn a_nullable_scope_is_not_an_identity_and_reclaim_plans_refuse_it() {
     );
 }
 
+/// A TypeORM-shaped table whose unique index over an optional `scope` column is made NULLS NOT
+/// DISTINCT (PostgreSQL 15+): keys under a NULL scope are unique too. Two rows per state differ
+/// only in a NULL scope and the string 'NULL'.
+const NULLS_NOT_DISTINCT_DDL: &str = "CREATE TABLE idempotency_keys (id serial PRIMARY KEY, idempotency_key text NOT NULL, \
+    endpoint text NOT NULL, scope text, status varchar(20) NOT NULL DEFAULT 'PROCESSING', \
+    created_at timestamptz NOT NULL DEFAULT now()); \
+    CREATE UNIQUE INDEX idx_idempotency_key_scope ON idempotency_keys (idempotency_key, endpoint, scope) NULLS NOT DISTINCT; \
+    CREATE INDEX ON idempotency_keys (created_at);";
+
+/// The rows of the nullable-scope fixtures: under each of the scopes NULL, 'NULL' and 'user-1',
+/// a stuck key `k-stuck`, a completed `k-done` and a young in-flight `k-young`.
+const NULLABLE_SCOPE_ROWS: &str = "INSERT INTO idempotency_keys (idempotency_key, endpoint, scope, status, created_at) \
+    SELECT k, '/orders', s, CASE WHEN k = 'k-done' THEN 'COMPLETED' ELSE 'PROCESSING' END, \
+           CASE WHEN k = 'k-young' THEN now() ELSE now() - interval '1 hour' END \
+      FROM unnest(ARRAY[NULL, 'NULL', 'user-1']) s, unnest(ARRAY['k-stuck', 'k-done', 'k-young']) k;";
+
+/// The mapping of the nullable-scope fixtures.
+const NULLABLE_SCOPE_MAPPING: &str = "ttl = \"24h\"\n[profiles.nullscope]\nkey = \"idempotency_key\"\n\
+    tenant = [\"endpoint\", \"scope\"]\nactions = [\"delete\"]\n\
+    in_flight = { column = \"status\", values = [\"PROCESSING\"], done = [\"COMPLETED\"] }\n";
+
+/// A unique index made NULLS NOT DISTINCT over a nullable scope column identifies a row: check
+/// calls it the identity index (the fixture's index refuses a second NULL-scope key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nulls_not_distinct_index_over_a_nullable_scope_is_the_identity() {
+    let db = loaded(NULLS_NOT_DISTINCT_DDL, NULLABLE_SCOPE_ROWS, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, NULLABLE_SCOPE_MAPPING).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    idemctl().arg("check").run().assert_stdout_contains(
+        "identity index\tok\tidx_idempotency_key_scope is unique on (idempotency_key, endpoint, scope), so (endpoint, scope, idempotency_key) identifies a row",
+    );
+    let duplicate = db
+        .client()
+        .await
+        .execute(
+            "INSERT INTO idempotency_keys (idempotency_key, endpoint, scope) VALUES ('k-stuck', '/orders', NULL)",
+            &[],
+        )
+        .await;
+    assert!(
+        duplicate.is_err(),
+        "the fixture's index must refuse a second NULL-scope key"
+    );
+}
+
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
