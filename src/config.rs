@@ -385,6 +385,7 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
         key_type: "text".to_owned(),
         body_type: "jsonb".to_owned(),
         row_identity: Vec::new(),
+        scope_nulls: Vec::new(),
         scope_walk: Vec::new(),
         matched_because: String::new(),
         origin: Some(format!("config file {}, [profiles.{name}]", path)),

@@ -572,7 +572,7 @@ fn taken(rows: &[tokio_postgres::Row], has_tenant: bool) -> Result<Vec<TakenKey>
     let row = rows
         .first()
         .ok_or_else(|| fail(Exit::Internal, "the batch statement returned no row"))?;
-    let tenants: Vec<String> = row.try_get("api_key_ids")?;
+    let tenants: Vec<Option<String>> = row.try_get("api_key_ids")?;
     let keys: Vec<String> = row.try_get("keys")?;
     Ok(tenants
         .into_iter()
@@ -582,9 +582,10 @@ fn taken(rows: &[tokio_postgres::Row], has_tenant: bool) -> Result<Vec<TakenKey>
 }
 
 /// The tenant a statement answered, as its callers get it: None on a table without a tenant
-/// column, whose statements answer '' (a tenant table may hold '' as a tenant).
-fn tenant_of(has_tenant: bool, answered: String) -> Option<String> {
-    has_tenant.then_some(answered)
+/// column, whose statements answer '' (a tenant table may hold '' as a tenant), and where a
+/// one-column scope holds NULL.
+fn tenant_of(has_tenant: bool, answered: Option<String>) -> Option<String> {
+    answered.filter(|_| has_tenant)
 }
 
 /// Each plan row's outcome and current state, in the batch's order.

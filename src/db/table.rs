@@ -762,6 +762,43 @@ impl KeyTable {
         self.profile.render(template, &self.quoted)
     }
 
+    /// [`KeyTable::sql`] for values of the scope that are NULL where `nulls` is set (by scope
+    /// column): one statement per pattern of NULLs, each selecting those columns with `IS NULL`.
+    pub fn sql_with_nulls(&self, template: &str, nulls: &[bool]) -> String {
+        if !nulls.contains(&true) {
+            return self.sql(template);
+        }
+        let mut profile = self.profile.clone();
+        profile.scope_nulls = nulls.to_vec();
+        profile.render(template, &self.quoted)
+    }
+
+    /// Every pattern of NULLs the scope's values can have (by scope column; only columns that
+    /// allow NULL are ever NULL), the pattern without NULLs first.
+    pub fn scope_null_patterns(&self) -> Vec<Vec<bool>> {
+        let nullable: Vec<bool> = self
+            .profile
+            .tenant
+            .iter()
+            .map(|t| !self.columns.iter().any(|k| &k.name == t && k.not_null))
+            .collect();
+        let mut patterns = vec![vec![false; nullable.len()]];
+        for (i, can) in nullable.iter().enumerate() {
+            if *can {
+                let more: Vec<Vec<bool>> = patterns
+                    .iter()
+                    .map(|p| {
+                        let mut p = p.clone();
+                        p[i] = true;
+                        p
+                    })
+                    .collect();
+                patterns.extend(more);
+            }
+        }
+        patterns
+    }
+
     /// What the current role may do with this table.
     pub async fn privileges(&self, client: &Session) -> Result<Privileges> {
         let row = client

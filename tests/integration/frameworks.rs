@@ -2098,6 +2098,138 @@ async fn a_nulls_not_distinct_index_over_a_nullable_scope_is_the_identity() {
     );
 }
 
+/// inspect names a NULL scope value with --scope-null (selected with IS NULL), told apart from
+/// the text 'NULL' (--scope scope=NULL), with the whole scope given or only part of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_tells_a_null_scope_from_the_text_null() {
+    let db = loaded(NULLS_NOT_DISTINCT_DDL, NULLABLE_SCOPE_ROWS, None).await;
+    db.exec("UPDATE idempotency_keys SET status = 'COMPLETED-' || coalesce(scope, 'sql-null') WHERE idempotency_key = 'k-done'")
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, NULLABLE_SCOPE_MAPPING).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    let state_of = |run: &crate::support::Run| {
+        let json = run.json();
+        let status = json["row"]
+            .as_array()
+            .and_then(|r| r.iter().find(|c| c["column"] == "status"))
+            .map(|c| c["value"].clone());
+        (json["scope"]["scope"].clone(), status)
+    };
+    let null = idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "k-done",
+            "--scope",
+            "endpoint=/orders",
+            "--scope-null",
+            "scope",
+        ])
+        .run();
+    null.assert_success();
+    assert_eq!(
+        state_of(&null),
+        (
+            serde_json::Value::Null,
+            Some(serde_json::json!("COMPLETED-sql-null"))
+        ),
+        "{null}"
+    );
+    let text = idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "k-done",
+            "--scope",
+            "endpoint=/orders",
+            "--scope",
+            "scope=NULL",
+        ])
+        .run();
+    text.assert_success();
+    assert_eq!(
+        state_of(&text),
+        (
+            serde_json::json!("NULL"),
+            Some(serde_json::json!("COMPLETED-NULL"))
+        ),
+        "{text}"
+    );
+    // Part of the scope: through the index led by the key.
+    let part = idemctl()
+        .args(["-o", "json", "inspect", "k-done", "--scope-null", "scope"])
+        .run();
+    part.assert_success();
+    assert_eq!(
+        state_of(&part).1,
+        Some(serde_json::json!("COMPLETED-sql-null")),
+        "{part}"
+    );
+    idemctl()
+        .args([
+            "inspect",
+            "k-done",
+            "--scope",
+            "endpoint=/orders",
+            "--scope-null",
+            "scope",
+        ])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("\nscope            NULL\n")
+        .assert_stdout_contains("\nscope (tenant)         NULL\n");
+    idemctl()
+        .args([
+            "inspect",
+            "k-done",
+            "--scope",
+            "endpoint=/orders",
+            "--scope",
+            "scope=NULL",
+        ])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("\nscope            \"NULL\"\n")
+        .assert_stdout_contains("\nscope (tenant)         \"NULL\"\n");
+    idemctl()
+        .args([
+            "inspect",
+            "k-gone",
+            "--scope",
+            "endpoint=/orders",
+            "--scope-null",
+            "scope",
+        ])
+        .run()
+        .assert_error(3, "key k-gone not found for endpoint=/orders scope IS NULL");
+    idemctl()
+        .args(["inspect", "k-gone", "--scope-null", "scope"])
+        .run()
+        .assert_error(3, "key k-gone not found under any scope with scope IS NULL");
+    idemctl()
+        .args([
+            "inspect",
+            "k-done",
+            "--scope",
+            "scope=x",
+            "--scope-null",
+            "scope",
+        ])
+        .run()
+        .assert_error(
+            2,
+            "--scope names column scope twice: give each scope column once",
+        );
+    idemctl()
+        .args(["inspect", "k-done", "--scope-null", "nope"])
+        .run()
+        .assert_error(2, "--scope names column nope, which is not in the scope of table public.idempotency_keys (profile nullscope): its scope is (endpoint, scope); name those columns");
+}
+
 /// `value` as an SQL string literal.
 fn sql_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
