@@ -202,8 +202,9 @@ pub(crate) struct FailWith<'a> {
 pub(crate) struct Statements {
     sweep: String,
     archive_lock: String,
-    apply: String,
-    apply_archive_lock: String,
+    /// The apply statements (the batch, and its archived form's lock) for each pattern of NULL
+    /// scope values the plan rows can have ([`KeyTable::scope_null_patterns`]).
+    apply: Vec<ApplyForm>,
     filter: Filter,
     /// How long the client waits for any one answer (statement_timeout plus a margin).
     deadline: Duration,
@@ -232,14 +233,23 @@ pub(crate) struct Route {
     pub bound_waits: Option<ThroughCoordinator>,
 }
 
-/// A plan row as apply binds it: (tenant, key, locked_at, created_at); the tenant is None on a
-/// table without a tenant column.
+/// A plan row as apply binds it: (tenant, key, locked_at, created_at, the scope columns that are
+/// NULL); the tenant is None on a table without a tenant column and where a one-column scope is
+/// NULL. The rows of one batch have the same NULL columns.
 pub(crate) type PlanKey<'a> = (
     Option<&'a str>,
     &'a str,
     Option<OffsetDateTime>,
     Option<OffsetDateTime>,
+    &'a [bool],
 );
+
+/// The apply statements for plan rows whose scope is NULL in the columns `nulls` marks.
+struct ApplyForm {
+    nulls: Vec<bool>,
+    apply: String,
+    archive_lock: String,
+}
 
 /// A key a batch took: (tenant, key), the tenant None on a table without a tenant column.
 pub(crate) type TakenKey = (Option<String>, String);
@@ -264,12 +274,12 @@ impl Statements {
             ReclaimAction::Fail => (FAIL_SQL, APPLY_FAIL_SQL),
             ReclaimAction::Release => (RELEASE_SQL, APPLY_RELEASE_SQL),
         };
-        let render = |template: &str| -> Result<String> {
+        let render_with = |template: &str, nulls: &[bool]| -> Result<String> {
             if !route.by_identity {
-                return Ok(table.sql(template));
+                return Ok(table.sql_with_nulls(template, nulls));
             }
             super::citus::rows_by_identity(template)
-                .map(|t| table.sql(&t))
+                .map(|t| table.sql_with_nulls(&t, nulls))
                 .ok_or_else(|| {
                     fail(
                         Exit::Internal,
@@ -277,11 +287,22 @@ impl Statements {
                     )
                 })
         };
+        let render = |template: &str| render_with(template, &[]);
+        let forms = table
+            .scope_null_patterns()
+            .into_iter()
+            .map(|nulls| {
+                Ok(ApplyForm {
+                    apply: render_with(apply, &nulls)?,
+                    archive_lock: table.sql_with_nulls(APPLY_ARCHIVE_LOCK_SQL, &nulls),
+                    nulls,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Statements {
             sweep: render(sweep)?,
             archive_lock: table.sql(ARCHIVE_LOCK_SQL),
-            apply: render(apply)?,
-            apply_archive_lock: table.sql(APPLY_ARCHIVE_LOCK_SQL),
+            apply: forms,
             filter: filter.clone(),
             deadline,
             bound_waits: route.bound_waits,
@@ -368,6 +389,22 @@ impl Statements {
         params
     }
 
+    /// The apply form for the batch's rows, which all have the same NULL scope columns.
+    fn apply_form(&self, rows: &[PlanKey<'_>]) -> Result<&ApplyForm> {
+        let nulls = rows.first().map_or(&[][..], |r| r.4);
+        let same = rows.iter().all(|r| r.4 == nulls);
+        let wanted = |f: &&ApplyForm| {
+            f.nulls == nulls || (!nulls.contains(&true) && !f.nulls.contains(&true))
+        };
+        match self.apply.iter().find(wanted) {
+            Some(form) if same => Ok(form),
+            _ => Err(fail(
+                Exit::Internal,
+                "a batch of plan rows has no statement for the NULLs of their scopes",
+            )),
+        }
+    }
+
     /// One batch of plan rows: each row's outcome and current state, in the batch's order.
     pub(crate) async fn apply_batch(
         &self,
@@ -376,9 +413,10 @@ impl Statements {
         older_than: f64,
         fail_with: Option<&FailWith<'_>>,
     ) -> Result<Vec<(String, Option<String>)>> {
-        let arrays = PlanArrays::of(rows);
+        let form = self.apply_form(rows)?;
+        let arrays = PlanArrays::of(rows, self.has_tenant);
         let params = self.apply_params(&arrays, &older_than, fail_with);
-        let answered = self.query(client, &self.apply, &params).await?;
+        let answered = self.query(client, &form.apply, &params).await?;
         outcomes(&answered, rows)
     }
 
@@ -393,7 +431,8 @@ impl Statements {
         fail_with: Option<&FailWith<'_>>,
         archive: ArchiveSink<'_>,
     ) -> Result<Vec<(String, Option<String>)>> {
-        let arrays = PlanArrays::of(rows);
+        let form = self.apply_form(rows)?;
+        let arrays = PlanArrays::of(rows, self.has_tenant);
         let mut lock_params = vec![
             p(&arrays.tenants),
             p(&arrays.keys),
@@ -404,8 +443,8 @@ impl Statements {
         lock_params.extend(self.filter.params());
         let params = self.apply_params(&arrays, &older_than, fail_with);
         let batch = Archived {
-            lock: (&self.apply_archive_lock, &lock_params),
-            change: (&self.apply, &params),
+            lock: (&form.archive_lock, &lock_params),
+            change: (&form.apply, &params),
         };
         self.archived(client, &batch, archive, &|answered| {
             let outcomes = outcomes(answered, rows)?;
@@ -548,18 +587,22 @@ struct Archived<'a> {
 }
 
 /// Plan rows as the parallel arrays the apply statements unnest. A row without a tenant (on a
-/// table without a tenant column) is bound as '', which its statements compare the tenant as.
+/// table without a tenant column) is bound as '', which its statements compare the tenant as; a
+/// NULL one-column scope as NULL.
 struct PlanArrays<'a> {
-    tenants: Vec<&'a str>,
+    tenants: Vec<Option<&'a str>>,
     keys: Vec<&'a str>,
     locked: Vec<Option<OffsetDateTime>>,
     created: Vec<Option<OffsetDateTime>>,
 }
 
 impl<'a> PlanArrays<'a> {
-    fn of(rows: &[PlanKey<'a>]) -> PlanArrays<'a> {
+    fn of(rows: &[PlanKey<'a>], has_tenant: bool) -> PlanArrays<'a> {
         PlanArrays {
-            tenants: rows.iter().map(|r| r.0.unwrap_or_default()).collect(),
+            tenants: rows
+                .iter()
+                .map(|r| if has_tenant { r.0 } else { Some("") })
+                .collect(),
             keys: rows.iter().map(|r| r.1).collect(),
             locked: rows.iter().map(|r| r.2).collect(),
             created: rows.iter().map(|r| r.3).collect(),

@@ -71,6 +71,11 @@ impl Candidate {
     pub(super) fn plan_row(&self) -> PlanRow {
         PlanRow {
             api_key_id: self.api_key_id.clone(),
+            scope: self
+                .scope
+                .as_ref()
+                .map(|s| s.0.iter().map(|(_, v)| v.clone()).collect()),
+            nulls: Vec::new(),
             key: self.key.clone(),
             locked_at: self.locked_at,
             created_at: self.created_at,
