@@ -1340,6 +1340,40 @@ mod tests {
     }
 
     #[test]
+    fn a_null_scope_value_is_written_apart_from_the_text_null() {
+        assert_eq!(
+            scope_text_of(&[Some("a"), None, Some("NULL")]).as_deref(),
+            Some("{a,NULL,\"NULL\"}")
+        );
+        assert_eq!(scope_text_of(&[None]), None);
+        assert_eq!(scope_text_of(&[Some("NULL")]).as_deref(), Some("NULL"));
+        let scope = scope_from(&[s("scope")], None).unwrap();
+        assert_eq!(scope.0, [(s("scope"), None)]);
+        assert!(scope_from(&[], None).is_none());
+    }
+
+    #[test]
+    fn a_scope_column_given_as_null_is_selected_with_is_null() {
+        let mut p = Profile::storage();
+        p.tenant = vec![s("endpoint"), s("scope")];
+        p.scope_nulls = vec![false, true];
+        assert_eq!(
+            p.render("{tenant_is_p1}", "t"),
+            "(\"endpoint\" = ($1::text::text[])[1]::text AND \"scope\" IS NULL AND ($1::text::text[])[2] IS NULL)"
+        );
+        assert_eq!(
+            p.render("{scope_within_p4}", "t"),
+            "(($4::text[])[1] IS NULL OR \"endpoint\" = ($4::text[])[1]::text) AND (\"scope\" IS NULL AND ($4::text[])[2] IS NULL)"
+        );
+        p.tenant = vec![s("scope")];
+        p.scope_nulls = vec![true];
+        assert_eq!(
+            p.render("{t.tenant_is_plan}", "t"),
+            "(t.\"scope\" IS NULL AND p.api_key_id::text IS NULL)"
+        );
+    }
+
+    #[test]
     fn a_scope_of_several_columns_is_compared_column_by_column() {
         let mut p = Profile::storage();
         p.tenant = vec![s("request_type"), s("client_id")];
