@@ -85,13 +85,13 @@ pub(super) async fn shards_of_rows(
         ));
     };
     // Distributed by a scope column: every plan row has a scope of the table's columns (apply
-    // checked the plan); the column's value places the row.
+    // checked the plan); the column's value places the row (Citus keeps no NULL there).
     let values: Vec<String> = rows
         .iter()
         .map(|r| {
-            let text = r.api_key_id.as_deref().unwrap_or_default();
-            crate::db::profile::scope_values(text, scope.len())
-                .and_then(|mut v| (at < v.len()).then(|| v.swap_remove(at)))
+            r.scope
+                .as_ref()
+                .and_then(|s| s.get(at).cloned().flatten())
                 .unwrap_or_default()
         })
         .collect();
@@ -106,6 +106,8 @@ pub(super) struct Placements<'a> {
     table: &'a KeyTable,
     /// The workers and their shards, for a table whose rows live on them.
     cluster: Option<Cluster>,
+    /// The scope routed the run to the one shard that holds its rows.
+    routed: bool,
 }
 
 /// A node and the shards of the table it holds.
@@ -165,15 +167,24 @@ impl<'a> Placements<'a> {
             let cluster = shards::connect_to(ctx, client, table, 1, only)
                 .await
                 .context("failed to reach the key table's shards on the Citus workers")?;
-            Some(cluster)
+            Some((cluster, only.is_some()))
         } else {
             None
         };
         Ok(Placements {
             here: client,
             table,
-            cluster,
+            routed: cluster.as_ref().is_some_and(|(_, routed)| *routed),
+            cluster: cluster.map(|(c, _)| c),
         })
+    }
+
+    /// The node of the one shard the scope routed the run to, if it did.
+    pub(super) fn routed_node(&self) -> Option<Node<'_>> {
+        if !self.routed {
+            return None;
+        }
+        self.nodes().into_iter().find(|n| !n.shards.is_empty())
     }
 
     /// The nodes, each with its shards, in the order the batches visit them.

@@ -33,7 +33,9 @@ pub(super) async fn sweep(
     require_privileges(client, table, Some(req.action)).await?;
     let mut archive = open_archive(args, None)?;
     begin_writes(ctx, client, table).await?;
-    let before = count_stuck(client, table, req).await?;
+    let scope = req.filter.api_key_id.as_deref();
+    let placements = Placements::connect(ctx, client, table, req.layout.as_ref(), scope).await?;
+    let before = count_stuck(client, table, req, &placements).await?;
     if before.count > 0 {
         let count = match req.limit {
             Some(l) => format!("up to {l} of {before}"),
@@ -45,8 +47,8 @@ pub(super) async fn sweep(
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
     report.end_reason =
-        sweep_placements(ctx, client, table, req, args, &mut report, archive.as_mut()).await?;
-    let left = count_stuck(client, table, req).await?;
+        sweep_placements(ctx, &placements, req, args, &mut report, archive.as_mut()).await?;
+    let left = count_stuck(client, table, req, &placements).await?;
     if report.end_reason == EndReason::Drained {
         // The last batch found fewer unlocked stuck keys than it asked for, so every stuck key
         // still here was skipped because a live owner holds its row.
@@ -107,13 +109,23 @@ async fn sweep_batches(
     }
 }
 
-/// Stuck keys the run may take (its filters applied), counted up to COUNT_CAP.
+/// Stuck keys the run may take (its filters applied), counted up to COUNT_CAP: on the one shard
+/// that holds them where the scope routes the run to it (read on its worker), else through the
+/// session the run has (on Citus, the coordinator reads every shard).
 pub(super) async fn count_stuck(
     client: &Session,
     table: &KeyTable,
     req: &Request,
+    placements: &Placements<'_>,
 ) -> Result<Capped> {
-    reclaim_db::count_stuck(client, table, req.older_than, COUNT_CAP, &req.filter).await
+    let (older, filter) = (req.older_than, &req.filter);
+    if let Some(node) = placements.routed_node()
+        && let Some(shard) = node.shards.first()
+    {
+        let session = node.session().await?;
+        return reclaim_db::count_stuck(&session, shard.table, older, COUNT_CAP, filter).await;
+    }
+    reclaim_db::count_stuck(client, table, older, COUNT_CAP, filter).await
 }
 
 /// One batch of the sweep: returns the keys it reclaimed.
@@ -165,15 +177,12 @@ pub(super) async fn archived_batch(
 /// first shard that does not drain (limit, signal).
 async fn sweep_placements(
     ctx: &Context,
-    client: &Session,
-    table: &KeyTable,
+    placements: &Placements<'_>,
     req: &Request,
     args: &ReclaimArgs,
     report: &mut ReclaimReport,
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
-    let scope = req.filter.api_key_id.as_deref();
-    let placements = Placements::connect(ctx, client, table, req.layout.as_ref(), scope).await?;
     for node in placements.nodes() {
         let session = node.session().await?;
         for shard in &node.shards {
