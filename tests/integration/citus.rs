@@ -2121,8 +2121,8 @@ async fn citus_stats_reads_a_citus_local_tables_placement() {
 /// A scope of two columns on a table distributed by one of them (api_key_id): given that column's
 /// value, inspect reads only the shard that holds it (proved with every other shard unreadable by
 /// the role: the routed lookups succeed, one that must read every shard does not), and reclaim's
-/// sweep of that scope counts and takes its stuck key on that shard alone. The scope is shown
-/// column by column.
+/// preview and sweep of that scope count, list and take its stuck key on that shard alone. The
+/// scope is shown column by column.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_a_scope_column_that_distributes_the_table_routes_to_its_shard() {
     if skipped("citus scope routing") {
@@ -2209,6 +2209,37 @@ async fn citus_a_scope_column_that_distributes_the_table_routes_to_its_shard() {
     // Without the distribution column's value every shard is read, and the role cannot.
     let run = idemctl()
         .args(["inspect", "shared-key", "--scope", "request_method=POST"])
+        .run();
+    assert_ne!(run.code, 0, "{run}");
+    // reclaim's preview of the scope lists and counts its stuck keys on that shard alone (as the
+    // role, which cannot read the others); without the distribution column's value it cannot.
+    let run = idemctl()
+        .args([
+            "-o",
+            "json",
+            "reclaim",
+            "--dry-run",
+            "--allow-scan",
+            "--older-than",
+            "30m",
+        ])
+        .args(["--api-key-id", "{POST,tenant_4}"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["would_reclaim"]["count"], 1, "{run}");
+    assert_eq!(
+        run.json()["rows"][0]["api_key_id"],
+        "{POST,tenant_4}",
+        "{run}"
+    );
+    let run = idemctl()
+        .args([
+            "reclaim",
+            "--dry-run",
+            "--allow-scan",
+            "--older-than",
+            "30m",
+        ])
         .run();
     assert_ne!(run.code, 0, "{run}");
     // reclaim's sweep of the scope runs its batches and counts its stuck keys on that shard alone

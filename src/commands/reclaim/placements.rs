@@ -100,6 +100,21 @@ pub(super) async fn shards_of_rows(
     Ok(shards.into_iter().map(Some).collect())
 }
 
+/// The one shard that holds the rows of `scope` (--api-key-id), on a table distributed by one of
+/// the scope's columns; None when the rows may be on any shard.
+pub(super) async fn routed_shard(
+    client: &Session,
+    table: &KeyTable,
+    layout: &Layout,
+    scope: Option<&str>,
+) -> Result<Option<i64>> {
+    let values = scope
+        .and_then(|s| crate::db::profile::scope_values(s, table.profile.tenant.len()))
+        .unwrap_or_default();
+    let given: Vec<Option<&str>> = values.iter().map(|v| Some(v.as_str())).collect();
+    shards::shard_of_scope(client, table, layout, &given).await
+}
+
 /// The placements of the key table the run works on.
 pub(super) struct Placements<'a> {
     here: &'a Session,
@@ -159,11 +174,7 @@ impl<'a> Placements<'a> {
         scope: Option<&str>,
     ) -> Result<Placements<'a>> {
         let cluster = if let Some(layout) = layout.filter(|l| on_workers(Some(l))) {
-            let values = scope
-                .and_then(|s| crate::db::profile::scope_values(s, table.profile.tenant.len()))
-                .unwrap_or_default();
-            let given: Vec<Option<&str>> = values.iter().map(|v| Some(v.as_str())).collect();
-            let only = shards::shard_of_scope(client, table, layout, &given).await?;
+            let only = routed_shard(client, table, layout, scope).await?;
             let cluster = shards::connect_to(ctx, client, table, 1, only)
                 .await
                 .context("failed to reach the key table's shards on the Citus workers")?;
