@@ -421,6 +421,17 @@ async fn by_tenant(
     record::by_tenant(client, table, &given.values, &given.nulls, key, stuck_secs).await
 }
 
+/// A scope column given as NULL that the skip scan walks (whose NULLs it never visits).
+fn null_walked<'a>(table: &'a KeyTable, within: Option<record::Within<'_>>) -> Option<&'a str> {
+    let within = within?;
+    let p = &table.profile;
+    p.tenant
+        .iter()
+        .zip(within.nulls)
+        .find(|(c, null)| **null && p.scope_walk.contains(c))
+        .map(|(c, _)| c.as_str())
+}
+
 /// A key under every scope holding it, narrowed to the scope columns given (`within`).
 async fn by_key(
     client: &Session,
@@ -436,6 +447,12 @@ async fn by_key(
     let found = match table.key_lookup() {
         KeyLookup::ByKey => {
             record::by_key(client, table, key, within, stuck_secs, MAX_TENANTS_LISTED).await
+        }
+        KeyLookup::SkipScan if let Some(column) = null_walked(table, within) => {
+            return Err(fail(
+                Exit::Usage,
+                output::null_scope_not_walked(&table.shown(), column),
+            ));
         }
         KeyLookup::SkipScan => {
             record::by_key_through_tenants(

@@ -472,6 +472,17 @@ pub(crate) fn no_identity_index(table: &Table) -> String {
 }
 
 /// A key looked up alone on a table without an index that finds it.
+/// --scope-null for a column inspect would walk the values of (no index is led by the key): the
+/// walk visits the column's values in index order and never a NULL.
+pub(crate) fn null_scope_not_walked(table: &Table, column: &str) -> String {
+    format!(
+        "--scope-null {column} cannot be looked up without the whole scope on table {}: with no index led by its key, inspect walks the values of {column} through an index, which never visits NULL; give every scope column (--scope or --scope-null), or create: {}",
+        table.display(),
+        table.key_index_fix,
+        column = sanitize(column)
+    )
+}
+
 pub(crate) fn no_key_index(table: &Table) -> String {
     // A scope of several columns: an index led by the key finds it at once (the scopes could only
     // be walked through an index listing scope columns before the key, and there is none).

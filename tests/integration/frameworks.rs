@@ -2235,6 +2235,47 @@ async fn inspect_tells_a_null_scope_from_the_text_null() {
         .assert_error(2, "--scope names column nope, which is not in the scope of table public.idempotency_keys (profile nullscope): its scope is (endpoint, scope); name those columns");
 }
 
+/// With no index led by the key, inspect finds a key without its whole scope by walking the scope
+/// values through an index, which never visits NULL: --scope-null for a walked column is refused
+/// (exit 2) rather than answered "not found", while the whole scope, NULL included, is looked up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_scope_the_walk_would_miss_is_refused_not_reported_missing() {
+    let ddl = NULLS_NOT_DISTINCT_DDL.replace(
+        "(idempotency_key, endpoint, scope) NULLS NOT DISTINCT",
+        "(endpoint, scope, idempotency_key) NULLS NOT DISTINCT",
+    );
+    let db = loaded(&ddl, NULLABLE_SCOPE_ROWS, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, NULLABLE_SCOPE_MAPPING).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    idemctl()
+        .args(["inspect", "k-stuck", "--scope-null", "scope"])
+        .run()
+        .assert_error(
+            2,
+            "--scope-null scope cannot be looked up without the whole scope on table public.idempotency_keys: with no index led by its key, inspect walks the values of scope through an index, which never visits NULL; give every scope column (--scope or --scope-null), or create: CREATE INDEX CONCURRENTLY \"idempotency_keys_key\" ON \"public\".\"idempotency_keys\" (idempotency_key);",
+        );
+    let run = idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "k-stuck",
+            "--scope",
+            "endpoint=/orders",
+            "--scope-null",
+            "scope",
+        ])
+        .run();
+    run.assert_success();
+    assert_eq!(
+        run.json()["scope"],
+        json!({"endpoint": "/orders", "scope": null}),
+        "{run}"
+    );
+}
+
 /// The stuck keys left, as `scope/key` with `<null>` for a NULL scope, in order.
 async fn stuck_left(db: &crate::support::TestDb) -> String {
     scalar_text(
