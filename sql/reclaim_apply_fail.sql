@@ -58,6 +58,6 @@ SELECT p.ord,
        END AS outcome,
        {t.state} AS state
   FROM planned p
-  LEFT JOIN reclaimed r ON r.api_key_id = p.api_key_id AND r.key = p.key
+  LEFT JOIN reclaimed r ON r.api_key_id IS NOT DISTINCT FROM p.api_key_id AND r.key = p.key
   LEFT JOIN {table} t ON {t.tenant_is_plan} AND {t.key} = p.key::{key_type}
  ORDER BY p.ord

@@ -1,12 +1,17 @@
 -- Indexes of the key table: key columns (expressions as text), the column each key column is (its
 -- name as the catalog spells it, unquoted; NULL for an expression), uniqueness, primary key,
--- validity, predicate.
+-- validity, predicate, and whether NULLs are not distinct in it (NULLS NOT DISTINCT, PostgreSQL 15+:
+-- pg_index.indnullsnotdistinct, read through the row as JSON so the statement also parses on a
+-- server without the column, and only where the server has it).
 -- $1 = table oid. Catalog lookup only.
 SELECT i.indexrelid::regclass::text AS name,
        i.indisunique AS is_unique,
        i.indisprimary AS is_primary,
        i.indisvalid AND i.indisready AS is_valid,
        pg_catalog.pg_get_expr(i.indpred, i.indrelid) AS predicate,
+       CASE WHEN pg_catalog.current_setting('server_version_num')::int >= 150000
+            THEN coalesce((pg_catalog.to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false)
+            ELSE false END AS nulls_not_distinct,
        ARRAY(SELECT pg_catalog.pg_get_indexdef(i.indexrelid, k, true)
                FROM generate_series(1, i.indnkeyatts) AS k ORDER BY k) AS columns,
        ARRAY(SELECT a.attname::text

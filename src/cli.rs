@@ -223,6 +223,12 @@ pub(crate) struct InspectArgs {
     #[arg(long, value_name = "COLUMN=VALUE", conflicts_with = "api_key_id")]
     pub scope: Vec<String>,
 
+    /// A scope column whose value is NULL: selects the key stored with NULL in that column (IS
+    /// NULL), where --scope COLUMN=NULL names the text 'NULL'. Repeat it per column; give the other
+    /// columns with --scope: --scope endpoint=/orders --scope-null client_id.
+    #[arg(long, value_name = "COLUMN", conflicts_with = "api_key_id")]
+    pub scope_null: Vec<String>,
+
     /// Age past which an in_progress key counts as stuck (what reclaim would take by default).
     #[arg(long, value_parser = parse_positive_duration, allow_hyphen_values = true, default_value = "5m", value_name = "DUR")]
     pub stuck_after: Duration,

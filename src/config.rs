@@ -355,6 +355,7 @@ fn mapping(path: &str, name: &str, m: RawMapping) -> Result<Profile> {
         key_type: "text".to_owned(),
         body_type: "jsonb".to_owned(),
         row_identity: Vec::new(),
+        scope_nulls: Vec::new(),
         scope_walk: Vec::new(),
         matched_because: None,
         origin: Some(crate::output::errors::mapping_origin(path, name)),

@@ -29,7 +29,7 @@ const MAX_BODY_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Run `inspect`.
 pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
-    let pairs = scope_pairs(&args.scope)?;
+    let pairs = scope_pairs(&args.scope, &args.scope_null)?;
     // Read the body, and check it has the asked-for form, before connecting.
     let body = args.body.as_ref().map(|p| read_body(p)).transpose()?;
     if let (Some(body), Some(how)) = (&body, args.canonical) {
@@ -57,11 +57,11 @@ pub(crate) async fn run(ctx: &Context, args: &InspectArgs) -> Result<Exit> {
         Some(layout) => on_shards(ctx, &client, &table, layout, args, &scope, stuck_secs).await?,
         None => {
             let mut records = match &scope {
-                Scope::Whole(tenant) => {
-                    by_tenant(&client, &table, tenant, &args.key, stuck_secs).await?
+                Scope::Whole(given) => {
+                    by_tenant(&client, &table, given, &args.key, stuck_secs).await?
                 }
-                Scope::Part(values) => {
-                    by_key(&client, &table, &args.key, values.as_deref(), stuck_secs).await?
+                Scope::Part(given) => {
+                    by_key(&client, &table, &args.key, given.as_ref(), stuck_secs).await?
                 }
             };
             for r in &mut records {
@@ -161,42 +161,66 @@ fn refuse_what_the_table_cannot_hold(table: &KeyTable, args: &InspectArgs) -> Re
 
 /// What inspect was told of the key's scope.
 enum Scope {
-    /// Every column's value, as one scope value (what the identity index is looked up by).
-    Whole(String),
-    /// Some columns' values, or none (`None`): each scope column's value in order, where given.
-    Part(Option<Vec<Option<String>>>),
+    /// Every column's value (what the identity index is looked up by).
+    Whole(Given),
+    /// Some columns' values, or none (`None`).
+    Part(Option<Given>),
 }
 
-/// `--scope COLUMN=VALUE` flags as (column, value), before connecting: each must name a column and
-/// give a value (an empty one is a value), each column once.
-fn scope_pairs(flags: &[String]) -> Result<Vec<(String, String)>> {
-    let mut pairs: Vec<(String, String)> = Vec::with_capacity(flags.len());
+/// Scope values as given, by scope column in the mapping's order.
+struct Given {
+    /// Each column's value; None where it was not given or was given as NULL.
+    values: Vec<Option<String>>,
+    /// The columns given as NULL (--scope-null).
+    nulls: Vec<bool>,
+}
+
+/// `--scope COLUMN=VALUE` and `--scope-null COLUMN` flags as (column, value, None for NULL),
+/// before connecting: each must name a column and give a value (an empty one is a value), each
+/// column once.
+fn scope_pairs(flags: &[String], nulls: &[String]) -> Result<Vec<(String, Option<String>)>> {
+    let mut pairs: Vec<(String, Option<String>)> = Vec::with_capacity(flags.len() + nulls.len());
     for flag in flags {
         let Some((column, value)) = flag.split_once('=').filter(|(c, _)| !c.is_empty()) else {
             return Err(fail(Exit::Usage, output::scope_flag_unfit(flag)));
         };
-        if pairs.iter().any(|(c, _)| c == column) {
+        pairs.push((column.to_owned(), Some(value.to_owned())));
+    }
+    pairs.extend(nulls.iter().map(|c| (c.clone(), None)));
+    for (n, (column, _)) in pairs.iter().enumerate() {
+        if pairs[..n].iter().any(|(c, _)| c == column) {
             return Err(fail(Exit::Usage, output::scope_flag_twice(column)));
         }
-        pairs.push((column.to_owned(), value.to_owned()));
     }
     Ok(pairs)
 }
 
 /// The scope as given, checked against the table's scope columns and their types: the whole
-/// scope, or the part given (none at all without --api-key-id or --scope).
-fn scope_given(table: &KeyTable, args: &InspectArgs, pairs: &[(String, String)]) -> Result<Scope> {
+/// scope, or the part given (none at all without --api-key-id, --scope or --scope-null).
+fn scope_given(
+    table: &KeyTable,
+    args: &InspectArgs,
+    pairs: &[(String, Option<String>)],
+) -> Result<Scope> {
     let p = &table.profile;
+    let n = p.tenant.len();
     if let Some(v) = &args.api_key_id {
         if let Some(why) = p.scope_value_problem(v, "--api-key-id", &table.qualified_name()) {
             return Err(crate::exit::refuse(Exit::Usage, why));
         }
-        return Ok(Scope::Whole(v.clone()));
+        let values = crate::db::profile::scope_values(v, n).unwrap_or_default();
+        return Ok(Scope::Whole(Given {
+            values: values.into_iter().map(Some).collect(),
+            nulls: vec![false; n],
+        }));
     }
     if pairs.is_empty() {
         return Ok(Scope::Part(None));
     }
-    let mut values: Vec<Option<String>> = vec![None; p.tenant.len()];
+    let mut given = Given {
+        values: vec![None; n],
+        nulls: vec![false; n],
+    };
     for (column, value) in pairs {
         let Some(i) = p.tenant.iter().position(|c| c == column) else {
             return Err(fail(
@@ -204,22 +228,23 @@ fn scope_given(table: &KeyTable, args: &InspectArgs, pairs: &[(String, String)])
                 output::scope_column_unknown(&table.shown(), column),
             ));
         };
-        if !crate::db::reclaim::fits_type(value, p.scope_type(i)) {
-            return Err(fail(
-                Exit::Usage,
-                output::scope_value_unfit(&table.shown(), column, value, p.scope_type(i)),
-            ));
+        match value {
+            Some(value) if !crate::db::reclaim::fits_type(value, p.scope_type(i)) => {
+                return Err(fail(
+                    Exit::Usage,
+                    output::scope_value_unfit(&table.shown(), column, value, p.scope_type(i)),
+                ));
+            }
+            Some(value) => given.values[i] = Some(value.clone()),
+            None => given.nulls[i] = true,
         }
-        values[i] = Some(value.clone());
     }
-    match values
-        .iter()
-        .map(Option::as_deref)
-        .collect::<Option<Vec<&str>>>()
-    {
-        Some(whole) => Ok(Scope::Whole(crate::db::profile::scope_text(&whole))),
-        None => Ok(Scope::Part(Some(values))),
-    }
+    let whole = (0..n).all(|i| given.values[i].is_some() || given.nulls[i]);
+    Ok(if whole {
+        Scope::Whole(given)
+    } else {
+        Scope::Part(Some(given))
+    })
 }
 
 /// On a table Citus distributes: the same lookups on the shards, on their workers (each read and
@@ -237,11 +262,10 @@ async fn on_shards(
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     use crate::commands::shards;
+    // A column given as NULL routes nowhere: Citus keeps no NULL in a distribution column.
     let given: Vec<Option<String>> = match scope {
-        Scope::Whole(text) => crate::db::profile::scope_values(text, table.profile.tenant.len())
-            .map(|v| v.into_iter().map(Some).collect())
-            .unwrap_or_default(),
-        Scope::Part(values) => values.clone().unwrap_or_default(),
+        Scope::Whole(given) | Scope::Part(Some(given)) => given.values.clone(),
+        Scope::Part(None) => Vec::new(),
     };
     let given: Vec<Option<&str>> = given.iter().map(Option::as_deref).collect();
     let only = shards::shard_of_scope(client, table, &layout, &given).await?;
@@ -251,15 +275,15 @@ async fn on_shards(
         let session = node.session().await?;
         for shard in &node.shards {
             let found = match scope {
-                Scope::Whole(tenant) => {
-                    by_tenant(&session, &shard.table, tenant, &args.key, stuck_secs).await
+                Scope::Whole(given) => {
+                    by_tenant(&session, &shard.table, given, &args.key, stuck_secs).await
                 }
-                Scope::Part(values) => {
+                Scope::Part(given) => {
                     by_key(
                         &session,
                         &shard.table,
                         &args.key,
-                        values.as_deref(),
+                        given.as_ref(),
                         stuck_secs,
                     )
                     .await
@@ -387,14 +411,25 @@ fn check_body(
 async fn by_tenant(
     client: &Session,
     table: &KeyTable,
-    tenant: &str,
+    given: &Given,
     key: &str,
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
     if !table.has_tenant_key_index() {
         return Err(fail(Exit::Usage, output::no_identity_index(&table.shown())));
     }
-    record::by_tenant(client, table, tenant, key, stuck_secs).await
+    record::by_tenant(client, table, &given.values, &given.nulls, key, stuck_secs).await
+}
+
+/// A scope column given as NULL that the skip scan walks (whose NULLs it never visits).
+fn null_walked<'a>(table: &'a KeyTable, within: Option<record::Within<'_>>) -> Option<&'a str> {
+    let within = within?;
+    let p = &table.profile;
+    p.tenant
+        .iter()
+        .zip(within.nulls)
+        .find(|(c, null)| **null && p.scope_walk.contains(c))
+        .map(|(c, _)| c.as_str())
 }
 
 /// A key under every scope holding it, narrowed to the scope columns given (`within`).
@@ -402,12 +437,22 @@ async fn by_key(
     client: &Session,
     table: &KeyTable,
     key: &str,
-    within: Option<&[Option<String>]>,
+    within: Option<&Given>,
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
+    let within = within.map(|g| record::Within {
+        values: &g.values,
+        nulls: &g.nulls,
+    });
     let found = match table.key_lookup() {
         KeyLookup::ByKey => {
             record::by_key(client, table, key, within, stuck_secs, MAX_TENANTS_LISTED).await
+        }
+        KeyLookup::SkipScan if let Some(column) = null_walked(table, within) => {
+            return Err(fail(
+                Exit::Usage,
+                output::null_scope_not_walked(&table.shown(), column),
+            ));
         }
         KeyLookup::SkipScan => {
             record::by_key_through_tenants(

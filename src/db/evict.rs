@@ -640,8 +640,9 @@ pub(crate) async fn preview_sample(
     for r in &rows {
         sample.held_back = r.try_get("held_back_count")?;
         sample.walked = r.try_get("walked")?;
+        // NULL where a one-column scope holds NULL.
         let api_key_id: Option<String> = if has_tenant {
-            Some(r.try_get("api_key_id")?)
+            r.try_get("api_key_id")?
         } else {
             None
         };

@@ -133,6 +133,12 @@ pub struct Profile {
     /// The scope's columns in the mapping's order when the catalog was not read.
     #[serde(skip)]
     pub scope_walk: Vec<String>,
+    /// The scope columns whose given value is NULL in the statement being rendered (by position;
+    /// empty: none). `{tenant_is_*}` and `{scope_within_*}` select those with `IS NULL`, which an
+    /// index serves, instead of `=`, which never matches a NULL; each pattern of NULLs is its own
+    /// statement (see [`crate::db::KeyTable::sql_with_nulls`]).
+    #[serde(skip)]
+    pub scope_nulls: Vec<bool>,
     /// Why this profile was chosen (`--profile`, or the columns that matched).
     #[serde(skip)]
     pub(crate) matched_because: Option<MatchReason>,
@@ -158,10 +164,21 @@ fn scope_json<S: serde::Serializer>(scope: &[String], ser: S) -> Result<S::Ok, S
 /// PostgreSQL text array written as the server prints one (`{payment,client-1}`), so a value read
 /// back from the table and one given on the command line compare equal as text.
 pub(crate) fn scope_text(values: &[&str]) -> String {
+    let values: Vec<Option<&str>> = values.iter().copied().map(Some).collect();
+    scope_text_of(&values).unwrap_or_default()
+}
+
+/// [`scope_text`] of values that may be NULL (None), as the server prints the scope of a row
+/// holding them: NULL for a NULL one-column scope, else a text array whose NULL elements are
+/// written unquoted (`{payment,NULL}`), and a value that reads NULL quoted (`{payment,"NULL"}`).
+pub(crate) fn scope_text_of(values: &[Option<&str>]) -> Option<String> {
     if let [one] = values {
-        return (*one).to_owned();
+        return one.map(str::to_owned);
     }
-    let element = |v: &str| {
+    let element = |v: Option<&str>| {
+        let Some(v) = v else {
+            return "NULL".to_owned();
+        };
         let plain = !v.is_empty()
             && !v.eq_ignore_ascii_case("null")
             && !v.chars().any(|c| {
@@ -176,14 +193,14 @@ pub(crate) fn scope_text(values: &[&str]) -> String {
             format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\""))
         }
     };
-    format!(
+    Some(format!(
         "{{{}}}",
         values
             .iter()
-            .map(|v| element(v))
+            .map(|v| element(*v))
             .collect::<Vec<_>>()
             .join(",")
-    )
+    ))
 }
 
 /// The values of a scope value written as [`scope_text`] writes one for `n` columns: the text
@@ -246,13 +263,19 @@ pub(crate) fn scope_elements(text: &str, n: usize) -> Option<Vec<Option<String>>
     (out.len() == n).then_some(out)
 }
 
-/// A scope read as one text (None on a table without a scope) split into the values of its
-/// `columns`; None when it is not a scope of those columns.
+/// A scope read as one text split into the values of its `columns`; None when it is not a scope of
+/// those columns. No text is no scope on a table without one, and a NULL scope value where the
+/// scope is one column (the server prints one of several columns as an array, never NULL).
 pub(crate) fn scope_from(
     columns: &[String],
     text: Option<&str>,
 ) -> Option<crate::report::rows::Scope> {
-    let values = scope_elements(text?, columns.len())?;
+    let values = match (text, columns) {
+        (None, [column]) => {
+            return Some(crate::report::rows::Scope(vec![(column.clone(), None)]));
+        }
+        (text, _) => scope_elements(text?, columns.len())?,
+    };
     Some(crate::report::rows::Scope(
         columns.iter().cloned().zip(values).collect(),
     ))
@@ -311,6 +334,7 @@ impl Profile {
             key_type: s("text"),
             body_type: s("jsonb"),
             row_identity: Vec::new(),
+            scope_nulls: Vec::new(),
             scope_walk: Vec::new(),
         }
     }
@@ -342,6 +366,7 @@ impl Profile {
             key_type: s("text"),
             body_type: s("jsonb"),
             row_identity: Vec::new(),
+            scope_nulls: Vec::new(),
             scope_walk: Vec::new(),
         }
     }
@@ -378,6 +403,7 @@ impl Profile {
             key_type: s("text"),
             body_type: s("jsonb"),
             row_identity: Vec::new(),
+            scope_nulls: Vec::new(),
             scope_walk: Vec::new(),
         }
     }
@@ -667,23 +693,29 @@ impl Profile {
     fn scope_equals(&self, value: &str, q: &dyn Fn(&str) -> String) -> String {
         match self.tenant.as_slice() {
             [] => format!("''::text = {value}"),
+            [one] if self.null_at(0) => format!("({} IS NULL AND {value}::text IS NULL)", q(one)),
             [one] => format!("{} = {value}::{}", q(one), self.scope_type(0)),
             many => {
                 let parts: Vec<String> = many
                     .iter()
                     .enumerate()
                     .map(|(i, c)| {
-                        format!(
-                            "{} = ({value}::text[])[{}]::{}",
-                            q(c),
-                            i + 1,
-                            self.scope_type(i)
-                        )
+                        let element = format!("({value}::text[])[{}]", i + 1);
+                        if self.null_at(i) {
+                            format!("{} IS NULL AND {element} IS NULL", q(c))
+                        } else {
+                            format!("{} = {element}::{}", q(c), self.scope_type(i))
+                        }
                     })
                     .collect();
                 format!("({})", parts.join(" AND "))
             }
         }
+    }
+
+    /// Whether the statement being rendered selects the scope's `i`th column as NULL.
+    fn null_at(&self, i: usize) -> bool {
+        self.scope_nulls.get(i).copied().unwrap_or(false)
     }
 
     /// The type bound text is cast to for the scope's `i`th column.
@@ -840,7 +872,8 @@ impl Profile {
                 self.scope_equals(&format!("${n}::text"), q)
             }
             // The scope's columns each equal the value at its position in the text array `$N`,
-            // where one is given (NULL elements match any value): a partly given scope.
+            // where one is given (NULL elements match any value): a partly given scope; a column
+            // given as NULL ([`Profile::scope_nulls`]) is selected with IS NULL.
             r if r.starts_with("walk_") => self.walk_sql(r, q)?,
             r if r.starts_with("scope_within_p") => {
                 let n: u32 = r["scope_within_p".len()..].parse().ok()?;
@@ -850,7 +883,11 @@ impl Profile {
                     .enumerate()
                     .map(|(i, c)| {
                         let v = format!("(${n}::text[])[{}]", i + 1);
-                        format!("({v} IS NULL OR {} = {v}::{})", q(c), self.scope_type(i))
+                        if self.null_at(i) {
+                            format!("({} IS NULL AND {v} IS NULL)", q(c))
+                        } else {
+                            format!("({v} IS NULL OR {} = {v}::{})", q(c), self.scope_type(i))
+                        }
                     })
                     .collect();
                 if parts.is_empty() {
@@ -1335,6 +1372,40 @@ mod tests {
             [Some("a".to_owned()), None, Some("NULL".to_owned())]
         );
         assert!(scope_values("payment,client-1", 2).is_none());
+    }
+
+    #[test]
+    fn a_null_scope_value_is_written_apart_from_the_text_null() {
+        assert_eq!(
+            scope_text_of(&[Some("a"), None, Some("NULL")]).as_deref(),
+            Some("{a,NULL,\"NULL\"}")
+        );
+        assert_eq!(scope_text_of(&[None]), None);
+        assert_eq!(scope_text_of(&[Some("NULL")]).as_deref(), Some("NULL"));
+        let scope = scope_from(&[s("scope")], None).unwrap();
+        assert_eq!(scope.0, [(s("scope"), None)]);
+        assert!(scope_from(&[], None).is_none());
+    }
+
+    #[test]
+    fn a_scope_column_given_as_null_is_selected_with_is_null() {
+        let mut p = Profile::storage();
+        p.tenant = vec![s("endpoint"), s("scope")];
+        p.scope_nulls = vec![false, true];
+        assert_eq!(
+            p.render("{tenant_is_p1}", "t"),
+            "(\"endpoint\" = ($1::text::text[])[1]::text AND \"scope\" IS NULL AND ($1::text::text[])[2] IS NULL)"
+        );
+        assert_eq!(
+            p.render("{scope_within_p4}", "t"),
+            "(($4::text[])[1] IS NULL OR \"endpoint\" = ($4::text[])[1]::text) AND (\"scope\" IS NULL AND ($4::text[])[2] IS NULL)"
+        );
+        p.tenant = vec![s("scope")];
+        p.scope_nulls = vec![true];
+        assert_eq!(
+            p.render("{t.tenant_is_plan}", "t"),
+            "(t.\"scope\" IS NULL AND p.api_key_id::text IS NULL)"
+        );
     }
 
     #[test]

@@ -66,10 +66,19 @@ pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Op
         .await
         .context(Step::FindOldestLive)?;
     Ok(r.map(|r| KeyRef {
-        api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
-        scope: table
+        api_key_id: table
             .profile
-            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
+            .has_scope()
+            .then(|| r.get::<_, Option<String>>("api_key_id"))
+            .flatten(),
+        scope: table.profile.scope_of(
+            table
+                .profile
+                .has_scope()
+                .then(|| r.get::<_, Option<String>>("api_key_id"))
+                .flatten()
+                .as_deref(),
+        ),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         // NaN (printed "-", null in JSON) when its created_at is NULL: a nullable column, as
@@ -88,10 +97,19 @@ pub(crate) async fn oldest_expired(client: &Session, table: &KeyTable) -> Result
         .await
         .context(Step::FindOldestExpired)?;
     Ok(r.map(|r| KeyRef {
-        api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
-        scope: table
+        api_key_id: table
             .profile
-            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
+            .has_scope()
+            .then(|| r.get::<_, Option<String>>("api_key_id"))
+            .flatten(),
+        scope: table.profile.scope_of(
+            table
+                .profile
+                .has_scope()
+                .then(|| r.get::<_, Option<String>>("api_key_id"))
+                .flatten()
+                .as_deref(),
+        ),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("lag_seconds"),
@@ -173,10 +191,19 @@ pub(crate) async fn oldest_stuck(
         .await
         .context(Step::FindOldestStuck)?;
     Ok(r.map(|r| KeyRef {
-        api_key_id: table.profile.has_scope().then(|| r.get("api_key_id")),
-        scope: table
+        api_key_id: table
             .profile
-            .scope_of(table.profile.has_scope().then(|| r.get("api_key_id"))),
+            .has_scope()
+            .then(|| r.get::<_, Option<String>>("api_key_id"))
+            .flatten(),
+        scope: table.profile.scope_of(
+            table
+                .profile
+                .has_scope()
+                .then(|| r.get::<_, Option<String>>("api_key_id"))
+                .flatten()
+                .as_deref(),
+        ),
         key: r.get("key"),
         expires_at: r.get("expires_at"),
         seconds: r.get("held_seconds"),

@@ -201,8 +201,9 @@ pub(crate) struct FailWith<'a> {
 pub(crate) struct Statements {
     sweep: String,
     archive_lock: String,
-    apply: String,
-    apply_archive_lock: String,
+    /// The apply statements (the batch, and its archived form's lock) for each pattern of NULL
+    /// scope values the plan rows can have ([`KeyTable::scope_null_patterns`]).
+    apply: Vec<ApplyForm>,
     filter: Filter,
     /// How long the client waits for any one answer (statement_timeout plus a margin).
     deadline: Duration,
@@ -231,14 +232,23 @@ pub(crate) struct Route {
     pub bound_waits: Option<ThroughCoordinator>,
 }
 
-/// A plan row as apply binds it: (tenant, key, locked_at, created_at); the tenant is None on a
-/// table without a tenant column.
+/// A plan row as apply binds it: (tenant, key, locked_at, created_at, the scope columns that are
+/// NULL); the tenant is None on a table without a tenant column and where a one-column scope is
+/// NULL. The rows of one batch have the same NULL columns.
 pub(crate) type PlanKey<'a> = (
     Option<&'a str>,
     &'a str,
     Option<OffsetDateTime>,
     Option<OffsetDateTime>,
+    &'a [bool],
 );
+
+/// The apply statements for plan rows whose scope is NULL in the columns `nulls` marks.
+struct ApplyForm {
+    nulls: Vec<bool>,
+    apply: String,
+    archive_lock: String,
+}
 
 /// A key a batch took: (tenant, key), the tenant None on a table without a tenant column.
 pub(crate) type TakenKey = (Option<String>, String);
@@ -263,19 +273,30 @@ impl Statements {
             ReclaimAction::Fail => (FAIL_SQL, APPLY_FAIL_SQL),
             ReclaimAction::Release => (RELEASE_SQL, APPLY_RELEASE_SQL),
         };
-        let render = |template: &str| -> Result<String> {
+        let render_with = |template: &str, nulls: &[bool]| -> Result<String> {
             if !route.by_identity {
-                return Ok(table.sql(template));
+                return Ok(table.sql_with_nulls(template, nulls));
             }
             super::citus::rows_by_identity(template)
-                .map(|t| table.sql(&t))
+                .map(|t| table.sql_with_nulls(&t, nulls))
                 .ok_or_else(|| refuse(Exit::Internal, Fault::ReclaimWithoutIdentityForm))
         };
+        let render = |template: &str| render_with(template, &[]);
+        let forms = table
+            .scope_null_patterns()
+            .into_iter()
+            .map(|nulls| {
+                Ok(ApplyForm {
+                    apply: render_with(apply, &nulls)?,
+                    archive_lock: table.sql_with_nulls(APPLY_ARCHIVE_LOCK_SQL, &nulls),
+                    nulls,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Statements {
             sweep: render(sweep)?,
             archive_lock: table.sql(ARCHIVE_LOCK_SQL),
-            apply: render(apply)?,
-            apply_archive_lock: table.sql(APPLY_ARCHIVE_LOCK_SQL),
+            apply: forms,
             filter: filter.clone(),
             deadline,
             bound_waits: route.bound_waits,
@@ -362,6 +383,19 @@ impl Statements {
         params
     }
 
+    /// The apply form for the batch's rows, which all have the same NULL scope columns.
+    fn apply_form(&self, rows: &[PlanKey<'_>]) -> Result<&ApplyForm> {
+        let nulls = rows.first().map_or(&[][..], |r| r.4);
+        let same = rows.iter().all(|r| r.4 == nulls);
+        let wanted = |f: &&ApplyForm| {
+            f.nulls == nulls || (!nulls.contains(&true) && !f.nulls.contains(&true))
+        };
+        match self.apply.iter().find(wanted) {
+            Some(form) if same => Ok(form),
+            _ => Err(refuse(Exit::Internal, Fault::NoApplyFormForNulls)),
+        }
+    }
+
     /// One batch of plan rows: each row's outcome and current state, in the batch's order.
     pub(crate) async fn apply_batch(
         &self,
@@ -370,9 +404,10 @@ impl Statements {
         older_than: f64,
         fail_with: Option<&FailWith<'_>>,
     ) -> Result<Vec<(String, Option<String>)>> {
-        let arrays = PlanArrays::of(rows);
+        let form = self.apply_form(rows)?;
+        let arrays = PlanArrays::of(rows, self.has_tenant);
         let params = self.apply_params(&arrays, &older_than, fail_with);
-        let answered = self.query(client, &self.apply, &params).await?;
+        let answered = self.query(client, &form.apply, &params).await?;
         outcomes(&answered, rows)
     }
 
@@ -387,7 +422,8 @@ impl Statements {
         fail_with: Option<&FailWith<'_>>,
         archive: ArchiveSink<'_>,
     ) -> Result<Vec<(String, Option<String>)>> {
-        let arrays = PlanArrays::of(rows);
+        let form = self.apply_form(rows)?;
+        let arrays = PlanArrays::of(rows, self.has_tenant);
         let mut lock_params = vec![
             p(&arrays.tenants),
             p(&arrays.keys),
@@ -398,8 +434,8 @@ impl Statements {
         lock_params.extend(self.filter.params());
         let params = self.apply_params(&arrays, &older_than, fail_with);
         let batch = Archived {
-            lock: (&self.apply_archive_lock, &lock_params),
-            change: (&self.apply, &params),
+            lock: (&form.archive_lock, &lock_params),
+            change: (&form.apply, &params),
         };
         self.archived(client, &batch, archive, &|answered| {
             let outcomes = outcomes(answered, rows)?;
@@ -529,18 +565,22 @@ struct Archived<'a> {
 }
 
 /// Plan rows as the parallel arrays the apply statements unnest. A row without a tenant (on a
-/// table without a tenant column) is bound as '', which its statements compare the tenant as.
+/// table without a tenant column) is bound as '', which its statements compare the tenant as; a
+/// NULL one-column scope as NULL.
 struct PlanArrays<'a> {
-    tenants: Vec<&'a str>,
+    tenants: Vec<Option<&'a str>>,
     keys: Vec<&'a str>,
     locked: Vec<Option<OffsetDateTime>>,
     created: Vec<Option<OffsetDateTime>>,
 }
 
 impl<'a> PlanArrays<'a> {
-    fn of(rows: &[PlanKey<'a>]) -> PlanArrays<'a> {
+    fn of(rows: &[PlanKey<'a>], has_tenant: bool) -> PlanArrays<'a> {
         PlanArrays {
-            tenants: rows.iter().map(|r| r.0.unwrap_or_default()).collect(),
+            tenants: rows
+                .iter()
+                .map(|r| if has_tenant { r.0 } else { Some("") })
+                .collect(),
             keys: rows.iter().map(|r| r.1).collect(),
             locked: rows.iter().map(|r| r.2).collect(),
             created: rows.iter().map(|r| r.3).collect(),
@@ -553,7 +593,7 @@ fn taken(rows: &[tokio_postgres::Row], has_tenant: bool) -> Result<Vec<TakenKey>
     let row = rows
         .first()
         .ok_or_else(|| refuse(Exit::Internal, Fault::NoBatchRow))?;
-    let tenants: Vec<String> = row.try_get("api_key_ids")?;
+    let tenants: Vec<Option<String>> = row.try_get("api_key_ids")?;
     let keys: Vec<String> = row.try_get("keys")?;
     Ok(tenants
         .into_iter()
@@ -563,9 +603,10 @@ fn taken(rows: &[tokio_postgres::Row], has_tenant: bool) -> Result<Vec<TakenKey>
 }
 
 /// The tenant a statement answered, as its callers get it: None on a table without a tenant
-/// column, whose statements answer '' (a tenant table may hold '' as a tenant).
-fn tenant_of(has_tenant: bool, answered: String) -> Option<String> {
-    has_tenant.then_some(answered)
+/// column, whose statements answer '' (a tenant table may hold '' as a tenant), and where a
+/// one-column scope holds NULL.
+fn tenant_of(has_tenant: bool, answered: Option<String>) -> Option<String> {
+    answered.filter(|_| has_tenant)
 }
 
 /// Each plan row's outcome and current state, in the batch's order.

@@ -51,8 +51,9 @@ impl KeyRecord {
         let expires_at: Option<OffsetDateTime> = row.try_get("expires_at")?;
         let null_expiry = (expires_at.is_none() && !table.profile.lacks_ttl())
             .then(|| table.profile.expiry_column().to_owned());
+        // NULL where a one-column scope holds NULL.
         let api_key_id: Option<String> = if has_tenant {
-            Some(row.try_get("api_key_id")?)
+            row.try_get("api_key_id")?
         } else {
             None
         };
@@ -214,21 +215,32 @@ pub(crate) fn locker(xmax: i64, snapshot_xmax: i64) -> Locker {
     }
 }
 
-/// One scope's key (through an index on the scope's columns and the key, or led by the key);
-/// `tenant` is the scope's value as [`crate::db::profile::scope_text`] writes it.
+/// One scope's key (through an index on the scope's columns and the key, or led by the key):
+/// `values` are the scope columns' values, None where `nulls` says the column is NULL.
 pub(crate) async fn by_tenant(
     client: &Session,
     table: &KeyTable,
-    tenant: &str,
+    values: &[Option<String>],
+    nulls: &[bool],
     key: &str,
     stuck_secs: f64,
 ) -> Result<Vec<KeyRecord>> {
-    let sql = table.sql(include_str!("../../sql/inspect_by_tenant.sql"));
+    let values: Vec<Option<&str>> = values.iter().map(Option::as_deref).collect();
+    let tenant = super::profile::scope_text_of(&values);
+    let sql = table.sql_with_nulls(include_str!("../../sql/inspect_by_tenant.sql"), nulls);
     let rows = client
         .query(&sql, &[p(&tenant), p(&key), p(&stuck_secs)])
         .await
         .context(Step::ReadKey)?;
     rows.iter().map(|r| KeyRecord::from_row(r, table)).collect()
+}
+
+/// The scope columns a lookup without the whole scope narrows to: each column's value in order
+/// (None where not given, or given as NULL), and the columns given as NULL.
+#[derive(Clone, Copy)]
+pub(crate) struct Within<'a> {
+    pub values: &'a [Option<String>],
+    pub nulls: &'a [bool],
 }
 
 /// The records a lookup without a tenant found; `truncated` when it stopped at its tenant cap.
@@ -238,18 +250,17 @@ pub(crate) struct Found {
 }
 
 /// A key under every scope (through an index led by the key), up to `listed` scopes; `within`
-/// narrows them to the scope columns given (each scope column's value in order, None where not
-/// given).
+/// narrows them to the scope columns given.
 pub(crate) async fn by_key(
     client: &Session,
     table: &KeyTable,
     key: &str,
-    within: Option<&[Option<String>]>,
+    within: Option<Within<'_>>,
     stuck_secs: f64,
     listed: i64,
 ) -> Result<Found> {
-    let sql = table.sql(include_str!("../../sql/inspect_by_key.sql"));
-    let within: Option<Vec<Option<String>>> = within.map(<[_]>::to_vec);
+    let (within, nulls) = within.map_or((None, &[][..]), |w| (Some(w.values.to_vec()), w.nulls));
+    let sql = table.sql_with_nulls(include_str!("../../sql/inspect_by_key.sql"), nulls);
     let rows = client
         .query(&sql, &[p(&key), p(&stuck_secs), p(&listed), p(&within)])
         .await
@@ -265,13 +276,13 @@ pub(crate) async fn by_key_through_tenants(
     client: &Session,
     table: &KeyTable,
     key: &str,
-    within: Option<&[Option<String>]>,
+    within: Option<Within<'_>>,
     stuck_secs: f64,
     probed: i32,
     listed: i64,
 ) -> Result<Found> {
-    let sql = table.sql(include_str!("../../sql/inspect_skip_scan.sql"));
-    let within: Option<Vec<Option<String>>> = within.map(<[_]>::to_vec);
+    let (within, nulls) = within.map_or((None, &[][..]), |w| (Some(w.values.to_vec()), w.nulls));
+    let sql = table.sql_with_nulls(include_str!("../../sql/inspect_skip_scan.sql"), nulls);
     let rows = client
         .query(
             &sql,

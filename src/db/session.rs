@@ -63,6 +63,7 @@ typed!(
     Vec<OffsetDateTime> => TIMESTAMPTZ_ARRAY,
     Vec<Option<OffsetDateTime>> => TIMESTAMPTZ_ARRAY,
     Vec<Option<String>> => TEXT_ARRAY,
+    Vec<Option<&str>> => TEXT_ARRAY,
     Vec<u8> => BYTEA,
 );
 

@@ -20,6 +20,9 @@ pub struct Index {
     pub is_primary: bool,
     pub is_valid: bool,
     pub predicate: Option<String>,
+    /// Declared NULLS NOT DISTINCT (PostgreSQL 15+): a NULL in a key column equals another NULL
+    /// there, so the index holds one row per combination of values, NULLs included.
+    pub nulls_not_distinct: bool,
     /// The key columns as PostgreSQL prints them (quoted where needed; expressions as text).
     pub columns: Vec<String>,
     /// The table column each key column is, by attribute number, named as the catalog spells it
@@ -484,8 +487,11 @@ impl KeyTable {
     }
 
     /// The index evict walks when there is no expiry index: the primary key, else another unique
-    /// index, of plain NOT NULL columns only (keyset pagination compares them as a row, and a NULL
-    /// in the row would end the walk's comparison, as it also lets the index hold duplicates).
+    /// index, of plain NOT NULL columns only. Keyset pagination compares the cursor as a row,
+    /// `(a, b) > ($1, $2)`, which is NULL, not true, when either side holds a NULL: rows with a
+    /// NULL would be skipped or end the walk early. That holds for an index made NULLS NOT
+    /// DISTINCT too (it makes the index unique, not the row comparison NULL-safe), so such an index
+    /// over a nullable column is not walked either.
     pub fn walk_index(&self) -> Option<&Index> {
         let not_null = |c: &Option<String>| {
             c.as_ref()
@@ -538,15 +544,23 @@ impl KeyTable {
     }
 
     /// The unique index that identifies a row, if any. An index over a column that allows NULL
-    /// does not: NULLs are distinct in it, so it holds any number of rows with the same key and a
-    /// NULL scope (an index made NULLS NOT DISTINCT is not told apart and is passed over too).
+    /// does not, unless it is made NULLS NOT DISTINCT: by default NULLs are distinct in it, so it
+    /// holds any number of rows with the same key and a NULL scope. One over NOT NULL columns is
+    /// preferred (statements that compare its columns with `=` find every row through it).
     pub fn identity_index(&self) -> Option<&Index> {
         let part = self.partition_key();
         let identity = self.identity_columns();
-        self.indexes
-            .iter()
-            .filter(|i| self.all_not_null(i))
-            .find(|i| i.identifies_rows(part, &identity))
+        let identifies =
+            |i: &&Index| self.unique_with_nulls(i) && i.identifies_rows(part, &identity);
+        let mut found = self.indexes.iter().filter(identifies);
+        let first = found.clone().find(|i| self.all_not_null(i));
+        first.or_else(|| found.next())
+    }
+
+    /// Whether the index holds one row per combination of its columns' values: its columns are
+    /// NOT NULL, or it is made NULLS NOT DISTINCT.
+    fn unique_with_nulls(&self, index: &Index) -> bool {
+        index.nulls_not_distinct || self.all_not_null(index)
     }
 
     /// Whether each of the index's columns is a plain NOT NULL column.
@@ -575,7 +589,7 @@ impl KeyTable {
             i.is_unique
                 && i.is_valid
                 && i.predicate.is_none()
-                && self.all_not_null(i)
+                && self.unique_with_nulls(i)
                 && i.plain_columns()
                     .is_some_and(|cols| identity.iter().all(|c| cols.contains(c)))
         })
@@ -652,8 +666,14 @@ impl KeyTable {
     /// The columns that name one row for statements that find rows again by identity: the identity
     /// index's, else the walk index's (the primary key or another unique index), else the
     /// identity's (whose uniqueness is then not enforced; what runs by identity requires an index).
+    /// An identity index over a nullable column (NULLS NOT DISTINCT) comes after the walk index:
+    /// those statements match rows with `IN`, which never matches a NULL.
     fn row_identity(&self) -> Vec<String> {
-        match self.identity_index().or_else(|| self.walk_index()) {
+        let not_null = self.identity_index().filter(|i| self.all_not_null(i));
+        match not_null
+            .or_else(|| self.walk_index())
+            .or_else(|| self.identity_index())
+        {
             Some(i) => i.attnames.iter().flatten().cloned().collect(),
             None => self
                 .identity_columns()
@@ -726,6 +746,43 @@ impl KeyTable {
     /// Fill a statement from `sql/` with the quoted table name and the profile's columns.
     pub fn sql(&self, template: &str) -> String {
         self.profile.render(template, &self.quoted)
+    }
+
+    /// [`KeyTable::sql`] for values of the scope that are NULL where `nulls` is set (by scope
+    /// column): one statement per pattern of NULLs, each selecting those columns with `IS NULL`.
+    pub fn sql_with_nulls(&self, template: &str, nulls: &[bool]) -> String {
+        if !nulls.contains(&true) {
+            return self.sql(template);
+        }
+        let mut profile = self.profile.clone();
+        profile.scope_nulls = nulls.to_vec();
+        profile.render(template, &self.quoted)
+    }
+
+    /// Every pattern of NULLs the scope's values can have (by scope column; only columns that
+    /// allow NULL are ever NULL), the pattern without NULLs first.
+    pub fn scope_null_patterns(&self) -> Vec<Vec<bool>> {
+        let nullable: Vec<bool> = self
+            .profile
+            .tenant
+            .iter()
+            .map(|t| !self.columns.iter().any(|k| &k.name == t && k.not_null))
+            .collect();
+        let mut patterns = vec![vec![false; nullable.len()]];
+        for (i, can) in nullable.iter().enumerate() {
+            if *can {
+                let more: Vec<Vec<bool>> = patterns
+                    .iter()
+                    .map(|p| {
+                        let mut p = p.clone();
+                        p[i] = true;
+                        p
+                    })
+                    .collect();
+                patterns.extend(more);
+            }
+        }
+        patterns
     }
 
     /// What the current role may do with this table.
@@ -988,6 +1045,7 @@ async fn read_indexes(client: &Session, oid: i64) -> Result<Vec<Index>> {
             is_primary: r.get("is_primary"),
             is_valid: r.get("is_valid"),
             predicate: r.get("predicate"),
+            nulls_not_distinct: r.get("nulls_not_distinct"),
             columns: r.get("columns"),
             attnames: r.get("attnames"),
         })
@@ -1046,6 +1104,7 @@ mod tests {
             name: "i".into(),
             is_unique: unique,
             is_primary: false,
+            nulls_not_distinct: false,
             is_valid: true,
             predicate: pred.map(str::to_owned),
             columns: cols.iter().map(|c| (*c).to_owned()).collect(),

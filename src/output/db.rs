@@ -658,6 +658,9 @@ fn fault(fault: &Fault) -> String {
             "a reclaim statement has no form that finds its rows by the key's identity".to_owned()
         }
         Fault::NoBatchRow => "the batch statement returned no row".to_owned(),
+        Fault::NoApplyFormForNulls => {
+            "a batch of plan rows has no statement for the NULLs of their scopes".to_owned()
+        }
         Fault::ApplyAnswered { answered, rows } => {
             format!("the apply statement answered for {answered} of {rows} plan rows")
         }

@@ -146,10 +146,7 @@ fn scope_rows(scope: Option<&Scope>, api_key_id: Option<&str>) -> Vec<(String, S
     match (scope, api_key_id) {
         (Some(s), _) => {
             s.0.iter()
-                .map(|(c, v)| {
-                    let value = v.as_deref().map_or_else(|| "NULL".to_owned(), sanitize);
-                    (sanitize(c), value)
-                })
+                .map(|(c, v)| (sanitize(c), crate::output::scope_value(v.as_deref())))
                 .collect()
         }
         // Not read as the table's scope: the one text as read.
@@ -177,7 +174,8 @@ fn whole_row(doc: &mut Doc, r: &KeyRecord) {
                 (Some(RowValue::Instant(t)), _) => t
                     .format(&time::format_description::well_known::Rfc3339)
                     .unwrap_or_else(|_| t.to_string()),
-                (Some(RowValue::Text(v)), _) => sanitize(v),
+                // A text that reads NULL in quotes, told apart from NULL.
+                (Some(RowValue::Text(v)), _) => crate::output::scope_value(Some(v)),
             };
             (name, value)
         })
@@ -371,10 +369,17 @@ pub(crate) fn ambiguous(key: &str, tenants: usize, columns: &[String]) -> String
 }
 
 /// A key not found under the scope `pairs` given by --scope (`whole`: every column of it).
-pub(crate) fn not_found_in_scope(key: &str, pairs: &[(String, String)], whole: bool) -> String {
+pub(crate) fn not_found_in_scope(
+    key: &str,
+    pairs: &[(String, Option<String>)],
+    whole: bool,
+) -> String {
     let given: Vec<String> = pairs
         .iter()
-        .map(|(c, v)| format!("{}={}", sanitize(c), sanitize(v)))
+        .map(|(c, v)| match v {
+            Some(v) => format!("{}={}", sanitize(c), sanitize(v)),
+            None => format!("{} IS NULL", sanitize(c)),
+        })
         .collect();
     let within = if whole { "for" } else { "under any scope with" };
     format!(
@@ -467,6 +472,17 @@ pub(crate) fn no_identity_index(table: &Table) -> String {
 }
 
 /// A key looked up alone on a table without an index that finds it.
+/// --scope-null for a column inspect would walk the values of (no index is led by the key): the
+/// walk visits the column's values in index order and never a NULL.
+pub(crate) fn null_scope_not_walked(table: &Table, column: &str) -> String {
+    format!(
+        "--scope-null {column} cannot be looked up without the whole scope on table {}: with no index led by its key, inspect walks the values of {column} through an index, which never visits NULL; give every scope column (--scope or --scope-null), or create: {}",
+        table.display(),
+        table.key_index_fix,
+        column = sanitize(column)
+    )
+}
+
 pub(crate) fn no_key_index(table: &Table) -> String {
     // A scope of several columns: an index led by the key finds it at once (the scopes could only
     // be walked through an index listing scope columns before the key, and there is none).

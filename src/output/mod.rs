@@ -386,32 +386,39 @@ pub(crate) fn key_columns(scope: Option<&Scope>, rest: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// A scope column's value, escaped: `NULL` for a NULL one, and a text that reads NULL in double
+/// quotes (`"NULL"`), as PostgreSQL writes an array element, so the two are told apart.
+pub(crate) fn scope_value(value: Option<&str>) -> String {
+    match value {
+        None => "NULL".to_owned(),
+        Some(v) if v.eq_ignore_ascii_case("null") => format!("\"{}\"", sanitize(v)),
+        Some(v) => sanitize(v),
+    }
+}
+
 /// The cells of [`key_columns`] for one key, escaped: its value in each of the header's scope
-/// columns (`NULL` for a NULL one), then the key.
+/// columns ([`scope_value`]), then the key.
 pub(crate) fn key_cells(header: Option<&Scope>, scope: Option<&Scope>, key: &str) -> Vec<String> {
     let columns = header.map_or(0, |h| h.0.len());
     (0..columns)
-        .map(|i| match scope.and_then(|s| s.0.get(i)) {
-            Some((_, Some(v))) => sanitize(v),
-            _ => "NULL".to_owned(),
+        .map(|i| {
+            scope_value(
+                scope
+                    .and_then(|s| s.0.get(i))
+                    .and_then(|(_, v)| v.as_deref()),
+            )
         })
         .chain([sanitize(key)])
         .collect()
 }
 
 /// A scope in words, each column by its own name: `request_type=payment, client_id=c-42`
-/// (escaped; `NULL` for a NULL value).
+/// (escaped; [`scope_value`]).
 pub(crate) fn scope_words(scope: &Scope) -> String {
     scope
         .0
         .iter()
-        .map(|(c, v)| {
-            format!(
-                "{}={}",
-                sanitize(c),
-                v.as_deref().map_or_else(|| "NULL".to_owned(), sanitize)
-            )
-        })
+        .map(|(c, v)| format!("{}={}", sanitize(c), scope_value(v.as_deref())))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -422,6 +429,9 @@ pub(crate) fn scope_words(scope: &Scope) -> String {
 pub(crate) fn key_label(api_key_id: Option<&str>, scope: Option<&Scope>, key: &str) -> String {
     match (scope, api_key_id) {
         (Some(s), _) if s.0.len() > 1 => format!("key {} ({})", sanitize(key), scope_words(s)),
+        (Some(s), _) if let [(_, v)] = s.0.as_slice() => {
+            format!("{}/{}", scope_value(v.as_deref()), sanitize(key))
+        }
         (_, Some(t)) => format!("{}/{}", sanitize(t), sanitize(key)),
         (_, None) => sanitize(key),
     }

@@ -467,8 +467,12 @@ fn plan_problem(why: &PlanProblem) -> String {
     match why {
         PlanProblem::Unparsed(e) => e.clone(),
         PlanProblem::Version { found, read } => format!(
-            "schema_version {}, this idemctl reads {read}",
-            found.map_or_else(|| "missing".to_owned(), |v| v.to_string())
+            "schema_version {}, this idemctl reads {}",
+            found.map_or_else(|| "missing".to_owned(), |v| v.to_string()),
+            read.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(" and ")
         ),
         PlanProblem::OlderThan => "older_than_seconds must be a positive number".to_owned(),
         PlanProblem::Status(s) => format!("status {s} is not an HTTP status"),
@@ -495,9 +499,17 @@ fn plan_problem(why: &PlanProblem) -> String {
 }
 
 /// A plan row whose tenant does not fit the table: one (`api_key_id` Some) on a table without a
-/// tenant column, or none on a table with one.
+/// tenant column, none on a table with one, or one that is not a scope of the table (or not the
+/// row's `scope` as one text).
 pub(crate) fn plan_row_tenant_unfit(table: &Table, key: &str, api_key_id: Option<&str>) -> String {
     match (api_key_id, &table.profile.tenant) {
+        (Some(t), columns) if !columns.is_empty() => format!(
+            "the row of key {} has api_key_id {}, which is not a scope of table {} ({}) written as its scope field holds it",
+            sanitize(key),
+            shown_value(t),
+            table.display(),
+            sanitize(&columns.join(", "))
+        ),
         (Some(t), _) => format!(
             "the row of key {} has api_key_id {}, but table {} (profile {}) has no tenant column",
             sanitize(key),
@@ -550,11 +562,12 @@ pub(crate) fn no_stuck_index(table: &Table) -> String {
     )
 }
 
-/// --plan or --apply on a table whose scope columns allow NULL.
+/// --plan or --apply on a table whose scope columns allow NULL and no unique index keeps a key
+/// unique under a NULL scope.
 pub(crate) fn nullable_scope(table: &Table, columns: &[String]) -> String {
     let columns: Vec<String> = columns.iter().map(|c| sanitize(c)).collect();
     format!(
-        "table {} has scope columns that allow NULL ({}): a plan cannot find a key with a NULL scope again, so --plan and --apply refuse; reclaim without a plan (--dry-run, then --yes) takes such keys where they are, or make the columns NOT NULL",
+        "table {} has scope columns that allow NULL ({}) and no unique index that keeps a key unique under a NULL scope, so a plan row could name several rows: --plan and --apply refuse; reclaim without a plan (--dry-run, then --yes) takes such keys where they are, or make the unique index NULLS NOT DISTINCT (PostgreSQL 15+) or the columns NOT NULL",
         table.display(),
         columns.join(", ")
     )

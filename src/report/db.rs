@@ -418,6 +418,8 @@ pub(crate) enum Fault {
     ReclaimWithoutIdentityForm,
     /// The batch statement returned no row.
     NoBatchRow,
+    /// A batch of plan rows has no apply statement for the NULLs of their scopes.
+    NoApplyFormForNulls,
     /// The apply statement answered for `answered` of `rows` plan rows.
     ApplyAnswered { answered: usize, rows: usize },
 }

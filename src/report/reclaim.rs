@@ -44,8 +44,8 @@ pub(crate) struct BatchFailed {
 pub(crate) enum PlanProblem {
     /// It is not the JSON of a plan (the parser's words).
     Unparsed(String),
-    /// Its schema_version (None: missing) is not the one this idemctl reads.
-    Version { found: Option<u32>, read: u32 },
+    /// Its schema_version (None: missing) is not one this idemctl reads (`read`, oldest first).
+    Version { found: Option<u32>, read: Vec<u32> },
     /// older_than_seconds is not a positive number.
     OlderThan,
     /// The status is not an HTTP status.

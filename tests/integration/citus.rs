@@ -2121,7 +2121,8 @@ async fn citus_stats_reads_a_citus_local_tables_placement() {
 /// A scope of two columns on a table distributed by one of them (api_key_id): given that column's
 /// value, inspect reads only the shard that holds it (proved with every other shard unreadable by
 /// the role: the routed lookups succeed, one that must read every shard does not), and reclaim's
-/// sweep of that scope takes its stuck key alone. The scope is shown column by column.
+/// preview and sweep of that scope count, list and take its stuck key on that shard alone. The
+/// scope is shown column by column.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_a_scope_column_that_distributes_the_table_routes_to_its_shard() {
     if skipped("citus scope routing") {
@@ -2210,12 +2211,40 @@ async fn citus_a_scope_column_that_distributes_the_table_routes_to_its_shard() {
         .args(["inspect", "shared-key", "--scope", "request_method=POST"])
         .run();
     assert_ne!(run.code, 0, "{run}");
-    // reclaim's sweep of the scope runs its batches on that shard alone (its stuck-key count still
-    // goes through the coordinator, which reads every shard: run as the table's owner); the other
-    // scope's stuck key stays.
-    let run = db
-        .idemctl()
-        .args(["--config", &config.to_string_lossy()])
+    // reclaim's preview of the scope lists and counts its stuck keys on that shard alone (as the
+    // role, which cannot read the others); without the distribution column's value it cannot.
+    let run = idemctl()
+        .args([
+            "-o",
+            "json",
+            "reclaim",
+            "--dry-run",
+            "--allow-scan",
+            "--older-than",
+            "30m",
+        ])
+        .args(["--api-key-id", "{POST,tenant_4}"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["would_reclaim"]["count"], 1, "{run}");
+    assert_eq!(
+        run.json()["rows"][0]["api_key_id"],
+        "{POST,tenant_4}",
+        "{run}"
+    );
+    let run = idemctl()
+        .args([
+            "reclaim",
+            "--dry-run",
+            "--allow-scan",
+            "--older-than",
+            "30m",
+        ])
+        .run();
+    assert_ne!(run.code, 0, "{run}");
+    // reclaim's sweep of the scope runs its batches and counts its stuck keys on that shard alone
+    // (as the role, which cannot read the others); the other scope's stuck key stays.
+    let run = idemctl()
         .args([
             "-o",
             "json",
@@ -2229,6 +2258,7 @@ async fn citus_a_scope_column_that_distributes_the_table_routes_to_its_shard() {
         .run();
     run.assert_success();
     assert_eq!(run.json()["rows_reclaimed"], 1, "{run}");
+    assert_eq!(run.json()["stuck_left"]["count"], 0, "{run}");
     assert_eq!(
         run.json()["reclaimed"][0]["scope"],
         serde_json::json!({"request_method": "POST", "api_key_id": "tenant_4"}),

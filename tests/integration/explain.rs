@@ -916,3 +916,129 @@ async fn the_skip_scan_over_a_scope_of_several_columns_is_index_backed() {
         assert_index_backed_as(&db, &profile, &sql, SKIP_SCAN.0, &args, &rels).await;
     }
 }
+
+/// A mapping's scope (as the config file writes it), the scope columns bound as NULL, and the
+/// statements (file, EXECUTE arguments) explained so.
+type NullForms<'a> = (&'a str, Vec<bool>, Vec<(&'a str, String)>);
+
+/// A TypeORM-shaped table whose scope (endpoint, scope) allows NULL in `scope`, made unique by a
+/// NULLS NOT DISTINCT index (and, for a one-column scope, by that index's NULLs-distinct twin),
+/// with 200,000 rows a third of which have a NULL scope: the statement forms that select a NULL
+/// scope value with IS NULL (inspect by the whole scope and by part of it, reclaim --apply's batch
+/// and its archived lock) are index-backed, with the scope given as NULL and not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_forms_that_select_a_null_scope_are_index_backed() {
+    let db = TestDb::new().await;
+    db.exec(
+        "CREATE TABLE idempotency_keys (id serial PRIMARY KEY, idempotency_key text NOT NULL, \
+         endpoint text NOT NULL, scope text, status varchar(20) NOT NULL DEFAULT 'PROCESSING', \
+         created_at timestamptz NOT NULL DEFAULT now()); \
+         CREATE UNIQUE INDEX ON idempotency_keys (idempotency_key, endpoint, scope) NULLS NOT DISTINCT; \
+         CREATE INDEX ON idempotency_keys (created_at) WHERE status = 'PROCESSING'; \
+         INSERT INTO idempotency_keys (idempotency_key, endpoint, scope, status, created_at) \
+         SELECT 'key-' || g, (ARRAY['/orders', '/refunds'])[1 + g % 2], \
+                CASE WHEN g % 3 = 0 THEN NULL WHEN g % 3 = 1 THEN 'NULL' ELSE 'user-' || g % 700 END, \
+                CASE WHEN g % 50 = 0 THEN 'PROCESSING' ELSE 'COMPLETED' END, \
+                now() - g * interval '3 seconds' FROM generate_series(1, 200000) g;",
+    )
+    .await;
+    db.exec("VACUUM ANALYZE idempotency_keys").await;
+    let rels = key_relations(&db).await;
+    let mapping = |tenant: &str| {
+        format!(
+            "ttl = \"24h\"\n[profiles.nullscope]\nkey = \"idempotency_key\"\ntenant = {tenant}\n\
+             actions = [\"delete\"]\n\
+             in_flight = {{ column = \"status\", values = [\"PROCESSING\"], done = [\"COMPLETED\"] }}\n"
+        )
+    };
+    let arrays = |tenants: &str| {
+        format!(
+            "{tenants}, ARRAY['key-3', 'key-6'], ARRAY[NULL, NULL]::timestamptz[], \
+             ARRAY[now() - interval '2 hours', now() - interval '1 hour']::timestamptz[], 300, NULL, NULL, NULL"
+        )
+    };
+    let scopes: [NullForms; 4] = [
+        // Both columns, the second NULL; and the same with no NULL (the text 'NULL').
+        (
+            "[\"endpoint\", \"scope\"]",
+            vec![false, true],
+            vec![
+                (
+                    "inspect_by_tenant.sql",
+                    "'{/orders,NULL}', 'key-3', 300".to_owned(),
+                ),
+                (
+                    "inspect_by_key.sql",
+                    "'key-3', 300, 50, ARRAY[NULL, NULL]::text[]".to_owned(),
+                ),
+                (
+                    "reclaim_apply_delete.sql",
+                    arrays("ARRAY['{/orders,NULL}', '{/refunds,NULL}']"),
+                ),
+                (
+                    "reclaim_apply_archive_lock.sql",
+                    arrays("ARRAY['{/orders,NULL}', '{/refunds,NULL}']"),
+                ),
+            ],
+        ),
+        (
+            "[\"endpoint\", \"scope\"]",
+            vec![false, false],
+            vec![
+                (
+                    "inspect_by_tenant.sql",
+                    "'{/orders,\"NULL\"}', 'key-1', 300".to_owned(),
+                ),
+                (
+                    "reclaim_apply_delete.sql",
+                    arrays("ARRAY['{/orders,\"NULL\"}', '{/refunds,\"NULL\"}']"),
+                ),
+            ],
+        ),
+        // One column, NULL: bound as NULL.
+        (
+            "\"scope\"",
+            vec![true],
+            vec![
+                ("inspect_by_tenant.sql", "NULL, 'key-3', 300".to_owned()),
+                (
+                    "inspect_by_key.sql",
+                    "'key-3', 300, 50, ARRAY[NULL]::text[]".to_owned(),
+                ),
+                (
+                    "reclaim_apply_delete.sql",
+                    arrays("ARRAY[NULL, NULL]::text[]"),
+                ),
+                (
+                    "reclaim_apply_archive_lock.sql",
+                    arrays("ARRAY[NULL, NULL]::text[]"),
+                ),
+            ],
+        ),
+        (
+            "\"scope\"",
+            vec![false],
+            vec![("reclaim_apply_delete.sql", arrays("ARRAY['NULL', 'NULL']"))],
+        ),
+    ];
+    for (tenant, nulls, statements) in scopes {
+        let config = idemctl::config::parse("c.toml", &mapping(tenant)).unwrap();
+        let mut profile = config.mappings[0].clone();
+        profile.tenant_types = vec!["text".into(); profile.tenant.len()];
+        profile.key_type = "text".into();
+        profile.row_identity = vec!["id".into()];
+        profile.scope_nulls = nulls.clone();
+        for (file, args) in statements {
+            let sql = sql_file(file);
+            let rendered = profile.render(&sql, "\"public\".\"idempotency_keys\"");
+            if nulls.contains(&true) {
+                assert!(
+                    rendered.contains("\"scope\" IS NULL") && !rendered.contains("\"scope\" = "),
+                    "{file} does not select the NULL scope with IS NULL:\n{rendered}"
+                );
+            }
+            let name = format!("{file} (scope {tenant}, NULLs {nulls:?})");
+            assert_index_backed_as(&db, &profile, &sql, &name, &args, &rels).await;
+        }
+    }
+}

@@ -4,6 +4,7 @@
 
 use crate::fixtures::{loaded, scalar_i64, scalar_text};
 use crate::support::TestDb;
+use serde_json::json;
 
 /// The storage table with `timestamp without time zone` columns, as Rails, Ecto and JDBC write them.
 fn storage_naive_ddl() -> String {
@@ -622,8 +623,12 @@ async fn a_scope_of_several_columns_is_shown_column_by_column_exactly() {
                 .lines()
                 .find_map(|l| l.strip_prefix(&format!("{column} ")))
                 .map(|v| v.trim_start_matches(' '));
-            // Escaped for the terminal: a backslash is shown doubled.
-            let escaped = value.trim_start().replace('\\', "\\\\");
+            // Escaped for the terminal: a backslash is shown doubled; a text that reads NULL is
+            // shown in double quotes, told apart from a NULL.
+            let mut escaped = value.trim_start().replace('\\', "\\\\");
+            if escaped.eq_ignore_ascii_case("null") {
+                escaped = format!("\"{escaped}\"");
+            }
             assert_eq!(shown, Some(escaped.as_str()), "{run}");
         }
         assert!(!run.stdout.contains("api_key_id"), "{run}");
@@ -2039,7 +2044,7 @@ async fn a_nullable_scope_is_not_an_identity_and_reclaim_plans_refuse_it() {
     idemctl().arg("check").run().assert_stdout_contains(
         "identity index\tWARN\tno valid unique index makes (endpoint, scope, idempotency_key) name one row",
     );
-    let refusal = "table public.idempotency_keys has scope columns that allow NULL (scope): a plan cannot find a key with a NULL scope again, so --plan and --apply refuse; reclaim without a plan (--dry-run, then --yes) takes such keys where they are, or make the columns NOT NULL";
+    let refusal = "table public.idempotency_keys has scope columns that allow NULL (scope) and no unique index that keeps a key unique under a NULL scope, so a plan row could name several rows: --plan and --apply refuse; reclaim without a plan (--dry-run, then --yes) takes such keys where they are, or make the unique index NULLS NOT DISTINCT (PostgreSQL 15+) or the columns NOT NULL";
     let plan = dir.path().join("plan.json");
     idemctl()
         .args(["reclaim", "--allow-scan", "--plan"])
@@ -2055,6 +2060,424 @@ async fn a_nullable_scope_is_not_an_identity_and_reclaim_plans_refuse_it() {
         scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
         0,
         "{run}"
+    );
+}
+
+/// A TypeORM-shaped table whose unique index over an optional `scope` column is made NULLS NOT
+/// DISTINCT (PostgreSQL 15+): keys under a NULL scope are unique too. Two rows per state differ
+/// only in a NULL scope and the string 'NULL'.
+const NULLS_NOT_DISTINCT_DDL: &str = "CREATE TABLE idempotency_keys (id serial PRIMARY KEY, idempotency_key text NOT NULL, \
+    endpoint text NOT NULL, scope text, status varchar(20) NOT NULL DEFAULT 'PROCESSING', \
+    created_at timestamptz NOT NULL DEFAULT now()); \
+    CREATE UNIQUE INDEX idx_idempotency_key_scope ON idempotency_keys (idempotency_key, endpoint, scope) NULLS NOT DISTINCT; \
+    CREATE INDEX ON idempotency_keys (created_at);";
+
+/// The rows of the nullable-scope fixtures: under each of the scopes NULL, 'NULL' and 'user-1',
+/// a stuck key `k-stuck`, a completed `k-done` and a young in-flight `k-young`.
+const NULLABLE_SCOPE_ROWS: &str = "INSERT INTO idempotency_keys (idempotency_key, endpoint, scope, status, created_at) \
+    SELECT k, '/orders', s, CASE WHEN k = 'k-done' THEN 'COMPLETED' ELSE 'PROCESSING' END, \
+           CASE WHEN k = 'k-young' THEN now() ELSE now() - interval '1 hour' END \
+      FROM unnest(ARRAY[NULL, 'NULL', 'user-1']) s, unnest(ARRAY['k-stuck', 'k-done', 'k-young']) k;";
+
+/// The mapping of the nullable-scope fixtures.
+const NULLABLE_SCOPE_MAPPING: &str = "ttl = \"24h\"\n[profiles.nullscope]\nkey = \"idempotency_key\"\n\
+    tenant = [\"endpoint\", \"scope\"]\nactions = [\"delete\"]\n\
+    in_flight = { column = \"status\", values = [\"PROCESSING\"], done = [\"COMPLETED\"] }\n";
+
+/// A unique index made NULLS NOT DISTINCT over a nullable scope column identifies a row: check
+/// calls it the identity index (the fixture's index refuses a second NULL-scope key).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nulls_not_distinct_index_over_a_nullable_scope_is_the_identity() {
+    let db = loaded(NULLS_NOT_DISTINCT_DDL, NULLABLE_SCOPE_ROWS, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, NULLABLE_SCOPE_MAPPING).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    idemctl().arg("check").run().assert_stdout_contains(
+        "identity index\tok\tidx_idempotency_key_scope is unique on (idempotency_key, endpoint, scope), so (endpoint, scope, idempotency_key) identifies a row",
+    );
+    let duplicate = db
+        .client()
+        .await
+        .execute(
+            "INSERT INTO idempotency_keys (idempotency_key, endpoint, scope) VALUES ('k-stuck', '/orders', NULL)",
+            &[],
+        )
+        .await;
+    assert!(
+        duplicate.is_err(),
+        "the fixture's index must refuse a second NULL-scope key"
+    );
+}
+
+/// inspect names a NULL scope value with --scope-null (selected with IS NULL), told apart from
+/// the text 'NULL' (--scope scope=NULL), with the whole scope given or only part of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_tells_a_null_scope_from_the_text_null() {
+    let db = loaded(NULLS_NOT_DISTINCT_DDL, NULLABLE_SCOPE_ROWS, None).await;
+    db.exec("UPDATE idempotency_keys SET status = 'COMPLETED-' || coalesce(scope, 'sql-null') WHERE idempotency_key = 'k-done'")
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, NULLABLE_SCOPE_MAPPING).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    let state_of = |run: &crate::support::Run| {
+        let json = run.json();
+        let status = json["row"]
+            .as_array()
+            .and_then(|r| r.iter().find(|c| c["column"] == "status"))
+            .map(|c| c["value"].clone());
+        (json["scope"]["scope"].clone(), status)
+    };
+    let null = idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "k-done",
+            "--scope",
+            "endpoint=/orders",
+            "--scope-null",
+            "scope",
+        ])
+        .run();
+    null.assert_success();
+    assert_eq!(
+        state_of(&null),
+        (
+            serde_json::Value::Null,
+            Some(serde_json::json!("COMPLETED-sql-null"))
+        ),
+        "{null}"
+    );
+    let text = idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "k-done",
+            "--scope",
+            "endpoint=/orders",
+            "--scope",
+            "scope=NULL",
+        ])
+        .run();
+    text.assert_success();
+    assert_eq!(
+        state_of(&text),
+        (
+            serde_json::json!("NULL"),
+            Some(serde_json::json!("COMPLETED-NULL"))
+        ),
+        "{text}"
+    );
+    // Part of the scope: through the index led by the key.
+    let part = idemctl()
+        .args(["-o", "json", "inspect", "k-done", "--scope-null", "scope"])
+        .run();
+    part.assert_success();
+    assert_eq!(
+        state_of(&part).1,
+        Some(serde_json::json!("COMPLETED-sql-null")),
+        "{part}"
+    );
+    idemctl()
+        .args([
+            "inspect",
+            "k-done",
+            "--scope",
+            "endpoint=/orders",
+            "--scope-null",
+            "scope",
+        ])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("\nscope            NULL\n")
+        .assert_stdout_contains("\nscope (tenant)         NULL\n");
+    idemctl()
+        .args([
+            "inspect",
+            "k-done",
+            "--scope",
+            "endpoint=/orders",
+            "--scope",
+            "scope=NULL",
+        ])
+        .run()
+        .assert_success()
+        .assert_stdout_contains("\nscope            \"NULL\"\n")
+        .assert_stdout_contains("\nscope (tenant)         \"NULL\"\n");
+    idemctl()
+        .args([
+            "inspect",
+            "k-gone",
+            "--scope",
+            "endpoint=/orders",
+            "--scope-null",
+            "scope",
+        ])
+        .run()
+        .assert_error(3, "key k-gone not found for endpoint=/orders scope IS NULL");
+    idemctl()
+        .args(["inspect", "k-gone", "--scope-null", "scope"])
+        .run()
+        .assert_error(3, "key k-gone not found under any scope with scope IS NULL");
+    idemctl()
+        .args([
+            "inspect",
+            "k-done",
+            "--scope",
+            "scope=x",
+            "--scope-null",
+            "scope",
+        ])
+        .run()
+        .assert_error(
+            2,
+            "--scope names column scope twice: give each scope column once",
+        );
+    idemctl()
+        .args(["inspect", "k-done", "--scope-null", "nope"])
+        .run()
+        .assert_error(2, "--scope names column nope, which is not in the scope of table public.idempotency_keys (profile nullscope): its scope is (endpoint, scope); name those columns");
+}
+
+/// With no index led by the key, inspect finds a key without its whole scope by walking the scope
+/// values through an index, which never visits NULL: --scope-null for a walked column is refused
+/// (exit 2) rather than answered "not found", while the whole scope, NULL included, is looked up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_scope_the_walk_would_miss_is_refused_not_reported_missing() {
+    let ddl = NULLS_NOT_DISTINCT_DDL.replace(
+        "(idempotency_key, endpoint, scope) NULLS NOT DISTINCT",
+        "(endpoint, scope, idempotency_key) NULLS NOT DISTINCT",
+    );
+    let db = loaded(&ddl, NULLABLE_SCOPE_ROWS, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, NULLABLE_SCOPE_MAPPING).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    idemctl()
+        .args(["inspect", "k-stuck", "--scope-null", "scope"])
+        .run()
+        .assert_error(
+            2,
+            "--scope-null scope cannot be looked up without the whole scope on table public.idempotency_keys: with no index led by its key, inspect walks the values of scope through an index, which never visits NULL; give every scope column (--scope or --scope-null), or create: CREATE INDEX CONCURRENTLY \"idempotency_keys_key\" ON \"public\".\"idempotency_keys\" (idempotency_key);",
+        );
+    let run = idemctl()
+        .args([
+            "-o",
+            "json",
+            "inspect",
+            "k-stuck",
+            "--scope",
+            "endpoint=/orders",
+            "--scope-null",
+            "scope",
+        ])
+        .run();
+    run.assert_success();
+    assert_eq!(
+        run.json()["scope"],
+        json!({"endpoint": "/orders", "scope": null}),
+        "{run}"
+    );
+}
+
+/// The stuck keys left, as `scope/key` with `<null>` for a NULL scope, in order.
+async fn stuck_left(db: &crate::support::TestDb) -> String {
+    scalar_text(
+        db,
+        "SELECT coalesce(string_agg(coalesce(scope, '<null>') || '/' || idempotency_key, ' ' \
+         ORDER BY scope NULLS FIRST, idempotency_key), '') FROM idempotency_keys WHERE status = 'PROCESSING'",
+    )
+    .await
+}
+
+/// reclaim --plan / --apply on a nullable scope made unique by a NULLS NOT DISTINCT index: the
+/// plan carries a NULL scope as null and the text 'NULL' as "NULL" (version 2), apply finds each
+/// row exactly (IS NULL for the NULL one) and leaves the other alone, and a version 1 plan is still
+/// applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaim_plans_name_a_null_scope_apart_from_the_text_null() {
+    let db = loaded(NULLS_NOT_DISTINCT_DDL, NULLABLE_SCOPE_ROWS, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(&config, NULLABLE_SCOPE_MAPPING).unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    let plan = dir.path().join("plan.json");
+    idemctl()
+        .args(["reclaim", "--allow-scan", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_success();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    assert_eq!(written["schema_version"], 2, "{written}");
+    let scopes: Vec<(serde_json::Value, serde_json::Value)> = written["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["scope"].clone(), r["key"].clone()))
+        .collect();
+
+    assert_eq!(
+        scopes,
+        vec![
+            (json!(["/orders", null]), json!("k-stuck")),
+            (json!(["/orders", "NULL"]), json!("k-stuck")),
+            (json!(["/orders", "user-1"]), json!("k-stuck")),
+        ],
+        "{written}"
+    );
+    // A row whose api_key_id is edited apart from its scope is refused before anything changes.
+    let mut edited = written.clone();
+    edited["rows"][0]["api_key_id"] = json!("{/orders,user-2}");
+    let edited_path = dir.path().join("edited.json");
+    std::fs::write(&edited_path, edited.to_string()).unwrap();
+    idemctl()
+        .args(["reclaim", "--yes", "--allow-scan", "--apply"])
+        .arg(&edited_path)
+        .run()
+        .assert_error(
+            2,
+            &format!(
+                "plan {} is not a valid reclaim plan (the row of key k-stuck has api_key_id \"{{/orders,user-2}}\", which is not a scope of table public.idempotency_keys (endpoint, scope) written as its scope field holds it); nothing was changed, make a new one with --plan",
+                edited_path.display()
+            ),
+        );
+    assert_eq!(stuck_left(&db).await.matches("k-stuck").count(), 3);
+    // A version 1 plan (no `scope`, the scope as one text array) of the user-1 row is applied.
+    let mut v1 = written.clone();
+    v1["schema_version"] = json!(1);
+    let rows = v1["rows"].as_array_mut().unwrap();
+    rows.retain(|r| r["scope"][1] == "user-1");
+    rows[0].as_object_mut().unwrap().remove("scope");
+    assert_eq!(rows[0]["api_key_id"], "{/orders,user-1}");
+    let old = dir.path().join("v1.json");
+    std::fs::write(&old, v1.to_string()).unwrap();
+    let run = idemctl()
+        .args(["-o", "json", "reclaim", "--yes", "--allow-scan", "--apply"])
+        .arg(&old)
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["rows_reclaimed"], 1, "{run}");
+    assert_eq!(
+        stuck_left(&db).await,
+        "<null>/k-stuck <null>/k-young NULL/k-stuck NULL/k-young user-1/k-young"
+    );
+    // The text 'NULL' row is taken again after the plan: apply leaves it as changed and reclaims
+    // the NULL one, whose record goes to the archive.
+    db.exec("UPDATE idempotency_keys SET created_at = created_at + interval '1 second' WHERE scope = 'NULL' AND idempotency_key = 'k-stuck'")
+        .await;
+    let archive = dir.path().join("archive.jsonl");
+    let run = idemctl()
+        .args([
+            "-o",
+            "json",
+            "reclaim",
+            "--yes",
+            "--allow-scan",
+            "--archive",
+        ])
+        .arg(&archive)
+        .arg("--apply")
+        .arg(&plan)
+        .run();
+    run.assert_success();
+    let j = run.json();
+    assert_eq!(j["rows_reclaimed"], 1, "{run}");
+    let reasons: Vec<(serde_json::Value, serde_json::Value)> = j["left_alone"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["api_key_id"].clone(), l["reason"].clone()))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (json!("{/orders,\"NULL\"}"), json!("changed")),
+            (json!("{/orders,user-1}"), json!("gone")),
+        ],
+        "{run}"
+    );
+    assert_eq!(
+        stuck_left(&db).await,
+        "<null>/k-young NULL/k-stuck NULL/k-young user-1/k-young"
+    );
+    let archived = std::fs::read_to_string(&archive).unwrap();
+    assert!(
+        archived.contains("\"scope\":{\"endpoint\":\"/orders\",\"scope\":null}"),
+        "{archived}"
+    );
+    assert_eq!(
+        scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        7
+    );
+}
+
+/// A plain nullable one-column scope (NULLs distinct in its unique index, so two rows may share a
+/// key under a NULL scope): inspect --scope-null lists both, --api-key-id NULL names the text, a
+/// plan is refused, and a sweep takes the stuck keys under every scope, NULL included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_nullable_scope_is_inspected_and_swept_but_not_planned() {
+    let ddl = NULLS_NOT_DISTINCT_DDL.replace(" NULLS NOT DISTINCT", "");
+    let rows = format!(
+        "{NULLABLE_SCOPE_ROWS} INSERT INTO idempotency_keys (idempotency_key, endpoint, scope, status, created_at) \
+         VALUES ('k-stuck', '/refunds', NULL, 'PROCESSING', now() - interval '1 hour');"
+    );
+    let db = loaded(&ddl, &rows, None).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("idemctl.toml");
+    std::fs::write(
+        &config,
+        NULLABLE_SCOPE_MAPPING.replace("tenant = [\"endpoint\", \"scope\"]", "tenant = \"scope\""),
+    )
+    .unwrap();
+    let idemctl = || db.idemctl().args(["--config", &config.to_string_lossy()]);
+    let listed = idemctl()
+        .args(["-o", "json", "inspect", "k-stuck", "--scope-null", "scope"])
+        .run();
+    listed.assert_code(2).assert_stderr(
+        "idemctl: key k-stuck exists under 2 tenants; pass --api-key-id to choose one\n",
+    );
+    let matches: Vec<serde_json::Value> = listed.json()["matches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["scope"].clone())
+        .collect();
+    assert_eq!(
+        matches,
+        vec![serde_json::json!({"scope": null}); 2],
+        "{listed}"
+    );
+    let text = idemctl()
+        .args(["-o", "json", "inspect", "k-stuck", "--api-key-id", "NULL"])
+        .run();
+    text.assert_success();
+    assert_eq!(
+        text.json()["scope"],
+        serde_json::json!({"scope": "NULL"}),
+        "{text}"
+    );
+    let plan = dir.path().join("plan.json");
+    idemctl()
+        .args(["reclaim", "--allow-scan", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_error(
+            2,
+            "table public.idempotency_keys has scope columns that allow NULL (scope) and no unique index that keeps a key unique under a NULL scope, so a plan row could name several rows: --plan and --apply refuse; reclaim without a plan (--dry-run, then --yes) takes such keys where they are, or make the unique index NULLS NOT DISTINCT (PostgreSQL 15+) or the columns NOT NULL",
+        );
+    assert!(!plan.exists());
+    let run = idemctl()
+        .args(["-o", "json", "reclaim", "--yes", "--allow-scan"])
+        .run();
+    run.assert_success();
+    assert_eq!(run.json()["rows_reclaimed"], 4, "{run}");
+    assert_eq!(
+        stuck_left(&db).await,
+        "<null>/k-young NULL/k-young user-1/k-young"
     );
 }
 

@@ -394,7 +394,7 @@ fn bad_body_and_plan_files_are_refused_exactly_before_connecting() {
                 .to_vec(),
             format!(
                 "plan {no_version} is not a valid reclaim plan (schema_version missing, this \
-                 idemctl reads 1); nothing was changed, make a new one with --plan"
+                 idemctl reads 1 and 2); nothing was changed, make a new one with --plan"
             ),
         ),
     ];

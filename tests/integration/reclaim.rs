@@ -408,7 +408,7 @@ async fn reclaim_plan_then_apply_leaves_changed_rows_alone_and_reports_them() {
     assert_eq!(snapshot(&db).await, before, "--plan changed the table");
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
-    assert_eq!(written["schema_version"], 1);
+    assert_eq!(written["schema_version"], 2);
     assert_eq!(written["table"], "public.idempotency_keys");
     assert_eq!(written["rows"].as_array().unwrap().len(), STUCK);
 

@@ -8,7 +8,7 @@ use anyhow::Result;
 use super::placements::{Placements, shards_of_rows};
 use super::plan::{
     Plan, PlanRow, check_plan_database, check_plan_table, check_plan_tenants, listed_twice,
-    without_empty_tenants,
+    with_scopes, without_empty_tenants,
 };
 use super::report::print_report;
 use super::request::Request;
@@ -40,6 +40,7 @@ pub(super) async fn apply(
     check_plan_table(table, path, plan)?;
     let plan = &without_empty_tenants(table, plan);
     listed_twice(plan).map_err(|why| fail(Exit::Usage, output::plan_invalid(path, &why)))?;
+    let plan = &with_scopes(table, plan);
     check_plan_tenants(table, path, plan)?;
     check_plan_database(client, path, plan).await?;
     require_not_null_scope(table)?;
@@ -122,6 +123,13 @@ pub(super) async fn apply_batches(
         let end = rows
             .len()
             .min(done.saturating_add(usize::try_from(size).unwrap_or(usize::MAX)));
+        // A batch's rows have the same NULL scope columns: each pattern is its own statement.
+        let nulls = &rows[done].nulls;
+        let end = done
+            + rows[done..end]
+                .iter()
+                .take_while(|r| &r.nulls == nulls)
+                .count();
         let chunk = &rows[done..end];
         let want = u64::try_from(chunk.len()).unwrap_or(u64::MAX);
         let outcomes = match archive.as_deref_mut() {
@@ -204,6 +212,7 @@ pub(super) fn plan_keys(chunk: &[PlanRow]) -> Vec<reclaim_db::PlanKey<'_>> {
                 r.key.as_str(),
                 r.locked_at,
                 r.created_at,
+                r.nulls.as_slice(),
             )
         })
         .collect()
@@ -242,7 +251,7 @@ async fn apply_placements(
     for node in placements.nodes() {
         let mut session = None;
         for shard in &node.shards {
-            let mine: Vec<PlanRow> = placed
+            let mut mine: Vec<PlanRow> = placed
                 .rows
                 .iter()
                 .zip(&placed.shards)
@@ -252,6 +261,8 @@ async fn apply_placements(
             if mine.is_empty() {
                 continue;
             }
+            // Rows with the same NULL scope columns together, so they share batches.
+            mine.sort_by(|a, b| a.nulls.cmp(&b.nulls));
             if session.is_none() {
                 session = Some(node.session().await?);
             }

@@ -85,13 +85,13 @@ pub(super) async fn shards_of_rows(
         ));
     };
     // Distributed by a scope column: every plan row has a scope of the table's columns (apply
-    // checked the plan); the column's value places the row.
+    // checked the plan); the column's value places the row (Citus keeps no NULL there).
     let values: Vec<String> = rows
         .iter()
         .map(|r| {
-            let text = r.api_key_id.as_deref().unwrap_or_default();
-            crate::db::profile::scope_values(text, scope.len())
-                .and_then(|mut v| (at < v.len()).then(|| v.swap_remove(at)))
+            r.scope
+                .as_ref()
+                .and_then(|s| s.get(at).cloned().flatten())
                 .unwrap_or_default()
         })
         .collect();
@@ -100,12 +100,29 @@ pub(super) async fn shards_of_rows(
     Ok(shards.into_iter().map(Some).collect())
 }
 
+/// The one shard that holds the rows of `scope` (--api-key-id), on a table distributed by one of
+/// the scope's columns; None when the rows may be on any shard.
+pub(super) async fn routed_shard(
+    client: &Session,
+    table: &KeyTable,
+    layout: &Layout,
+    scope: Option<&str>,
+) -> Result<Option<i64>> {
+    let values = scope
+        .and_then(|s| crate::db::profile::scope_values(s, table.profile.tenant.len()))
+        .unwrap_or_default();
+    let given: Vec<Option<&str>> = values.iter().map(|v| Some(v.as_str())).collect();
+    shards::shard_of_scope(client, table, layout, &given).await
+}
+
 /// The placements of the key table the run works on.
 pub(super) struct Placements<'a> {
     here: &'a Session,
     table: &'a KeyTable,
     /// The workers and their shards, for a table whose rows live on them.
     cluster: Option<Cluster>,
+    /// The scope routed the run to the one shard that holds its rows.
+    routed: bool,
 }
 
 /// A node and the shards of the table it holds.
@@ -157,23 +174,28 @@ impl<'a> Placements<'a> {
         scope: Option<&str>,
     ) -> Result<Placements<'a>> {
         let cluster = if let Some(layout) = layout.filter(|l| on_workers(Some(l))) {
-            let values = scope
-                .and_then(|s| crate::db::profile::scope_values(s, table.profile.tenant.len()))
-                .unwrap_or_default();
-            let given: Vec<Option<&str>> = values.iter().map(|v| Some(v.as_str())).collect();
-            let only = shards::shard_of_scope(client, table, layout, &given).await?;
+            let only = routed_shard(client, table, layout, scope).await?;
             let cluster = shards::connect_to(ctx, client, table, 1, only)
                 .await
                 .context(crate::report::failure::Step::ReachShards)?;
-            Some(cluster)
+            Some((cluster, only.is_some()))
         } else {
             None
         };
         Ok(Placements {
             here: client,
             table,
-            cluster,
+            routed: cluster.as_ref().is_some_and(|(_, routed)| *routed),
+            cluster: cluster.map(|(c, _)| c),
         })
+    }
+
+    /// The node of the one shard the scope routed the run to, if it did.
+    pub(super) fn routed_node(&self) -> Option<Node<'_>> {
+        if !self.routed {
+            return None;
+        }
+        self.nodes().into_iter().find(|n| !n.shards.is_empty())
     }
 
     /// The nodes, each with its shards, in the order the batches visit them.

@@ -21,8 +21,11 @@ use crate::report::rows::DatabaseIdentity;
 
 /// The status a plan without one stores (plans always carry one; this reads hand-made ones).
 pub(super) const DEFAULT_STATUS: i32 = 500;
-/// The plan file format this build writes and reads.
-pub(super) const PLAN_VERSION: u32 = 1;
+/// The plan file format this build writes. Version 2 adds each row's `scope`, which carries a
+/// NULL scope value as null; version 1 plans (whose scopes are never NULL) are still read.
+pub(super) const PLAN_VERSION: u32 = 2;
+/// The plan file formats this build reads.
+const PLAN_VERSIONS_READ: [u32; 2] = [1, 2];
 
 /// A reviewed preview: what `--plan` writes and `--apply` reads.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -61,12 +64,21 @@ pub(super) struct Plan {
 
 /// One key of a plan. `locked_at` and `created_at` are exact (microseconds): apply reclaims the
 /// row only if both are unchanged. Method, path and age are for the reviewer only. The tenant is
-/// null on a table without a tenant column, and never missing.
+/// null on a table without a tenant column (or where a one-column scope is NULL), and never
+/// missing; `scope` (version 2) holds each scope column's value, null for NULL, and is what apply
+/// finds the row by.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PlanRow {
     #[serde(deserialize_with = "Option::deserialize")]
     pub(super) api_key_id: Option<String>,
+    /// Each scope column's value in the mapping's order, None for NULL; absent on a table without
+    /// a scope and in version 1 plans (read from `api_key_id` then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) scope: Option<Vec<Option<String>>>,
+    /// The scope columns that are NULL, set once the plan is read against its table.
+    #[serde(skip)]
+    pub(super) nulls: Vec<bool>,
     pub(super) key: String,
     #[serde(with = "time::serde::rfc3339::option")]
     pub(super) locked_at: Option<OffsetDateTime>,
@@ -97,10 +109,13 @@ pub(super) fn load_plan(path: &Path) -> Result<Plan> {
         .map_err(|e| fail(Exit::Usage, output::plan_unreadable(path, &e)))?;
     let unparsed = |e: serde_json::Error| invalid(PlanProblem::Unparsed(e.to_string()));
     let version: PlanVersion = serde_json::from_str(&text).map_err(unparsed)?;
-    if version.schema_version != Some(PLAN_VERSION) {
+    if !version
+        .schema_version
+        .is_some_and(|v| PLAN_VERSIONS_READ.contains(&v))
+    {
         return Err(invalid(PlanProblem::Version {
             found: version.schema_version,
-            read: PLAN_VERSION,
+            read: PLAN_VERSIONS_READ.to_vec(),
         }));
     }
     let plan: Plan = serde_json::from_str(&text).map_err(unparsed)?;
@@ -131,7 +146,7 @@ pub(super) fn check_plan(plan: &Plan) -> std::result::Result<(), PlanProblem> {
 pub(super) fn listed_twice(plan: &Plan) -> std::result::Result<(), PlanProblem> {
     let mut seen = HashSet::new();
     for r in &plan.rows {
-        if !seen.insert((r.api_key_id.as_deref(), r.key.as_str())) {
+        if !seen.insert((r.api_key_id.as_deref(), r.scope.as_ref(), r.key.as_str())) {
             return Err(PlanProblem::KeyTwice {
                 key: r.key.clone(),
                 api_key_id: r.api_key_id.clone(),
@@ -194,15 +209,62 @@ pub(super) fn without_empty_tenants(table: &KeyTable, plan: &Plan) -> Plan {
     plan
 }
 
-/// Plan rows carry a tenant exactly when the table has a tenant column: a row with one on a table
-/// without (or without one on a table with) was made for another table, or edited.
+/// Each row's scope read against the table: a version 2 row's `scope`, else (version 1) its
+/// `api_key_id` split into the scope's values; then `api_key_id` is the scope as one text, as the
+/// statements bind it (NULL for a NULL one-column scope), and `nulls` marks the NULL columns.
+/// A row whose scope does not fit, or whose api_key_id is not its scope, is left without one,
+/// which [`check_plan_tenants`] refuses.
+pub(super) fn with_scopes(table: &KeyTable, plan: &Plan) -> Plan {
+    let mut plan = plan.clone();
+    let n = table.profile.tenant.len();
+    for row in &mut plan.rows {
+        if n == 0 {
+            continue;
+        }
+        let scope = match (row.scope.take(), &row.api_key_id) {
+            (Some(scope), _) => Some(scope),
+            (None, Some(text)) => {
+                crate::db::profile::scope_values(text, n).map(|v| v.into_iter().map(Some).collect())
+            }
+            (None, None) => None,
+        };
+        let Some(scope) = scope.filter(|s| s.len() == n) else {
+            row.nulls.clear();
+            continue;
+        };
+        let values: Vec<Option<&str>> = scope.iter().map(Option::as_deref).collect();
+        let text = crate::db::profile::scope_text_of(&values);
+        // A version 2 row's api_key_id is its scope as one text: one edited apart is refused.
+        let same = match (&text, &row.api_key_id) {
+            (Some(a), Some(b)) => {
+                crate::db::profile::scope_values(b, n).is_some_and(|v| {
+                    v.iter()
+                        .map(String::as_str)
+                        .eq(values.iter().flatten().copied())
+                }) || a == b
+            }
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            continue;
+        }
+        row.api_key_id = text;
+        row.nulls = scope.iter().map(Option::is_none).collect();
+        row.scope = Some(scope);
+    }
+    plan
+}
+
+/// Plan rows carry a scope exactly when the table has one, of as many values as it has columns:
+/// a row with one on a table without (or without one on a table with) was made for another table,
+/// or edited.
 pub(super) fn check_plan_tenants(table: &KeyTable, path: &Path, plan: &Plan) -> Result<()> {
     let has_tenant = table.profile.has_scope();
-    match plan
-        .rows
-        .iter()
-        .find(|r| r.api_key_id.is_some() != has_tenant)
-    {
+    match plan.rows.iter().find(|r| {
+        let scoped = r.scope.is_some() || (!has_tenant && r.api_key_id.is_some());
+        scoped != has_tenant
+    }) {
         None => Ok(()),
         Some(r) => Err(fail(
             Exit::Usage,
@@ -243,6 +305,8 @@ mod tests {
         let ts = OffsetDateTime::from_unix_timestamp_nanos(1_767_225_600_123_456_000).unwrap();
         let row = PlanRow {
             api_key_id: Some("t".into()),
+            scope: None,
+            nulls: Vec::new(),
             key: "k".into(),
             locked_at: None,
             created_at: Some(ts),
@@ -260,6 +324,8 @@ mod tests {
     fn a_plan_row_without_a_tenant_is_null_and_never_missing() {
         let row = PlanRow {
             api_key_id: None,
+            scope: None,
+            nulls: Vec::new(),
             key: "k".into(),
             locked_at: None,
             created_at: Some(OffsetDateTime::UNIX_EPOCH),
@@ -281,6 +347,8 @@ mod tests {
         let ts = OffsetDateTime::UNIX_EPOCH;
         let row = PlanRow {
             api_key_id: Some("t".into()),
+            scope: None,
+            nulls: Vec::new(),
             key: "k".into(),
             locked_at: Some(ts),
             created_at: Some(ts),

@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::Result;
 use time::OffsetDateTime;
 
+use super::placements::{Placements, on_workers, routed_shard};
 use super::plan::{PLAN_VERSION, Plan, PlanRow};
 use super::request::{COUNT_CAP, LIST_CAP, Mode, Request};
 use super::validation::{require_not_null_scope, require_privileges, require_stuck_index};
@@ -71,6 +72,11 @@ impl Candidate {
     pub(super) fn plan_row(&self) -> PlanRow {
         PlanRow {
             api_key_id: self.api_key_id.clone(),
+            scope: self
+                .scope
+                .as_ref()
+                .map(|s| s.0.iter().map(|(_, v)| v.clone()).collect()),
+            nulls: Vec::new(),
             key: self.key.clone(),
             locked_at: self.locked_at,
             created_at: self.created_at,
@@ -109,7 +115,24 @@ pub(super) async fn preview(
     let cap = req.limit.map_or(LIST_CAP, |l| {
         i64::try_from(l).unwrap_or(i64::MAX).min(LIST_CAP)
     });
-    let found = find(client, table, req, cap).await?;
+    // Where the scope routes the preview to the one shard that holds its keys, it reads there
+    // (on that shard's worker); otherwise through the session it has.
+    let scope = req.filter.api_key_id.as_deref();
+    let layout = req.layout.as_ref().filter(|l| on_workers(Some(l)));
+    let placements = match layout {
+        Some(l) if routed_shard(client, table, l, scope).await?.is_some() => {
+            Some(Placements::connect(ctx, client, table, Some(l), scope).await?)
+        }
+        _ => None,
+    };
+    let routed = placements.as_ref().and_then(Placements::routed_node);
+    let found = match routed.as_ref().and_then(|n| Some((n, n.shards.first()?))) {
+        Some((node, shard)) => {
+            let session = node.session().await?;
+            find(&session, shard.table, req, cap).await?
+        }
+        None => find(client, table, req, cap).await?,
+    };
     if let Some(path) = plan_path {
         let database = queries::database_identity(client).await?;
         write_plan(path, table, req, &found, database)?;

@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use super::placements::Placements;
+use super::placements::{Placements, on_workers, routed_shard};
 use super::report::print_report;
 use super::request::{COUNT_CAP, Request};
 use super::validation::{require_privileges, require_stuck_index};
@@ -33,7 +33,19 @@ pub(super) async fn sweep(
     require_privileges(client, table, Some(req.action)).await?;
     let mut archive = open_archive(args, None)?;
     begin_writes(ctx, client, table).await?;
-    let before = count_stuck(client, table, req).await?;
+    // The placements are reached first only where the scope routes the run to one shard, whose
+    // stuck keys are counted there; otherwise the count goes through the session the run has.
+    let scope = req.filter.api_key_id.as_deref();
+    let layout = req.layout.as_ref();
+    let routed = match layout.filter(|l| on_workers(Some(l))) {
+        Some(l) => routed_shard(client, table, l, scope).await?.is_some(),
+        None => false,
+    };
+    let mut placements = None;
+    if routed {
+        placements = Some(Placements::connect(ctx, client, table, layout, scope).await?);
+    }
+    let before = count_stuck(client, table, req, placements.as_ref()).await?;
     if before.count > 0 {
         let count = match req.limit {
             Some(limit) => crate::output::reclaim::AskedCount::UpTo { limit, of: before },
@@ -44,9 +56,13 @@ pub(super) async fn sweep(
     ctx.cancel.install()?;
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
+    let placements = match placements {
+        Some(p) => p,
+        None => Placements::connect(ctx, client, table, layout, scope).await?,
+    };
     report.end_reason =
-        sweep_placements(ctx, client, table, req, args, &mut report, archive.as_mut()).await?;
-    let left = count_stuck(client, table, req).await?;
+        sweep_placements(ctx, &placements, req, args, &mut report, archive.as_mut()).await?;
+    let left = count_stuck(client, table, req, Some(&placements)).await?;
     if report.end_reason == EndReason::Drained {
         // The last batch found fewer unlocked stuck keys than it asked for, so every stuck key
         // still here was skipped because a live owner holds its row.
@@ -107,13 +123,23 @@ async fn sweep_batches(
     }
 }
 
-/// Stuck keys the run may take (its filters applied), counted up to COUNT_CAP.
+/// Stuck keys the run may take (its filters applied), counted up to COUNT_CAP: on the one shard
+/// that holds them where the scope routes the run to it (read on its worker), else through the
+/// session the run has (on Citus, the coordinator reads every shard).
 pub(super) async fn count_stuck(
     client: &Session,
     table: &KeyTable,
     req: &Request,
+    placements: Option<&Placements<'_>>,
 ) -> Result<Capped> {
-    reclaim_db::count_stuck(client, table, req.older_than, COUNT_CAP, &req.filter).await
+    let (older, filter) = (req.older_than, &req.filter);
+    if let Some(node) = placements.and_then(Placements::routed_node)
+        && let Some(shard) = node.shards.first()
+    {
+        let session = node.session().await?;
+        return reclaim_db::count_stuck(&session, shard.table, older, COUNT_CAP, filter).await;
+    }
+    reclaim_db::count_stuck(client, table, older, COUNT_CAP, filter).await
 }
 
 /// One batch of the sweep: returns the keys it reclaimed.
@@ -165,15 +191,12 @@ pub(super) async fn archived_batch(
 /// first shard that does not drain (limit, signal).
 async fn sweep_placements(
     ctx: &Context,
-    client: &Session,
-    table: &KeyTable,
+    placements: &Placements<'_>,
     req: &Request,
     args: &ReclaimArgs,
     report: &mut ReclaimReport,
     mut archive: Option<&mut Archive>,
 ) -> Result<EndReason> {
-    let scope = req.filter.api_key_id.as_deref();
-    let placements = Placements::connect(ctx, client, table, req.layout.as_ref(), scope).await?;
     for node in placements.nodes() {
         let session = node.session().await?;
         for shard in &node.shards {

@@ -286,12 +286,14 @@ pub(super) fn require_rows_by_identity(
     ))
 }
 
-/// A plan names each key by its scope and key, and finds it again by equality: a NULL scope value
-/// never equals itself, so such a key would come back "gone" though it is still there. Refuse a
-/// plan (written or applied) on a table whose scope allows NULL, before anything is read.
+/// A plan names each key by its scope and key, a NULL scope value included (selected with IS
+/// NULL). Where the scope allows NULL that names one row only if a unique index keeps it so (one
+/// made NULLS NOT DISTINCT, or one that leaves the nullable columns out): without one, several
+/// rows may share a key under a NULL scope. Refuse a plan (written or applied) on such a table,
+/// before anything is read.
 pub(super) fn require_not_null_scope(table: &KeyTable) -> Result<()> {
     let nullable = table.nullable_scope_columns();
-    if nullable.is_empty() {
+    if nullable.is_empty() || table.identity_index().is_some() {
         return Ok(());
     }
     Err(fail(
