@@ -187,8 +187,6 @@ pub(crate) fn walking(
 pub(crate) enum WalkRefusal {
     /// --drop-partitions.
     DropPartitions,
-    /// A table Citus distributes (its shards' batches go through the expiry index).
-    Distributed,
     /// A NO ACTION / RESTRICT foreign key referencing the table (a referenced key would fail the
     /// page's DELETE).
     BlockingKey,
@@ -198,7 +196,6 @@ pub(crate) enum WalkRefusal {
 pub(crate) fn walk_refuses(table: &Table, what: WalkRefusal, fix: &str) -> String {
     let what = match what {
         WalkRefusal::DropPartitions => "--drop-partitions",
-        WalkRefusal::Distributed => "a table Citus distributes",
         WalkRefusal::BlockingKey => "a NO ACTION / RESTRICT foreign key referencing the table",
     };
     format!(
@@ -266,6 +263,12 @@ pub(crate) fn plan_needs_delete() -> &'static str {
 /// In place of the walk's page plan, for a role that may not delete or lock rows.
 pub(crate) fn page_plan_needs_delete() -> &'static str {
     "(not shown: explaining the page's DELETE needs the DELETE privilege and the right to lock rows (UPDATE on a column), which this role lacks)"
+}
+
+/// In place of the walk's page plan on a table Citus distributes: a run walks each shard on its
+/// worker, and the coordinator cannot plan the page over the whole table.
+pub(crate) fn page_plan_on_shards() -> &'static str {
+    "(not shown: a run walks each shard's copy of the index on its worker, one page at a time; the coordinator cannot plan the page over the distributed table)"
 }
 
 pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
@@ -724,6 +727,15 @@ pub(crate) fn reference_table_referenced_by_distributed(
 pub(crate) fn shard_without_expiry_index(shard: i64, table: &Table, worker: &str) -> String {
     format!(
         "shard {shard} of {} on worker {worker} has no expiry index (it was dropped on the worker), so every evict batch there would scan the shard whole; nothing was changed: recreate the index on the coordinator, which Citus creates on every shard (`idemctl check` prints the statements)",
+        table.display()
+    )
+}
+
+/// A shard of a Citus table without an expiry index (on `worker`) that lost its copy of the
+/// unique index evict walks instead.
+pub(crate) fn shard_without_walk_index(shard: i64, table: &Table, worker: &str) -> String {
+    format!(
+        "shard {shard} of {} on worker {worker} has neither an expiry index nor a unique index of plain NOT NULL columns to walk (dropped on the worker), so every evict batch there would scan the shard whole; nothing was changed: drop and create that index again on the coordinator, which Citus then creates on every shard",
         table.display()
     )
 }

@@ -84,11 +84,14 @@ pub(super) async fn dry_run(
     client: &Session,
     table: &KeyTable,
     can_delete: bool,
+    sharded: bool,
 ) -> Result<DryRunReport> {
     let walk = require(client, table).await?;
     let min_age = args.min_age.map(|d| d.as_secs_f64());
     let read = preview(ctx, args, client, &walk).await?;
-    let plan = if can_delete {
+    let plan = if sharded {
+        vec![crate::output::evict::page_plan_on_shards().to_owned()]
+    } else if can_delete {
         let rows = i64::from(sizing(args).first());
         crate::db::evict::explain_first_page(client, &walk, rows, min_age).await?
     } else {
