@@ -185,8 +185,6 @@ pub(crate) fn walking(
 /// What the walk (no expiry index) does not handle.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum WalkRefusal {
-    /// --drop-partitions.
-    DropPartitions,
     /// A NO ACTION / RESTRICT foreign key referencing the table (a referenced key would fail the
     /// page's DELETE).
     BlockingKey,
@@ -195,13 +193,23 @@ pub(crate) enum WalkRefusal {
 /// Something the walk (no expiry index) does not handle.
 pub(crate) fn walk_refuses(table: &Table, what: WalkRefusal, fix: &str) -> String {
     let what = match what {
-        WalkRefusal::DropPartitions => "--drop-partitions",
         WalkRefusal::BlockingKey => "a NO ACTION / RESTRICT foreign key referencing the table",
     };
     format!(
         "table {} has no index on {}, so evict would walk its unique index, which does not handle {what} yet; nothing was changed; create the index with: {fix}",
         table.display(),
         sanitize(&table.profile.expiry_column)
+    )
+}
+
+/// --drop-partitions on a table partitioned on a column that does not bound its expiry (its creation
+/// time, with an expiry column of its own), without an index on the expiry column.
+pub(crate) fn drop_partitions_unproven(table: &Table, key: &str, fix: &str) -> String {
+    let expiry = sanitize(&table.profile.expiry_column);
+    format!(
+        "table {} is partitioned on {}, which does not bound {expiry}, and has no index on {expiry}, so --drop-partitions cannot prove a partition's keys have all expired without reading the partition while it holds the table's lock; nothing was changed: run evict without --drop-partitions (it walks the table's unique index), or create the index with: {fix}",
+        table.display(),
+        sanitize(key)
     )
 }
 

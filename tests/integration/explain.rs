@@ -186,6 +186,7 @@ const DDL: &[&str] = &["evict_partition_detach.sql", "evict_partition_drop.sql"]
 const PARTITIONED_ONLY: &[(&str, &str)] = &[
     ("evict_batch.sql", "now() - interval '1 minute', NULL, NULL"),
     ("evict_partition_probe.sql", ""),
+    ("evict_partition_probe_in_flight.sql", ""),
 ];
 
 fn sql_file(name: &str) -> String {
@@ -521,6 +522,20 @@ async fn the_walk_without_an_expiry_index_is_index_backed() {
         assert_pages_bounded(&db, &profile, &storage_key, "'tenant_0003', 'k'").await;
         assert_catalog_only(&db, &profile).await;
     }
+    // Partitioned on expires_at (what evict --drop-partitions leaves to the walk): the primary
+    // key includes the partition key, and each page merges the partitions' copies of it.
+    let partitioned = without_expiry_index(&partman::ddl(PartitionBy::ExpiresAt, 9, 3));
+    assert!(!partitioned.contains("idempotency_keys_expiry"));
+    let db = load_ddl(&partitioned, true).await;
+    let mut partitioned_key = storage_key.clone();
+    partitioned_key.extend(pair("expires_at", "timestamptz"));
+    assert_pages_bounded(
+        &db,
+        &Profile::storage(),
+        &partitioned_key,
+        "'tenant_0003', 'k', '2026-01-01 00:00:00+00'",
+    )
+    .await;
     let ttl = Some(std::time::Duration::from_secs(86_400));
     let db = TestDb::new().await;
     db.exec(profiles::EXPLAINER_DDL).await;

@@ -952,18 +952,18 @@ async fn the_builtin_tables_as_printed_are_evicted_without_an_index() {
 /// The walk is one kind of batch: --max-rows bounds the keys it deletes, --max-batches its pages,
 /// and the rate caps and the replica lag pace its pages like any batch; runs that stop early
 /// leave the rest to the next run, which removes exactly the expired finished keys.
-/// --drop-partitions, which needs the expiry index, is refused with one line.
+/// --drop-partitions on this table, which is not partitioned, is refused with one line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_walk_keeps_the_budgets_caps_and_replica_lag_of_any_batch() {
     use crate::profiles::{EXPLAINER_DDL, explainer_rows};
     let db = loaded(EXPLAINER_DDL, &explainer_rows(3), None).await;
     let total = "SELECT count(*) FROM idempotency_keys";
-    // Dropping whole partitions needs the expiry index: refused before anything changes.
+    // The table is not partitioned: --drop-partitions has nothing to drop, and is refused before
+    // anything changes, as with the index.
     db.idemctl()
         .args(["--ttl", "1d", "evict", "--drop-partitions"])
         .run()
-        .assert_code(2)
-        .assert_stderr_contains("table public.idempotency_keys has no index on created_at, so evict would walk its unique index, which does not handle --drop-partitions yet; nothing was changed; create the index with: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (created_at);");
+        .assert_error(2, "table public.idempotency_keys is not partitioned; --drop-partitions needs a table range-partitioned on expires_at or created_at");
     assert_eq!(scalar_i64(&db, total).await, 15);
     let evict = |extra: &[&str]| {
         let mut args = vec!["--ttl", "1d", "-o", "json", "evict", "--batch-size", "4"];

@@ -706,3 +706,86 @@ async fn reclaim_fail_on_a_created_at_partitioned_table_skips_a_live_owner_in_an
         1
     );
 }
+
+/// Without an index on the expiry column, `--drop-partitions` still drops the partitions of an
+/// expires_at layout whose keys have all expired: a partition's upper bound proves it, and the
+/// probe only looks for an in_progress key (through the in_progress index). The rest is walked in
+/// pages of the primary key, and exactly the evictable rows go. On a created_at layout with an
+/// expiry column of its own, the bound proves nothing, and the run is refused in one line before
+/// any change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_drop_partitions_without_an_expiry_index_drops_by_the_bounds_and_walks_the_rest() {
+    let db = partitioned(PartitionBy::ExpiresAt, true, MIX).await;
+    db.exec("DROP INDEX idempotency_keys_expiry").await;
+    let before = snapshot(&db).await;
+    let expected = partman::droppable(&db).await;
+    assert!(expected.len() >= 6, "{expected:?}");
+    let in_progress_partition: String = db
+        .client()
+        .await
+        .query_one(
+            "SELECT tableoid::regclass::text FROM idempotency_keys WHERE state = 'in_progress' AND expires_at < now() LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+
+    let dry = db
+        .idemctl()
+        .args(["evict", "--dry-run", "--drop-partitions", "-o", "json"])
+        .run();
+    dry.assert_code(0);
+    let dj = dry.json();
+    assert_eq!(
+        names(&dj["would_drop_partitions"]),
+        qualified(&expected),
+        "{dj}"
+    );
+    assert_eq!(dj["walk"]["index"], "idempotency_keys_pkey", "{dj}");
+    assert_eq!(snapshot(&db).await, before, "the dry run changed something");
+
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "--drop-partitions",
+            "-o",
+            "json",
+            "--batch-size",
+            "400",
+        ])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(names(&j["dropped_partitions"]), qualified(&expected), "{j}");
+    assert_eq!(
+        names(&j["partitions_kept"]),
+        qualified(&[in_progress_partition]),
+        "{j}"
+    );
+    assert_eq!(
+        j["partitions_kept"][0]["reason"],
+        "it holds an in_progress key"
+    );
+    let dropped_rows = j["rows_dropped_estimate"].as_i64().unwrap();
+    let evicted = j["rows_evicted"].as_i64().unwrap();
+    assert_eq!(j["end_reason"], "drained", "{j}");
+    assert!(dropped_rows > 0 && evicted > 0, "{j}");
+    assert_eq!(dropped_rows + evicted, 3000, "{j}");
+    // The walk read every row the drops left, once.
+    let left_after_drops = before.len() as i64 - dropped_rows;
+    assert_eq!(j["walk"]["rows_examined"], left_after_drops, "{j}");
+    let left: BTreeSet<String> = partman::partition_names(&db).await.into_iter().collect();
+    assert_eq!(left.len(), 14 - expected.len());
+    assert_only_evictable_rows_gone(&db, &before).await;
+
+    let db = partitioned(PartitionBy::CreatedAt, true, MIX).await;
+    db.exec("DROP INDEX idempotency_keys_expiry").await;
+    let before = snapshot(&db).await;
+    db.idemctl()
+        .args(["evict", "--drop-partitions"])
+        .run()
+        .assert_error(2, "table public.idempotency_keys is partitioned on created_at, which does not bound expires_at, and has no index on expires_at, so --drop-partitions cannot prove a partition's keys have all expired without reading the partition while it holds the table's lock; nothing was changed: run evict without --drop-partitions (it walks the table's unique index), or create the index with: CREATE INDEX \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at); -- blocks writes while it builds; to avoid that, CREATE INDEX ... ON ONLY the table, CREATE INDEX CONCURRENTLY on each partition, then ALTER INDEX ... ATTACH PARTITION each");
+    assert_eq!(snapshot(&db).await, before);
+}

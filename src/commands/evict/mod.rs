@@ -143,14 +143,20 @@ async fn require(
     let sharded = layout.filter(|l| l.sharded());
     // Without an index on expiry, evict walks a unique index instead, in its plain batches (on
     // Citus, each shard's copy on its worker; a dry run reads the same pages through the server it
-    // connected to): dropping whole partitions needs the index (on Citus, the flag is refused
-    // below whatever the indexes).
-    if table.expiry_index().is_none() && args.drop_partitions && sharded.is_none() {
+    // connected to). Whole partitions are dropped first where their bounds prove their keys
+    // expired; elsewhere that proof needs the index (on Citus, the flag is refused below whatever
+    // the indexes).
+    if let Some(key) = table.range_key().filter(|_| {
+        table.expiry_index().is_none()
+            && args.drop_partitions
+            && sharded.is_none()
+            && partitions::expiry_past_bound(table).is_none()
+    }) {
         return Err(fail(
             Exit::Usage,
-            crate::output::evict::walk_refuses(
+            crate::output::evict::drop_partitions_unproven(
                 &table.shown(),
-                crate::output::evict::WalkRefusal::DropPartitions,
+                key.column(),
                 &table.expiry_index_fix(),
             ),
         ));

@@ -106,6 +106,28 @@ pub(crate) fn require_layout(
     Ok(key)
 }
 
+/// On a table without an expiry index, how far past a partition's upper bound its keys can
+/// expire, which proves they all expired without reading them: nothing where the table is
+/// partitioned on its expiry column, the TTL where keys expire a TTL after the creation time it is
+/// partitioned on. None where the bound proves nothing (partitioned on the creation time, with an
+/// expiry column of its own: only the latest expiry of each partition, which the expiry index
+/// finds, would) or the table is not partitioned so.
+pub(crate) fn expiry_past_bound(table: &KeyTable) -> Option<Duration> {
+    let key = table.range_key()?;
+    let profile = &table.profile;
+    (key.column() == profile.expiry_column()).then(|| profile.ttl().unwrap_or(Duration::ZERO))
+}
+
+/// The latest expiry `p`'s bound allows, where the table has no expiry index (the probe then
+/// takes it instead of reading the partition); None where the index finds it.
+fn bound_expiry(table: &KeyTable, p: &Partition) -> Option<time::OffsetDateTime> {
+    if table.expiry_index().is_some() {
+        return None;
+    }
+    let past = time::Duration::try_from(expiry_past_bound(table)?).ok()?;
+    p.range_to.map(|to| to + past)
+}
+
 /// The partitions to try, oldest first, and those passed over with the reason.
 fn candidates(parts: &[Partition], min_age_secs: Option<f64>) -> (Vec<&Partition>, Vec<Kept>) {
     let margin = time::Duration::seconds_f64(min_age_secs.unwrap_or(0.0));
@@ -161,7 +183,7 @@ pub(crate) async fn preview(
     let (tried, mut kept_list) = candidates(&parts, min_age_secs);
     let mut report = DropReport::default();
     for p in tried {
-        let probe = partitions::probe(client, table, p).await?;
+        let probe = partitions::probe(client, table, p, bound_expiry(table, p)).await?;
         if probe.droppable() {
             report.dropped.push(dropped(p));
         } else {
@@ -248,7 +270,7 @@ async fn try_drop(client: &Session, run: &DropRun<'_>, p: &Partition) -> Result<
     if let Err(e) = partitions::detach(client, run.table, p).await {
         return refuse_or_fail(client, e, context()).await;
     }
-    let probe = match partitions::probe(client, run.table, p).await {
+    let probe = match partitions::probe(client, run.table, p, bound_expiry(run.table, p)).await {
         Ok(probe) => probe,
         Err(e) => {
             let _ = client.rollback().await;

@@ -101,6 +101,12 @@ pub(super) async fn dry_run(
         Some(_) => Some(crate::db::replication::replicas(client).await?),
         None => None,
     };
+    // The partitions a run would drop before it walks (their bounds prove their keys expired);
+    // the pages read here still count their rows.
+    let drops = match args.drop_partitions {
+        true => Some(super::partitions::preview(client, table, min_age).await?),
+        false => None,
+    };
     let held_back = i64::try_from(read.too_young).unwrap_or(i64::MAX);
     Ok(DryRunReport {
         table: table.qualified_name(),
@@ -123,9 +129,11 @@ pub(super) async fn dry_run(
         min_age: args.min_age.is_some(),
         walked: held_back,
         walked_all: false,
-        rows_dropped_estimate: None,
-        would_drop_partitions: None,
-        partitions_kept: None,
+        rows_dropped_estimate: drops
+            .as_ref()
+            .map(super::partitions::DropReport::estimated_rows),
+        would_drop_partitions: drops.as_ref().map(|d| d.dropped.clone()),
+        partitions_kept: drops.map(|d| d.kept),
         replicas,
         notes: Vec::new(),
         walk: Some(read.walk),
