@@ -2261,8 +2261,9 @@ const NEAR_THE_CUTOFF: &str = "INSERT INTO idempotency_keys (key, api_key_id, re
 /// A distributed table without an index on its expiry column: evict walks each shard's copy of the
 /// primary key on its worker, in pages, one path over the placements as the expiry index's batches
 /// take; exactly the expired completed rows go (those half an hour past the cut-off included, half
-/// an hour short of it not), every row is examined once, each worker reports its part. A shard
-/// that lost its copy of the primary key is refused before any change.
+/// an hour short of it not), every row is examined once, each worker reports its part; a row
+/// budget holds across the shards. A shard that lost its copy of the primary key is refused
+/// before any change.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_evict_walks_each_shards_primary_key_without_an_expiry_index() {
     let Some(db) = loaded(Layout::ByTenant, "citus evict walk").await else {
@@ -2296,6 +2297,25 @@ async fn citus_evict_walks_each_shards_primary_key_without_an_expiry_index() {
     );
     assert_eq!(snapshot(&db).await, before, "a dry run changes nothing");
 
+    // A row budget holds across the shards' walks, whichever shards it reaches.
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "--batch-size",
+            "40",
+            "--max-rows",
+            "50",
+            "-o",
+            "json",
+        ])
+        .run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_evicted"], 50, "{run}");
+    assert_eq!(run.json()["end_reason"], "row_budget", "{run}");
+    let budgeted = before.len() - snapshot(&db).await.len();
+    assert_eq!(budgeted, 50, "{run}");
+
     let run = db
         .idemctl()
         .args(["evict", "--batch-size", "40", "-o", "json"])
@@ -2309,10 +2329,14 @@ async fn citus_evict_walks_each_shards_primary_key_without_an_expiry_index() {
         .map(|(k, s)| (k.clone(), s.clone()))
         .collect();
     assert_eq!(after, expected, "rows left after the walk: {report}");
-    assert_eq!(report["rows_evicted"], expired, "{report}");
+    assert_eq!(report["rows_evicted"], expired - 50, "{report}");
     assert_eq!(report["end_reason"], "drained", "{report}");
     assert_eq!(report["walk"]["index"], "idempotency_keys_pkey", "{report}");
-    assert_eq!(report["walk"]["rows_examined"], before.len(), "{report}");
+    assert_eq!(
+        report["walk"]["rows_examined"],
+        before.len() - 50,
+        "{report}"
+    );
     let nodes = report["citus"]["nodes"]
         .as_array()
         .expect("per-worker figures");
@@ -2323,7 +2347,7 @@ async fn citus_evict_walks_each_shards_primary_key_without_an_expiry_index() {
         assert_eq!(n["shards_drained"], n["shards"], "{report}");
         rows += n["rows_evicted"].as_i64().unwrap();
     }
-    assert_eq!(rows, expired as i64, "{report}");
+    assert_eq!(rows, expired as i64 - 50, "{report}");
     run.assert_stderr(
         "idemctl: note: table public.idempotency_keys has no index on expires_at: evict walks \
          idempotency_keys_pkey in pages of 40 entries, reading every key to find the expired \
