@@ -418,6 +418,14 @@ fn partitioning(table: &KeyTable, r: &StatsReport) -> Vec<Finding> {
             let fix = table.stuck_index_fix();
             (Status::Note, DropPartitions::NeedsStuckIndex { fix })
         }
+        Some(key) if table.expiry_index().is_none() && table.expiry_past_bound().is_none() => {
+            let found = DropPartitions::NeedsExpiryIndex {
+                key: key.column(),
+                column: table.profile.expiry_column().to_owned(),
+                fix: table.expiry_index_fix(),
+            };
+            (Status::Note, found)
+        }
         Some(key) => {
             let column = key.column();
             (Status::Ok, DropPartitions::Available { column })

@@ -548,6 +548,14 @@ fn drop_partitions(status: Status, d: &DropPartitions) -> Worded {
             "not available without the optional in_progress index, which proves a partition holds no in_progress key while it is locked".to_owned(),
             Some(fix.clone()),
         ),
+        DropPartitions::NeedsExpiryIndex { key, column, fix } => (
+            format!(
+                "not available without the index on {}: the partitions are bounded on {key}, which does not bound {}, and only that index proves a partition's keys have all expired without reading it under the table's lock; evict walks the table meanwhile",
+                sanitize(column),
+                sanitize(column)
+            ),
+            Some(fix.clone()),
+        ),
         DropPartitions::Available { column } => (
             format!(
                 "available: a partition whose {column} range has passed is dropped whole when it holds no in_progress or unexpired key (needs ownership of the table)"

@@ -787,6 +787,21 @@ async fn evict_drop_partitions_without_an_expiry_index_drops_by_the_bounds_and_w
         .args(["evict", "--drop-partitions"])
         .run()
         .assert_error(2, "table public.idempotency_keys is partitioned on created_at, which does not bound expires_at, and has no index on expires_at, so --drop-partitions cannot prove a partition's keys have all expired without reading the partition while it holds the table's lock; nothing was changed: run evict without --drop-partitions (it walks the table's unique index), or create the index with: CREATE INDEX \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at); -- blocks writes while it builds; to avoid that, CREATE INDEX ... ON ONLY the table, CREATE INDEX CONCURRENTLY on each partition, then ALTER INDEX ... ATTACH PARTITION each");
+    // check says the same, with the index that lifts it.
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    let j = run.json();
+    let drop = fixtures::finding(&j, "evict --drop-partitions");
+    assert_eq!(drop["status"], "note", "{j}");
+    assert_eq!(
+        drop["detail"],
+        "not available without the index on expires_at: the partitions are bounded on created_at, which does not bound expires_at, and only that index proves a partition's keys have all expired without reading it under the table's lock; evict walks the table meanwhile",
+        "{j}"
+    );
+    assert_eq!(
+        drop["fix"],
+        "CREATE INDEX \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at); -- blocks writes while it builds; to avoid that, CREATE INDEX ... ON ONLY the table, CREATE INDEX CONCURRENTLY on each partition, then ALTER INDEX ... ATTACH PARTITION each",
+        "{j}"
+    );
     assert_eq!(snapshot(&db).await, before);
 }
 

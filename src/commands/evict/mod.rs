@@ -150,7 +150,7 @@ async fn require(
         table.expiry_index().is_none()
             && args.drop_partitions
             && sharded.is_none()
-            && partitions::expiry_past_bound(table).is_none()
+            && table.expiry_past_bound().is_none()
     }) {
         return Err(fail(
             Exit::Usage,

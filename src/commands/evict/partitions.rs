@@ -106,25 +106,13 @@ pub(crate) fn require_layout(
     Ok(key)
 }
 
-/// On a table without an expiry index, how far past a partition's upper bound its keys can
-/// expire, which proves they all expired without reading them: nothing where the table is
-/// partitioned on its expiry column, the TTL where keys expire a TTL after the creation time it is
-/// partitioned on. None where the bound proves nothing (partitioned on the creation time, with an
-/// expiry column of its own: only the latest expiry of each partition, which the expiry index
-/// finds, would) or the table is not partitioned so.
-pub(crate) fn expiry_past_bound(table: &KeyTable) -> Option<Duration> {
-    let key = table.range_key()?;
-    let profile = &table.profile;
-    (key.column() == profile.expiry_column()).then(|| profile.ttl().unwrap_or(Duration::ZERO))
-}
-
 /// The latest expiry `p`'s bound allows, where the table has no expiry index (the probe then
 /// takes it instead of reading the partition); None where the index finds it.
 fn bound_expiry(table: &KeyTable, p: &Partition) -> Option<time::OffsetDateTime> {
     if table.expiry_index().is_some() {
         return None;
     }
-    let past = time::Duration::try_from(expiry_past_bound(table)?).ok()?;
+    let past = time::Duration::try_from(table.expiry_past_bound()?).ok()?;
     p.range_to.map(|to| to + past)
 }
 
