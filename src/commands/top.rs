@@ -463,6 +463,7 @@ fn frame(
         backlog: r.expired_backlog.map(count),
         backlog_estimate: r.expired_backlog_estimate,
         eviction_lag_seconds: r.eviction_lag_seconds,
+        eviction_lag_estimated_seconds: r.eviction_lag_estimated_seconds,
         eviction_lag_at_most: r.referenced_expired.as_ref().is_some_and(|x| x.lag_at_most),
         insert_per_second: insert,
         evict_per_second: evict,

@@ -142,6 +142,10 @@ pub(crate) struct Frame {
     pub backlog_estimate: Option<u64>,
     /// None when unknown (no expiry index, or no expiry and no TTL).
     pub eviction_lag_seconds: Option<f64>,
+    /// Where the lag is unknown for want of an expiry index, the planner's estimate of it (stats'
+    /// `eviction_lag_estimated_seconds`); shown as such, never drawn in the lag's trend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eviction_lag_estimated_seconds: Option<f64>,
     /// The lag is an upper bound (every oldest expired key examined is still referenced).
     pub eviction_lag_at_most: bool,
     /// Rows inserted and deleted per second, from the server's counters over `rate_seconds`
@@ -406,15 +410,18 @@ fn eviction_block(f: &Frame, view: &View, area: Rect, buf: &mut Buffer) {
     let block = boxed(&format!("eviction · trend over the last {span}"));
     let inner = block.inner(area);
     block.render(area, buf);
+    // Where a figure cannot be measured (no expiry index), the planner's estimate, said so.
     let backlog = match (f.backlog, f.backlog_estimate) {
         (Some(c), Some(e)) if c.at_least => format!("{} (~{})", count_text(c), thousands(e as i64)),
         (Some(c), _) => count_text(c),
-        (None, _) => "not counted".into(),
+        (None, Some(e)) => format!("~{} (estimate)", thousands(e as i64)),
+        (None, None) => "not counted".into(),
     };
-    let lag = match f.eviction_lag_seconds {
-        None => "unknown".to_owned(),
-        Some(s) if f.eviction_lag_at_most => format!("≤{}", human_secs(s)),
-        Some(s) => human_secs(s),
+    let lag = match (f.eviction_lag_seconds, f.eviction_lag_estimated_seconds) {
+        (None, Some(e)) => format!("~{} (estimate)", human_secs(e)),
+        (None, None) => "unknown".to_owned(),
+        (Some(s), _) if f.eviction_lag_at_most => format!("≤{}", human_secs(s)),
+        (Some(s), _) => human_secs(s),
     };
     // Behind: evicting less than is inserted while the lag grows, or the backlog while it is
     // counted exactly (past the cap its trend is the planner's estimate, which jumps when the table
@@ -962,6 +969,7 @@ mod tests {
             }),
             backlog_estimate: None,
             eviction_lag_seconds: Some(192.0),
+            eviction_lag_estimated_seconds: None,
             eviction_lag_at_most: false,
             insert_per_second: Some(240.0),
             evict_per_second: Some(180.0),
@@ -1089,6 +1097,35 @@ mod tests {
             .find(|l| l.starts_with("│lag "))
             .unwrap_or_else(|| panic!("no lag line:\n{text}"));
         line.chars().skip(41).take_while(|c| *c != '│').collect()
+    }
+
+    /// The value drawn beside `label` in the eviction box.
+    fn figure(text: &str, label: &str) -> String {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("│{label} ")))
+            .unwrap_or_else(|| panic!("no {label} line:\n{text}"));
+        line.chars()
+            .skip(20)
+            .take(21)
+            .collect::<String>()
+            .trim()
+            .to_owned()
+    }
+
+    #[test]
+    fn figures_that_cannot_be_measured_show_the_planners_estimate_or_unknown() {
+        let mut v = view();
+        let f = v.frame.as_mut().unwrap();
+        f.eviction_lag_seconds = None;
+        f.backlog = None;
+        assert_eq!(figure(&plain(&v, 80), "lag"), "unknown");
+        assert_eq!(figure(&plain(&v, 80), "backlog"), "not counted");
+        let f = v.frame.as_mut().unwrap();
+        f.eviction_lag_estimated_seconds = Some(183_600.0);
+        f.backlog_estimate = Some(41_250);
+        assert_eq!(figure(&plain(&v, 80), "lag"), "~2d 3h (estimate)");
+        assert_eq!(figure(&plain(&v, 80), "backlog"), "~41,250 (estimate)");
     }
 
     #[test]
