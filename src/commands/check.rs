@@ -670,9 +670,11 @@ fn workers(cluster: &Cluster) -> Outcome {
     Outcome::Workers { workers }
 }
 
-/// Every shard carries the expiry and identity indexes, and the in_progress index when the
-/// coordinator's table has it.
+/// Every shard carries the identity index, and the expiry and in_progress indexes when the
+/// coordinator's table has them (without the expiry index, evict walks each shard's copy of the
+/// unique index instead).
 fn shard_indexes(table: &KeyTable, cluster: &Cluster) -> Outcome {
+    let want_expiry = table.expiry_index().is_some();
     let want_stuck = table.stuck_index().is_some();
     let mut missing = Vec::new();
     let mut shards = 0;
@@ -681,7 +683,7 @@ fn shard_indexes(table: &KeyTable, cluster: &Cluster) -> Outcome {
             shards += 1;
             let t = &shard.table;
             let lacks: Vec<String> = [
-                ("expiry", t.expiry_index().is_none()),
+                ("expiry", want_expiry && t.expiry_index().is_none()),
                 ("identity", t.identity_index().is_none()),
                 ("in_progress", want_stuck && t.stuck_index().is_none()),
             ]
@@ -723,6 +725,7 @@ fn shard_indexes(table: &KeyTable, cluster: &Cluster) -> Outcome {
     });
     Outcome::Indexes {
         shards,
+        want_expiry,
         want_stuck,
         missing,
         table: table.quoted.clone(),

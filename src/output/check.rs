@@ -861,12 +861,20 @@ fn citus_finding(outcome: &Outcome) -> Worded {
         }
         Outcome::Indexes {
             shards,
+            want_expiry,
             want_stuck,
             missing,
             table,
             fixes,
             identity,
-        } => indexes_finding(*shards, *want_stuck, missing, table, fixes, identity.as_ref()),
+        } => indexes_finding(
+            *shards,
+            (*want_expiry, *want_stuck),
+            missing,
+            table,
+            fixes,
+            identity.as_ref(),
+        ),
         Outcome::PrivilegesUnread { error } => worded(
             "citus shard privileges",
             Status::Fail,
@@ -942,24 +950,25 @@ fn shards_lacking(shards: &[ShardLacks], lacks: impl Fn(&[String]) -> String) ->
 
 fn indexes_finding(
     shards: usize,
-    want_stuck: bool,
+    (want_expiry, want_stuck): (bool, bool),
     missing: &[ShardLacks],
     table: &str,
     fixes: &[String],
     identity: Option<&(String, String)>,
 ) -> Worded {
     if missing.is_empty() {
+        let carried = match want_expiry {
+            true => "the expiry and identity indexes",
+            false => "the identity index",
+        };
+        let stuck = match want_stuck {
+            true => " and the in_progress index",
+            false => "",
+        };
         return worded(
             "citus shard indexes",
             Status::Ok,
-            format!(
-                "all {shards} shards carry the expiry and identity indexes{}",
-                if want_stuck {
-                    " and the in_progress index"
-                } else {
-                    ""
-                }
-            ),
+            format!("all {shards} shards carry {carried}{stuck}"),
             None,
         );
     }

@@ -2271,6 +2271,51 @@ async fn citus_evict_walks_each_shards_primary_key_without_an_expiry_index() {
     };
     db.exec(NEAR_THE_CUTOFF).await;
     db.exec("DROP INDEX idempotency_keys_expiry").await;
+    db.exec("ANALYZE idempotency_keys").await;
+    // stats reads each shard on its worker without the index: the planner's estimates.
+    let stats = db.idemctl().args(["stats", "-o", "json"]).run();
+    stats.assert_code(0);
+    let sj = stats.json();
+    assert_eq!(sj["expiry_figures"], "estimated", "{stats}");
+    assert_eq!(
+        sj["eviction_lag_seconds"],
+        serde_json::Value::Null,
+        "{stats}"
+    );
+    let truth: f64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT extract(epoch FROM now() - min(expires_at))::float8 FROM idempotency_keys",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let estimate = sj["eviction_lag_estimated_seconds"].as_f64().unwrap();
+    assert!(
+        (truth - 60.0..=truth + 5.0).contains(&estimate),
+        "estimate {estimate}, oldest expiry waits {truth}: {stats}"
+    );
+    assert!(
+        sj["expired_backlog_estimate"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    // check finds nothing amiss with the shards' indexes: they mirror the coordinator's, and the
+    // expiry index is the coordinator's finding.
+    let check = db.idemctl().args(["check", "-o", "json"]).run();
+    let cj = check.json();
+    let shards = crate::fixtures::finding(&cj, "citus shard indexes");
+    assert_eq!(shards["status"], "ok", "{check}");
+    assert_eq!(
+        shards["detail"], "all 32 shards carry the identity index",
+        "{check}"
+    );
+    assert_eq!(
+        crate::fixtures::finding(&cj, "expiry index")["status"],
+        "warn",
+        "{check}"
+    );
     let before = snapshot(&db).await;
     let expired = before.values().filter(|s| evictable(s)).count();
     let near_past = before
