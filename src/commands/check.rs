@@ -422,6 +422,14 @@ fn partitioning(table: &KeyTable, r: &StatsReport) -> Vec<Finding> {
             let fix = table.stuck_index_fix();
             (Status::Note, DropPartitions::NeedsStuckIndex { fix })
         }
+        Some(key) if table.expiry_index().is_none() && table.expiry_past_bound().is_none() => {
+            let found = DropPartitions::NeedsExpiryIndex {
+                key: key.column(),
+                column: table.profile.expiry_column().to_owned(),
+                fix: table.expiry_index_fix(),
+            };
+            (Status::Note, found)
+        }
         Some(key) => {
             let column = key.column();
             (Status::Ok, DropPartitions::Available { column })
@@ -666,9 +674,11 @@ fn workers(cluster: &Cluster) -> Outcome {
     Outcome::Workers { workers }
 }
 
-/// Every shard carries the expiry and identity indexes, and the in_progress index when the
-/// coordinator's table has it.
+/// Every shard carries the identity index, and the expiry and in_progress indexes when the
+/// coordinator's table has them (without the expiry index, evict walks each shard's copy of the
+/// unique index instead).
 fn shard_indexes(table: &KeyTable, cluster: &Cluster) -> Outcome {
+    let want_expiry = table.expiry_index().is_some();
     let want_stuck = table.stuck_index().is_some();
     let mut missing = Vec::new();
     let mut shards = 0;
@@ -677,7 +687,7 @@ fn shard_indexes(table: &KeyTable, cluster: &Cluster) -> Outcome {
             shards += 1;
             let t = &shard.table;
             let lacks: Vec<String> = [
-                ("expiry", t.expiry_index().is_none()),
+                ("expiry", want_expiry && t.expiry_index().is_none()),
                 ("identity", t.identity_index().is_none()),
                 ("in_progress", want_stuck && t.stuck_index().is_none()),
             ]
@@ -719,6 +729,7 @@ fn shard_indexes(table: &KeyTable, cluster: &Cluster) -> Outcome {
     });
     Outcome::Indexes {
         shards,
+        want_expiry,
         want_stuck,
         missing,
         table: table.quoted.clone(),

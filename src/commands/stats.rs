@@ -69,6 +69,9 @@ struct PlacementStats {
     oldest_expired: Option<KeyRef>,
     /// The eviction lag on this placement (None: unknown, the figures are not exact).
     lag: Option<f64>,
+    /// The lag estimated from the planner's statistics where it cannot be found (no expiry
+    /// index); None where it is found, or no statistics hold the expiry column.
+    lag_estimate: Option<f64>,
     referenced: Option<ReferencedExpired>,
     backlog: Option<Capped>,
     /// The planner's estimate of the expired backlog, read when the count stopped at its cap or
@@ -102,7 +105,6 @@ pub(crate) async fn gather(
     let shards = placements.in_shards();
     if shards {
         table.require_ttl("stats")?;
-        table.require_expiry_index()?;
     }
     let mut notes = Vec::new();
     let figures = expiry_figures(table, &mut notes);
@@ -264,6 +266,7 @@ fn empty(table: &KeyTable, plan: &Plan, count_backlog: bool) -> StatsReport {
         oldest_live: None,
         oldest_expired: None,
         eviction_lag_seconds: (plan.figures == ExpiryFigures::Exact).then_some(0.0),
+        eviction_lag_estimated_seconds: None,
         referenced_expired: None,
         expired_backlog: count_backlog.then_some(Capped::ZERO),
         expired_backlog_estimate: None,
@@ -325,6 +328,10 @@ fn merge(report: &mut StatsReport, part: &mut NodeStats, totals: &mut Totals, s:
     if let Some(lag) = s.lag {
         part.eviction_lag_seconds = part.eviction_lag_seconds.max(lag);
         report.eviction_lag_seconds = Some(report.eviction_lag_seconds.unwrap_or(0.0).max(lag));
+    }
+    if let Some(lag) = s.lag_estimate {
+        let e = &mut report.eviction_lag_estimated_seconds;
+        *e = Some(e.unwrap_or(0.0).max(lag));
     }
     report.oldest_live = earliest(report.oldest_live.take(), s.oldest_live);
     report.oldest_expired = earliest(report.oldest_expired.take(), s.oldest_expired);
@@ -458,6 +465,10 @@ async fn read_figures(
         }
         false => (None, None, None),
     };
+    let lag_estimate = match plan.figures {
+        ExpiryFigures::Estimated => queries::lag_estimate(c, t).await?,
+        ExpiryFigures::Exact | ExpiryFigures::Unknown => None,
+    };
     let backlog = match budget.backlog_left {
         Some(left) => {
             let mut b = queries::expired_backlog(c, t, left).await?;
@@ -487,6 +498,7 @@ async fn read_figures(
         oldest_live,
         oldest_expired,
         lag,
+        lag_estimate,
         referenced,
         backlog,
         backlog_estimate: None,
@@ -593,6 +605,11 @@ pub(crate) fn metrics(r: &StatsReport) -> Metrics {
         m.set(S::EvictionLag, lag);
     }
     m.set(S::EvictionLagKnown, r.eviction_lag_seconds.is_some());
+    // Known means measured: the planner's estimate, where the lag cannot be found, has a gauge of
+    // its own and leaves idemctl_eviction_lag_known at 0.
+    if let Some(estimate) = r.eviction_lag_estimated_seconds {
+        m.set(S::EvictionLagEstimated, estimate);
+    }
     if let Some(refd) = &r.referenced_expired {
         m.set(S::ExpiredReferencedKeys, refd.count.count);
         m.set(S::ExpiredReferencedCapped, refd.count.at_least);

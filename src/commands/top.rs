@@ -94,7 +94,6 @@ pub(crate) async fn run(ctx: &Context, args: &TopArgs) -> Result<Exit> {
     let table = ctx.table(&session).await?;
     table.require_columns()?;
     table.require_ttl("top")?;
-    table.require_expiry_index()?;
     table.require_ttl_floor(
         "top",
         ctx.global.short_ttl_allowed_by.is_some(),
@@ -363,11 +362,11 @@ fn count(c: queries::Capped) -> Count {
 }
 
 /// The backlog's trend value: the count, or past the cap the planner's estimate.
-fn backlog_trend(r: &StatsReport) -> u64 {
+fn backlog_trend(r: &StatsReport) -> Option<u64> {
     match (r.expired_backlog, r.expired_backlog_estimate) {
-        (Some(b), Some(estimate)) if b.at_least => estimate.max(b.count.max(0) as u64),
-        (Some(b), _) => b.count.max(0) as u64,
-        (None, _) => 0,
+        (Some(b), Some(estimate)) if b.at_least => Some(estimate.max(b.count.max(0) as u64)),
+        (Some(b), _) => Some(b.count.max(0) as u64),
+        (None, _) => None,
     }
 }
 
@@ -434,10 +433,10 @@ impl History {
             (&mut t.backlog, backlog_trend(r)),
             (
                 &mut t.lag,
-                r.eviction_lag_seconds.unwrap_or(0.0).max(0.0) as u64,
+                r.eviction_lag_seconds.map(|s| s.max(0.0) as u64),
             ),
-            (&mut t.insert, insert.unwrap_or(0.0) as u64),
-            (&mut t.evict, evict.unwrap_or(0.0) as u64),
+            (&mut t.insert, insert.map(|r| r as u64)),
+            (&mut t.evict, evict.map(|r| r as u64)),
         ] {
             series.push(value);
             if series.len() > TREND_KEEP {
@@ -467,6 +466,7 @@ fn frame(
         backlog: r.expired_backlog.map(count),
         backlog_estimate: r.expired_backlog_estimate,
         eviction_lag_seconds: r.eviction_lag_seconds,
+        eviction_lag_estimated_seconds: r.eviction_lag_estimated_seconds,
         eviction_lag_at_most: r.referenced_expired.as_ref().is_some_and(|x| x.lag_at_most),
         insert_per_second: insert,
         evict_per_second: evict,

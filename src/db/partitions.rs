@@ -14,6 +14,9 @@ pub(crate) use crate::report::rows::Partition;
 pub(crate) const LIST_SQL: &str = include_str!("../../sql/table_partitions.sql");
 /// Decides, on a detached partition, whether it may be dropped.
 pub(crate) const PROBE_SQL: &str = include_str!("../../sql/evict_partition_probe.sql");
+/// The probe where the partition's bound proves its keys expired (no expiry index to read).
+pub(crate) const PROBE_IN_FLIGHT_SQL: &str =
+    include_str!("../../sql/evict_partition_probe_in_flight.sql");
 /// Detaches a partition from the key table.
 pub(crate) const DETACH_SQL: &str = include_str!("../../sql/evict_partition_detach.sql");
 /// Drops a detached partition.
@@ -75,19 +78,29 @@ impl Probe {
     }
 }
 
-/// Run the probe on `partition` (two index probes).
+/// Run the probe on `partition` (two index probes). `bound_expiry`: the latest expiry the
+/// partition's bound allows, given where the table has no expiry index to find it through; the
+/// probe then only looks for an in_progress key (one index probe).
 pub(crate) async fn probe(
     client: &Session,
     table: &KeyTable,
     partition: &Partition,
+    bound_expiry: Option<OffsetDateTime>,
 ) -> Result<Probe> {
+    let sql = match bound_expiry {
+        Some(_) => PROBE_IN_FLIGHT_SQL,
+        None => PROBE_SQL,
+    };
     let row = client
-        .query_one(&partition.sql(table, PROBE_SQL), &[])
+        .query_one(&partition.sql(table, sql), &[])
         .await
         .with_context(|| Step::ProbePartition(partition.name.clone()))?;
     Ok(Probe {
         holds_in_progress: row.get("holds_in_progress"),
-        newest_expiry: row.get("newest_expiry"),
+        newest_expiry: match bound_expiry {
+            Some(t) => Some(t),
+            None => row.get("newest_expiry"),
+        },
         db_now: row.get("db_now"),
     })
 }

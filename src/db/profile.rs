@@ -831,9 +831,8 @@ impl Profile {
             "key_type" => Some(self.key_type.clone()),
             "identity_row" | "identity_as" => Some(self.identity_sql(role, &q)),
             "identity_ids" if alias.is_none() => Some(self.identity_sql(role, &q)),
-            "created_at" | "locked_at" | "expiry" | "cutoff" | "expires_at" | "held_since" => {
-                self.time_sql(role, &q)
-            }
+            "created_at" | "locked_at" | "expiry" | "cutoff" | "expires_at" | "held_since"
+            | "time_type" => self.time_sql(role, &q),
             "in_flight" | "done" | "state" | "fail_state" => Some(self.state_sql(role, &q)),
             r if r.starts_with("fail_body_p") || r.starts_with("keep_failed_p") => self.fail_sql(r),
             r if r == "tenant"
@@ -955,6 +954,7 @@ impl Profile {
     fn time_sql(&self, role: &str, q: &dyn Fn(&str) -> String) -> Option<String> {
         let ts = self.time_type();
         Some(match role {
+            "time_type" => ts.to_owned(),
             "created_at" => q(&self.created_at),
             "locked_at" => self
                 .locked_at

@@ -116,6 +116,21 @@ pub(crate) async fn oldest_expired(client: &Session, table: &KeyTable) -> Result
     }))
 }
 
+/// The eviction lag estimated from the planner's statistics of the expiry column (no expiry index
+/// to find the oldest expired key through): the wait of the lowest value the last analyze sampled,
+/// None when no statistics hold the column.
+pub(crate) async fn lag_estimate(client: &Session, table: &KeyTable) -> Result<Option<f64>> {
+    let column = table.profile.expiry_column();
+    let r = client
+        .query_one(
+            &table.sql(include_str!("../../sql/stats_lag_estimate.sql")),
+            &[p(&table.oid), p(&column)],
+        )
+        .await
+        .context("failed to read the expiry column's statistics")?;
+    Ok(r.try_get("lag_seconds")?)
+}
+
 impl Capped {
     /// Interpret a count taken with `LIMIT cap + 1`.
     pub(crate) fn from_raw(n: i64, cap: i64) -> Capped {

@@ -347,6 +347,18 @@ impl KeyTable {
         typed.then_some(key)
     }
 
+    /// How far past a partition's upper bound its keys can expire, which proves they all expired
+    /// without reading them (where there is no expiry index to find the latest expiry through):
+    /// nothing where the table is partitioned on its expiry column, the TTL where keys expire a
+    /// TTL after the creation time it is partitioned on. None where the bound proves nothing
+    /// (partitioned on the creation time, with an expiry column of its own) or the table is not
+    /// range-partitioned on a time.
+    pub fn expiry_past_bound(&self) -> Option<std::time::Duration> {
+        let key = self.range_key()?;
+        (key.column() == self.profile.expiry_column())
+            .then(|| self.profile.ttl().unwrap_or(std::time::Duration::ZERO))
+    }
+
     /// Whether the identity index makes the identity (scope and key) unique across the whole
     /// table. On a partitioned table whose key is another column, the unique index includes that
     /// column, so PostgreSQL enforces uniqueness only per partition-key value.

@@ -78,6 +78,8 @@ catalogue! {
         "How long the oldest expired completed key evict can delete has waited for eviction (0 when none waits; an upper bound when idemctl_eviction_lag_upper_bound is 1; absent when idemctl_eviction_lag_known is 0).";
     EvictionLagKnown = Gauge "idemctl_eviction_lag_known" []
         "1 when stats found the eviction lag; 0 when it is unknown (no index on the expiry column, or no expiry column and no --ttl), and idemctl_eviction_lag_seconds is then absent.";
+    EvictionLagEstimated = Gauge "idemctl_eviction_lag_estimated_seconds" []
+        "Where the eviction lag cannot be found (no index on the expiry column), the planner's estimate of it: how long the lowest expiry the last ANALYZE sampled has been past (0 when none); absent where the lag is found or the column has no statistics.";
     ExpiredReferencedKeys = Gauge "idemctl_expired_referenced_keys" []
         "Expired completed keys evict leaves because a NO ACTION or RESTRICT foreign key still references them, among the oldest examined (not in the eviction lag).";
     ExpiredReferencedCapped = Gauge "idemctl_expired_referenced_capped" []

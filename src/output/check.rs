@@ -570,6 +570,14 @@ fn drop_partitions(status: Status, d: &DropPartitions) -> Worded {
             "not available without the optional in_progress index, which proves a partition holds no in_progress key while it is locked".to_owned(),
             Some(fix.clone()),
         ),
+        DropPartitions::NeedsExpiryIndex { key, column, fix } => (
+            format!(
+                "not available without the index on {}: the partitions are bounded on {key}, which does not bound {}, and only that index proves a partition's keys have all expired without reading it under the table's lock; evict walks the table meanwhile",
+                sanitize(column),
+                sanitize(column)
+            ),
+            Some(fix.clone()),
+        ),
         DropPartitions::Available { column } => (
             format!(
                 "available: a partition whose {column} range has passed is dropped whole when it holds no in_progress or unexpired key (needs ownership of the table)"
@@ -882,12 +890,20 @@ fn citus_finding(outcome: &Outcome) -> Worded {
         }
         Outcome::Indexes {
             shards,
+            want_expiry,
             want_stuck,
             missing,
             table,
             fixes,
             identity,
-        } => indexes_finding(*shards, *want_stuck, missing, table, fixes, identity.as_ref()),
+        } => indexes_finding(
+            *shards,
+            (*want_expiry, *want_stuck),
+            missing,
+            table,
+            fixes,
+            identity.as_ref(),
+        ),
         Outcome::PrivilegesUnread { error } => worded(
             "citus shard privileges",
             Status::Fail,
@@ -963,24 +979,25 @@ fn shards_lacking(shards: &[ShardLacks], lacks: impl Fn(&[String]) -> String) ->
 
 fn indexes_finding(
     shards: usize,
-    want_stuck: bool,
+    (want_expiry, want_stuck): (bool, bool),
     missing: &[ShardLacks],
     table: &str,
     fixes: &[String],
     identity: Option<&(String, String)>,
 ) -> Worded {
     if missing.is_empty() {
+        let carried = match want_expiry {
+            true => "the expiry and identity indexes",
+            false => "the identity index",
+        };
+        let stuck = match want_stuck {
+            true => " and the in_progress index",
+            false => "",
+        };
         return worded(
             "citus shard indexes",
             Status::Ok,
-            format!(
-                "all {shards} shards carry the expiry and identity indexes{}",
-                if want_stuck {
-                    " and the in_progress index"
-                } else {
-                    ""
-                }
-            ),
+            format!("all {shards} shards carry {carried}{stuck}"),
             None,
         );
     }

@@ -185,10 +185,6 @@ pub(crate) fn walking(
 /// What the walk (no expiry index) does not handle.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum WalkRefusal {
-    /// --drop-partitions.
-    DropPartitions,
-    /// A table Citus distributes (its shards' batches go through the expiry index).
-    Distributed,
     /// A NO ACTION / RESTRICT foreign key referencing the table (a referenced key would fail the
     /// page's DELETE).
     BlockingKey,
@@ -197,14 +193,23 @@ pub(crate) enum WalkRefusal {
 /// Something the walk (no expiry index) does not handle.
 pub(crate) fn walk_refuses(table: &Table, what: WalkRefusal, fix: &str) -> String {
     let what = match what {
-        WalkRefusal::DropPartitions => "--drop-partitions",
-        WalkRefusal::Distributed => "a table Citus distributes",
         WalkRefusal::BlockingKey => "a NO ACTION / RESTRICT foreign key referencing the table",
     };
     format!(
         "table {} has no index on {}, so evict would walk its unique index, which does not handle {what} yet; nothing was changed; create the index with: {fix}",
         table.display(),
         sanitize(&table.profile.expiry_column)
+    )
+}
+
+/// --drop-partitions on a table partitioned on a column that does not bound its expiry (its creation
+/// time, with an expiry column of its own), without an index on the expiry column.
+pub(crate) fn drop_partitions_unproven(table: &Table, key: &str, fix: &str) -> String {
+    let expiry = sanitize(&table.profile.expiry_column);
+    format!(
+        "table {} is partitioned on {}, which does not bound {expiry}, and has no index on {expiry}, so --drop-partitions cannot prove a partition's keys have all expired without reading the partition while it holds the table's lock; nothing was changed: run evict without --drop-partitions (it walks the table's unique index), or create the index with: {fix}",
+        table.display(),
+        sanitize(key)
     )
 }
 
@@ -266,6 +271,12 @@ pub(crate) fn plan_needs_delete() -> &'static str {
 /// In place of the walk's page plan, for a role that may not delete or lock rows.
 pub(crate) fn page_plan_needs_delete() -> &'static str {
     "(not shown: explaining the page's DELETE needs the DELETE privilege and the right to lock rows (UPDATE on a column), which this role lacks)"
+}
+
+/// In place of the walk's page plan on a table Citus distributes: a run walks each shard on its
+/// worker, and the coordinator cannot plan the page over the whole table.
+pub(crate) fn page_plan_on_shards() -> &'static str {
+    "(not shown: a run walks each shard's copy of the index on its worker, one page at a time; the coordinator cannot plan the page over the distributed table)"
 }
 
 pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
@@ -724,6 +735,15 @@ pub(crate) fn reference_table_referenced_by_distributed(
 pub(crate) fn shard_without_expiry_index(shard: i64, table: &Table, worker: &str) -> String {
     format!(
         "shard {shard} of {} on worker {worker} has no expiry index (it was dropped on the worker), so every evict batch there would scan the shard whole; nothing was changed: recreate the index on the coordinator, which Citus creates on every shard (`idemctl check` prints the statements)",
+        table.display()
+    )
+}
+
+/// A shard of a Citus table without an expiry index (on `worker`) that lost its copy of the
+/// unique index evict walks instead.
+pub(crate) fn shard_without_walk_index(shard: i64, table: &Table, worker: &str) -> String {
+    format!(
+        "shard {shard} of {} on worker {worker} has neither an expiry index nor a unique index of plain NOT NULL columns to walk (dropped on the worker), so every evict batch there would scan the shard whole; nothing was changed: drop and create that index again on the coordinator, which Citus then creates on every shard",
         table.display()
     )
 }

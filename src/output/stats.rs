@@ -135,7 +135,15 @@ fn doc(r: &StatsReport) -> Doc {
 fn lag_text(r: &StatsReport) -> String {
     match r.expiry_figures {
         ExpiryFigures::Unknown => return "unknown (no expiry column and no --ttl)".into(),
-        ExpiryFigures::Estimated => return "unknown (no index on expiry to find it)".into(),
+        ExpiryFigures::Estimated => {
+            return match r.eviction_lag_estimated_seconds {
+                Some(s) => format!(
+                    "about {} (estimated: the planner's statistics as of the last analyze, no index on expiry)",
+                    human_secs(s)
+                ),
+                None => "unknown (no index on expiry to find it, and no planner statistics to estimate it from until the table is analyzed)".into(),
+            };
+        }
         ExpiryFigures::Exact => {}
     }
     let refd = r.referenced_expired.as_ref();
@@ -288,7 +296,7 @@ pub(crate) fn note(n: &StatsNote) -> String {
             sanitize(created_at)
         ),
         StatsNote::ExpiryEstimatedWithoutIndex { table, column, fix } => format!(
-            "table {} has no index on {}: the expired backlog is the planner's estimate, and the eviction lag and the oldest live key are unknown (finding them would read the whole table); evict walks the table's unique index meanwhile. The index makes them exact: {fix}",
+            "table {} has no index on {}: the expired backlog and the eviction lag are estimated from the planner's statistics, and the oldest live key is unknown (finding it would read the whole table); evict walks the table's unique index meanwhile. The index makes them exact: {fix}",
             sanitize(table),
             sanitize(column)
         ),

@@ -142,6 +142,10 @@ pub(crate) struct Frame {
     pub backlog_estimate: Option<u64>,
     /// None when unknown (no expiry index, or no expiry and no TTL).
     pub eviction_lag_seconds: Option<f64>,
+    /// Where the lag is unknown for want of an expiry index, the planner's estimate of it (stats'
+    /// `eviction_lag_estimated_seconds`); shown as such, never drawn in the lag's trend.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eviction_lag_estimated_seconds: Option<f64>,
     /// The lag is an upper bound (every oldest expired key examined is still referenced).
     pub eviction_lag_at_most: bool,
     /// Rows inserted and deleted per second, from the server's counters over `rate_seconds`
@@ -185,13 +189,18 @@ impl Frame {
     }
 }
 
-/// The recent values of the figures drawn as sparklines, oldest first.
+/// One figure's recent values, oldest first (`None`: not known at that refresh).
+type Series = [Option<u64>];
+
+/// The recent values of the figures drawn as sparklines, oldest first; `None` where a refresh
+/// could not tell the figure (an unknown lag, a backlog not counted, a rate not yet measured),
+/// drawn as a gap, never as a 0.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Trends {
-    pub backlog: Vec<u64>,
-    pub lag: Vec<u64>,
-    pub insert: Vec<u64>,
-    pub evict: Vec<u64>,
+    pub backlog: Vec<Option<u64>>,
+    pub lag: Vec<Option<u64>>,
+    pub insert: Vec<Option<u64>>,
+    pub evict: Vec<Option<u64>>,
 }
 
 /// What the view is doing.
@@ -292,7 +301,7 @@ fn fit(s: &str, width: usize) -> String {
 }
 
 /// The last `width` values of a series.
-fn tail(series: &[u64], width: u16) -> &[u64] {
+fn tail<T>(series: &[T], width: u16) -> &[T] {
     &series[series.len().saturating_sub(usize::from(width))..]
 }
 
@@ -401,22 +410,27 @@ fn eviction_block(f: &Frame, view: &View, area: Rect, buf: &mut Buffer) {
     let block = boxed(&format!("eviction · trend over the last {span}"));
     let inner = block.inner(area);
     block.render(area, buf);
+    // Where a figure cannot be measured (no expiry index), the planner's estimate, said so.
     let backlog = match (f.backlog, f.backlog_estimate) {
         (Some(c), Some(e)) if c.at_least => format!("{} (~{})", count_text(c), thousands(e as i64)),
         (Some(c), _) => count_text(c),
-        (None, _) => "not counted".into(),
+        (None, Some(e)) => format!("~{} (estimate)", thousands(e as i64)),
+        (None, None) => "not counted".into(),
     };
-    let lag = match f.eviction_lag_seconds {
-        None => "unknown".to_owned(),
-        Some(s) if f.eviction_lag_at_most => format!("≤{}", human_secs(s)),
-        Some(s) => human_secs(s),
+    let lag = match (f.eviction_lag_seconds, f.eviction_lag_estimated_seconds) {
+        (None, Some(e)) => format!("~{} (estimate)", human_secs(e)),
+        (None, None) => "unknown".to_owned(),
+        (Some(s), _) if f.eviction_lag_at_most => format!("≤{}", human_secs(s)),
+        (Some(s), _) => human_secs(s),
     };
     // Behind: evicting less than is inserted while the lag grows, or the backlog while it is
     // counted exactly (past the cap its trend is the planner's estimate, which jumps when the table
     // is analyzed). Fewer evictions than inserts is normal while new keys have not expired.
-    let rising = |series: &[u64]| {
-        let recent = tail(series, 30);
-        recent.first() < recent.last()
+    // Between the first and the last value known of the recent ones; a gap tells nothing.
+    let rising = |series: &[Option<u64>]| {
+        let mut known = tail(series, 30).iter().flatten();
+        let first = known.next();
+        first.is_some() && first < known.last()
     };
     let exact = f.backlog.is_some_and(|b| !b.at_least);
     let growing = rising(&view.trends.lag) || (exact && rising(&view.trends.backlog));
@@ -433,7 +447,7 @@ fn eviction_block(f: &Frame, view: &View, area: Rect, buf: &mut Buffer) {
         None if f.insert_per_second == Some(0.0) => ("no inserts".into(), Style::default()),
         None => ("measuring…".into(), Style::default()),
     };
-    let rows: [(&str, String, Style, Option<&[u64]>); 5] = [
+    let rows: [(&str, String, Style, Option<&Series>); 5] = [
         (
             "backlog",
             backlog,
@@ -481,23 +495,25 @@ fn eviction_block(f: &Frame, view: &View, area: Rect, buf: &mut Buffer) {
 }
 
 /// A trend's bars and their full height: from 0, or (`from_lowest`) from the lowest value shown,
-/// a flat trend then drawn as the lowest bar.
-fn sparkline_data(values: &[u64], from_lowest: bool) -> (Vec<u64>, u64) {
+/// a flat trend then drawn as the lowest bar. A value not known stays absent (a gap), and the
+/// known ones alone set the scale.
+fn sparkline_data(values: &[Option<u64>], from_lowest: bool) -> (Vec<Option<u64>>, u64) {
+    let known = || values.iter().flatten().copied();
     let lo = if from_lowest {
-        values.iter().copied().min().unwrap_or(0)
+        known().min().unwrap_or(0)
     } else {
         0
     };
-    let hi = values.iter().copied().max().unwrap_or(0);
+    let hi = known().max().unwrap_or(0);
     if from_lowest {
         // The lowest value is an eighth of the height (the lowest bar), the highest the whole.
         let range = hi - lo;
         if range == 0 {
-            return (vec![1; values.len()], 8);
+            return (values.iter().map(|v| v.map(|_| 1)).collect(), 8);
         }
         let data = values
             .iter()
-            .map(|v| (v - lo).saturating_mul(7).saturating_add(range))
+            .map(|v| v.map(|v| (v - lo).saturating_mul(7).saturating_add(range)))
             .collect();
         return (data, range.saturating_mul(8));
     }
@@ -953,6 +969,7 @@ mod tests {
             }),
             backlog_estimate: None,
             eviction_lag_seconds: Some(192.0),
+            eviction_lag_estimated_seconds: None,
             eviction_lag_at_most: false,
             insert_per_second: Some(240.0),
             evict_per_second: Some(180.0),
@@ -1025,29 +1042,101 @@ mod tests {
     #[test]
     fn eviction_falls_behind_only_while_the_lag_or_the_counted_backlog_grows() {
         let mut v = view();
-        v.trends.backlog = vec![100, 100];
+        v.trends.backlog = vec![Some(100), Some(100)];
         assert!(!plain(&v, 80).contains("falling behind"));
-        v.trends.backlog = vec![100, 120];
+        v.trends.backlog = vec![Some(100), Some(120)];
         let text = plain(&v, 80);
         assert!(text.contains("0.75  falling behind"), "{text}");
-        v.trends.backlog = vec![100, 100];
-        v.trends.lag = vec![60, 62];
+        v.trends.backlog = vec![Some(100), Some(100)];
+        v.trends.lag = vec![Some(60), Some(62)];
         assert!(plain(&v, 80).contains("0.75  falling behind"));
-        v.trends.lag = vec![62, 60];
+        v.trends.lag = vec![Some(62), Some(60)];
         assert!(!plain(&v, 80).contains("falling behind"));
+        // A lag that became known, or known between gaps, is no growth by itself.
+        v.trends.lag = vec![None, Some(60)];
+        assert!(!plain(&v, 80).contains("falling behind"));
+        v.trends.lag = vec![Some(60), None, Some(62), None];
+        assert!(plain(&v, 80).contains("0.75  falling behind"));
         v.frame.as_mut().unwrap().evict_per_second = Some(240.0);
         assert!(plain(&v, 80).contains("1.00  keeps up"));
     }
 
     #[test]
     fn a_trend_is_drawn_from_its_lowest_value_or_from_zero() {
+        let some = |v: &[u64]| v.iter().copied().map(Some).collect::<Vec<_>>();
         assert_eq!(
-            sparkline_data(&[100, 104, 108], true),
-            (vec![8, 36, 64], 64)
+            sparkline_data(&some(&[100, 104, 108]), true),
+            (some(&[8, 36, 64]), 64)
         );
-        assert_eq!(sparkline_data(&[7, 7], true), (vec![1, 1], 8));
-        assert_eq!(sparkline_data(&[0, 5], false), (vec![0, 5], 5));
+        assert_eq!(sparkline_data(&some(&[7, 7]), true), (some(&[1, 1]), 8));
+        assert_eq!(sparkline_data(&some(&[0, 5]), false), (some(&[0, 5]), 5));
         assert_eq!(sparkline_data(&[], false), (vec![], 1));
+    }
+
+    #[test]
+    fn a_value_not_known_is_a_gap_in_its_trend_and_does_not_set_the_scale() {
+        assert_eq!(
+            sparkline_data(&[Some(100), None, Some(108)], true),
+            (vec![Some(8), None, Some(64)], 64)
+        );
+        assert_eq!(
+            sparkline_data(&[None, Some(7), None], true),
+            (vec![None, Some(1), None], 8)
+        );
+        assert_eq!(sparkline_data(&[None, None], true), (vec![None, None], 8));
+        assert_eq!(
+            sparkline_data(&[Some(5), None], false),
+            (vec![Some(5), None], 5)
+        );
+    }
+
+    /// The lag's line as drawn: the columns of its trend.
+    fn lag_trend(text: &str) -> String {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("│lag "))
+            .unwrap_or_else(|| panic!("no lag line:\n{text}"));
+        line.chars().skip(41).take_while(|c| *c != '│').collect()
+    }
+
+    /// The value drawn beside `label` in the eviction box.
+    fn figure(text: &str, label: &str) -> String {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("│{label} ")))
+            .unwrap_or_else(|| panic!("no {label} line:\n{text}"));
+        line.chars()
+            .skip(20)
+            .take(21)
+            .collect::<String>()
+            .trim()
+            .to_owned()
+    }
+
+    #[test]
+    fn figures_that_cannot_be_measured_show_the_planners_estimate_or_unknown() {
+        let mut v = view();
+        let f = v.frame.as_mut().unwrap();
+        f.eviction_lag_seconds = None;
+        f.backlog = None;
+        assert_eq!(figure(&plain(&v, 80), "lag"), "unknown");
+        assert_eq!(figure(&plain(&v, 80), "backlog"), "not counted");
+        let f = v.frame.as_mut().unwrap();
+        f.eviction_lag_estimated_seconds = Some(183_600.0);
+        f.backlog_estimate = Some(41_250);
+        assert_eq!(figure(&plain(&v, 80), "lag"), "~2d 3h (estimate)");
+        assert_eq!(figure(&plain(&v, 80), "backlog"), "~41,250 (estimate)");
+    }
+
+    #[test]
+    fn an_unknown_lag_is_drawn_as_a_gap_not_as_a_bar() {
+        let mut v = view();
+        v.frame.as_mut().unwrap().eviction_lag_seconds = None;
+        v.trends.lag = vec![Some(60), None, None, Some(60)];
+        let text = plain(&v, 80);
+        assert_eq!(lag_trend(&text).trim_end(), "▁  ▁", "{text}");
+        v.trends.lag = vec![Some(60), Some(0), None, Some(120)];
+        assert_eq!(lag_trend(&plain(&v, 80)).trim_end(), "▄▁ █");
     }
 
     #[test]

@@ -209,6 +209,13 @@ pub(crate) enum DropPartitions {
     NotRange { definition: String },
     /// It needs the in_progress index.
     NeedsStuckIndex { fix: String },
+    /// Partitioned on a column that does not bound the expiry column (`column`), which has no
+    /// index: only that index proves a partition's keys have all expired.
+    NeedsExpiryIndex {
+        key: &'static str,
+        column: String,
+        fix: String,
+    },
     /// Available, on this column.
     Available { column: &'static str },
 }

@@ -13,10 +13,11 @@ pub(crate) enum Outcome {
     Unreachable { error: String },
     /// Every worker holding shards was reached.
     Workers { workers: Vec<Worker> },
-    /// The shards' indexes: how many shards there are, whether the in_progress index is wanted
-    /// (the coordinator's table has it), and what each shard lacks.
+    /// The shards' indexes: how many shards there are, whether the expiry and in_progress
+    /// indexes are wanted (the coordinator's table has them), and what each shard lacks.
     Indexes {
         shards: usize,
+        want_expiry: bool,
         want_stuck: bool,
         missing: Vec<ShardLacks>,
         table: String,

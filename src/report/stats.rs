@@ -26,6 +26,11 @@ pub(crate) struct StatsReport {
     /// None (null) unless `expiry_figures` is exact: without the expiry index the lag is unknown,
     /// and a 0 would read as "nothing waits".
     pub eviction_lag_seconds: Option<f64>,
+    /// Where the lag cannot be found (no expiry index), the planner's estimate of it: the wait of
+    /// the lowest expiry the last analyze sampled. Absent where the lag is found, or no statistics
+    /// hold the expiry column; `eviction_lag_seconds` stays null beside it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eviction_lag_estimated_seconds: Option<f64>,
     /// The expired completed keys evict leaves because a NO ACTION / RESTRICT foreign key still
     /// references them, among the oldest ones (absent when no such key references the table
     /// through an indexed column).

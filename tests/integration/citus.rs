@@ -2278,3 +2278,187 @@ async fn citus_a_scope_column_that_distributes_the_table_routes_to_its_shard() {
         .collect();
     assert_eq!(left, ["tenant_5"]);
 }
+
+/// Keys half an hour either side of the cut-off, added through the coordinator to every tenant's
+/// shard: the walk deletes exactly the ones past it.
+const NEAR_THE_CUTOFF: &str = "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+     request_fingerprint, state, response_status, response_body, created_at, expires_at) \
+     SELECT 'near-' || g || '-' || s.side, t.api_key_id, 'POST', '/p', '\\x00', 'completed', 201, '{}', \
+            now() - interval '1 day', now() + s.side * interval '30 minutes' \
+       FROM generate_series(1, 3) g, (VALUES (-1), (1)) s(side), \
+            (SELECT DISTINCT api_key_id FROM idempotency_keys) t";
+
+/// A distributed table without an index on its expiry column: evict walks each shard's copy of the
+/// primary key on its worker, in pages, one path over the placements as the expiry index's batches
+/// take; exactly the expired completed rows go (those half an hour past the cut-off included, half
+/// an hour short of it not), every row is examined once, each worker reports its part; a row
+/// budget holds across the shards. A shard that lost its copy of the primary key is refused
+/// before any change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_walks_each_shards_primary_key_without_an_expiry_index() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict walk").await else {
+        return;
+    };
+    db.exec(NEAR_THE_CUTOFF).await;
+    db.exec("DROP INDEX idempotency_keys_expiry").await;
+    db.exec("ANALYZE idempotency_keys").await;
+    // stats reads each shard on its worker without the index: the planner's estimates.
+    let stats = db.idemctl().args(["stats", "-o", "json"]).run();
+    stats.assert_code(0);
+    let sj = stats.json();
+    assert_eq!(sj["expiry_figures"], "estimated", "{stats}");
+    assert_eq!(
+        sj["eviction_lag_seconds"],
+        serde_json::Value::Null,
+        "{stats}"
+    );
+    let truth: f64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT extract(epoch FROM now() - min(expires_at))::float8 FROM idempotency_keys",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let estimate = sj["eviction_lag_estimated_seconds"].as_f64().unwrap();
+    assert!(
+        (truth - 60.0..=truth + 5.0).contains(&estimate),
+        "estimate {estimate}, oldest expiry waits {truth}: {stats}"
+    );
+    assert!(
+        sj["expired_backlog_estimate"].as_u64().unwrap() > 0,
+        "{stats}"
+    );
+    // check finds nothing amiss with the shards' indexes: they mirror the coordinator's, and the
+    // expiry index is the coordinator's finding.
+    let check = db.idemctl().args(["check", "-o", "json"]).run();
+    let cj = check.json();
+    let shards = crate::fixtures::finding(&cj, "citus shard indexes");
+    assert_eq!(shards["status"], "ok", "{check}");
+    assert_eq!(
+        shards["detail"], "all 32 shards carry the identity index",
+        "{check}"
+    );
+    assert_eq!(
+        crate::fixtures::finding(&cj, "expiry index")["status"],
+        "warn",
+        "{check}"
+    );
+    let before = snapshot(&db).await;
+    let expired = before.values().filter(|s| evictable(s)).count();
+    let near_past = before
+        .iter()
+        .filter(|((_, k), s)| k.ends_with("--1") && evictable(s))
+        .count();
+    assert!(
+        near_past > 0 && expired > MIX.expired as usize,
+        "{near_past} {expired}"
+    );
+    // The dry run reads the pages through the coordinator, changing nothing.
+    let dry = db
+        .idemctl()
+        .args(["evict", "--dry-run", "--batch-size", "40", "-o", "json"])
+        .run();
+    dry.assert_code(0);
+    assert_eq!(dry.json()["would_evict"]["count"], expired, "{dry}");
+    assert_eq!(
+        dry.json()["plan"],
+        serde_json::json!([
+            "(not shown: a run walks each shard's copy of the index on its worker, one page at a time; the coordinator cannot plan the page over the distributed table)"
+        ]),
+        "{dry}"
+    );
+    assert_eq!(snapshot(&db).await, before, "a dry run changes nothing");
+
+    // A row budget holds across the shards' walks, whichever shards it reaches.
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "--batch-size",
+            "40",
+            "--max-rows",
+            "50",
+            "-o",
+            "json",
+        ])
+        .run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_evicted"], 50, "{run}");
+    assert_eq!(run.json()["end_reason"], "row_budget", "{run}");
+    let budgeted = before.len() - snapshot(&db).await.len();
+    assert_eq!(budgeted, 50, "{run}");
+
+    let run = db
+        .idemctl()
+        .args(["evict", "--batch-size", "40", "-o", "json"])
+        .run();
+    run.assert_code(0);
+    let report = run.json();
+    let after = snapshot(&db).await;
+    let expected: BTreeMap<_, _> = before
+        .iter()
+        .filter(|(_, s)| !evictable(s))
+        .map(|(k, s)| (k.clone(), s.clone()))
+        .collect();
+    assert_eq!(after, expected, "rows left after the walk: {report}");
+    assert_eq!(report["rows_evicted"], expired - 50, "{report}");
+    assert_eq!(report["end_reason"], "drained", "{report}");
+    assert_eq!(report["walk"]["index"], "idempotency_keys_pkey", "{report}");
+    assert_eq!(
+        report["walk"]["rows_examined"],
+        before.len() - 50,
+        "{report}"
+    );
+    let nodes = report["citus"]["nodes"]
+        .as_array()
+        .expect("per-worker figures");
+    assert_eq!(nodes.len(), 2, "{report}");
+    let mut rows = 0;
+    for n in nodes {
+        assert!(n["rows_evicted"].as_i64().unwrap() > 0, "{report}");
+        assert_eq!(n["shards_drained"], n["shards"], "{report}");
+        rows += n["rows_evicted"].as_i64().unwrap();
+    }
+    assert_eq!(rows, expired as i64 - 50, "{report}");
+    run.assert_stderr(
+        "idemctl: note: table public.idempotency_keys has no index on expires_at: evict walks \
+         idempotency_keys_pkey in pages of 40 entries, reading every key to find the expired \
+         ones; the index would let each batch read only expired keys: CREATE INDEX CONCURRENTLY \
+         \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at);\n",
+    );
+
+    // A shard whose copy of the primary key was dropped on its worker.
+    let (worker, shard) = shard_on_worker(&db, "").await;
+    let id = shard.trim_start_matches("idempotency_keys_").to_owned();
+    worker
+        .batch_execute(&format!(
+            "ALTER TABLE {shard} DROP CONSTRAINT idempotency_keys_pkey_{id} CASCADE"
+        ))
+        .await
+        .unwrap();
+    db.exec(
+        "UPDATE idempotency_keys SET expires_at = now() - interval '1 hour' WHERE key LIKE 'near-%'",
+    )
+    .await;
+    let before = snapshot(&db).await;
+    let placed: String = db
+        .client()
+        .await
+        .query_one(
+            &format!("SELECT nodename || ':' || nodeport FROM citus_shards WHERE shardid = {id}"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    db.idemctl().args(["evict"]).run().assert_error(
+        2,
+        &format!(
+            "shard {id} of public.idempotency_keys on worker {placed} has neither an expiry index nor a unique index of plain NOT NULL columns to walk (dropped on the worker), so every evict batch there would scan the shard whole; nothing was changed: drop and create that index again on the coordinator, which Citus then creates on every shard"
+        ),
+    );
+    assert_eq!(snapshot(&db).await, before, "a refused run changes nothing");
+}

@@ -191,7 +191,7 @@ async fn refusals_on_a_table_without_the_maintenance_indexes_are_worded_exactly(
     assert_eq!(
         stats.json()["notes"],
         serde_json::json!([
-            "table public.idempotency_keys has no index on expires_at: the expired backlog is the planner's estimate, and the eviction lag and the oldest live key are unknown (finding them would read the whole table); evict walks the table's unique index meanwhile. The index makes them exact: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at);",
+            "table public.idempotency_keys has no index on expires_at: the expired backlog and the eviction lag are estimated from the planner's statistics, and the oldest live key is unknown (finding it would read the whole table); evict walks the table's unique index meanwhile. The index makes them exact: CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at);",
             "stuck in_progress keys not counted: that needs the optional index (CREATE INDEX CONCURRENTLY \"idempotency_keys_in_progress\" ON \"public\".\"idempotency_keys\" ((coalesce(locked_at, created_at))) WHERE state = 'in_progress';) or --allow-scan, which reads the whole table",
         ]),
         "{stats}"

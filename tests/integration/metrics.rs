@@ -489,6 +489,22 @@ async fn shipped_alert_rules_pass_promtool_and_use_only_series_idemctl_writes() 
         cmd.arg("--textfile").arg(&path).run().assert_code(0);
         written.extend(series_names(&std::fs::read_to_string(&path).unwrap()));
     }
+    // Without the expiry index stats writes the planner's estimates in gauges of their own.
+    db.exec("DROP INDEX idempotency_keys_expiry; ANALYZE idempotency_keys")
+        .await;
+    let path = out.path().join("stats-estimated.prom");
+    db.idemctl()
+        .arg("stats")
+        .arg("--textfile")
+        .arg(&path)
+        .run()
+        .assert_code(0);
+    let estimated = series_names(&std::fs::read_to_string(&path).unwrap());
+    assert!(
+        estimated.contains("idemctl_eviction_lag_estimated_seconds"),
+        "{estimated:?}"
+    );
+    written.extend(estimated);
     let mentioned = metric_names_in(&std::fs::read_to_string(&rules).unwrap());
     assert!(mentioned.len() >= 8, "{mentioned:?}");
     let unknown: Vec<_> = mentioned.difference(&written).collect();

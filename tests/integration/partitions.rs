@@ -709,3 +709,219 @@ async fn reclaim_fail_on_a_created_at_partitioned_table_skips_a_live_owner_in_an
         1
     );
 }
+
+/// Without an index on the expiry column, `--drop-partitions` still drops the partitions of an
+/// expires_at layout whose keys have all expired: a partition's upper bound proves it, and the
+/// probe only looks for an in_progress key (through the in_progress index). The rest is walked in
+/// pages of the primary key, and exactly the evictable rows go. On a created_at layout with an
+/// expiry column of its own, the bound proves nothing, and the run is refused in one line before
+/// any change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_drop_partitions_without_an_expiry_index_drops_by_the_bounds_and_walks_the_rest() {
+    let db = partitioned(PartitionBy::ExpiresAt, true, MIX).await;
+    db.exec("DROP INDEX idempotency_keys_expiry").await;
+    let before = snapshot(&db).await;
+    let expected = partman::droppable(&db).await;
+    assert!(expected.len() >= 6, "{expected:?}");
+    let in_progress_partition: String = db
+        .client()
+        .await
+        .query_one(
+            "SELECT tableoid::regclass::text FROM idempotency_keys WHERE state = 'in_progress' AND expires_at < now() LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+
+    let dry = db
+        .idemctl()
+        .args(["evict", "--dry-run", "--drop-partitions", "-o", "json"])
+        .run();
+    dry.assert_code(0);
+    let dj = dry.json();
+    assert_eq!(
+        names(&dj["would_drop_partitions"]),
+        qualified(&expected),
+        "{dj}"
+    );
+    assert_eq!(dj["walk"]["index"], "idempotency_keys_pkey", "{dj}");
+    assert_eq!(snapshot(&db).await, before, "the dry run changed something");
+
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "--drop-partitions",
+            "-o",
+            "json",
+            "--batch-size",
+            "400",
+        ])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(names(&j["dropped_partitions"]), qualified(&expected), "{j}");
+    assert_eq!(
+        names(&j["partitions_kept"]),
+        qualified(&[in_progress_partition]),
+        "{j}"
+    );
+    assert_eq!(
+        j["partitions_kept"][0]["reason"],
+        "it holds an in_progress key"
+    );
+    let dropped_rows = j["rows_dropped_estimate"].as_i64().unwrap();
+    let evicted = j["rows_evicted"].as_i64().unwrap();
+    assert_eq!(j["end_reason"], "drained", "{j}");
+    assert!(dropped_rows > 0 && evicted > 0, "{j}");
+    assert_eq!(dropped_rows + evicted, 3000, "{j}");
+    // The walk read every row the drops left, once.
+    let left_after_drops = before.len() as i64 - dropped_rows;
+    assert_eq!(j["walk"]["rows_examined"], left_after_drops, "{j}");
+    let left: BTreeSet<String> = partman::partition_names(&db).await.into_iter().collect();
+    assert_eq!(left.len(), 14 - expected.len());
+    assert_only_evictable_rows_gone(&db, &before).await;
+
+    let db = partitioned(PartitionBy::CreatedAt, true, MIX).await;
+    db.exec("DROP INDEX idempotency_keys_expiry").await;
+    let before = snapshot(&db).await;
+    db.idemctl()
+        .args(["evict", "--drop-partitions"])
+        .run()
+        .assert_error(2, "table public.idempotency_keys is partitioned on created_at, which does not bound expires_at, and has no index on expires_at, so --drop-partitions cannot prove a partition's keys have all expired without reading the partition while it holds the table's lock; nothing was changed: run evict without --drop-partitions (it walks the table's unique index), or create the index with: CREATE INDEX \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at); -- blocks writes while it builds; to avoid that, CREATE INDEX ... ON ONLY the table, CREATE INDEX CONCURRENTLY on each partition, then ALTER INDEX ... ATTACH PARTITION each");
+    // check says the same, with the index that lifts it.
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    let j = run.json();
+    let drop = fixtures::finding(&j, "evict --drop-partitions");
+    assert_eq!(drop["status"], "note", "{j}");
+    assert_eq!(
+        drop["detail"],
+        "not available without the index on expires_at: the partitions are bounded on created_at, which does not bound expires_at, and only that index proves a partition's keys have all expired without reading it under the table's lock; evict walks the table meanwhile",
+        "{j}"
+    );
+    assert_eq!(
+        drop["fix"],
+        "CREATE INDEX \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at); -- blocks writes while it builds; to avoid that, CREATE INDEX ... ON ONLY the table, CREATE INDEX CONCURRENTLY on each partition, then ALTER INDEX ... ATTACH PARTITION each",
+        "{j}"
+    );
+    assert_eq!(snapshot(&db).await, before);
+}
+
+/// The explainer's table (no expiry column: keys expire a TTL after created_at) partitioned by day
+/// on created_at, with the in-flight index and no index on created_at: a partition whose upper
+/// bound is a TTL past holds only expired keys, so `--drop-partitions` drops it unless a key in it
+/// is still in flight, and walks the rest; exactly the expired finished keys go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_drop_partitions_without_a_created_at_index_drops_partitions_a_ttl_past_their_bound()
+{
+    let ddl = crate::profiles::EXPLAINER_DDL
+        .replace("key             text        PRIMARY KEY,", "key             text        NOT NULL,")
+        .replace(
+            "    locked_at       timestamptz\n);",
+            "    locked_at       timestamptz,\n    PRIMARY KEY (key, created_at)\n) PARTITION BY RANGE (created_at);",
+        );
+    assert!(ddl.contains("PARTITION BY RANGE (created_at)"), "{ddl}");
+    let db = TestDb::new().await;
+    db.exec(&ddl).await;
+    db.exec(
+        "DO $$ DECLARE d date; BEGIN \
+           FOR d IN SELECT generate_series(current_date - 9, current_date + 1, interval '1 day')::date LOOP \
+             EXECUTE format('CREATE TABLE %I PARTITION OF idempotency_keys FOR VALUES FROM (%L) TO (%L)', \
+                            'idempotency_keys_p' || to_char(d, 'YYYYMMDD'), d::timestamptz, (d + 1)::timestamptz); \
+           END LOOP; END $$; \
+         CREATE TABLE idempotency_keys_default PARTITION OF idempotency_keys DEFAULT; \
+         CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at))) \
+           WHERE response_status = 202 AND response_body = '{\"status\": \"processing\"}'::jsonb;",
+    )
+    .await;
+    db.exec(&crate::profiles::explainer_rows(5)).await;
+    // Keys of every day back to a week ago, done long since.
+    db.exec(
+        "INSERT INTO idempotency_keys (key, request_hash, response_status, response_body, created_at) \
+         SELECT 'week-' || g, md5(g::text), 201, '{}', now() - g * interval '7 hours' \
+         FROM generate_series(1, 24) g; ANALYZE idempotency_keys",
+    )
+    .await;
+    /// Every row (key, digest) and whether evict may delete it (expired a day after creation,
+    /// not in flight).
+    async fn seen(db: &TestDb) -> Vec<(String, String, bool)> {
+        let rows = "SELECT key, md5(t::text), created_at < now() - interval '1 day' \
+                      AND NOT (response_status = 202 AND response_body = '{\"status\": \"processing\"}'::jsonb) \
+                    FROM idempotency_keys t ORDER BY key";
+        db.client()
+            .await
+            .query(rows, &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
+    }
+    let before = seen(&db).await;
+    // The partitions whose upper bound has passed: dropped when it is a day (the TTL) past and no
+    // key in them is in flight, else kept, saying why.
+    let ended = "SELECT relid::regclass::text, \
+                   EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.tableoid = relid \
+                            AND response_status = 202 AND response_body = '{\"status\": \"processing\"}'::jsonb), \
+                   (substring(relid::regclass::text from 19)::date + 1)::timestamptz + interval '1 day' < now() \
+                 FROM pg_partition_tree('idempotency_keys') \
+                WHERE isleaf AND relid::regclass::text <> 'idempotency_keys_default' \
+                  AND (substring(relid::regclass::text from 19)::date + 1)::timestamptz <= now() \
+                ORDER BY 1";
+    let parts = db.client().await.query(ended, &[]).await.unwrap();
+    let name = |r: &tokio_postgres::Row| format!("public.{}", r.get::<_, String>(0));
+    let droppable: BTreeSet<String> = parts
+        .iter()
+        .filter(|r| !r.get::<_, bool>(1) && r.get::<_, bool>(2))
+        .map(name)
+        .collect();
+    let kept: Vec<(String, &str)> = parts
+        .iter()
+        .filter(|r| r.get::<_, bool>(1) || !r.get::<_, bool>(2))
+        .map(|r| {
+            let why = match r.get::<_, bool>(1) {
+                true => "it holds an in_progress key",
+                false => "it holds a key that has not expired",
+            };
+            (name(r), why)
+        })
+        .collect();
+    assert!(
+        droppable.len() >= 4 && kept.iter().any(|k| k.1 == "it holds an in_progress key"),
+        "{droppable:?} {kept:?}"
+    );
+
+    let run = db
+        .idemctl()
+        .args([
+            "--ttl",
+            "1d",
+            "-o",
+            "json",
+            "evict",
+            "--drop-partitions",
+            "--batch-size",
+            "7",
+        ])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(names(&j["dropped_partitions"]), droppable, "{j}");
+    let reasons: Vec<(String, &str)> = j["partitions_kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["name"].as_str().unwrap().to_owned(),
+                k["reason"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(reasons, kept, "{j}");
+    assert_eq!(j["end_reason"], "drained", "{j}");
+    assert_eq!(j["walk"]["index"], "idempotency_keys_pkey", "{j}");
+    let expected: Vec<_> = before.iter().filter(|r| !r.2).cloned().collect();
+    assert_eq!(seen(&db).await, expected, "{j}");
+}

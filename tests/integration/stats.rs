@@ -285,3 +285,119 @@ async fn stats_notes_are_part_of_the_report_so_cron_stays_quiet_with_q() {
         .assert_stdout_empty()
         .assert_stderr_empty();
 }
+
+/// Without an index on the expiry column the eviction lag is estimated from the planner's
+/// statistics, apart from the measured lag: before any ANALYZE there is nothing to estimate from
+/// (unknown, no gauge, never a 0); after it the lowest expiry ANALYZE sampled (on a small table,
+/// every row) gives the wait of the oldest expired key, as SQL finds it; once evict has walked the
+/// table and it is analyzed again, nothing expired waits and the estimate is 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_expiry_index_the_lag_is_the_planners_estimate() {
+    let db = TestDb::new().await;
+    fixtures::create(&db, Schema::Corrected).await;
+    db.exec(
+        "DROP INDEX idempotency_keys_expiry; \
+         ALTER TABLE idempotency_keys SET (autovacuum_enabled = false)",
+    )
+    .await;
+    let rows = fixtures::load_sql(Mix {
+        expired: 40,
+        live: 60,
+        fresh: 5,
+        stuck: 0,
+        expired_in_progress: 0,
+    });
+    db.exec(&rows.replace("ANALYZE idempotency_keys;", ""))
+        .await;
+    let lag_line = |db: &TestDb| {
+        let run = db.idemctl().arg("stats").run();
+        run.assert_success();
+        run.stdout
+            .lines()
+            .find(|l| l.starts_with("eviction lag "))
+            .unwrap_or_else(|| panic!("no lag line: {run}"))
+            .to_owned()
+    };
+    let gauges = |db: &TestDb| {
+        let run = db.idemctl().args(["stats", "-o", "prometheus"]).run();
+        run.assert_success();
+        crate::metrics::promtool_check_metrics(&run.stdout);
+        run.stdout
+            .lines()
+            .filter(|l| l.starts_with("idemctl_eviction_lag_"))
+            .map(|l| l.split('{').next().unwrap().to_owned() + " " + l.rsplit(' ').next().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        lag_line(&db),
+        "eviction lag              unknown (no index on expiry to find it, and no planner statistics to estimate it from until the table is analyzed)"
+    );
+    assert_eq!(gauges(&db), ["idemctl_eviction_lag_known 0"]);
+    let run = db.idemctl().args(["stats", "-o", "json"]).run();
+    run.assert_success();
+    assert!(
+        !run.stdout.contains("eviction_lag_estimated_seconds"),
+        "{run}"
+    );
+
+    db.exec("ANALYZE idempotency_keys").await;
+    let run = db.idemctl().args(["stats", "-o", "json"]).run();
+    run.assert_success();
+    let truth: f64 = db
+        .client()
+        .await
+        .query_one(
+            "SELECT extract(epoch FROM now() - min(expires_at))::float8 FROM idempotency_keys",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let j = run.json();
+    assert_eq!(j["eviction_lag_seconds"], serde_json::Value::Null, "{run}");
+    let estimate = j["eviction_lag_estimated_seconds"].as_f64().unwrap();
+    assert!(truth > 86_400.0, "{truth}");
+    assert!(
+        (truth - 30.0..=truth).contains(&estimate),
+        "estimate {estimate}, oldest expiry waits {truth}: {run}"
+    );
+    let samples = gauges(&db);
+    assert_eq!(samples[0], "idemctl_eviction_lag_known 0");
+    let gauge: f64 = samples[1]
+        .strip_prefix("idemctl_eviction_lag_estimated_seconds ")
+        .unwrap_or_else(|| panic!("{samples:?}"))
+        .parse()
+        .unwrap();
+    assert!(
+        (truth - 30.0..=truth + 30.0).contains(&gauge),
+        "{samples:?}"
+    );
+    assert_eq!(samples.len(), 2, "{samples:?}");
+    assert!(
+        lag_line(&db).starts_with("eviction lag              about "),
+        "{}",
+        lag_line(&db)
+    );
+
+    db.idemctl().args(["-q", "evict"]).run().assert_success();
+    assert_eq!(
+        scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()"
+        )
+        .await,
+        0
+    );
+    db.exec("ANALYZE idempotency_keys").await;
+    assert_eq!(
+        lag_line(&db),
+        "eviction lag              about 0s (estimated: the planner's statistics as of the last analyze, no index on expiry)"
+    );
+    assert_eq!(
+        gauges(&db),
+        [
+            "idemctl_eviction_lag_known 0",
+            "idemctl_eviction_lag_estimated_seconds 0"
+        ]
+    );
+}

@@ -231,6 +231,51 @@ async fn top_in_a_terminal_follows_inserts_and_evict_and_q_restores_the_terminal
     let _ = evict.wait_async().await;
 }
 
+/// The columns of the trend drawn beside `label` in the eviction box.
+fn trend(screen: &str, label: &str) -> String {
+    let line = screen
+        .lines()
+        .find(|l| l.starts_with(&format!("│{label} ")))
+        .unwrap_or_else(|| panic!("no {label} line:\n{screen}"));
+    line.chars().skip(41).take_while(|c| *c != '│').collect()
+}
+
+/// On a table without an index on its expiry column the lag is not measured at any refresh: its
+/// trend stays empty (a gap for each refresh) while the insert rate's trend fills, instead of a
+/// row of bars saying the lag is 0; the figure shows the planner's estimate, marked as one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_lag_is_a_gap_in_the_trend_not_a_bar_at_zero() {
+    let db = table(300).await;
+    db.exec("DROP INDEX idempotency_keys_expiry; ANALYZE idempotency_keys")
+        .await;
+    let (stop, inserting) =
+        crate::support::inserts::insert_steadily(db.client().await, EXPIRED_INSERTS, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let tmux = Tmux::start(&top_script(dir.path(), &db, "--interval 500ms"));
+    let screen = tmux.wait_for(
+        "five refreshes of the insert rate",
+        Duration::from_secs(30),
+        |s| s.contains("live") && trend(s, "inserted").trim().chars().count() >= 5,
+    );
+    // The planner's estimates stand beside them, said so.
+    let lag = figure(&screen, "lag");
+    assert!(
+        lag.starts_with('~') && lag.ends_with(" (estimate)"),
+        "{screen}"
+    );
+    assert_eq!(trend(&screen, "lag").trim(), "", "{screen}");
+    let backlog = figure(&screen, "backlog");
+    assert!(
+        backlog.starts_with('~') && backlog.ends_with(" (estimate)"),
+        "{screen}"
+    );
+    assert_eq!(trend(&screen, "backlog").trim(), "", "{screen}");
+    tmux.keys("q");
+    assert_restored(&tmux, 0);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(inserting.await.unwrap() > 0.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_ends_top_with_130_and_restores_the_terminal() {
     let db = table(50).await;

@@ -91,7 +91,11 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
     }
     ctx.cancel.install()?;
     let started = Instant::now();
-    if let Some(walk) = &walk {
+    // On Citus, once the shards have been checked (see evict_placements).
+    if let Some(walk) = walk
+        .as_ref()
+        .filter(|_| !layout.as_ref().is_some_and(Layout::sharded))
+    {
         walk::say(ctx, args, &table, walk);
     }
     let gate = args
@@ -138,21 +142,25 @@ async fn require(
         &ctx.global.ttl_from,
     )?;
     let sharded = layout.filter(|l| l.sharded());
-    // Without an index on expiry, evict walks a unique index instead, on one server, in its plain
-    // batches (a dry run reads the same pages): dropping whole partitions and the shards' batches
-    // need the index.
-    if table.expiry_index().is_none() {
-        let what = match (sharded.is_some(), args.drop_partitions) {
-            (true, _) => Some(crate::output::evict::WalkRefusal::Distributed),
-            (false, true) => Some(crate::output::evict::WalkRefusal::DropPartitions),
-            (false, false) => None,
-        };
-        if let Some(what) = what {
-            return Err(fail(
-                Exit::Usage,
-                crate::output::evict::walk_refuses(&table.shown(), what, &table.expiry_index_fix()),
-            ));
-        }
+    // Without an index on expiry, evict walks a unique index instead, in its plain batches (on
+    // Citus, each shard's copy on its worker; a dry run reads the same pages through the server it
+    // connected to). Whole partitions are dropped first where their bounds prove their keys
+    // expired; elsewhere that proof needs the index (on Citus, the flag is refused below whatever
+    // the indexes).
+    if let Some(key) = table.range_key().filter(|_| {
+        table.expiry_index().is_none()
+            && args.drop_partitions
+            && sharded.is_none()
+            && table.expiry_past_bound().is_none()
+    }) {
+        return Err(fail(
+            Exit::Usage,
+            crate::output::evict::drop_partitions_unproven(
+                &table.shown(),
+                key.column(),
+                &table.expiry_index_fix(),
+            ),
+        ));
     }
     let privileges = table.privileges(client).await?;
     if args.max_replica_lag.is_some() {
@@ -220,7 +228,11 @@ async fn evict_placements(
     let (mut nodes, holder, drops, drop_result) = match sharded {
         true => {
             let jobs = args.effective_jobs();
-            let nodes = placements::workers(ctx, &client, table, jobs, budgeted).await?;
+            let walks = walk.is_some();
+            let nodes = placements::workers(ctx, &client, table, jobs, budgeted, walks).await?;
+            if let Some(walk) = &walk {
+                walk::say(ctx, args, table, walk);
+            }
             if let pace::Mode::Adaptive { .. } = pace {
                 pace = pace.leaving_out(placements::not_foreground(&client, &nodes).await?);
             }
@@ -635,7 +647,10 @@ async fn dry_run(
 ) -> Result<Exit> {
     let report = match table.expiry_index() {
         Some(_) => preview(ctx, client, table, args, layout, can_delete).await?,
-        None => walk::dry_run(ctx, args, client, table, can_delete).await?,
+        None => {
+            let sharded = layout.is_some_and(Layout::sharded);
+            walk::dry_run(ctx, args, client, table, can_delete, sharded).await?
+        }
     };
     let json = serde_json::to_value(&report)?;
     ctx.output

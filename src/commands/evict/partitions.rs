@@ -106,6 +106,16 @@ pub(crate) fn require_layout(
     Ok(key)
 }
 
+/// The latest expiry `p`'s bound allows, where the table has no expiry index (the probe then
+/// takes it instead of reading the partition); None where the index finds it.
+fn bound_expiry(table: &KeyTable, p: &Partition) -> Option<time::OffsetDateTime> {
+    if table.expiry_index().is_some() {
+        return None;
+    }
+    let past = time::Duration::try_from(table.expiry_past_bound()?).ok()?;
+    p.range_to.map(|to| to + past)
+}
+
 /// The partitions to try, oldest first, and those passed over with the reason.
 fn candidates(parts: &[Partition], min_age_secs: Option<f64>) -> (Vec<&Partition>, Vec<Kept>) {
     let margin = time::Duration::seconds_f64(min_age_secs.unwrap_or(0.0));
@@ -161,7 +171,7 @@ pub(crate) async fn preview(
     let (tried, mut kept_list) = candidates(&parts, min_age_secs);
     let mut report = DropReport::default();
     for p in tried {
-        let probe = partitions::probe(client, table, p).await?;
+        let probe = partitions::probe(client, table, p, bound_expiry(table, p)).await?;
         if probe.droppable() {
             report.dropped.push(dropped(p));
         } else {
@@ -250,7 +260,7 @@ async fn try_drop(client: &Session, run: &DropRun<'_>, p: &Partition) -> Result<
     if let Err(e) = partitions::detach(client, run.table, p).await {
         return refuse_or_fail(client, e, context()).await;
     }
-    let probe = match partitions::probe(client, run.table, p).await {
+    let probe = match partitions::probe(client, run.table, p, bound_expiry(run.table, p)).await {
         Ok(probe) => probe,
         Err(e) => {
             let _ = client.rollback().await;

@@ -31,7 +31,7 @@ use super::pace::{self, PaceReport, Pacer};
 use super::rate::RateReport;
 use super::replica::ReplicaGate;
 use super::worker::{self, Statements, Totals};
-use crate::commands::shards;
+use crate::commands::shards::{self, Shard};
 use crate::context::Context;
 use crate::db::citus;
 use crate::db::{KeyTable, Session};
@@ -188,49 +188,70 @@ pub(super) fn require_supported(
 }
 
 /// The workers holding the shards of the distributed `table`, each shard with its statements,
-/// checked before any change: every shard keeps its expiry index and grants evict what it needs.
-/// Under a row or batch budget, in the order of their oldest expired key.
+/// checked before any change: every shard keeps the index its batches read (the expiry index, or
+/// its copy of the unique index the run walks where `walks`: the table has no expiry index) and
+/// grants evict what it needs. Under a row or batch budget, in the order of their oldest expired
+/// key (found through the expiry index; a walk takes them in the workers' order).
 pub(super) async fn workers<'a>(
     ctx: &Context,
     coordinator: &Session,
     table: &KeyTable,
     jobs: u8,
     budgeted: bool,
+    walks: bool,
 ) -> Result<Vec<Node<'a>>> {
     // Sessions per worker: the batch sessions, the adaptive pace's extra one, and one for the
     // pace's samples and the counts.
     let cluster = shards::connect(ctx, coordinator, table, usize::from(jobs) + 2)
         .await
         .context(crate::report::failure::Step::ReachShards)?;
-    require_shard_indexes(table, &cluster.nodes)?;
+    require_shard_indexes(table, &cluster.nodes, walks)?;
     require_shard_grants(table, &cluster.nodes).await?;
-    let nodes = match budgeted {
+    let nodes = match budgeted && !walks {
         true => oldest_first(cluster.nodes).await?,
         false => cluster.nodes,
     };
-    with_statements(coordinator, table, nodes).await
+    with_statements(coordinator, table, nodes, walks).await
 }
 
-/// Refuse (exit 2, before any change) a shard that lost the expiry index its batches walk (dropped
-/// on its worker): every batch there would scan the shard whole. Read from the shards' catalogs,
-/// which the connection to the workers already resolved (no extra query). The fix recreates the
-/// index on the coordinator, which Citus creates on every shard again.
-fn require_shard_indexes(table: &KeyTable, nodes: &[shards::Node]) -> Result<()> {
+/// Refuse (exit 2, before any change) a shard that lost the index its batches read (dropped on its
+/// worker): the expiry index, or where the run walks, a unique index to walk; without it every
+/// batch there would scan the shard whole. Read from the shards' catalogs, which the connection to
+/// the workers already resolved (no extra query). The fix recreates the index on the coordinator,
+/// which Citus creates on every shard again.
+fn require_shard_indexes(table: &KeyTable, nodes: &[shards::Node], walks: bool) -> Result<()> {
     for node in nodes {
-        if let Some(shard) = node
-            .shards
-            .iter()
-            .find(|s| s.table.expiry_index().is_none())
-        {
-            let why = crate::output::evict::shard_without_expiry_index(
-                shard.id,
-                &table.shown(),
-                &crate::output::names::worker(&node.host, node.port),
-            );
+        let lacking = |s: &&Shard| match walks {
+            true => s.table.walk_index().is_none(),
+            false => s.table.expiry_index().is_none(),
+        };
+        if let Some(shard) = node.shards.iter().find(lacking) {
+            let worker = crate::output::names::worker(&node.host, node.port);
+            let why = match walks {
+                true => crate::output::evict::shard_without_walk_index(
+                    shard.id,
+                    &table.shown(),
+                    &worker,
+                ),
+                false => crate::output::evict::shard_without_expiry_index(
+                    shard.id,
+                    &table.shown(),
+                    &worker,
+                ),
+            };
             return Err(fail(Exit::Usage, why));
         }
     }
     Ok(())
+}
+
+/// A shard's statements: where the run walks, each batch a page of the shard's own copy of the
+/// unique index (checked by [`require_shard_indexes`]).
+fn on_shard(statements: Statements, shard: &KeyTable, walks: bool) -> Statements {
+    match shard.walk_index().filter(|_| walks) {
+        Some(index) => statements.walking(crate::db::evict::Walk::new(shard, index)),
+        None => statements,
+    }
 }
 
 /// Refuse (exit 6, before any change) a role that lacks on some shard a grant evict needs (SELECT,
@@ -312,6 +333,7 @@ async fn with_statements<'a>(
     coordinator: &Session,
     table: &KeyTable,
     nodes: Vec<shards::Node>,
+    walks: bool,
 ) -> Result<Vec<Node<'a>>> {
     let referenced = !crate::db::queries::referencing_keys(coordinator, table)
         .await?
@@ -322,7 +344,7 @@ async fn with_statements<'a>(
             let statements = node
                 .shards
                 .iter()
-                .map(|s| Statements::new(&s.table))
+                .map(|s| on_shard(Statements::new(&s.table), &s.table, walks))
                 .collect();
             out.push(Node::worker(node, statements));
             continue;
@@ -341,7 +363,12 @@ async fn with_statements<'a>(
             .iter()
             .zip(keys)
             .map(|(shard, keys)| {
-                Statements::with_references(&shard.table, &crate::db::evict::References::new(keys))
+                let refs = crate::db::evict::References::new(keys);
+                on_shard(
+                    Statements::with_references(&shard.table, &refs),
+                    &shard.table,
+                    walks,
+                )
             })
             .collect();
         out.push(Node::worker(node, statements));

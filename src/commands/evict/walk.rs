@@ -84,11 +84,14 @@ pub(super) async fn dry_run(
     client: &Session,
     table: &KeyTable,
     can_delete: bool,
+    sharded: bool,
 ) -> Result<DryRunReport> {
     let walk = require(client, table).await?;
     let min_age = args.min_age.map(|d| d.as_secs_f64());
     let read = preview(ctx, args, client, &walk).await?;
-    let plan = if can_delete {
+    let plan = if sharded {
+        vec![crate::output::evict::page_plan_on_shards().to_owned()]
+    } else if can_delete {
         let rows = i64::from(sizing(args).first());
         crate::db::evict::explain_first_page(client, &walk, rows, min_age).await?
     } else {
@@ -97,6 +100,12 @@ pub(super) async fn dry_run(
     let replicas = match args.max_replica_lag {
         Some(_) => Some(crate::db::replication::replicas(client).await?),
         None => None,
+    };
+    // The partitions a run would drop before it walks (their bounds prove their keys expired);
+    // the pages read here still count their rows.
+    let drops = match args.drop_partitions {
+        true => Some(super::partitions::preview(client, table, min_age).await?),
+        false => None,
     };
     let held_back = i64::try_from(read.too_young).unwrap_or(i64::MAX);
     Ok(DryRunReport {
@@ -120,9 +129,11 @@ pub(super) async fn dry_run(
         min_age: args.min_age.is_some(),
         walked: held_back,
         walked_all: false,
-        rows_dropped_estimate: None,
-        would_drop_partitions: None,
-        partitions_kept: None,
+        rows_dropped_estimate: drops
+            .as_ref()
+            .map(super::partitions::DropReport::estimated_rows),
+        would_drop_partitions: drops.as_ref().map(|d| d.dropped.clone()),
+        partitions_kept: drops.map(|d| d.kept),
         replicas,
         notes: Vec::new(),
         walk: Some(read.walk),
