@@ -127,7 +127,7 @@ pub(crate) async fn lag_estimate(client: &Session, table: &KeyTable) -> Result<O
             &[p(&table.oid), p(&column)],
         )
         .await
-        .context("failed to read the expiry column's statistics")?;
+        .context(Step::ReadExpiryStatistics)?;
     Ok(r.try_get("lag_seconds")?)
 }
 

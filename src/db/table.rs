@@ -484,20 +484,6 @@ impl KeyTable {
         self.indexes.iter().find(|i| i.leads_with(column))
     }
 
-    /// Fail unless the expiry index exists: without it nothing idemctl does with expiry is bounded.
-    pub fn require_expiry_index(&self) -> Result<&Index> {
-        self.expiry_index().ok_or_else(|| {
-            refuse(
-                Exit::Usage,
-                Refusal::NoExpiryIndex {
-                    table: self.qualified_name(),
-                    column: self.profile.expiry_column().to_owned(),
-                    fix: self.expiry_index_fix(),
-                },
-            )
-        })
-    }
-
     /// The index evict walks when there is no expiry index: the primary key, else another unique
     /// index, of plain NOT NULL columns only. Keyset pagination compares the cursor as a row,
     /// `(a, b) > ($1, $2)`, which is NULL, not true, when either side holds a NULL: rows with a

@@ -373,7 +373,7 @@ fn expiry_index(
         (Some(i), _) => (format!("{i} orders keys by {column}"), None),
         (None, Some(walked)) => (
             format!(
-                "no valid index on {column}: evict walks {walked} instead, reading every key of the table in bounded pages each run to find the expired ones (its summary counts the rows examined per row evicted), and stats estimates the backlog and cannot tell the lag{}",
+                "no valid index on {column}: evict walks {walked} instead, reading every key of the table in bounded pages each run to find the expired ones (its summary counts the rows examined per row evicted), and stats can only estimate the backlog and the lag from the planner's statistics{}",
                 cost("the index")
             ),
             Some(fix.to_owned()),

@@ -66,6 +66,7 @@ fn step_words(step: &Step) -> String {
         Step::ReadPartitioning => "read how the key table is partitioned",
         Step::ReadReplicaLag => "read replica lag from pg_stat_replication",
         Step::ReadTableSizes => "read table sizes",
+        Step::ReadExpiryStatistics => "read the expiry column's statistics",
         Step::ReadAutovacuumSettings => "read the autovacuum settings",
         Step::ReadClock => "read the database clock",
         Step::ReadDistributedReferences => {
@@ -420,13 +421,6 @@ pub(crate) fn short_ttl(
     )
 }
 
-/// No index orders the keys by expiry.
-pub(crate) fn no_expiry_index(table: &str, column: &str, fix: &str) -> String {
-    format!(
-        "table {table} has no valid index on {column}, so expired keys cannot be found without reading the whole table; create it with: {fix}"
-    )
-}
-
 /// `--profile` (or `by`) names no profile.
 pub(crate) fn unknown_profile(name: &str, by: &str, builtin: &[&str]) -> String {
     format!(
@@ -589,7 +583,6 @@ fn refusal(r: &Refusal) -> String {
             table,
             command,
         } => short_ttl(*ttl, from, table, command),
-        Refusal::NoExpiryIndex { table, column, fix } => no_expiry_index(table, column, fix),
         Refusal::UnknownProfile { name, by, builtin } => unknown_profile(name, by, builtin),
         Refusal::ForcedProfileLacks {
             table,

@@ -45,6 +45,7 @@ pub(crate) enum Step {
     ReadPartitioning,
     ReadReplicaLag,
     ReadTableSizes,
+    ReadExpiryStatistics,
     ReadAutovacuumSettings,
     ReadClock,
     ReadDistributedReferences,
@@ -337,11 +338,6 @@ pub(crate) enum Refusal {
         from: String,
         table: String,
         command: String,
-    },
-    NoExpiryIndex {
-        table: String,
-        column: String,
-        fix: String,
     },
     UnknownProfile {
         name: String,

@@ -1301,10 +1301,7 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::partition_not_dropped",
     "evict::rate_summary",
     "evict::reference_table_referenced_by_distributed",
-    "evict::refused_on_citus",
     "evict::replica_gave_up",
-    "evict::shard_grants_missing",
-    "evict::shard_without_expiry_index",
     "evict::vacuum_summary",
     // Reached only where neither USER, LOGNAME nor the passwd file names the OS user.
     "errors::no_os_user",
