@@ -476,5 +476,30 @@ async fn by_key(
             &table.profile.tenant,
         ));
     }
+    let unsearched = nulls_not_walked(table, within);
+    if !unsearched.is_empty() {
+        crate::output::warn(&output::null_scopes_not_searched(&unsearched));
+    }
     Ok(found.records)
+}
+
+/// The walked scope columns that allow NULL and were not given a value: the walk through the
+/// index compares rows, which never visits a NULL, so keys stored with NULL there are not looked
+/// at. Empty where the lookup did not walk.
+fn nulls_not_walked(table: &KeyTable, within: Option<record::Within<'_>>) -> Vec<String> {
+    if !matches!(table.key_lookup(), KeyLookup::SkipScan) {
+        return Vec::new();
+    }
+    let nullable = table.nullable_scope_columns();
+    let p = &table.profile;
+    p.tenant
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| {
+            p.scope_walk.contains(c)
+                && nullable.contains(c)
+                && within.is_none_or(|w| w.values.get(*i).is_none_or(Option::is_none))
+        })
+        .map(|(_, c)| c.clone())
+        .collect()
 }

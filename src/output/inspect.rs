@@ -474,6 +474,21 @@ pub(crate) fn no_identity_index(table: &Table) -> String {
 /// A key looked up alone on a table without an index that finds it.
 /// --scope-null for a column inspect would walk the values of (no index is led by the key): the
 /// walk visits the column's values in index order and never a NULL.
+/// A lookup that walked scope `columns` allowing NULL without their values: keys stored with NULL
+/// there were not looked at.
+pub(crate) fn null_scopes_not_searched(columns: &[String]) -> String {
+    let named: Vec<String> = columns.iter().map(|c| sanitize(c)).collect();
+    format!(
+        "keys stored with NULL in {} {} were not searched: with no index led by the key, inspect walks the scope's values through an index, which never visits NULL; give the whole scope (--scope, and --scope-null for each NULL) to look one up",
+        if named.len() == 1 {
+            "scope column"
+        } else {
+            "scope columns"
+        },
+        named.join(", ")
+    )
+}
+
 pub(crate) fn null_scope_not_walked(table: &Table, column: &str) -> String {
     format!(
         "--scope-null {column} cannot be looked up without the whole scope on table {}: with no index led by its key, inspect walks the values of {column} through an index, which never visits NULL; give every scope column (--scope or --scope-null), or create: {}",

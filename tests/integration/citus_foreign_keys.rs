@@ -269,16 +269,9 @@ async fn citus_evict_refuses_a_reference_table_a_distributed_no_action_row_refer
     };
     let make = "SELECT create_distributed_table('{table}', 'api_key_id')";
     referencing_as(&db, "charges", "NO ACTION", make, 3, 0).await;
-    let run = db.idemctl().args(["evict"]).run();
-    run.assert_code(2);
-    assert_eq!(run.stderr.lines().count(), 1, "{run}");
-    assert!(
-        run.stderr.contains(
-            "foreign key charges_api_key_id_idem_key_fkey of distributed table charges references \
-             public.idempotency_keys (a Citus reference table) with ON DELETE NO ACTION"
-        ) && run.stderr.contains("nothing was changed")
-            && run.stderr.contains("ON DELETE CASCADE"),
-        "{run}"
+    db.idemctl().args(["evict"]).run().assert_error(
+        2,
+        "foreign key charges_api_key_id_idem_key_fkey of distributed table charges references public.idempotency_keys (a Citus reference table) with ON DELETE NO ACTION: evict would have to leave out the keys it still references, and Citus cannot plan a DELETE on a reference table that reads a distributed table; nothing was changed: distribute public.idempotency_keys by the tenant, colocated with charges (evict then leaves those keys on each shard), or make the foreign key ON DELETE CASCADE",
     );
     assert_eq!(count(&db, EXPIRED_COMPLETED).await, MIX.expired);
     // With CASCADE instead, the run deletes the keys and their referencing rows.

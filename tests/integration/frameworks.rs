@@ -2300,6 +2300,15 @@ async fn a_null_scope_the_walk_would_miss_is_refused_not_reported_missing() {
         json!({"endpoint": "/orders", "scope": null}),
         "{run}"
     );
+    // Part of the scope, the nullable column not given: the walk finds k-done under 'NULL' and
+    // 'user-1', and says that a key under a NULL there was not looked at.
+    let part = idemctl()
+        .args(["inspect", "k-done", "--scope", "endpoint=/orders"])
+        .run();
+    part.assert_code(2).assert_stderr(
+        "idemctl: warning: keys stored with NULL in scope column scope were not searched: with no index led by the key, inspect walks the scope's values through an index, which never visits NULL; give the whole scope (--scope, and --scope-null for each NULL) to look one up\n\
+         idemctl: key k-done exists under 2 scopes; pass --scope COLUMN=VALUE for each of endpoint, scope to choose one\n",
+    );
 }
 
 /// The stuck keys left, as `scope/key` with `<null>` for a NULL scope, in order.

@@ -1300,7 +1300,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::pace_setup_failed",
     "evict::partition_not_dropped",
     "evict::rate_summary",
-    "evict::reference_table_referenced_by_distributed",
     "evict::replica_gave_up",
     "evict::vacuum_summary",
     // Reached only where neither USER, LOGNAME nor the passwd file names the OS user.
@@ -1318,7 +1317,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "mod::unprobed_reference_note",
     "names::worker_unprepared",
     "names::worker_unreachable",
-    "reclaim::apply_not_by_tenant",
     "reclaim::archive_commit_unwritten",
     "reclaim::no_identity_on_citus",
     "reclaim::question",
