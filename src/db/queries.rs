@@ -65,25 +65,11 @@ pub(crate) async fn oldest_live(client: &Session, table: &KeyTable) -> Result<Op
         .query_opt(&table.sql(include_str!("../../sql/oldest_live.sql")), &[])
         .await
         .context(Step::FindOldestLive)?;
-    Ok(r.map(|r| KeyRef {
-        api_key_id: table
-            .profile
-            .has_scope()
-            .then(|| r.get::<_, Option<String>>("api_key_id"))
-            .flatten(),
-        scope: table.profile.scope_of(
-            table
-                .profile
-                .has_scope()
-                .then(|| r.get::<_, Option<String>>("api_key_id"))
-                .flatten()
-                .as_deref(),
-        ),
-        key: r.get("key"),
-        expires_at: r.get("expires_at"),
-        // NaN (printed "-", null in JSON) when its created_at is NULL: a nullable column, as
-        // Laravel's `timestamps()` writes it, leaves the age unknown.
-        seconds: r.get::<_, Option<f64>>("age_seconds").unwrap_or(f64::NAN),
+    // NaN (printed "-", null in JSON) when its created_at is NULL: a nullable column, as
+    // Laravel's `timestamps()` writes it, leaves the age unknown.
+    Ok(r.map(|r| {
+        let age = r.get::<_, Option<f64>>("age_seconds").unwrap_or(f64::NAN);
+        key_ref(table, &r, age)
     }))
 }
 
@@ -96,24 +82,23 @@ pub(crate) async fn oldest_expired(client: &Session, table: &KeyTable) -> Result
         )
         .await
         .context(Step::FindOldestExpired)?;
-    Ok(r.map(|r| KeyRef {
-        api_key_id: table
-            .profile
-            .has_scope()
-            .then(|| r.get::<_, Option<String>>("api_key_id"))
-            .flatten(),
-        scope: table.profile.scope_of(
-            table
-                .profile
-                .has_scope()
-                .then(|| r.get::<_, Option<String>>("api_key_id"))
-                .flatten()
-                .as_deref(),
-        ),
+    Ok(r.map(|r| key_ref(table, &r, r.get("lag_seconds"))))
+}
+
+/// The key a stats query picked out of `r` (its scope, key and expiry), with `seconds`.
+fn key_ref(table: &KeyTable, r: &tokio_postgres::Row, seconds: f64) -> KeyRef {
+    let api_key_id = table
+        .profile
+        .has_scope()
+        .then(|| r.get::<_, Option<String>>("api_key_id"))
+        .flatten();
+    KeyRef {
+        scope: table.profile.scope_of(api_key_id.as_deref()),
+        api_key_id,
         key: r.get("key"),
         expires_at: r.get("expires_at"),
-        seconds: r.get("lag_seconds"),
-    }))
+        seconds,
+    }
 }
 
 /// The eviction lag estimated from the planner's statistics of the expiry column (no expiry index
@@ -205,24 +190,7 @@ pub(crate) async fn oldest_stuck(
         )
         .await
         .context(Step::FindOldestStuck)?;
-    Ok(r.map(|r| KeyRef {
-        api_key_id: table
-            .profile
-            .has_scope()
-            .then(|| r.get::<_, Option<String>>("api_key_id"))
-            .flatten(),
-        scope: table.profile.scope_of(
-            table
-                .profile
-                .has_scope()
-                .then(|| r.get::<_, Option<String>>("api_key_id"))
-                .flatten()
-                .as_deref(),
-        ),
-        key: r.get("key"),
-        expires_at: r.get("expires_at"),
-        seconds: r.get("held_seconds"),
-    }))
+    Ok(r.map(|r| key_ref(table, &r, r.get("held_seconds"))))
 }
 
 /// Read the connected database's identity.

@@ -1618,10 +1618,10 @@ fn literals_by_line(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-/// Whether a string literal reads as words for people: three lowercase words or more in a row,
-/// once SQL comments (`-- ...`, to the line's end), format placeholders and the two timestamp type
-/// names are taken out. SQL as idemctl writes it has upper-case keywords between its lower-case
-/// identifiers, so a statement does not read as a sentence.
+/// Whether a string literal of src/db/ reads as words for people ([`reads_as_prose`]), once SQL
+/// comments (`-- ...`, to the line's end) and the two timestamp type names are taken out: SQL as
+/// idemctl writes it has upper-case keywords between its lower-case identifiers, so a statement
+/// does not read as a sentence.
 fn sentence_in_literal(literal: &str) -> bool {
     let mut text = String::new();
     let mut rest = literal;
@@ -1635,31 +1635,10 @@ fn sentence_in_literal(literal: &str) -> bool {
         rest = &rest[end..];
     }
     text.push_str(rest);
-    let mut plain = String::new();
-    let mut depth = 0;
-    for c in text.chars() {
-        match c {
-            '{' => {
-                depth += 1;
-                plain.push('X');
-            }
-            '}' if depth > 0 => depth -= 1,
-            _ if depth == 0 => plain.push(c),
-            _ => {}
-        }
-    }
-    let plain = plain
+    let text = text
         .replace("timestamp without time zone", "T")
         .replace("timestamp with time zone", "T");
-    let mut run = 0;
-    for token in plain.split(' ') {
-        let word = !token.is_empty() && token.chars().all(|c| c.is_ascii_lowercase() || c == '\'');
-        run = if word { run + 1 } else { 0 };
-        if run >= 3 {
-            return true;
-        }
-    }
-    false
+    reads_as_prose(&text)
 }
 
 /// The literals of `text` (before and beside its unit tests) that read as prose, as
