@@ -350,9 +350,44 @@ impl<S: TlsStream + Unpin> TlsStream for Watching<S> {
 }
 
 /// A TCP or Unix-domain socket.
-pub(crate) enum Raw {
+///
+/// A write the peer no longer reads (it closed the socket: `pg_terminate_backend`, a shutdown)
+/// is taken as written and its error kept: the server's last message, its reason and SQLSTATE,
+/// is usually still waiting to be read, and the driver reads it only if the write did not fail
+/// first. The kept error is the stream's end when no such message comes.
+pub(crate) struct Raw {
+    socket: Socket,
+    write_failed: Option<io::Error>,
+}
+
+enum Socket {
     Tcp(TcpStream),
     Unix(UnixStream),
+}
+
+impl Raw {
+    fn new(socket: Socket) -> Raw {
+        Raw {
+            socket,
+            write_failed: None,
+        }
+    }
+
+    /// The peer has closed: keep the first such error and let the driver read what is left.
+    fn closed_by_peer(&mut self, result: io::Result<usize>, len: usize) -> io::Result<usize> {
+        match result {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                self.write_failed.get_or_insert(e);
+                Ok(len)
+            }
+            other => other,
+        }
+    }
 }
 
 impl AsyncRead for Raw {
@@ -361,9 +396,20 @@ impl AsyncRead for Raw {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Raw::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Raw::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = match &mut this.socket {
+            Socket::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Socket::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        };
+        match read {
+            Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => {
+                match this.write_failed.take() {
+                    Some(e) => Poll::Ready(Err(e)),
+                    None => Poll::Ready(Ok(())),
+                }
+            }
+            other => other,
         }
     }
 }
@@ -374,23 +420,28 @@ impl AsyncWrite for Raw {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Raw::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Raw::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        let this = self.get_mut();
+        if this.write_failed.is_some() {
+            return Poll::Ready(Ok(buf.len()));
         }
+        let written = match &mut this.socket {
+            Socket::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Socket::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        };
+        written.map(|result| this.closed_by_peer(result, buf.len()))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Raw::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Raw::Unix(s) => Pin::new(s).poll_flush(cx),
+        match &mut self.get_mut().socket {
+            Socket::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Socket::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Raw::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Raw::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        match &mut self.get_mut().socket {
+            Socket::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Socket::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -683,9 +734,11 @@ async fn open(target: &Target, config: &Config) -> io::Result<Raw> {
                 }
                 sock.set_tcp_keepalive(&ka)?;
             }
-            Ok(Raw::Tcp(stream))
+            Ok(Raw::new(Socket::Tcp(stream)))
         }
-        Target::Unix(path) => Ok(Raw::Unix(within(timeout, UnixStream::connect(path)).await?)),
+        Target::Unix(path) => Ok(Raw::new(Socket::Unix(
+            within(timeout, UnixStream::connect(path)).await?,
+        ))),
     }
 }
 
@@ -821,6 +874,26 @@ fn shuffle<T>(items: &mut [T]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer that said its last words and closed: the write that fails is taken, the words are
+    /// read, and the stream then ends with the write's error rather than a bare end of file.
+    #[tokio::test]
+    async fn a_closed_peers_last_words_are_read_after_a_write_fails() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        theirs.write_all(b"last words").await.unwrap();
+        drop(theirs);
+        let mut raw = Raw::new(Socket::Unix(ours));
+        raw.write_all(b"a statement").await.unwrap();
+        raw.write_all(b"another").await.unwrap();
+        let mut got = vec![0; 10];
+        raw.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, b"last words");
+        let end = raw.read(&mut got).await.unwrap_err();
+        assert_eq!(end.kind(), io::ErrorKind::BrokenPipe);
+        // Once told, the end is a plain end of file.
+        assert_eq!(raw.read(&mut got).await.unwrap(), 0);
+    }
 
     fn rule(v: &str) -> Arc<AuthRule> {
         Arc::new(AuthRule::parse(v).unwrap())
