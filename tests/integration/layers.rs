@@ -1322,7 +1322,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "reclaim::question",
     "reclaim::shard_unplaced",
     "reclaim::worker_session_unset",
-    "top::no_answer",
 ];
 
 /// The string literals of `text` as written (escapes kept), skipping char literals such as '"'.
