@@ -41,8 +41,9 @@ fn assert_snapshot(name: &str, actual: &str) {
     );
 }
 
-/// Replace what varies between runs: timestamps, durations, sizes and fractional figures.
-fn normalise(text: &str, table: bool) -> String {
+/// Replace what varies between runs: timestamps, durations, sizes and fractional figures (counts
+/// are kept). Also how a message carrying measured figures is asserted exactly.
+pub(crate) fn normalise(text: &str, table: bool) -> String {
     let chars: Vec<char> = text.chars().collect();
     let mut out = String::with_capacity(text.len());
     let mut i = 0;
