@@ -93,22 +93,30 @@ async fn max_rate_holds_the_rows_per_second_of_all_sessions_together() {
         "{text}"
     );
 
-    // The text summary says it.
+    // The text summary says both caps and what the run achieved under them (caps it never
+    // reached: it did not wait).
     let run = db
         .idemctl()
-        .args([
-            "evict",
-            "-o",
-            "plain",
-            "--max-rate",
-            "5000",
-            "--max-rows",
-            "500",
-        ])
+        .args(["evict", "-o", "plain", "--max-rows", "500"])
+        .args(["--max-rate", "1000000", "--max-wal-rate", "1GB/s"])
         .run_async()
         .await;
-    run.assert_success()
-        .assert_stdout_contains("max 5000 rows/s (achieved ");
+    run.assert_success();
+    let summary = crate::snapshots::normalise(&run.stdout, false);
+    let line = summary.lines().find(|l| l.starts_with("rate limit"));
+    assert_eq!(
+        line,
+        Some(
+            "rate limit  max <X> rows/s (achieved <X> rows/s); max <SIZE>/s WAL (wrote <SIZE>, \
+             <SIZE>/s); over <DUR> of batches; waited 0 times, <DUR> in all"
+        ),
+        "{run}"
+    );
+    assert!(
+        run.stdout.contains("max 1000000 rows/s (achieved "),
+        "{run}"
+    );
+    assert!(run.stdout.contains("max 1.0 GiB/s WAL (wrote "), "{run}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
