@@ -1298,7 +1298,6 @@ fn every_allowed_lint_says_why() {
 const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::lost_connection",
     "evict::pace_setup_failed",
-    "evict::partition_not_dropped",
     // Reached only where neither USER, LOGNAME nor the passwd file names the OS user.
     "errors::no_os_user",
     // Contexts of a server, terminal or signal failure at that very step, which no test can cause

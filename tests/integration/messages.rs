@@ -638,3 +638,48 @@ async fn a_search_past_the_tenants_inspect_probes_is_worded_exactly() {
     );
     assert_eq!(run.json()["api_key_id"], "tenant-00001", "{run}");
 }
+
+/// A partition whose DROP the server refuses for a reason other than a lock or a dependent object
+/// (here an event trigger guarding DDL) ends `evict --drop-partitions` naming the partition and the
+/// server's words; its transaction rolls back, so the partition is still attached and every row
+/// is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_the_server_will_not_drop_ends_evict_in_exact_words() {
+    use crate::support::partman::{self, PartitionBy};
+    let db = TestDb::new().await;
+    partman::create(&db, PartitionBy::ExpiresAt, true).await;
+    fixtures::load(
+        &db,
+        Mix {
+            expired: 300,
+            live: 50,
+            ..Mix::default()
+        },
+    )
+    .await;
+    db.exec(
+        "CREATE FUNCTION no_drops() RETURNS event_trigger LANGUAGE plpgsql AS \
+         $$BEGIN RAISE EXCEPTION 'tables are not dropped here' USING HINT = 'ask the DBA'; END$$; \
+         CREATE EVENT TRIGGER no_drops ON ddl_command_start WHEN TAG IN ('DROP TABLE') \
+         EXECUTE FUNCTION no_drops()",
+    )
+    .await;
+    let before = fixtures::snapshot(&db).await;
+    let partitions = partman::partition_names(&db).await;
+    // The oldest partition whose keys have all expired is the first evict tries.
+    let first = partman::droppable(&db).await.into_iter().min().unwrap();
+    let run = db
+        .idemctl()
+        .args(["evict", "--drop-partitions", "-o", "json"])
+        .run_async()
+        .await;
+    run.assert_code(1).assert_stderr(&format!(
+        "idemctl: failed to drop partition public.{first}: tables are not dropped here; hint: ask \
+         the DBA\n"
+    ));
+    let j = run.json();
+    assert_eq!(j["end_reason"], "error", "{run}");
+    assert_eq!(j["dropped_partitions"], serde_json::json!([]), "{run}");
+    assert_eq!(partman::partition_names(&db).await, partitions);
+    assert_eq!(fixtures::snapshot(&db).await, before);
+}
