@@ -683,3 +683,87 @@ async fn a_partition_the_server_will_not_drop_ends_evict_in_exact_words() {
     assert_eq!(partman::partition_names(&db).await, partitions);
     assert_eq!(fixtures::snapshot(&db).await, before);
 }
+
+/// A run whose sessions are terminated after a batch committed since its last durable point says
+/// how many of the keys it deleted were made durable, how many more were not yet, and that the
+/// batch in flight may have committed, then the server's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly() {
+    use std::time::{Duration, Instant};
+    let db = TestDb::new().await;
+    let expired = Mix {
+        expired: 3000,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, expired).await;
+    let client = db.client().await;
+    let evict = db
+        .idemctl()
+        .args([
+            "evict",
+            "-o",
+            "json",
+            "--batch-size",
+            "20",
+            "--pause",
+            "100ms",
+        ])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    // The statement each idemctl session ran last, by the comment it starts with (the server keeps
+    // a statement's first 1 kB): a durable point (a commit made synchronously, at most once a
+    // second), or a batch; and whether it has finished.
+    let watch = "SELECT state = 'idle', query LIKE '%transaction committed synchronously%', \
+                        query LIKE '-- evict: one batch,%' \
+                   FROM pg_stat_activity \
+                  WHERE application_name = 'idemctl' AND datname = current_database()";
+    let started = Instant::now();
+    let mut durable_point = false;
+    loop {
+        let rows = client.query(watch, &[]).await.unwrap();
+        let seen = |column: usize| {
+            rows.iter()
+                .any(|r| r.get::<_, Option<bool>>(column) == Some(true))
+        };
+        if seen(1) {
+            durable_point = true;
+        } else if durable_point
+            && rows.iter().any(|r| {
+                r.get::<_, Option<bool>>(0) == Some(true)
+                    && r.get::<_, Option<bool>>(2) == Some(true)
+            })
+        {
+            // A batch committed after the durable point, and the next point is a second later.
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "evict never committed a batch after a durable point"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    client
+        .batch_execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+              WHERE application_name = 'idemctl' AND datname = current_database()",
+        )
+        .await
+        .unwrap();
+    let run = evict.wait_async().await;
+    let j = run.json();
+    let evicted = j["rows_evicted"].as_u64().unwrap();
+    let unconfirmed = j["rows_unconfirmed"].as_u64().unwrap();
+    assert!(unconfirmed > 0 && unconfirmed < evicted, "{run}");
+    run.assert_code(1).assert_stderr(&format!(
+        "idemctl: evict lost its connection: {} keys deleted and confirmed durable, {unconfirmed} \
+         more deleted since the last durable point (a crash or failover may bring them back; the \
+         next run deletes them again); the batch in flight may or may not have committed: failed \
+         to find the next batch's range: the server ended the connection: terminating connection \
+         due to administrator command (SQLSTATE 57P01): connection closed\n",
+        evicted - unconfirmed
+    ));
+    assert_eq!(
+        fixtures::scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        3000 - evicted as i64
+    );
+}
