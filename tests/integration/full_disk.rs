@@ -1,4 +1,5 @@
-//! A full disk: reclaim's archive on a tiny tmpfs that fills up mid-run, an archive left with a
+//! A full disk: reclaim's archive on a tiny tmpfs that fills up mid-run (or between a batch's
+//! commit and its commit line), an archive left with a
 //! torn last line, a plan file that does not fit, and metrics (`--textfile`) that cannot be
 //! written. Every archive line parses, no key is reclaimed without its line, the run says what it
 //! did and exits with its documented code, and the next run (given room) works.
@@ -235,4 +236,116 @@ async fn metrics_that_cannot_be_written_leave_the_runs_report_whole_and_exit_8()
         .assert_code(0)
         .assert_stderr_empty();
     assert_ne!(std::fs::read_to_string(&prom).unwrap(), earlier);
+}
+
+/// Two keys of a tenant held for an hour, the same but for the tenant and the key, with times in
+/// whole seconds (so that their archive lines have the same length, whatever the clock says).
+const TWIN_KEYS: &str = "INSERT INTO idempotency_keys (key, api_key_id, request_method, \
+     request_path, request_fingerprint, state, locked_at, created_at, expires_at) \
+     SELECT k, t, 'POST', '/p', '\\x00', 'in_progress', at, at, at + interval '1 day' \
+       FROM (SELECT date_trunc('second', now()) - interval '1 hour' AS at) n, \
+            unnest(ARRAY['t-a', 't-b']) t, unnest(ARRAY['k1', 'k2']) k";
+
+/// The disk fills while a batch's commit is on its way (held by a synchronous standby that is not
+/// there, and let go once the key lines are durable): the batch has committed, its commit line
+/// does not fit, and the run ends saying exactly that; every line in the archive is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_line_that_does_not_fit_ends_the_run_saying_the_batch_committed() {
+    use crate::fixtures::Schema;
+    use crate::support::cluster::PrivateCluster;
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    // Synchronous replication is the whole server's: a cluster of the test's own.
+    let server = PrivateCluster::start().await;
+    let client = server.client().await;
+    client.batch_execute(Schema::Corrected.ddl()).await.unwrap();
+    client.batch_execute(TWIN_KEYS).await.unwrap();
+    client
+        .batch_execute(
+            &include_str!("../../sql/maintenance_indexes.sql").replace("CONCURRENTLY ", ""),
+        )
+        .await
+        .unwrap();
+    let reclaim = |tenant: &str, archive: &std::path::Path| {
+        server
+            .idemctl()
+            .args(["reclaim", "--yes", "--api-key-id", tenant, "--archive"])
+            .arg(archive)
+            .timeout(Duration::from_secs(60))
+    };
+    // The length of one key line, from tenant t-a's keys; tenant t-b's paths are then lengthened
+    // so that its two key lines end 20 bytes short of a 4 kB page, too few for the commit line.
+    let dir = tempfile::tempdir().unwrap();
+    let measured = dir.path().join("measured.jsonl");
+    reclaim("t-a", &measured).run_async().await.assert_code(0);
+    let line = std::fs::read_to_string(&measured)
+        .unwrap()
+        .find('\n')
+        .unwrap()
+        + 1;
+    let longer = (4096 - 20 - 2 * line) / 2;
+    client
+        .batch_execute(&format!(
+            "UPDATE idempotency_keys SET request_path = '/p' || repeat('x', {longer})"
+        ))
+        .await
+        .unwrap();
+    for sql in [
+        "ALTER SYSTEM SET synchronous_commit = on",
+        "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+        "SELECT pg_reload_conf()",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
+    let disk = Tmpfs::mount("64k");
+    let archive = disk.join("archive.jsonl");
+    let run = reclaim("t-b", &archive).spawn();
+    let committing = "SELECT count(*) FROM pg_stat_activity \
+                       WHERE application_name = 'idemctl' AND wait_event = 'SyncRep'";
+    let started = Instant::now();
+    while client
+        .query_one(committing, &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "reclaim's batch never reached its commit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        whole_lines(&archive).len(),
+        2,
+        "the key lines, before the commit"
+    );
+    assert_eq!(std::fs::metadata(&archive).unwrap().len(), 4096 - 20);
+    // Fill the disk, then let the commit through.
+    let mut filler = std::fs::File::create(disk.join("filler")).unwrap();
+    while filler.write_all(&[0; 4096]).is_ok() {}
+    for sql in [
+        "ALTER SYSTEM RESET synchronous_standby_names",
+        "SELECT pg_reload_conf()",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
+    run.wait_async().await.assert_error(
+        1,
+        &format!(
+            "--archive {}: cannot write it (No space left on device (os error 28)); the batch of \
+             2 keys committed, and its key lines are in the archive without their commit line",
+            archive.display()
+        ),
+    );
+    let lines = whole_lines(&archive);
+    assert_eq!(lines.len(), 2, "the key lines, without their commit line");
+    assert!(lines.iter().all(|l| l["api_key_id"] == "t-b"), "{lines:?}");
+    let left = client
+        .query_one("SELECT count(*) FROM idempotency_keys", &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert_eq!(left, 0, "the batch committed");
 }

@@ -1312,7 +1312,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "mod::unprobed_reference_note",
     "names::worker_unprepared",
     "names::worker_unreachable",
-    "reclaim::archive_commit_unwritten",
     "reclaim::no_identity_on_citus",
     "reclaim::question",
     "reclaim::shard_unplaced",

@@ -134,9 +134,11 @@ pub(super) async fn apply_batches(
         let want = u64::try_from(chunk.len()).unwrap_or(u64::MAX);
         let outcomes = match archive.as_deref_mut() {
             Some(a) => archived_apply_batch(&statements, client, req, chunk, a).await,
-            None => apply_batch(&statements, client, req, chunk).await,
+            None => apply_batch(&statements, client, req, chunk)
+                .await
+                .map(|outcomes| (outcomes, Ok(()))),
         };
-        let outcomes = match outcomes {
+        let (outcomes, commit_line) = match outcomes {
             Ok(outcomes) => outcomes,
             // Exceeded statement_timeout: rolled back; its rows done again half as many.
             Err(e) => match after_failure(ctx, report, e, want)? {
@@ -149,6 +151,8 @@ pub(super) async fn apply_batches(
         };
         report.batches += 1;
         report.record_outcomes(chunk, outcomes);
+        // The batch committed: an archive that could not take its commit line ends the run here.
+        commit_line?;
         done = end;
     }
     Ok(EndReason::Drained)
@@ -172,14 +176,15 @@ pub(super) async fn apply_batch(
 }
 
 /// One batch of plan rows with --archive: the keys it takes are in the archive, durable, before it
-/// commits; a commit line follows.
+/// commits; a commit line follows. Returned beside the outcomes of a committed batch: whether its
+/// commit line was written.
 pub(super) async fn archived_apply_batch(
     statements: &reclaim_db::Statements,
     client: &Session,
     req: &Request,
     chunk: &[PlanRow],
     archive: &mut Archive,
-) -> Result<Vec<(String, Option<String>)>> {
+) -> Result<(Vec<(String, Option<String>)>, Result<()>)> {
     let why = archive_why(req);
     let mut batch = None;
     let outcomes = statements
@@ -196,11 +201,14 @@ pub(super) async fn archived_apply_batch(
             },
         )
         .await?;
-    if let Some(b) = batch {
-        let taken = outcomes.iter().filter(|(o, _)| o == "reclaimed").count();
-        archive.write_commit(&b, taken)?;
-    }
-    Ok(outcomes)
+    let commit_line = match batch {
+        Some(b) => {
+            let taken = outcomes.iter().filter(|(o, _)| o == "reclaimed").count();
+            archive.write_commit(&b, taken)
+        }
+        None => Ok(()),
+    };
+    Ok((outcomes, commit_line))
 }
 
 pub(super) fn plan_keys(chunk: &[PlanRow]) -> Vec<reclaim_db::PlanKey<'_>> {

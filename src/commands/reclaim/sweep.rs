@@ -99,10 +99,12 @@ async fn sweep_batches(
         };
         let got = match archive.as_deref_mut() {
             Some(a) => archived_batch(&statements, client, req, want, a).await,
-            None => sweep_batch(&statements, client, req, want).await,
+            None => sweep_batch(&statements, client, req, want)
+                .await
+                .map(|got| (got, Ok(()))),
         };
         // A batch that failed as the run was interrupted was rolled back whole.
-        let got = match got {
+        let (got, commit_line) = match got {
             Ok(got) => got,
             // Exceeded statement_timeout: rolled back; done again half as large.
             Err(e) => match after_failure(ctx, report, e, want)? {
@@ -117,6 +119,8 @@ async fn sweep_batches(
         let n = u64::try_from(got.len()).unwrap_or(u64::MAX);
         got.into_iter()
             .for_each(|(tenant, key)| report.add_reclaimed(tenant, key));
+        // The batch committed: an archive that could not take its commit line ends the run here.
+        commit_line?;
         if n < want {
             return Ok(EndReason::Drained);
         }
@@ -157,13 +161,14 @@ pub(super) async fn sweep_batch(
 }
 
 /// One batch of the sweep with --archive: its keys are in the archive, durable, before it commits.
+/// Returned beside the keys of a committed batch: whether its commit line was written.
 pub(super) async fn archived_batch(
     statements: &reclaim_db::Statements,
     client: &Session,
     req: &Request,
     want: u64,
     archive: &mut Archive,
-) -> Result<Vec<reclaim_db::TakenKey>> {
+) -> Result<(Vec<reclaim_db::TakenKey>, Result<()>)> {
     let limit = i64::try_from(want).unwrap_or(i64::MAX);
     let why = archive_why(req);
     let mut batch = None;
@@ -181,10 +186,11 @@ pub(super) async fn archived_batch(
             },
         )
         .await?;
-    if let Some(b) = batch {
-        archive.write_commit(&b, got.len())?;
-    }
-    Ok(got)
+    let commit_line = match batch {
+        Some(b) => archive.write_commit(&b, got.len()),
+        None => Ok(()),
+    };
+    Ok((got, commit_line))
 }
 
 /// The sweep over the table's placements, shard after shard (a plain server's one); stops at the
