@@ -1,8 +1,8 @@
 //! A full disk: reclaim's archive on a tiny tmpfs that fills up mid-run (or between a batch's
-//! commit and its commit line), an archive left with a
-//! torn last line, a plan file that does not fit, and metrics (`--textfile`) that cannot be
-//! written. Every archive line parses, no key is reclaimed without its line, the run says what it
-//! did and exits with its documented code, and the next run (given room) works.
+//! commit and its commit line), an archive left with a torn last line, a plan file that does not
+//! fit, and metrics (`--textfile`) that cannot be written. Every archive line parses, no key is
+//! reclaimed without its line, the run says what it did and exits with its documented code, and
+//! the next run (given room) works.
 
 use std::collections::BTreeSet;
 
