@@ -1317,7 +1317,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "names::worker_unprepared",
     "names::worker_unreachable",
     "reclaim::archive_commit_unwritten",
-    "reclaim::no_identity_on_citus",
     "reclaim::question",
     "reclaim::shard_unplaced",
     "reclaim::worker_session_unset",
