@@ -1314,8 +1314,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     // rules never leave; transport.rs holds a mismatch of names exactly.
     "errors::host_mismatch",
     "evict::worker_stopped",
-    "names::worker_unprepared",
-    "names::worker_unreachable",
     "reclaim::archive_commit_unwritten",
     "reclaim::question",
     "reclaim::shard_unplaced",
