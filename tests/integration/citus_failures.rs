@@ -9,6 +9,45 @@ use crate::fixtures::load_sql;
 use crate::support::citus::{CitusDb, Layout, skipped};
 use crate::support::cmd::Cmd;
 
+/// A tenant with stuck keys (`in_progress`, taken more than 30 minutes ago), and its shard.
+async fn stuck_tenant(db: &CitusDb) -> (String, i64) {
+    let client = db.client().await;
+    let tenant: String = client
+        .query_one(
+            "SELECT api_key_id FROM idempotency_keys WHERE state = 'in_progress' \
+               AND coalesce(locked_at, created_at) < now() - interval '30 minutes' \
+             ORDER BY api_key_id LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let shard: i64 = client
+        .query_one(
+            "SELECT get_shard_id_for_distribution_column('idempotency_keys', $1::text)",
+            &[&tenant],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    (tenant, shard)
+}
+
+/// How many stuck keys `tenant` has.
+async fn stuck_keys_of(db: &CitusDb, tenant: &str) -> i64 {
+    db.client()
+        .await
+        .query_one(
+            "SELECT count(*) FROM idempotency_keys WHERE api_key_id = $1 \
+               AND state = 'in_progress' \
+               AND coalesce(locked_at, created_at) < now() - interval '30 minutes'",
+            &[&tenant],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// The worker holding the key table's first shard in the order idemctl reaches them (by node name
 /// and port), as idemctl names it.
 async fn first_worker(db: &CitusDb) -> String {
@@ -119,4 +158,155 @@ async fn citus_evict_names_the_worker_it_cannot_reach() {
         ),
         "{run}"
     );
+}
+
+/// `idemctl ARGS` against `url` on a terminal of its own (util-linux `script` gives it one, stdin
+/// and stdout/stderr a pseudo-terminal), so it asks before it changes anything; what it writes is
+/// read by a thread and sent over the channel.
+struct OnTerminal {
+    child: std::process::Child,
+    transcript: std::sync::mpsc::Receiver<Vec<u8>>,
+    seen: Vec<u8>,
+}
+
+impl OnTerminal {
+    fn start(url: &str, args: &[&str]) -> OnTerminal {
+        let mut line = shell_quote(crate::support::cmd::IDEMCTL);
+        for a in args {
+            line.push(' ');
+            line.push_str(&shell_quote(a));
+        }
+        let mut command = std::process::Command::new("script");
+        for (key, _) in std::env::vars_os() {
+            let name = key.to_string_lossy();
+            if name.starts_with("PG") || name.starts_with("IDEMCTL_") || name == "DATABASE_URL" {
+                command.env_remove(&key);
+            }
+        }
+        let mut child = command
+            .args(["-q", "-e", "-c", &line, "/dev/null"])
+            .env("IDEMCTL_DATABASE_URL", url)
+            .env("NO_COLOR", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("util-linux script");
+        let mut out = child.stdout.take().unwrap();
+        let (tx, transcript) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut out, &mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    return;
+                }
+            }
+        });
+        OnTerminal {
+            child,
+            transcript,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Wait (60 s at most) until the transcript ends with `tail`.
+    async fn until(&mut self, tail: &str) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !String::from_utf8_lossy(&self.seen).ends_with(tail) {
+            match self.transcript.try_recv() {
+                Ok(chunk) => self.seen.extend(chunk),
+                Err(std::sync::mpsc::TryRecvError::Empty) => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "no {tail:?} after 60 s: {}",
+                        String::from_utf8_lossy(&self.seen)
+                    );
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+                Err(_) => panic!(
+                    "ended before {tail:?}: {}",
+                    String::from_utf8_lossy(&self.seen)
+                ),
+            }
+        }
+    }
+
+    /// Type `text` on the terminal, then wait for the run to end: its exit code and the whole
+    /// transcript, with the terminal's line ends (`\r\n`) read as `\n`.
+    async fn answer(mut self, text: &str) -> (i32, String) {
+        use std::io::Write as _;
+        let mut stdin = self.child.stdin.take().unwrap();
+        stdin.write_all(text.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        let mut child = self.child;
+        let status = tokio::task::spawn_blocking(move || {
+            let status = child.wait();
+            drop(stdin);
+            status
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        while let Ok(chunk) = self
+            .transcript
+            .recv_timeout(std::time::Duration::from_secs(5))
+        {
+            self.seen.extend(chunk);
+        }
+        let text = String::from_utf8_lossy(&self.seen).replace("\r\n", "\n");
+        (status.code().unwrap_or(-1), text)
+    }
+}
+
+fn shell_quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// reclaim --apply on a terminal: the plan's rows are placed on their shards, then, while the run
+/// asks for confirmation, the tenant's shard is split off (`isolate_tenant_to_new_shard`), so the
+/// shard the plan rows were placed on has no placement any more when the run goes on. It stops
+/// there (exit 1), naming the shard, before any change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_reclaim_apply_stops_at_a_shard_split_off_while_it_asked() {
+    let Some(db) = loaded_with(Layout::ByTenant, MIX, "citus reclaim --apply, shard split").await
+    else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    let (tenant, shard) = stuck_tenant(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_arg = plan.to_str().unwrap();
+    db.idemctl()
+        .args(["reclaim", "--plan", plan_arg, "--older-than", "30m"])
+        .args(["--api-key-id", &tenant])
+        .run()
+        .assert_code(0);
+    let keys = stuck_keys_of(&db, &tenant).await;
+    let before = snapshot(&db).await;
+    let mut run = OnTerminal::start(&db.url(), &["reclaim", "--apply", plan_arg]);
+    run.until("[y/N] ").await;
+    db.exec(&format!(
+        "SELECT isolate_tenant_to_new_shard('idempotency_keys', '{tenant}', \
+                shard_transfer_mode => 'block_writes')"
+    ))
+    .await;
+    let (code, transcript) = run.answer("y\n").await;
+    assert_eq!(code, 1, "{transcript}");
+    let (asked, said) = transcript
+        .split_once("[y/N] y\n")
+        .unwrap_or_else(|| panic!("{transcript}"));
+    assert_eq!(
+        said,
+        format!(
+            "idemctl: shard {shard} of public.idempotency_keys has no active placement in the coordinator's metadata (a shard move may be under way); nothing was changed, try again\n"
+        )
+    );
+    assert_eq!(
+        asked,
+        format!(
+            "reclaim: delete the plan's {keys} in_progress keys of public.idempotency_keys (api_key_id {tenant}) held longer than 30m? "
+        )
+    );
+    assert_eq!(snapshot(&db).await, before);
 }
