@@ -9,6 +9,36 @@ use crate::fixtures::load_sql;
 use crate::support::citus::{CitusDb, Layout, skipped};
 use crate::support::cmd::Cmd;
 
+/// A stuck key's tenant (`in_progress`, taken more than 30 minutes ago) whose shard is on the
+/// worker listening on `port`, with that shard.
+async fn stuck_tenant_on(db: &CitusDb, port: u16) -> (String, i64) {
+    let client = db.client().await;
+    let tenants = client
+        .query(
+            "SELECT DISTINCT api_key_id FROM idempotency_keys WHERE state = 'in_progress' \
+               AND coalesce(locked_at, created_at) < now() - interval '30 minutes' ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    for t in tenants {
+        let tenant: String = t.get(0);
+        let placed = client
+            .query_opt(
+                "SELECT shardid FROM citus_shards \
+                  WHERE shardid = get_shard_id_for_distribution_column('idempotency_keys', $1::text) \
+                    AND nodeport = $2::int",
+                &[&tenant, &i32::from(port)],
+            )
+            .await
+            .unwrap();
+        if let Some(row) = placed {
+            return (tenant, row.get(0));
+        }
+    }
+    panic!("no stuck key on the worker on port {port}");
+}
+
 /// A tenant with stuck keys (`in_progress`, taken more than 30 minutes ago), and its shard.
 async fn stuck_tenant(db: &CitusDb) -> (String, i64) {
     let client = db.client().await;
@@ -307,6 +337,125 @@ async fn citus_reclaim_apply_stops_at_a_shard_split_off_while_it_asked() {
         format!(
             "reclaim: delete the plan's {keys} in_progress keys of public.idempotency_keys (api_key_id {tenant}) held longer than 30m? "
         )
+    );
+    assert_eq!(snapshot(&db).await, before);
+}
+
+/// A TCP proxy to a server's TCP port that breaks a connection, closing both ends, as soon as
+/// the client sends a message holding `pattern` (the message itself never reaches the server): a
+/// network path that fails at one exact statement. Plain threads, ended when the value is dropped.
+struct Tripwire {
+    port: u16,
+    stopped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Tripwire {
+    fn start(upstream: u16, pattern: &'static [u8]) -> Tripwire {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = stopped.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let up = stop.clone();
+                std::thread::spawn(move || pass(c, s, &up, Some(pattern)));
+                let down = stop.clone();
+                std::thread::spawn(move || pass(server, client, &down, None));
+            }
+        });
+        Tripwire { port, stopped }
+    }
+}
+
+/// Copy `from` to `to` until either ends, the proxy stops, or `from` sends `pattern`; then close
+/// both.
+fn pass(
+    mut from: std::net::TcpStream,
+    mut to: std::net::TcpStream,
+    stop: &std::sync::atomic::AtomicBool,
+    pattern: Option<&[u8]>,
+) {
+    let _ = from.set_read_timeout(Some(std::time::Duration::from_millis(200)));
+    let mut buf = [0u8; 16 * 1024];
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let n = match std::io::Read::read(&mut from, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(_) => break,
+        };
+        if pattern.is_some_and(|p| buf[..n].windows(p.len()).any(|w| w == p)) {
+            break;
+        }
+        if std::io::Write::write_all(&mut to, &buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = from.shutdown(std::net::Shutdown::Both);
+    let _ = to.shutdown(std::net::Shutdown::Both);
+}
+
+impl Drop for Tripwire {
+    fn drop(&mut self) {
+        self.stopped
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
+    }
+}
+
+/// The reclaim sweep of one tenant, whose shard's worker is reached through a [`Tripwire`] that
+/// breaks the connection at the statement setting the reclaim session's lock_timeout there: the
+/// run fails naming the worker, before any change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_reclaim_names_the_worker_whose_session_it_could_not_set_up() {
+    let Some(db) = loaded_with(Layout::ByTenant, MIX, "citus reclaim session unset").await else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    let node = &db.cluster().workers()[1];
+    let (tenant, _) = stuck_tenant_on(&db, node.port).await;
+    let wire = Tripwire::start(node.port, b"SET lock_timeout = '5ms'");
+    db.exec(&format!(
+        "SELECT citus_update_node(nodeid, '127.0.0.1', {}) FROM pg_dist_node WHERE nodeport = {}",
+        wire.port, node.port
+    ))
+    .await;
+    let before = snapshot(&db).await;
+    let run = Cmd::new()
+        .env(
+            "IDEMCTL_DATABASE_URL",
+            db.url_with(&[("sslmode", "disable")]),
+        )
+        .args([
+            "reclaim",
+            "--yes",
+            "--older-than",
+            "30m",
+            "--api-key-id",
+            &tenant,
+        ])
+        .run();
+    run.assert_error(
+        1,
+        &format!(
+            "failed to set up the reclaim session on worker 127.0.0.1:{}: failed to set the session's lock_timeout: the server ended the connection: the connection was closed without a reason: connection closed",
+            wire.port
+        ),
     );
     assert_eq!(snapshot(&db).await, before);
 }

@@ -1316,7 +1316,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::worker_stopped",
     "reclaim::archive_commit_unwritten",
     "reclaim::question",
-    "reclaim::worker_session_unset",
     "top::no_answer",
 ];
 
