@@ -1313,6 +1313,8 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     // Its longest words are for verify-full without a host name, which the connection string's
     // rules never leave; transport.rs holds a mismatch of names exactly.
     "errors::host_mismatch",
+    // A batch task that panicked (a bug; its set is never aborted, so a panic is the only way
+    // a task ends without a result), which no input causes.
     "evict::worker_stopped",
     "reclaim::archive_commit_unwritten",
     "reclaim::question",
