@@ -17,7 +17,7 @@ pub(crate) const MIX: Mix = Mix {
 
 /// More tenants than the fixtures' seven, so both workers hold keys (before distributing: Citus
 /// refuses to change a distribution column).
-pub(crate) const MORE_TENANTS: &str =
+const MORE_TENANTS: &str =
     "UPDATE idempotency_keys SET api_key_id = api_key_id || '_' || (hashtext(key) & 7)";
 
 /// The key table loaded with [`MIX`] (56 tenants), then handed to Citus as `layout`; `None` when

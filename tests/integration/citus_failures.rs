@@ -9,9 +9,9 @@ use crate::fixtures::load_sql;
 use crate::support::citus::{CitusDb, Layout, skipped};
 use crate::support::cmd::Cmd;
 
-/// A stuck key's tenant (`in_progress`, taken more than 30 minutes ago) whose shard is on the
-/// worker listening on `port`, with that shard.
-async fn stuck_tenant_on(db: &CitusDb, port: u16) -> (String, i64) {
+/// The first tenant (by name) with stuck keys (`in_progress`, taken more than 30 minutes ago)
+/// whose shard is on the worker listening on `port` (any worker: None), with that shard.
+async fn stuck_tenant(db: &CitusDb, port: Option<u16>) -> (String, i64) {
     let client = db.client().await;
     let tenants = client
         .query(
@@ -24,43 +24,19 @@ async fn stuck_tenant_on(db: &CitusDb, port: u16) -> (String, i64) {
     for t in tenants {
         let tenant: String = t.get(0);
         let placed = client
-            .query_opt(
-                "SELECT shardid FROM citus_shards \
-                  WHERE shardid = get_shard_id_for_distribution_column('idempotency_keys', $1::text) \
-                    AND nodeport = $2::int",
-                &[&tenant, &i32::from(port)],
+            .query_one(
+                "SELECT shardid, nodeport FROM citus_shards \
+                  WHERE shardid = get_shard_id_for_distribution_column('idempotency_keys', $1::text)",
+                &[&tenant],
             )
             .await
             .unwrap();
-        if let Some(row) = placed {
-            return (tenant, row.get(0));
+        let on: i32 = placed.get(1);
+        if port.is_none_or(|p| i32::from(p) == on) {
+            return (tenant, placed.get(0));
         }
     }
-    panic!("no stuck key on the worker on port {port}");
-}
-
-/// A tenant with stuck keys (`in_progress`, taken more than 30 minutes ago), and its shard.
-async fn stuck_tenant(db: &CitusDb) -> (String, i64) {
-    let client = db.client().await;
-    let tenant: String = client
-        .query_one(
-            "SELECT api_key_id FROM idempotency_keys WHERE state = 'in_progress' \
-               AND coalesce(locked_at, created_at) < now() - interval '30 minutes' \
-             ORDER BY api_key_id LIMIT 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    let shard: i64 = client
-        .query_one(
-            "SELECT get_shard_id_for_distribution_column('idempotency_keys', $1::text)",
-            &[&tenant],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    (tenant, shard)
+    panic!("no stuck key on the worker on port {port:?}");
 }
 
 /// How many stuck keys `tenant` has.
@@ -303,7 +279,7 @@ async fn citus_reclaim_apply_stops_at_a_shard_split_off_while_it_asked() {
         return;
     };
     db.exec(IN_PROGRESS_INDEX).await;
-    let (tenant, shard) = stuck_tenant(&db).await;
+    let (tenant, shard) = stuck_tenant(&db, None).await;
     let dir = tempfile::tempdir().unwrap();
     let plan = dir.path().join("plan.json");
     let plan_arg = plan.to_str().unwrap();
@@ -428,7 +404,7 @@ async fn citus_reclaim_names_the_worker_whose_session_it_could_not_set_up() {
     };
     db.exec(IN_PROGRESS_INDEX).await;
     let node = &db.cluster().workers()[1];
-    let (tenant, _) = stuck_tenant_on(&db, node.port).await;
+    let (tenant, _) = stuck_tenant(&db, Some(node.port)).await;
     let wire = Tripwire::start(node.port, b"SET lock_timeout = '5ms'");
     db.exec(&format!(
         "SELECT citus_update_node(nodeid, '127.0.0.1', {}) FROM pg_dist_node WHERE nodeport = {}",
