@@ -429,7 +429,7 @@ async fn citus_reclaim_names_the_worker_whose_session_it_could_not_set_up() {
     run.assert_error(
         1,
         &format!(
-            "failed to set up the reclaim session on worker 127.0.0.1:{}: failed to set the session's lock_timeout: the server ended the connection: the connection was closed without a reason: connection closed",
+            "failed to set up the reclaim session on worker 127.0.0.1:{}: failed to set the session's lock_timeout: the connection was closed without a reason",
             wire.port
         ),
     );
