@@ -1311,7 +1311,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     // A batch task that panicked (a bug; its set is never aborted, so a panic is the only way
     // a task ends without a result), which no input causes.
     "evict::worker_stopped",
-    "reclaim::question",
 ];
 
 /// The string literals of `text` as written (escapes kept), skipping char literals such as '"'.

@@ -767,3 +767,46 @@ async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly(
         3000 - evicted as i64
     );
 }
+
+/// On a terminal, reclaim asks before it writes, naming the action (here the status `--action
+/// fail` stores), the count, the table and the filters; an answer other than yes changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reclaims_question_and_a_no_are_worded_exactly() {
+    use crate::top::Tmux;
+    use std::time::Duration;
+    let db = crate::support::stuck::db_with_stuck(6, 10).await;
+    let before = fixtures::snapshot(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("reclaim.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "'{}' -d '{}' reclaim --action fail --status 503 --path /v1/payments\n\
+             echo \"EXIT=$?\"\nsleep 600\n",
+            crate::support::IDEMCTL,
+            db.url()
+        ),
+    )
+    .unwrap();
+    let terminal = Tmux::start(&script);
+    terminal.wait_for("the question", Duration::from_secs(30), |s| {
+        s.contains("[y/N]")
+    });
+    terminal.keys("n");
+    terminal.keys("Enter");
+    terminal.wait_for("the exit status", Duration::from_secs(30), |s| {
+        s.contains("EXIT=")
+    });
+    let mut lines = terminal.lines();
+    lines.retain(|l| !l.is_empty());
+    assert_eq!(
+        lines,
+        [
+            "reclaim: mark completed with status 503 6 in_progress keys of \
+             public.idempotency_keys (path /v1/payments) held longer than 5m? [y/N] n",
+            "idemctl: reclaim not confirmed; nothing was changed",
+            "EXIT=2",
+        ]
+    );
+    assert_eq!(fixtures::snapshot(&db).await, before);
+}

@@ -11,14 +11,15 @@ use crate::support::{Cmd, IDEMCTL, TestDb};
 
 const REFUSAL: &str = "idemctl: top draws a live view and stdout is not a terminal; for figures a script can read, run `idemctl stats -o json` (or `idemctl top --once` for one frame as text)\n";
 
-/// A tmux server of its own (its own socket, no configuration file) with one 80x24 window.
-struct Tmux {
+/// A tmux server of its own (its own socket, no configuration file) with one 80x24 window; also
+/// the terminal other commands' questions are answered on.
+pub(crate) struct Tmux {
     socket: String,
 }
 
 impl Tmux {
     /// Start `script` (a shell script) in a new 80x24 window.
-    fn start(script: &Path) -> Tmux {
+    pub(crate) fn start(script: &Path) -> Tmux {
         let installed = Command::new("tmux").arg("-V").output();
         assert!(
             installed.is_ok_and(|o| o.status.success()),
@@ -52,11 +53,20 @@ impl Tmux {
     }
 
     /// What the window shows now.
-    fn screen(&self) -> String {
+    pub(crate) fn screen(&self) -> String {
         self.run(&["capture-pane", "-p", "-t", "top"])
     }
 
-    fn keys(&self, keys: &str) {
+    /// What the window shows now, each line wrapped at its edge joined again and its trailing
+    /// blanks cut: the lines as the program wrote them.
+    pub(crate) fn lines(&self) -> Vec<String> {
+        self.run(&["capture-pane", "-p", "-J", "-t", "top"])
+            .lines()
+            .map(|l| l.trim_end().to_owned())
+            .collect()
+    }
+
+    pub(crate) fn keys(&self, keys: &str) {
         self.run(&["send-keys", "-t", "top", keys]);
     }
 
@@ -77,7 +87,12 @@ impl Tmux {
 
     /// Wait until the screen satisfies `ok` (at most `limit`), returning it; panic with the
     /// screen and `what` otherwise.
-    fn wait_for(&self, what: &str, limit: Duration, ok: impl Fn(&str) -> bool) -> String {
+    pub(crate) fn wait_for(
+        &self,
+        what: &str,
+        limit: Duration,
+        ok: impl Fn(&str) -> bool,
+    ) -> String {
         let started = Instant::now();
         loop {
             let screen = self.screen();
