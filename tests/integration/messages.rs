@@ -810,3 +810,87 @@ async fn reclaims_question_and_a_no_are_worded_exactly() {
     );
     assert_eq!(fixtures::snapshot(&db).await, before);
 }
+
+/// evict on a distributed table whose adaptive pace cannot read the activity on one worker (its
+/// database revoked a function the pace's sample calls, which the other nodes still allow) ends
+/// naming that worker and the server's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pace_that_cannot_be_set_up_on_a_worker_is_worded_exactly() {
+    use crate::support::citus::Layout;
+    let Some(db) = crate::citus::loaded_with(
+        Layout::ByTenant,
+        crate::citus::MIX,
+        "citus evict pace set-up",
+    )
+    .await
+    else {
+        return;
+    };
+    // A role that sees other sessions on every node (the adaptive pace's condition).
+    let role = format!("pacer_{}", &db.name[db.name.len() - 8..]);
+    db.exec_alone(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}"
+    ))
+    .await;
+    for node in 0..3 {
+        db.node_client(node)
+            .await
+            .batch_execute(&format!("GRANT pg_monitor TO {role}"))
+            .await
+            .unwrap();
+    }
+    db.node_client(1)
+        .await
+        .batch_execute(
+            "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_partition_tree(regclass) FROM PUBLIC",
+        )
+        .await
+        .unwrap();
+    let worker = format!("127.0.0.1:{}", db.cluster().workers()[0].port);
+    let before = crate::citus::snapshot(&db).await.len();
+    let run = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["evict", "-o", "json"])
+        .run_async()
+        .await;
+    run.assert_code(6).assert_stderr(&format!(
+        "idemctl: failed to set up evict's pace on worker {worker}: failed to sample the other \
+         sessions' activity: permission denied for function pg_partition_tree\n"
+    ));
+    // The other worker's batches stopped at the error; what they deleted is what the run says.
+    let j = run.json();
+    assert_eq!(j["end_reason"], "error", "{run}");
+    let gone = before - crate::citus::snapshot(&db).await.len();
+    assert_eq!(j["rows_evicted"], gone, "{run}");
+}
+
+/// The same on one server: the pace's sample is refused there, before any batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pace_that_cannot_be_set_up_is_worded_exactly() {
+    let db = TestDb::new().await;
+    let expired = Mix {
+        expired: 50,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, expired).await;
+    let role = format!("{}_pacer", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN IN ROLE pg_monitor; GRANT USAGE ON SCHEMA public TO {role}; \
+         GRANT SELECT, DELETE, UPDATE (expires_at) ON idempotency_keys TO {role}; \
+         REVOKE EXECUTE ON FUNCTION pg_catalog.pg_partition_tree(regclass) FROM PUBLIC"
+    ))
+    .await;
+    let before = fixtures::snapshot(&db).await;
+    Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["evict"])
+        .run()
+        .assert_code(6)
+        .assert_stderr(
+            "idemctl: failed to set up evict's pace: failed to sample the other sessions' \
+             activity: permission denied for function pg_partition_tree\n",
+        );
+    assert_eq!(fixtures::snapshot(&db).await, before);
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+}
