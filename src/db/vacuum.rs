@@ -58,8 +58,9 @@ pub(crate) async fn prepare(session: &Session, lock_timeout: std::time::Duration
     let _ = flush_commits(session).await;
 }
 
-/// Make every asynchronous commit written before now durable (one small transaction committed
-/// synchronously flushes the WAL written before it; with synchronous standbys, it waits for them).
+/// Make every asynchronous commit written before now durable (one small transaction that writes a
+/// WAL record, committed synchronously, flushes the WAL written before it; with synchronous
+/// standbys, it waits for them).
 pub(crate) async fn flush_commits(session: &Session) -> anyhow::Result<()> {
     session
         .script_within(

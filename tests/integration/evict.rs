@@ -964,3 +964,60 @@ async fn evict_interrupted_under_cron_says_so_in_one_line() {
         "{run}"
     );
 }
+
+/// evict's durable point is a commit the server makes durable, and with a synchronous standby
+/// waits for it: a run whose standby does not answer does not end while its deletes are not
+/// confirmed, and ends once they are, with none left unconfirmed. (A transaction that only takes
+/// a transaction id writes no WAL, and PostgreSQL commits it asynchronously whatever
+/// synchronous_commit says: such a point would confirm nothing.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evicts_durable_point_waits_for_a_synchronous_standby() {
+    use crate::support::cluster::PrivateCluster;
+    // synchronous_standby_names is the whole server's: a cluster of the test's own.
+    let server = PrivateCluster::start().await;
+    let client = server.client().await;
+    client.batch_execute(Schema::Corrected.ddl()).await.unwrap();
+    client
+        .batch_execute(&fixtures::expired_rows_sql(200))
+        .await
+        .unwrap();
+    for sql in [
+        "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+        "SELECT pg_reload_conf()",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
+    let evict = server
+        .idemctl()
+        .args(["evict", "-o", "json"])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                    WHERE application_name = 'idemctl' AND wait_event = 'SyncRep'";
+    let started = Instant::now();
+    while client
+        .query_one(waiting, &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "evict's durable point never waited for the synchronous standby"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The standby is given up on: the waiting commit goes through, and the run ends.
+    for sql in [
+        "ALTER SYSTEM RESET synchronous_standby_names",
+        "SELECT pg_reload_conf()",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
+    let run = evict.wait_async().await;
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["rows_evicted"], 200, "{run}");
+    assert_eq!(j["rows_unconfirmed"], 0, "{run}");
+}

@@ -713,7 +713,7 @@ async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly(
     // The statement each idemctl session ran last, by the comment it starts with (the server keeps
     // a statement's first 1 kB): a durable point (a commit made synchronously, at most once a
     // second), or a batch; and whether it has finished.
-    let watch = "SELECT state = 'idle', query LIKE '%transaction committed synchronously%', \
+    let watch = "SELECT state = 'idle', query LIKE '-- evict''s durable points,%', \
                         query LIKE '-- evict: one batch,%' \
                    FROM pg_stat_activity \
                   WHERE application_name = 'idemctl' AND datname = current_database()";
