@@ -1302,8 +1302,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::rate_summary",
     "evict::replica_gave_up",
     "evict::vacuum_summary",
-    // Reached only where neither USER, LOGNAME nor the passwd file names the OS user.
-    "errors::no_os_user",
     // Contexts of a server, terminal or signal failure at that very step, which no test can cause
     // there (moved from src/commands/, where the list did not look).
     "reasons::step_failed",
