@@ -1305,9 +1305,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     // Contexts of a server, terminal or signal failure at that very step, which no test can cause
     // there (moved from src/commands/, where the list did not look).
     "reasons::step_failed",
-    // Its longest words are for verify-full without a host name, which the connection string's
-    // rules never leave; transport.rs holds a mismatch of names exactly.
-    "errors::host_mismatch",
     "evict::worker_stopped",
     "mod::unprobed_reference_note",
     "names::worker_unprepared",
