@@ -1302,9 +1302,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::rate_summary",
     "evict::replica_gave_up",
     "evict::vacuum_summary",
-    // Contexts of a server, terminal or signal failure at that very step, which no test can cause
-    // there (moved from src/commands/, where the list did not look).
-    "reasons::step_failed",
     "evict::worker_stopped",
     "mod::unprobed_reference_note",
     "names::worker_unprepared",
