@@ -1201,41 +1201,19 @@ async fn a_count_of_referenced_keys_that_fails_ends_the_run_naming_the_step() {
     db.exec(&format!(
         "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role}; \
          GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}; \
-         GRANT SELECT ON charges TO {role}; \
-         CREATE TABLE go (); \
-         CREATE FUNCTION hold_first_delete() RETURNS trigger LANGUAGE plpgsql \
-           SECURITY DEFINER SET search_path = public AS $$ \
-         BEGIN \
-           WHILE NOT EXISTS (SELECT FROM go) LOOP PERFORM pg_sleep(0.01); END LOOP; \
-           RETURN OLD; \
-         END $$; \
-         CREATE TRIGGER hold_first_delete BEFORE DELETE ON idempotency_keys \
-           FOR EACH ROW EXECUTE FUNCTION hold_first_delete();"
+         GRANT SELECT ON charges TO {role};"
     ))
     .await;
+    crate::fixtures::hold_deletes(&db).await;
     let evict = crate::support::Cmd::new()
         .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
         .args(["--ttl", "1h", "evict", "--duty-cycle", "20"])
         .spawn();
-    let admin = db.client().await;
-    let mut waited = 0;
-    while admin
-        .query_opt(
-            "SELECT FROM pg_stat_activity \
-              WHERE usename = $1 AND wait_event = 'PgSleep' AND query ILIKE '%delete%'",
-            &[&role],
-        )
-        .await
-        .unwrap()
-        .is_none()
-    {
-        waited += 1;
-        assert!(waited < 3000, "the batch never reached the trigger");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    db.exec(&format!(
-        "REVOKE SELECT ON charges FROM {role}; INSERT INTO go DEFAULT VALUES"
-    ))
+    crate::fixtures::while_a_delete_is_held(
+        &db,
+        &role,
+        &format!("REVOKE SELECT ON charges FROM {role}"),
+    )
     .await;
     let run = evict.wait_async().await;
     db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
