@@ -317,7 +317,6 @@ pub(crate) enum Step {
     OpenExtraWorker,
     ReachShards,
     SetUpEvictSession,
-    CountLeftInRange,
     MakeDeletesDurable,
     FindNextRange,
     MeasureRoundTrip,
