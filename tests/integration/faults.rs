@@ -1,9 +1,9 @@
 //! Faults: `evict` and `reclaim` killed with SIGKILL at random moments, evict's backend terminated
 //! mid-run, and the server restarted or stopped under evict. After each: no live or in_progress row
 //! is missing, no row is half-changed, nothing is left held, and a normal run finishes the job.
-//! And faults at one step of evict: a statement after a batch that fails (a privilege revoked while
-//! the batch ran), an extra --jobs session that cannot be opened; each ends the run in one line
-//! naming the step.
+//! And faults at one step of evict: a batch the server refuses, a statement after a batch that
+//! fails (a privilege revoked while the batch ran), an extra --jobs session that cannot be opened;
+//! each ends the run in one line naming the step.
 //!
 //! Sizes come from the environment, with small defaults so `cargo test` stays fast:
 //! `IDEMCTL_FAULT_ROWS` (rows loaded, default 20000), `IDEMCTL_FAULT_TRIALS` (kills per test,
@@ -804,6 +804,44 @@ async fn an_extra_jobs_session_that_cannot_be_opened_ends_evict_naming_the_step(
              (retried for {retried})",
             db.name()
         ),
+    );
+    let expired = fixtures::scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()",
+    )
+    .await;
+    assert_eq!(expired, 20, "{run}");
+}
+
+/// A batch the server refuses (a trigger of the API's raises an error on DELETE) is rolled back
+/// and ends the run in one line naming it and giving the server's words, exit 1: nothing deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_the_server_refuses_is_rolled_back_and_ends_evict_naming_it() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        expired: 20,
+        live: 5,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    let role = evicter(&db).await;
+    db.exec(
+        "CREATE FUNCTION keep_keys() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'keys are kept for the audit'; END $$; \
+         CREATE TRIGGER keep_keys BEFORE DELETE ON idempotency_keys \
+           FOR EACH ROW EXECUTE FUNCTION keep_keys();",
+    )
+    .await;
+    let run = crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["evict", "--duty-cycle", "20"])
+        .run_async()
+        .await;
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+    run.assert_error(
+        1,
+        "a batch failed and was rolled back: keys are kept for the audit",
     );
     let expired = fixtures::scalar_i64(
         &db,
