@@ -1,9 +1,10 @@
 //! Faults: `evict` and `reclaim` killed with SIGKILL at random moments, evict's backend terminated
 //! mid-run, and the server restarted or stopped under evict. After each: no live or in_progress row
 //! is missing, no row is half-changed, nothing is left held, and a normal run finishes the job.
-//! And faults at one step of evict: a batch the server refuses, a statement after a batch that
-//! fails (a privilege revoked while the batch ran), an extra --jobs session that cannot be opened;
-//! each ends the run in one line naming the step.
+//! And faults at one step: evict's batch the server refuses, a statement after a batch that fails
+//! (a privilege revoked while the batch ran), an extra --jobs session that cannot be opened;
+//! reclaim's confirmation and top's terminal set-up on a terminal that fails them; each ends the
+//! run in one line naming the step.
 //!
 //! Sizes come from the environment, with small defaults so `cargo test` stays fast:
 //! `IDEMCTL_FAULT_ROWS` (rows loaded, default 20000), `IDEMCTL_FAULT_TRIALS` (kills per test,
@@ -849,4 +850,113 @@ async fn a_batch_the_server_refuses_is_rolled_back_and_ends_evict_naming_it() {
     )
     .await;
     assert_eq!(expired, 20, "{run}");
+}
+
+/// Run `command` (shell words) in a terminal of its own (a pty from util-linux `script`), in a
+/// background process group that no shell of the terminal's session controls any more (an
+/// orphaned one), with stdin, stdout and stderr on the terminal: what POSIX gives a job whose
+/// shell has gone. Its reads from the terminal, and any change of the terminal's settings, fail
+/// there with EIO. Returns what the terminal showed (line breaks as `\n`), the exit status and
+/// the terminal's settings afterwards (`stty -a`).
+async fn orphaned_in_a_terminal(command: &str) -> (String, i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    // The job waits for `go` until its shell has exited and the terminal's shell has taken the
+    // foreground back, so it is orphaned before it starts.
+    let script = format!(
+        "set -m\n\
+         mkfifo {d}/go\n\
+         sh -c '(read x < {d}/go; {command} < /dev/tty; echo $? > {d}/code) &'\n\
+         echo go > {d}/go\n\
+         while [ ! -s {d}/code ]; do sleep 0.1; done\n\
+         stty -a > {d}/stty\n"
+    );
+    let file = dir.path().join("orphaned.sh");
+    std::fs::write(&file, script).unwrap();
+    let shown = format!("sh {}", file.display());
+    let run = crate::support::Cmd::of("script")
+        .args(["-qec", shown.as_str(), "/dev/null"])
+        .env("TERM", "xterm")
+        .run_async()
+        .await;
+    run.assert_code(0);
+    let code = std::fs::read_to_string(dir.path().join("code")).unwrap();
+    let settings = std::fs::read_to_string(dir.path().join("stty")).unwrap();
+    (
+        run.stdout.replace("\r\n", "\n"),
+        code.trim().parse().unwrap(),
+        settings,
+    )
+}
+
+/// The terminal is in canonical mode with echo on: as before the run.
+#[track_caller]
+fn assert_terminal_as_it_was(settings: &str) {
+    let words: Vec<&str> = settings
+        .split(|c: char| c.is_whitespace() || c == ';')
+        .collect();
+    for on in ["icanon", "echo", "isig"] {
+        assert!(words.contains(&on), "{on} is not on: {settings}");
+    }
+}
+
+/// reclaim asks on the terminal before it writes; a terminal it cannot read (a job whose shell
+/// has gone, where a read fails with EIO) ends the run in one line naming the step, exit 1, with
+/// nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_that_cannot_be_read_ends_reclaim_naming_the_step() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        live: 5,
+        stuck: 4,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
+        .await;
+    let before = fixtures::snapshot(&db).await;
+    let (shown, code, settings) = orphaned_in_a_terminal(&format!(
+        "\"{}\" -d \"{}\" reclaim --action delete --older-than 30m",
+        crate::support::IDEMCTL,
+        db.url()
+    ))
+    .await;
+    let (question, after) = shown
+        .split_once(" [y/N] ")
+        .unwrap_or_else(|| panic!("no question asked:\n{shown}"));
+    assert!(question.starts_with("reclaim: delete 4 "), "{shown}");
+    assert_eq!(
+        after,
+        "idemctl: failed to read the confirmation: Input/output error (os error 5)\n"
+    );
+    assert_eq!(code, 1, "{shown}");
+    assert_terminal_as_it_was(&settings);
+    assert_eq!(fixtures::snapshot(&db).await, before);
+}
+
+/// top's live view needs the terminal in raw mode; a terminal whose settings it may not change (a
+/// job whose shell has gone, where that fails with EIO) ends top in one line naming the step,
+/// exit 1, the terminal left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_top_cannot_set_up_ends_it_naming_the_step() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        expired: 5,
+        live: 5,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    let (shown, code, settings) = orphaned_in_a_terminal(&format!(
+        "\"{}\" -d \"{}\" top",
+        crate::support::IDEMCTL,
+        db.url()
+    ))
+    .await;
+    assert_eq!(
+        shown,
+        "idemctl: failed to set up the terminal for the live view: Input/output error (os error \
+         5)\n"
+    );
+    assert_eq!(code, 1, "{shown}");
+    assert_terminal_as_it_was(&settings);
 }
