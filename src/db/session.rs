@@ -200,8 +200,11 @@ impl Session {
         if !(e.is_closed() || self.client().is_closed()) {
             return anyhow::Error::new(e);
         }
-        let reason = self.0.line.ended.reason();
-        anyhow::Error::new(e).context(Lost::Ended(reason))
+        match self.0.line.ended.reason() {
+            // The driver's own words ("connection closed") would only repeat it.
+            None if e.is_closed() => anyhow::Error::new(Lost::Ended(None)),
+            reason => anyhow::Error::new(e).context(Lost::Ended(reason)),
+        }
     }
 
     /// Take the connection out of the pool and close it: a session that stopped answering is

@@ -266,12 +266,8 @@ fn lost(lost: &Lost) -> String {
             human_secs(deadline.as_secs_f64()),
             human_secs(margin.as_secs_f64())
         ),
-        Lost::Ended(reason) => format!(
-            "the server ended the connection: {}",
-            reason
-                .as_deref()
-                .unwrap_or("the connection was closed without a reason")
-        ),
+        Lost::Ended(Some(reason)) => format!("the server ended the connection: {reason}"),
+        Lost::Ended(None) => "the connection was closed without a reason".to_owned(),
         Lost::Fatal(code) => format!("the server ended the connection (SQLSTATE {code})"),
     }
 }
@@ -726,7 +722,7 @@ mod tests {
         );
         assert_eq!(
             Lost::Ended(None).to_string(),
-            "the server ended the connection: the connection was closed without a reason"
+            "the connection was closed without a reason"
         );
         assert_eq!(
             Lost::Fatal("57P01".into()).to_string(),

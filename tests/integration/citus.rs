@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::fixtures::{Mix, Seen, evictable, load_sql, snapshot_of};
 use crate::support::citus::{CitusDb, Layout, skipped};
 
-const MIX: Mix = Mix {
+pub(crate) const MIX: Mix = Mix {
     expired: 3000,
     live: 800,
     fresh: 50,
@@ -39,7 +39,7 @@ pub(crate) async fn loaded_with(layout: Layout, mix: Mix, test: &str) -> Option<
     Some(db)
 }
 
-async fn snapshot(db: &CitusDb) -> BTreeMap<(String, String), Seen> {
+pub(crate) async fn snapshot(db: &CitusDb) -> BTreeMap<(String, String), Seen> {
     snapshot_of(&db.client().await).await
 }
 
@@ -726,7 +726,7 @@ async fn citus_stats_adds_up_the_shards_with_each_workers_part() {
 }
 
 /// The optional in_progress index, created on the coordinator (Citus creates it on every shard).
-const IN_PROGRESS_INDEX: &str = "CREATE INDEX idempotency_keys_in_progress ON idempotency_keys \
+pub(crate) const IN_PROGRESS_INDEX: &str = "CREATE INDEX idempotency_keys_in_progress ON idempotency_keys \
      ((coalesce(locked_at, created_at))) WHERE state = 'in_progress'";
 
 /// reclaim on a distributed table: the preview and the plan through the coordinator, --apply and

@@ -102,10 +102,18 @@ async fn citus_evict_leaves_keys_a_colocated_no_action_or_restrict_row_reference
         .map(|n| n.as_str().unwrap())
         .collect();
     assert_eq!(notes.len(), 2, "{dry}");
-    assert!(
-        notes.iter().all(|n| n.contains("the run leaves them")),
-        "{dry}"
-    );
+    for (n, (t, on_delete)) in notes
+        .iter()
+        .zip([("charges", "NO ACTION"), ("refunds", "RESTRICT")])
+    {
+        assert_eq!(
+            *n,
+            format!(
+                "would evict includes the expired keys {t} (api_key_id, idem_key) still references ON DELETE {on_delete}: on Citus the preview does not tell them apart; the run leaves them and counts them as skipped_referenced"
+            ),
+            "{dry}"
+        );
+    }
     let run = db
         .idemctl()
         .args(["evict", "-o", "json", "--batch-size", "40"])

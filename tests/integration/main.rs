@@ -5,6 +5,7 @@ mod support;
 mod archive;
 mod chaos;
 mod citus;
+mod citus_failures;
 mod citus_foreign_keys;
 mod cli;
 mod concurrency;
