@@ -1302,9 +1302,6 @@ const UNASSERTED_MESSAGES: &[&str] = &[
     "evict::rate_summary",
     "evict::replica_gave_up",
     "evict::vacuum_summary",
-    // A batch task that panicked (a bug; its set is never aborted, so a panic is the only way
-    // a task ends without a result), which no input causes.
-    "evict::worker_stopped",
     "reclaim::archive_commit_unwritten",
     "reclaim::question",
     "top::no_answer",
