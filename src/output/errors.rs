@@ -562,9 +562,6 @@ pub(crate) fn tls_failed(failure: &TlsFailure) -> String {
 /// The server certificate's names against the host (libpq's words).
 pub(crate) fn host_mismatch(m: &HostMismatch) -> String {
     match m {
-        HostMismatch::NoHost => {
-            "host name must be specified for a verified SSL connection".to_owned()
-        }
         HostMismatch::NoName => {
             "could not get server's host name from server certificate".to_owned()
         }

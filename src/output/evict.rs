@@ -838,11 +838,6 @@ pub(crate) fn drop_partitions_not_owner(role: &str, table: &Table) -> String {
     )
 }
 
-/// A batch session's task that ended without a result (a bug).
-pub(crate) fn worker_stopped(error: &tokio::task::JoinError) -> String {
-    format!("an evict worker stopped unexpectedly: {error}")
-}
-
 /// The head of the line of a run that lost its connection: what is durable, what is not.
 pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64) -> String {
     let mut text =

@@ -21,7 +21,6 @@ pub(crate) fn step_failed(step: Step) -> String {
         Step::OpenExtraWorker => "failed to open a session for an extra --jobs worker",
         Step::ReachShards => "failed to reach the key table's shards on the Citus workers",
         Step::SetUpEvictSession => "failed to set up the evict session",
-        Step::CountLeftInRange => "failed to count the expired keys left in a batch's range",
         Step::MakeDeletesDurable => "failed to make the deleted rows durable",
         Step::FindNextRange => "failed to find the next batch's range",
         Step::MeasureRoundTrip => "failed to measure the round trip to the server",

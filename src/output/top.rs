@@ -901,7 +901,12 @@ pub(crate) fn read_key(wait: Duration) -> std::io::Result<Option<Key>> {
 /// The terminal while the view is on it: raw mode and the alternate screen, left again when this
 /// is dropped, and by a panic before its message is printed.
 pub(crate) struct Screen {
-    terminal: ratatui::Terminal<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+    /// Never dropped: ratatui's terminal, dropped, shows the cursor again and prints its own line
+    /// to stderr when that fails (a terminal that has gone), beside idemctl's one error line.
+    /// [`restore_terminal`] shows the cursor instead; the buffers go with the process.
+    terminal: std::mem::ManuallyDrop<
+        ratatui::Terminal<ratatui::backend::CrosstermBackend<std::io::Stdout>>,
+    >,
 }
 
 /// Leave raw mode and the alternate screen, and show the cursor. Safe to call twice.
@@ -928,7 +933,9 @@ impl Screen {
         }
         let terminal = ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(out))
             .inspect_err(|_| restore_terminal())?;
-        Ok(Screen { terminal })
+        Ok(Screen {
+            terminal: std::mem::ManuallyDrop::new(terminal),
+        })
     }
 
     /// Draw the view.

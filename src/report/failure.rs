@@ -317,7 +317,6 @@ pub(crate) enum Step {
     OpenExtraWorker,
     ReachShards,
     SetUpEvictSession,
-    CountLeftInRange,
     MakeDeletesDurable,
     FindNextRange,
     MeasureRoundTrip,
@@ -363,8 +362,6 @@ pub(crate) enum TlsFailure {
 /// The names a server certificate holds that do not match the host connected to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum HostMismatch {
-    /// No host name to check the certificate against.
-    NoHost,
     /// A certificate that names no host at all.
     NoName,
     One {

@@ -1,6 +1,10 @@
 //! Faults: `evict` and `reclaim` killed with SIGKILL at random moments, evict's backend terminated
 //! mid-run, and the server restarted or stopped under evict. After each: no live or in_progress row
 //! is missing, no row is half-changed, nothing is left held, and a normal run finishes the job.
+//! And faults at one step: evict's batch the server refuses, a statement after a batch that fails
+//! (a privilege revoked while the batch ran), an extra --jobs session that cannot be opened;
+//! reclaim's confirmation and top's terminal set-up on a terminal that fails them; each ends the
+//! run in one line naming the step.
 //!
 //! Sizes come from the environment, with small defaults so `cargo test` stays fast:
 //! `IDEMCTL_FAULT_ROWS` (rows loaded, default 20000), `IDEMCTL_FAULT_TRIALS` (kills per test,
@@ -676,4 +680,283 @@ async fn evict_under_a_server_restart_or_stop_fails_clearly_and_the_next_run_dra
         eprintln!("server fault: {line}");
     }
     tally.print("evict server restart/stop", rows, started, "");
+}
+
+/// A role that may run evict on the test's table (and nothing else), created in the test.
+async fn evicter(db: &TestDb) -> String {
+    let role = format!("{}_evicter", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role}; \
+         GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}"
+    ))
+    .await;
+    role
+}
+
+/// Each statement evict sends after a batch's DELETE, failing for real: the role's SELECT on the
+/// table is revoked while the DELETE runs (held there by a trigger until the revoke is done). The
+/// run ends in one line naming the step it was at, exit 6, and the batch before it committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_after_a_batch_that_fails_ends_evict_naming_the_step() {
+    let cases: [(&[&str], &str, i64); 3] = [
+        (
+            &["--min-age", "1s"],
+            "failed to count rows kept back by --min-age",
+            0,
+        ),
+        (
+            &[],
+            "failed to count the expired in_progress keys of a batch's range",
+            0,
+        ),
+        (
+            &["--batch-size", "5"],
+            "failed to find the next batch's range",
+            15,
+        ),
+    ];
+    for (args, step, left) in cases {
+        let db = TestDb::new().await;
+        let mix = Mix {
+            expired: 20,
+            live: 5,
+            ..Mix::default()
+        };
+        fixtures::table_with(&db, Schema::Corrected, mix).await;
+        let role = evicter(&db).await;
+        fixtures::hold_deletes(&db).await;
+        let evict = crate::support::Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+            .args(["evict", "--duty-cycle", "20"])
+            .args(args)
+            .spawn();
+        let revoke = format!("REVOKE SELECT ON idempotency_keys FROM {role}");
+        fixtures::while_a_delete_is_held(&db, &role, &revoke).await;
+        let run = evict.wait_async().await;
+        db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+            .await;
+        run.assert_error(
+            6,
+            &format!("{step}: permission denied for table idempotency_keys"),
+        );
+        let expired = fixtures::scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()",
+        )
+        .await;
+        assert_eq!(expired, left, "{args:?}\n{run}");
+    }
+}
+
+/// `--jobs 2` for a role that may open one connection: the second batch session cannot be
+/// opened (the server's refusal is retried until --connect-timeout, as at the start), and the run
+/// ends in one line naming that step, exit 5, before any batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extra_jobs_session_that_cannot_be_opened_ends_evict_naming_the_step() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        expired: 20,
+        live: 5,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    let role = evicter(&db).await;
+    db.exec(&format!("ALTER ROLE {role} CONNECTION LIMIT 1"))
+        .await;
+    let run = crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["evict", "--duty-cycle", "20", "--jobs", "2"])
+        .args(["--connect-timeout", "1s"])
+        .run_async()
+        .await;
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+    let url = db.url();
+    let setting = |key: &str| {
+        url.split_whitespace()
+            .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+            .map(str::to_owned)
+    };
+    let host = setting("host").expect("the test database's conninfo names its host");
+    let port = setting("port").unwrap_or_else(|| "5432".to_owned());
+    let place = match host.starts_with('/') {
+        true => format!("socket directory {host:?} port {port}"),
+        false => format!("host {host:?} port {port}"),
+    };
+    // How long the refusal was retried is the one figure not fixed in advance: read it back.
+    let retried = run
+        .stderr
+        .rsplit_once(" (retried for ")
+        .map_or("", |(_, r)| r.trim_end().trim_end_matches(')'));
+    assert!(
+        retried.ends_with('s')
+            && retried
+                .trim_end_matches("ms")
+                .trim_end_matches('s')
+                .parse::<u32>()
+                .is_ok(),
+        "{run}"
+    );
+    run.assert_error(
+        5,
+        &format!(
+            "failed to open a session for an extra --jobs worker: cannot connect to user \
+             {role:?} at {place}, database {:?}: too many connections for role {role:?} \
+             (retried for {retried})",
+            db.name()
+        ),
+    );
+    let expired = fixtures::scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()",
+    )
+    .await;
+    assert_eq!(expired, 20, "{run}");
+}
+
+/// A batch the server refuses (a trigger of the API's raises an error on DELETE) is rolled back
+/// and ends the run in one line naming it and giving the server's words, exit 1: nothing deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_the_server_refuses_is_rolled_back_and_ends_evict_naming_it() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        expired: 20,
+        live: 5,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    let role = evicter(&db).await;
+    db.exec(
+        "CREATE FUNCTION keep_keys() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'keys are kept for the audit'; END $$; \
+         CREATE TRIGGER keep_keys BEFORE DELETE ON idempotency_keys \
+           FOR EACH ROW EXECUTE FUNCTION keep_keys();",
+    )
+    .await;
+    let run = crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["evict", "--duty-cycle", "20"])
+        .run_async()
+        .await;
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+    run.assert_error(
+        1,
+        "a batch failed and was rolled back: keys are kept for the audit",
+    );
+    let expired = fixtures::scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()",
+    )
+    .await;
+    assert_eq!(expired, 20, "{run}");
+}
+
+/// Run `command` (shell words) in a terminal of its own (a pty from util-linux `script`), in a
+/// background process group that no shell of the terminal's session controls any more (an
+/// orphaned one), with stdin, stdout and stderr on the terminal: what POSIX gives a job whose
+/// shell has gone. Its reads from the terminal, and any change of the terminal's settings, fail
+/// there with EIO. Returns what the terminal showed (line breaks as `\n`), the exit status and
+/// the terminal's settings afterwards (`stty -a`).
+async fn orphaned_in_a_terminal(command: &str) -> (String, i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    // The job waits for `go` until its shell has exited and the terminal's shell has taken the
+    // foreground back, so it is orphaned before it starts.
+    let script = format!(
+        "set -m\n\
+         mkfifo {d}/go\n\
+         sh -c '(read x < {d}/go; {command} < /dev/tty; echo $? > {d}/code) &'\n\
+         echo go > {d}/go\n\
+         while [ ! -s {d}/code ]; do sleep 0.1; done\n\
+         stty -a > {d}/stty\n"
+    );
+    let file = dir.path().join("orphaned.sh");
+    std::fs::write(&file, script).unwrap();
+    let shown = format!("sh {}", file.display());
+    let run = crate::support::Cmd::of("script")
+        .args(["-qec", shown.as_str(), "/dev/null"])
+        .env("TERM", "xterm")
+        .run_async()
+        .await;
+    run.assert_code(0);
+    let code = std::fs::read_to_string(dir.path().join("code")).unwrap();
+    let settings = std::fs::read_to_string(dir.path().join("stty")).unwrap();
+    (
+        run.stdout.replace("\r\n", "\n"),
+        code.trim().parse().unwrap(),
+        settings,
+    )
+}
+
+/// The terminal is in canonical mode with echo on: as before the run.
+#[track_caller]
+fn assert_terminal_as_it_was(settings: &str) {
+    let words: Vec<&str> = settings
+        .split(|c: char| c.is_whitespace() || c == ';')
+        .collect();
+    for on in ["icanon", "echo", "isig"] {
+        assert!(words.contains(&on), "{on} is not on: {settings}");
+    }
+}
+
+/// reclaim asks on the terminal before it writes; a terminal it cannot read (a job whose shell
+/// has gone, where a read fails with EIO) ends the run in one line naming the step, exit 1, with
+/// nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_that_cannot_be_read_ends_reclaim_naming_the_step() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        live: 5,
+        stuck: 4,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
+        .await;
+    let before = fixtures::snapshot(&db).await;
+    let (shown, code, settings) = orphaned_in_a_terminal(&format!(
+        "\"{}\" -d \"{}\" reclaim --action delete --older-than 30m",
+        crate::support::IDEMCTL,
+        db.url()
+    ))
+    .await;
+    let (question, after) = shown
+        .split_once(" [y/N] ")
+        .unwrap_or_else(|| panic!("no question asked:\n{shown}"));
+    assert!(question.starts_with("reclaim: delete 4 "), "{shown}");
+    assert_eq!(
+        after,
+        "idemctl: failed to read the confirmation: Input/output error (os error 5)\n"
+    );
+    assert_eq!(code, 1, "{shown}");
+    assert_terminal_as_it_was(&settings);
+    assert_eq!(fixtures::snapshot(&db).await, before);
+}
+
+/// top's live view needs the terminal in raw mode; a terminal whose settings it may not change (a
+/// job whose shell has gone, where that fails with EIO) ends top in one line naming the step,
+/// exit 1, the terminal left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_top_cannot_set_up_ends_it_naming_the_step() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        expired: 5,
+        live: 5,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    let (shown, code, settings) = orphaned_in_a_terminal(&format!(
+        "\"{}\" -d \"{}\" top",
+        crate::support::IDEMCTL,
+        db.url()
+    ))
+    .await;
+    assert_eq!(
+        shown,
+        "idemctl: failed to set up the terminal for the live view: Input/output error (os error \
+         5)\n"
+    );
+    assert_eq!(code, 1, "{shown}");
+    assert_terminal_as_it_was(&settings);
 }

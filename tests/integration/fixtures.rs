@@ -200,3 +200,44 @@ pub(crate) async fn loaded(ddl: &str, rows: &str, indexes: Option<&str>) -> Test
     db.exec("ANALYZE").await;
     db
 }
+
+/// A BEFORE DELETE trigger on the key table that holds every DELETE until the table `go` has a
+/// row: a test changes the world while a batch's DELETE runs (its privileges already checked),
+/// before the statement evict sends after it. See [`while_a_delete_is_held`].
+pub(crate) async fn hold_deletes(db: &TestDb) {
+    db.exec(
+        "CREATE TABLE go (); \
+         CREATE FUNCTION hold_delete() RETURNS trigger LANGUAGE plpgsql \
+           SECURITY DEFINER SET search_path = public AS $$ \
+         BEGIN \
+           WHILE NOT EXISTS (SELECT FROM go) LOOP PERFORM pg_sleep(0.01); END LOOP; \
+           RETURN OLD; \
+         END $$; \
+         CREATE TRIGGER hold_delete BEFORE DELETE ON idempotency_keys \
+           FOR EACH ROW EXECUTE FUNCTION hold_delete();",
+    )
+    .await;
+}
+
+/// Wait until a DELETE of `role` is held by [`hold_deletes`]' trigger, run `sql`, then let every
+/// DELETE through.
+pub(crate) async fn while_a_delete_is_held(db: &TestDb, role: &str, sql: &str) {
+    let admin = db.client().await;
+    let mut polls = 0;
+    while admin
+        .query_opt(
+            "SELECT FROM pg_stat_activity \
+              WHERE usename = $1 AND wait_event = 'PgSleep' AND query ILIKE '%delete%'",
+            &[&role],
+        )
+        .await
+        .unwrap()
+        .is_none()
+    {
+        polls += 1;
+        assert!(polls < 3000, "no DELETE of {role} reached the trigger");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    db.exec(&format!("{sql}; INSERT INTO go DEFAULT VALUES"))
+        .await;
+}

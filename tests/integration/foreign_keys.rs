@@ -4,7 +4,8 @@
 //! live transaction holds is left to the next run; check accepts a partial index on the
 //! referencing column that the ON DELETE action can use, warns about what evict leaves behind, and
 //! still checks the thresholds when only a referencing table fails; the batch time includes the
-//! ON DELETE work; and every statement generated for the foreign keys is index-backed.
+//! ON DELETE work; a count of the keys a batch left that fails ends the run naming that step; and
+//! every statement generated for the foreign keys is index-backed.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -1186,4 +1187,42 @@ async fn every_statement_generated_for_foreign_keys_is_index_backed() {
             }
         }
     }
+}
+
+/// The count of the keys a batch left because they are still referenced is a statement of its
+/// own, after the batch: when the role loses SELECT on the referencing table between the two
+/// (revoked while the batch's DELETE runs, held there by a trigger until the revoke is done),
+/// the count fails on the privilege and evict ends in one line naming that step; the batch
+/// itself committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_of_referenced_keys_that_fails_ends_the_run_naming_the_step() {
+    let db = explainer_with_charges(10, "NO ACTION").await;
+    let role = format!("{}_evicter", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role}; \
+         GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}; \
+         GRANT SELECT ON charges TO {role};"
+    ))
+    .await;
+    crate::fixtures::hold_deletes(&db).await;
+    let evict = crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+        .args(["--ttl", "1h", "evict", "--duty-cycle", "20"])
+        .spawn();
+    crate::fixtures::while_a_delete_is_held(
+        &db,
+        &role,
+        &format!("REVOKE SELECT ON charges FROM {role}"),
+    )
+    .await;
+    let run = evict.wait_async().await;
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+    run.assert_error(
+        6,
+        "failed to count the keys a batch left because they are still referenced: permission \
+         denied for table charges",
+    );
+    // The batch before the count committed: only the referenced key is left.
+    assert_eq!(expired_completed(&db).await, 1, "{run}");
 }

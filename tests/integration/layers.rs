@@ -1295,22 +1295,7 @@ fn every_allowed_lint_says_why() {
 /// non-test part) that no test asserts exactly, as `module::function`. This list may only shrink:
 /// a function that gains an exact assertion must come off it, and a new function must arrive with
 /// one.
-const UNASSERTED_MESSAGES: &[&str] = &[
-    // Reached only where neither USER, LOGNAME nor the passwd file names the OS user.
-    "errors::no_os_user",
-    // Contexts of a server, terminal or signal failure at that very step, which no test can cause
-    // there (moved from src/commands/, where the list did not look).
-    "reasons::step_failed",
-    // Its longest words are for an authentication request no PostgreSQL server sends;
-    // require_auth.rs holds the others.
-    "errors::auth_refused",
-    // Its longest words are for verify-full without a host name, which the connection string's
-    // rules never leave; transport.rs holds a mismatch of names exactly.
-    "errors::host_mismatch",
-    // A batch task that panicked (a bug; its set is never aborted, so a panic is the only way
-    // a task ends without a result), which no input causes.
-    "evict::worker_stopped",
-];
+const UNASSERTED_MESSAGES: &[&str] = &[];
 
 /// The string literals of `text` as written (escapes kept), skipping char literals such as '"'.
 fn literals_of(text: &str) -> Vec<String> {

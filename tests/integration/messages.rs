@@ -487,6 +487,49 @@ fn connection_strings_are_refused_before_connecting_in_exact_words() {
         .assert_error(2, "root certificate file \"/nonexistent/root.crt\" does not exist; either provide the file, use the system's trusted roots (sslrootcert=system), or change sslmode");
 }
 
+/// A user id no line of /etc/passwd names.
+fn uid_without_passwd_entry() -> u32 {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let taken: Vec<&str> = passwd.lines().filter_map(|l| l.split(':').nth(2)).collect();
+    (4242..)
+        .find(|uid: &u32| !taken.contains(&uid.to_string().as_str()))
+        .unwrap()
+}
+
+/// Without `user` in the connection string, PGUSER, USER or LOGNAME, the OS user comes from the
+/// passwd file; a process whose uid has no line there (a container's arbitrary uid) is refused
+/// before connecting. The uid is given by a user namespace (`unshare --user`), which needs no
+/// root.
+#[test]
+fn a_user_id_without_a_name_is_refused_before_connecting_in_exact_words() {
+    let uid = uid_without_passwd_entry().to_string();
+    let run = Cmd::of("unshare")
+        .args([
+            "--user",
+            &format!("--map-user={uid}"),
+            &format!("--map-group={uid}"),
+            crate::support::cmd::IDEMCTL,
+            "stats",
+            "--connect-timeout",
+            "1s",
+            "--database-url",
+            NOWHERE,
+        ])
+        .env_remove("USER")
+        .env_remove("LOGNAME")
+        .run();
+    assert!(
+        !run.stderr.starts_with("unshare:"),
+        "this test runs idemctl as uid {uid} in a user namespace, which `unshare --user` could not \
+         make here (enable unprivileged user namespaces, e.g. sysctl \
+         kernel.unprivileged_userns_clone=1, or run the tests as root)\n{run}"
+    );
+    run.assert_error(
+        2,
+        "cannot determine the OS user name; set PGUSER or user= in --database-url",
+    );
+}
+
 #[test]
 fn service_files_and_client_keys_are_refused_before_connecting_in_exact_words() {
     let dir = tempfile::tempdir().unwrap();

@@ -2,7 +2,8 @@
 //! method the rule does not allow ends the connection before any password is sent, an
 //! authentication the client did not complete (trust) is refused unless `none` is allowed, and the
 //! refusal is libpq's sentence, one line, exit 5. Over plain TCP (cleartext, md5, SCRAM and trust
-//! roles on a server of the test's own), over TLS, and over the Unix socket.
+//! roles on a server of the test's own), over TLS, over the Unix socket, and against a hostile
+//! server that asks for an authentication no PostgreSQL server knows.
 
 use crate::fixtures::Schema;
 use crate::support::Run;
@@ -182,4 +183,73 @@ async fn require_auth_applies_inside_a_tls_session() {
         ]))
         .run();
     assert_connected(&bound);
+}
+
+/// A hostile server: on every connection it reads the startup packet and answers with an
+/// authentication request of `code`, then waits for the client to hang up.
+async fn asking_for(code: i32) -> u16 {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut len = [0u8; 4];
+                socket.read_exact(&mut len).await?;
+                let mut startup = vec![0u8; (u32::from_be_bytes(len) as usize).saturating_sub(4)];
+                socket.read_exact(&mut startup).await?;
+                let mut request = vec![b'R'];
+                request.extend_from_slice(&8i32.to_be_bytes());
+                request.extend_from_slice(&code.to_be_bytes());
+                socket.write_all(&request).await?;
+                let mut rest = Vec::new();
+                socket.read_to_end(&mut rest).await
+            });
+        }
+    });
+    port
+}
+
+/// An authentication request of a code no PostgreSQL server sends (99) is refused under any
+/// require_auth, in libpq's words, exit 5; and a server that lets a role in without asking for
+/// the method require_auth names is refused exactly as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn require_auth_refuses_an_unknown_request_and_an_incomplete_authentication_exactly() {
+    let port = asking_for(99).await;
+    let run = crate::support::Cmd::new()
+        .env("PGPASSWORD", PASSWORD)
+        .args(["stats", "--connect-timeout", "5s", "-d"])
+        .arg(format!(
+            "host=127.0.0.1 port={port} user=app dbname=app sslmode=disable \
+             require_auth=scram-sha-256"
+        ))
+        .run_async()
+        .await;
+    run.assert_error(
+        5,
+        &format!(
+            "cannot connect to user \"app\" at host \"127.0.0.1\" port {port}, database \"app\": \
+             authentication method requirement \"scram-sha-256\" failed: server requested an \
+             unknown authentication type; allow the server's method in require_auth, or change \
+             the method the server's pg_hba.conf asks for"
+        ),
+    );
+    assert!(!run.stderr.contains(PASSWORD), "{run}");
+
+    let server = server().await;
+    let run = stats(format!(
+        "host=127.0.0.1 port={} user=a_trust dbname={DB} sslmode=disable \
+         require_auth=scram-sha-256",
+        server.port
+    ));
+    run.assert_error(
+        5,
+        &format!(
+            "cannot connect to user \"a_trust\" at host \"127.0.0.1\" port {}, database \"{DB}\": \
+             authentication method requirement \"scram-sha-256\" failed: server did not complete \
+             authentication; allow the server's method in require_auth, or change the method the \
+             server's pg_hba.conf asks for",
+            server.port
+        ),
+    );
 }

@@ -376,3 +376,88 @@ async fn every_certificate_kind_under_every_sslmode_matches_psql() {
         assert!(table.contains(&want), "{want}\n{}", table.join("\n"));
     }
 }
+
+/// A CA-signed certificate naming no host (no subjectAltName, no Common Name): verify-full has
+/// nothing to compare the host with, and both psql and idemctl refuse it in libpq's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_full_refuses_a_certificate_that_names_no_host_as_psql_does() {
+    let server = Server::start().await;
+    let certs = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let dir = certs.path();
+    make_roots(dir);
+    let kind = Kind {
+        name: "nameless",
+        version: 3,
+        ca_signed: true,
+        cn: "",
+    };
+    new_key(dir, "nameless.key");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-new",
+            "-key",
+            "nameless.key",
+            "-subj",
+            "/O=idemctl nameless server",
+            "-out",
+            "nameless.csr",
+        ],
+    );
+    std::fs::write(dir.join("plain.cnf"), "basicConstraints = CA:FALSE\n").unwrap();
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "nameless.csr",
+            "-days",
+            "30",
+            "-out",
+            "nameless.crt",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-extfile",
+            "plain.cnf",
+        ],
+    );
+    let text = Cmd::of("openssl")
+        .args(["x509", "-noout", "-text", "-in", "nameless.crt"])
+        .current_dir(dir)
+        .run();
+    assert!(
+        text.stdout
+            .contains("Subject: O = idemctl nameless server\n")
+            && !text.stdout.contains("Subject Alternative Name"),
+        "the certificate must name no host\n{text}"
+    );
+    let root = dir.join("ca.crt");
+    server.serve(dir, kind, &root, home.path()).await;
+    let conninfo = server.conninfo(&[
+        ("host", "localhost"),
+        ("sslmode", "verify-full"),
+        ("sslrootcert", path(&root)),
+    ]);
+    let theirs = psql(&conninfo, home.path());
+    assert_eq!(
+        psql_reason(&theirs),
+        "could not get server's host name from server certificate",
+        "{theirs}"
+    );
+    idemctl(&conninfo, home.path()).assert_error(
+        5,
+        &format!(
+            "cannot connect to user \"matrix_user\" at host \"localhost\" port {}, database \
+             \"matrix_db\": error performing TLS handshake: could not get server's host name from \
+             server certificate; connect with a host name the certificate names, or use \
+             sslmode=verify-ca",
+            server.server.port
+        ),
+    );
+}

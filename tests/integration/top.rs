@@ -1,6 +1,7 @@
 //! `idemctl top`: the live view driven in a real terminal (tmux, 80x24) against a live workload,
-//! read off the screen, and quit every documented way, each leaving the terminal as it was; off a
-//! terminal, the refusal and `--once`; and the figures against `stats -o json`.
+//! read off the screen, and quit every documented way, each leaving the terminal as it was; a
+//! terminal that goes away under it; off a terminal, the refusal and `--once`; and the figures
+//! against `stats -o json`.
 
 use std::path::Path;
 use std::process::Command;
@@ -850,4 +851,45 @@ async fn top_once_without_an_answer_within_the_refresh_deadline_exits_1_in_exact
         .await
         .assert_error(1, "no answer from the server within 5s");
     drop(stopped);
+}
+
+/// A terminal that goes away under the view (its window closed while top ignores the hangup, as
+/// under nohup) fails the next draw: top ends in one line on stderr naming the step, exit 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_that_goes_away_ends_top_in_one_line_naming_the_step() {
+    let db = table(50).await;
+    let dir = tempfile::tempdir().unwrap();
+    let (err, code) = (dir.path().join("err"), dir.path().join("code"));
+    let script = dir.path().join("top.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "trap '' HUP\n'{IDEMCTL}' -d '{}' top --interval 1s 2> '{}'\necho $? > '{}'\n",
+            db.url(),
+            err.display(),
+            code.display()
+        ),
+    )
+    .unwrap();
+    let tmux = Tmux::start(&script);
+    tmux.wait_for("the view", Duration::from_secs(30), |s| {
+        s.contains("live") && s.contains("backlog")
+    });
+    drop(tmux);
+    let started = Instant::now();
+    while std::fs::read_to_string(&code)
+        .unwrap_or_default()
+        .is_empty()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "top did not end after its terminal went away"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        std::fs::read_to_string(&err).unwrap(),
+        "idemctl: failed to draw the live view: Input/output error (os error 5)\n"
+    );
+    assert_eq!(std::fs::read_to_string(&code).unwrap(), "1\n");
 }

@@ -904,12 +904,9 @@ async fn run_workers(
     }
     let mut first_error = None;
     while let Some(joined) = set.join_next().await {
-        let result = joined.unwrap_or_else(|e| {
-            Err(fail(
-                Exit::Internal,
-                crate::output::evict::worker_stopped(&e),
-            ))
-        });
+        // The set is never aborted, so a task ends without a result only by panicking, and the
+        // panic hook has then already ended the process in its one line (exit 70).
+        let result = joined.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         if let Err(e) = result {
             first_error.get_or_insert(e);
         }
