@@ -273,9 +273,15 @@ pub(crate) fn question(a: &Asked<'_>) -> String {
         ReclaimAction::Fail => format!("mark completed with status {}", a.status),
     };
     let only = filter_text(a.filter).map_or_else(String::new, |f| format!(" ({f})"));
+    let one = match a.count {
+        AskedCount::Stuck(c) => c.count == 1 && !c.at_least,
+        AskedCount::Planned(n) => n == 1,
+        AskedCount::UpTo { .. } => false,
+    };
     format!(
-        "reclaim: {what} {} in_progress keys of {}{only} held longer than {}?",
+        "reclaim: {what} {} in_progress key{} of {}{only} held longer than {}?",
         asked_count(a.count),
+        if one { "" } else { "s" },
         a.table.display(),
         human_secs(a.older_than)
     )
@@ -645,9 +651,10 @@ pub(crate) fn archive_unwritten(path: &Path, error: &std::io::Error) -> String {
 
 pub(crate) fn archive_commit_unwritten(path: &Path, error: &std::io::Error, keys: usize) -> String {
     format!(
-        "--archive {}: cannot write it ({error}); the batch of {keys} keys committed, and its key \
+        "--archive {}: cannot write it ({error}); the batch of {keys} key{} committed, and its key \
          lines are in the archive without their commit line",
-        shown_path(path)
+        shown_path(path),
+        if keys == 1 { "" } else { "s" }
     )
 }
 

@@ -816,17 +816,42 @@ async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly(
 /// fail` stores), the count, the table and the filters; an answer other than yes changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaims_question_and_a_no_are_worded_exactly() {
+    let asked = answered_no(6, "--action fail --status 503 --path /v1/payments").await;
+    assert_eq!(
+        asked,
+        [
+            "reclaim: mark completed with status 503 6 in_progress keys of \
+             public.idempotency_keys (path /v1/payments) held longer than 5m? [y/N] n",
+            "idemctl: reclaim not confirmed; nothing was changed",
+            "EXIT=2",
+        ]
+    );
+    // One key is one key.
+    let asked = answered_no(1, "--action delete").await;
+    assert_eq!(
+        asked,
+        [
+            "reclaim: delete 1 in_progress key of public.idempotency_keys held longer than 5m? \
+             [y/N] n",
+            "idemctl: reclaim not confirmed; nothing was changed",
+            "EXIT=2",
+        ]
+    );
+}
+
+/// The lines of a terminal where reclaim with `args` was answered no, on a table with `stuck`
+/// stuck keys, which the answer left unchanged.
+async fn answered_no(stuck: i64, args: &str) -> Vec<String> {
     use crate::top::Tmux;
     use std::time::Duration;
-    let db = crate::support::stuck::db_with_stuck(6, 10).await;
+    let db = crate::support::stuck::db_with_stuck(stuck, 10).await;
     let before = fixtures::snapshot(&db).await;
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("reclaim.sh");
     std::fs::write(
         &script,
         format!(
-            "'{}' -d '{}' reclaim --action fail --status 503 --path /v1/payments\n\
-             echo \"EXIT=$?\"\nsleep 600\n",
+            "'{}' -d '{}' reclaim {args}\necho \"EXIT=$?\"\nsleep 600\n",
             crate::support::IDEMCTL,
             db.url()
         ),
@@ -843,16 +868,8 @@ async fn reclaims_question_and_a_no_are_worded_exactly() {
     });
     let mut lines = terminal.lines();
     lines.retain(|l| !l.is_empty());
-    assert_eq!(
-        lines,
-        [
-            "reclaim: mark completed with status 503 6 in_progress keys of \
-             public.idempotency_keys (path /v1/payments) held longer than 5m? [y/N] n",
-            "idemctl: reclaim not confirmed; nothing was changed",
-            "EXIT=2",
-        ]
-    );
     assert_eq!(fixtures::snapshot(&db).await, before);
+    lines
 }
 
 /// evict on a distributed table whose adaptive pace cannot read the activity on one worker (its
