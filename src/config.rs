@@ -19,6 +19,7 @@ use crate::conn::Env;
 use crate::db::predicate::Pred;
 use crate::db::profile::{self, Expiry, FingerprintKind, InFlight, Profile};
 use crate::domain::{ColorChoice, OutputFormat, PoolMode, ReclaimAction, TableName};
+use crate::report::failure::UrlSource;
 use crate::report::failure::{ActionProblem, ConfigFailure, ConfigProblem};
 
 /// What a config file sets.
@@ -421,7 +422,7 @@ pub(crate) struct Plan {
     pub database_url: Option<String>,
     /// Where the connection string came from (`--database-url`, `IDEMCTL_DATABASE_URL`,
     /// `DATABASE_URL`, or the config file), for messages about it.
-    pub database_url_from: String,
+    pub database_url_from: UrlSource,
     pub table: TableName,
     /// The profile named, if any; a mapping of the config file in `mapping`.
     pub profile: Option<String>,
@@ -462,11 +463,13 @@ impl Plan {
         // so an environment template may leave IDEMCTL_CONFIG or IDEMCTL_PROFILE empty.
         let env_url = env.var("DATABASE_URL").filter(|v| !v.is_empty());
         let mut plan = Plan {
-            database_url_from: from(
-                given
-                    .database_url
-                    .or(env_url.as_ref().map(|_| "DATABASE_URL")),
-            ),
+            database_url_from: match given
+                .database_url
+                .or(env_url.as_ref().map(|_| "DATABASE_URL"))
+            {
+                Some("--database-url") | None => UrlSource::Option,
+                Some(var) => UrlSource::Env(var),
+            },
             database_url: args.database_url.or(env_url),
             table: args.table,
             profile: args.profile.filter(|p| !p.is_empty()),
@@ -501,7 +504,7 @@ impl Plan {
         let by = |key: &str| crate::output::errors::set_in_config_file(key, None, &c.path);
         if self.database_url.is_none() && c.database_url.is_some() {
             self.database_url.clone_from(&c.database_url);
-            self.database_url_from = by("database_url");
+            self.database_url_from = UrlSource::ConfigFile(c.path.clone());
         }
         if let Some(t) = c.table.as_ref().filter(|_| !given.table) {
             self.table = t.clone();

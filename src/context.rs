@@ -32,24 +32,16 @@ impl Context {
         metrics: Option<(&'static str, crate::metrics::Destinations)>,
     ) -> Result<Context> {
         let output = Output::new(global.output, global.color, global.quiet, global.no_color);
-        let database_url = global.database_url.clone();
         let settings = ConnectSettings {
-            database_url,
+            database_url: global.database_url.clone(),
+            database_url_from: global.database_url_from.clone(),
             connect_timeout: global.connect_timeout,
             statement_timeout: global.statement_timeout,
             statement_timeout_given: global.statement_timeout_given,
             lock_timeout: global.lock_timeout,
             idle_in_transaction_timeout: global.idle_in_transaction_timeout,
         };
-        let target = conn::resolve(&settings, &conn::ProcessEnv).map_err(|e| {
-            // The connection string's errors say --database-url; name where it really came from.
-            let from = &global.database_url_from;
-            if settings.database_url.is_none() || from.is_empty() || from == "--database-url" {
-                return e;
-            }
-            let text = format!("{e:#}").replace("--database-url", from);
-            crate::exit::fail(crate::exit::classify(&e), text)
-        })?;
+        let target = conn::resolve(&settings, &conn::ProcessEnv)?;
         for warning in target.warnings() {
             crate::output::warn(&crate::output::errors::password_file_warning(warning));
         }

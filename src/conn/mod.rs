@@ -42,6 +42,8 @@ pub(crate) struct ConnectSettings {
     /// `-d/--database-url`, `IDEMCTL_DATABASE_URL`, then `DATABASE_URL` (the caller picks): a URI
     /// or a keyword/value conninfo string. `None`: everything from `PG*` variables and defaults.
     pub database_url: Option<String>,
+    /// Where `database_url` came from, for messages about it.
+    pub database_url_from: crate::report::failure::UrlSource,
     /// `--connect-timeout`: the overall budget for connecting, retries included. `None` (or zero):
     /// `connect_timeout`/`PGCONNECT_TIMEOUT`, else 10 s.
     pub connect_timeout: Option<Duration>,

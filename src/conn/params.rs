@@ -119,7 +119,7 @@ const NO_EMPTY_VALUE: &[&str] = &[
     "gssencmode",
 ];
 
-pub(crate) use crate::report::failure::Origin;
+pub(crate) use crate::report::failure::{Origin, UrlSource};
 
 #[derive(Clone, Debug)]
 pub(crate) struct Param {
@@ -132,16 +132,22 @@ pub(crate) struct Param {
 #[derive(Debug, Default)]
 pub(crate) struct Params {
     map: HashMap<&'static str, Param>,
+    /// Where the connection string came from.
+    url_from: UrlSource,
 }
 
 impl Params {
     /// Validate the URL's keywords, then let the service named by `service`/`PGSERVICE` fill what
     /// the URL left unset, then the `PG*` variables (libpq's order).
-    pub(crate) fn collect(url: Pairs, env: &dyn Env) -> anyhow::Result<Params> {
+    pub(crate) fn collect(
+        url: Pairs,
+        url_from: &UrlSource,
+        env: &dyn Env,
+    ) -> anyhow::Result<Params> {
         let mut map = HashMap::new();
         for (key, value) in url {
-            let keyword = known_keyword(&key)?;
-            let origin = Origin::Url;
+            let origin = Origin::Url(url_from.clone());
+            let keyword = known_keyword(&key, &origin)?;
             map.insert(keyword, Param { value, origin });
         }
         let explicit = |key: &str, map: &HashMap<&'static str, Param>| {
@@ -154,8 +160,8 @@ impl Params {
             let servicefile = explicit("servicefile", &map);
             let found = super::service::lookup(&name, servicefile.as_deref(), env)?;
             for (key, value) in found {
-                let keyword = known_keyword(&key)?;
                 let origin = Origin::Service;
+                let keyword = known_keyword(&key, &origin)?;
                 map.entry(keyword).or_insert(Param { value, origin });
             }
         }
@@ -165,7 +171,10 @@ impl Params {
                 map.entry(keyword).or_insert(Param { value, origin });
             }
         }
-        Ok(Params { map })
+        Ok(Params {
+            map,
+            url_from: url_from.clone(),
+        })
     }
 
     /// A non-empty value.
@@ -176,9 +185,11 @@ impl Params {
             .filter(|v| !v.is_empty())
     }
 
-    /// Where the keyword's value came from (`--database-url` when unset, for messages).
+    /// Where the keyword's value came from (the connection string when unset, for messages).
     pub(crate) fn origin(&self, key: &str) -> Origin {
-        self.map.get(key).map_or(Origin::Url, |p| p.origin)
+        self.map
+            .get(key)
+            .map_or_else(|| Origin::Url(self.url_from.clone()), |p| p.origin.clone())
     }
 
     /// A usage error about a keyword's value, naming the keyword and its source but not the value.
@@ -248,7 +259,7 @@ pub(crate) fn is_keyword(key: &str) -> bool {
     KEYWORDS.contains(&key)
 }
 
-fn known_keyword(key: &str) -> anyhow::Result<&'static str> {
+fn known_keyword(key: &str, origin: &Origin) -> anyhow::Result<&'static str> {
     if let Some(k) = KEYWORDS.iter().find(|k| **k == key) {
         return Ok(k);
     }
@@ -257,6 +268,7 @@ fn known_keyword(key: &str) -> anyhow::Result<&'static str> {
         key.len() <= 64 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     Err(anyhow::Error::new(ConnFailure::UnknownOption {
         key: looks_like_keyword.then(|| key.to_owned()),
+        origin: origin.clone(),
     }))
 }
 
@@ -286,6 +298,7 @@ mod tests {
         ];
         let p = Params::collect(
             url,
+            &UrlSource::Option,
             &env(&[("PGHOST", "h"), ("PGUSER", "e"), ("PGPORT", "1")]),
         )
         .expect("valid");
@@ -298,8 +311,12 @@ mod tests {
     #[test]
     fn empty_enumerated_values_are_refused_like_libpq() {
         for key in NO_EMPTY_VALUE {
-            let p = Params::collect(vec![(key.to_string(), String::new())], &env(&[]))
-                .expect("collects");
+            let p = Params::collect(
+                vec![(key.to_string(), String::new())],
+                &UrlSource::Option,
+                &env(&[]),
+            )
+            .expect("collects");
             let err = p.choice(key, &[("a", ()), ("b", ())]).expect_err("refused");
             assert_eq!(
                 err.to_string(),
@@ -309,7 +326,8 @@ mod tests {
             );
             assert_eq!(crate::exit::classify(&err), Exit::Usage);
         }
-        let p = Params::collect(vec![], &env(&[("PGSSLMODE", "")])).expect("collects");
+        let p = Params::collect(vec![], &UrlSource::Option, &env(&[("PGSSLMODE", "")]))
+            .expect("collects");
         let err = p.choice("sslmode", &[("a", ())]).expect_err("refused");
         assert!(
             err.to_string().contains("environment variable PGSSLMODE"),
@@ -318,6 +336,7 @@ mod tests {
         // Others keep libpq's "empty means default" (ssl_min_protocol_version, for one).
         let p = Params::collect(
             vec![("ssl_min_protocol_version".into(), String::new())],
+            &UrlSource::Option,
             &env(&[]),
         )
         .expect("collects");
@@ -330,14 +349,22 @@ mod tests {
 
     #[test]
     fn unknown_keyword_is_named_only_when_it_looks_like_one() {
-        let err =
-            Params::collect(vec![("foo".into(), "1".into())], &env(&[])).expect_err("unknown");
+        let err = Params::collect(
+            vec![("foo".into(), "1".into())],
+            &UrlSource::Option,
+            &env(&[]),
+        )
+        .expect_err("unknown");
         assert_eq!(
             err.to_string(),
             "unknown connection option \"foo\" in --database-url; see the libpq connection parameters"
         );
-        let err = Params::collect(vec![("p@ss word".into(), "1".into())], &env(&[]))
-            .expect_err("unknown");
+        let err = Params::collect(
+            vec![("p@ss word".into(), "1".into())],
+            &UrlSource::Option,
+            &env(&[]),
+        )
+        .expect_err("unknown");
         assert!(!err.to_string().contains("p@ss"));
         assert_eq!(crate::exit::classify(&err), Exit::Usage);
     }

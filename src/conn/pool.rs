@@ -9,7 +9,7 @@ use super::auth;
 use super::tls_stream::MakeTls;
 use super::{SessionTimeouts, Target};
 use crate::domain::{PoolMode, SetBy, StatementTimeout};
-use crate::report::failure::{ConnFailure, Reason};
+use crate::report::failure::{ConnFailure, EndReason, Reason};
 use deadpool_postgres::{
     Connect, Hook, HookError, Manager, ManagerConfig, Object, PoolError, RecyclingMethod, Runtime,
 };
@@ -355,25 +355,28 @@ where
 
 /// Why a connection ended, when the server or the socket said.
 #[derive(Debug, Default)]
-pub struct Ended(Mutex<Option<String>>);
+pub struct Ended(Mutex<Option<EndReason>>);
 
 impl Ended {
     fn record(&self, e: &tokio_postgres::Error) {
         let reason = match e.as_db_error() {
-            Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+            Some(db) => EndReason::Server {
+                message: db.message().to_owned(),
+                code: db.code().code().to_owned(),
+            },
             None => {
                 let text = chain_text(e);
                 if text.is_empty() || e.is_closed() {
                     return;
                 }
-                text
+                EndReason::Socket(text)
             }
         };
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(reason);
     }
 
     /// The server's reason (with its SQLSTATE), or the socket's, once the connection has ended.
-    pub fn reason(&self) -> Option<String> {
+    pub(crate) fn reason(&self) -> Option<EndReason> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -51,8 +51,12 @@ pub(crate) fn resolve_node_quietly(
 
 fn url_pairs(settings: &ConnectSettings) -> anyhow::Result<conninfo::Pairs> {
     Ok(match &settings.database_url {
-        Some(url) => conninfo::tokenize(url)
-            .map_err(|error| anyhow::Error::new(ConnFailure::BadUrl { error }))?,
+        Some(url) => conninfo::tokenize(url).map_err(|error| {
+            anyhow::Error::new(ConnFailure::BadUrl {
+                from: settings.database_url_from.clone(),
+                error,
+            })
+        })?,
         None => Vec::new(),
     })
 }
@@ -62,12 +66,16 @@ fn resolve_pairs(
     env: &dyn Env,
     pairs: conninfo::Pairs,
 ) -> anyhow::Result<Target> {
-    let params = Params::collect(pairs, env)?;
+    let params = Params::collect(pairs, &settings.database_url_from, env)?;
     reject_unsupported(&params)?;
     let endpoints = hosts::endpoints(&params)?;
     let user = match params.get("user") {
         Some(user) => user.to_string(),
-        None => env::os_user(env).ok_or_else(|| anyhow::Error::new(ConnFailure::NoOsUser))?,
+        None => env::os_user(env).ok_or_else(|| {
+            anyhow::Error::new(ConnFailure::NoOsUser {
+                from: settings.database_url_from.clone(),
+            })
+        })?,
     };
     let dbname = params.get("dbname").unwrap_or(&user).to_string();
     let mut warnings = Vec::new();

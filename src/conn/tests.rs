@@ -29,6 +29,7 @@ fn env(vars: &[(&str, &str)]) -> HashMap<String, String> {
 fn settings(url: Option<&str>) -> ConnectSettings {
     ConnectSettings {
         database_url: url.map(str::to_string),
+        database_url_from: crate::report::failure::UrlSource::Option,
         connect_timeout: None,
         statement_timeout: Duration::from_secs(30),
         statement_timeout_given: false,
@@ -772,7 +773,9 @@ fn system_roots_force_verify_full() {
     let plan = |url: &str| {
         let pairs = conninfo::tokenize(url).expect("parses");
         let fake = env(&[]);
-        let params = params::Params::collect(pairs, &fake).expect("valid");
+        let params =
+            params::Params::collect(pairs, &crate::report::failure::UrlSource::Option, &fake)
+                .expect("valid");
         tls::plan(&params, &fake, false)
     };
     let p = plan("host=h sslrootcert=system").expect("plans");

@@ -12,6 +12,7 @@ use crate::report::db::{
     Missing, ParseError, ProfileMiss, Refusal, Rerun, ScopeValueProblem, Seen, Step, TimeProblem,
     Writability,
 };
+use crate::report::failure::EndReason;
 
 /// A step that failed, as the context of the server's error: `failed to ...`.
 pub(crate) fn failed(step: &Step) -> String {
@@ -266,7 +267,12 @@ fn lost(lost: &Lost) -> String {
             human_secs(deadline.as_secs_f64()),
             human_secs(margin.as_secs_f64())
         ),
-        Lost::Ended(Some(reason)) => format!("the server ended the connection: {reason}"),
+        Lost::Ended(Some(EndReason::Server { message, code })) => {
+            format!("the server ended the connection: {message} (SQLSTATE {code})")
+        }
+        Lost::Ended(Some(EndReason::Socket(text))) => {
+            format!("the server ended the connection: {text}")
+        }
         Lost::Ended(None) => "the connection was closed without a reason".to_owned(),
         Lost::Fatal(code) => format!("the server ended the connection (SQLSTATE {code})"),
     }
@@ -723,6 +729,19 @@ mod tests {
         assert_eq!(
             Lost::Ended(None).to_string(),
             "the connection was closed without a reason"
+        );
+        let server = EndReason::Server {
+            message: "terminating connection due to administrator command".into(),
+            code: "57P01".into(),
+        };
+        assert_eq!(
+            Lost::Ended(Some(server)).to_string(),
+            "the server ended the connection: terminating connection due to administrator \
+             command (SQLSTATE 57P01)"
+        );
+        assert_eq!(
+            Lost::Ended(Some(EndReason::Socket("Connection reset by peer".into()))).to_string(),
+            "the server ended the connection: Connection reset by peer"
         );
         assert_eq!(
             Lost::Fatal("57P01".into()).to_string(),

@@ -10,13 +10,25 @@ use std::time::Duration;
 use crate::report::failure::{
     ActionProblem, AttemptEnded, AttrsMismatch, AuthAsked, AuthRefusal, AuthRuleError,
     ConfigFailure, ConfigProblem, ConnFailure, ConnWarning, Expected, HostMismatch, Origin, Place,
-    Reason, SyntaxError, TargetName, TlsFailure, Unsupported,
+    Reason, SyntaxError, TargetName, TlsFailure, Unsupported, UrlSource,
 };
+
+impl fmt::Display for UrlSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UrlSource::Option => f.write_str("--database-url"),
+            UrlSource::Env(var) => f.write_str(var),
+            UrlSource::ConfigFile(path) => {
+                f.write_str(&set_in_config_file("database_url", None, path))
+            }
+        }
+    }
+}
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Origin::Url => f.write_str("--database-url"),
+            Origin::Url(from) => write!(f, "{from}"),
             Origin::Service => f.write_str("the connection service file"),
             Origin::Env(var) => write!(f, "environment variable {var}"),
         }
@@ -29,13 +41,13 @@ impl fmt::Display for ConnFailure {
             ConnFailure::BadUrl { .. }
             | ConnFailure::EmptyChoice { .. }
             | ConnFailure::UnknownOption { .. }
-            | ConnFailure::NoOsUser => conninfo_refused(self),
+            | ConnFailure::NoOsUser { .. } => conninfo_refused(self),
             ConnFailure::Invalid {
                 key,
                 origin,
                 expected,
-            } => invalid_value(key, *origin, expected),
-            ConnFailure::Unsupported { key, origin, why } => unsupported_value(key, *origin, why),
+            } => invalid_value(key, origin, expected),
+            ConnFailure::Unsupported { key, origin, why } => unsupported_value(key, origin, why),
             ConnFailure::ServiceFileMissing { .. }
             | ConnFailure::ServiceUndefined { .. }
             | ConnFailure::ServiceFileUnreadable { .. }
@@ -79,7 +91,7 @@ fn shown(path: &Path) -> std::path::Display<'_> {
 /// empty.
 pub(crate) fn conninfo_refused(failure: &ConnFailure) -> String {
     match failure {
-        ConnFailure::BadUrl { error } => format!("invalid --database-url: {error}"),
+        ConnFailure::BadUrl { from, error } => format!("invalid {from}: {error}"),
         ConnFailure::EmptyChoice {
             key,
             origin,
@@ -88,26 +100,26 @@ pub(crate) fn conninfo_refused(failure: &ConnFailure) -> String {
             "invalid {key} value: \"\" in {origin}; use one of {}, or leave {key} out",
             choices.join(", ")
         ),
-        ConnFailure::UnknownOption { key } => {
+        ConnFailure::UnknownOption { key, origin } => {
             let named = match key {
                 Some(key) => format!("unknown connection option \"{key}\""),
                 None => "unknown connection option (not a valid keyword)".to_owned(),
             };
-            format!("{named} in --database-url; see the libpq connection parameters")
+            format!("{named} in {origin}; see the libpq connection parameters")
         }
-        ConnFailure::NoOsUser => no_os_user(),
+        ConnFailure::NoOsUser { from } => no_os_user(from),
         other => other.to_string(),
     }
 }
 
 /// No `user` in the connection string, and neither the environment nor the passwd file names the
 /// OS user.
-pub(crate) fn no_os_user() -> String {
-    "cannot determine the OS user name; set PGUSER or user= in --database-url".to_owned()
+pub(crate) fn no_os_user(from: &UrlSource) -> String {
+    format!("cannot determine the OS user name; set PGUSER or user= in {from}")
 }
 
 /// A keyword's value of the wrong form, naming the keyword and its source but not the value.
-pub(crate) fn invalid_value(key: &str, origin: Origin, expected: &Expected) -> String {
+pub(crate) fn invalid_value(key: &str, origin: &Origin, expected: &Expected) -> String {
     let expected = match expected {
         Expected::Integer => "an integer".to_owned(),
         Expected::OneOf(names) => format!("one of {}", names.join(", ")),
@@ -124,7 +136,7 @@ pub(crate) fn invalid_value(key: &str, origin: Origin, expected: &Expected) -> S
 }
 
 /// A keyword idemctl understands but cannot honour, and what to use instead.
-pub(crate) fn unsupported_value(key: &str, origin: Origin, why: &Unsupported) -> String {
+pub(crate) fn unsupported_value(key: &str, origin: &Origin, why: &Unsupported) -> String {
     let why = match why {
         Unsupported::GssEncryption => {
             "GSSAPI encryption is not supported; use sslmode for encryption".to_owned()

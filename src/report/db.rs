@@ -271,7 +271,7 @@ pub(crate) enum Lost {
         margin: Duration,
     },
     /// The connection ended; the reason the connection recorded, if any.
-    Ended(Option<String>),
+    Ended(Option<crate::report::failure::EndReason>),
     /// The server's FATAL error (its SQLSTATE), whose message follows in the chain.
     Fatal(String),
 }

@@ -7,10 +7,23 @@ use std::time::Duration;
 
 use crate::exit::Exit;
 
+/// Where the connection string came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) enum UrlSource {
+    /// `-d/--database-url`.
+    #[default]
+    Option,
+    /// An environment variable (`IDEMCTL_DATABASE_URL`, `DATABASE_URL`).
+    Env(&'static str),
+    /// `database_url` in the config file at this path.
+    ConfigFile(String),
+}
+
 /// Where a connection keyword's value came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Origin {
-    Url,
+    /// The connection string, from where it was given.
+    Url(UrlSource),
     /// A connection service file's section.
     Service,
     Env(&'static str),
@@ -66,8 +79,9 @@ pub(crate) enum AuthRuleError {
 /// A connection that could not be described, built or opened. Passwords are never held here.
 #[derive(Debug)]
 pub(crate) enum ConnFailure {
-    /// `--database-url` does not parse (the parser's words, which never echo a password).
+    /// The connection string does not parse (the parser's words, which never echo a password).
     BadUrl {
+        from: UrlSource,
         error: SyntaxError,
     },
     Invalid {
@@ -90,9 +104,13 @@ pub(crate) enum ConnFailure {
     /// password).
     UnknownOption {
         key: Option<String>,
+        origin: Origin,
     },
     /// No `user` given and the OS user's name unknown.
-    NoOsUser,
+    NoOsUser {
+        /// Where a connection string would come from.
+        from: UrlSource,
+    },
     ServiceFileMissing {
         file: PathBuf,
     },
@@ -448,3 +466,13 @@ pub(crate) enum AttemptEnded {
 }
 
 impl std::error::Error for AttemptEnded {}
+
+/// Why a connection ended, as the server or the socket said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum EndReason {
+    /// The server's error (a FATAL that came when no statement was waiting): its message and
+    /// SQLSTATE.
+    Server { message: String, code: String },
+    /// The socket's or the driver's own error text.
+    Socket(String),
+}

@@ -473,6 +473,9 @@ fn connection_strings_are_refused_before_connecting_in_exact_words() {
     );
     stats_with("host=/nonexistent bogus_opt=1")
         .assert_error(2, "unknown connection option \"bogus_opt\" in --database-url; see the libpq connection parameters");
+    // A key that does not look like a keyword is not echoed: it may be a password's text.
+    stats_with("host=/nonexistent s3cr3t!pw=1")
+        .assert_error(2, "unknown connection option (not a valid keyword) in --database-url; see the libpq connection parameters");
     stats_with("host=a,b hostaddr=10.0.0.1,").assert_error(
         2,
         "invalid hostaddr in --database-url: expected an address for every host, or no hostaddr",
@@ -485,6 +488,44 @@ fn connection_strings_are_refused_before_connecting_in_exact_words() {
         .assert_error(2, "require_auth in --database-url: negative require_auth method \"!password\" cannot be mixed with non-negative methods");
     stats_with("host=localhost sslmode=verify-full sslrootcert=/nonexistent/root.crt")
         .assert_error(2, "root certificate file \"/nonexistent/root.crt\" does not exist; either provide the file, use the system's trusted roots (sslrootcert=system), or change sslmode");
+}
+
+/// A connection string's refusal names where the string came from: a variable or the config file.
+#[test]
+fn a_connection_strings_refusal_names_where_it_came_from() {
+    Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", "host=/nonexistent bogus_opt=1")
+        .args(["stats", "--connect-timeout", "1s"])
+        .run()
+        .assert_error(
+            2,
+            "unknown connection option \"bogus_opt\" in IDEMCTL_DATABASE_URL; see the libpq \
+             connection parameters",
+        );
+    Cmd::new()
+        .env("DATABASE_URL", "mysql://u@h/db")
+        .args(["stats", "--connect-timeout", "1s"])
+        .run()
+        .assert_error(
+            2,
+            "invalid DATABASE_URL: unsupported URI scheme (use postgresql:// or postgres://)",
+        );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, "database_url = \"host=/tmp port=99999\"\n").unwrap();
+    Cmd::new()
+        .arg("--config")
+        .arg(&config)
+        .arg("stats")
+        .run()
+        .assert_error(
+            2,
+            &format!(
+                "invalid port in database_url in config file {}: expected port numbers from 1 to \
+                 65535",
+                config.display()
+            ),
+        );
 }
 
 /// A user id no line of /etc/passwd names.
