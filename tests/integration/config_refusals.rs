@@ -234,3 +234,45 @@ async fn what_only_the_table_shows_is_refused_before_any_change_in_exact_words()
         .assert_error(2, &format!("table public.naive_jobs: column born, column done_at is timestamp without time zone, which holds no zone: declare the zone the application writes it in with time_zone = \"UTC\" in the mapping (config file {shown}, [profiles.jobs]), --time-zone or IDEMCTL_TIME_ZONE (any IANA name, e.g. UTC); nothing was changed"));
     assert_eq!(fixtures::snapshot(&db).await, before);
 }
+
+/// The coordinator's metadata placing a shard on a port no TCP port can be (pg_dist_node edited by
+/// hand): the run stops before reaching any worker, naming the node and the fix, with nothing
+/// changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_citus_node_on_an_impossible_port_is_refused_in_exact_words() {
+    use crate::citus::{MIX, loaded_with, snapshot};
+    use crate::support::citus::Layout;
+    let Some(db) = loaded_with(Layout::ByTenant, MIX, "citus metadata port").await else {
+        return;
+    };
+    let before = snapshot(&db).await;
+    let client = db.client().await;
+    let worker = client
+        .query_one(
+            "SELECT nodeid, nodename::text, nodeport FROM pg_dist_node \
+              WHERE groupid > 0 ORDER BY nodeid LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (id, node, port): (i32, String, i32) = (worker.get(0), worker.get(1), worker.get(2));
+    let set_port = |port: i32| {
+        let client = &client;
+        async move {
+            client
+                .execute(
+                    "UPDATE pg_dist_node SET nodeport = $2 WHERE nodeid = $1",
+                    &[&id, &port],
+                )
+                .await
+                .unwrap();
+        }
+    };
+    set_port(70_000).await;
+    db.idemctl()
+        .args(["evict", "-o", "json"])
+        .run()
+        .assert_error(1, &format!("failed to reach the key table's shards on the Citus workers: the Citus metadata places shards on node {node} port 70000, which is not a TCP port (1 to 65535); correct the node's entry in pg_dist_node with citus_update_node"));
+    set_port(port).await;
+    assert_eq!(snapshot(&db).await, before);
+}
