@@ -499,6 +499,16 @@ pub(crate) fn grant_missing(
     )
 }
 
+/// A role that may not write the WAL record that confirms deletes durable.
+pub(crate) fn durable_point_refused(role: &str, function: &str, command: &str) -> String {
+    format!(
+        "permission denied: role {role} may not execute {function}, which {command} calls once a \
+         second to make its deletes durable (and wait for synchronous standbys); grant it with: \
+         GRANT EXECUTE ON FUNCTION {function} TO {};",
+        quote_ident(role)
+    )
+}
+
 /// A reclaim filter on a table without the column it filters by.
 pub(crate) fn filter_not_applicable(
     flag: &str,
@@ -614,6 +624,11 @@ fn refusal(r: &Refusal) -> String {
             profile,
             column,
         } => filter_not_applicable(flag, table, profile, column),
+        Refusal::DurablePoint {
+            role,
+            function,
+            command,
+        } => durable_point_refused(role, function, command),
         Refusal::ScopeValue(problem) => {
             format!("{}; nothing was changed", scope_value_problem(problem))
         }

@@ -359,6 +359,13 @@ pub(crate) enum Refusal {
         zone: String,
         from: String,
     },
+    /// The role may not call `function`, which writes the WAL record of `command`'s durable
+    /// points.
+    DurablePoint {
+        role: String,
+        function: String,
+        command: String,
+    },
     /// The role lacks grants `command` needs (`quoted`: the table as a GRANT names it).
     Grant {
         role: String,

@@ -436,6 +436,19 @@ async fn the_database_layers_refusals_are_worded_exactly() {
     as_role(&reader).assert_error(6, &format!("permission denied: role {reader} lacks DELETE, UPDATE (expires_at) on public.idempotency_keys, which evict needs; grant it with: GRANT DELETE, UPDATE (expires_at) ON \"public\".\"idempotency_keys\" TO \"{reader}\";"));
     as_role(&read_only).assert_error(6, "evict cannot run here, nothing was changed: the session is read-only (default_transaction_read_only is on for this role, database or server); connect as a role without it");
 
+    // A database that took the durable points' function from PUBLIC (per database, as function
+    // grants are).
+    let no_wal = format!("{}_nowal", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {no_wal} LOGIN; GRANT USAGE ON SCHEMA public TO {no_wal}; \
+         GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {no_wal}; \
+         REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC"
+    ))
+    .await;
+    as_role(&no_wal).assert_error(6, &format!("permission denied: role {no_wal} may not execute pg_catalog.pg_logical_emit_message(boolean, text, text), which evict calls once a second to make its deletes durable (and wait for synchronous standbys); grant it with: GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"{no_wal}\";"));
+    db.exec("GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO PUBLIC")
+        .await;
+
     // Another session holds evict's maintenance lock on the table.
     let holder = db.client().await;
     let pid: i32 = holder
