@@ -423,8 +423,8 @@ pub(crate) fn config_file_refused(failure: &ConfigFailure) -> String {
             line,
             message,
         } => {
-            let at = line.map_or_else(String::new, |l| format!("line {l}"));
-            format!("config file {path}: {at}: {message}; docs/profiles.md lists the keys")
+            let at = line.map_or_else(String::new, |l| format!("line {l}: "));
+            format!("config file {path}: {at}{message}; docs/profiles.md lists the keys")
         }
         ConfigFailure::SeveralMappings { path, names } => format!(
             "config file {path} maps several profiles ({}); choose one with --profile, \

@@ -93,6 +93,18 @@ const REFUSED_FILES: &[(&str, &str)] = &[
         "[profiles.billing]\nkey = \"request_id\"\nlocked_at = \"locked\"\nin_flight.predicate = \"done_at IS NULL\"\nactions = [\"delete\", \"release\"]\n",
         "profiles.billing.actions: release clears locked_at, which must end the key's in-flight state: use an in-flight predicate that reads locked_at (e.g. ... AND locked_at IS NOT NULL), or drop release",
     ),
+    (
+        "[profiles.billing]\nkey = \"request_id\"\ntenant = 5\n",
+        "line 3: tenant is a column name or a list of column names; docs/profiles.md lists the keys",
+    ),
+    (
+        "[profiles.billing]\nkey = \"request_id\"\ntenant = [\"account\", 5]\n",
+        "line 3: tenant is a column name or a list of column names; docs/profiles.md lists the keys",
+    ),
+    (
+        "[profiles.billing]\nkey = \"request_id\"\nin_flight.predicate = \"done_at IS NULL\"\nactions = [\"explode\"]\n",
+        "line 4: unknown variant `explode`, expected one of `delete`, `fail`, `release`; docs/profiles.md lists the keys",
+    ),
 ];
 
 /// Each case: an in-flight predicate, and the parser's words for it.
