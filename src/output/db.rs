@@ -274,7 +274,6 @@ fn lost(lost: &Lost) -> String {
             format!("the server ended the connection: {text}")
         }
         Lost::Ended(None) => "the connection was closed without a reason".to_owned(),
-        Lost::Fatal(code) => format!("the server ended the connection (SQLSTATE {code})"),
     }
 }
 
@@ -764,10 +763,6 @@ mod tests {
         assert_eq!(
             Lost::Ended(Some(EndReason::Socket("Connection reset by peer".into()))).to_string(),
             "the server ended the connection: Connection reset by peer"
-        );
-        assert_eq!(
-            Lost::Fatal("57P01".into()).to_string(),
-            "the server ended the connection (SQLSTATE 57P01)"
         );
     }
 

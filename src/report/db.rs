@@ -272,8 +272,6 @@ pub(crate) enum Lost {
     },
     /// The connection ended; the reason the connection recorded, if any.
     Ended(Option<crate::report::failure::EndReason>),
-    /// The server's FATAL error (its SQLSTATE), whose message follows in the chain.
-    Fatal(String),
 }
 
 impl std::error::Error for Lost {}
