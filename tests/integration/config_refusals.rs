@@ -288,3 +288,36 @@ async fn a_citus_node_on_an_impossible_port_is_refused_in_exact_words() {
     set_port(port).await;
     assert_eq!(snapshot(&db).await, before);
 }
+
+/// A plan row edited to hold a NULL scope on a table whose scope column is NOT NULL names no row
+/// the table can hold: --apply refuses the plan before any change, as a row made for another table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_row_with_a_null_scope_the_table_cannot_hold_is_refused_in_exact_words() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        stuck: 4,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--allow-scan", "--plan"])
+        .arg(&plan)
+        .run()
+        .assert_success();
+    let mut written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let row = &mut written["rows"][0];
+    let key = row["key"].as_str().unwrap().to_owned();
+    row["scope"] = serde_json::json!([null]);
+    row["api_key_id"] = serde_json::Value::Null;
+    std::fs::write(&plan, written.to_string()).unwrap();
+    let before = fixtures::snapshot(&db).await;
+    db.idemctl()
+        .args(["reclaim", "--yes", "--allow-scan", "--apply"])
+        .arg(&plan)
+        .run()
+        .assert_error(2, &format!("plan {} is not a valid reclaim plan (the row of key {key} has no api_key_id, but table public.idempotency_keys has a tenant column (api_key_id)); nothing was changed, make a new one with --plan", plan.display()));
+    assert_eq!(fixtures::snapshot(&db).await, before);
+}
