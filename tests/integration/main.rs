@@ -10,6 +10,7 @@ mod citus_foreign_keys;
 mod cli;
 mod concurrency;
 mod config_file;
+mod conn_refusals;
 mod dead_network;
 mod direct_tls;
 mod docs;
