@@ -195,11 +195,16 @@ fn handshake_error(e: &openssl::ssl::Error, ssl: &SslRef) -> TlsError {
 
 /// The reasons in an OpenSSL error stack ("tlsv1 alert unknown ca"), without library codes.
 pub(crate) fn openssl_error(stack: &openssl::error::ErrorStack) -> TlsError {
+    TlsError(TlsFailure::OpenSsl(openssl_reasons(stack)))
+}
+
+/// The reasons of an OpenSSL error stack joined with ": ", or the whole stack when none has one.
+pub(crate) fn openssl_reasons(stack: &openssl::error::ErrorStack) -> String {
     let reasons: Vec<&str> = stack.errors().iter().filter_map(|e| e.reason()).collect();
     if reasons.is_empty() {
-        TlsError(TlsFailure::OpenSsl(stack.to_string()))
+        stack.to_string()
     } else {
-        TlsError(TlsFailure::OpenSsl(reasons.join(": ")))
+        reasons.join(": ")
     }
 }
 

@@ -144,22 +144,14 @@ pub(crate) enum ConnFailure {
         file: PathBuf,
         error: String,
     },
-    CertificateUnusable {
-        file: PathBuf,
-        error: String,
-    },
     CertificateKeyMismatch {
         cert: PathBuf,
         key: PathBuf,
-    },
-    SystemRootsUnloadable {
-        error: String,
     },
     RootFileUnreadable {
         file: PathBuf,
         error: String,
     },
-    NoRoots,
     KeyUnreadable {
         file: PathBuf,
         error: String,
@@ -171,6 +163,10 @@ pub(crate) enum ConnFailure {
         file: PathBuf,
         error: String,
     },
+    /// An encrypted client key: idemctl never asks for its passphrase.
+    KeyEncrypted {
+        file: PathBuf,
+    },
     CrlFileUnloadable {
         file: PathBuf,
         error: String,
@@ -179,7 +175,6 @@ pub(crate) enum ConnFailure {
         dir: PathBuf,
         error: String,
     },
-    CrlDirNotUtf8,
     PoolUnbuilt {
         error: String,
     },

@@ -151,3 +151,211 @@ fn service_file_settings_and_syntax_are_refused_in_exact_words() {
         ),
     );
 }
+
+/// The test-only certificates and keys of `src/conn/testdata` (see its README).
+fn testdata(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("src/conn/testdata")
+        .join(name)
+}
+
+/// A copy of `text` in `dir/name` that only its owner may read (as a key must be).
+fn private_file(dir: &Path, name: &str, text: &[u8]) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    Cmd::of("openssl")
+        .args(args)
+        .current_dir(dir)
+        .run()
+        .assert_success();
+}
+
+/// Client certificates, keys, root certificates and CRLs that cannot be used are refused before
+/// connecting (exit 2) in libpq's words, naming the file and OpenSSL's reason.
+#[test]
+fn unusable_certificate_key_root_and_crl_files_are_refused_in_exact_words() {
+    let home = tempfile::tempdir().unwrap();
+    let dir = home.path();
+    let read = |name: &str| std::fs::read(testdata(name)).unwrap();
+    let cert = testdata("client.crt");
+    let key = private_file(dir, "client.key", &read("client.key"));
+    let other_key = private_file(dir, "server.key", &read("server.key"));
+    let garbage = private_file(dir, "garbage.pem", b"not a PEM file\n");
+    let directory = dir.join("a-directory");
+    std::fs::create_dir(&directory).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&directory, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    openssl(dir, &["genrsa", "-out", "rsa.key", "2048"]);
+    let rsa_key = dir.join("rsa.key");
+    openssl(
+        dir,
+        &[
+            "pkcs8",
+            "-topk8",
+            "-in",
+            "client.key",
+            "-passout",
+            "pass:pw",
+            "-out",
+            "pkcs8.key",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "ec",
+            "-in",
+            "client.key",
+            "-des3",
+            "-passout",
+            "pass:pw",
+            "-out",
+            "legacy.key",
+        ],
+    );
+    for name in ["rsa.key", "pkcs8.key", "legacy.key"] {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let p = |path: &Path| path.display().to_string();
+    let client = |cert: &Path, key: &Path| {
+        format!(
+            "host=localhost port=1 sslmode=require sslcert={} sslkey={}",
+            p(cert),
+            p(key)
+        )
+    };
+    let cases: Vec<(String, String)> = vec![
+        (
+            client(&cert, &directory),
+            format!(
+                "cannot read private key file \"{}\": Is a directory (os error 21)",
+                p(&directory)
+            ),
+        ),
+        (
+            client(&cert, &garbage),
+            format!(
+                "cannot load private key file \"{}\": unsupported",
+                p(&garbage)
+            ),
+        ),
+        (
+            client(&cert, &dir.join("pkcs8.key")),
+            format!(
+                "private key file \"{}\" is encrypted, and idemctl cannot decrypt it (sslpassword \
+                 is not supported): use an unencrypted key readable only by you (mode 0600)",
+                p(&dir.join("pkcs8.key"))
+            ),
+        ),
+        (
+            client(&cert, &dir.join("legacy.key")),
+            format!(
+                "private key file \"{}\" is encrypted, and idemctl cannot decrypt it (sslpassword \
+                 is not supported): use an unencrypted key readable only by you (mode 0600)",
+                p(&dir.join("legacy.key"))
+            ),
+        ),
+        (
+            client(&garbage, &key),
+            format!(
+                "could not read certificate file \"{}\": no start line: PEM lib",
+                p(&garbage)
+            ),
+        ),
+        // A key of the certificate's type and one of another type: the same words.
+        (
+            client(&cert, &other_key),
+            format!(
+                "certificate \"{}\" does not match private key file \"{}\"",
+                p(&cert),
+                p(&other_key)
+            ),
+        ),
+        (
+            client(&cert, &rsa_key),
+            format!(
+                "certificate \"{}\" does not match private key file \"{}\"",
+                p(&cert),
+                p(&rsa_key)
+            ),
+        ),
+        (
+            format!(
+                "host=localhost port=1 sslmode=verify-ca sslrootcert={}",
+                p(&directory)
+            ),
+            format!(
+                "could not read root certificate file \"{}\": no certificate or crl found",
+                p(&directory)
+            ),
+        ),
+        (
+            format!(
+                "host=localhost port=1 sslmode=verify-ca sslrootcert={} sslcrl={}",
+                p(&testdata("ca.crt")),
+                p(&garbage)
+            ),
+            format!(
+                "could not load SSL certificate revocation list file \"{}\": no start line: PEM \
+                 lib",
+                p(&garbage)
+            ),
+        ),
+    ];
+    for (conninfo, message) in &cases {
+        stats_with(dir, conninfo).assert_error(2, message);
+    }
+}
+
+/// A user id no line of /etc/passwd names.
+fn uid_without_passwd_entry() -> u32 {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let taken: Vec<&str> = passwd.lines().filter_map(|l| l.split(':').nth(2)).collect();
+    (4242..)
+        .find(|uid: &u32| !taken.contains(&uid.to_string().as_str()))
+        .unwrap()
+}
+
+/// Without a home directory (no `HOME`, a uid the passwd file does not name) there is no default
+/// `~/.postgresql/postgresql.key`: a client certificate without `sslkey` is refused. The uid is
+/// given by a user namespace (`unshare --user`), which needs no root.
+#[test]
+fn a_client_certificate_without_a_key_file_is_refused_in_exact_words() {
+    let uid = uid_without_passwd_entry().to_string();
+    let conninfo = format!(
+        "host=localhost port=1 user=app sslmode=require sslcert={}",
+        testdata("client.crt").display()
+    );
+    let run = Cmd::of("unshare")
+        .args([
+            "--user",
+            &format!("--map-user={uid}"),
+            &format!("--map-group={uid}"),
+            crate::support::cmd::IDEMCTL,
+            "stats",
+            "--connect-timeout",
+            "1s",
+            "--database-url",
+            &conninfo,
+        ])
+        .env_remove("HOME")
+        .run();
+    assert!(
+        !run.stderr.starts_with("unshare:"),
+        "this test runs idemctl as uid {uid} in a user namespace, which `unshare --user` could not \
+         make here (enable unprivileged user namespaces, or run the tests as root)\n{run}"
+    );
+    run.assert_error(
+        2,
+        "certificate present, but no private key file (set sslkey)",
+    );
+}
