@@ -373,7 +373,10 @@ fn rounded(elapsed: Duration) -> humantime::FormattedDuration {
 pub(crate) fn password_file_warning(warning: &ConnWarning) -> String {
     match warning {
         ConnWarning::PasswordFileUnreadable { file, error } => {
-            format!("cannot read password file \"{}\": {error}", shown(file))
+            format!(
+                "cannot read password file \"{}\": {error}; ignoring it",
+                shown(file)
+            )
         }
         ConnWarning::PasswordFileNotPlain { file } => {
             format!(

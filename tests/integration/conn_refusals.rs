@@ -359,3 +359,101 @@ fn a_client_certificate_without_a_key_file_is_refused_in_exact_words() {
         "certificate present, but no private key file (set sslkey)",
     );
 }
+
+/// A password file that is a directory or cannot be reached is skipped with a warning naming it;
+/// then a server that asks for a password gets none, and the failure says where one goes (exit
+/// 5). A file giving the hosts of the list different passwords is used for the first host that
+/// has one, with a warning naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_file_warnings_and_a_missing_password_are_worded_exactly() {
+    use crate::support::tcp::{PASSWORD, TcpDb, Transport};
+    let db = TcpDb::new(Transport::NoTls).await;
+    db.exec(crate::fixtures::Schema::Corrected.ddl()).await;
+    let port = db.port();
+    let target = format!(
+        "user \"{}\" at host \"localhost\" port {port}, database \"{}\"",
+        db.user, db.dbname
+    );
+    let stats = |passfile: &Path, hosts: &str| {
+        db.idemctl()
+            .args(["stats", "-o", "json", "--connect-timeout", "5s", "-d"])
+            .arg(db.conninfo(&[("host", hosts), ("passfile", passfile.to_str().unwrap())]))
+            .run()
+    };
+    let missing = format!(
+        "idemctl: cannot connect to {target}: the server asks for a password and none was given \
+         (set PGPASSWORD, add a ~/.pgpass line, or put it in the URL)\n"
+    );
+    let directory = db.home().join("pgpass-dir");
+    std::fs::create_dir(&directory).unwrap();
+    stats(&directory, "localhost")
+        .assert_code(5)
+        .assert_stdout_empty()
+        .assert_stderr(&format!(
+            "idemctl: warning: password file \"{}\" is not a plain file; ignoring it\n{missing}",
+            directory.display()
+        ));
+    let plain = private_file(db.home(), "plain", b"");
+    let beyond = plain.join("pgpass");
+    stats(&beyond, "localhost")
+        .assert_code(5)
+        .assert_stdout_empty()
+        .assert_stderr(&format!(
+            "idemctl: warning: cannot read password file \"{}\": Not a directory (os error 20); \
+             ignoring it\n{missing}",
+            beyond.display()
+        ));
+    let differing = private_file(
+        db.home(),
+        "differing",
+        format!("localhost:{port}:*:*:{PASSWORD}\n127.0.0.1:{port}:*:*:another-password\n")
+            .as_bytes(),
+    );
+    let run = stats(&differing, "localhost,127.0.0.1");
+    run.assert_code(0).assert_stderr(&format!(
+        "idemctl: warning: password file \"{}\" has different passwords for different hosts; \
+         using the one for host \"localhost\" port {port}\n",
+        differing.display()
+    ));
+    assert!(!run.stderr.contains(PASSWORD) && !run.stdout.contains(PASSWORD));
+}
+
+/// A server whose session does not fit `target_session_attrs` is refused with what to change
+/// (exit 5): a primary for `read-only` and for `standby`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_that_does_not_fit_target_session_attrs_is_refused_in_exact_words() {
+    let db = crate::support::TestDb::new().await;
+    let conninfo = |attrs: &str| {
+        let url = db.url_with(&[("target_session_attrs", attrs)]);
+        Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", url)
+            .args(["stats", "--connect-timeout", "5s"])
+    };
+    let info = crate::support::conninfo::ConnInfo::parse(&db.url()).unwrap();
+    let get = |key: &str| info.get(key).unwrap_or_default().to_owned();
+    let prefix = format!(
+        "cannot connect to user {:?} at socket directory {:?} port {}, database {:?}",
+        get("user"),
+        get("host"),
+        get("port"),
+        get("dbname")
+    );
+    let read_only = conninfo("read-only").run_async().await;
+    read_only.assert_error(
+        5,
+        &format!(
+            "{}: session is not read-only (target_session_attrs=read-only): list a standby (or a \
+             read-only role's server), or change target_session_attrs",
+            prefix
+        ),
+    );
+    let standby = conninfo("standby").run_async().await;
+    standby.assert_error(
+        5,
+        &format!(
+            "{}: server is not in hot standby mode (target_session_attrs=standby): list a \
+             standby among the hosts, or use target_session_attrs=prefer-standby",
+            prefix
+        ),
+    );
+}
