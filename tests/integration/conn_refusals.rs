@@ -457,3 +457,157 @@ async fn a_primary_that_does_not_fit_target_session_attrs_is_refused_in_exact_wo
         ),
     );
 }
+
+/// A listener on 127.0.0.1 that runs `script` on every connection it accepts, each in a thread
+/// of its own, for as long as the test process lives; returns its port.
+fn hostile(script: fn(&mut std::net::TcpStream) -> std::io::Result<()>) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut socket in listener.incoming().flatten() {
+            std::thread::spawn(move || script(&mut socket));
+        }
+    });
+    port
+}
+
+/// Read one startup packet; whether it was an SSLRequest.
+fn read_startup(s: &mut std::net::TcpStream) -> std::io::Result<bool> {
+    use std::io::Read as _;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let mut body = vec![0u8; (u32::from_be_bytes(len) as usize).saturating_sub(4)];
+    s.read_exact(&mut body)?;
+    Ok(body.starts_with(&80_877_103u32.to_be_bytes()))
+}
+
+/// Write one backend message.
+fn send(s: &mut std::net::TcpStream, kind: u8, body: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut message = vec![kind];
+    message.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    message.extend_from_slice(body);
+    s.write_all(&message)
+}
+
+/// Read one frontend message (after the startup packet); its type.
+fn read_message(s: &mut std::net::TcpStream) -> std::io::Result<u8> {
+    use std::io::Read as _;
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head)?;
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let mut body = vec![0u8; len.saturating_sub(4)];
+    s.read_exact(&mut body)?;
+    Ok(head[0])
+}
+
+/// The startup (no TLS asked) answered as a trusting server does: in, and ready for a query.
+fn log_in(s: &mut std::net::TcpStream) -> std::io::Result<()> {
+    read_startup(s)?;
+    send(s, b'R', &0u32.to_be_bytes())?;
+    for (name, value) in [
+        ("server_version", "15.0"),
+        ("client_encoding", "UTF8"),
+        ("integer_datetimes", "on"),
+    ] {
+        send(s, b'S', format!("{name}\0{value}\0").as_bytes())?;
+    }
+    send(s, b'K', &[0, 0, 0, 42, 0, 0, 0, 7])?;
+    send(s, b'Z', b"I")
+}
+
+/// Hang up cleanly once the client has sent everything it will before waiting for an answer.
+fn hang_up(s: &mut std::net::TcpStream) -> std::io::Result<()> {
+    use std::io::Read as _;
+    s.shutdown(std::net::Shutdown::Write)?;
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).map(drop)
+}
+
+/// Servers that end or answer the login in ways no PostgreSQL server does: each failure is one
+/// line naming the target and what happened, exit 5.
+#[test]
+fn servers_that_end_the_login_are_reported_in_exact_words() {
+    let run = |port: u16, settings: &str| {
+        Cmd::new()
+            .env("PGPASSWORD", "not-shown")
+            .args(["stats", "--connect-timeout", "1s", "-d"])
+            .arg(format!(
+                "host=127.0.0.1 port={port} user=app dbname=app {settings}"
+            ))
+            .run()
+    };
+    let target =
+        |port: u16| format!("user \"app\" at host \"127.0.0.1\" port {port}, database \"app\"");
+
+    // Says yes to TLS, reads the ClientHello, hangs up.
+    let port = hostile(|s| {
+        use std::io::Read as _;
+        read_startup(s)?;
+        std::io::Write::write_all(s, b"S")?;
+        let mut header = [0u8; 5];
+        s.read_exact(&mut header)?;
+        let mut hello = vec![0u8; u16::from_be_bytes([header[3], header[4]]) as usize];
+        s.read_exact(&mut hello)?;
+        hang_up(s)
+    });
+    run(port, "sslmode=require").assert_error(
+        5,
+        &format!(
+            "cannot connect to {}: error performing TLS handshake: the server closed the \
+             connection during the TLS handshake",
+            target(port)
+        ),
+    );
+
+    // Resets the connection without reading what the client sent: a transient failure, tried
+    // again until the connect timeout.
+    let port = hostile(|s| {
+        // Closing with the client's bytes unread makes the kernel send a reset.
+        let _ = s;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        Ok(())
+    });
+    run(port, "sslmode=disable").assert_error(
+        5,
+        &format!(
+            "cannot connect to {}: connection reset by the server (retried for 1s)",
+            target(port)
+        ),
+    );
+
+    // Lets the client in, then answers the target_session_attrs query with no row.
+    let port = hostile(|s| {
+        log_in(s)?;
+        read_message(s)?;
+        send(s, b'C', b"SELECT 0\0")?;
+        send(s, b'Z', b"I")?;
+        // Stays connected: the client is the one to hang up.
+        std::thread::sleep(std::time::Duration::from_secs(5));
+        Ok(())
+    });
+    run(port, "sslmode=disable target_session_attrs=read-write").assert_error(
+        5,
+        &format!(
+            "cannot connect to {}: the server did not say whether it is a standby; check \
+             target_session_attrs",
+            target(port)
+        ),
+    );
+
+    // Asks for SSPI, which only Windows servers do.
+    let port = hostile(|s| {
+        read_startup(s)?;
+        send(s, b'R', &9u32.to_be_bytes())?;
+        hang_up(s)
+    });
+    run(port, "sslmode=disable require_auth=password").assert_error(
+        5,
+        &format!(
+            "cannot connect to {}: authentication method requirement \"password\" failed: server \
+             requested SSPI authentication; allow the server's method in require_auth, or change \
+             the method the server's pg_hba.conf asks for",
+            target(port)
+        ),
+    );
+}
