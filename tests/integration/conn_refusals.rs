@@ -611,3 +611,71 @@ fn servers_that_end_the_login_are_reported_in_exact_words() {
         ),
     );
 }
+
+/// `user "U" at socket directory "D" port P, database "N"` for a key=value conninfo with a socket
+/// directory as its host.
+fn socket_target(conninfo: &str) -> String {
+    let info = crate::support::conninfo::ConnInfo::parse(conninfo).unwrap();
+    let get = |key: &str| info.get(key).unwrap_or_default().to_owned();
+    format!(
+        "user {:?} at socket directory {:?} port {}, database {:?}",
+        get("user"),
+        get("host"),
+        get("port"),
+        get("dbname")
+    )
+}
+
+/// PgBouncer refuses a startup parameter it does not pass on: its words, then what to change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_startup_parameter_the_pooler_refuses_is_explained_in_exact_words() {
+    use crate::support::pgbouncer::{Mode, PgBouncer};
+    let db = crate::support::TestDb::new().await;
+    db.exec(crate::fixtures::Schema::Corrected.ddl()).await;
+    let bouncer = PgBouncer::start(&db, Mode::Transaction, 2, &[]).await;
+    let conninfo = format!("{} options='-c work_mem=8MB'", bouncer.url());
+    let run = Cmd::new()
+        .args(["stats", "--connect-timeout", "5s", "-d", &conninfo])
+        .run_async()
+        .await;
+    run.assert_error(
+        5,
+        &format!(
+            "cannot connect to {}: unsupported startup parameter: options; the connection \
+             pooler does not accept it: remove it (options=, PGOPTIONS), or list it \
+             in the pooler's ignore_startup_parameters",
+            socket_target(&bouncer.url())
+        ),
+    );
+}
+
+/// A role that may log in but not read `pg_settings` (revoked in its database) cannot be given
+/// idemctl's session limits: the connection is refused with the server's words (exit 5) rather
+/// than used without them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_limits_the_server_refuses_end_the_connection_in_exact_words() {
+    let db = crate::support::TestDb::new().await;
+    let role = format!("{}_limited", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; REVOKE SELECT ON pg_catalog.pg_settings FROM PUBLIC"
+    ))
+    .await;
+    let url = db.url_with(&[("user", &role)]);
+    let run = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["stats", "--connect-timeout", "5s"])
+        .run_async()
+        .await;
+    db.exec(&format!(
+        "GRANT SELECT ON pg_catalog.pg_settings TO PUBLIC; DROP ROLE {role}"
+    ))
+    .await;
+    run.assert_error(
+        5,
+        &format!(
+            "cannot connect to {}: setting session timeouts failed: permission denied for view \
+             pg_settings",
+            socket_target(&url)
+        ),
+    );
+}
