@@ -679,3 +679,24 @@ async fn session_limits_the_server_refuses_end_the_connection_in_exact_words() {
         ),
     );
 }
+
+/// A standby is refused for `target_session_attrs=primary`, with what to change (exit 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_that_does_not_fit_target_session_attrs_is_refused_in_exact_words() {
+    let pair = crate::support::replica::ReplicaPair::start()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let url = format!("{} target_session_attrs=primary", pair.standby_url());
+    let run = Cmd::new()
+        .args(["stats", "--connect-timeout", "5s", "-d", &url])
+        .run_async()
+        .await;
+    run.assert_error(
+        5,
+        &format!(
+            "cannot connect to {}: server is in hot standby mode (target_session_attrs=primary): \
+             list the primary among the hosts, or change target_session_attrs",
+            socket_target(&pair.standby_url())
+        ),
+    );
+}
