@@ -441,8 +441,9 @@ fn load_crls(plan: &TlsPlan, builder: &mut SslContextBuilder) -> anyhow::Result<
         return Ok(());
     }
     let store = builder.cert_store_mut();
+    // Fails only when OpenSSL cannot allocate: worded as any other set-up failure.
     let crl_setup = |e: ErrorStack| {
-        failed(ConnFailure::CrlSetup {
+        failed(ConnFailure::TlsSetup {
             error: openssl_reasons(&e),
         })
     };

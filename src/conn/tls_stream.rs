@@ -11,7 +11,7 @@ use openssl::ssl::{Ssl, SslContext, SslRef};
 use openssl::x509::X509VerifyResult;
 use std::fmt;
 
-use crate::report::failure::TlsFailure;
+use crate::report::failure::{HostMismatch, TlsFailure};
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -140,9 +140,11 @@ impl Connect {
             check_alpn(ssl.selected_alpn_protocol())?;
         }
         if self.shared.check_host {
+            // With peer verification on, OpenSSL completes no handshake without a certificate
+            // (idemctl offers no anonymous or PSK suites); had it, no name could match.
             let cert = ssl
                 .peer_certificate()
-                .ok_or(TlsError(TlsFailure::NoPeerCertificate))?;
+                .ok_or(TlsError(TlsFailure::HostMismatch(HostMismatch::NoName)))?;
             verify::host_matches(&cert, &self.host)
                 .map_err(|e| TlsError(TlsFailure::HostMismatch(e)))?;
         }

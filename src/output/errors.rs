@@ -275,7 +275,6 @@ pub(crate) fn tls_files_refused(failure: &ConnFailure) -> String {
             format!("cannot use sslcrldir \"{}\": {error}", shown(dir))
         }
         ConnFailure::TlsSetup { error } => format!("cannot set up TLS: {error}"),
-        ConnFailure::CrlSetup { error } => format!("cannot set up CRL checks: {error}"),
         ConnFailure::PoolUnbuilt { error } => format!("cannot build the connection pool: {error}"),
         other => other.to_string(),
     }
@@ -538,7 +537,6 @@ impl fmt::Display for TlsFailure {
 /// A TLS session refused or failed (libpq's words where it has them).
 pub(crate) fn tls_failed(failure: &TlsFailure) -> String {
     match failure {
-        TlsFailure::NoPeerCertificate => "the server sent no certificate to verify".to_owned(),
         TlsFailure::HostMismatch(m) => format!(
             "{}; connect with a host name the certificate names, or use sslmode=verify-ca",
             host_mismatch(m)

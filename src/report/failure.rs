@@ -133,11 +133,9 @@ pub(crate) enum ConnFailure {
         file: PathBuf,
     },
     CertificateWithoutKey,
-    /// OpenSSL refused to set up a context or the CRL store (its words).
+    /// OpenSSL refused to set up a context, the system roots or the CRL store (its words): only
+    /// when it cannot allocate.
     TlsSetup {
-        error: String,
-    },
-    CrlSetup {
         error: String,
     },
     CertificateUnreadable {
@@ -354,7 +352,6 @@ impl std::error::Error for Step {}
 /// Why a TLS session was refused or failed, in the handshake or just after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum TlsFailure {
-    NoPeerCertificate,
     HostMismatch(HostMismatch),
     /// Direct TLS without the ALPN protocol, or with another one.
     NoAlpn,
