@@ -429,15 +429,7 @@ async fn a_primary_that_does_not_fit_target_session_attrs_is_refused_in_exact_wo
             .env("IDEMCTL_DATABASE_URL", url)
             .args(["stats", "--connect-timeout", "5s"])
     };
-    let info = crate::support::conninfo::ConnInfo::parse(&db.url()).unwrap();
-    let get = |key: &str| info.get(key).unwrap_or_default().to_owned();
-    let prefix = format!(
-        "cannot connect to user {:?} at socket directory {:?} port {}, database {:?}",
-        get("user"),
-        get("host"),
-        get("port"),
-        get("dbname")
-    );
+    let prefix = format!("cannot connect to {}", socket_target(&db.url()));
     let read_only = conninfo("read-only").run_async().await;
     read_only.assert_error(
         5,
