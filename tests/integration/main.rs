@@ -11,6 +11,7 @@ mod cli;
 mod concurrency;
 mod config_file;
 mod config_refusals;
+mod conn_refusals;
 mod dead_network;
 mod direct_tls;
 mod docs;
