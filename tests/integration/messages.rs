@@ -465,6 +465,66 @@ async fn the_database_layers_refusals_are_worded_exactly() {
     assert_eq!(fixtures::snapshot(&db).await, before);
 }
 
+/// A database that took a catalog read idemctl needs away from PUBLIC (a hardening some
+/// databases apply) ends the run at that read, naming it, with the server's words and the
+/// permission-denied exit code; nothing is changed. Catalog grants are per database, so each
+/// revoke stays in this test's database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_catalog_read_the_database_does_not_allow_is_named_in_exact_words() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        expired: 20,
+        live: 20,
+        stuck: 5,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    db.exec(
+        "CREATE INDEX idempotency_keys_in_progress ON idempotency_keys \
+         ((coalesce(locked_at, created_at))) WHERE state = 'in_progress'",
+    )
+    .await;
+    let before = fixtures::snapshot(&db).await;
+    let role = format!("{}_hardened", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role}; \
+         GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}"
+    ))
+    .await;
+    let cases: &[(&str, &str, &[&str], &str)] = &[
+        (
+            "TABLE pg_catalog.pg_enum",
+            "SELECT",
+            &["stats"],
+            "failed to read the key table's columns: permission denied for table pg_enum",
+        ),
+        (
+            "TABLE pg_catalog.pg_index",
+            "SELECT",
+            &["stats"],
+            "failed to read the key table's indexes: permission denied for table pg_index",
+        ),
+        (
+            "FUNCTION pg_catalog.pg_control_system()",
+            "EXECUTE",
+            &["reclaim", "--plan", "/dev/null"],
+            "failed to read which database this is: permission denied for function pg_control_system",
+        ),
+    ];
+    for (object, privilege, args, line) in cases {
+        db.exec(&format!("REVOKE {privilege} ON {object} FROM PUBLIC"))
+            .await;
+        Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &role)]))
+            .args(*args)
+            .run()
+            .assert_error(6, line);
+        db.exec(&format!("GRANT {privilege} ON {object} TO PUBLIC"))
+            .await;
+    }
+    assert_eq!(fixtures::snapshot(&db).await, before);
+}
+
 /// `idemctl stats` against `conninfo`, which it refuses before connecting.
 fn stats_with(conninfo: &str) -> crate::support::Run {
     Cmd::new()
