@@ -1,0 +1,182 @@
+//! The commands' refusals and failures, each asserted exactly (the one stderr line and the exit
+//! code): reclaim's flags and plan files refused before connecting, and the steps of a run that a
+//! real fault ends (a function the role may no longer execute, a trigger that raises).
+
+use crate::fixtures::{self, Mix, Schema};
+use crate::support::{Cmd, TestDb};
+
+/// A conninfo nothing listens on: a refusal seen with it was made before connecting.
+const NOWHERE: &str = "host=/nonexistent/idemctl-test port=1 dbname=none connect_timeout=1";
+
+fn nowhere() -> Cmd {
+    Cmd::new().env("IDEMCTL_DATABASE_URL", NOWHERE)
+}
+
+/// reclaim refuses, before connecting, a writing run it cannot confirm and an empty filter.
+#[test]
+fn reclaim_refuses_an_unconfirmed_run_and_an_empty_filter_in_exact_words() {
+    nowhere()
+        .args(["reclaim"])
+        .stdin_bytes("")
+        .run()
+        .assert_error(
+            2,
+            "refusing to reclaim without confirmation: there is no terminal to ask on; review \
+         `idemctl reclaim --dry-run`, then pass --yes",
+        );
+    for flag in ["--api-key-id", "--path", "--method"] {
+        nowhere()
+            .args(["reclaim", "--dry-run", flag, ""])
+            .run()
+            .assert_error(
+                2,
+                &format!(
+                    "{flag} is empty: give the value as the API stores it, or drop the flag; \
+                     nothing was changed"
+                ),
+            );
+    }
+}
+
+/// A plan file whose fields contradict each other is refused before connecting, naming what is
+/// wrong with it.
+#[test]
+fn reclaim_refuses_a_plan_whose_fields_do_not_fit_in_exact_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            r#"{"schema_version":1,"table":"public.idempotency_keys","older_than_seconds":0,"action":"delete","rows":[]}"#,
+            "older_than_seconds must be a positive number",
+        ),
+        (
+            r#"{"schema_version":1,"table":"public.idempotency_keys","older_than_seconds":300,"action":"fail","rows":[]}"#,
+            "action fail needs a JSON object as body",
+        ),
+        (
+            r#"{"schema_version":1,"table":"public.idempotency_keys","older_than_seconds":300,"action":"release","body":{},"rows":[]}"#,
+            "actions delete and release take no body",
+        ),
+    ];
+    for (i, (plan, why)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("plan{i}.json"));
+        std::fs::write(&path, plan).unwrap();
+        nowhere()
+            .args(["reclaim", "--yes", "--apply"])
+            .arg(&path)
+            .run()
+            .assert_error(
+                2,
+                &format!(
+                    "plan {} is not a valid reclaim plan ({why}); nothing was changed, make a new \
+                     one with --plan",
+                    path.display()
+                ),
+            );
+    }
+}
+
+/// The index reclaim asks for, so that a run says nothing else before the line under test.
+const IN_PROGRESS_INDEX: &str = "CREATE INDEX idempotency_keys_in_progress ON idempotency_keys \
+    ((coalesce(locked_at, created_at))) WHERE state = 'in_progress'";
+
+/// A table with expired, live and stuck keys, its in_progress index, and a role that may run
+/// evict and reclaim on it; returns the role's conninfo.
+async fn table_and_role(db: &TestDb) -> (String, String) {
+    let mix = Mix {
+        expired: 20,
+        live: 5,
+        stuck: 4,
+        ..Mix::default()
+    };
+    fixtures::table_with(db, Schema::Corrected, mix).await;
+    db.exec(IN_PROGRESS_INDEX).await;
+    let role = format!("{}_runner", db.name());
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT USAGE ON SCHEMA public TO {role}; \
+         GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}"
+    ))
+    .await;
+    let url = db.url_with(&[("user", &role)]);
+    (role, url)
+}
+
+async fn drop_role(db: &TestDb, role: &str) {
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+}
+
+/// A database where the role may not execute pg_try_advisory_lock (an administrator's REVOKE):
+/// evict and a writing reclaim end at the maintenance lock, exit 6, before changing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_maintenance_lock_the_role_may_not_take_ends_the_run_naming_the_step() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    db.exec("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_try_advisory_lock(int, int) FROM PUBLIC")
+        .await;
+    let before = fixtures::snapshot(&db).await;
+    for args in [&["evict"][..], &["reclaim", "--yes"]] {
+        Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", &url)
+            .args(args)
+            .run_async()
+            .await
+            .assert_error(
+                6,
+                "failed to take the maintenance lock: permission denied for function \
+                 pg_try_advisory_lock",
+            );
+    }
+    assert_eq!(fixtures::snapshot(&db).await, before);
+    drop_role(&db, &role).await;
+}
+
+/// A reclaim batch the server refuses (a trigger raising an error) or that cannot get its locks
+/// (a session holding the table in SHARE mode) is rolled back; the line says what the earlier
+/// batches did and to run reclaim again, exit 1, and no key was changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_batch_that_fails_is_rolled_back_in_exact_words() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    let before = fixtures::snapshot(&db).await;
+    db.exec(
+        "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'keys are kept for the audit'; END $$; \
+         CREATE TRIGGER refuse BEFORE UPDATE OR DELETE ON idempotency_keys \
+           FOR EACH ROW EXECUTE FUNCTION refuse();",
+    )
+    .await;
+    for action in ["fail", "delete"] {
+        Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", &url)
+            .args(["reclaim", "--yes", "--action", action])
+            .run_async()
+            .await
+            .assert_error(
+                1,
+                "batch 1 failed and was rolled back (0 keys were reclaimed by earlier batches); \
+                 run reclaim again: keys are kept for the audit",
+            );
+    }
+    db.exec("DROP TRIGGER refuse ON idempotency_keys").await;
+
+    let admin = db.client().await;
+    admin
+        .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN SHARE MODE")
+        .await
+        .unwrap();
+    Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["reclaim", "--yes"])
+        .run_async()
+        .await
+        .assert_error(
+            1,
+            "batch 1 could not get a lock another session holds in 5 tries (a live transaction \
+             holds a row it needs, or DDL holds the table) and was rolled back (0 keys were \
+             reclaimed by earlier batches); run reclaim again: canceling statement due to lock \
+             timeout",
+        );
+    admin.batch_execute("ROLLBACK").await.unwrap();
+    assert_eq!(fixtures::snapshot(&db).await, before);
+    drop_role(&db, &role).await;
+}
