@@ -180,3 +180,83 @@ async fn a_reclaim_batch_that_fails_is_rolled_back_in_exact_words() {
     assert_eq!(fixtures::snapshot(&db).await, before);
     drop_role(&db, &role).await;
 }
+
+/// A session holding the table in ACCESS EXCLUSIVE mode (a migration's ALTER TABLE): reading
+/// the table's columns waits on it until --statement-timeout, and every command ends there in one
+/// line naming the step, exit 1, having changed nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_held_by_ddl_ends_every_command_at_reading_its_columns() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    let admin = db.client().await;
+    admin
+        .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    for args in [
+        &["stats"][..],
+        &["check"],
+        &["inspect", "k1", "--api-key-id", "a"],
+        &["reclaim", "--dry-run"],
+        &["reclaim", "--yes"],
+        &["evict"],
+        &["top", "--once"],
+    ] {
+        Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", &url)
+            .args(["--statement-timeout", "1s"])
+            .args(args)
+            .run_async()
+            .await
+            .assert_error(
+                1,
+                "failed to read the key table's columns: canceling statement due to statement \
+                 timeout",
+            );
+    }
+    admin.batch_execute("ROLLBACK").await.unwrap();
+    drop_role(&db, &role).await;
+}
+
+/// reclaim's statements after a batch, failing for real: the role's SELECT on the table is
+/// revoked while a batch's DELETE is held by a trigger. With one batch for every stuck key, the
+/// count after it fails; with batches of two, the next batch does. Either way one line names the
+/// step, exit 6, and what the committed batches reclaimed stays reclaimed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_after_a_reclaim_batch_that_fails_ends_the_run_naming_the_step() {
+    let cases: [(&[&str], &str, i64); 2] = [
+        (
+            &[],
+            "failed to count stuck in_progress keys: permission denied for table \
+             idempotency_keys",
+            0,
+        ),
+        (
+            &["--batch-size", "2"],
+            "batch 2 failed and was rolled back (2 keys were reclaimed by earlier batches); run \
+             reclaim again: permission denied for table idempotency_keys",
+            2,
+        ),
+    ];
+    for (args, says, left) in cases {
+        let db = TestDb::new().await;
+        let (role, url) = table_and_role(&db).await;
+        fixtures::hold_deletes(&db).await;
+        let reclaim = Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", &url)
+            .args(["reclaim", "--yes", "--action", "delete"])
+            .args(args)
+            .spawn();
+        let revoke = format!("REVOKE SELECT ON idempotency_keys FROM {role}");
+        fixtures::while_a_delete_is_held(&db, &role, &revoke).await;
+        let run = reclaim.wait_async().await;
+        drop_role(&db, &role).await;
+        run.assert_error(6, says);
+        let stuck = fixtures::scalar_i64(
+            &db,
+            "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress'",
+        )
+        .await;
+        assert_eq!(stuck, left, "{args:?}\n{run}");
+    }
+}
