@@ -23,6 +23,7 @@ use tokio_postgres::{Error, Row, SimpleQueryMessage};
 
 use crate::conn::Line;
 use crate::ident::literal;
+use crate::report::failure::EndReason;
 
 /// A parameter and its PostgreSQL type; make one with [`p`].
 pub(crate) type Param<'a> = (&'a (dyn ToSql + Sync), Type);
@@ -192,17 +193,20 @@ impl Session {
         if let Some(db) = e.as_db_error() {
             // A FATAL error ends the connection (pg_terminate_backend, a shutdown): say so.
             if matches!(db.severity(), "FATAL" | "PANIC") {
-                let code = db.code().code().to_owned();
-                return anyhow::Error::new(e).context(Lost::Fatal(code));
+                return anyhow::Error::new(Lost::Ended(Some(EndReason::Server {
+                    message: db.message().to_owned(),
+                    code: db.code().code().to_owned(),
+                })));
             }
             return anyhow::Error::new(e);
         }
         if !(e.is_closed() || self.client().is_closed()) {
             return anyhow::Error::new(e);
         }
+        // The driver's own words ("connection closed") would only repeat the end; an end the
+        // server explained reads the same whether a statement was waiting for it or not.
         match self.0.line.ended.reason() {
-            // The driver's own words ("connection closed") would only repeat it.
-            None if e.is_closed() => anyhow::Error::new(Lost::Ended(None)),
+            reason if e.is_closed() => anyhow::Error::new(Lost::Ended(reason)),
             reason => anyhow::Error::new(e).context(Lost::Ended(reason)),
         }
     }

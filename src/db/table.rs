@@ -163,6 +163,10 @@ pub struct Privileges {
     pub columns: Vec<(String, bool)>,
     /// Owns the table (or is a member of its owner): needed to detach partitions.
     pub owner: bool,
+    /// May write the WAL record evict's durable points commit (`pg_logical_emit_message`).
+    pub confirm: bool,
+    /// That function as a GRANT names it (its arguments differ between versions).
+    pub confirm_function: Option<String>,
 }
 
 /// The timestamp a table is range-partitioned on, when it is one idemctl can reason about.
@@ -814,6 +818,8 @@ impl KeyTable {
             lock_rows: row.get("can_lock_rows"),
             columns: names.into_iter().zip(granted).collect(),
             owner: row.get("is_owner"),
+            confirm: row.get("can_confirm"),
+            confirm_function: row.get("confirm_function"),
         })
     }
 
@@ -1051,6 +1057,24 @@ async fn read_indexes(client: &Session, oid: i64) -> Result<Vec<Index>> {
 }
 
 impl Privileges {
+    /// Fail before any change when the role may not write the WAL record that confirms deletes
+    /// durable (evict's durable points, and the flush before --vacuum).
+    pub fn require_durable_points(&self, command: &str) -> Result<()> {
+        if self.confirm {
+            return Ok(());
+        }
+        Err(refuse(
+            Exit::PermissionDenied,
+            Refusal::DurablePoint {
+                role: self.role.clone(),
+                function: self.confirm_function.clone().unwrap_or_else(|| {
+                    "pg_catalog.pg_logical_emit_message(boolean, text, text)".into()
+                }),
+                command: command.to_owned(),
+            },
+        ))
+    }
+
     /// [`Privileges::require`] with the grants `job` needs on this table.
     pub fn require_for(&self, table: &KeyTable, command: &str, job: Job) -> Result<()> {
         let needs = table.privilege_needs(self, job);

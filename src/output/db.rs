@@ -274,7 +274,6 @@ fn lost(lost: &Lost) -> String {
             format!("the server ended the connection: {text}")
         }
         Lost::Ended(None) => "the connection was closed without a reason".to_owned(),
-        Lost::Fatal(code) => format!("the server ended the connection (SQLSTATE {code})"),
     }
 }
 
@@ -499,6 +498,16 @@ pub(crate) fn grant_missing(
     )
 }
 
+/// A role that may not write the WAL record that confirms deletes durable.
+pub(crate) fn durable_point_refused(role: &str, function: &str, command: &str) -> String {
+    format!(
+        "permission denied: role {role} may not execute {function}, which {command} calls once a \
+         second to make its deletes durable (and wait for synchronous standbys); grant it with: \
+         GRANT EXECUTE ON FUNCTION {function} TO {};",
+        quote_ident(role)
+    )
+}
+
 /// A reclaim filter on a table without the column it filters by.
 pub(crate) fn filter_not_applicable(
     flag: &str,
@@ -607,6 +616,11 @@ fn refusal(r: &Refusal) -> String {
             profile,
             column,
         } => filter_not_applicable(flag, table, profile, column),
+        Refusal::DurablePoint {
+            role,
+            function,
+            command,
+        } => durable_point_refused(role, function, command),
         Refusal::ScopeValue(problem) => {
             format!("{}; nothing was changed", scope_value_problem(problem))
         }
@@ -742,10 +756,6 @@ mod tests {
         assert_eq!(
             Lost::Ended(Some(EndReason::Socket("Connection reset by peer".into()))).to_string(),
             "the server ended the connection: Connection reset by peer"
-        );
-        assert_eq!(
-            Lost::Fatal("57P01".into()).to_string(),
-            "the server ended the connection (SQLSTATE 57P01)"
         );
     }
 

@@ -691,16 +691,20 @@ pub(crate) fn shard_unplaced(shard: i64, table: &Table) -> String {
 /// The line of a writing run that a batch ended: what failed, what the earlier batches did, and
 /// what to do.
 pub(crate) fn batch_failed(f: &BatchFailed) -> String {
-    let (batch, reclaimed) = (f.batch, f.reclaimed);
+    let batch = f.batch;
+    let (reclaimed, were) = match f.reclaimed {
+        1 => ("1 key".to_owned(), "was"),
+        n => (format!("{n} keys"), "were"),
+    };
     match f.end {
         BatchEnd::HeldReference => format!(
-            "batch {batch} was rolled back ({reclaimed} keys were reclaimed by earlier batches)"
+            "batch {batch} was rolled back ({reclaimed} {were} reclaimed by earlier batches)"
         ),
         BatchEnd::LockTimeout { tries } => format!(
-            "batch {batch} could not get a lock another session holds in {tries} tries (a live transaction holds a row it needs, or DDL holds the table) and was rolled back ({reclaimed} keys were reclaimed by earlier batches); run reclaim again"
+            "batch {batch} could not get a lock another session holds in {tries} tries (a live transaction holds a row it needs, or DDL holds the table) and was rolled back ({reclaimed} {were} reclaimed by earlier batches); run reclaim again"
         ),
         BatchEnd::Failed => format!(
-            "batch {batch} failed and was rolled back ({reclaimed} keys were reclaimed by earlier batches); run reclaim again"
+            "batch {batch} failed and was rolled back ({reclaimed} {were} reclaimed by earlier batches); run reclaim again"
         ),
         BatchEnd::Lost { in_flight } => {
             let at_most = if in_flight == 1 {
@@ -709,11 +713,11 @@ pub(crate) fn batch_failed(f: &BatchFailed) -> String {
                 format!("{in_flight} keys")
             };
             format!(
-                "reclaim lost its connection: {reclaimed} keys reclaimed by batches whose commit the server confirmed; the batch in flight ({at_most} at most) may or may not have committed: run reclaim again, which takes what is still stuck"
+                "reclaim lost its connection: {reclaimed} reclaimed by batches whose commit the server confirmed; the batch in flight ({at_most} at most) may or may not have committed: run reclaim again, which takes what is still stuck"
             )
         }
         BatchEnd::SmallestTimedOut { statement_timeout } => format!(
-            "a batch of one key exceeded statement_timeout ({}, set by --statement-timeout) after the batches were made smaller; nothing of it was reclaimed ({reclaimed} keys were reclaimed by earlier batches): raise --statement-timeout",
+            "a batch of one key exceeded statement_timeout ({}, set by --statement-timeout) after the batches were made smaller; nothing of it was reclaimed ({reclaimed} {were} reclaimed by earlier batches): raise --statement-timeout",
             humantime::format_duration(statement_timeout)
         ),
     }

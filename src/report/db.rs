@@ -272,8 +272,6 @@ pub(crate) enum Lost {
     },
     /// The connection ended; the reason the connection recorded, if any.
     Ended(Option<crate::report::failure::EndReason>),
-    /// The server's FATAL error (its SQLSTATE), whose message follows in the chain.
-    Fatal(String),
 }
 
 impl std::error::Error for Lost {}
@@ -358,6 +356,13 @@ pub(crate) enum Refusal {
     UnknownZone {
         zone: String,
         from: String,
+    },
+    /// The role may not call `function`, which writes the WAL record of `command`'s durable
+    /// points.
+    DurablePoint {
+        role: String,
+        function: String,
+        command: String,
     },
     /// The role lacks grants `command` needs (`quoted`: the table as a GRANT names it).
     Grant {

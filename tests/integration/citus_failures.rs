@@ -311,7 +311,8 @@ async fn citus_reclaim_apply_stops_at_a_shard_split_off_while_it_asked() {
     assert_eq!(
         asked,
         format!(
-            "reclaim: delete the plan's {keys} in_progress keys of public.idempotency_keys (api_key_id {tenant}) held longer than 30m? "
+            "reclaim: delete the plan's {keys} in_progress key{} of public.idempotency_keys (api_key_id {tenant}) held longer than 30m? ",
+            if keys == 1 { "" } else { "s" }
         )
     );
     assert_eq!(snapshot(&db).await, before);

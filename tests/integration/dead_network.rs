@@ -343,11 +343,12 @@ async fn reclaim_cut_off(apply: bool) {
         .and_then(|(_, rest)| rest.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{what}: the line says what was reclaimed\n{run}"));
+    let keys = if said == 1 { "key" } else { "keys" };
     assert!(
-        run.stderr.contains(
-            " keys reclaimed by batches whose commit the server confirmed; the batch in flight \
-             (1 key at most) may or may not have committed"
-        ),
+        run.stderr.contains(&format!(
+            "{head}{said} {keys} reclaimed by batches whose commit the server confirmed; the batch \
+             in flight (1 key at most) may or may not have committed"
+        )),
         "{what}\n{run}"
     );
     assert!(

@@ -190,6 +190,7 @@ async fn require_for_a_run(
     // DELETE reads the rows it deletes (SELECT), and skipping rows a live request holds takes row
     // locks, which PostgreSQL grants only with UPDATE on at least one column.
     privileges.require_for(table, "evict", crate::db::table::Job::Evict)?;
+    privileges.require_durable_points("evict")?;
     client.require_writable("evict").await?;
     rate::require_wal_position(client, args.rate_caps()).await?;
     let vacuum_targets = match args.vacuum {
