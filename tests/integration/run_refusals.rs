@@ -260,3 +260,84 @@ async fn a_statement_after_a_reclaim_batch_that_fails_ends_the_run_naming_the_st
         assert_eq!(stuck, left, "{args:?}\n{run}");
     }
 }
+
+/// reclaim's connection ended by the server (pg_terminate_backend) while a batch's DELETE is held
+/// by a trigger: the run cannot know whether that batch committed, says so with how many keys it
+/// held at most and the server's reason, exit 1; running reclaim again takes what is still stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_whose_connection_is_terminated_mid_batch_says_what_may_have_committed() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    fixtures::hold_deletes(&db).await;
+    let reclaim = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args([
+            "reclaim",
+            "--yes",
+            "--action",
+            "delete",
+            "--batch-size",
+            "3",
+        ])
+        .spawn();
+    let terminate =
+        format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'");
+    fixtures::while_a_delete_is_held(&db, &role, &terminate).await;
+    reclaim.wait_async().await.assert_error(
+        1,
+        "reclaim lost its connection: 0 keys reclaimed by batches whose commit the server \
+         confirmed; the batch in flight (3 keys at most) may or may not have committed: run \
+         reclaim again, which takes what is still stuck: the server ended the connection: \
+         terminating connection due to administrator command (SQLSTATE 57P01)",
+    );
+    db.exec("DROP TRIGGER hold_delete ON idempotency_keys")
+        .await;
+    Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["reclaim", "--yes", "--action", "delete"])
+        .run_async()
+        .await
+        .assert_success();
+    let stuck = fixtures::scalar_i64(
+        &db,
+        "SELECT count(*) FROM idempotency_keys WHERE state = 'in_progress'",
+    )
+    .await;
+    assert_eq!(stuck, 0);
+    drop_role(&db, &role).await;
+}
+
+/// A table whose primary key was dropped has no index that finds a key, with its tenant or
+/// without: inspect refuses either way rather than read the whole table, exit 2, and names the one
+/// index that serves both lookups (not --api-key-id, which would meet the same refusal).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_on_a_table_with_no_key_index_names_the_index_to_create() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    db.exec("ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey")
+        .await;
+    let create = "CREATE INDEX CONCURRENTLY \"idempotency_keys_scope\" ON \
+                  \"public\".\"idempotency_keys\" (api_key_id, key);";
+    let inspect = |args: &[&str]| {
+        Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", &url)
+            .arg("inspect")
+            .args(args)
+            .run()
+    };
+    inspect(&["k1"]).assert_error(
+        2,
+        &format!(
+            "table public.idempotency_keys has no index that finds a key, with its tenant or \
+             without; create: {create}"
+        ),
+    );
+    inspect(&["--api-key-id", "tenant_1", "k1"]).assert_error(
+        2,
+        &format!(
+            "table public.idempotency_keys has no index on its scope and key (api_key_id, key), \
+             so a key cannot be looked up without a scan; create it with: {create}"
+        ),
+    );
+    drop_role(&db, &role).await;
+}
