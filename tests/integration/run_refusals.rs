@@ -341,3 +341,61 @@ async fn inspect_on_a_table_with_no_key_index_names_the_index_to_create() {
     );
     drop_role(&db, &role).await;
 }
+
+/// A database where an administrator revoked EXECUTE on a server function idemctl calls: the
+/// command ends at the step that calls it, in one line naming the step and the server's refusal,
+/// exit 6 (a privilege), before changing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_function_the_role_may_not_execute_ends_the_run_naming_the_step() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    let before = fixtures::snapshot(&db).await;
+    let cases: [(&str, &[&[&str]], &str); 5] = [
+        (
+            "pg_is_in_recovery()",
+            &[&["evict"], &["reclaim", "--yes"], &["check"]],
+            "failed to check whether the session can write",
+        ),
+        (
+            "pg_options_to_table(text[])",
+            &[&["stats"], &["check"], &["top", "--once"]],
+            "failed to read the autovacuum settings",
+        ),
+        (
+            "pg_blocking_pids(int)",
+            &[&["top", "--once"]],
+            "failed to list the sessions waiting for a key's row",
+        ),
+        (
+            "pg_stat_get_tuples_inserted(oid)",
+            &[&["stats"], &["top", "--once"]],
+            "failed to read vacuum statistics",
+        ),
+        (
+            "clock_timestamp()",
+            &[&["top", "--once"]],
+            "failed to list idemctl's sessions",
+        ),
+    ];
+    for (function, commands, step) in cases {
+        db.exec(&format!(
+            "REVOKE EXECUTE ON FUNCTION pg_catalog.{function} FROM PUBLIC"
+        ))
+        .await;
+        let name = function.split('(').next().unwrap();
+        for args in commands {
+            Cmd::new()
+                .env("IDEMCTL_DATABASE_URL", &url)
+                .args(*args)
+                .run_async()
+                .await
+                .assert_error(6, &format!("{step}: permission denied for function {name}"));
+        }
+        db.exec(&format!(
+            "GRANT EXECUTE ON FUNCTION pg_catalog.{function} TO PUBLIC"
+        ))
+        .await;
+    }
+    assert_eq!(fixtures::snapshot(&db).await, before);
+    drop_role(&db, &role).await;
+}
