@@ -399,3 +399,70 @@ async fn a_server_function_the_role_may_not_execute_ends_the_run_naming_the_step
     assert_eq!(fixtures::snapshot(&db).await, before);
     drop_role(&db, &role).await;
 }
+
+/// A DELETE that outlasts statement_timeout even for one row (a slow trigger): evict halves its
+/// batches down to one row, then ends naming the timeout in force and what set it, exit 1, with
+/// nothing deleted. Each place a statement_timeout can come from is named as a DBA would look for
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_one_row_over_statement_timeout_names_what_set_it() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    db.exec(
+        "CREATE FUNCTION slow_delete() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN PERFORM pg_sleep(2); RETURN OLD; END $$; \
+         CREATE TRIGGER slow_delete BEFORE DELETE ON idempotency_keys \
+           FOR EACH ROW EXECUTE FUNCTION slow_delete();",
+    )
+    .await;
+    let before = fixtures::snapshot(&db).await;
+    let name = db.name().to_owned();
+    let cases = [
+        (
+            format!("ALTER ROLE {role} SET statement_timeout = '1s'"),
+            format!("ALTER ROLE {role} RESET statement_timeout"),
+            None,
+            "ALTER ROLE ... SET statement_timeout",
+        ),
+        (
+            format!("ALTER DATABASE {name} SET statement_timeout = '1s'"),
+            format!("ALTER DATABASE {name} RESET statement_timeout"),
+            None,
+            "ALTER DATABASE ... SET statement_timeout",
+        ),
+        (
+            format!("ALTER ROLE {role} IN DATABASE {name} SET statement_timeout = '1s'"),
+            format!("ALTER ROLE {role} IN DATABASE {name} RESET statement_timeout"),
+            None,
+            "ALTER ROLE ... IN DATABASE ... SET statement_timeout",
+        ),
+        (
+            "SELECT".to_owned(),
+            "SELECT".to_owned(),
+            Some("-c statement_timeout=1s"),
+            "the connection's options (PGOPTIONS or options=-c)",
+        ),
+    ];
+    for (set, reset, pgoptions, set_by) in cases {
+        db.exec(&set).await;
+        let mut evict = Cmd::new().env("IDEMCTL_DATABASE_URL", &url);
+        if let Some(options) = pgoptions {
+            evict = evict.env("PGOPTIONS", options);
+        }
+        let run = evict
+            .args(["evict", "--batch-size", "4", "--duty-cycle", "100"])
+            .run_async()
+            .await;
+        db.exec(&reset).await;
+        run.assert_error(
+            1,
+            &format!(
+                "a batch of one row exceeded statement_timeout (1s, set by {set_by}) after the \
+                 batches were made smaller; nothing of it was deleted: raise \
+                 --statement-timeout: canceling statement due to statement timeout"
+            ),
+        );
+    }
+    assert_eq!(fixtures::snapshot(&db).await, before);
+    drop_role(&db, &role).await;
+}
