@@ -466,3 +466,31 @@ async fn a_batch_of_one_row_over_statement_timeout_names_what_set_it() {
     assert_eq!(fixtures::snapshot(&db).await, before);
     drop_role(&db, &role).await;
 }
+
+/// EXECUTE on pg_logical_emit_message revoked while evict's first batch is held by a trigger (it
+/// was granted when evict checked at the start): the durable point after the batch fails, and the
+/// run ends naming that step, exit 6.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_point_that_fails_ends_evict_naming_the_step() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    fixtures::hold_deletes(&db).await;
+    let evict = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["evict", "--batch-size", "5", "--duty-cycle", "20"])
+        .spawn();
+    fixtures::while_a_delete_is_held(
+        &db,
+        &role,
+        "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) \
+         FROM PUBLIC",
+    )
+    .await;
+    let run = evict.wait_async().await;
+    drop_role(&db, &role).await;
+    run.assert_error(
+        6,
+        "failed to make the deleted rows durable: permission denied for function \
+         pg_logical_emit_message",
+    );
+}
