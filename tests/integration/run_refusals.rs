@@ -494,3 +494,41 @@ async fn a_durable_point_that_fails_ends_evict_naming_the_step() {
          pg_logical_emit_message",
     );
 }
+
+/// Pointed at a hot standby, the writing commands refuse before changing anything and say to
+/// connect to the primary, exit 6; the reading ones (a dry run, stats) run there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writing_commands_on_a_standby_say_to_connect_to_the_primary() {
+    use crate::support::replica::ReplicaPair;
+    let pair = ReplicaPair::start().await.unwrap_or_else(|e| panic!("{e}"));
+    let primary = crate::support::connect(&pair.primary_url()).await;
+    primary
+        .batch_execute(Schema::Corrected.ddl())
+        .await
+        .unwrap();
+    primary
+        .batch_execute(&fixtures::expired_rows_sql(30))
+        .await
+        .unwrap();
+    primary.batch_execute(IN_PROGRESS_INDEX).await.unwrap();
+    pair.wait_caught_up(&primary).await;
+    let standby = || Cmd::new().env("IDEMCTL_DATABASE_URL", pair.standby_url());
+    let why = "nothing was changed: the server is a standby (in recovery); connect to the primary \
+               (for example with target_session_attrs=read-write)";
+    standby()
+        .args(["evict"])
+        .run_async()
+        .await
+        .assert_error(6, &format!("evict cannot run here, {why}"));
+    standby()
+        .args(["reclaim", "--yes"])
+        .run_async()
+        .await
+        .assert_error(
+            6,
+            &format!("reclaim --action delete cannot run here, {why}"),
+        );
+    for args in [&["evict", "--dry-run"][..], &["stats"]] {
+        standby().args(args).run_async().await.assert_success();
+    }
+}
