@@ -532,3 +532,39 @@ async fn the_writing_commands_on_a_standby_say_to_connect_to_the_primary() {
         standby().args(args).run_async().await.assert_success();
     }
 }
+
+/// A table referencing the keys ON DELETE CASCADE, its rows locked by a live transaction: evict's
+/// batch waits on a row it must delete with the key, gives up at lock_timeout and is rolled back;
+/// the line says a live transaction holds a row, exit 1, and no key was deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evict_batch_that_waits_on_a_locked_row_is_rolled_back_in_exact_words() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    db.exec(&format!(
+        "CREATE TABLE charges (id serial PRIMARY KEY, api_key_id text, key text, \
+           FOREIGN KEY (api_key_id, key) REFERENCES idempotency_keys ON DELETE CASCADE); \
+         INSERT INTO charges (api_key_id, key) SELECT api_key_id, key FROM idempotency_keys \
+           WHERE expires_at < now() AND state = 'completed'; \
+         GRANT SELECT, DELETE ON charges TO {role}"
+    ))
+    .await;
+    let before = fixtures::snapshot(&db).await;
+    let admin = db.client().await;
+    admin
+        .batch_execute("BEGIN; SELECT * FROM charges FOR UPDATE")
+        .await
+        .unwrap();
+    let run = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", &url)
+        .args(["evict", "--duty-cycle", "20"])
+        .run_async()
+        .await;
+    admin.batch_execute("ROLLBACK").await.unwrap();
+    drop_role(&db, &role).await;
+    run.assert_error(
+        1,
+        "a batch could not lock a row within lock_timeout (a live transaction holds it): \
+         canceling statement due to lock timeout",
+    );
+    assert_eq!(fixtures::snapshot(&db).await, before);
+}
