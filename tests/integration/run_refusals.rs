@@ -350,7 +350,38 @@ async fn a_server_function_the_role_may_not_execute_ends_the_run_naming_the_step
     let db = TestDb::new().await;
     let (role, url) = table_and_role(&db).await;
     let before = fixtures::snapshot(&db).await;
-    let cases: [(&str, &[&[&str]], &str); 5] = [
+    let cases: [(&str, &[&[&str]], &str); 11] = [
+        (
+            "to_regclass(text)",
+            &[&["stats"]],
+            "failed to check for the citus extension",
+        ),
+        (
+            "current_schemas(boolean)",
+            &[&["inspect", "--api-key-id", "tenant_1", "k1"]],
+            "failed to look up the key table in the catalog",
+        ),
+        (
+            "format_type(oid, integer)",
+            &[&["evict", "--dry-run"]],
+            "failed to read the key table's columns",
+        ),
+        (
+            "pg_get_indexdef(oid, integer, boolean)",
+            &[&["reclaim", "--dry-run"]],
+            "failed to read the key table's indexes",
+        ),
+        (
+            "pg_get_function_identity_arguments(oid)",
+            &[&["top", "--once"]],
+            "failed to read the role's privileges",
+        ),
+        (
+            "pg_has_role(name, text)",
+            &[&["evict"]],
+            "failed to set up evict's pace: failed to check whether this role may read other \
+             sessions' activity",
+        ),
         (
             "pg_is_in_recovery()",
             &[&["evict"], &["reclaim", "--yes"], &["check"]],
