@@ -599,3 +599,49 @@ async fn an_evict_batch_that_waits_on_a_locked_row_is_rolled_back_in_exact_words
     );
     assert_eq!(fixtures::snapshot(&db).await, before);
 }
+
+/// A row-level security policy that reads an application setting idemctl's sessions never set
+/// (a common way to scope a shared table by tenant): the catalog reads pass, and each command's
+/// first read of the rows fails with the server's error, named by that step, exit 1, nothing
+/// changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_security_policy_that_fails_ends_each_command_at_its_first_read() {
+    let db = TestDb::new().await;
+    let (role, url) = table_and_role(&db).await;
+    db.exec(
+        "ALTER TABLE idempotency_keys ENABLE ROW LEVEL SECURITY; \
+         CREATE POLICY tenant ON idempotency_keys \
+           USING (api_key_id = current_setting('app.tenant_id'))",
+    )
+    .await;
+    let before = fixtures::snapshot(&db).await;
+    let cases: [(&[&str], &str); 6] = [
+        (&["evict", "--dry-run"], "preview the eviction"),
+        (
+            &["evict", "--duty-cycle", "20"],
+            "find the next batch's range",
+        ),
+        (&["reclaim", "--dry-run"], "list stuck in_progress keys"),
+        (&["reclaim", "--yes"], "count stuck in_progress keys"),
+        (&["stats"], "find the oldest live key"),
+        (
+            &["inspect", "--api-key-id", "tenant_1", "k1"],
+            "read the key",
+        ),
+    ];
+    for (args, step) in cases {
+        Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", &url)
+            .args(args)
+            .run_async()
+            .await
+            .assert_error(
+                1,
+                &format!(
+                    "failed to {step}: unrecognized configuration parameter \"app.tenant_id\""
+                ),
+            );
+    }
+    assert_eq!(fixtures::snapshot(&db).await, before);
+    drop_role(&db, &role).await;
+}
