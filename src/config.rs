@@ -79,7 +79,10 @@ struct RawMapping {
 /// A mapping's scope: one column (`tenant = "account_id"`) or several (`tenant = ["type",
 /// "client"]`), a key being unique only within the values of all of them.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "tenant is a column name or a list of column names"
+)]
 enum RawScope {
     One(String),
     Many(Vec<String>),

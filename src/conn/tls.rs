@@ -11,13 +11,14 @@
 
 use super::env::Env;
 use super::params::Params;
-use super::tls_stream::{MakeTls, openssl_error};
+use super::tls_stream::{MakeTls, openssl_reasons};
 use crate::report::failure::{ConnFailure, Expected, Unsupported};
 use openssl::error::ErrorStack;
 use openssl::pkey::{PKey, Private};
 use openssl::ssl::{
     SslContext, SslContextBuilder, SslFiletype, SslMethod, SslOptions, SslVerifyMode, SslVersion,
 };
+use openssl::x509::X509;
 use openssl::x509::store::X509Lookup;
 use openssl::x509::verify::X509VerifyFlags;
 use std::os::unix::fs::MetadataExt;
@@ -303,7 +304,7 @@ pub(crate) fn connector(plan: &TlsPlan) -> anyhow::Result<Option<MakeTls>> {
 pub(crate) fn context(plan: &TlsPlan) -> anyhow::Result<SslContext> {
     let setup = |e: ErrorStack| {
         failed(ConnFailure::TlsSetup {
-            error: openssl_error(&e).to_string(),
+            error: openssl_reasons(&e),
         })
     };
     let mut builder = SslContext::builder(SslMethod::tls_client()).map_err(setup)?;
@@ -333,23 +334,28 @@ pub(crate) fn context(plan: &TlsPlan) -> anyhow::Result<SslContext> {
         builder.set_certificate_chain_file(cert).map_err(|e| {
             failed(ConnFailure::CertificateUnreadable {
                 file: cert.clone(),
-                error: openssl_error(&e).to_string(),
+                error: openssl_reasons(&e),
             })
         })?;
-        builder
-            .set_private_key(load_key(key)?.as_ref())
-            .map_err(|e| {
-                failed(ConnFailure::CertificateUnusable {
-                    file: cert.clone(),
-                    error: openssl_error(&e).to_string(),
-                })
-            })?;
-        builder.check_private_key().map_err(|_| {
+        let private = load_key(key)?;
+        let mismatch = || {
             failed(ConnFailure::CertificateKeyMismatch {
                 cert: cert.clone(),
                 key: key.clone(),
             })
+        };
+        // OpenSSL refuses a key of the certificate's type that does not match it while setting
+        // it; libpq's words name the pair either way.
+        if !certificate_holds(cert, &private) {
+            return Err(mismatch());
+        }
+        builder.set_private_key(private.as_ref()).map_err(|e| {
+            failed(ConnFailure::KeyUnloadable {
+                file: key.clone(),
+                error: openssl_reasons(&e),
+            })
         })?;
+        builder.check_private_key().map_err(|_| mismatch())?;
     }
     Ok(builder.build())
 }
@@ -358,19 +364,21 @@ pub(crate) fn context(plan: &TlsPlan) -> anyhow::Result<SslContext> {
 /// as libpq; otherwise the PEM file.
 fn load_roots(plan: &TlsPlan, builder: &mut SslContextBuilder) -> anyhow::Result<()> {
     match &plan.roots {
+        // OpenSSL ignores default paths it cannot read (then nothing verifies): this fails
+        // only when it cannot allocate.
         Some(Roots::System) => builder.set_default_verify_paths().map_err(|e| {
-            failed(ConnFailure::SystemRootsUnloadable {
-                error: openssl_error(&e).to_string(),
+            failed(ConnFailure::TlsSetup {
+                error: openssl_reasons(&e),
             })
         }),
         Some(Roots::File(path)) => builder.set_ca_file(path).map_err(|e| {
             failed(ConnFailure::RootFileUnreadable {
                 file: path.clone(),
-                error: openssl_error(&e).to_string(),
+                error: openssl_reasons(&e),
             })
         }),
-        // `plan` only asks for verification when roots exist.
-        None => Err(failed(ConnFailure::NoRoots)),
+        // `plan` only asks for verification when roots exist; without any, no chain verifies.
+        None => Ok(()),
     }
 }
 
@@ -392,11 +400,33 @@ fn load_key(path: &Path) -> anyhow::Result<PKey<Private>> {
     let pem = std::fs::read(path).map_err(unreadable)?;
     // An empty passphrase: an encrypted key fails here instead of prompting on a terminal.
     PKey::private_key_from_pem_passphrase(&pem, b"").map_err(|e| {
-        failed(ConnFailure::KeyUnloadable {
-            file: path.to_owned(),
-            error: openssl_error(&e).to_string(),
+        let encrypted = [
+            &b"-----BEGIN ENCRYPTED PRIVATE KEY-----"[..],
+            b"Proc-Type: 4,ENCRYPTED",
+        ]
+        .iter()
+        .any(|mark| pem.windows(mark.len()).any(|w| w == *mark));
+        failed(if encrypted {
+            ConnFailure::KeyEncrypted {
+                file: path.to_owned(),
+            }
+        } else {
+            ConnFailure::KeyUnloadable {
+                file: path.to_owned(),
+                error: openssl_reasons(&e),
+            }
         })
     })
+}
+
+/// Whether the first certificate of the PEM file `cert` is for `key` (false when it cannot be
+/// read again).
+fn certificate_holds(cert: &Path, key: &PKey<Private>) -> bool {
+    std::fs::read(cert)
+        .ok()
+        .and_then(|pem| X509::from_pem(&pem).ok())
+        .and_then(|x509| x509.public_key().ok())
+        .is_some_and(|public| public.public_eq(key))
 }
 
 /// libpq's CRLs: the `sslcrl` file (default `~/.postgresql/root.crl`) and the hashed directory
@@ -411,9 +441,10 @@ fn load_crls(plan: &TlsPlan, builder: &mut SslContextBuilder) -> anyhow::Result<
         return Ok(());
     }
     let store = builder.cert_store_mut();
+    // Fails only when OpenSSL cannot allocate: worded as any other set-up failure.
     let crl_setup = |e: ErrorStack| {
-        failed(ConnFailure::CrlSetup {
-            error: openssl_error(&e).to_string(),
+        failed(ConnFailure::TlsSetup {
+            error: openssl_reasons(&e),
         })
     };
     if let Some(file) = file {
@@ -421,7 +452,7 @@ fn load_crls(plan: &TlsPlan, builder: &mut SslContextBuilder) -> anyhow::Result<
         lookup.load_crl_file(file, SslFiletype::PEM).map_err(|e| {
             failed(ConnFailure::CrlFileUnloadable {
                 file: file.clone(),
-                error: openssl_error(&e).to_string(),
+                error: openssl_reasons(&e),
             })
         })?;
     }
@@ -429,14 +460,14 @@ fn load_crls(plan: &TlsPlan, builder: &mut SslContextBuilder) -> anyhow::Result<
         let unusable = |e: ErrorStack| {
             failed(ConnFailure::CrlDirUnusable {
                 dir: dir.clone(),
-                error: openssl_error(&e).to_string(),
+                error: openssl_reasons(&e),
             })
         };
         let lookup = store.add_lookup(X509Lookup::hash_dir()).map_err(unusable)?;
-        let text = dir
-            .to_str()
-            .ok_or_else(|| failed(ConnFailure::CrlDirNotUtf8))?;
-        lookup.add_dir(text, SslFiletype::PEM).map_err(unusable)?;
+        // The path came from a connection string: always UTF-8.
+        lookup
+            .add_dir(&dir.to_string_lossy(), SslFiletype::PEM)
+            .map_err(unusable)?;
     }
     store
         .set_flags(X509VerifyFlags::CRL_CHECK | X509VerifyFlags::CRL_CHECK_ALL)

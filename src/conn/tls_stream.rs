@@ -11,7 +11,7 @@ use openssl::ssl::{Ssl, SslContext, SslRef};
 use openssl::x509::X509VerifyResult;
 use std::fmt;
 
-use crate::report::failure::TlsFailure;
+use crate::report::failure::{HostMismatch, TlsFailure};
 use std::future::Future;
 use std::io;
 use std::net::IpAddr;
@@ -140,9 +140,11 @@ impl Connect {
             check_alpn(ssl.selected_alpn_protocol())?;
         }
         if self.shared.check_host {
+            // With peer verification on, OpenSSL completes no handshake without a certificate
+            // (idemctl offers no anonymous or PSK suites); had it, no name could match.
             let cert = ssl
                 .peer_certificate()
-                .ok_or(TlsError(TlsFailure::NoPeerCertificate))?;
+                .ok_or(TlsError(TlsFailure::HostMismatch(HostMismatch::NoName)))?;
             verify::host_matches(&cert, &self.host)
                 .map_err(|e| TlsError(TlsFailure::HostMismatch(e)))?;
         }
@@ -195,11 +197,16 @@ fn handshake_error(e: &openssl::ssl::Error, ssl: &SslRef) -> TlsError {
 
 /// The reasons in an OpenSSL error stack ("tlsv1 alert unknown ca"), without library codes.
 pub(crate) fn openssl_error(stack: &openssl::error::ErrorStack) -> TlsError {
+    TlsError(TlsFailure::OpenSsl(openssl_reasons(stack)))
+}
+
+/// The reasons of an OpenSSL error stack joined with ": ", or the whole stack when none has one.
+pub(crate) fn openssl_reasons(stack: &openssl::error::ErrorStack) -> String {
     let reasons: Vec<&str> = stack.errors().iter().filter_map(|e| e.reason()).collect();
     if reasons.is_empty() {
-        TlsError(TlsFailure::OpenSsl(stack.to_string()))
+        stack.to_string()
     } else {
-        TlsError(TlsFailure::OpenSsl(reasons.join(": ")))
+        reasons.join(": ")
     }
 }
 

@@ -10,7 +10,7 @@ use super::table::ProfileChoice;
 use super::{KeyTable, Session};
 use crate::domain::TableName;
 use crate::exit::{Exit, refuse};
-use crate::report::db::{Fault, Refusal, Step};
+use crate::report::db::{Refusal, Step};
 pub(crate) use crate::report::rows::{DistributedReference, Layout, Placement};
 
 const PROPAGATE_SET_LOCAL_SQL: &str = include_str!("../../sql/citus_propagate_set_local.sql");
@@ -310,11 +310,14 @@ pub(crate) async fn placements(client: &Session, table: &KeyTable) -> Result<Vec
     rows.iter()
         .map(|r| {
             let port: i32 = r.get("port");
+            let node: String = r.get("node");
+            let Ok(tcp_port) = u16::try_from(port) else {
+                return Err(refuse(Exit::Failure, Refusal::NodePort { node, port }));
+            };
             Ok(Placement {
                 shard_id: r.get("shard_id"),
-                node: r.get("node"),
-                port: u16::try_from(port)
-                    .map_err(|_| refuse(Exit::Internal, Fault::MetadataPort(port)))?,
+                node,
+                port: tcp_port,
             })
         })
         .collect()

@@ -564,6 +564,13 @@ fn shard_missing(
     )
 }
 
+/// The coordinator's metadata names a port no worker can listen on (pg_dist_node edited by hand).
+pub(crate) fn node_port(node: &str, port: i32) -> String {
+    format!(
+        "the Citus metadata places shards on node {node} port {port}, which is not a TCP port (1 to 65535); correct the node's entry in pg_dist_node with citus_update_node"
+    )
+}
+
 /// What the database layer refuses.
 fn refusal(r: &Refusal) -> String {
     match r {
@@ -641,6 +648,7 @@ fn refusal(r: &Refusal) -> String {
             port,
             why,
         } => shard_missing(*shard_id, table, shard, node, *port, why),
+        Refusal::NodePort { node, port } => node_port(node, *port),
         Refusal::ArchivedBatchRaced => {
             "an archived batch kept taking keys other than those it locked; it was rolled back"
                 .to_owned()
@@ -657,7 +665,6 @@ impl fmt::Display for Refusal {
 /// A state the database layer never expects.
 fn fault(fault: &Fault) -> String {
     match fault {
-        Fault::MetadataPort(port) => format!("Citus metadata names port {port}"),
         Fault::RowCount(n) => format!("a statement that returns one row returned {n}"),
         Fault::EvictWithoutIdentityForm => {
             "evict's SKIP LOCKED statement has no form that finds its rows by the key's identity"

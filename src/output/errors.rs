@@ -58,7 +58,7 @@ impl fmt::Display for ConnFailure {
             | ConnFailure::KeyUnloadable { .. }
             | ConnFailure::CertificateWithoutKey
             | ConnFailure::CertificateUnreadable { .. }
-            | ConnFailure::CertificateUnusable { .. }
+            | ConnFailure::KeyEncrypted { .. }
             | ConnFailure::CertificateKeyMismatch { .. } => client_key_refused(self),
             ConnFailure::CannotConnect {
                 target,
@@ -226,8 +226,12 @@ pub(crate) fn client_key_refused(failure: &ConnFailure) -> String {
              or less if owned by the current user, or u=rw,g=r (0640) or less if owned by root",
             shown(file)
         ),
-        ConnFailure::KeyUnloadable { file, error } => format!(
-            "cannot load private key file \"{}\": {error} (encrypted keys and sslpassword are not supported)",
+        ConnFailure::KeyUnloadable { file, error } => {
+            format!("cannot load private key file \"{}\": {error}", shown(file))
+        }
+        ConnFailure::KeyEncrypted { file } => format!(
+            "private key file \"{}\" is encrypted, and idemctl cannot decrypt it (sslpassword is \
+             not supported): use an unencrypted key readable only by you (mode 0600)",
             shown(file)
         ),
         ConnFailure::CertificateWithoutKey => {
@@ -238,9 +242,6 @@ pub(crate) fn client_key_refused(failure: &ConnFailure) -> String {
                 "could not read certificate file \"{}\": {error}",
                 shown(file)
             )
-        }
-        ConnFailure::CertificateUnusable { file, error } => {
-            format!("cannot use client certificate \"{}\": {error}", shown(file))
         }
         ConnFailure::CertificateKeyMismatch { cert, key } => format!(
             "certificate \"{}\" does not match private key file \"{}\"",
@@ -260,16 +261,12 @@ pub(crate) fn tls_files_refused(failure: &ConnFailure) -> String {
              system's trusted roots (sslrootcert=system), or change sslmode",
             shown(file)
         ),
-        ConnFailure::SystemRootsUnloadable { error } => {
-            format!("could not load the system root certificates: {error}")
-        }
         ConnFailure::RootFileUnreadable { file, error } => {
             format!(
                 "could not read root certificate file \"{}\": {error}",
                 shown(file)
             )
         }
-        ConnFailure::NoRoots => "no root certificates to verify the server against".to_owned(),
         ConnFailure::CrlFileUnloadable { file, error } => format!(
             "could not load SSL certificate revocation list file \"{}\": {error}",
             shown(file)
@@ -277,9 +274,7 @@ pub(crate) fn tls_files_refused(failure: &ConnFailure) -> String {
         ConnFailure::CrlDirUnusable { dir, error } => {
             format!("cannot use sslcrldir \"{}\": {error}", shown(dir))
         }
-        ConnFailure::CrlDirNotUtf8 => "sslcrldir is not valid UTF-8".to_owned(),
         ConnFailure::TlsSetup { error } => format!("cannot set up TLS: {error}"),
-        ConnFailure::CrlSetup { error } => format!("cannot set up CRL checks: {error}"),
         ConnFailure::PoolUnbuilt { error } => format!("cannot build the connection pool: {error}"),
         other => other.to_string(),
     }
@@ -377,7 +372,10 @@ fn rounded(elapsed: Duration) -> humantime::FormattedDuration {
 pub(crate) fn password_file_warning(warning: &ConnWarning) -> String {
     match warning {
         ConnWarning::PasswordFileUnreadable { file, error } => {
-            format!("cannot read password file \"{}\": {error}", shown(file))
+            format!(
+                "cannot read password file \"{}\": {error}; ignoring it",
+                shown(file)
+            )
         }
         ConnWarning::PasswordFileNotPlain { file } => {
             format!(
@@ -423,8 +421,8 @@ pub(crate) fn config_file_refused(failure: &ConfigFailure) -> String {
             line,
             message,
         } => {
-            let at = line.map_or_else(String::new, |l| format!("line {l}"));
-            format!("config file {path}: {at}: {message}; docs/profiles.md lists the keys")
+            let at = line.map_or_else(String::new, |l| format!("line {l}: "));
+            format!("config file {path}: {at}{message}; docs/profiles.md lists the keys")
         }
         ConfigFailure::SeveralMappings { path, names } => format!(
             "config file {path} maps several profiles ({}); choose one with --profile, \
@@ -539,7 +537,6 @@ impl fmt::Display for TlsFailure {
 /// A TLS session refused or failed (libpq's words where it has them).
 pub(crate) fn tls_failed(failure: &TlsFailure) -> String {
     match failure {
-        TlsFailure::NoPeerCertificate => "the server sent no certificate to verify".to_owned(),
         TlsFailure::HostMismatch(m) => format!(
             "{}; connect with a host name the certificate names, or use sslmode=verify-ca",
             host_mismatch(m)

@@ -404,13 +404,16 @@ pub(crate) enum Refusal {
     },
     /// An archived batch kept taking keys it had not locked.
     ArchivedBatchRaced,
+    /// The coordinator's metadata places shards on a node whose port no TCP port can be.
+    NodePort {
+        node: String,
+        port: i32,
+    },
 }
 
 /// A state the database layer never expects (a bug, or metadata it cannot use).
 #[derive(Debug, Clone)]
 pub(crate) enum Fault {
-    /// Citus metadata names a port outside 0..=65535.
-    MetadataPort(i32),
     /// A statement that returns one row returned this many.
     RowCount(usize),
     /// Evict's SKIP LOCKED statement has no form that finds its rows by the key's identity.

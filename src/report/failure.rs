@@ -133,18 +133,12 @@ pub(crate) enum ConnFailure {
         file: PathBuf,
     },
     CertificateWithoutKey,
-    /// OpenSSL refused to set up a context or the CRL store (its words).
+    /// OpenSSL refused to set up a context, the system roots or the CRL store (its words): only
+    /// when it cannot allocate.
     TlsSetup {
         error: String,
     },
-    CrlSetup {
-        error: String,
-    },
     CertificateUnreadable {
-        file: PathBuf,
-        error: String,
-    },
-    CertificateUnusable {
         file: PathBuf,
         error: String,
     },
@@ -152,14 +146,10 @@ pub(crate) enum ConnFailure {
         cert: PathBuf,
         key: PathBuf,
     },
-    SystemRootsUnloadable {
-        error: String,
-    },
     RootFileUnreadable {
         file: PathBuf,
         error: String,
     },
-    NoRoots,
     KeyUnreadable {
         file: PathBuf,
         error: String,
@@ -171,6 +161,10 @@ pub(crate) enum ConnFailure {
         file: PathBuf,
         error: String,
     },
+    /// An encrypted client key: idemctl never asks for its passphrase.
+    KeyEncrypted {
+        file: PathBuf,
+    },
     CrlFileUnloadable {
         file: PathBuf,
         error: String,
@@ -179,7 +173,6 @@ pub(crate) enum ConnFailure {
         dir: PathBuf,
         error: String,
     },
-    CrlDirNotUtf8,
     PoolUnbuilt {
         error: String,
     },
@@ -359,7 +352,6 @@ impl std::error::Error for Step {}
 /// Why a TLS session was refused or failed, in the handshake or just after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum TlsFailure {
-    NoPeerCertificate,
     HostMismatch(HostMismatch),
     /// Direct TLS without the ALPN protocol, or with another one.
     NoAlpn,

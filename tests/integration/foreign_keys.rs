@@ -911,8 +911,8 @@ async fn a_held_row_two_cascades_away_ends_the_run_and_the_next_run_drains() {
         .timeout(Duration::from_secs(60))
         .run_async()
         .await;
-    run.assert_code(1)
-        .assert_stderr_contains("a batch could not lock a row within lock_timeout");
+    // The run's report still goes to stdout; the error line is stderr's only line.
+    run.assert_code(1).assert_stderr("idemctl: a batch could not lock a row within lock_timeout (a live transaction holds it): canceling statement due to lock timeout\n");
     assert_eq!(
         scalar_i64(&db, "SELECT count(*) FROM charges").await,
         1,

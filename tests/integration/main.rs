@@ -10,6 +10,8 @@ mod citus_foreign_keys;
 mod cli;
 mod concurrency;
 mod config_file;
+mod config_refusals;
+mod conn_refusals;
 mod dead_network;
 mod direct_tls;
 mod docs;

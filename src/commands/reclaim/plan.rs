@@ -212,11 +212,20 @@ pub(super) fn without_empty_tenants(table: &KeyTable, plan: &Plan) -> Plan {
 /// Each row's scope read against the table: a version 2 row's `scope`, else (version 1) its
 /// `api_key_id` split into the scope's values; then `api_key_id` is the scope as one text, as the
 /// statements bind it (NULL for a NULL one-column scope), and `nulls` marks the NULL columns.
-/// A row whose scope does not fit, or whose api_key_id is not its scope, is left without one,
-/// which [`check_plan_tenants`] refuses.
+/// A row whose scope does not fit (of another length, or NULL where the table's column is NOT
+/// NULL), or whose api_key_id is not its scope, is left without one, which [`check_plan_tenants`]
+/// refuses.
 pub(super) fn with_scopes(table: &KeyTable, plan: &Plan) -> Plan {
     let mut plan = plan.clone();
     let n = table.profile.tenant.len();
+    let nullable = table.nullable_scope_columns();
+    // A NULL where the column is NOT NULL names no row the table can hold: the row does not fit.
+    let holdable = |scope: &[Option<String>]| {
+        scope
+            .iter()
+            .zip(&table.profile.tenant)
+            .all(|(value, column)| value.is_some() || nullable.contains(column))
+    };
     for row in &mut plan.rows {
         if n == 0 {
             continue;
@@ -228,7 +237,7 @@ pub(super) fn with_scopes(table: &KeyTable, plan: &Plan) -> Plan {
             }
             (None, None) => None,
         };
-        let Some(scope) = scope.filter(|s| s.len() == n) else {
+        let Some(scope) = scope.filter(|s| s.len() == n && holdable(s)) else {
             row.nulls.clear();
             continue;
         };
