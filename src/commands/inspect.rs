@@ -467,7 +467,10 @@ async fn by_key(
             .await
         }
         KeyLookup::Unindexed => {
-            return Err(fail(Exit::Usage, output::no_key_index(&table.shown())));
+            return Err(fail(
+                Exit::Usage,
+                output::no_key_index(&table.shown(), table.has_tenant_key_index()),
+            ));
         }
     }?;
     if found.truncated {

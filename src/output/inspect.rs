@@ -498,7 +498,8 @@ pub(crate) fn null_scope_not_walked(table: &Table, column: &str) -> String {
     )
 }
 
-pub(crate) fn no_key_index(table: &Table) -> String {
+/// `by_tenant`: whether a lookup with the tenant given has its index (then passing it is advice).
+pub(crate) fn no_key_index(table: &Table, by_tenant: bool) -> String {
     // A scope of several columns: an index led by the key finds it at once (the scopes could only
     // be walked through an index listing scope columns before the key, and there is none).
     if table.profile.tenant.len() > 1 {
@@ -507,6 +508,13 @@ pub(crate) fn no_key_index(table: &Table) -> String {
             table.display(),
             sanitize(&table.profile.tenant.join(", ")),
             table.key_index_fix
+        );
+    }
+    if !by_tenant {
+        return format!(
+            "table {} has no index that finds a key, with its tenant or without; create: {}",
+            table.display(),
+            table.lookup_index_fix
         );
     }
     format!(

@@ -220,10 +220,6 @@ fn left_alone_cells(header: Option<&Scope>, l: &LeftAlone) -> Vec<String> {
 // code): the action, the flags against the plan, the files it reads and writes, the indexes it
 // needs. Paths, names and values are escaped here.
 
-/// --action fail without a body to store.
-pub(crate) const FAIL_NEEDS_A_BODY: &str =
-    "--action fail needs a response body; pass --action fail explicitly";
-
 /// A writing run with neither --yes nor a terminal to ask on.
 pub(crate) const NO_TERMINAL_TO_CONFIRM: &str = "refusing to reclaim without confirmation: there \
      is no terminal to ask on; review `idemctl reclaim --dry-run`, then pass --yes";

@@ -44,6 +44,7 @@ mod reclaim_metrics;
 mod replica;
 mod require_auth;
 mod roles;
+mod run_refusals;
 mod service_files;
 mod snapshots;
 mod stats;
