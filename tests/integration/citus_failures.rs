@@ -8,6 +8,7 @@ use crate::citus::{IN_PROGRESS_INDEX, MIX, loaded_with, snapshot};
 use crate::fixtures::load_sql;
 use crate::support::citus::{CitusDb, Layout, skipped};
 use crate::support::cmd::Cmd;
+use crate::support::tripwire::{Tripwire, Upstream};
 
 /// The first tenant (by name) with stuck keys (`in_progress`, taken more than 30 minutes ago)
 /// whose shard is on the worker listening on `port` (any worker: None), with that shard.
@@ -318,83 +319,6 @@ async fn citus_reclaim_apply_stops_at_a_shard_split_off_while_it_asked() {
     assert_eq!(snapshot(&db).await, before);
 }
 
-/// A TCP proxy to a server's TCP port that breaks a connection, closing both ends, as soon as
-/// the client sends a message holding `pattern` (the message itself never reaches the server): a
-/// network path that fails at one exact statement. Plain threads, ended when the value is dropped.
-struct Tripwire {
-    port: u16,
-    stopped: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Tripwire {
-    fn start(upstream: u16, pattern: &'static [u8]) -> Tripwire {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stop = stopped.clone();
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                if stop.load(std::sync::atomic::Ordering::SeqCst) {
-                    return;
-                }
-                let Ok(client) = client else { continue };
-                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
-                    continue;
-                };
-                let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                let up = stop.clone();
-                std::thread::spawn(move || pass(c, s, &up, Some(pattern)));
-                let down = stop.clone();
-                std::thread::spawn(move || pass(server, client, &down, None));
-            }
-        });
-        Tripwire { port, stopped }
-    }
-}
-
-/// Copy `from` to `to` until either ends, the proxy stops, or `from` sends `pattern`; then close
-/// both.
-fn pass(
-    mut from: std::net::TcpStream,
-    mut to: std::net::TcpStream,
-    stop: &std::sync::atomic::AtomicBool,
-    pattern: Option<&[u8]>,
-) {
-    let _ = from.set_read_timeout(Some(std::time::Duration::from_millis(200)));
-    let mut buf = [0u8; 16 * 1024];
-    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        let n = match std::io::Read::read(&mut from, &mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue;
-            }
-            Err(_) => break,
-        };
-        if pattern.is_some_and(|p| buf[..n].windows(p.len()).any(|w| w == p)) {
-            break;
-        }
-        if std::io::Write::write_all(&mut to, &buf[..n]).is_err() {
-            break;
-        }
-    }
-    let _ = from.shutdown(std::net::Shutdown::Both);
-    let _ = to.shutdown(std::net::Shutdown::Both);
-}
-
-impl Drop for Tripwire {
-    fn drop(&mut self) {
-        self.stopped
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = std::net::TcpStream::connect(("127.0.0.1", self.port));
-    }
-}
-
 /// The reclaim sweep of one tenant, whose shard's worker is reached through a [`Tripwire`] that
 /// breaks the connection at the statement setting the reclaim session's lock_timeout there: the
 /// run fails naming the worker, before any change.
@@ -406,10 +330,11 @@ async fn citus_reclaim_names_the_worker_whose_session_it_could_not_set_up() {
     db.exec(IN_PROGRESS_INDEX).await;
     let node = &db.cluster().workers()[1];
     let (tenant, _) = stuck_tenant(&db, Some(node.port)).await;
-    let wire = Tripwire::start(node.port, b"SET lock_timeout = '5ms'");
+    let wire = Tripwire::start(Upstream::Tcp(node.port), b"SET lock_timeout = '5ms'", 1);
     db.exec(&format!(
         "SELECT citus_update_node(nodeid, '127.0.0.1', {}) FROM pg_dist_node WHERE nodeport = {}",
-        wire.port, node.port
+        wire.port(),
+        node.port
     ))
     .await;
     let before = snapshot(&db).await;
@@ -431,7 +356,7 @@ async fn citus_reclaim_names_the_worker_whose_session_it_could_not_set_up() {
         1,
         &format!(
             "failed to set up the reclaim session on worker 127.0.0.1:{}: failed to set the session's lock_timeout: the connection was closed without a reason",
-            wire.port
+            wire.port()
         ),
     );
     assert_eq!(snapshot(&db).await, before);

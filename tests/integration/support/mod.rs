@@ -46,6 +46,7 @@ pub(crate) mod replica;
 pub(crate) mod stuck;
 pub(crate) mod tcp;
 pub(crate) mod tmpfs;
+pub(crate) mod tripwire;
 
 pub(crate) use cmd::{Cmd, IDEMCTL, Run, Spawned};
 pub(crate) use pg::{TestDb, connect, ident, pg_error_text};
