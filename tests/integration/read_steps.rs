@@ -398,3 +398,93 @@ async fn the_reads_of_other_table_shapes_name_their_steps_when_their_connection_
     }];
     each_names_its_step(&db, &cases).await;
 }
+
+/// A stderr that cannot take the error line (a full device) loses the line, never the exit code:
+/// a refused run and refused arguments still end with their documented codes (3 and 2), where
+/// writing the line used to panic twice and abort (134).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_line_stderr_cannot_take_keeps_the_runs_exit_code() {
+    let db = TestDb::new().await;
+    for (args, code) in [("stats --table nope", 3), ("stats --bogus", 2)] {
+        db.command("sh")
+            .args([
+                "-c",
+                &format!("exec \"$0\" {args} 2>/dev/full"),
+                crate::support::IDEMCTL,
+            ])
+            .run_async()
+            .await
+            .assert_code(code)
+            .assert_stdout_empty()
+            .assert_stderr_empty();
+    }
+}
+
+/// The metrics file's directory, checked writable before the run, runs out of inodes while the
+/// run waits for a lock: the run's report stands, and the line says the metrics were not written
+/// because no temporary file could be created there (the name tempfile chose is read back from
+/// the line), exit 8, with the earlier run's file left whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_whose_directory_cannot_take_a_new_file_say_so_and_exit_8() {
+    let db = TestDb::new().await;
+    let mix = Mix {
+        expired: 10,
+        live: 10,
+        ..Mix::default()
+    };
+    fixtures::table_with(&db, Schema::Corrected, mix).await;
+    let disk = crate::support::tmpfs::Tmpfs::mount("64k");
+    let prom = disk.join("stats.prom");
+    let stats = || {
+        db.idemctl()
+            .args(["stats", "--lock-timeout", "5m", "--textfile"])
+            .arg(&prom)
+    };
+    stats().run_async().await.assert_code(0);
+    let earlier = std::fs::read_to_string(&prom).unwrap();
+    let holder = db.client().await;
+    holder
+        .batch_execute("BEGIN; LOCK TABLE idempotency_keys IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let child = stats().spawn();
+    let watcher = db.client().await;
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+                   WHERE application_name LIKE 'idemctl%' AND wait_event_type = 'Lock'";
+    for _ in 0..600 {
+        let n: i64 = watcher.query_one(waiting, &[]).await.unwrap().get(0);
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let out = std::process::Command::new("mount")
+        .args(["-o", "remount,nr_inodes=8"])
+        .arg(disk.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut filler = 0;
+    while std::fs::File::create(disk.join(&format!("f{filler}"))).is_ok() {
+        filler += 1;
+    }
+    holder.batch_execute("COMMIT").await.unwrap();
+    let run = child.wait_async().await;
+    let dir = disk.path().display().to_string();
+    let tmp = run
+        .stderr
+        .split_once(&format!("{dir}/.idemctl-"))
+        .and_then(|(_, rest)| rest.split_once(".tmp"))
+        .map_or("", |(name, _)| name);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "idemctl: stats ran, end reason completed; its metrics were not written: --textfile \
+             {}: failed to create a temporary file in {dir}: No space left on device (os error \
+             28) at path \"{dir}/.idemctl-{tmp}.tmp\"; the file still holds an earlier run's\n",
+            prom.display()
+        )
+    );
+    run.assert_code(8);
+    assert_eq!(std::fs::read_to_string(&prom).unwrap(), earlier);
+}
