@@ -473,12 +473,18 @@ fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) -> Vec
         }),
     ));
     let evict = missing(Job::Evict);
+    let durable_point = (!p.confirm).then(|| p.confirm_function_name());
+    let status = match durable_point {
+        None => granted(&evict),
+        Some(_) => Status::Note,
+    };
     out.push(Finding::new(
-        granted(&evict),
+        status,
         Found::Privileges(r::Privileges::Evict {
             role: role.clone(),
             grantee: grantee.clone(),
             missing: evict,
+            durable_point,
             refused,
             table: table.quoted.clone(),
         }),

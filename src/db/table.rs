@@ -1057,6 +1057,13 @@ async fn read_indexes(client: &Session, oid: i64) -> Result<Vec<Index>> {
 }
 
 impl Privileges {
+    /// The function evict's durable points call, as a GRANT names it.
+    pub fn confirm_function_name(&self) -> String {
+        self.confirm_function
+            .clone()
+            .unwrap_or_else(|| "pg_catalog.pg_logical_emit_message(boolean, text, text)".into())
+    }
+
     /// Fail before any change when the role may not write the WAL record that confirms deletes
     /// durable (evict's durable points, and the flush before --vacuum).
     pub fn require_durable_points(&self, command: &str) -> Result<()> {
@@ -1067,9 +1074,7 @@ impl Privileges {
             Exit::PermissionDenied,
             Refusal::DurablePoint {
                 role: self.role.clone(),
-                function: self.confirm_function.clone().unwrap_or_else(|| {
-                    "pg_catalog.pg_logical_emit_message(boolean, text, text)".into()
-                }),
+                function: self.confirm_function_name(),
                 command: command.to_owned(),
             },
         ))

@@ -638,32 +638,31 @@ fn privileges(status: Status, p: &Privileges) -> Worded {
             role,
             grantee,
             missing,
+            durable_point,
             refused,
             table,
         } => {
-            let (detail, fix) = match missing.is_empty() {
-                true => (
-                    granted_but(
-                        format!("{role} may SELECT, DELETE and lock rows"),
-                        "evict",
-                        refused.and_then(crate::output::db::write_problem),
-                    ),
-                    None,
+            let mut fixes: Vec<String> = missing.iter().map(|m| grant(m, table, grantee)).collect();
+            let cannot_confirm = durable_point.as_ref().map(|f| {
+                fixes.push(format!("GRANT EXECUTE ON FUNCTION {f} TO {grantee};"));
+                format!(
+                    "may not execute {f}, which evict calls once a second to make its deletes durable"
+                )
+            });
+            let detail = match (missing.is_empty(), cannot_confirm) {
+                (true, None) => granted_but(
+                    format!("{role} may SELECT, DELETE and lock rows"),
+                    "evict",
+                    refused.and_then(crate::output::db::write_problem),
                 ),
-                false => (
-                    format!(
-                        "{role} lacks {} (needed only to run evict; row locks need UPDATE on a column)",
-                        missing.join(", ")
-                    ),
-                    Some(
-                        missing
-                            .iter()
-                            .map(|m| grant(m, table, grantee))
-                            .collect::<Vec<_>>()
-                            .join(" "),
-                    ),
+                (true, Some(c)) => format!("{role} may SELECT, DELETE and lock rows, but {c}"),
+                (false, c) => format!(
+                    "{role} lacks {} (needed only to run evict; row locks need UPDATE on a column){}",
+                    missing.join(", "),
+                    c.map(|c| format!(", and {c}")).unwrap_or_default()
                 ),
             };
+            let fix = (!fixes.is_empty()).then(|| fixes.join(" "));
             worded("privileges: evict", status, detail, fix)
         }
         Privileges::DropPartitions { role, owner } => {
