@@ -22,7 +22,7 @@ use crate::report::check::{
     self as r, DropPartitions, Found, Identity, IndexRef, Referencing, Structure as S, Threshold,
 };
 pub(crate) use crate::report::check::{Finding, Status};
-use crate::report::citus::{Outcome, ShardLacks, Worker};
+use crate::report::citus::{Outcome, ShardLacks, Worker, WorkerLacks};
 use crate::report::db::ColumnProblem;
 use crate::report::rows::{Layout, ReferencingKey};
 
@@ -760,6 +760,7 @@ async fn shard_privileges(
         .map(|(g, _)| g)
         .collect();
     let mut short = Vec::new();
+    let mut no_durable_point = Vec::new();
     let mut shards = 0;
     for node in &cluster.nodes {
         let session = node.session().await?;
@@ -769,6 +770,17 @@ async fn shard_privileges(
             let p = shard.table.privileges(&session).await;
             crate::db::citus::end_catalog_reads(&session).await?;
             let p = p?;
+            if !p.confirm
+                && !no_durable_point
+                    .iter()
+                    .any(|w: &WorkerLacks| w.host == node.host && w.port == node.port)
+            {
+                no_durable_point.push(WorkerLacks {
+                    host: node.host.clone(),
+                    port: node.port,
+                    function: p.confirm_function_name(),
+                });
+            }
             let mut lacks: Vec<String> = Vec::new();
             for job in jobs {
                 for (grant, has) in shard.table.privilege_needs(&p, job) {
@@ -793,6 +805,7 @@ async fn shard_privileges(
         shards,
         wanted,
         short,
+        no_durable_point,
         table: table.quoted.clone(),
     })
 }

@@ -151,6 +151,10 @@ pub(crate) fn autovacuum_scale_fix(relation: &str, scale: f64, threshold: f64) -
     )
 }
 
+/// The function evict's durable points call, as a GRANT names it where the catalog does not say
+/// (its arguments as of PostgreSQL 15).
+pub(crate) const CONFIRM_FUNCTION: &str = "pg_catalog.pg_logical_emit_message(boolean, text, text)";
+
 /// What the current role may do with the table.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Privileges {
@@ -1061,7 +1065,7 @@ impl Privileges {
     pub fn confirm_function_name(&self) -> String {
         self.confirm_function
             .clone()
-            .unwrap_or_else(|| "pg_catalog.pg_logical_emit_message(boolean, text, text)".into())
+            .unwrap_or_else(|| CONFIRM_FUNCTION.into())
     }
 
     /// Fail before any change when the role may not write the WAL record that confirms deletes

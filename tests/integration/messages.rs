@@ -454,8 +454,20 @@ async fn the_database_layers_refusals_are_worded_exactly() {
     check.assert_code(0);
     let evict = fixtures::finding(&check.json(), "privileges: evict").clone();
     assert_eq!(evict["status"], "note", "{check}");
-    assert_eq!(evict["detail"], format!("{no_wal} may SELECT, DELETE and lock rows, but may not execute pg_catalog.pg_logical_emit_message(boolean, text, text), which evict calls once a second to make its deletes durable"), "{check}");
-    assert_eq!(evict["fix"], format!("GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"{no_wal}\";"), "{check}");
+    assert_eq!(
+        evict["detail"],
+        format!(
+            "{no_wal} may SELECT, DELETE and lock rows, but may not execute pg_catalog.pg_logical_emit_message(boolean, text, text), which evict calls once a second to make its deletes durable"
+        ),
+        "{check}"
+    );
+    assert_eq!(
+        evict["fix"],
+        format!(
+            "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"{no_wal}\";"
+        ),
+        "{check}"
+    );
     db.exec("GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO PUBLIC")
         .await;
 
