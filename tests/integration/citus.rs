@@ -2109,8 +2109,20 @@ async fn citus_evict_checks_each_workers_durable_point_grant_before_any_change()
     let j = check.json();
     let shards = finding(&j, "citus shard privileges");
     assert_eq!(shards["status"], "fail", "{check}");
-    assert_eq!(shards["detail"], format!("{role} may not execute pg_catalog.pg_logical_emit_message(boolean, text, text) on worker {placed}, which evict calls there once a second to make its deletes durable"), "{check}");
-    assert_eq!(shards["fix"], format!("GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"{role}\"; -- on worker {placed}: function grants stay in the database where they are made"), "{check}");
+    assert_eq!(
+        shards["detail"],
+        format!(
+            "{role} may not execute pg_catalog.pg_logical_emit_message(boolean, text, text) on worker {placed}, which evict calls there once a second to make its deletes durable"
+        ),
+        "{check}"
+    );
+    assert_eq!(
+        shards["fix"],
+        format!(
+            "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"{role}\"; -- on worker {placed}: function grants stay in the database where they are made"
+        ),
+        "{check}"
+    );
 }
 
 /// With a worker down, the commands that run through the coordinator fail with the cannot-connect
