@@ -498,7 +498,9 @@ impl Statements {
             records.insert((tenant, key), (record, at));
         }
         let (sql, params) = batch.change;
-        let rows = super::with_deadline(self.deadline, client.query_reused(sql, params)).await?;
+        let rows = super::with_deadline(self.deadline, client.query_reused(sql, params))
+            .await
+            .context(Step::ChangeArchivedBatch)?;
         let (got, answer) = read(&rows)?;
         let mut archived = Vec::with_capacity(got.len());
         for k in got {

@@ -36,6 +36,7 @@ fn step_words(step: &Step) -> String {
         Step::CheckWritable => "check whether the session can write",
         Step::CheckActivityAccess => "check whether this role may read other sessions' activity",
         Step::CheckReplicationAccess => "check whether this role may read pg_stat_replication",
+        Step::ChangeArchivedBatch => "change an archived batch's keys",
         Step::CommitArchivedBatch => "commit a batch (its keys are in the archive)",
         Step::CommitBatch => "commit a batch",
         Step::CountStuck => "count stuck in_progress keys",

@@ -14,6 +14,7 @@ pub(crate) enum Step {
     CheckWritable,
     CheckActivityAccess,
     CheckReplicationAccess,
+    ChangeArchivedBatch,
     CommitArchivedBatch,
     CommitBatch,
     CountStuck,

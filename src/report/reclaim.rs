@@ -24,6 +24,9 @@ pub(crate) enum BatchEnd {
     /// Its connection was lost: the batch in flight (`in_flight` keys at most) may or may not
     /// have committed.
     Lost { in_flight: u64 },
+    /// Its connection was lost inside its transaction before its COMMIT was sent: it never
+    /// committed.
+    LostBeforeCommit,
     /// A batch of one key still exceeded statement_timeout (`statement_timeout`) after the
     /// batches were made smaller; it was rolled back.
     SmallestTimedOut { statement_timeout: Duration },

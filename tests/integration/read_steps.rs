@@ -11,11 +11,19 @@ use crate::support::{Cmd, Run, TestDb};
 /// What every broken step below meets: its connection closed, without a word from the server.
 const LOST: &str = "the connection was closed without a reason";
 
-/// The head of the line of a writing reclaim whose first batch lost its connection.
+/// The head of the line of a writing reclaim whose first batch lost its connection where it may
+/// have committed (at its COMMIT, or its one statement).
 const RECLAIM_LOST: &str = "reclaim lost its connection: 0 keys reclaimed by batches whose \
                             commit the server confirmed; the batch in flight (500 keys at most) \
                             may or may not have committed: run reclaim again, which takes what is \
                             still stuck";
+
+/// The same where it lost its connection inside its transaction, before its COMMIT was sent.
+const RECLAIM_LOST_UNCOMMITTED: &str = "reclaim lost its connection: 0 keys reclaimed by batches \
+                                        whose commit the server confirmed; the batch in flight \
+                                        never committed (its COMMIT was not sent, so the server \
+                                        rolls it back): run reclaim again, which takes what is \
+                                        still stuck";
 
 /// One run broken at one statement: the command's arguments, a fragment of the statement's text,
 /// and the step the run names for it.
@@ -254,9 +262,10 @@ async fn each_step_of_reclaims_preview_names_itself_when_its_connection_breaks()
 
 /// A writing reclaim broken before its first batch (setting the session's lock_timeout, counting
 /// the stuck keys), at its one-statement batch, and at each statement of an archived batch's
-/// transaction: the run names what failed, exit 1; nothing is reclaimed, as no COMMIT reached the
-/// server (a broken sweep batch is never sent either); an archive holds a batch's keys only once
-/// its change ran, and never its commit line.
+/// transaction: the run names what failed, exit 1, and says the batch in flight may have
+/// committed only where it may have (its one statement, its COMMIT); nothing is reclaimed, as no
+/// COMMIT reached the server; an archive holds a batch's keys only once its change ran, and never
+/// its commit line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_step_of_a_writing_reclaim_names_itself_when_its_connection_breaks() {
     let db = table().await;
@@ -286,19 +295,29 @@ async fn each_step_of_a_writing_reclaim_names_itself_when_its_connection_breaks(
         (
             archived,
             b"BEGIN",
-            format!("{RECLAIM_LOST}: failed to start an archived batch's transaction: {LOST}"),
+            format!(
+                "{RECLAIM_LOST_UNCOMMITTED}: failed to start an archived batch's transaction: \
+                 {LOST}"
+            ),
             0,
         ),
         (
             archived,
             b"-- reclaim --archive: the first statement",
             format!(
-                "{RECLAIM_LOST}: failed to read the records of a batch's keys for the archive: \
-                 {LOST}"
+                "{RECLAIM_LOST_UNCOMMITTED}: failed to read the records of a batch's keys for \
+                 the archive: {LOST}"
             ),
             0,
         ),
-        (archived, batch, format!("{RECLAIM_LOST}: {LOST}"), 0),
+        (
+            archived,
+            batch,
+            format!(
+                "{RECLAIM_LOST_UNCOMMITTED}: failed to change an archived batch's keys: {LOST}"
+            ),
+            0,
+        ),
         (
             archived,
             b"COMMIT",

@@ -80,7 +80,11 @@ impl ReclaimReport {
         let end = if e.is::<batch::HeldReferenceRow>() {
             BatchEnd::HeldReference
         } else if e.chain().any(|c| c.is::<Lost>()) {
-            BatchEnd::Lost { in_flight }
+            if batch::failed_before_commit(&e) {
+                BatchEnd::LostBeforeCommit
+            } else {
+                BatchEnd::Lost { in_flight }
+            }
         } else if batch::Failure::of(&e) == batch::Failure::LockTimeout {
             BatchEnd::LockTimeout {
                 tries: batch::TRIES,
