@@ -79,6 +79,7 @@ fn step_words(step: &Step) -> String {
         Step::ReadIndexes => "read the key table's indexes",
         Step::ReadKey => "read the key",
         Step::ReadArchiveRecords => "read the records of a batch's keys for the archive",
+        Step::ReadTakenKeys => "read the keys the batch took",
         Step::ReadColumnPrivileges => "read the role's column privileges",
         Step::ReadShardPrivileges => "read the role's privileges on the shards",
         Step::ReadPrivileges => "read the role's privileges",

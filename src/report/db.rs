@@ -55,6 +55,7 @@ pub(crate) enum Step {
     ReadIndexes,
     ReadKey,
     ReadArchiveRecords,
+    ReadTakenKeys,
     ReadColumnPrivileges,
     ReadShardPrivileges,
     ReadPrivileges,

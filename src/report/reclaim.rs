@@ -27,6 +27,8 @@ pub(crate) enum BatchEnd {
     /// Its connection was lost inside its transaction before its COMMIT was sent: it never
     /// committed.
     LostBeforeCommit,
+    /// It committed, but the keys it took could not be read from its answer.
+    CommittedUnread,
     /// A batch of one key still exceeded statement_timeout (`statement_timeout`) after the
     /// batches were made smaller; it was rolled back.
     SmallestTimedOut { statement_timeout: Duration },

@@ -507,3 +507,44 @@ async fn metrics_whose_directory_cannot_take_a_new_file_say_so_and_exit_8() {
     run.assert_code(8);
     assert_eq!(std::fs::read_to_string(&prom).unwrap(), earlier);
 }
+
+/// A key table whose key column allows NULL (its identity a unique index, not a primary key),
+/// holding one stuck row without a key: reclaim's preview fails reading that listed key, naming
+/// the step, exit 1; a sweep takes the row and commits, and then cannot read the key it took: the
+/// line says the batch committed (where it used to say it was rolled back), exit 1, and the row
+/// is gone indeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_row_without_a_key_is_named_as_what_reclaim_could_not_read() {
+    let db = TestDb::new().await;
+    fixtures::create(&db, Schema::Corrected).await;
+    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
+        .await;
+    db.exec(
+        "ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_pkey; \
+         CREATE UNIQUE INDEX idempotency_keys_identity ON idempotency_keys (api_key_id, key); \
+         ALTER TABLE idempotency_keys ALTER key DROP NOT NULL; \
+         INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+           request_fingerprint, state, locked_at, created_at, expires_at) \
+         VALUES (NULL, 'tenant_1', 'POST', '/v1/payments', '\\x00', 'in_progress', \
+           now() - interval '2 hours', now() - interval '2 hours', now() + interval '1 day');",
+    )
+    .await;
+    db.idemctl().args(["reclaim", "--dry-run"]).run_async().await.assert_error(
+        1,
+        "failed to read a listed key: error deserializing column 1: a Postgres value was `NULL`",
+    );
+    db.idemctl()
+        .args(["reclaim", "--yes"])
+        .run_async()
+        .await
+        .assert_error(
+            1,
+            "batch 1 committed, but the keys it took could not be read (0 keys were reclaimed by \
+         earlier batches); see what is left with reclaim --dry-run: failed to read the keys the \
+         batch took: error deserializing column 2: a Postgres value was `NULL`",
+        );
+    assert_eq!(
+        fixtures::scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        0
+    );
+}
