@@ -548,3 +548,70 @@ async fn a_stuck_row_without_a_key_is_named_as_what_reclaim_could_not_read() {
         0
     );
 }
+
+/// A stuck key whose created_at holds a date BC (RFC 3339 writes years 0000-9999 only): inspect's
+/// JSON (which used to panic, exit 70), stats' JSON and the preview (which failed with the
+/// formatter's words, naming no step) give its time in ISO 8601's expanded form; a plan holds it
+/// (it failed to encode) and its apply reads it back and reclaims the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_taken_in_a_year_bc_is_inspected_planned_and_reclaimed() {
+    let db = TestDb::new().await;
+    fixtures::create(&db, Schema::Corrected).await;
+    db.exec(include_str!("../../sql/maintenance_indexes.sql"))
+        .await;
+    db.exec(
+        "INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
+           request_fingerprint, state, locked_at, created_at, expires_at) \
+         VALUES ('ancient', 'tenant_1', 'POST', '/v1/payments', '\\x00', 'in_progress', NULL, \
+           '0100-01-01 00:00:00+00 BC', now() + interval '1 day');",
+    )
+    .await;
+    let expanded = "-000099-01-01T00:00:00.000000000Z";
+    let run = db
+        .idemctl()
+        .args([
+            "inspect",
+            "-o",
+            "json",
+            "--api-key-id",
+            "tenant_1",
+            "ancient",
+        ])
+        .run_async()
+        .await;
+    run.assert_code(0);
+    assert_eq!(run.json()["created_at"], expanded, "{run}");
+    let run = db.idemctl().args(["stats", "-o", "json"]).run_async().await;
+    run.assert_code(0);
+    assert_eq!(run.json()["stuck"]["oldest_since"], expanded, "{run}");
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--dry-run", "-o", "json"])
+        .run_async()
+        .await;
+    run.assert_code(0);
+    assert_eq!(run.json()["rows"][0]["held_since"], expanded, "{run}");
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    db.idemctl()
+        .args(["reclaim", "--plan"])
+        .arg(&plan)
+        .run_async()
+        .await
+        .assert_code(0);
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    assert_eq!(written["rows"][0]["created_at"], expanded);
+    let run = db
+        .idemctl()
+        .args(["reclaim", "--yes", "-o", "json", "--apply"])
+        .arg(&plan)
+        .run_async()
+        .await;
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_reclaimed"], 1, "{run}");
+    assert_eq!(
+        fixtures::scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
+        0
+    );
+}
