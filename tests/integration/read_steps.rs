@@ -615,3 +615,25 @@ async fn a_key_taken_in_a_year_bc_is_inspected_planned_and_reclaimed() {
         0
     );
 }
+
+/// reclaim asks on a terminal it may not write to (a job whose shell has gone, the terminal set
+/// to `tostop`, where writing fails with EIO): it cannot ask, so nothing changes and the run exits
+/// 1. Its line (`failed to ask for confirmation: Input/output error`) goes to the same terminal
+/// and is lost there too: the terminal shows nothing, where the lost line used to panic twice and
+/// abort the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_that_cannot_be_asked_ends_reclaim_with_exit_1_and_nothing_changed() {
+    let db = table().await;
+    let before = fixtures::snapshot(&db).await;
+    let (shown, code, _) = crate::faults::orphaned_in_a_terminal_set(
+        &["tostop"],
+        &format!(
+            "\"{}\" -d \"{}\" reclaim --action delete --older-than 30m",
+            crate::support::IDEMCTL,
+            db.url()
+        ),
+    )
+    .await;
+    assert_eq!((code, shown.as_str()), (1, ""));
+    assert_eq!(fixtures::snapshot(&db).await, before);
+}
