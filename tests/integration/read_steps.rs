@@ -183,7 +183,7 @@ async fn each_read_of_stats_check_inspect_and_top_names_its_step_when_its_connec
         },
         Case {
             args: &["inspect", "k1"],
-            sent: b"-- inspect without the whole scope",
+            sent: b"-- inspect without the whole scope, on a table",
             step: "read the key",
         },
         Case {
@@ -377,8 +377,9 @@ async fn a_reclaim_apply_whose_batch_loses_its_connection_says_what_may_have_com
 }
 
 /// stats on a table without the expiry index estimates the lag from the column's statistics;
-/// on a table a foreign key references, stats and check read that key first: each read broken
-/// names its step, exit 1.
+/// on a table a foreign key references, stats and check read that key first; on the storage
+/// reference's table (its primary key the key alone) inspect finds a key without its tenant
+/// through that index: each read broken names its step, exit 1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reads_of_other_table_shapes_name_their_steps_when_their_connection_breaks() {
     let db = TestDb::new().await;
@@ -416,6 +417,15 @@ async fn the_reads_of_other_table_shapes_name_their_steps_when_their_connection_
         step: "read the expiry column's statistics",
     }];
     each_names_its_step(&db, &cases).await;
+    let reference = TestDb::new().await;
+    fixtures::table_with(&reference, Schema::Reference, mix).await;
+    let key = fixtures::scalar_text(&reference, "SELECT min(key) FROM idempotency_keys").await;
+    let cases = [Case {
+        args: &["inspect", &key],
+        sent: b"-- inspect without the whole scope (--api-key-id",
+        step: "read the key",
+    }];
+    each_names_its_step(&reference, &cases).await;
 }
 
 /// A stderr that cannot take the error line (a full device) loses the line, never the exit code:
