@@ -18,7 +18,7 @@ use crate::db::Session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::cli::EvictArgs;
 use crate::context::Context;
@@ -89,7 +89,9 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         ctx.output
             .note(&crate::output::db::pooler_note(LockClass::Evict.name()));
     }
-    ctx.cancel.install()?;
+    ctx.cancel
+        .install()
+        .context(crate::report::failure::Step::ListenForSigint)?;
     let started = Instant::now();
     // On Citus, once the shards have been checked (see evict_placements).
     if let Some(walk) = walk
