@@ -143,9 +143,10 @@ fn a_short_password_file_line_is_skipped_with_a_warning_in_exact_words() {
         ));
 }
 
-/// An OpenSSL configuration (`OPENSSL_CONF`) that activates a provider this machine lacks (a FIPS
-/// module that is not installed) leaves OpenSSL no ciphers: TLS cannot be set up, which is said
-/// before connecting, exit 2, in OpenSSL's words (as `openssl s_client` says it).
+/// An OpenSSL configuration (`OPENSSL_CONF`) that activates a provider module which is not there
+/// (a hardware module's, uninstalled) leaves OpenSSL no ciphers: TLS cannot be set up, which is
+/// said before connecting, exit 2, in OpenSSL's words (as `openssl s_client` says it) and with
+/// where to look.
 #[test]
 fn an_openssl_configuration_without_ciphers_is_refused_in_exact_words() {
     let home = tempfile::tempdir().unwrap();
@@ -153,8 +154,8 @@ fn an_openssl_configuration_without_ciphers_is_refused_in_exact_words() {
     std::fs::write(
         &conf,
         "config_diagnostics = 1\nopenssl_conf = openssl_init\n\n[openssl_init]\n\
-         providers = provider_sect\n\n[provider_sect]\nfips = fips_sect\n\n[fips_sect]\n\
-         activate = 1\n",
+         providers = provider_sect\n\n[provider_sect]\nhsm = hsm_sect\n\n[hsm_sect]\n\
+         module = /nonexistent/idemctl-test/hsm-provider.so\nactivate = 1\n",
     )
     .unwrap();
     Cmd::new()
@@ -163,7 +164,11 @@ fn an_openssl_configuration_without_ciphers_is_refused_in_exact_words() {
         .args(["stats", "--connect-timeout", "1s", "-d"])
         .arg("host=127.0.0.1 port=1 user=app dbname=app sslmode=require")
         .run()
-        .assert_error(2, "cannot set up TLS: library has no ciphers");
+        .assert_error(
+            2,
+            "cannot set up TLS: library has no ciphers; check the OpenSSL configuration \
+             (OPENSSL_CONF, or the system's openssl.cnf)",
+        );
 }
 
 /// A listener on 127.0.0.1 that runs `script` on every connection it accepts, each in a thread
@@ -305,7 +310,8 @@ fn direct_tls_to_another_protocol_or_another_host_is_refused_in_exact_words() {
     );
 }
 
-/// A config file that cannot be read is refused before connecting: `stats` with it.
+/// `stats` with the config file `text` (written in `dir`) and a conninfo nothing listens on, so a
+/// refusal seen was made before connecting; and the file's path as messages show it.
 fn with_config(dir: &Path, text: &str) -> (Run, String) {
     let file = dir.join("idemctl.toml");
     std::fs::write(&file, text).unwrap();
