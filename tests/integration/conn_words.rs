@@ -386,7 +386,7 @@ fn an_empty_scope_and_broken_predicates_are_refused_in_exact_words() {
 }
 
 /// `check` names the profile it used and why: a mapping of the file that --profile named is
-/// "chosen by name".
+/// "chosen by name"; the file's only mapping, taken without --profile, is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_says_a_mapping_was_chosen_by_name() {
     let db = TestDb::new().await;
@@ -394,22 +394,32 @@ async fn check_says_a_mapping_was_chosen_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("idemctl.toml");
     std::fs::write(&file, crate::config_file::JOBS_CONFIG).unwrap();
-    let run = db
-        .idemctl()
-        .arg("--config")
-        .arg(&file)
-        .args(["--profile", "jobs", "-o", "json", "check"])
-        .run_async()
-        .await;
-    let json = run.json();
-    assert_eq!(
-        fixtures::finding(&json, "profile")["detail"],
-        format!(
-            "jobs: the mapping in config file {}, [profiles.jobs], chosen by name",
-            file.display()
-        ),
-        "{run}"
+    let mapping = format!(
+        "jobs: the mapping in config file {}, [profiles.jobs]",
+        file.display()
     );
+    for (profile, because) in [
+        (
+            &["--profile", "jobs"][..],
+            format!("{mapping}, chosen by name"),
+        ),
+        (&[], mapping.clone()),
+    ] {
+        let run = db
+            .idemctl()
+            .arg("--config")
+            .arg(&file)
+            .args(profile)
+            .args(["-o", "json", "check"])
+            .run_async()
+            .await;
+        let json = run.json();
+        assert_eq!(
+            fixtures::finding(&json, "profile")["detail"],
+            because,
+            "{run}"
+        );
+    }
 }
 
 /// A live transaction holding the keys table in SHARE mode (as CREATE INDEX does) lets evict read
