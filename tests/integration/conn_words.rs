@@ -230,6 +230,46 @@ fn a_server_asking_for_gssapi_is_refused_by_require_auth_in_exact_words() {
     assert!(!run.stderr.contains("not-shown"), "{run}");
 }
 
+/// A port whose listener never accepts and whose backlog is full: the kernel drops further SYNs,
+/// so a TCP connect to it neither succeeds nor fails. Kept open as long as the value lives.
+fn silent_port() -> (socket2::Socket, Vec<socket2::Socket>, u16) {
+    use socket2::{Domain, SockAddr, Socket, Type};
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    listener.bind(&SockAddr::from(any)).unwrap();
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let port = addr.as_socket().unwrap().port();
+    // A backlog of 0 still queues a connection or two: fill it.
+    let fillers = (0..3)
+        .map(|_| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            s.set_nonblocking(true).unwrap();
+            let _ = s.connect(&addr);
+            s
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    (listener, fillers, port)
+}
+
+/// A server that never completes the TCP handshake: the attempt's own connect timeout and the
+/// whole budget end together, and the line says the budget, whichever timer fired first (exit
+/// 5), the same on every run.
+#[test]
+fn a_connect_that_never_completes_times_out_in_the_same_words_every_time() {
+    let (_listener, _fillers, port) = silent_port();
+    for _ in 0..3 {
+        Cmd::new()
+            .args(["stats", "--connect-timeout", "2s", "-d"])
+            .arg(format!(
+                "host=127.0.0.1 port={port} user=app dbname=app sslmode=disable"
+            ))
+            .run()
+            .assert_error(5, &format!("{}: timed out after 2s", cannot_connect(port)));
+    }
+}
+
 /// A self-signed certificate (and its key) for the one name `cn`, no subjectAltName, in `dir`.
 fn one_name_certificate(dir: &Path, cn: &str) -> (PathBuf, PathBuf) {
     let (crt, key) = (dir.join("one-name.crt"), dir.join("one-name.key"));
