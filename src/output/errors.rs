@@ -274,7 +274,12 @@ pub(crate) fn tls_files_refused(failure: &ConnFailure) -> String {
         ConnFailure::CrlDirUnusable { dir, error } => {
             format!("cannot use sslcrldir \"{}\": {error}", shown(dir))
         }
-        ConnFailure::TlsSetup { error } => format!("cannot set up TLS: {error}"),
+        // OpenSSL refuses a context when its configuration breaks it (a provider that cannot be
+        // loaded leaves no ciphers); otherwise only when it cannot allocate.
+        ConnFailure::TlsSetup { error } => format!(
+            "cannot set up TLS: {error}; check the OpenSSL configuration (OPENSSL_CONF, or the \
+             system's openssl.cnf)"
+        ),
         ConnFailure::PoolUnbuilt { error } => format!("cannot build the connection pool: {error}"),
         other => other.to_string(),
     }

@@ -12,6 +12,7 @@ mod concurrency;
 mod config_file;
 mod config_refusals;
 mod conn_refusals;
+mod conn_words;
 mod dead_network;
 mod direct_tls;
 mod docs;
