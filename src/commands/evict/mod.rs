@@ -140,7 +140,7 @@ async fn require(
     table.require_ttl("evict")?;
     table.require_ttl_floor(
         "evict",
-        args.force || ctx.global.short_ttl_allowed_by.is_some(),
+        args.force || ctx.global.short_ttl_allowed,
         &ctx.global.ttl_from,
     )?;
     let sharded = layout.filter(|l| l.sharded());
