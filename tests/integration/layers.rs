@@ -1698,6 +1698,65 @@ const UNPROVOKED: &[(&str, &str)] = &[
          strings, JSON values, and instants through report::timestamp, which has a form for every \
          year an instant can hold",
     ),
+    (
+        "a statement that returns one row returned ",
+        "the statements db::evict reads through one_row (a batch, the claim of a range, a page of \
+         the walk, the counts, the ping) each end in an aggregate without GROUP BY or a SELECT of \
+         expressions, which answers exactly one row whatever the table holds",
+    ),
+    (
+        "evict's SKIP LOCKED statement has no form that finds its rows by the key's identity",
+        "the SKIP LOCKED template has the ctid form rows_by_identity rewrites, and the EXPLAIN \
+         test rewrites it (expecting that form) and plans the result",
+    ),
+    (
+        "a reclaim statement has no form that finds its rows by the key's identity",
+        "every reclaim template has the ctid form rows_by_identity rewrites, and the EXPLAIN \
+         test rewrites each (expecting that form) and plans the result",
+    ),
+    (
+        "a batch of plan rows has no statement for the NULLs of their scopes",
+        "a plan's rows are grouped by which scope columns are NULL before they are batched, and \
+         an apply form is built for each pattern that occurs; a NULL on a NOT NULL column is \
+         refused before any change (exit 2)",
+    ),
+    (
+        "the apply statement answered for ",
+        "the apply statements answer one row per plan row: a LEFT JOIN from the unnest of the \
+         batch's rows",
+    ),
+    (
+        "the batch raced another session and was rolled back",
+        "a Rerun is always tried again; after the last try the archived batch's own words \
+         replace it (the next entry)",
+    ),
+    (
+        "an archived batch kept taking keys other than those it locked; it was rolled back",
+        "needs another session to commit a new matching key between the batch's lock and change \
+         statements (under a millisecond apart) on every one of its tries in a row; no test can \
+         time that",
+    ),
+    (
+        "SSL connection was established with unexpected ALPN protocol",
+        "idemctl offers only \"postgresql\", and OpenSSL's client aborts the handshake itself \
+         (\"bad extension\") when a server picks a protocol it was not offered, before idemctl's \
+         check runs (conn_words.rs proves it)",
+    ),
+    (
+        "cannot use sslcrldir \"",
+        "OpenSSL refuses a CRL directory only when its name is empty or memory runs out; the \
+         path has already been found to be a directory",
+    ),
+    (
+        "no host to connect to",
+        "every connection string yields at least one endpoint (a default socket directory when \
+         none is named), and a resolved name has at least one address",
+    ),
+    (
+        "connection timed out",
+        "the text of an I/O error of kind TimedOut, which the pool words by its kind as \
+         \"timed out after ...\" before any line prints it",
+    ),
 ];
 
 /// The fixed pieces of `text`'s literals outside its unit tests, at least `min` characters long.
