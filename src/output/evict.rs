@@ -838,8 +838,9 @@ pub(crate) fn drop_partitions_not_owner(role: &str, table: &Table) -> String {
     )
 }
 
-/// The head of the line of a run that lost its connection: what is durable, what is not.
-pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64) -> String {
+/// The head of the line of a run that lost its connection: what is durable, what is not, and,
+/// when a batch statement was under way (`in_flight`), that its end is unknown.
+pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64, in_flight: bool) -> String {
     let mut text =
         format!("evict lost its connection: {confirmed} keys deleted and confirmed durable");
     if unconfirmed > 0 {
@@ -848,7 +849,9 @@ pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64) -> String {
              bring them back; the next run deletes them again)"
         ));
     }
-    text.push_str("; the batch in flight may or may not have committed");
+    if in_flight {
+        text.push_str("; the batch in flight may or may not have committed");
+    }
     text
 }
 

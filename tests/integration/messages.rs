@@ -934,9 +934,8 @@ async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly(
     run.assert_code(1).assert_stderr(&format!(
         "idemctl: evict lost its connection: {} keys deleted and confirmed durable, {unconfirmed} \
          more deleted since the last durable point (a crash or failover may bring them back; the \
-         next run deletes them again); the batch in flight may or may not have committed: failed \
-         to find the next batch's range: the server ended the connection: terminating connection \
-         due to administrator command (SQLSTATE 57P01)\n",
+         next run deletes them again): failed to find the next batch's range: the server ended \
+         the connection: terminating connection due to administrator command (SQLSTATE 57P01)\n",
         evicted - unconfirmed
     ));
     assert_eq!(

@@ -805,9 +805,12 @@ async fn delete_range(
                 let t0 = Instant::now();
                 let counts = skip_locked(shared, client, start, last, limit)
                     .await
-                    .map_err(|e| {
-                        let why = batch::lock_failure(&e);
-                        e.context(why)
+                    .map_err(|e| match lost(&e) {
+                        true => batch_failed(e),
+                        false => {
+                            let why = batch::lock_failure(&e);
+                            e.context(why)
+                        }
                     })?;
                 Ok((counts, t0.elapsed()))
             },
@@ -883,6 +886,7 @@ async fn or_shrinking<T>(
                     shared.plan.statement_timeout,
                 )));
             }
+            Err(e) if lost(&e) => return Err(batch_failed(e)),
             Err(e) => return Err(e),
         }
         if shared.cancel.requested() {
@@ -894,11 +898,16 @@ async fn or_shrinking<T>(
 /// What a failed batch was: rolled back by the server, or, when its connection was lost, a batch
 /// whose end is unknown (the run's line says so).
 fn batch_failed(e: anyhow::Error) -> anyhow::Error {
-    if e.downcast_ref::<crate::db::session::Lost>().is_some() {
+    if lost(&e) {
         e.context(crate::report::failure::Step::BatchLost)
     } else {
         e.context(crate::report::failure::Step::BatchRolledBack)
     }
+}
+
+/// Whether `e` is a lost connection (the statement's end is unknown).
+fn lost(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<crate::db::session::Lost>().is_some()
 }
 
 /// One SKIP LOCKED batch of the rows expiring at exactly `at`, through the batch runner.
