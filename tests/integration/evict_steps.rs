@@ -1,0 +1,422 @@
+//! Each step of `idemctl evict` (and of the reads `stats` and `check` share with it) made to fail
+//! for real: a [`Tripwire`] breaks the connection when the run sends the step's statement, and the
+//! run must end with the one line that names that step, with its exit code, and leave the table as
+//! it was. Also the reasons --drop-partitions gives for a partition it leaves, each met for real.
+
+use crate::fixtures::{self, Mix, Schema, snapshot};
+use crate::support::partman::{self, PartitionBy};
+use crate::support::tripwire::Tripwire;
+use crate::support::{Run, TestDb};
+
+/// Why the server's answer never came: the proxy closed the connection.
+const CLOSED: &str = "the connection was closed without a reason";
+/// The head of the line of a run that lost its connection before it deleted anything.
+const LOST: &str = "evict lost its connection: 0 keys deleted and confirmed durable";
+
+const MIX: Mix = Mix {
+    expired: 300,
+    live: 50,
+    fresh: 0,
+    stuck: 5,
+    expired_in_progress: 5,
+};
+
+/// A table with expired, live and in_progress keys (sql/schema.sql, with its expiry index).
+async fn loaded() -> TestDb {
+    let db = TestDb::new().await;
+    fixtures::table_with(&db, Schema::Corrected, MIX).await;
+    db
+}
+
+/// The same table without its expiry index: evict walks the primary key instead.
+async fn walked() -> TestDb {
+    let db = loaded().await;
+    db.exec("DROP INDEX idempotency_keys_expiry").await;
+    db
+}
+
+/// The same table, three of its oldest expired keys referenced by an indexed NO ACTION foreign key.
+async fn referenced() -> TestDb {
+    let db = loaded().await;
+    db.exec(
+        "CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, \
+         api_key_id text NOT NULL, key text NOT NULL, \
+         FOREIGN KEY (api_key_id, key) REFERENCES idempotency_keys (api_key_id, key)); \
+         CREATE INDEX orders_key ON orders (api_key_id, key); \
+         INSERT INTO orders (api_key_id, key) SELECT api_key_id, key FROM idempotency_keys \
+         WHERE state = 'completed' AND expires_at < now() ORDER BY expires_at LIMIT 3; \
+         ANALYZE orders",
+    )
+    .await;
+    db
+}
+
+/// The same table with `timestamp without time zone` columns (the zone is declared to idemctl).
+async fn naive() -> TestDb {
+    let db = loaded().await;
+    db.exec(
+        "ALTER TABLE idempotency_keys ALTER COLUMN created_at TYPE timestamp, \
+         ALTER COLUMN locked_at TYPE timestamp, ALTER COLUMN expires_at TYPE timestamp",
+    )
+    .await;
+    db
+}
+
+/// The keys in daily partitions on expires_at (9 days back, 3 ahead), with the in_progress index.
+async fn partitioned() -> TestDb {
+    let db = TestDb::new().await;
+    partman::create(&db, PartitionBy::ExpiresAt, true).await;
+    fixtures::load(&db, MIX).await;
+    db
+}
+
+/// `args` run with the connection URL through a tripwire that breaks the connection the `nth`
+/// time (over all the run's connections) a message holding `pattern` is sent. Returns the run and
+/// how often the pattern was sent.
+fn broken_at(db: &TestDb, pattern: &'static [u8], nth: usize, args: &[&str]) -> (Run, usize) {
+    let wire = Tripwire::to_socket_dir(
+        &db.socket_dir().expect("a local server"),
+        server_port(),
+        pattern,
+        nth,
+    );
+    let run = through(db, &wire, args);
+    (run, wire.seen())
+}
+
+/// The port of the test server (its Unix socket's name holds it).
+fn server_port() -> u16 {
+    crate::support::pg::server()
+        .admin
+        .get("port")
+        .expect("the server's port")
+        .parse()
+        .expect("a port number")
+}
+
+/// `args` run through `wire` (plain TCP, as the tripwire reads what is sent).
+fn through(db: &TestDb, wire: &Tripwire, args: &[&str]) -> Run {
+    let url = db.url_with(&[
+        ("host", "127.0.0.1"),
+        ("port", &wire.port().to_string()),
+        ("sslmode", "disable"),
+    ]);
+    crate::support::Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", url)
+        .args(args)
+        .run()
+}
+
+/// One step broken: the command, a fragment of the step's statement, which sending of it breaks
+/// the connection, the exit code and the line expected before the reason.
+struct Case {
+    args: &'static [&'static str],
+    pattern: &'static [u8],
+    nth: usize,
+    code: i32,
+    line: &'static str,
+}
+
+/// Run each case on a fresh table made by `setup`: the run must end with `idemctl: LINE: CLOSED`
+/// and its exit code, nothing on stdout, the statement sent `nth` times, and the table unchanged.
+/// Every mismatch is reported, named by its case's pattern.
+async fn check_cases<F, Fut>(setup: F, cases: &[Case])
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = TestDb>,
+{
+    let mut wrong = Vec::new();
+    for case in cases {
+        let db = setup().await;
+        let before = snapshot(&db).await;
+        let (run, seen) = broken_at(&db, case.pattern, case.nth, case.args);
+        let expected = format!("idemctl: {}: {CLOSED}\n", case.line);
+        let changed = snapshot(&db).await != before;
+        if run.code != case.code
+            || run.stderr != expected
+            || !run.stdout.is_empty()
+            || seen != case.nth
+            || changed
+        {
+            wrong.push(format!(
+                "case {:?} (nth {}, sent {seen} times, table changed: {changed}): expected exit \
+                 {} and {expected:?}\n{run}",
+                String::from_utf8_lossy(case.pattern),
+                case.nth,
+                case.code,
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
+/// A run broken at each statement it sends before its first batch commits (the lock, the lock's
+/// idle bound, the evict session's settings, the round trip, the first batch itself, the WAL
+/// position of --max-wal-rate, the vacuum rights of --vacuum, the replicas of --max-replica-lag):
+/// its line names the step, says no key was deleted, and mentions a batch in flight only when the
+/// connection was lost under one; the table is unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_names_the_step_it_lost_its_connection_at_before_deleting_anything() {
+    let one = &["evict", "--duty-cycle", "100"];
+    check_cases(
+        loaded,
+        &[
+            Case {
+                args: &["evict"],
+                pattern: b"take the table's maintenance lock for this session",
+                nth: 1,
+                code: 1,
+                line: "failed to take the maintenance lock",
+            },
+            Case {
+                args: &["evict"],
+                pattern: b"On the session that holds the per-table maintenance lock",
+                nth: 1,
+                code: 1,
+                line: "failed to bound how long the maintenance lock outlives a silent run",
+            },
+            Case {
+                args: one,
+                pattern: b"SET synchronous_commit = 'off'",
+                nth: 1,
+                code: 1,
+                line: "evict lost its connection: 0 keys deleted and confirmed durable: failed to \
+                       set up the evict session",
+            },
+            Case {
+                args: one,
+                pattern: b"evict's round trip to the server",
+                nth: 1,
+                code: 1,
+                line: "evict lost its connection: 0 keys deleted and confirmed durable: failed to \
+                       measure the round trip to the server",
+            },
+            Case {
+                args: one,
+                pattern: b"evict: one batch, one short statement",
+                nth: 1,
+                code: 1,
+                line: "evict lost its connection: 0 keys deleted and confirmed durable; the batch \
+                       in flight may or may not have committed: a batch lost its connection",
+            },
+            Case {
+                args: &["evict", "--duty-cycle", "100", "--max-wal-rate", "100MB"],
+                pattern: b"The server's WAL insert position",
+                nth: 1,
+                code: 1,
+                line: "failed to read the server's WAL position",
+            },
+            Case {
+                args: &["evict", "--duty-cycle", "100", "--max-wal-rate", "100MB"],
+                pattern: b"The server's WAL insert position",
+                nth: 2,
+                code: 1,
+                line: "evict lost its connection: 0 keys deleted and confirmed durable: failed to \
+                       read the server's WAL position",
+            },
+            Case {
+                args: &["evict", "--vacuum"],
+                pattern: b"evict --vacuum: the relations VACUUM processes",
+                nth: 1,
+                code: 1,
+                line: "failed to read who may vacuum the table",
+            },
+            Case {
+                args: &["evict", "--max-replica-lag", "10s"],
+                pattern: b"may this role read the replay positions",
+                nth: 1,
+                code: 1,
+                line: "failed to check whether this role may read pg_stat_replication",
+            },
+            Case {
+                args: &["evict", "--max-replica-lag", "10s"],
+                pattern: b"every physical standby streaming from this primary",
+                nth: 1,
+                code: 1,
+                line: "evict lost its connection: 0 keys deleted and confirmed durable: failed to \
+                       read replica lag from pg_stat_replication",
+            },
+        ],
+    )
+    .await;
+}
+
+/// A dry run broken at each of its reads: the preview's counts, the first batch's range, the
+/// EXPLAIN of the batch statement (its script and its commit), the sample, the replicas; a dry
+/// run on a table without an expiry index, at the page of its walk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_dry_run_names_the_read_it_lost_its_connection_at() {
+    let dry = &["evict", "--dry-run"];
+    check_cases(
+        loaded,
+        &[
+            Case {
+                args: dry,
+                pattern: b"what a run would delete, counted up to a cap",
+                nth: 1,
+                code: 1,
+                line: "failed to preview the eviction",
+            },
+            Case {
+                args: dry,
+                pattern: b"claim the next batch range",
+                nth: 1,
+                code: 1,
+                line: "failed to size the first batch",
+            },
+            Case {
+                args: dry,
+                pattern: b"PREPARE idemctl_evict_batch",
+                nth: 1,
+                code: 1,
+                line: "failed to explain the batch statement",
+            },
+            Case {
+                args: dry,
+                pattern: b"COMMIT",
+                nth: 1,
+                code: 1,
+                line: "failed to explain the batch statement",
+            },
+            Case {
+                args: dry,
+                pattern: b"a sample of the keys a run would delete",
+                nth: 1,
+                code: 1,
+                line: "failed to sample the keys the run would evict",
+            },
+            Case {
+                args: &["evict", "--dry-run", "--max-replica-lag", "10s"],
+                pattern: b"every physical standby streaming from this primary",
+                nth: 1,
+                code: 1,
+                line: "failed to read replica lag from pg_stat_replication",
+            },
+        ],
+    )
+    .await;
+    check_cases(
+        walked,
+        &[Case {
+            args: dry,
+            pattern: b"one page of the unique index",
+            nth: 1,
+            code: 1,
+            line: "failed to read a page of the walk",
+        }],
+    )
+    .await;
+}
+
+/// The reads of the eviction lag and backlog (stats), and of the expired keys still referenced
+/// (stats and check, with a NO ACTION foreign key), broken: each names its read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_check_name_the_eviction_read_they_lost_their_connection_at() {
+    check_cases(
+        loaded,
+        &[
+            Case {
+                args: &["stats"],
+                pattern: b"eviction lag, i.e. how long the oldest expired",
+                nth: 1,
+                code: 1,
+                line: "failed to find the oldest expired key",
+            },
+            Case {
+                args: &["stats"],
+                pattern: b"expired completed keys still present",
+                nth: 1,
+                code: 1,
+                line: "failed to count the expired backlog",
+            },
+        ],
+    )
+    .await;
+    check_cases(
+        referenced,
+        &[
+            Case {
+                args: &["stats"],
+                pattern: b"the eviction lag of the oldest",
+                nth: 1,
+                code: 1,
+                line: "failed to find the oldest expired key evict can delete",
+            },
+            Case {
+                args: &["check"],
+                pattern: b"check: of the oldest $1 expired completed keys",
+                nth: 1,
+                code: 1,
+                line: "failed to count the expired keys still referenced",
+            },
+        ],
+    )
+    .await;
+}
+
+/// The check of a declared time zone (a table of `timestamp without time zone` columns) broken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_names_the_time_zone_check_it_lost_its_connection_at() {
+    check_cases(
+        naive,
+        &[Case {
+            args: &["--time-zone", "UTC", "evict"],
+            pattern: b"The zone a table's `timestamp without time zone` columns",
+            nth: 1,
+            code: 1,
+            line: "failed to check the declared time zone",
+        }],
+    )
+    .await;
+}
+
+/// On a partitioned table: the read of its partitioning, and, with --drop-partitions, the list of
+/// its partitions and the probe of the first one (in a run, inside the transaction that detached
+/// it: the detach is undone, every partition is still there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_names_the_partition_step_it_lost_its_connection_at() {
+    check_cases(
+        partitioned,
+        &[
+            Case {
+                args: &["evict"],
+                pattern: b"How a partitioned key table is partitioned",
+                nth: 1,
+                code: 1,
+                line: "failed to read how the key table is partitioned",
+            },
+            Case {
+                args: &["evict", "--drop-partitions"],
+                pattern: b"every leaf partition of the key table",
+                nth: 1,
+                code: 1,
+                line: "evict lost its connection: 0 keys deleted and confirmed durable: failed to \
+                       list the key table's partitions",
+            },
+        ],
+    )
+    .await;
+    let probe: &[u8] = b"may this partition go whole?";
+    for dry_run in [false, true] {
+        let db = partitioned().await;
+        let names = partman::partition_names(&db).await;
+        // names[0] is the default partition; the dated ones follow, oldest first.
+        let oldest = format!("public.{}", names[1]);
+        let mut args = vec!["evict", "--drop-partitions"];
+        if dry_run {
+            args.push("--dry-run");
+        }
+        let (run, seen) = broken_at(&db, probe, 1, &args);
+        let head = if dry_run {
+            String::new()
+        } else {
+            format!("{LOST}: ")
+        };
+        run.assert_error(
+            1,
+            &format!("{head}failed to probe partition {oldest}: {CLOSED}"),
+        );
+        assert_eq!(seen, 1);
+        assert_eq!(partman::partition_names(&db).await, names);
+    }
+}
