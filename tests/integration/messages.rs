@@ -842,8 +842,8 @@ async fn a_partition_the_server_will_not_drop_ends_evict_in_exact_words() {
 }
 
 /// A run whose sessions are terminated after a batch committed since its last durable point says
-/// how many of the keys it deleted were made durable, how many more were not yet, and that the
-/// batch in flight may have committed, then the server's reason.
+/// how many of the keys it deleted were made durable and how many more were not yet, then the step
+/// it was at (claiming the next range: no batch was in flight) and the server's reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly() {
     use std::time::{Duration, Instant};
