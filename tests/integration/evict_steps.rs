@@ -420,3 +420,134 @@ async fn evict_names_the_partition_step_it_lost_its_connection_at() {
         assert_eq!(partman::partition_names(&db).await, names);
     }
 }
+
+/// The partition dated `days_ago` days before today, as the summary names it.
+async fn partition_of(db: &TestDb, days_ago: i32) -> String {
+    fixtures::scalar_text(
+        db,
+        &format!(
+            "SELECT 'public.idempotency_keys_p' || to_char(current_date - {days_ago}, 'YYYYMMDD')"
+        ),
+    )
+    .await
+}
+
+/// What --drop-partitions left, by name, with the reasons as the JSON summary gives them.
+fn kept(json: &serde_json::Value) -> Vec<(String, String)> {
+    json["partitions_kept"]
+        .as_array()
+        .expect("partitions_kept")
+        .iter()
+        .map(|k| {
+            (
+                k["name"].as_str().unwrap().to_owned(),
+                k["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// A partition that a view depends on cannot be dropped: the run keeps it, attached (the detach is
+/// undone), says "other objects depend on it", evicts its keys in batches and ends well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_drop_partitions_keeps_a_partition_a_view_depends_on() {
+    let db = partitioned().await;
+    let viewed = partition_of(&db, 5).await;
+    db.exec(&format!("CREATE VIEW old_keys AS SELECT * FROM {viewed}"))
+        .await;
+    let run = db
+        .idemctl()
+        .args(["evict", "--drop-partitions", "-o", "json"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert!(
+        kept(&j).contains(&(viewed.clone(), "other objects depend on it".to_owned())),
+        "{j}"
+    );
+    assert_eq!(j["end_reason"], "drained");
+    let names = partman::partition_names(&db).await;
+    assert!(
+        names.contains(&viewed["public.".len()..].to_owned()),
+        "{names:?}"
+    );
+    let left = format!("SELECT count(*) FROM {viewed} WHERE state = 'completed'");
+    assert_eq!(fixtures::scalar_i64(&db, &left).await, 0);
+}
+
+/// A role that owns the table but not one of its expired partitions leaves that partition: "the
+/// role does not own it, so it cannot drop it"; it drops the others and evicts the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_drop_partitions_keeps_a_partition_the_role_does_not_own() {
+    let db = partitioned().await;
+    let role = format!(
+        "evict_owner_{}",
+        &db.name()[crate::support::pg::DB_PREFIX.len()..]
+    );
+    let foreign = partition_of(&db, 5).await;
+    db.exec(&format!(
+        "CREATE ROLE {role} LOGIN; ALTER TABLE idempotency_keys OWNER TO {role}; \
+         DO $$ DECLARE p regclass; BEGIN \
+           FOR p IN SELECT relid FROM pg_partition_tree('idempotency_keys') WHERE isleaf LOOP \
+             EXECUTE format('ALTER TABLE %s OWNER TO {role}', p); \
+           END LOOP; END $$; \
+         ALTER TABLE {foreign} OWNER TO CURRENT_USER"
+    ))
+    .await;
+    let run = db
+        .idemctl()
+        .args(["evict", "--drop-partitions", "-o", "json", "-d"])
+        .arg(db.url_with(&[("user", role.as_str())]))
+        .run();
+    db.exec(&format!("ALTER TABLE {foreign} OWNER TO {role}"))
+        .await;
+    db.exec(&format!("DROP OWNED BY {role}; DROP ROLE {role}"))
+        .await;
+    run.assert_code(0);
+    let j = run.json();
+    assert!(
+        kept(&j).contains(&(
+            foreign.clone(),
+            "the role does not own it, so it cannot drop it".to_owned()
+        )),
+        "{j}"
+    );
+    assert_eq!(j["end_reason"], "drained");
+    assert!(
+        !j["dropped_partitions"].as_array().unwrap().is_empty(),
+        "{j}"
+    );
+}
+
+/// A run whose --max-runtime has passed before the drop phase reaches a partition tries none:
+/// each expired partition is kept as "not tried: the run stopped first", none is dropped, no key
+/// is deleted, and the run ends on its time budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_drop_partitions_tries_no_partition_once_the_run_must_stop() {
+    let db = partitioned().await;
+    let names = partman::partition_names(&db).await;
+    let before = snapshot(&db).await;
+    let run = db
+        .idemctl()
+        .args([
+            "evict",
+            "--drop-partitions",
+            "--max-runtime",
+            "1ns",
+            "-o",
+            "json",
+        ])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    let kept = kept(&j);
+    // Days -9 .. -1 have ended.
+    assert_eq!(kept.len(), 9, "{j}");
+    for (name, reason) in &kept {
+        assert_eq!(reason, "not tried: the run stopped first", "{name}: {j}");
+    }
+    assert_eq!(j["dropped_partitions"], serde_json::json!([]), "{j}");
+    assert_eq!(j["end_reason"], "time_budget", "{j}");
+    assert_eq!(partman::partition_names(&db).await, names);
+    assert_eq!(snapshot(&db).await, before);
+}
