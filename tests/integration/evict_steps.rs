@@ -551,3 +551,59 @@ async fn evict_drop_partitions_tries_no_partition_once_the_run_must_stop() {
     assert_eq!(partman::partition_names(&db).await, names);
     assert_eq!(snapshot(&db).await, before);
 }
+
+/// A reference table on Citus: each batch is a transaction of its own on the coordinator, planned
+/// with its values and with its row waits passed on to the workers. The connection broken at each
+/// of its statements (BEGIN, the custom plan, the lock_timeout, COMMIT): the line names that step
+/// under the lost batch, and the table is unchanged (a commit the server never received is rolled
+/// back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_names_the_step_of_a_reference_table_batch_it_lost_its_connection_at() {
+    use crate::support::citus::{CitusDb, Layout};
+    use crate::support::tripwire::Upstream;
+    let cases: [(&[u8], &str); 4] = [
+        (b"BEGIN", "failed to start a batch's transaction"),
+        (
+            b"SET LOCAL plan_cache_mode = force_custom_plan",
+            "failed to plan the batch with its values",
+        ),
+        (
+            b"SET LOCAL lock_timeout",
+            "failed to set the batch's lock_timeout",
+        ),
+        (b"COMMIT", "failed to commit a batch"),
+    ];
+    if crate::support::citus::skipped("citus evict steps of a reference table") {
+        return;
+    }
+    for (pattern, step) in cases {
+        let db = CitusDb::new(None).await;
+        db.exec(include_str!("../../sql/schema.sql")).await;
+        db.exec(&fixtures::load_sql(MIX)).await;
+        db.distribute(Layout::Reference).await;
+        let before = fixtures::snapshot_of(&db.client().await).await;
+        let wire = Tripwire::start(Upstream::Tcp(db.cluster().coordinator().port), pattern, 1);
+        let port = wire.port().to_string();
+        let run = crate::support::Cmd::new()
+            .env(
+                "IDEMCTL_DATABASE_URL",
+                db.url_with(&[("port", &port), ("sslmode", "disable")]),
+            )
+            .args(["evict", "--duty-cycle", "100"])
+            .run();
+        run.assert_error(
+            1,
+            &format!(
+                "evict lost its connection: 0 keys deleted and confirmed durable; the batch in \
+                 flight may or may not have committed: a batch lost its connection: {step}: \
+                 {CLOSED}"
+            ),
+        );
+        assert_eq!(wire.seen(), 1, "{step}");
+        assert_eq!(
+            fixtures::snapshot_of(&db.client().await).await,
+            before,
+            "{step}"
+        );
+    }
+}
