@@ -607,3 +607,42 @@ async fn citus_evict_names_the_step_of_a_reference_table_batch_it_lost_its_conne
         );
     }
 }
+
+/// The counts of what a run left (on a session of their own, after the last durable point) are
+/// figures of the summary, not work: broken at their session's setting or at either count, the
+/// run still ends drained with exit 0, every expired completed key deleted, and the summary gives
+/// both counts as unknown (null) rather than a wrong number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_whose_final_counts_break_reports_them_unknown() {
+    let cases: [(&[u8], usize); 3] = [
+        (b"SET plan_cache_mode = 'force_generic_plan'", 2),
+        (b"expired completed keys left after a run", 1),
+        (
+            b"expired keys not completed (in_progress: reclaim's business)",
+            1,
+        ),
+    ];
+    for (pattern, nth) in cases {
+        let db = loaded().await;
+        let (run, seen) = broken_at(
+            &db,
+            pattern,
+            nth,
+            &["evict", "--duty-cycle", "100", "-o", "json"],
+        );
+        let case = String::from_utf8_lossy(pattern);
+        run.assert_code(0).assert_stderr_empty();
+        assert_eq!(seen, nth, "{case}");
+        let j = run.json();
+        assert_eq!(j["end_reason"], "drained", "{case}: {j}");
+        assert_eq!(j["rows_evicted"], MIX.expired, "{case}: {j}");
+        assert_eq!(j["backlog_left"], serde_json::Value::Null, "{case}: {j}");
+        assert_eq!(
+            j["expired_in_progress_left"],
+            serde_json::Value::Null,
+            "{case}: {j}"
+        );
+        let left = "SELECT count(*) FROM idempotency_keys WHERE state = 'completed' AND expires_at < now()";
+        assert_eq!(fixtures::scalar_i64(&db, left).await, 0, "{case}");
+    }
+}
