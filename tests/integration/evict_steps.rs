@@ -653,3 +653,89 @@ async fn evict_whose_final_counts_break_reports_them_unknown() {
         assert_eq!(fixtures::scalar_i64(&db, left).await, 0, "{case}");
     }
 }
+
+/// The foreign keys that reference the table, read before the batches, broken: the line names
+/// the read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_names_the_read_of_the_foreign_keys_it_lost_its_connection_at() {
+    check_cases(
+        referenced,
+        &[Case {
+            args: &["evict", "--duty-cycle", "100"],
+            pattern: b"check and evict: the foreign keys that reference the key table",
+            nth: 1,
+            code: 1,
+            line: "failed to read the foreign keys that reference the table",
+        }],
+    )
+    .await;
+}
+
+/// A count after a batch broken: on which table, with which flags, at which statement, how many
+/// keys the batch deleted, and the step the line names.
+struct AfterBatch {
+    referenced: bool,
+    extra: &'static [&'static str],
+    pattern: &'static [u8],
+    deleted: u64,
+    step: &'static str,
+}
+
+/// A count made after a batch's statement returned (what --min-age kept back, what a foreign key
+/// still references, the in_progress keys of its range), broken: that batch's deletes are
+/// committed, so the line counts them as deleted since the last durable point, then names the
+/// count; the keys it deleted are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evict_that_loses_its_connection_counting_after_a_batch_counts_the_batch() {
+    let one_batch = ["evict", "--duty-cycle", "100", "--batch-size", "1000"];
+    let cases = [
+        AfterBatch {
+            referenced: false,
+            extra: &["--min-age", "1h"],
+            pattern: b"that the guard kept",
+            deleted: 300,
+            step: "failed to count rows kept back by --min-age",
+        },
+        AfterBatch {
+            referenced: true,
+            extra: &[],
+            pattern: b"still references, which the batch",
+            deleted: 297,
+            step: "failed to count the keys a batch left because they are still referenced",
+        },
+        AfterBatch {
+            referenced: false,
+            extra: &[],
+            pattern: b"evict: the expired rows of a range [$1, $2)",
+            deleted: 300,
+            step: "failed to count the expired in_progress keys of a batch's range",
+        },
+    ];
+    for AfterBatch {
+        referenced: with_reference,
+        extra,
+        pattern,
+        deleted,
+        step,
+    } in cases
+    {
+        let db = match with_reference {
+            true => referenced().await,
+            false => loaded().await,
+        };
+        let args: Vec<&str> = one_batch.iter().chain(extra).copied().collect();
+        let (run, seen) = broken_at(&db, pattern, 1, &args);
+        run.assert_error(
+            1,
+            &format!(
+                "{LOST}, {deleted} more deleted since the last durable point (a crash or failover \
+                 may bring them back; the next run deletes them again): {step}: {CLOSED}"
+            ),
+        );
+        assert_eq!(seen, 1, "{step}");
+        let left = "SELECT count(*) FROM idempotency_keys \
+                    WHERE state = 'completed' AND expires_at < now()";
+        let expected = MIX.expired - i64::try_from(deleted).unwrap();
+        assert_eq!(fixtures::scalar_i64(&db, left).await, expected, "{step}");
+    }
+}
