@@ -13,6 +13,7 @@ const CLOSED: &str = "the connection was closed without a reason";
 /// The head of the line of a run that lost its connection before it deleted anything.
 const LOST: &str = "evict lost its connection: 0 keys deleted and confirmed durable";
 
+/// 300 expired keys (one batch of --batch-size 1000 deletes them all), a few live and in_progress.
 const MIX: Mix = Mix {
     expired: 300,
     live: 50,
