@@ -398,7 +398,8 @@ pub(crate) async fn resolve_shard(
                 shard: name.to_string(),
                 node: placement.node.clone(),
                 port: placement.port,
-                why: crate::domain::one_line(&e),
+                why: (crate::exit::classify(&e) != Exit::NotFound)
+                    .then(|| crate::domain::one_line(&e)),
             },
         )
     })

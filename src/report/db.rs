@@ -411,7 +411,8 @@ pub(crate) enum Refusal {
         shard: String,
         node: String,
         port: u16,
-        why: String,
+        /// What resolving it there said; None: no table of that name is there.
+        why: Option<String>,
     },
     /// An archived batch kept taking keys it had not locked.
     ArchivedBatchRaced,
