@@ -813,6 +813,12 @@ pub(crate) fn partition_not_dropped(name: &str) -> String {
     format!("failed to drop partition {name}")
 }
 
+/// The context of a partition's drop whose COMMIT met a lost connection: the server may have
+/// committed it before the connection went, so the partition may be gone.
+pub(crate) fn partition_drop_unknown(name: &str) -> String {
+    format!("the drop of partition {name} may or may not have committed")
+}
+
 /// --drop-partitions on a table not range-partitioned on its expiry (`how`: how it is partitioned,
 /// if at all).
 pub(crate) fn drop_partitions_layout(table: &Table, how: Option<&str>) -> String {

@@ -372,8 +372,8 @@ async fn evict_names_the_time_zone_check_it_lost_its_connection_at() {
 }
 
 /// On a partitioned table: the read of its partitioning, and, with --drop-partitions, the list of
-/// its partitions and the probe of the first one (in a run, inside the transaction that detached
-/// it: the detach is undone, every partition is still there).
+/// its partitions, the probe of the first one (in a run, inside the transaction that detached it:
+/// the detach is undone, every partition is still there) and the statements of its drop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evict_names_the_partition_step_it_lost_its_connection_at() {
     check_cases(
@@ -419,6 +419,26 @@ async fn evict_names_the_partition_step_it_lost_its_connection_at() {
         );
         assert_eq!(seen, 1);
         assert_eq!(partman::partition_names(&db).await, names);
+    }
+    // The drop's own transaction: lost before its COMMIT, the server rolls it back; lost at the
+    // COMMIT, the line cannot know whether the server committed it first (here it never came).
+    let drops: [(&[u8], &str); 3] = [
+        (b"BEGIN", "failed to drop partition"),
+        (b"DROP TABLE", "failed to drop partition"),
+        (b"COMMIT", "the drop of partition"),
+    ];
+    for (pattern, words) in drops {
+        let db = partitioned().await;
+        let names = partman::partition_names(&db).await;
+        let oldest = format!("public.{}", names[1]);
+        let (run, seen) = broken_at(&db, pattern, 1, &["evict", "--drop-partitions"]);
+        let tail = match pattern {
+            b"COMMIT" => " may or may not have committed",
+            _ => "",
+        };
+        run.assert_error(1, &format!("{LOST}: {words} {oldest}{tail}: {CLOSED}"));
+        assert_eq!(seen, 1, "{words}");
+        assert_eq!(partman::partition_names(&db).await, names, "{words}");
     }
 }
 
