@@ -1705,6 +1705,22 @@ const UNPROVOKED: &[(&str, &str)] = &[
         "check's measure of evict's walk leaves out a figure it cannot read, never failing on it; \
          a lost connection then fails check's next read",
     ),
+    (
+        "cannot build the connection pool: ",
+        "deadpool's builder fails only for timeouts set without a runtime (NoRuntimeSpecified), \
+         and the pool always names tokio's runtime with its timeouts",
+    ),
+    (
+        "the batch statement returned no row",
+        "a reclaim sweep batch's statement ends in an aggregate without GROUP BY (count and \
+         array_agg over the keys it took), which answers one row, also when it took none",
+    ),
+    (
+        "failed to encode the plan",
+        "a plan's fields all encode: numbers (serde_json writes a non-finite one as null), \
+         strings, JSON values, and instants through report::timestamp, which has a form for every \
+         year an instant can hold",
+    ),
 ];
 
 /// The fixed pieces of `text`'s literals outside its unit tests, at least `min` characters long.
