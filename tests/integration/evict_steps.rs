@@ -582,15 +582,19 @@ async fn evict_drop_partitions_tries_no_partition_once_the_run_must_stop() {
 
 /// A reference table on Citus: each batch is a transaction of its own on the coordinator, planned
 /// with its values and with its row waits passed on to the workers. The connection broken at each
-/// of its statements (BEGIN, the custom plan, the lock_timeout, COMMIT): the line names that step
-/// under the lost batch, and the table is unchanged (a commit the server never received is rolled
-/// back).
+/// of its statements (BEGIN, the custom plan, passing the SET LOCALs on, the lock_timeout,
+/// COMMIT): the line names that step under the lost batch, and the table is unchanged (a commit
+/// the server never received is rolled back).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_evict_names_the_step_of_a_reference_table_batch_it_lost_its_connection_at() {
     use crate::support::citus::{CitusDb, Layout};
     use crate::support::tripwire::Upstream;
-    let cases: [(&[u8], &str); 4] = [
+    let cases: [(&[u8], &str); 5] = [
         (b"BEGIN", "failed to start a batch's transaction"),
+        (
+            b"citus.propagate_set_commands",
+            "failed to pass the batch's settings on to the Citus workers",
+        ),
         (
             b"SET LOCAL plan_cache_mode = force_custom_plan",
             "failed to plan the batch with its values",
