@@ -1683,6 +1683,29 @@ const FAILURE_PIECE: usize = 12;
 /// showed, must still read as one line), but no test can make them appear.
 const UNPROVOKED: &[(&str, &str)] = &[
     (
+        "set up the session for the final count",
+        "evict's counts of what a run left are figures of its summary: a failed count leaves them \
+         unknown (null), the run ends as it would have (evict_steps::\
+         evict_whose_final_counts_break_reports_them_unknown)",
+    ),
+    (
+        "count the backlog left",
+        "evict's counts of what a run left are figures of its summary: a failed count leaves them \
+         unknown (null), the run ends as it would have (evict_steps::\
+         evict_whose_final_counts_break_reports_them_unknown)",
+    ),
+    (
+        "count the expired in_progress keys left",
+        "evict's counts of what a run left are figures of its summary: a failed count leaves them \
+         unknown (null), the run ends as it would have (evict_steps::\
+         evict_whose_final_counts_break_reports_them_unknown)",
+    ),
+    (
+        "read the walked index's size",
+        "check's measure of evict's walk leaves out a figure it cannot read, never failing on it; \
+         a lost connection then fails check's next read",
+    ),
+    (
         "cannot build the connection pool: ",
         "deadpool's builder fails only for timeouts set without a runtime (NoRuntimeSpecified), \
          and the pool always names tokio's runtime with its timeouts",

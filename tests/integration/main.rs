@@ -17,6 +17,7 @@ mod dead_network;
 mod direct_tls;
 mod docs;
 mod evict;
+mod evict_steps;
 mod explain;
 mod faults;
 mod fixtures;

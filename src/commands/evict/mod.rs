@@ -425,15 +425,22 @@ struct Ran {
 }
 
 /// A run that lost its connection says how much of its work is durable: the rows deleted up to
-/// its last durable point, those deleted since (a crash or failover may bring them back), and the
-/// batch in flight, whose commit may or may not have happened.
+/// its last durable point, those deleted since (a crash or failover may bring them back), and,
+/// when the connection was lost under a batch statement, the batch in flight, whose commit may or
+/// may not have happened. Lost elsewhere (setting a session up, between batches, in the drop
+/// phase), no batch was in flight.
 fn lost_context(e: anyhow::Error, report: &EvictReport) -> anyhow::Error {
     if e.downcast_ref::<crate::db::session::Lost>().is_none() {
         return e;
     }
+    let in_flight = matches!(
+        e.downcast_ref::<crate::report::failure::Step>(),
+        Some(crate::report::failure::Step::BatchLost)
+    );
     e.context(crate::output::evict::lost_connection(
         report.rows_evicted - report.rows_unconfirmed,
         report.rows_unconfirmed,
+        in_flight,
     ))
 }
 
