@@ -1722,6 +1722,22 @@ const UNPROVOKED: &[(&str, &str)] = &[
          year an instant can hold",
     ),
     (
+        "read a listed key",
+        "the preview reads every column as optional but the key and the age, and lists only rows \
+         that have a key and whose hold began before the cutoff, so both are there",
+    ),
+    (
+        "read the keys the batch took",
+        "a sweep batch answers the keys it took as a text array, and takes only rows that have a \
+         key; the tenants are read as optional",
+    ),
+    (
+        "failed to listen for SIGTERM",
+        "tokio makes its signal socket pair when the runtime starts (room for it is checked first, \
+         hostile.rs); a listener added later fails only for a signal that may not be caught",
+    ),
+    ("failed to listen for SIGINT", "as for SIGTERM"),
+    (
         "a statement that returns one row returned ",
         "the statements db::evict reads through one_row (a batch, the claim of a range, a page of \
          the walk, the counts, the ping) each end in an aggregate without GROUP BY or a SELECT of \
