@@ -220,7 +220,23 @@ pub(crate) fn check_writable(path: &Path) -> std::result::Result<(), String> {
         .suffix(".tmp")
         .tempfile_in(dir)
         .map(drop)
-        .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))
+        .map_err(|e| {
+            format!(
+                "cannot create a file in {}: {}",
+                dir.display(),
+                pathless(&e)
+            )
+        })
+}
+
+/// tempfile's error without the random name it tried (its words say where already): tempfile
+/// appends ` at path "..."` to the OS error's words and keeps no other way to the OS error.
+fn pathless(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.rfind(" at path \"") {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
 }
 
 /// Replace `path` atomically with `contents`: readers see the old file or the new one, never half.
@@ -230,6 +246,7 @@ pub(crate) fn write_atomic(path: &Path, contents: &str) -> Result<()> {
         .prefix(".idemctl-")
         .suffix(".tmp")
         .tempfile_in(dir)
+        .map_err(|e| anyhow::anyhow!(pathless(&e)))
         .with_context(|| format!("failed to create a temporary file in {}", dir.display()))?;
     // The file itself, not the wrapper, whose errors name its random path.
     let mut file = tmp.as_file();
