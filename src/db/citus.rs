@@ -369,20 +369,19 @@ pub(crate) async fn resolve_shard(
     placement: &Placement,
 ) -> Result<KeyTable> {
     let name = shard_name(table, placement.shard_id);
-    begin_catalog_reads(client)
-        .await
-        .with_context(|| Step::ReadShard {
-            shard_id: placement.shard_id,
-            node: placement.node.clone(),
-            port: placement.port,
-        })?;
+    let reading = || Step::ReadShard {
+        shard_id: placement.shard_id,
+        node: placement.node.clone(),
+        port: placement.port,
+    };
+    begin_catalog_reads(client).await.with_context(reading)?;
     // The shard has the table's columns: it plays the same profile.
     let choice = ProfileChoice {
         mapping: Some(table.profile.clone()),
         ..ProfileChoice::default()
     };
     let resolved = KeyTable::resolve(client, &name, &choice).await;
-    end_catalog_reads(client).await?;
+    end_catalog_reads(client).await.with_context(reading)?;
     resolved.map_err(|e| {
         refuse(
             Exit::NotFound,

@@ -1,0 +1,312 @@
+//! Each step idemctl takes on a Citus cluster made to fail for real, and its whole error line
+//! asserted with its exit code: a [`Tripwire`] breaks the connection at the step's statement, on
+//! the coordinator (idemctl is pointed at the proxy) or on a worker (the coordinator's
+//! `pg_dist_node` entry for the worker is pointed at the proxy, so idemctl reaches the worker
+//! through it). Several cases share one database: a case points the worker back at its port
+//! before the next one starts. Also check's findings on the shards, asserted whole.
+
+use crate::citus::{IN_PROGRESS_INDEX, MIX, loaded_with, snapshot};
+use crate::support::citus::{CitusDb, Layout};
+use crate::support::cmd::{Cmd, Run};
+use crate::support::tripwire::{Tripwire, Upstream};
+
+/// One run made to fail at one step: where the proxy sits, what breaks it, what the run says.
+struct Case<'a> {
+    /// What the case breaks, named when it fails.
+    name: &'a str,
+    args: Vec<String>,
+    /// The pattern and at which sending of it the connection breaks.
+    pattern: &'static [u8],
+    nth: usize,
+    /// The whole stderr line after `idemctl: `, `{port}` standing for the worker's address as
+    /// idemctl reaches it (the proxy's port) and `{shard}` for the worker's first shard.
+    line: &'a str,
+    code: i32,
+}
+
+fn case<'a>(
+    name: &'a str,
+    args: &[&str],
+    pattern: &'static [u8],
+    nth: usize,
+    code: i32,
+    line: &'a str,
+) -> Case<'a> {
+    Case {
+        name,
+        args: args.iter().map(|a| (*a).to_owned()).collect(),
+        pattern,
+        nth,
+        line,
+        code,
+    }
+}
+
+/// Whether the run ended with exactly `code`, nothing on stdout and the one line `idemctl: line`;
+/// otherwise what differs, naming the case.
+fn differs(name: &str, run: &Run, code: i32, line: &str) -> Option<String> {
+    let want = format!("idemctl: {line}\n");
+    (run.code != code || !run.stdout.is_empty() || run.stderr != want)
+        .then(|| format!("case {name}: expected exit {code} and stderr\n{want}got\n{run}"))
+}
+
+/// The key table distributed by api_key_id, loaded, with the in_progress index.
+async fn distributed(test: &str) -> Option<CitusDb> {
+    let db = loaded_with(Layout::ByTenant, MIX, test).await?;
+    db.exec(IN_PROGRESS_INDEX).await;
+    Some(db)
+}
+
+/// A tenant with stuck keys and a key of it.
+async fn a_stuck_tenant(db: &CitusDb) -> (String, String) {
+    let row = db
+        .client()
+        .await
+        .query_one(
+            "SELECT api_key_id, key FROM idempotency_keys WHERE state = 'in_progress' \
+               AND coalesce(locked_at, created_at) < now() - interval '30 minutes' \
+             ORDER BY api_key_id, key LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+/// Run `cases` against the coordinator through a tripwire each; every change is checked absent.
+async fn on_coordinator(db: &CitusDb, cases: Vec<Case<'_>>) {
+    let port = db.cluster().coordinator().port;
+    let before = snapshot(db).await;
+    let mut wrong = Vec::new();
+    for c in cases {
+        let wire = Tripwire::start(Upstream::Tcp(port), c.pattern, c.nth);
+        let url = db.url_with(&[("port", &wire.port().to_string()), ("sslmode", "disable")]);
+        let run = Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", url)
+            .args(&c.args)
+            .run();
+        if wire.seen() < c.nth {
+            wrong.push(format!(
+                "case {}: the pattern was sent {} times\n{run}",
+                c.name,
+                wire.seen()
+            ));
+        }
+        wrong.extend(differs(c.name, &run, c.code, c.line));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_eq!(snapshot(db).await, before);
+}
+
+/// A worker of `db` reached through a tripwire: the coordinator's metadata names the proxy's port
+/// for it until the value is dropped.
+struct Detour<'a> {
+    db: &'a CitusDb,
+    wire: Tripwire,
+    real: u16,
+}
+
+impl<'a> Detour<'a> {
+    async fn start(
+        db: &'a CitusDb,
+        worker: usize,
+        pattern: &'static [u8],
+        nth: usize,
+    ) -> Detour<'a> {
+        let real = db.cluster().workers()[worker].port;
+        let wire = Tripwire::start(Upstream::Tcp(real), pattern, nth);
+        move_node(db, real, wire.port()).await;
+        Detour { db, wire, real }
+    }
+
+    /// Point the metadata back at the worker's own port.
+    async fn end(self) {
+        move_node(self.db, self.wire.port(), self.real).await;
+    }
+
+    /// The first shard of the key table on the worker, by id (the first idemctl reads there).
+    async fn first_shard(&self) -> i64 {
+        self.db
+            .client()
+            .await
+            .query_one(
+                "SELECT min(shardid) FROM citus_shards \
+                  WHERE table_name = 'idempotency_keys'::regclass AND nodeport = $1",
+                &[&i32::from(self.wire.port())],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    }
+}
+
+async fn move_node(db: &CitusDb, from: u16, to: u16) {
+    db.exec(&format!(
+        "SELECT citus_update_node(nodeid, '127.0.0.1', {to}) FROM pg_dist_node WHERE nodeport = {from}"
+    ))
+    .await;
+}
+
+/// Run `cases` with the second worker reached through a tripwire each; every change is checked
+/// absent.
+async fn on_worker(db: &CitusDb, cases: Vec<Case<'_>>) {
+    let before = snapshot(db).await;
+    let mut wrong = Vec::new();
+    for c in cases {
+        let detour = Detour::start(db, 1, c.pattern, c.nth).await;
+        let shard = detour.first_shard().await;
+        let run = Cmd::new()
+            .env(
+                "IDEMCTL_DATABASE_URL",
+                db.url_with(&[("sslmode", "disable")]),
+            )
+            .args(&c.args)
+            .run();
+        let line = c
+            .line
+            .replace("{port}", &detour.wire.port().to_string())
+            .replace("{shard}", &shard.to_string());
+        if detour.wire.seen() < c.nth {
+            wrong.push(format!(
+                "case {}: the pattern was sent {} times\n{run}",
+                c.name,
+                detour.wire.seen()
+            ));
+        }
+        wrong.extend(differs(c.name, &run, c.code, &line));
+        detour.end().await;
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_eq!(snapshot(db).await, before);
+}
+
+/// The steps on the coordinator of a distributed table, each broken at its statement: checking for
+/// the extension, reading the distribution, listing the shards (stats), finding a tenant's shard
+/// (inspect --api-key-id), finding the plan's shards (reclaim --apply), reading Citus's own
+/// sessions (evict). Each run ends with its whole line and exit code, and nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_steps_on_the_coordinator_fail_naming_the_step() {
+    let Some(db) = distributed("citus coordinator steps").await else {
+        return;
+    };
+    let (tenant, key) = a_stuck_tenant(&db).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_arg = plan.to_str().unwrap();
+    db.idemctl()
+        .args(["reclaim", "--plan", plan_arg, "--older-than", "30m"])
+        .args(["--api-key-id", &tenant])
+        .run()
+        .assert_code(0);
+    on_coordinator(
+        &db,
+        vec![
+            case(
+                "the citus extension",
+                &["stats"],
+                b"pg_dist_partition') IS NOT NULL",
+                1,
+                1,
+                "failed to check for the citus extension: the connection was closed without a reason",
+            ),
+            case(
+                "the distribution",
+                &["stats"],
+                b"p.partmethod::text AS method",
+                1,
+                1,
+                "failed to read how Citus distributes the key table: the connection was closed without a reason",
+            ),
+            case(
+                "the shards",
+                &["stats"],
+                b"-- Citus: the key table's shards and the active primary node",
+                1,
+                1,
+                "failed to reach the key table's shards on the Citus workers: failed to list the key table's shards: the connection was closed without a reason",
+            ),
+            case(
+                "the tenant's shard",
+                &["inspect", &key, "--api-key-id", &tenant],
+                b"holds a distribution-column value",
+                1,
+                1,
+                "failed to find the shard that holds the tenant: the connection was closed without a reason",
+            ),
+            case(
+                "the plan's shards",
+                &["reclaim", "--yes", "--apply", plan_arg],
+                b"holds each of a list of",
+                1,
+                1,
+                "failed to find the shards that hold the plan's tenants: the connection was closed without a reason",
+            ),
+            case(
+                "Citus's own sessions on the coordinator",
+                &["evict"],
+                b"-- Citus: the global pids",
+                1,
+                1,
+                "failed to read Citus's own sessions on the coordinator: the connection was closed without a reason",
+            ),
+        ],
+    )
+    .await;
+}
+
+/// The steps on a worker of a distributed table, each broken at its statement there: the
+/// read-only transaction that resolves a shard (its start, the setting that shows the shards, its
+/// end), the role's grants on the shards and Citus's own sessions there (evict). Each run ends
+/// with its whole line and exit code, and nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_steps_on_a_worker_fail_naming_the_worker_and_the_step() {
+    let Some(db) = distributed("citus worker steps").await else {
+        return;
+    };
+    on_worker(
+        &db,
+        vec![
+            case(
+                "start the reads",
+                &["stats"],
+                b"BEGIN READ ONLY",
+                1,
+                1,
+                "failed to reach the key table's shards on the Citus workers: failed to read shard {shard} on node 127.0.0.1:{port}: failed to start a read-only transaction on the worker: the connection was closed without a reason",
+            ),
+            case(
+                "show the shards",
+                &["stats"],
+                b"-- Citus worker: make this transaction's catalog queries see the shards",
+                1,
+                1,
+                "failed to reach the key table's shards on the Citus workers: failed to read shard {shard} on node 127.0.0.1:{port}: failed to show the shards to the catalog reads on the worker: the connection was closed without a reason",
+            ),
+            case(
+                "end the reads",
+                &["stats"],
+                b"COMMIT\0",
+                1,
+                1,
+                "failed to reach the key table's shards on the Citus workers: failed to read shard {shard} on node 127.0.0.1:{port}: failed to end the read-only transaction on the worker: the connection was closed without a reason",
+            ),
+            case(
+                "the grants on the shards",
+                &["evict"],
+                b"-- Citus, on a worker: what the current role may do",
+                1,
+                1,
+                "worker 127.0.0.1:{port}: failed to read the role's privileges on the shards: the connection was closed without a reason",
+            ),
+            case(
+                "Citus's own sessions on the worker",
+                &["evict"],
+                b"-- Citus: the global pids",
+                1,
+                1,
+                "failed to read Citus's own sessions on worker 127.0.0.1:{port}: the connection was closed without a reason",
+            ),
+        ],
+    )
+    .await;
+}
