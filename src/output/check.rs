@@ -876,7 +876,7 @@ fn citus_finding(outcome: &Outcome) -> Worded {
         Outcome::Workers { workers } => {
             let names: Vec<String> = workers
                 .iter()
-                .map(|w| format!("{} ({} shards)", worker(&w.host, w.port), w.shards))
+                .map(|w| format!("{} ({})", worker(&w.host, w.port), shard_count(w.shards)))
                 .collect();
             worded(
                 "citus workers",
@@ -960,6 +960,22 @@ fn layout_finding(layout: &Layout, tenant_local: bool) -> Worded {
     }
 }
 
+/// `n` shards, in the singular for one.
+fn shard_count(n: usize) -> String {
+    match n {
+        1 => "1 shard".to_owned(),
+        _ => format!("{n} shards"),
+    }
+}
+
+/// Every one of `n` shards: a table of a distributed schema has one.
+fn all_shards(n: usize) -> String {
+    match n {
+        1 => "its one shard".to_owned(),
+        _ => format!("all {n} shards"),
+    }
+}
+
 /// Each shard that lacks something, `shard N on host:port` followed by what it lacks as `lacks`
 /// words it, joined by `; `.
 fn shards_lacking(shards: &[ShardLacks], lacks: impl Fn(&[String]) -> String) -> String {
@@ -997,7 +1013,11 @@ fn indexes_finding(
         return worded(
             "citus shard indexes",
             Status::Ok,
-            format!("all {shards} shards carry {carried}{stuck}"),
+            format!(
+                "{} {} {carried}{stuck}",
+                all_shards(shards),
+                if shards == 1 { "carries" } else { "carry" }
+            ),
             None,
         );
     }
@@ -1052,7 +1072,8 @@ fn privileges_finding(
             "citus shard privileges",
             Status::Ok,
             format!(
-                "{shown} has on all {shards} shards the grants it has on the coordinator's table"
+                "{shown} has on {} the grants it has on the coordinator's table",
+                all_shards(shards)
             ),
             None,
         );

@@ -310,3 +310,110 @@ async fn citus_steps_on_a_worker_fail_naming_the_worker_and_the_step() {
     )
     .await;
 }
+
+/// The steps only a reference table takes, on the coordinator: evict reads the distributed
+/// tables' foreign keys that reference it, and each batch (evict's, reclaim's) passes its
+/// settings on to the workers' connections of its transaction first. Each run ends with its whole
+/// line and exit code, and nothing changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_steps_of_a_reference_table_fail_naming_the_step() {
+    let Some(db) = loaded_with(Layout::Reference, MIX, "citus reference steps").await else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    on_coordinator(
+        &db,
+        vec![
+            case(
+                "the distributed references",
+                &["evict"],
+                b"-- evict on a Citus reference table: the foreign keys",
+                1,
+                1,
+                "failed to read the distributed tables' foreign keys that reference the table: the connection was closed without a reason",
+            ),
+            case(
+                "evict's settings for the workers",
+                &["evict"],
+                b"SET LOCAL citus.propagate_set_commands = 'local'",
+                1,
+                1,
+                "evict lost its connection: 0 keys deleted and confirmed durable; the batch in flight may or may not have committed: a batch lost its connection: failed to pass the batch's settings on to the Citus workers: the connection was closed without a reason",
+            ),
+            case(
+                "reclaim's settings for the workers",
+                &["reclaim", "--yes", "--older-than", "30m"],
+                b"SET LOCAL citus.propagate_set_commands = 'local'",
+                1,
+                1,
+                "reclaim lost its connection: 0 keys reclaimed by batches whose commit the server confirmed; the batch in flight (500 keys at most) may or may not have committed: run reclaim again, which takes what is still stuck: failed to pass the batch's settings on to the Citus workers: the connection was closed without a reason",
+            ),
+        ],
+    )
+    .await;
+}
+
+/// reclaim --apply on a table of a distributed schema (one shard, no distribution column) is
+/// refused before any change (exit 2): it cannot send a plan row to a shard by a column the table
+/// does not have; check notes the same of the layout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_reclaim_apply_refuses_a_single_shard_table() {
+    let Some(db) = loaded_with(Layout::Schema, MIX, "citus single shard apply").await else {
+        return;
+    };
+    db.exec(IN_PROGRESS_INDEX).await;
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let plan_arg = plan.to_str().unwrap();
+    db.idemctl()
+        .args(["reclaim", "--plan", plan_arg, "--older-than", "30m"])
+        .run()
+        .assert_code(0);
+    let before = snapshot(&db).await;
+    db.idemctl()
+        .args(["reclaim", "--yes", "--apply", plan_arg])
+        .run()
+        .assert_error(2, "reclaim --apply sends each plan row to the shard that holds its tenant by the table's distribution column, but keys.idempotency_keys is a single-shard table of a distributed schema, which has none; nothing was changed: run the sweep (reclaim without --apply), which works on its one shard");
+    assert_eq!(snapshot(&db).await, before);
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    run.assert_code(0);
+    let worker: String = db
+        .client()
+        .await
+        .query_one(
+            "SELECT nodename || ':' || nodeport FROM citus_shards \
+              WHERE table_name = 'keys.idempotency_keys'::regclass",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        citus_findings(&run.json()),
+        [
+            ("citus layout", "note", "a single-shard table of a distributed schema: evict, stats, inspect and the reclaim sweep work on its one shard on its worker; reclaim --apply is refused (it sends each plan row to its tenant's shard by a distribution column, which this table does not have)".to_owned(), None),
+            ("citus workers", "ok", format!("reached every worker holding shards with this connection's settings: {worker} (1 shard)"), None),
+            ("citus shard indexes", "ok", "its one shard carries the expiry and identity indexes and the in_progress index".to_owned(), None),
+            ("citus shard privileges", "ok", "postgres has on its one shard the grants it has on the coordinator's table".to_owned(), None),
+        ],
+        "{run}"
+    );
+}
+
+/// check's findings on the shards (`citus ...`), in order: name, status, detail and fix.
+fn citus_findings(j: &serde_json::Value) -> Vec<(&str, &str, String, Option<String>)> {
+    j["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["check"].as_str().unwrap().starts_with("citus "))
+        .map(|f| {
+            (
+                f["check"].as_str().unwrap(),
+                f["status"].as_str().unwrap(),
+                f["detail"].as_str().unwrap().to_owned(),
+                f["fix"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
