@@ -273,8 +273,10 @@ pub(crate) async fn shard_referencing_keys(
             }
         }
     }
-    end_catalog_reads(client).await?;
-    read.map(|()| keys)
+    // A read that failed on a lost connection is what the line names, not the end that follows.
+    let ended = end_catalog_reads(client).await;
+    read?;
+    ended.map(|()| keys)
 }
 
 /// The foreign keys with ON DELETE NO ACTION / RESTRICT that reference the reference table `table`
@@ -381,7 +383,10 @@ pub(crate) async fn resolve_shard(
         ..ProfileChoice::default()
     };
     let resolved = KeyTable::resolve(client, &name, &choice).await;
-    end_catalog_reads(client).await.with_context(reading)?;
+    // A read that failed on a lost connection is what the line names, not the end that follows.
+    if let Err(ended) = end_catalog_reads(client).await {
+        return Err(resolved.err().unwrap_or(ended).context(reading()));
+    }
     resolved.map_err(|e| {
         refuse(
             Exit::NotFound,

@@ -283,6 +283,14 @@ async fn citus_steps_on_a_worker_fail_naming_the_worker_and_the_step() {
                 "failed to reach the key table's shards on the Citus workers: failed to read shard {shard} on node 127.0.0.1:{port}: failed to show the shards to the catalog reads on the worker: the connection was closed without a reason",
             ),
             case(
+                "read a shard's columns",
+                &["stats"],
+                b"-- Columns of the key table and their types",
+                1,
+                1,
+                "failed to reach the key table's shards on the Citus workers: failed to read shard {shard} on node 127.0.0.1:{port}: failed to read the key table's columns: the connection was closed without a reason",
+            ),
+            case(
                 "end the reads",
                 &["stats"],
                 b"COMMIT\0",
@@ -416,4 +424,149 @@ fn citus_findings(j: &serde_json::Value) -> Vec<(&str, &str, String, Option<Stri
             )
         })
         .collect()
+}
+
+/// The workers of `db` as check names them, each with its number of shards, in its order.
+async fn workers_named(db: &CitusDb) -> String {
+    let rows = db
+        .client()
+        .await
+        .query(
+            "SELECT nodename || ':' || nodeport || ' (' || count(*) || ' shards)' FROM citus_shards \
+              WHERE table_name = 'idempotency_keys'::regclass \
+              GROUP BY nodename, nodeport ORDER BY nodename, nodeport",
+            &[],
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    names.join(", ")
+}
+
+/// check on a distributed table when something on the shards fails: every finding on the shards
+/// is asserted whole. First all is well; then a worker's connection breaks while its first shard
+/// is resolved (the workers cannot be worked on), or while the role's grants on a shard are read
+/// (they cannot be read); both fail the check (exit 4) and change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_check_names_what_it_cannot_do_on_the_shards() {
+    let Some(db) = distributed("citus check on the shards").await else {
+        return;
+    };
+    let layout = (
+        "citus layout",
+        "ok",
+        "distributed by api_key_id over 32 shards; the distribution column is in the primary key, so a tenant's keys live on one shard".to_owned(),
+        None,
+    );
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    run.assert_code(0);
+    assert_eq!(
+        citus_findings(&run.json()),
+        [
+            layout.clone(),
+            (
+                "citus workers",
+                "ok",
+                format!(
+                    "reached every worker holding shards with this connection's settings: {}",
+                    workers_named(&db).await
+                ),
+                None
+            ),
+            (
+                "citus shard indexes",
+                "ok",
+                "all 32 shards carry the expiry and identity indexes and the in_progress index"
+                    .to_owned(),
+                None
+            ),
+            (
+                "citus shard privileges",
+                "ok",
+                "postgres has on all 32 shards the grants it has on the coordinator's table"
+                    .to_owned(),
+                None
+            ),
+        ],
+        "{run}"
+    );
+    let before = snapshot(&db).await;
+
+    let detour = Detour::start(&db, 1, b"BEGIN READ ONLY", 1).await;
+    let shard = detour.first_shard().await;
+    let port = detour.wire.port();
+    let run = Cmd::new()
+        .env(
+            "IDEMCTL_DATABASE_URL",
+            db.url_with(&[("sslmode", "disable")]),
+        )
+        .args(["check", "-o", "json"])
+        .run();
+    detour.end().await;
+    run.assert_code(4);
+    assert_eq!(
+        citus_findings(&run.json()),
+        [
+            layout.clone(),
+            (
+                "citus workers",
+                "fail",
+                format!(
+                    "cannot work on the shards: failed to reach the key table's shards on the Citus workers: failed to read shard {shard} on node 127.0.0.1:{port}: failed to start a read-only transaction on the worker: the connection was closed without a reason"
+                ),
+                Some("evict, reclaim, inspect and stats connect to each worker with this connection's role, password source (password, ~/.pgpass, service file) and TLS settings, at the host and port the coordinator's pg_dist_node names: let that role connect to every worker (pg_hba.conf, a ~/.pgpass line per worker host)".to_owned())
+            ),
+        ],
+        "{run}"
+    );
+
+    let detour = Detour::start(
+        &db,
+        1,
+        b"-- What the current role may do on the key table",
+        1,
+    )
+    .await;
+    let (shard, port) = (detour.first_shard().await, detour.wire.port());
+    let run = Cmd::new()
+        .env(
+            "IDEMCTL_DATABASE_URL",
+            db.url_with(&[("sslmode", "disable")]),
+        )
+        .args(["check", "-o", "json"])
+        .run();
+    let named = workers_named(&db).await;
+    detour.end().await;
+    run.assert_code(4);
+    assert_eq!(
+        citus_findings(&run.json()),
+        [
+            layout.clone(),
+            (
+                "citus workers",
+                "ok",
+                format!(
+                    "reached every worker holding shards with this connection's settings: {named}"
+                ),
+                None
+            ),
+            (
+                "citus shard indexes",
+                "ok",
+                "all 32 shards carry the expiry and identity indexes and the in_progress index"
+                    .to_owned(),
+                None
+            ),
+            (
+                "citus shard privileges",
+                "fail",
+                format!(
+                    "cannot read the role's privileges on the shards: shard {shard} on worker 127.0.0.1:{port}: failed to read the role's privileges: the connection was closed without a reason"
+                ),
+                None
+            ),
+        ],
+        "{run}"
+    );
+    assert_eq!(snapshot(&db).await, before);
 }
