@@ -1043,17 +1043,23 @@ fn missing_grants<'a>(short: &'a [ShardLacks], wanted: &[String]) -> Vec<&'a str
 
 /// On the coordinator, the statements that recreate each lost index on every shard, and for a
 /// lost identity index (which backs the primary key or a unique constraint, so no index statement
-/// restores it) what restores a constraint.
+/// restores it) what restores a constraint: alone, when no index statement is needed.
 fn index_fix(table: &str, fixes: &[String], identity: Option<&(String, String)>) -> String {
     let mut fix: Vec<String> = fixes.iter().map(|f| sanitize(f)).collect();
-    fix.push("-- on the coordinator: Citus passes each statement to every shard".to_owned());
+    if !fix.is_empty() {
+        fix.push("-- on the coordinator: Citus passes each statement to every shard".to_owned());
+    }
     if let Some((index, columns)) = identity {
-        fix.push(format!(
-            "; the identity index {} backs the primary key or a unique constraint on {}, which no index statement restores: drop that constraint and add it again on the same columns (ALTER TABLE {table} DROP CONSTRAINT ..., then ADD PRIMARY KEY or UNIQUE {}), which Citus applies to every shard and which locks the table while the index builds",
+        let restore = format!(
+            "the identity index {} backs the primary key or a unique constraint on {}, which no index statement restores: drop that constraint and add it again on the same columns, on the coordinator (ALTER TABLE {table} DROP CONSTRAINT ..., then ADD PRIMARY KEY or UNIQUE {}), which Citus applies to every shard and which locks the table while the index builds",
             sanitize(index),
             sanitize(columns),
             sanitize(columns)
-        ));
+        );
+        fix.push(match fix.is_empty() {
+            true => restore,
+            false => format!("; {restore}"),
+        });
     }
     fix.join(" ").replace(" ; ", "; ")
 }

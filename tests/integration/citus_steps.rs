@@ -570,3 +570,135 @@ async fn citus_check_names_what_it_cannot_do_on_the_shards() {
     );
     assert_eq!(snapshot(&db).await, before);
 }
+
+/// check on a distributed table whose shards lost what the coordinator's table has: a grant
+/// revoked on one shard (the role's check fails, naming the shard and the grant, with the GRANT to
+/// run on the coordinator), then the primary key dropped on one shard (the identity index is gone
+/// there, and only adding the constraint again on the coordinator restores it). Each finding on
+/// the shards is asserted whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_check_names_the_grant_and_the_constraint_a_shard_lost() {
+    let Some(db) = distributed("citus check on what a shard lost").await else {
+        return;
+    };
+    let role = format!("steps_{}", &db.name[db.name.len() - 8..]);
+    db.exec_alone(&format!(
+        "CREATE ROLE {role} LOGIN; GRANT SELECT, DELETE, UPDATE ON idempotency_keys TO {role}"
+    ))
+    .await;
+    let check_as = |user: &str| {
+        Cmd::new()
+            .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", user)]))
+            .args(["check", "-o", "json"])
+            .run()
+    };
+    let named = workers_named(&db).await;
+    let workers = (
+        "citus workers",
+        "ok",
+        format!("reached every worker holding shards with this connection's settings: {named}"),
+        None,
+    );
+    let layout = (
+        "citus layout",
+        "ok",
+        "distributed by api_key_id over 32 shards; the distribution column is in the primary key, so a tenant's keys live on one shard".to_owned(),
+        None,
+    );
+    let indexes_ok = (
+        "citus shard indexes",
+        "ok",
+        "all 32 shards carry the expiry and identity indexes and the in_progress index".to_owned(),
+        None,
+    );
+    let run = check_as(&role);
+    assert_eq!(
+        citus_findings(&run.json()),
+        [
+            layout.clone(),
+            workers.clone(),
+            indexes_ok.clone(),
+            (
+                "citus shard privileges",
+                "ok",
+                format!("{role} has on all 32 shards the grants it has on the coordinator's table"),
+                None
+            ),
+        ],
+        "{run}"
+    );
+
+    // The first shard on the first worker loses DELETE there, then its primary key.
+    let worker = db.node_client(1).await;
+    worker
+        .batch_execute(
+            "SET citus.override_table_visibility = off; SET citus.enable_manual_changes_to_shards = on",
+        )
+        .await
+        .unwrap();
+    let shard: i64 = worker
+        .query_one(
+            "SELECT min(substring(relname from '[0-9]+$')::bigint) FROM pg_class \
+              WHERE relkind = 'r' AND relname ~ '^idempotency_keys_[0-9]+$'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let on = format!("127.0.0.1:{}", db.cluster().workers()[0].port);
+    worker
+        .batch_execute(&format!(
+            "REVOKE DELETE ON idempotency_keys_{shard} FROM {role}"
+        ))
+        .await
+        .unwrap();
+    let run = check_as(&role);
+    assert_eq!(
+        citus_findings(&run.json()),
+        [
+            layout.clone(),
+            workers.clone(),
+            indexes_ok.clone(),
+            (
+                "citus shard privileges",
+                "fail",
+                format!(
+                    "{role} lacks on 1 of 32 shards grants it has on the coordinator's table, so the commands that work on the shards fail there: shard {shard} on {on}: DELETE"
+                ),
+                Some(format!(
+                    "GRANT DELETE ON \"public\".\"idempotency_keys\" TO \"{role}\"; -- on the coordinator: Citus passes grants on a distributed table to every shard"
+                )),
+            ),
+        ],
+        "{run}"
+    );
+
+    worker
+        .batch_execute(&format!(
+            "ALTER TABLE idempotency_keys_{shard} DROP CONSTRAINT idempotency_keys_pkey_{shard}"
+        ))
+        .await
+        .unwrap();
+    let run = check_as("postgres");
+    assert_eq!(
+        citus_findings(&run.json()),
+        [
+            layout.clone(),
+            workers.clone(),
+            (
+                "citus shard indexes",
+                "fail",
+                format!("shard {shard} on {on} lacks the identity index"),
+                Some("the identity index idempotency_keys_pkey backs the primary key or a unique constraint on (api_key_id, key), which no index statement restores: drop that constraint and add it again on the same columns, on the coordinator (ALTER TABLE \"public\".\"idempotency_keys\" DROP CONSTRAINT ..., then ADD PRIMARY KEY or UNIQUE (api_key_id, key)), which Citus applies to every shard and which locks the table while the index builds".to_owned()),
+            ),
+            (
+                "citus shard privileges",
+                "ok",
+                "postgres has on all 32 shards the grants it has on the coordinator's table"
+                    .to_owned(),
+                None
+            ),
+        ],
+        "{run}"
+    );
+}
