@@ -22,7 +22,7 @@ use crate::report::check::{
     self as r, DropPartitions, Found, Identity, IndexRef, Referencing, Structure as S, Threshold,
 };
 pub(crate) use crate::report::check::{Finding, Status};
-use crate::report::citus::{Outcome, ShardLacks, Worker};
+use crate::report::citus::{Outcome, ShardLacks, Worker, WorkerLacks};
 use crate::report::db::ColumnProblem;
 use crate::report::rows::{Layout, ReferencingKey};
 
@@ -473,12 +473,18 @@ fn privileges(table: &KeyTable, p: &Privileges, writability: Writability) -> Vec
         }),
     ));
     let evict = missing(Job::Evict);
+    let durable_point = (!p.confirm).then(|| p.confirm_function_name());
+    let status = match durable_point {
+        None => granted(&evict),
+        Some(_) => Status::Note,
+    };
     out.push(Finding::new(
-        granted(&evict),
+        status,
         Found::Privileges(r::Privileges::Evict {
             role: role.clone(),
             grantee: grantee.clone(),
             missing: evict,
+            durable_point,
             refused,
             table: table.quoted.clone(),
         }),
@@ -754,6 +760,7 @@ async fn shard_privileges(
         .map(|(g, _)| g)
         .collect();
     let mut short = Vec::new();
+    let mut no_durable_point = Vec::new();
     let mut shards = 0;
     for node in &cluster.nodes {
         let session = node.session().await?;
@@ -774,6 +781,17 @@ async fn shard_privileges(
                     &crate::output::names::worker(&node.host, node.port),
                 )
             })?;
+            if !p.confirm
+                && !no_durable_point
+                    .iter()
+                    .any(|w: &WorkerLacks| w.host == node.host && w.port == node.port)
+            {
+                no_durable_point.push(WorkerLacks {
+                    host: node.host.clone(),
+                    port: node.port,
+                    function: p.confirm_function_name(),
+                });
+            }
             let mut lacks: Vec<String> = Vec::new();
             for job in jobs {
                 for (grant, has) in shard.table.privilege_needs(&p, job) {
@@ -798,6 +816,7 @@ async fn shard_privileges(
         shards,
         wanted,
         short,
+        no_durable_point,
         table: table.quoted.clone(),
     })
 }

@@ -340,24 +340,65 @@ impl Watched {
 /// Drive a connection to its end and keep why it ended (a server's FATAL error that came when no
 /// statement was waiting, such as `pg_terminate_backend`'s, reaches no statement otherwise: the
 /// driver then says only "connection closed"). The reason is recorded before the connection is
-/// dropped, so a statement that learns of the end finds it.
-fn watch_end<F>(connection: F, ended: Arc<Ended>) -> JoinHandle<()>
+/// dropped, so a statement that learns of the end finds it. The server's warnings are kept too:
+/// each is read, and recorded, before the answer of the statement it came with reaches the session.
+fn watch_end<S, T>(
+    mut connection: tokio_postgres::Connection<S, T>,
+    ended: Arc<Ended>,
+) -> JoinHandle<()>
 where
-    F: Future<Output = Result<(), tokio_postgres::Error>> + Send + 'static,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut connection = std::pin::pin!(connection);
-        if let Err(e) = connection.as_mut().await {
-            ended.record(&e);
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(tokio_postgres::AsyncMessage::Notice(notice))) => ended.notice(&notice),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    ended.record(&e);
+                    return;
+                }
+                None => return,
+            }
         }
     })
 }
 
-/// Why a connection ended, when the server or the socket said.
+/// Why a connection ended, when the server or the socket said; and the warnings the server sent
+/// on it.
 #[derive(Debug, Default)]
-pub struct Ended(Mutex<Option<EndReason>>);
+pub struct Ended(Mutex<Option<EndReason>>, Mutex<Vec<(String, String)>>);
 
 impl Ended {
+    /// Keep a notice of WARNING severity (the others are informational).
+    fn notice(&self, notice: &tokio_postgres::error::DbError) {
+        let warning = match notice.parsed_severity() {
+            Some(s) => s == tokio_postgres::error::Severity::Warning,
+            None => notice.severity() == "WARNING",
+        };
+        if warning {
+            self.1
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push((notice.message().to_owned(), notice.code().code().to_owned()));
+        }
+    }
+
+    /// How many warnings the server has sent on this connection.
+    pub(crate) fn warnings(&self) -> usize {
+        self.1.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// The first warning after the first `seen`, if any came: its message and SQLSTATE.
+    pub(crate) fn warning_after(&self, seen: usize) -> Option<(String, String)> {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(seen)
+            .cloned()
+    }
+
     fn record(&self, e: &tokio_postgres::Error) {
         let reason = match e.as_db_error() {
             Some(db) => EndReason::Server {

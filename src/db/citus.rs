@@ -229,6 +229,10 @@ pub(crate) struct ShardGrants {
     pub select: bool,
     pub delete: bool,
     pub lock_rows: bool,
+    /// May call the function evict's durable points call on this worker.
+    pub confirm: bool,
+    /// That function as a GRANT names it.
+    pub confirm_function: Option<String>,
 }
 
 /// The role's grants on the shards `oids` of one worker, in one catalog lookup on that worker.
@@ -247,6 +251,8 @@ pub(crate) async fn shard_grants(client: &Session, oids: &Vec<i64>) -> Result<Ve
                 select: r.try_get("can_select")?,
                 delete: r.try_get("can_delete")?,
                 lock_rows: r.try_get("can_lock_rows")?,
+                confirm: r.try_get("can_confirm")?,
+                confirm_function: r.try_get("confirm_function")?,
             })
         })
         .collect()

@@ -139,6 +139,19 @@ impl Session {
         Arc::strong_count(&self.0) == 1
     }
 
+    /// How many warnings the server has sent on this session's connection (see
+    /// [`Session::warning_after`]).
+    pub fn warnings(&self) -> usize {
+        self.0.line.ended.warnings()
+    }
+
+    /// The first warning the server sent after the first `seen` ([`Session::warnings`] before a
+    /// statement), as its message and SQLSTATE: a warning comes before the answer of the
+    /// statement it belongs to, so it is here once that answer is.
+    pub fn warning_after(&self, seen: usize) -> Option<(String, String)> {
+        self.0.line.ended.warning_after(seen)
+    }
+
     /// Whether the connection was given up or has ended.
     pub fn lost(&self) -> bool {
         self.0.given_up.load(Ordering::SeqCst) || self.0.client.is_closed()

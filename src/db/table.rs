@@ -151,6 +151,10 @@ pub(crate) fn autovacuum_scale_fix(relation: &str, scale: f64, threshold: f64) -
     )
 }
 
+/// The function evict's durable points call, as a GRANT names it where the catalog does not say
+/// (its arguments as of PostgreSQL 15).
+pub(crate) const CONFIRM_FUNCTION: &str = "pg_catalog.pg_logical_emit_message(boolean, text, text)";
+
 /// What the current role may do with the table.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Privileges {
@@ -1057,6 +1061,13 @@ async fn read_indexes(client: &Session, oid: i64) -> Result<Vec<Index>> {
 }
 
 impl Privileges {
+    /// The function evict's durable points call, as a GRANT names it.
+    pub fn confirm_function_name(&self) -> String {
+        self.confirm_function
+            .clone()
+            .unwrap_or_else(|| CONFIRM_FUNCTION.into())
+    }
+
     /// Fail before any change when the role may not write the WAL record that confirms deletes
     /// durable (evict's durable points, and the flush before --vacuum).
     pub fn require_durable_points(&self, command: &str) -> Result<()> {
@@ -1067,9 +1078,7 @@ impl Privileges {
             Exit::PermissionDenied,
             Refusal::DurablePoint {
                 role: self.role.clone(),
-                function: self.confirm_function.clone().unwrap_or_else(|| {
-                    "pg_catalog.pg_logical_emit_message(boolean, text, text)".into()
-                }),
+                function: self.confirm_function_name(),
                 command: command.to_owned(),
             },
         ))

@@ -5,7 +5,7 @@
 use anyhow::{Context as _, Result};
 
 use crate::db::{KeyTable, Session, p};
-use crate::report::db::Step;
+use crate::report::db::{Step, WarnedAtDurablePoint};
 
 /// The relations and the role's right to vacuum each.
 pub(crate) const PRIVILEGES_SQL: &str = include_str!("../../sql/vacuum_privileges.sql");
@@ -61,13 +61,21 @@ pub(crate) async fn prepare(session: &Session, lock_timeout: std::time::Duration
 /// Make every asynchronous commit written before now durable (one small transaction that writes a
 /// WAL record, committed synchronously, flushes the WAL written before it; with synchronous
 /// standbys, it waits for them).
+///
+/// A WARNING in its answer fails it ([`WarnedAtDurablePoint`]): a wait for synchronous standbys
+/// that was cancelled commits all the same, with a warning, and confirms nothing beyond this server.
 pub(crate) async fn flush_commits(session: &Session) -> anyhow::Result<()> {
+    let seen = session.warnings();
     session
         .script_within(
             session.deadline(),
             include_str!("../../sql/vacuum_flush_commits.sql"),
         )
-        .await
+        .await?;
+    match session.warning_after(seen) {
+        None => Ok(()),
+        Some((message, code)) => Err(anyhow::Error::new(WarnedAtDurablePoint { message, code })),
+    }
 }
 
 /// How long idemctl waits for one VACUUM, which runs without statement_timeout: the one round

@@ -11,7 +11,7 @@ use crate::report::check::{
     Autovacuum, DropPartitions, Finding, Found, Identity, Lag, Privileges, ReclaimGrants,
     Referencing, Status, Structure, Stuck, Threshold, TtlCheck, WalkCost,
 };
-use crate::report::citus::{Outcome, ShardLacks};
+use crate::report::citus::{Outcome, ShardLacks, WorkerLacks};
 use crate::report::db::Accepted;
 use crate::report::rows::Layout;
 use crate::report::stats::ReferencedExpired;
@@ -638,32 +638,31 @@ fn privileges(status: Status, p: &Privileges) -> Worded {
             role,
             grantee,
             missing,
+            durable_point,
             refused,
             table,
         } => {
-            let (detail, fix) = match missing.is_empty() {
-                true => (
-                    granted_but(
-                        format!("{role} may SELECT, DELETE and lock rows"),
-                        "evict",
-                        refused.and_then(crate::output::db::write_problem),
-                    ),
-                    None,
+            let mut fixes: Vec<String> = missing.iter().map(|m| grant(m, table, grantee)).collect();
+            let cannot_confirm = durable_point.as_ref().map(|f| {
+                fixes.push(format!("GRANT EXECUTE ON FUNCTION {f} TO {grantee};"));
+                format!(
+                    "may not execute {f}, which evict calls once a second to make its deletes durable"
+                )
+            });
+            let detail = match (missing.is_empty(), cannot_confirm) {
+                (true, None) => granted_but(
+                    format!("{role} may SELECT, DELETE and lock rows"),
+                    "evict",
+                    refused.and_then(crate::output::db::write_problem),
                 ),
-                false => (
-                    format!(
-                        "{role} lacks {} (needed only to run evict; row locks need UPDATE on a column)",
-                        missing.join(", ")
-                    ),
-                    Some(
-                        missing
-                            .iter()
-                            .map(|m| grant(m, table, grantee))
-                            .collect::<Vec<_>>()
-                            .join(" "),
-                    ),
+                (true, Some(c)) => format!("{role} may SELECT, DELETE and lock rows, but {c}"),
+                (false, c) => format!(
+                    "{role} lacks {} (needed only to run evict; row locks need UPDATE on a column){}",
+                    missing.join(", "),
+                    c.map(|c| format!(", and {c}")).unwrap_or_default()
                 ),
             };
+            let fix = (!fixes.is_empty()).then(|| fixes.join(" "));
             worded("privileges: evict", status, detail, fix)
         }
         Privileges::DropPartitions { role, owner } => {
@@ -916,8 +915,9 @@ fn citus_finding(outcome: &Outcome) -> Worded {
             shards,
             wanted,
             short,
+            no_durable_point,
             table,
-        } => privileges_finding(role, grantee, *shards, wanted, short, table),
+        } => privileges_finding(role, grantee, *shards, (wanted, short), no_durable_point, table),
     }
 }
 
@@ -1068,12 +1068,12 @@ fn privileges_finding(
     role: &str,
     grantee: &str,
     shards: usize,
-    wanted: &[String],
-    short: &[ShardLacks],
+    (wanted, short): (&[String], &[ShardLacks]),
+    no_durable_point: &[WorkerLacks],
     table: &str,
 ) -> Worded {
     let shown = sanitize(role);
-    if short.is_empty() {
+    if short.is_empty() && no_durable_point.is_empty() {
         return worded(
             "citus shard privileges",
             Status::Ok,
@@ -1084,18 +1084,36 @@ fn privileges_finding(
             None,
         );
     }
-    worded(
-        "citus shard privileges",
-        Status::Fail,
-        format!(
+    let mut details = Vec::new();
+    let mut fixes = Vec::new();
+    if !short.is_empty() {
+        details.push(format!(
             "{shown} lacks on {} of {shards} shards grants it has on the coordinator's table, so the commands that work on the shards fail there: {}",
             short.len(),
             shards_lacking(short, |l| format!(": {}", l.join(", ")))
-        ),
-        Some(format!(
+        ));
+        fixes.push(format!(
             "GRANT {} ON {table} TO {}; -- on the coordinator: Citus passes grants on a distributed table to every shard",
             missing_grants(short, wanted).join(", "),
             sanitize(grantee)
-        )),
+        ));
+    }
+    for w in no_durable_point {
+        let at = worker(&w.host, w.port);
+        details.push(format!(
+            "{shown} may not execute {} on worker {at}, which evict calls there once a second to make its deletes durable",
+            sanitize(&w.function)
+        ));
+        fixes.push(format!(
+            "GRANT EXECUTE ON FUNCTION {} TO {}; -- on worker {at}: function grants stay in the database where they are made",
+            sanitize(&w.function),
+            sanitize(grantee)
+        ));
+    }
+    worded(
+        "citus shard privileges",
+        Status::Fail,
+        details.join("; "),
+        Some(fixes.join(" ")),
     )
 }

@@ -10,7 +10,7 @@ use crate::ident::{literal, quote_ident};
 use crate::report::db::{
     Accepted, BatchFailure, ColumnProblem, Fault, FoundType, HeldReferenceRow, Lost, MatchReason,
     Missing, ParseError, ProfileMiss, Refusal, Rerun, ScopeValueProblem, Seen, Step, TimeProblem,
-    Writability,
+    WarnedAtDurablePoint, Writability,
 };
 use crate::report::failure::EndReason;
 
@@ -280,6 +280,19 @@ fn lost(lost: &Lost) -> String {
 impl fmt::Display for Lost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&lost(self))
+    }
+}
+
+/// A durable point the server answered with a warning (a cancelled wait for synchronous standbys).
+pub(crate) fn warned_at_durable_point(message: &str, code: &str) -> String {
+    format!(
+        "the server warned \"{message}\" (SQLSTATE {code}): the deletes are committed on this server but not known to have reached a synchronous standby, so they are counted as unconfirmed"
+    )
+}
+
+impl fmt::Display for WarnedAtDurablePoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&warned_at_durable_point(&self.message, &self.code))
     }
 }
 

@@ -768,6 +768,15 @@ pub(crate) fn shard_grants_missing(
     )
 }
 
+/// A Citus worker where the role may not call `function`, which evict's durable points call there.
+pub(crate) fn worker_durable_point_refused(role: &str, function: &str, worker: &str) -> String {
+    format!(
+        "permission denied: role {} may not execute {function} on worker {worker}, which evict calls there once a second to make its deletes durable; nothing was changed: grant it on that worker (function grants stay in the database where they are made): GRANT EXECUTE ON FUNCTION {function} TO {};",
+        sanitize(role),
+        sanitize(&quote_ident(role))
+    )
+}
+
 /// --vacuum for a role that may not vacuum `relations` (the first one owned by `owner`).
 pub(crate) fn vacuum_denied(relations: &[&str], owner: &str) -> String {
     let relations: Vec<String> = relations.iter().map(|r| sanitize(r)).collect();

@@ -236,6 +236,8 @@ pub(crate) enum Privileges {
         role: String,
         grantee: String,
         missing: Vec<String>,
+        /// The function evict's durable points call, when the role may not execute it.
+        durable_point: Option<String>,
         refused: Option<Writability>,
         table: String,
     },

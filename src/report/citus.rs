@@ -39,6 +39,8 @@ pub(crate) enum Outcome {
         shards: usize,
         wanted: Vec<String>,
         short: Vec<ShardLacks>,
+        /// The workers where the role may not call the function evict's durable points call.
+        no_durable_point: Vec<WorkerLacks>,
         table: String,
     },
 }
@@ -59,7 +61,11 @@ impl Outcome {
             Outcome::Layout { .. } | Outcome::Workers { .. } => Status::Ok,
             Outcome::Unreachable { .. } | Outcome::PrivilegesUnread { .. } => Status::Fail,
             Outcome::Indexes { missing, .. } if missing.is_empty() => Status::Ok,
-            Outcome::Privileges { short, .. } if short.is_empty() => Status::Ok,
+            Outcome::Privileges {
+                short,
+                no_durable_point,
+                ..
+            } if short.is_empty() && no_durable_point.is_empty() => Status::Ok,
             Outcome::Indexes { .. } | Outcome::Privileges { .. } => Status::Fail,
         }
     }
@@ -72,6 +78,14 @@ pub(crate) struct ShardLacks {
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) lacks: Vec<String>,
+}
+
+/// A worker where the role may not call `function` (granted per database, on each worker).
+#[derive(Debug)]
+pub(crate) struct WorkerLacks {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) function: String,
 }
 
 /// A worker holding shards of the table.

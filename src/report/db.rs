@@ -276,6 +276,17 @@ pub(crate) enum Lost {
 
 impl std::error::Error for Lost {}
 
+/// The server warned at a durable point: a wait for synchronous standbys cancelled (by
+/// `pg_cancel_backend`, or a pooler's query timeout) commits with a WARNING, so the deletes before
+/// it are committed here but not known to have reached a standby. Its message and SQLSTATE.
+#[derive(Debug)]
+pub(crate) struct WarnedAtDurablePoint {
+    pub(crate) message: String,
+    pub(crate) code: String,
+}
+
+impl std::error::Error for WarnedAtDurablePoint {}
+
 /// A batch that found the rows changed under it between its statements (an archived batch took a
 /// key whose record it had not read) and was rolled back to run again.
 #[derive(Debug)]

@@ -2078,6 +2078,53 @@ async fn citus_evict_checks_the_grants_on_every_shard_before_any_change() {
     assert_eq!(snapshot(&db).await, before);
 }
 
+/// evict as a role that may not call, on one worker, the function its durable points call there
+/// (function grants are per database, and the worker's was taken from PUBLIC): refused before any
+/// change with the permission-denied exit code (6), naming the worker and the GRANT to run there.
+/// Before, the run deleted on that worker, then failed at its first durable point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_evict_checks_each_workers_durable_point_grant_before_any_change() {
+    let Some(db) = loaded(Layout::ByTenant, "citus evict worker durable grant").await else {
+        return;
+    };
+    let role = maintenance_role(&db, "nowal").await;
+    let (worker, shard) = shard_on_worker(&db, "").await;
+    let id = shard.trim_start_matches("idempotency_keys_").to_owned();
+    worker
+        .batch_execute(
+            "REVOKE EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) \
+             FROM PUBLIC",
+        )
+        .await
+        .unwrap();
+    let before = snapshot(&db).await;
+    let placed = placed(&db, &id).await;
+    let run = as_role(&db, &role).args(["evict", "-o", "json"]).run();
+    run.assert_error(6, &format!(
+        "permission denied: role {role} may not execute pg_catalog.pg_logical_emit_message(boolean, text, text) on worker {placed}, which evict calls there once a second to make its deletes durable; nothing was changed: grant it on that worker (function grants stay in the database where they are made): GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"{role}\";"
+    ));
+    assert_eq!(snapshot(&db).await, before);
+    // check names it too, with the same grant.
+    let check = as_role(&db, &role).args(["check", "-o", "json"]).run();
+    let j = check.json();
+    let shards = finding(&j, "citus shard privileges");
+    assert_eq!(shards["status"], "fail", "{check}");
+    assert_eq!(
+        shards["detail"],
+        format!(
+            "{role} may not execute pg_catalog.pg_logical_emit_message(boolean, text, text) on worker {placed}, which evict calls there once a second to make its deletes durable"
+        ),
+        "{check}"
+    );
+    assert_eq!(
+        shards["fix"],
+        format!(
+            "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"{role}\"; -- on worker {placed}: function grants stay in the database where they are made"
+        ),
+        "{check}"
+    );
+}
+
 /// With a worker down, the commands that run through the coordinator fail with the cannot-connect
 /// exit code (5) and one clean line:
 /// Citus's text of the failed worker connection ("Connection refused" and, on the next line,

@@ -1021,3 +1021,58 @@ async fn evicts_durable_point_waits_for_a_synchronous_standby() {
     assert_eq!(j["rows_evicted"], 200, "{run}");
     assert_eq!(j["rows_unconfirmed"], 0, "{run}");
 }
+
+/// A durable point whose wait for the synchronous standby is cancelled (`pg_cancel_backend`, as
+/// an operator or a pooler's query timeout does) commits with a WARNING only: the server has the
+/// deletes, no standby is known to. The run ends there (exit 1) naming the step and the server's
+/// warning, and counts the rows it deleted as unconfirmed instead of confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_for_the_synchronous_standby_confirms_nothing() {
+    use crate::support::cluster::PrivateCluster;
+    let server = PrivateCluster::start().await;
+    let client = server.client().await;
+    client.batch_execute(Schema::Corrected.ddl()).await.unwrap();
+    client
+        .batch_execute(&fixtures::expired_rows_sql(200))
+        .await
+        .unwrap();
+    for sql in [
+        "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+        "SELECT pg_reload_conf()",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
+    let evict = server
+        .idemctl()
+        .args(["evict", "-o", "json"])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    let waiting = "SELECT pid FROM pg_stat_activity \
+                    WHERE application_name = 'idemctl' AND wait_event = 'SyncRep'";
+    let started = Instant::now();
+    let pid: i32 = loop {
+        if let Some(row) = client.query_opt(waiting, &[]).await.unwrap() {
+            break row.get(0);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "evict's durable point never waited for the synchronous standby"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    client
+        .execute("SELECT pg_cancel_backend($1)", &[&pid])
+        .await
+        .unwrap();
+    let run = evict.wait_async().await;
+    run.assert_code(1).assert_stderr(
+        "idemctl: failed to make the deleted rows durable: the server warned \"canceling wait for \
+         synchronous replication due to user request\" (SQLSTATE 01000): the deletes are committed \
+         on this server but not known to have reached a synchronous standby, so they are counted \
+         as unconfirmed\n",
+    );
+    let j = run.json();
+    assert_eq!(j["end_reason"], "error", "{run}");
+    assert_eq!(j["rows_evicted"], 200, "{run}");
+    assert_eq!(j["rows_unconfirmed"], 200, "{run}");
+}

@@ -1669,3 +1669,113 @@ fn the_prose_check_sees_sentences_and_lets_sql_through() {
         "{sample}"
     );
 }
+
+/// The wording modules of failures and refusals: every fixed piece of their words (the text
+/// between a literal's `{}` placeholders, at least [`FAILURE_PIECE`] characters) is asserted
+/// exactly by some test, as [`asserted_exactly`] judges, unless [`UNPROVOKED`] lists it with why no
+/// input reaches it.
+const FAILURE_MODULES: &[&str] = &["db.rs", "errors.rs", "reasons.rs"];
+
+/// How long a piece of words must be to count (shorter ones are joins such as "`, found ").
+const FAILURE_PIECE: usize = 12;
+
+/// Failure words no input can provoke, with the reason: these stay worded (a bug, if one ever
+/// showed, must still read as one line), but no test can make them appear.
+const UNPROVOKED: &[(&str, &str)] = &[];
+
+/// The fixed pieces of `text`'s literals outside its unit tests, at least `min` characters long.
+fn fixed_pieces(text: &str, min: usize) -> Vec<String> {
+    let text = without_unit_tests(text);
+    let mut out = Vec::new();
+    for lit in literals_of(&text) {
+        let lit = without_continuations(&lit).replace("\\\"", "\"");
+        let (mut piece, mut depth) = (String::new(), 0);
+        let mut pieces = Vec::new();
+        for c in lit.chars() {
+            match c {
+                '{' => {
+                    depth += 1;
+                    pieces.push(std::mem::take(&mut piece));
+                }
+                '}' if depth > 0 => depth -= 1,
+                _ if depth == 0 => piece.push(c),
+                _ => {}
+            }
+        }
+        pieces.push(piece);
+        for p in pieces {
+            if p.trim().chars().count() >= min && p.contains(' ') && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `piece` is written out whole in a test file that asserts words exactly
+/// (`assert_error(`, `assert_stderr(` or `assert_eq!`), and not as a partial match: no
+/// `contains(`, `starts_with(` or `ends_with(` in the 200 characters before it. So a table of cases,
+/// each asserted whole in a loop or by a helper, counts.
+fn written_out_in_an_exact_test(files: &[String], piece: &str) -> bool {
+    files.iter().any(|text| {
+        let exact = text.contains("assert_error(")
+            || text.contains("assert_stderr(")
+            || text.contains("assert_eq!");
+        exact
+            && text.match_indices(piece).any(|(at, _)| {
+                let mut from = at.saturating_sub(200);
+                while !text.is_char_boundary(from) {
+                    from += 1;
+                }
+                let near = &text[from..at];
+                !["contains(", "starts_with(", "ends_with("]
+                    .iter()
+                    .any(|p| near.contains(p))
+            })
+    })
+}
+
+#[test]
+fn every_failure_word_is_asserted_exactly_or_listed_as_unprovoked() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut test_files = Vec::new();
+    rust_files(&root.join("tests"), &mut test_files);
+    test_files.sort();
+    let files: Vec<String> = test_files
+        .iter()
+        .filter(|f| !f.ends_with("layers.rs"))
+        .map(|f| without_continuations(&std::fs::read_to_string(f).unwrap()).replace("\\\"", "\""))
+        .collect();
+    let tests = files.join("\n");
+    let mut unasserted = Vec::new();
+    let mut seen = 0;
+    for m in FAILURE_MODULES {
+        let text = std::fs::read_to_string(root.join("src/output").join(m)).unwrap();
+        for piece in fixed_pieces(&text, FAILURE_PIECE) {
+            seen += 1;
+            let asserted =
+                asserted_exactly(&tests, &piece) || written_out_in_an_exact_test(&files, &piece);
+            if !asserted && !UNPROVOKED.iter().any(|(p, _)| *p == piece) {
+                unasserted.push(format!("{m}: {piece:?}"));
+            }
+        }
+    }
+    assert!(seen > 100, "found only {seen} pieces");
+    let stale: Vec<_> = UNPROVOKED
+        .iter()
+        .filter(|(p, _)| asserted_exactly(&tests, p) || written_out_in_an_exact_test(&files, p))
+        .map(|(p, _)| *p)
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "asserted exactly now, take them off UNPROVOKED: {stale:?}"
+    );
+    assert!(
+        unasserted.is_empty(),
+        "{} of {seen} failure words are asserted exactly by no test (assert_error / assert_stderr \
+         / assert_eq!); provoke each in a real run, or list it in UNPROVOKED with why no input \
+         reaches it:\n{}",
+        unasserted.len(),
+        unasserted.join("\n")
+    );
+}

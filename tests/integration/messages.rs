@@ -446,6 +446,28 @@ async fn the_database_layers_refusals_are_worded_exactly() {
     ))
     .await;
     as_role(&no_wal).assert_error(6, &format!("permission denied: role {no_wal} may not execute pg_catalog.pg_logical_emit_message(boolean, text, text), which evict calls once a second to make its deletes durable (and wait for synchronous standbys); grant it with: GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"{no_wal}\";"));
+    // The doctor says so first, with the same grant.
+    let check = Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", db.url_with(&[("user", &no_wal)]))
+        .args(["check", "-o", "json"])
+        .run();
+    check.assert_code(0);
+    let evict = fixtures::finding(&check.json(), "privileges: evict").clone();
+    assert_eq!(evict["status"], "note", "{check}");
+    assert_eq!(
+        evict["detail"],
+        format!(
+            "{no_wal} may SELECT, DELETE and lock rows, but may not execute pg_catalog.pg_logical_emit_message(boolean, text, text), which evict calls once a second to make its deletes durable"
+        ),
+        "{check}"
+    );
+    assert_eq!(
+        evict["fix"],
+        format!(
+            "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) TO \"{no_wal}\";"
+        ),
+        "{check}"
+    );
     db.exec("GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) TO PUBLIC")
         .await;
 

@@ -257,7 +257,8 @@ fn on_shard(statements: Statements, shard: &KeyTable, walks: bool) -> Statements
 /// Refuse (exit 6, before any change) a role that lacks on some shard a grant evict needs (SELECT,
 /// DELETE, UPDATE on a column for the row locks), although it has it on the coordinator's table
 /// (a grant revoked on a worker): one catalog lookup per worker. The fix is the GRANT on the
-/// coordinator, which Citus passes on to every shard.
+/// coordinator, which Citus passes on to every shard. Likewise a worker where the role may not call
+/// the function evict's durable points call there (granted per database, on that worker).
 async fn require_shard_grants(table: &KeyTable, nodes: &[shards::Node]) -> Result<()> {
     let lock = table.row_lock_grant(crate::db::table::Job::Evict);
     for node in nodes {
@@ -288,6 +289,16 @@ async fn require_shard_grants(table: &KeyTable, nodes: &[shards::Node]) -> Resul
                 );
                 return Err(fail(Exit::PermissionDenied, why));
             }
+        }
+        if let Some(g) = grants.iter().find(|g| !g.confirm) {
+            let why = crate::output::evict::worker_durable_point_refused(
+                &g.role,
+                g.confirm_function
+                    .as_deref()
+                    .unwrap_or(crate::db::table::CONFIRM_FUNCTION),
+                &crate::output::names::worker(&node.host, node.port),
+            );
+            return Err(fail(Exit::PermissionDenied, why));
         }
     }
     Ok(())
