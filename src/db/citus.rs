@@ -402,7 +402,9 @@ pub(crate) async fn resolve_shard(
                 shard: name.to_string(),
                 node: placement.node.clone(),
                 port: placement.port,
-                why: crate::domain::one_line(&e),
+                // Not found: the shard's table is not on the node, which the line says.
+                why: (crate::exit::classify(&e) != Exit::NotFound)
+                    .then(|| crate::domain::one_line(&e)),
             },
         )
     })

@@ -1024,7 +1024,10 @@ fn indexes_finding(
     worded(
         "citus shard indexes",
         Status::Fail,
-        shards_lacking(missing, |l| format!(" lacks the {} index", l.join(" and "))),
+        shards_lacking(missing, |l| {
+            let index = if l.len() == 1 { "index" } else { "indexes" };
+            format!(" lacks the {} {index}", l.join(" and "))
+        }),
         Some(index_fix(table, fixes, identity)),
     )
 }

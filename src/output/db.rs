@@ -570,10 +570,11 @@ fn shard_missing(
     shard: &str,
     node: &str,
     port: u16,
-    why: &str,
+    why: Option<&str>,
 ) -> String {
+    let why = why.map_or_else(String::new, |w| format!(" ({w})"));
     format!(
-        "shard {shard_id} of {table} (table {shard}) is not on node {node}:{port} where the coordinator's metadata places it ({why}); a shard move may be under way, try again"
+        "shard {shard_id} of {table} (table {shard}) is not on node {node}:{port} where the coordinator's metadata places it{why}; a shard move may be under way, try again"
     )
 }
 
@@ -660,7 +661,7 @@ fn refusal(r: &Refusal) -> String {
             node,
             port,
             why,
-        } => shard_missing(*shard_id, table, shard, node, *port, why),
+        } => shard_missing(*shard_id, table, shard, node, *port, why.as_deref()),
         Refusal::NodePort { node, port } => node_port(node, *port),
         Refusal::ArchivedBatchRaced => {
             "an archived batch kept taking keys other than those it locked; it was rolled back"
@@ -808,7 +809,7 @@ mod tests {
             shard: "public.keys_102008".into(),
             node: "w1".into(),
             port: 5432,
-            why: "relation does not exist".into(),
+            why: Some("relation does not exist".into()),
         };
         assert_eq!(
             missing.to_string(),

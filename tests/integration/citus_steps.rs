@@ -573,9 +573,10 @@ async fn citus_check_names_what_it_cannot_do_on_the_shards() {
 
 /// check on a distributed table whose shards lost what the coordinator's table has: a grant
 /// revoked on one shard (the role's check fails, naming the shard and the grant, with the GRANT to
-/// run on the coordinator), then the primary key dropped on one shard (the identity index is gone
-/// there, and only adding the constraint again on the coordinator restores it). Each finding on
-/// the shards is asserted whole.
+/// run on the coordinator), then the primary key dropped on that shard (the identity index is gone
+/// there, and only adding the constraint again on the coordinator restores it), then its expiry
+/// index (the index statements come first). Each finding on the shards is asserted whole. Last,
+/// the shard's table is renamed on its worker, as if moved away: stats refuses (exit 3), naming it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_check_names_the_grant_and_the_constraint_a_shard_lost() {
     let Some(db) = distributed("citus check on what a shard lost").await else {
@@ -701,4 +702,35 @@ async fn citus_check_names_the_grant_and_the_constraint_a_shard_lost() {
         ],
         "{run}"
     );
+
+    // The same shard loses its expiry index too: the index statements to run on the coordinator
+    // come first, then what restores the constraint.
+    worker
+        .batch_execute(&format!("DROP INDEX idempotency_keys_expiry_{shard}"))
+        .await
+        .unwrap();
+    let run = check_as("postgres");
+    let expiry = "\"public\".\"idempotency_keys_expiry\"";
+    assert_eq!(
+        citus_findings(&run.json())[2],
+        (
+            "citus shard indexes",
+            "fail",
+            format!("shard {shard} on {on} lacks the expiry and identity indexes"),
+            Some(format!(
+                "DROP INDEX CONCURRENTLY IF EXISTS {expiry}; CREATE INDEX CONCURRENTLY \"idempotency_keys_expiry\" ON \"public\".\"idempotency_keys\" (expires_at); -- on the coordinator: Citus passes each statement to every shard; the identity index idempotency_keys_pkey backs the primary key or a unique constraint on (api_key_id, key), which no index statement restores: drop that constraint and add it again on the same columns, on the coordinator (ALTER TABLE \"public\".\"idempotency_keys\" DROP CONSTRAINT ..., then ADD PRIMARY KEY or UNIQUE (api_key_id, key)), which Citus applies to every shard and which locks the table while the index builds"
+            ))
+        ),
+        "{run}"
+    );
+
+    // The shard is renamed on its worker, as if moved away under the run: stats cannot find it
+    // where the metadata places it, and says so.
+    worker
+        .batch_execute(&format!(
+            "ALTER TABLE idempotency_keys_{shard} RENAME TO moved_{shard}"
+        ))
+        .await
+        .unwrap();
+    db.idemctl().args(["stats"]).run().assert_error(3, &format!("failed to reach the key table's shards on the Citus workers: shard {shard} of public.idempotency_keys (table public.idempotency_keys_{shard}) is not on node {on} where the coordinator's metadata places it; a shard move may be under way, try again"));
 }
