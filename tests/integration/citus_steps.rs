@@ -182,8 +182,9 @@ async fn on_worker(db: &CitusDb, cases: Vec<Case<'_>>) {
 
 /// The steps on the coordinator of a distributed table, each broken at its statement: checking for
 /// the extension, reading the distribution, listing the shards (stats), finding a tenant's shard
-/// (inspect --api-key-id), finding the plan's shards (reclaim --apply), reading Citus's own
-/// sessions (evict). Each run ends with its whole line and exit code, and nothing changed.
+/// (inspect and reclaim --api-key-id), finding the plan's shards (reclaim --apply), reading
+/// Citus's own sessions (evict). Each run ends with its whole line and exit code, and nothing
+/// changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_steps_on_the_coordinator_fail_naming_the_step() {
     let Some(db) = distributed("citus coordinator steps").await else {
@@ -228,6 +229,14 @@ async fn citus_steps_on_the_coordinator_fail_naming_the_step() {
             case(
                 "the tenant's shard",
                 &["inspect", &key, "--api-key-id", &tenant],
+                b"holds a distribution-column value",
+                1,
+                1,
+                "failed to find the shard that holds the tenant: the connection was closed without a reason",
+            ),
+            case(
+                "the tenant's shard for reclaim",
+                &["reclaim", "--yes", "--older-than", "30m", "--api-key-id", &tenant],
                 b"holds a distribution-column value",
                 1,
                 1,
@@ -733,4 +742,45 @@ async fn citus_check_names_the_grant_and_the_constraint_a_shard_lost() {
         .await
         .unwrap();
     db.idemctl().args(["stats"]).run().assert_error(3, &format!("failed to reach the key table's shards on the Citus workers: shard {shard} of public.idempotency_keys (table public.idempotency_keys_{shard}) is not on node {on} where the coordinator's metadata places it; a shard move may be under way, try again"));
+}
+
+/// check on a table distributed by another column than the tenant: a note (exit 0) that says what
+/// works shard by shard and that reclaim --apply is refused, asserted whole with the other findings
+/// on the shards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_check_notes_a_table_distributed_by_another_column() {
+    let Some(db) = loaded_with(Layout::ByKey, MIX, "citus check by key").await else {
+        return;
+    };
+    let run = db.idemctl().args(["check", "-o", "json"]).run();
+    run.assert_code(0);
+    assert_eq!(
+        citus_findings(&run.json()),
+        [
+            ("citus layout", "note", "distributed by key over 32 shards, not by the tenant column: evict, stats, inspect and the reclaim sweep work shard by shard whatever the column; inspect --api-key-id reads every shard; reclaim --apply is refused (it sends each plan row to its tenant's shard)".to_owned(), None),
+            (
+                "citus workers",
+                "ok",
+                format!(
+                    "reached every worker holding shards with this connection's settings: {}",
+                    workers_named(&db).await
+                ),
+                None
+            ),
+            (
+                "citus shard indexes",
+                "ok",
+                "all 32 shards carry the expiry and identity indexes".to_owned(),
+                None
+            ),
+            (
+                "citus shard privileges",
+                "ok",
+                "postgres has on all 32 shards the grants it has on the coordinator's table"
+                    .to_owned(),
+                None
+            ),
+        ],
+        "{run}"
+    );
 }
