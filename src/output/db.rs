@@ -572,9 +572,9 @@ fn shard_missing(
     port: u16,
     why: Option<&str>,
 ) -> String {
-    let why = why.map_or_else(String::new, |w| format!(" ({w})"));
+    let why = why.unwrap_or("no table of that name is there");
     format!(
-        "shard {shard_id} of {table} (table {shard}) is not on node {node}:{port} where the coordinator's metadata places it{why}; a shard move may be under way, try again"
+        "shard {shard_id} of {table} (table {shard}) is not on node {node}:{port} where the coordinator's metadata places it ({why}); a shard move may be under way, try again"
     )
 }
 

@@ -404,14 +404,14 @@ pub(crate) enum Refusal {
         command: String,
         writability: Writability,
     },
-    /// A shard is not where the coordinator's metadata places it (`why`: the lookup's error; None
-    /// when no table of the shard's name is on the node).
+    /// A shard is not where the coordinator's metadata places it (`why`: the lookup's error).
     ShardMissing {
         shard_id: i64,
         table: String,
         shard: String,
         node: String,
         port: u16,
+        /// What resolving it there said; None: no table of that name is there.
         why: Option<String>,
     },
     /// An archived batch kept taking keys it had not locked.

@@ -361,3 +361,56 @@ async fn citus_reclaim_names_the_worker_whose_session_it_could_not_set_up() {
     );
     assert_eq!(snapshot(&db).await, before);
 }
+
+/// A shard renamed away on its worker (as a shard move leaves it for a moment, or a hand-made
+/// change): the coordinator's metadata still places it there, so the commands that work on the
+/// shards stop before any change with the not-found exit code (3), naming the shard, the node and
+/// what the worker said.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_a_shard_missing_from_its_worker_is_named_before_any_change() {
+    let Some(db) = loaded_with(Layout::ByTenant, MIX, "citus shard missing").await else {
+        return;
+    };
+    let worker = db.node_client(1).await;
+    worker
+        .batch_execute(
+            "SET citus.override_table_visibility = off; \
+             SET citus.enable_manual_changes_to_shards = on",
+        )
+        .await
+        .unwrap();
+    let shard: String = worker
+        .query_one(
+            "SELECT c.relname::text FROM pg_class c WHERE c.relkind = 'r' \
+             AND c.relname ~ '^idempotency_keys_[0-9]+$' ORDER BY c.relname LIMIT 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let id = shard.trim_start_matches("idempotency_keys_").to_owned();
+    let before = snapshot(&db).await;
+    worker
+        .batch_execute(&format!("ALTER TABLE {shard} RENAME TO moved_{id}"))
+        .await
+        .unwrap();
+    let placed: String = db
+        .client()
+        .await
+        .query_one(
+            &format!("SELECT nodename || ':' || nodeport FROM citus_shards WHERE shardid = {id}"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    db.idemctl()
+        .args(["evict"])
+        .run()
+        .assert_error(3, &format!("failed to reach the key table's shards on the Citus workers: shard {id} of public.idempotency_keys (table public.idempotency_keys_{id}) is not on node {placed} where the coordinator's metadata places it (no table of that name is there); a shard move may be under way, try again"));
+    worker
+        .batch_execute(&format!("ALTER TABLE moved_{id} RENAME TO {shard}"))
+        .await
+        .unwrap();
+    assert_eq!(snapshot(&db).await, before);
+}

@@ -741,7 +741,7 @@ async fn citus_check_names_the_grant_and_the_constraint_a_shard_lost() {
         ))
         .await
         .unwrap();
-    db.idemctl().args(["stats"]).run().assert_error(3, &format!("failed to reach the key table's shards on the Citus workers: shard {shard} of public.idempotency_keys (table public.idempotency_keys_{shard}) is not on node {on} where the coordinator's metadata places it; a shard move may be under way, try again"));
+    db.idemctl().args(["stats"]).run().assert_error(3, &format!("failed to reach the key table's shards on the Citus workers: shard {shard} of public.idempotency_keys (table public.idempotency_keys_{shard}) is not on node {on} where the coordinator's metadata places it (no table of that name is there); a shard move may be under way, try again"));
 }
 
 /// check on a table distributed by another column than the tenant: a note (exit 0) that says what
