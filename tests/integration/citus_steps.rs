@@ -329,8 +329,8 @@ async fn citus_steps_on_a_worker_fail_naming_the_worker_and_the_step() {
 }
 
 /// The steps only a reference table takes, on the coordinator: evict reads the distributed
-/// tables' foreign keys that reference it, and each batch (evict's, reclaim's) passes its
-/// settings on to the workers' connections of its transaction first. Each run ends with its whole
+/// tables' foreign keys that reference it, and each of reclaim's batches passes its settings on
+/// to the workers' connections of its transaction first (as evict's batches do). Each run ends with its whole
 /// line and exit code, and nothing changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_steps_of_a_reference_table_fail_naming_the_step() {
@@ -348,14 +348,6 @@ async fn citus_steps_of_a_reference_table_fail_naming_the_step() {
                 1,
                 1,
                 "failed to read the distributed tables' foreign keys that reference the table: the connection was closed without a reason",
-            ),
-            case(
-                "evict's settings for the workers",
-                &["evict"],
-                b"SET LOCAL citus.propagate_set_commands = 'local'",
-                1,
-                1,
-                "evict lost its connection: 0 keys deleted and confirmed durable; the batch in flight may or may not have committed: a batch lost its connection: failed to pass the batch's settings on to the Citus workers: the connection was closed without a reason",
             ),
             case(
                 "reclaim's settings for the workers",
@@ -584,8 +576,7 @@ async fn citus_check_names_what_it_cannot_do_on_the_shards() {
 /// revoked on one shard (the role's check fails, naming the shard and the grant, with the GRANT to
 /// run on the coordinator), then the primary key dropped on that shard (the identity index is gone
 /// there, and only adding the constraint again on the coordinator restores it), then its expiry
-/// index (the index statements come first). Each finding on the shards is asserted whole. Last,
-/// the shard's table is renamed on its worker, as if moved away: stats refuses (exit 3), naming it.
+/// index (the index statements come first). Each finding on the shards is asserted whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_check_names_the_grant_and_the_constraint_a_shard_lost() {
     let Some(db) = distributed("citus check on what a shard lost").await else {
@@ -732,16 +723,6 @@ async fn citus_check_names_the_grant_and_the_constraint_a_shard_lost() {
         ),
         "{run}"
     );
-
-    // The shard is renamed on its worker, as if moved away under the run: stats cannot find it
-    // where the metadata places it, and says so.
-    worker
-        .batch_execute(&format!(
-            "ALTER TABLE idempotency_keys_{shard} RENAME TO moved_{shard}"
-        ))
-        .await
-        .unwrap();
-    db.idemctl().args(["stats"]).run().assert_error(3, &format!("failed to reach the key table's shards on the Citus workers: shard {shard} of public.idempotency_keys (table public.idempotency_keys_{shard}) is not on node {on} where the coordinator's metadata places it (no table of that name is there); a shard move may be under way, try again"));
 }
 
 /// check on a table distributed by another column than the tenant: a note (exit 0) that says what
