@@ -328,9 +328,10 @@ async fn citus_steps_on_a_worker_fail_naming_the_worker_and_the_step() {
     .await;
 }
 
-/// The steps only a reference table takes, on the coordinator: evict reads the distributed
-/// tables' foreign keys that reference it, and each of reclaim's batches passes its settings on
-/// to the workers' connections of its transaction first (as evict's batches do). Each run ends with its whole
+/// The steps only a table Citus plans on the coordinator takes, on a reference table: evict reads
+/// the distributed tables' foreign keys that reference it, and each of reclaim's batches plans its
+/// statement with its values and passes its settings on to the workers' connections of its
+/// transaction first (as evict's batches do). Each run ends with its whole
 /// line and exit code, and nothing changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_steps_of_a_reference_table_fail_naming_the_step() {
@@ -348,6 +349,14 @@ async fn citus_steps_of_a_reference_table_fail_naming_the_step() {
                 1,
                 1,
                 "failed to read the distributed tables' foreign keys that reference the table: the connection was closed without a reason",
+            ),
+            case(
+                "reclaim's plan with values",
+                &["reclaim", "--yes", "--older-than", "30m"],
+                b"SET LOCAL plan_cache_mode = force_custom_plan",
+                1,
+                1,
+                "reclaim lost its connection: 0 keys reclaimed by batches whose commit the server confirmed; the batch in flight (500 keys at most) may or may not have committed: run reclaim again, which takes what is still stuck: failed to plan the batch with its values: the connection was closed without a reason",
             ),
             case(
                 "reclaim's settings for the workers",
@@ -762,6 +771,33 @@ async fn citus_check_notes_a_table_distributed_by_another_column() {
                 None
             ),
         ],
+        "{run}"
+    );
+}
+
+/// stats on a distributed table one of whose tenants was isolated onto shards of its own: the
+/// split makes new shards that have never been analyzed (autovacuum is held off, so none is
+/// analyzed behind the test's back), and stats says that their rows count as none, in its notes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn citus_stats_notes_a_shard_never_analyzed() {
+    let Some(db) = distributed("citus stats of a shard never analyzed").await else {
+        return;
+    };
+    db.exec("ALTER TABLE idempotency_keys SET (autovacuum_enabled = false)")
+        .await;
+    let (tenant, _) = a_stuck_tenant(&db).await;
+    db.exec(&format!(
+        "SELECT isolate_tenant_to_new_shard('idempotency_keys', '{tenant}', \
+                shard_transfer_mode => 'block_writes')"
+    ))
+    .await;
+    let run = db.idemctl().args(["stats", "-o", "json"]).run();
+    run.assert_code(0);
+    assert_eq!(
+        run.json()["notes"],
+        serde_json::json!([
+            "a shard has never been analyzed; the row estimate counts it as empty until ANALYZE runs"
+        ]),
         "{run}"
     );
 }
