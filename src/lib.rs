@@ -44,7 +44,7 @@ pub fn main_entry() -> std::process::ExitCode {
             return std::process::ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("idemctl: {}", usage_error_line(&e));
+            output::say(format_args!("idemctl: {}", usage_error_line(&e)));
             return exit::Exit::Usage.into();
         }
     };
@@ -99,7 +99,7 @@ fn usage_error_line(e: &clap::Error) -> String {
 
 /// Print an error as one line (`idemctl: failed to ...: cause`) and pick its exit code.
 fn report(err: &anyhow::Error) -> std::process::ExitCode {
-    eprintln!("idemctl: {}", output::error_line(err));
+    output::say(format_args!("idemctl: {}", output::error_line(err)));
     exit::classify(err).into()
 }
 
@@ -116,10 +116,10 @@ fn install_panic_hook() {
             .location()
             .map(|l| format!(" at {}:{}", l.file(), l.line()))
             .unwrap_or_default();
-        eprintln!(
+        output::say(format_args!(
             "idemctl: internal error: {}{at}; please report this",
             msg.replace('\n', " ")
-        );
+        ));
         std::process::exit(i32::from(exit::Exit::Internal.code()));
     }));
 }

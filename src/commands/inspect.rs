@@ -467,10 +467,7 @@ async fn by_key(
             .await
         }
         KeyLookup::Unindexed => {
-            return Err(fail(
-                Exit::Usage,
-                output::no_key_index(&table.shown(), table.has_tenant_key_index()),
-            ));
+            return Err(fail(Exit::Usage, output::no_key_index(&table.shown())));
         }
     }?;
     if found.truncated {

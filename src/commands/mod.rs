@@ -61,7 +61,10 @@ pub(crate) async fn run(cli: Cli, given: Given) -> Result<Exit> {
     let result = match (result, ctx.metrics.unwritten()) {
         (result, None) => result,
         (result, Some(unwritten)) => {
-            eprintln!("idemctl: {}", crate::output::metrics_unwritten(&unwritten));
+            crate::output::say(format_args!(
+                "idemctl: {}",
+                crate::output::metrics_unwritten(&unwritten)
+            ));
             match result {
                 Ok(Exit::Success) => Ok(Exit::MetricsUnwritten),
                 other => other,

@@ -302,6 +302,21 @@ pub(crate) async fn in_transaction<T>(
     }
 }
 
+/// Whether a batch that failed with `e` failed inside its own transaction before its COMMIT was
+/// sent (its BEGIN, or a statement after it): then it never committed, whatever became of the
+/// connection, as the server rolls back a transaction whose session ends.
+pub(crate) fn failed_before_commit(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<Step>(),
+        Some(
+            Step::StartBatch
+                | Step::StartArchivedBatch
+                | Step::ReadArchiveRecords
+                | Step::ChangeArchivedBatch
+        )
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

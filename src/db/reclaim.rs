@@ -332,7 +332,8 @@ impl Statements {
     ) -> Result<Vec<TakenKey>> {
         let params = self.sweep_params(&older_than, &limit, fail_with);
         let rows = self.query(client, &self.sweep, &params).await?;
-        taken(&rows, self.has_tenant)
+        // The batch has committed: a failure from here on must not be told as a rollback.
+        taken(&rows, self.has_tenant).context(Step::ReadTakenKeys)
     }
 
     /// One sweep batch for `--archive`, in a transaction of its own: lock the keys it will take
@@ -498,7 +499,9 @@ impl Statements {
             records.insert((tenant, key), (record, at));
         }
         let (sql, params) = batch.change;
-        let rows = super::with_deadline(self.deadline, client.query_reused(sql, params)).await?;
+        let rows = super::with_deadline(self.deadline, client.query_reused(sql, params))
+            .await
+            .context(Step::ChangeArchivedBatch)?;
         let (got, answer) = read(&rows)?;
         let mut archived = Vec::with_capacity(got.len());
         for k in got {
@@ -600,6 +603,12 @@ fn taken(rows: &[tokio_postgres::Row], has_tenant: bool) -> Result<Vec<TakenKey>
         .map(|t| tenant_of(has_tenant, t))
         .zip(keys)
         .collect())
+}
+
+/// Whether a sweep batch that failed with `e` had committed, and only reading the keys it took
+/// from its answer failed.
+pub(crate) fn committed_unread(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<Step>(), Some(Step::ReadTakenKeys))
 }
 
 /// The tenant a statement answered, as its callers get it: None on a table without a tenant

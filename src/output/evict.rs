@@ -700,9 +700,9 @@ pub(crate) fn tell(event: Event) {
         Event::Interrupted {
             rows_evicted,
             batches,
-        } => eprintln!(
+        } => super::say(format_args!(
             "idemctl: evict interrupted by a signal after {rows_evicted} rows in {batches} batches; the next run continues"
-        ),
+        )),
     }
 }
 

@@ -498,8 +498,10 @@ pub(crate) fn null_scope_not_walked(table: &Table, column: &str) -> String {
     )
 }
 
-/// `by_tenant`: whether a lookup with the tenant given has its index (then passing it is advice).
-pub(crate) fn no_key_index(table: &Table, by_tenant: bool) -> String {
+/// No index finds a key without its whole scope. For a scope of one column no index finds it
+/// with its tenant either: one that did would be led by the key, or by the tenant and then the
+/// key, which inspect walks (a skip scan).
+pub(crate) fn no_key_index(table: &Table) -> String {
     // A scope of several columns: an index led by the key finds it at once (the scopes could only
     // be walked through an index listing scope columns before the key, and there is none).
     if table.profile.tenant.len() > 1 {
@@ -510,15 +512,8 @@ pub(crate) fn no_key_index(table: &Table, by_tenant: bool) -> String {
             table.key_index_fix
         );
     }
-    if !by_tenant {
-        return format!(
-            "table {} has no index that finds a key, with its tenant or without; create: {}",
-            table.display(),
-            table.lookup_index_fix
-        );
-    }
     format!(
-        "table {} has no index that finds a key without its tenant; pass --api-key-id, or create: {}",
+        "table {} has no index that finds a key, with its tenant or without; create: {}",
         table.display(),
         table.lookup_index_fix
     )

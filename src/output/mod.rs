@@ -137,7 +137,7 @@ impl Output {
     /// A note for the operator on stderr (`idemctl: note: ...`), unless `--quiet`.
     pub(crate) fn note(&self, message: &str) {
         if !self.quiet {
-            eprintln!("idemctl: note: {}", escape_controls(message));
+            say(format_args!("idemctl: note: {}", escape_controls(message)));
         }
     }
 
@@ -348,7 +348,17 @@ pub(crate) fn metrics_unwritten(u: &crate::metrics::Unwritten) -> String {
 
 /// Print a warning on stderr (never suppressed by `--quiet`: warnings are for the operator).
 pub(crate) fn warn(message: &str) {
-    eprintln!("idemctl: warning: {}", escape_controls(message));
+    say(format_args!(
+        "idemctl: warning: {}",
+        escape_controls(message)
+    ));
+}
+
+/// Write one line to stderr. A stderr that cannot take it (a full disk, a terminal gone) loses
+/// the line, never the run's exit code: `eprintln!` would panic there instead.
+pub(crate) fn say(line: std::fmt::Arguments<'_>) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(line).and_then(|()| err.write_all(b"\n"));
 }
 
 /// An error chain as the one line `idemctl:` prints on stderr: newlines folded, terminal controls

@@ -716,6 +716,12 @@ pub(crate) fn batch_failed(f: &BatchFailed) -> String {
                 "reclaim lost its connection: {reclaimed} reclaimed by batches whose commit the server confirmed; the batch in flight ({at_most} at most) may or may not have committed: run reclaim again, which takes what is still stuck"
             )
         }
+        BatchEnd::CommittedUnread => format!(
+            "batch {batch} committed, but the keys it took could not be read ({reclaimed} {were} reclaimed by earlier batches); see what is left with reclaim --dry-run"
+        ),
+        BatchEnd::LostBeforeCommit => format!(
+            "reclaim lost its connection: {reclaimed} reclaimed by batches whose commit the server confirmed; the batch in flight never committed (its COMMIT was not sent, so the server rolls it back): run reclaim again, which takes what is still stuck"
+        ),
         BatchEnd::SmallestTimedOut { statement_timeout } => format!(
             "a batch of one key exceeded statement_timeout ({}, set by --statement-timeout) after the batches were made smaller; nothing of it was reclaimed ({reclaimed} {were} reclaimed by earlier batches): raise --statement-timeout",
             humantime::format_duration(statement_timeout)

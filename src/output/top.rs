@@ -135,7 +135,7 @@ impl Serialize for TopNote {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Frame {
     pub table: String,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::report::timestamp")]
     pub taken_at: OffsetDateTime,
     /// Expired completed keys waiting for evict (None when not counted).
     pub backlog: Option<Count>,
@@ -166,7 +166,7 @@ pub(crate) struct Frame {
     pub index_bytes: i64,
     pub dead_tuples: i64,
     pub dead_tuple_ratio: f64,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub last_vacuum: Option<OffsetDateTime>,
     pub sessions: Vec<SessionFig>,
     pub row_waits: Vec<WaitFig>,

@@ -12,3 +12,4 @@ pub(crate) mod rows;
 pub(crate) mod run;
 pub(crate) mod stats;
 pub(crate) mod table;
+pub(crate) mod timestamp;

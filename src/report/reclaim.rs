@@ -24,6 +24,11 @@ pub(crate) enum BatchEnd {
     /// Its connection was lost: the batch in flight (`in_flight` keys at most) may or may not
     /// have committed.
     Lost { in_flight: u64 },
+    /// Its connection was lost inside its transaction before its COMMIT was sent: it never
+    /// committed.
+    LostBeforeCommit,
+    /// It committed, but the keys it took could not be read from its answer.
+    CommittedUnread,
     /// A batch of one key still exceeded statement_timeout (`statement_timeout`) after the
     /// batches were made smaller; it was rolled back.
     SmallestTimedOut { statement_timeout: Duration },
@@ -78,13 +83,13 @@ pub(crate) struct Candidate {
     /// None where the table has no such column or the row holds NULL (null in JSON).
     pub(crate) request_method: Option<String>,
     pub(crate) request_path: Option<String>,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub(crate) locked_at: Option<OffsetDateTime>,
     /// None where the row holds none (a nullable created_at column).
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub(crate) created_at: Option<OffsetDateTime>,
     /// locked_at, or created_at where the owner never set locked_at.
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::report::timestamp")]
     pub(crate) held_since: OffsetDateTime,
     /// Which column `held_since` comes from.
     pub(crate) held_since_column: &'static str,
@@ -111,7 +116,7 @@ pub(crate) struct PreviewReport {
     pub(crate) listing_truncated: bool,
     pub(crate) plan_file: Option<String>,
     /// The database clock, to the second (UTC).
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::report::timestamp")]
     pub(crate) db_now: OffsetDateTime,
     pub(crate) rows: Vec<Candidate>,
     /// The status `--action fail` stores.

@@ -67,7 +67,7 @@ pub(crate) struct KeyRef {
     /// Each scope column's value, by column (null in JSON on a table without a scope).
     pub scope: Option<Scope>,
     pub key: String,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::report::timestamp")]
     pub expires_at: OffsetDateTime,
     /// Age (oldest live key) or wait since expiry (eviction lag), in seconds.
     pub seconds: f64,
@@ -146,10 +146,10 @@ pub(crate) struct SampleKey {
     /// Each scope column's value, by column (null in JSON on a table without a scope).
     pub scope: Option<Scope>,
     pub key: String,
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::report::timestamp")]
     pub expires_at: OffsetDateTime,
     /// None where the column allows NULL and holds it (Laravel's `timestamps()`).
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub created_at: Option<OffsetDateTime>,
 }
 
@@ -235,7 +235,7 @@ pub(crate) struct RowColumn {
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub(crate) enum RowValue {
-    Instant(#[serde(with = "time::serde::rfc3339")] OffsetDateTime),
+    Instant(#[serde(with = "crate::report::timestamp")] OffsetDateTime),
     Text(String),
 }
 
@@ -260,14 +260,14 @@ pub(crate) struct KeyRecord {
     /// The column the body is stored in; None (null in JSON) on a table with no response column,
     /// where a missing body says nothing about the request.
     pub response_column: Option<String>,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub locked_at: Option<OffsetDateTime>,
     /// None where the column allows NULL and holds it (Laravel's `timestamps()`).
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub created_at: Option<OffsetDateTime>,
     /// None on a table whose keys expire a TTL after creation when no TTL was given, or when the
     /// expiry column (created_at on such a table) holds NULL.
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub expires_at: Option<OffsetDateTime>,
     /// The column whose NULL leaves the key without an expiry (evict never removes it), when the
     /// expiry is unknown for that reason rather than for want of a TTL.
@@ -280,7 +280,7 @@ pub(crate) struct KeyRecord {
     /// Every column of the row, in the table's order, mapped ones labelled by role.
     pub row: Vec<RowColumn>,
     /// The database clock when the record was read; every age is relative to it.
-    #[serde(with = "time::serde::rfc3339")]
+    #[serde(with = "crate::report::timestamp")]
     pub db_now: OffsetDateTime,
     /// in_progress for longer than the stuck-after cutoff.
     pub stuck: bool,
@@ -339,7 +339,7 @@ pub(crate) struct RecentTtl {
     pub p50_seconds: f64,
     pub p90_seconds: f64,
     pub max_seconds: f64,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub newest_created_at: Option<OffsetDateTime>,
     /// Keys that live less than the limit asked about (check --min-ttl; 0 without it).
     pub keys_below: i64,
@@ -377,9 +377,9 @@ pub(crate) struct Vacuum {
     pub inserted_rows: i64,
     /// Rows deleted from it since then (evict's deletions among them): the eviction rate's counter.
     pub deleted_rows: i64,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub last_vacuum: Option<OffsetDateTime>,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub last_analyze: Option<OffsetDateTime>,
 }
 
@@ -387,7 +387,7 @@ pub(crate) struct Vacuum {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Stuck {
     pub count: Capped,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub oldest_since: Option<OffsetDateTime>,
 }
 
@@ -413,10 +413,10 @@ pub(crate) struct Partition {
     #[serde(skip)]
     pub owned: bool,
     /// Lower bound (inclusive) on a timestamptz range key; None for MINVALUE, other keys, DEFAULT.
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub range_from: Option<OffsetDateTime>,
     /// Upper bound (exclusive) on a timestamptz range key; None for MAXVALUE, other keys, DEFAULT.
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub range_to: Option<OffsetDateTime>,
     /// The database clock when the list was read.
     #[serde(skip)]
@@ -449,7 +449,7 @@ pub(crate) struct AutovacuumRel {
     pub own_settings: bool,
     /// autovacuum is on for the server and not off for the table.
     pub enabled: bool,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub last_vacuum: Option<OffsetDateTime>,
 }
 

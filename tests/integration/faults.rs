@@ -859,12 +859,26 @@ async fn a_batch_the_server_refuses_is_rolled_back_and_ends_evict_naming_it() {
 /// there with EIO. Returns what the terminal showed (line breaks as `\n`), the exit status and
 /// the terminal's settings afterwards (`stty -a`).
 async fn orphaned_in_a_terminal(command: &str) -> (String, i32, String) {
+    orphaned_in_a_terminal_set(&[], command).await
+}
+
+/// [`orphaned_in_a_terminal`] with the terminal's settings changed first by `stty SETTINGS`
+/// (`tostop`: then a write to the terminal fails there with EIO as well).
+pub(crate) async fn orphaned_in_a_terminal_set(
+    settings: &[&str],
+    command: &str,
+) -> (String, i32, String) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().display();
+    let stty = match settings {
+        [] => String::new(),
+        _ => format!("stty {}\n", settings.join(" ")),
+    };
     // The job waits for `go` until its shell has exited and the terminal's shell has taken the
     // foreground back, so it is orphaned before it starts.
     let script = format!(
         "set -m\n\
+         {stty}\
          mkfifo {d}/go\n\
          sh -c '(read x < {d}/go; {command} < /dev/tty; echo $? > {d}/code) &'\n\
          echo go > {d}/go\n\

@@ -38,6 +38,7 @@ mod profiles;
 mod pushgateway;
 mod rate_limits;
 mod read_only;
+mod read_steps;
 mod readable;
 mod reclaim;
 mod reclaim_filters;

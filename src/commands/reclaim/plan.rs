@@ -50,7 +50,7 @@ pub(super) struct Plan {
     #[serde(default)]
     pub(super) database: Option<DatabaseIdentity>,
     /// The database clock when the preview was taken (for the reviewer).
-    #[serde(default, with = "time::serde::rfc3339::option")]
+    #[serde(default, with = "crate::report::timestamp::option")]
     pub(super) created_at: Option<OffsetDateTime>,
     /// More stuck keys existed than the plan lists (the oldest are listed).
     #[serde(default)]
@@ -80,10 +80,10 @@ pub(super) struct PlanRow {
     #[serde(skip)]
     pub(super) nulls: Vec<bool>,
     pub(super) key: String,
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub(super) locked_at: Option<OffsetDateTime>,
     /// Null where the row holds none (a nullable created_at column).
-    #[serde(with = "time::serde::rfc3339::option")]
+    #[serde(with = "crate::report::timestamp::option")]
     pub(super) created_at: Option<OffsetDateTime>,
     #[serde(default)]
     pub(super) request_method: Option<String>,

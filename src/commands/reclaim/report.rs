@@ -77,10 +77,16 @@ impl ReclaimReport {
     /// Wrap a batch failure with what had already been done (those batches are committed);
     /// `in_flight`: how many keys the failed batch could have taken.
     pub(super) fn batch_error(&self, e: anyhow::Error, in_flight: u64) -> anyhow::Error {
-        let end = if e.is::<batch::HeldReferenceRow>() {
+        let end = if crate::db::reclaim::committed_unread(&e) {
+            BatchEnd::CommittedUnread
+        } else if e.is::<batch::HeldReferenceRow>() {
             BatchEnd::HeldReference
         } else if e.chain().any(|c| c.is::<Lost>()) {
-            BatchEnd::Lost { in_flight }
+            if batch::failed_before_commit(&e) {
+                BatchEnd::LostBeforeCommit
+            } else {
+                BatchEnd::Lost { in_flight }
+            }
         } else if batch::Failure::of(&e) == batch::Failure::LockTimeout {
             BatchEnd::LockTimeout {
                 tries: batch::TRIES,

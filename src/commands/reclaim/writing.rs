@@ -104,7 +104,6 @@ pub(super) fn archive_why(req: &Request) -> crate::commands::archive::Why<'_> {
     }
 }
 
-/// The error that ends the run after a batch of `want` keys failed (not on a signal, and not a
 /// What a failed batch of `want` keys means for the run: it was interrupted by a signal (rolled
 /// back whole), or it exceeded statement_timeout and is done again at the size returned; any
 /// other failure ends the run with [`failed`]'s error.
@@ -123,6 +122,7 @@ pub(super) fn after_failure(
     }
 }
 
+/// The error that ends the run after a batch of `want` keys failed (not on a signal, and not a
 /// timeout a smaller batch can avoid).
 pub(super) fn failed(
     ctx: &Context,
