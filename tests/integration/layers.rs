@@ -1698,6 +1698,16 @@ const UNPROVOKED: &[(&str, &str)] = &[
          strings, JSON values, and instants through report::timestamp, which has a form for every \
          year an instant can hold",
     ),
+    (
+        "evict's SKIP LOCKED statement has no form that finds its rows by the key's identity",
+        "db::citus::rows_by_identity rewrites every template of the known shape, and its unit test \
+         every_ctid_template_is_rewritten_to_the_identity holds evict's SKIP LOCKED template to it",
+    ),
+    (
+        "a reclaim statement has no form that finds its rows by the key's identity",
+        "db::citus::rows_by_identity rewrites every template of the known shape, and its unit test \
+         every_ctid_template_is_rewritten_to_the_identity holds each reclaim template to it",
+    ),
 ];
 
 /// The fixed pieces of `text`'s literals outside its unit tests, at least `min` characters long.
