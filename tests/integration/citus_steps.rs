@@ -99,7 +99,7 @@ async fn on_coordinator(db: &CitusDb, cases: Vec<Case<'_>>) {
 }
 
 /// A worker of `db` reached through a tripwire: the coordinator's metadata names the proxy's port
-/// for it until the value is dropped.
+/// for it until [`Detour::end`].
 struct Detour<'a> {
     db: &'a CitusDb,
     wire: Tripwire,
@@ -140,6 +140,7 @@ impl<'a> Detour<'a> {
     }
 }
 
+/// Point the coordinator's metadata entry of the node on port `from` at port `to`.
 async fn move_node(db: &CitusDb, from: u16, to: u16) {
     db.exec(&format!(
         "SELECT citus_update_node(nodeid, '127.0.0.1', {to}) FROM pg_dist_node WHERE nodeport = {from}"
@@ -264,9 +265,10 @@ async fn citus_steps_on_the_coordinator_fail_naming_the_step() {
 }
 
 /// The steps on a worker of a distributed table, each broken at its statement there: the
-/// read-only transaction that resolves a shard (its start, the setting that shows the shards, its
-/// end), the role's grants on the shards and Citus's own sessions there (evict). Each run ends
-/// with its whole line and exit code, and nothing changed.
+/// read-only transaction that resolves a shard (its start, the setting that shows the shards, the
+/// shard's columns read in it, its end), the role's grants on the shards and Citus's own sessions
+/// there (evict). Each run ends with its whole line and exit code, and nothing changed; a read
+/// that fails is what the line names, not the end of the transaction that follows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_steps_on_a_worker_fail_naming_the_worker_and_the_step() {
     let Some(db) = distributed("citus worker steps").await else {
@@ -331,8 +333,8 @@ async fn citus_steps_on_a_worker_fail_naming_the_worker_and_the_step() {
 /// The steps only a table Citus plans on the coordinator takes, on a reference table: evict reads
 /// the distributed tables' foreign keys that reference it, and each of reclaim's batches plans its
 /// statement with its values and passes its settings on to the workers' connections of its
-/// transaction first (as evict's batches do). Each run ends with its whole
-/// line and exit code, and nothing changed.
+/// transaction first (as evict's batches do). Each run ends with its whole line and exit code,
+/// and nothing changed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_steps_of_a_reference_table_fail_naming_the_step() {
     let Some(db) = loaded_with(Layout::Reference, MIX, "citus reference steps").await else {
