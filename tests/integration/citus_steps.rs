@@ -332,9 +332,10 @@ async fn citus_steps_on_a_worker_fail_naming_the_worker_and_the_step() {
 
 /// The steps only a table Citus plans on the coordinator takes, on a reference table: evict reads
 /// the distributed tables' foreign keys that reference it, and each of reclaim's batches plans its
-/// statement with its values and passes its settings on to the workers' connections of its
-/// transaction first (as evict's batches do). Each run ends with its whole line and exit code,
-/// and nothing changed.
+/// statement with its values, passes its settings on to the workers' connections of its
+/// transaction and bounds its row waits there first (as evict's batches do). Each run ends with
+/// its whole line and exit code, and nothing changed: a batch lost at those steps never sent its
+/// COMMIT, and its line says that it never committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn citus_steps_of_a_reference_table_fail_naming_the_step() {
     let Some(db) = loaded_with(Layout::Reference, MIX, "citus reference steps").await else {
@@ -358,7 +359,15 @@ async fn citus_steps_of_a_reference_table_fail_naming_the_step() {
                 b"SET LOCAL plan_cache_mode = force_custom_plan",
                 1,
                 1,
-                "reclaim lost its connection: 0 keys reclaimed by batches whose commit the server confirmed; the batch in flight (500 keys at most) may or may not have committed: run reclaim again, which takes what is still stuck: failed to plan the batch with its values: the connection was closed without a reason",
+                "reclaim lost its connection: 0 keys reclaimed by batches whose commit the server confirmed; the batch in flight never committed (its COMMIT was not sent, so the server rolls it back): run reclaim again, which takes what is still stuck: failed to plan the batch with its values: the connection was closed without a reason",
+            ),
+            case(
+                "reclaim's row waits on the workers",
+                &["reclaim", "--yes", "--older-than", "30m"],
+                b"SET LOCAL lock_timeout",
+                1,
+                1,
+                "reclaim lost its connection: 0 keys reclaimed by batches whose commit the server confirmed; the batch in flight never committed (its COMMIT was not sent, so the server rolls it back): run reclaim again, which takes what is still stuck: failed to set the batch's lock_timeout: the connection was closed without a reason",
             ),
             case(
                 "reclaim's settings for the workers",
@@ -366,7 +375,7 @@ async fn citus_steps_of_a_reference_table_fail_naming_the_step() {
                 b"SET LOCAL citus.propagate_set_commands = 'local'",
                 1,
                 1,
-                "reclaim lost its connection: 0 keys reclaimed by batches whose commit the server confirmed; the batch in flight (500 keys at most) may or may not have committed: run reclaim again, which takes what is still stuck: failed to pass the batch's settings on to the Citus workers: the connection was closed without a reason",
+                "reclaim lost its connection: 0 keys reclaimed by batches whose commit the server confirmed; the batch in flight never committed (its COMMIT was not sent, so the server rolls it back): run reclaim again, which takes what is still stuck: failed to pass the batch's settings on to the Citus workers: the connection was closed without a reason",
             ),
         ],
     )
