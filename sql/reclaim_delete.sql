@@ -1,4 +1,5 @@
 -- reclaim --action delete: one batch, one statement, one short transaction.
+-- A row without a key (in a key column that allows NULL) is never taken: no client can retry it.
 --
 -- Takes up to $2 of the oldest stuck in_progress keys (held longer than $1 seconds, from locked_at
 -- or else created_at, by the database clock) through the optional partial index, locking them with
@@ -15,6 +16,7 @@ WITH candidates AS (
       FROM {table}
      WHERE {in_flight}
        AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
+       AND {key} IS NOT NULL
        AND ($3::text IS NULL OR {tenant_is_p3})
        AND ($4::text IS NULL OR {request_path} = $4::text)
        AND ($5::text IS NULL OR {request_method} = $5::text)

@@ -1,4 +1,5 @@
 -- reclaim --action fail: one batch, one statement, one short transaction.
+-- A row without a key (in a key column that allows NULL) is never taken: no client can retry it.
 --
 -- Takes up to $2 of the oldest stuck in_progress keys (held longer than $1 seconds, from locked_at
 -- or else created_at, by the database clock) through the optional partial index, locking them with
@@ -17,6 +18,7 @@ WITH candidates AS (
       FROM {table}
      WHERE {in_flight}
        AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
+       AND {key} IS NOT NULL
        AND ($6::text IS NULL OR {tenant_is_p6})
        AND ($7::text IS NULL OR {request_path} = $7::text)
        AND ($8::text IS NULL OR {request_method} = $8::text)

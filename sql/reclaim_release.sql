@@ -1,4 +1,5 @@
 -- reclaim --action release: one batch. Clears the lock time of stuck in-flight keys, oldest first,
+-- A row without a key (in a key column that allows NULL) is never taken: no client can retry it.
 -- and leaves the row, so the client's retry takes the key again and resumes from the recovery
 -- point the dead owner reached (the rocket-rides table's protocol). Rows a live owner holds are
 -- skipped (SKIP LOCKED); the in-flight test and the cutoff are re-checked on each row.
@@ -9,6 +10,7 @@ WITH candidates AS (
       FROM {table}
      WHERE {in_flight}
        AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}
+       AND {key} IS NOT NULL
        AND ($3::text IS NULL OR {tenant_is_p3})
        AND ($4::text IS NULL OR {request_path} = $4::text)
        AND ($5::text IS NULL OR {request_method} = $5::text)

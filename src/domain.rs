@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use anyhow::Result;
 use clap::ValueEnum;
 
 /// How the server sessions behind a connection are shared (`--pool-mode`).
@@ -157,7 +156,7 @@ pub(crate) struct Cancel(Arc<AtomicBool>);
 
 impl Cancel {
     /// Start listening for SIGINT and SIGTERM.
-    pub(crate) fn install(&self) -> Result<()> {
+    pub(crate) fn install(&self) -> std::io::Result<()> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;

@@ -49,6 +49,9 @@ pub fn main_entry() -> std::process::ExitCode {
         }
     };
 
+    if let Err(e) = room_for_the_runtime() {
+        return report(&anyhow::Error::new(e).context(report::failure::Step::StartRuntime));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // Room for the deeply nested futures of a batch (a debug build needs more than 2 MiB).
@@ -58,13 +61,24 @@ pub fn main_entry() -> std::process::ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            return report(&anyhow::Error::new(e).context("failed to start the async runtime"));
+            return report(&anyhow::Error::new(e).context(report::failure::Step::StartRuntime));
         }
     };
     match runtime.block_on(commands::run(cli, given)) {
         Ok(code) => code.into(),
         Err(e) => report(&e),
     }
+}
+
+/// Whether the process may open the files the runtime makes (its poller, its waker, the signal
+/// socket pair and its copy): tokio panics when it cannot make the signal pair, so an open-file
+/// limit that leaves no room must be an error before it. Eight descriptors are taken and given back.
+fn room_for_the_runtime() -> std::io::Result<()> {
+    let mut held = Vec::with_capacity(4);
+    for _ in 0..4 {
+        held.push(std::os::unix::net::UnixStream::pair()?);
+    }
+    Ok(())
 }
 
 /// Parse a command line as the binary would, without running it: Ok when idemctl accepts it (or

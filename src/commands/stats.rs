@@ -562,7 +562,7 @@ pub(crate) async fn run(ctx: &Context, args: &StatsArgs) -> Result<Exit> {
     let table = ctx.table(&client).await?;
     table.require_ttl_floor(
         "stats",
-        args.force || ctx.global.short_ttl_allowed_by.is_some(),
+        args.force || ctx.global.short_ttl_allowed,
         &ctx.global.ttl_from,
     )?;
     let privileges = table.privileges(&client).await?;

@@ -94,11 +94,7 @@ pub(crate) async fn run(ctx: &Context, args: &TopArgs) -> Result<Exit> {
     let table = ctx.table(&session).await?;
     table.require_columns()?;
     table.require_ttl("top")?;
-    table.require_ttl_floor(
-        "top",
-        ctx.global.short_ttl_allowed_by.is_some(),
-        &ctx.global.ttl_from,
-    )?;
+    table.require_ttl_floor("top", ctx.global.short_ttl_allowed, &ctx.global.ttl_from)?;
     let privileges = table.privileges(&session).await?;
     privileges.require_for(&table, "top", crate::db::table::Job::Read)?;
     let placements = Placements::resolve(ctx, &session, &table).await?;

@@ -276,6 +276,15 @@ impl Target {
                 Ok(Err(e)) => Failure::from_pool(&e),
             };
             let left = deadline.saturating_duration_since(Instant::now());
+            // An attempt's TCP connect is given the whole budget too: when its own timer fires,
+            // the budget has run out as well, and the words must not depend on which timer fired
+            // first.
+            let failure = match failure.reason {
+                Reason::TimedOut if left.is_zero() => previous
+                    .take()
+                    .unwrap_or_else(|| Failure::timed_out(self.connect_timeout)),
+                _ => failure,
+            };
             if !failure.transient || left.is_zero() {
                 return Err(self.connect_error(failure, attempts, started.elapsed()));
             }

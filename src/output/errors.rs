@@ -18,9 +18,7 @@ impl fmt::Display for UrlSource {
         match self {
             UrlSource::Option => f.write_str("--database-url"),
             UrlSource::Env(var) => f.write_str(var),
-            UrlSource::ConfigFile(path) => {
-                f.write_str(&set_in_config_file("database_url", None, path))
-            }
+            UrlSource::ConfigFile(path) => f.write_str(&set_in_config_file("database_url", path)),
         }
     }
 }
@@ -274,7 +272,12 @@ pub(crate) fn tls_files_refused(failure: &ConnFailure) -> String {
         ConnFailure::CrlDirUnusable { dir, error } => {
             format!("cannot use sslcrldir \"{}\": {error}", shown(dir))
         }
-        ConnFailure::TlsSetup { error } => format!("cannot set up TLS: {error}"),
+        // OpenSSL refuses a context when its configuration breaks it (a provider that cannot be
+        // loaded leaves no ciphers); otherwise only when it cannot allocate.
+        ConnFailure::TlsSetup { error } => format!(
+            "cannot set up TLS: {error}; check the OpenSSL configuration (OPENSSL_CONF, or the \
+             system's openssl.cnf)"
+        ),
         ConnFailure::PoolUnbuilt { error } => format!("cannot build the connection pool: {error}"),
         other => other.to_string(),
     }
@@ -514,13 +517,9 @@ pub(crate) fn mapping_action_refused(why: ActionProblem) -> String {
     .to_owned()
 }
 
-/// Where a setting was read from when the config file gave it: `ttl in config file idemctl.toml`,
-/// or `allow_short_ttl in [profiles.billing] of config file idemctl.toml` for a mapping's own.
-pub(crate) fn set_in_config_file(key: &str, mapping: Option<&str>, path: &str) -> String {
-    match mapping {
-        None => format!("{key} in config file {path}"),
-        Some(mapping) => format!("{key} in [profiles.{mapping}] of config file {path}"),
-    }
+/// Where a setting was read from when the config file gave it: `ttl in config file idemctl.toml`.
+pub(crate) fn set_in_config_file(key: &str, path: &str) -> String {
+    format!("{key} in config file {path}")
 }
 
 /// Where a mapping of the config file is defined, for the profile's origin.

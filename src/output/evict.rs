@@ -813,6 +813,12 @@ pub(crate) fn partition_not_dropped(name: &str) -> String {
     format!("failed to drop partition {name}")
 }
 
+/// The context of a partition's drop whose COMMIT met a lost connection: the server may have
+/// committed it before the connection went, so the partition may be gone.
+pub(crate) fn partition_drop_unknown(name: &str) -> String {
+    format!("the drop of partition {name} may or may not have committed")
+}
+
 /// --drop-partitions on a table not range-partitioned on its expiry (`how`: how it is partitioned,
 /// if at all).
 pub(crate) fn drop_partitions_layout(table: &Table, how: Option<&str>) -> String {
@@ -847,8 +853,9 @@ pub(crate) fn drop_partitions_not_owner(role: &str, table: &Table) -> String {
     )
 }
 
-/// The head of the line of a run that lost its connection: what is durable, what is not.
-pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64) -> String {
+/// The head of the line of a run that lost its connection: what is durable, what is not, and,
+/// when a batch statement was under way (`in_flight`), that its end is unknown.
+pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64, in_flight: bool) -> String {
     let mut text =
         format!("evict lost its connection: {confirmed} keys deleted and confirmed durable");
     if unconfirmed > 0 {
@@ -857,7 +864,9 @@ pub(crate) fn lost_connection(confirmed: u64, unconfirmed: u64) -> String {
              bring them back; the next run deletes them again)"
         ));
     }
-    text.push_str("; the batch in flight may or may not have committed");
+    if in_flight {
+        text.push_str("; the batch in flight may or may not have committed");
+    }
     text
 }
 

@@ -39,6 +39,7 @@ pub(crate) fn step_failed(step: Step) -> String {
         Step::ReadConfirmation => "failed to read the confirmation",
         Step::ListenForSigterm => "failed to listen for SIGTERM",
         Step::ListenForSigint => "failed to listen for SIGINT",
+        Step::StartRuntime => "failed to start the async runtime",
         Step::SetUpTerminal => "failed to set up the terminal for the live view",
         Step::DrawLiveView => "failed to draw the live view",
     }

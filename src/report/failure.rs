@@ -343,6 +343,8 @@ pub(crate) enum Step {
     ReadConfirmation,
     ListenForSigterm,
     ListenForSigint,
+    /// Start the runtime every command runs on.
+    StartRuntime,
     SetUpTerminal,
     DrawLiveView,
 }

@@ -409,3 +409,39 @@ fn bad_body_and_plan_files_are_refused_exactly_before_connecting() {
             .assert_error(2, says);
     }
 }
+
+/// An open-file limit too small for a run (`ulimit -n` from 6, where the dynamic loader has room, up): every run ends with one line
+/// and a documented exit code, never a panic. Below what the runtime needs, the line names the
+/// runtime and the limit's error exactly (exit 1); above it, the run goes on to connect.
+#[test]
+fn an_open_file_limit_too_small_ends_the_run_in_one_line_never_a_panic() {
+    let mut refused = 0;
+    for limit in 6..=16 {
+        let run = Cmd::of("sh")
+            .args([
+                "-c",
+                &format!("ulimit -n {limit} && exec \"$0\" \"$@\""),
+                crate::support::cmd::IDEMCTL,
+                "evict",
+                "--connect-timeout",
+                "1s",
+                "--database-url",
+                "host=/nonexistent/idemctl-test port=1 user=nobody",
+            ])
+            .run();
+        assert!(
+            !run.stderr.contains("internal error") && run.stderr.lines().count() == 1,
+            "ulimit -n {limit}: {run}"
+        );
+        if run.stderr.contains("async runtime") {
+            run.assert_error(
+                1,
+                "failed to start the async runtime: Too many open files (os error 24)",
+            );
+            refused += 1;
+        } else {
+            assert_eq!(run.code, 5, "ulimit -n {limit}: {run}");
+        }
+    }
+    assert!(refused > 0, "no limit was too small for the runtime");
+}

@@ -1683,6 +1683,29 @@ const FAILURE_PIECE: usize = 12;
 /// showed, must still read as one line), but no test can make them appear.
 const UNPROVOKED: &[(&str, &str)] = &[
     (
+        "set up the session for the final count",
+        "evict's counts of what a run left are figures of its summary: a failed count leaves them \
+         unknown (null), the run ends as it would have (evict_steps::\
+         evict_whose_final_counts_break_reports_them_unknown)",
+    ),
+    (
+        "count the backlog left",
+        "evict's counts of what a run left are figures of its summary: a failed count leaves them \
+         unknown (null), the run ends as it would have (evict_steps::\
+         evict_whose_final_counts_break_reports_them_unknown)",
+    ),
+    (
+        "count the expired in_progress keys left",
+        "evict's counts of what a run left are figures of its summary: a failed count leaves them \
+         unknown (null), the run ends as it would have (evict_steps::\
+         evict_whose_final_counts_break_reports_them_unknown)",
+    ),
+    (
+        "read the walked index's size",
+        "check's measure of evict's walk leaves out a figure it cannot read, never failing on it; \
+         a lost connection then fails check's next read",
+    ),
+    (
         "cannot build the connection pool: ",
         "deadpool's builder fails only for timeouts set without a runtime (NoRuntimeSpecified), \
          and the pool always names tokio's runtime with its timeouts",
@@ -1699,14 +1722,79 @@ const UNPROVOKED: &[(&str, &str)] = &[
          year an instant can hold",
     ),
     (
+        "read a listed key",
+        "the preview reads every column as optional but the key and the age, and lists only rows \
+         that have a key and whose hold began before the cutoff, so both are there",
+    ),
+    (
+        "read the keys the batch took",
+        "a sweep batch answers the keys it took as a text array, and takes only rows that have a \
+         key; the tenants are read as optional",
+    ),
+    (
+        "failed to listen for SIGTERM",
+        "tokio makes its signal socket pair when the runtime starts (room for it is checked first, \
+         hostile.rs); a listener added later fails only for a signal that may not be caught",
+    ),
+    ("failed to listen for SIGINT", "as for SIGTERM"),
+    (
+        "a statement that returns one row returned ",
+        "the statements db::evict reads through one_row (a batch, the claim of a range, a page of \
+         the walk, the counts, the ping) each end in an aggregate without GROUP BY or a SELECT of \
+         expressions, which answers exactly one row whatever the table holds",
+    ),
+    (
         "evict's SKIP LOCKED statement has no form that finds its rows by the key's identity",
-        "db::citus::rows_by_identity rewrites every template of the known shape, and its unit test \
-         every_ctid_template_is_rewritten_to_the_identity holds evict's SKIP LOCKED template to it",
+        "the SKIP LOCKED template has the ctid form rows_by_identity rewrites, and the EXPLAIN \
+         test rewrites it (expecting that form) and plans the result",
     ),
     (
         "a reclaim statement has no form that finds its rows by the key's identity",
-        "db::citus::rows_by_identity rewrites every template of the known shape, and its unit test \
-         every_ctid_template_is_rewritten_to_the_identity holds each reclaim template to it",
+        "every reclaim template has the ctid form rows_by_identity rewrites, and the EXPLAIN \
+         test rewrites each (expecting that form) and plans the result",
+    ),
+    (
+        "a batch of plan rows has no statement for the NULLs of their scopes",
+        "a plan's rows are grouped by which scope columns are NULL before they are batched, and \
+         an apply form is built for each pattern that occurs; a NULL on a NOT NULL column is \
+         refused before any change (exit 2)",
+    ),
+    (
+        "the apply statement answered for ",
+        "the apply statements answer one row per plan row: a LEFT JOIN from the unnest of the \
+         batch's rows",
+    ),
+    (
+        "the batch raced another session and was rolled back",
+        "a Rerun is always tried again; after the last try the archived batch's own words \
+         replace it (the next entry)",
+    ),
+    (
+        "an archived batch kept taking keys other than those it locked; it was rolled back",
+        "needs another session to commit a new matching key between the batch's lock and change \
+         statements (under a millisecond apart) on every one of its tries in a row; no test can \
+         time that",
+    ),
+    (
+        "SSL connection was established with unexpected ALPN protocol",
+        "idemctl offers only \"postgresql\", and OpenSSL's client aborts the handshake itself \
+         (\"bad extension\") when a server picks a protocol it was not offered, before idemctl's \
+         check runs (conn_words.rs proves it)",
+    ),
+    (
+        "cannot use sslcrldir \"",
+        "OpenSSL refuses a CRL directory only when its name is empty or memory runs out; the \
+         path has already been found to be a directory",
+    ),
+    (
+        "no host to connect to",
+        "every connection string yields at least one endpoint (a default socket directory when \
+         none is named), and a resolved name has at least one address",
+    ),
+    (
+        "connection timed out",
+        "the text of an I/O error of kind TimedOut, which the pool words by its kind as \
+         \"timed out after ...\" before any line prints it",
     ),
 ];
 

@@ -864,8 +864,8 @@ async fn a_partition_the_server_will_not_drop_ends_evict_in_exact_words() {
 }
 
 /// A run whose sessions are terminated after a batch committed since its last durable point says
-/// how many of the keys it deleted were made durable, how many more were not yet, and that the
-/// batch in flight may have committed, then the server's reason.
+/// how many of the keys it deleted were made durable and how many more were not yet, then the step
+/// it was at (claiming the next range: no batch was in flight) and the server's reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly() {
     use std::time::{Duration, Instant};
@@ -956,9 +956,8 @@ async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly(
     run.assert_code(1).assert_stderr(&format!(
         "idemctl: evict lost its connection: {} keys deleted and confirmed durable, {unconfirmed} \
          more deleted since the last durable point (a crash or failover may bring them back; the \
-         next run deletes them again); the batch in flight may or may not have committed: failed \
-         to find the next batch's range: the server ended the connection: terminating connection \
-         due to administrator command (SQLSTATE 57P01)\n",
+         next run deletes them again): failed to find the next batch's range: the server ended \
+         the connection: terminating connection due to administrator command (SQLSTATE 57P01)\n",
         evicted - unconfirmed
     ));
     assert_eq!(

@@ -18,7 +18,7 @@ use crate::db::Session;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use crate::cli::EvictArgs;
 use crate::context::Context;
@@ -89,7 +89,9 @@ pub(crate) async fn run(ctx: &Context, args: &EvictArgs) -> Result<Exit> {
         ctx.output
             .note(&crate::output::db::pooler_note(LockClass::Evict.name()));
     }
-    ctx.cancel.install()?;
+    ctx.cancel
+        .install()
+        .context(crate::report::failure::Step::ListenForSigint)?;
     let started = Instant::now();
     // On Citus, once the shards have been checked (see evict_placements).
     if let Some(walk) = walk
@@ -138,7 +140,7 @@ async fn require(
     table.require_ttl("evict")?;
     table.require_ttl_floor(
         "evict",
-        args.force || ctx.global.short_ttl_allowed_by.is_some(),
+        args.force || ctx.global.short_ttl_allowed,
         &ctx.global.ttl_from,
     )?;
     let sharded = layout.filter(|l| l.sharded());
@@ -423,15 +425,22 @@ struct Ran {
 }
 
 /// A run that lost its connection says how much of its work is durable: the rows deleted up to
-/// its last durable point, those deleted since (a crash or failover may bring them back), and the
-/// batch in flight, whose commit may or may not have happened.
+/// its last durable point, those deleted since (a crash or failover may bring them back), and,
+/// when the connection was lost under a batch statement, the batch in flight, whose commit may or
+/// may not have happened. Lost elsewhere (setting a session up, between batches, in the drop
+/// phase), no batch was in flight.
 fn lost_context(e: anyhow::Error, report: &EvictReport) -> anyhow::Error {
     if e.downcast_ref::<crate::db::session::Lost>().is_none() {
         return e;
     }
+    let in_flight = matches!(
+        e.downcast_ref::<crate::report::failure::Step>(),
+        Some(crate::report::failure::Step::BatchLost)
+    );
     e.context(crate::output::evict::lost_connection(
         report.rows_evicted - report.rows_unconfirmed,
         report.rows_unconfirmed,
+        in_flight,
     ))
 }
 

@@ -274,7 +274,13 @@ async fn try_drop(client: &Session, run: &DropRun<'_>, p: &Partition) -> Result<
     if let Err(e) = partitions::drop_detached(client, run.table, p).await {
         return refuse_or_fail(client, e, context()).await;
     }
-    client.commit().await.with_context(context)?;
+    client.commit().await.map_err(|e| {
+        let why = match e.downcast_ref::<crate::db::session::Lost>() {
+            Some(_) => crate::output::evict::partition_drop_unknown(&p.name),
+            None => context(),
+        };
+        e.context(why)
+    })?;
     Ok(None)
 }
 

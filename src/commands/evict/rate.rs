@@ -276,11 +276,23 @@ pub(crate) async fn require_wal_position(client: &Session, caps: Caps) -> Result
     }
     match wal_position(client).await {
         Ok(_) => Ok(()),
-        Err(e) => Err(fail(
+        // Only the server's own refusal says it does not give the position; a lost connection
+        // is not an answer, and is told as itself.
+        Err(e) if answered(&e) => Err(fail(
             Exit::Failure,
             crate::output::evict::no_wal_position(&e),
         )),
+        Err(e) => Err(e),
     }
+}
+
+/// Whether the server answered the statement with an error of its own.
+fn answered(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<tokio_postgres::Error>()
+            .and_then(tokio_postgres::Error::as_db_error)
+            .is_some()
+    })
 }
 
 async fn wal_position(client: &Session) -> Result<i64> {

@@ -529,6 +529,17 @@ impl Shared {
     /// Record a finished batch, and size the next one from how long its statement held rows:
     /// `size` is the batch size in effect when the batch was claimed, `rtt` this worker's network
     /// round trip (which the statement's time as seen here includes, but its locks do not).
+    /// A count made after a batch's statement returned: that batch's deletes are committed, so
+    /// when the count fails the run still counts them (deleted, not yet durable) as it ends.
+    async fn after_batch<T>(&self, deleted: u64, counted: Result<T>) -> Result<T> {
+        if counted.is_err() {
+            let mut state = self.state.lock().await;
+            state.totals.rows += deleted;
+            state.totals.batches += 1;
+        }
+        counted
+    }
+
     async fn record(
         &self,
         limit: i64,
@@ -647,8 +658,8 @@ pub(super) async fn work(shared: Arc<Shared>, client: Session, index: usize) -> 
                 size,
             } => {
                 let mut outcome = delete_range(&shared, &client, start, end, limit).await?;
-                outcome.passed_over =
-                    passed_over(&shared, &client, start, end, limit, &outcome).await?;
+                let counted = passed_over(&shared, &client, start, end, limit, &outcome).await;
+                outcome.passed_over = shared.after_batch(outcome.deleted, counted).await?;
                 outcome.lower = start;
                 outcome.upper = end;
                 outcome.examined = match end {
@@ -662,17 +673,18 @@ pub(super) async fn work(shared: Arc<Shared>, client: Session, index: usize) -> 
                 outcome.examined = outcome.deleted + outcome.skipped_locked;
                 // Done with this instant: what it leaves is counted once, here.
                 if outcome.ties_exhausted.is_some() {
-                    let after = at + time::Duration::microseconds(1);
-                    outcome.passed_over =
-                        range_in_progress(&shared, &client, Some(at), Some(after)).await?;
+                    let (from, after) = (Some(at), Some(at + time::Duration::microseconds(1)));
+                    let deleted = outcome.deleted;
+                    let counted = range_in_progress(&shared, &client, from, after).await;
+                    outcome.passed_over = shared.after_batch(deleted, counted).await?;
                     if shared.plan.min_age_secs.is_some() {
-                        outcome.skipped_min_age =
-                            too_young(&shared, &client, Some(at), Some(after)).await?;
+                        let counted = too_young(&shared, &client, from, after).await;
+                        outcome.skipped_min_age = shared.after_batch(deleted, counted).await?;
                     }
-                    outcome.skipped_referenced =
-                        referenced(&shared, &client, Some(at), Some(after)).await?;
-                    outcome.lower = Some(at);
-                    outcome.upper = Some(after);
+                    let counted = referenced(&shared, &client, from, after).await;
+                    outcome.skipped_referenced = shared.after_batch(deleted, counted).await?;
+                    outcome.lower = from;
+                    outcome.upper = after;
                 }
                 (limit, size, outcome)
             }
@@ -805,40 +817,43 @@ async fn delete_range(
                 let t0 = Instant::now();
                 let counts = skip_locked(shared, client, start, last, limit)
                     .await
-                    .map_err(|e| {
-                        let why = batch::lock_failure(&e);
-                        e.context(why)
+                    .map_err(|e| match lost(&e) {
+                        true => batch_failed(e),
+                        false => {
+                            let why = batch::lock_failure(&e);
+                            e.context(why)
+                        }
                     })?;
                 Ok((counts, t0.elapsed()))
             },
         ),
     )
     .await?;
-    let skipped_min_age = match min_age {
-        Some(_) => too_young(shared, client, start, end).await?,
-        None => 0,
-    };
     let mut outcome = match ran {
         Ran::First((deleted, statement)) => Outcome {
             deleted,
-            skipped_min_age,
             statement,
             ..Outcome::default()
         },
         Ran::SkippedLocked(((deleted, present, paused), statement)) => Outcome {
             deleted,
             skipped_locked: present.saturating_sub(deleted),
-            skipped_min_age,
             fell_back: true,
             statement: statement.saturating_sub(paused),
             paused,
             ..Outcome::default()
         },
     };
+    // The batch's deletes are committed: a count after it that fails still counts them.
+    if min_age.is_some() {
+        let counted = too_young(shared, client, start, end).await;
+        outcome.skipped_min_age = shared.after_batch(outcome.deleted, counted).await?;
+    }
     // A range the batch emptied (every claimed row handled) holds no referenced key to count.
-    let handled = outcome.deleted + outcome.skipped_locked + skipped_min_age;
+    let handled = outcome.deleted + outcome.skipped_locked + outcome.skipped_min_age;
     if end.is_none() || handled < u64::try_from(limit).unwrap_or(0) {
-        outcome.skipped_referenced = referenced(shared, client, start, end).await?;
+        let counted = referenced(shared, client, start, end).await;
+        outcome.skipped_referenced = shared.after_batch(outcome.deleted, counted).await?;
     }
     Ok(outcome)
 }
@@ -883,6 +898,7 @@ async fn or_shrinking<T>(
                     shared.plan.statement_timeout,
                 )));
             }
+            Err(e) if lost(&e) => return Err(batch_failed(e)),
             Err(e) => return Err(e),
         }
         if shared.cancel.requested() {
@@ -894,11 +910,16 @@ async fn or_shrinking<T>(
 /// What a failed batch was: rolled back by the server, or, when its connection was lost, a batch
 /// whose end is unknown (the run's line says so).
 fn batch_failed(e: anyhow::Error) -> anyhow::Error {
-    if e.downcast_ref::<crate::db::session::Lost>().is_some() {
+    if lost(&e) {
         e.context(crate::report::failure::Step::BatchLost)
     } else {
         e.context(crate::report::failure::Step::BatchRolledBack)
     }
+}
+
+/// Whether `e` is a lost connection (the statement's end is unknown).
+fn lost(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<crate::db::session::Lost>().is_some()
 }
 
 /// One SKIP LOCKED batch of the rows expiring at exactly `at`, through the batch runner.

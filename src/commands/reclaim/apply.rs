@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use super::placements::{Placements, shards_of_rows};
 use super::plan::{
@@ -56,7 +56,9 @@ pub(super) async fn apply(
             &question(table, req, output::AskedCount::Planned(rows.len())),
         )?;
     }
-    ctx.cancel.install()?;
+    ctx.cancel
+        .install()
+        .context(crate::report::failure::Step::ListenForSigint)?;
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
     let placed = Placed { rows, shards };

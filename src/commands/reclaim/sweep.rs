@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use super::placements::{Placements, on_workers, routed_shard};
 use super::report::print_report;
@@ -53,7 +53,9 @@ pub(super) async fn sweep(
         };
         confirm(args, &question(table, req, count))?;
     }
-    ctx.cancel.install()?;
+    ctx.cancel
+        .install()
+        .context(crate::report::failure::Step::ListenForSigint)?;
     let start = Instant::now();
     let mut report = ReclaimReport::new(table, req);
     let placements = match placements {
