@@ -5,7 +5,7 @@
 //! must carry the table's indexes and the role's grants must have reached it. Findings are typed
 //! values; src/output/check.rs words them.
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 
 use super::shards::{Cluster, Placements};
 use crate::cli::CheckArgs;
@@ -766,10 +766,21 @@ async fn shard_privileges(
         let session = node.session().await?;
         for shard in &node.shards {
             shards += 1;
-            crate::db::citus::begin_catalog_reads(&session).await?;
-            let p = shard.table.privileges(&session).await;
-            crate::db::citus::end_catalog_reads(&session).await?;
-            let p = p?;
+            let read = async {
+                crate::db::citus::begin_catalog_reads(&session).await?;
+                let p = shard.table.privileges(&session).await;
+                // A read that failed on a lost connection is what the finding names, not the
+                // end that follows.
+                let ended = crate::db::citus::end_catalog_reads(&session).await;
+                let p = p?;
+                ended.map(|()| p)
+            };
+            let p = read.await.with_context(|| {
+                crate::output::names::on_shard(
+                    shard.id,
+                    &crate::output::names::worker(&node.host, node.port),
+                )
+            })?;
             if !p.confirm
                 && !no_durable_point
                     .iter()

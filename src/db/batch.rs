@@ -303,8 +303,9 @@ pub(crate) async fn in_transaction<T>(
 }
 
 /// Whether a batch that failed with `e` failed inside its own transaction before its COMMIT was
-/// sent (its BEGIN, or a statement after it): then it never committed, whatever became of the
-/// connection, as the server rolls back a transaction whose session ends.
+/// sent (its BEGIN, or a statement after it, such as the settings a batch through the Citus
+/// coordinator makes first): then it never committed, whatever became of the connection, as the
+/// server rolls back a transaction whose session ends.
 pub(crate) fn failed_before_commit(e: &anyhow::Error) -> bool {
     matches!(
         e.downcast_ref::<Step>(),
@@ -313,6 +314,9 @@ pub(crate) fn failed_before_commit(e: &anyhow::Error) -> bool {
                 | Step::StartArchivedBatch
                 | Step::ReadArchiveRecords
                 | Step::ChangeArchivedBatch
+                | Step::PlanWithValues
+                | Step::PassSettingsToWorkers
+                | Step::SetBatchLockTimeout
         )
     )
 }

@@ -279,8 +279,10 @@ pub(crate) async fn shard_referencing_keys(
             }
         }
     }
-    end_catalog_reads(client).await?;
-    read.map(|()| keys)
+    // A read that failed on a lost connection is what the line names, not the end that follows.
+    let ended = end_catalog_reads(client).await;
+    read?;
+    ended.map(|()| keys)
 }
 
 /// The foreign keys with ON DELETE NO ACTION / RESTRICT that reference the reference table `table`
@@ -375,20 +377,22 @@ pub(crate) async fn resolve_shard(
     placement: &Placement,
 ) -> Result<KeyTable> {
     let name = shard_name(table, placement.shard_id);
-    begin_catalog_reads(client)
-        .await
-        .with_context(|| Step::ReadShard {
-            shard_id: placement.shard_id,
-            node: placement.node.clone(),
-            port: placement.port,
-        })?;
+    let reading = || Step::ReadShard {
+        shard_id: placement.shard_id,
+        node: placement.node.clone(),
+        port: placement.port,
+    };
+    begin_catalog_reads(client).await.with_context(reading)?;
     // The shard has the table's columns: it plays the same profile.
     let choice = ProfileChoice {
         mapping: Some(table.profile.clone()),
         ..ProfileChoice::default()
     };
     let resolved = KeyTable::resolve(client, &name, &choice).await;
-    end_catalog_reads(client).await?;
+    // A read that failed on a lost connection is what the line names, not the end that follows.
+    if let Err(ended) = end_catalog_reads(client).await {
+        return Err(resolved.err().unwrap_or(ended).context(reading()));
+    }
     resolved.map_err(|e| {
         refuse(
             Exit::NotFound,
@@ -398,6 +402,7 @@ pub(crate) async fn resolve_shard(
                 shard: name.to_string(),
                 node: placement.node.clone(),
                 port: placement.port,
+                // Not found: the shard's table is not on the node, which the line says.
                 why: (crate::exit::classify(&e) != Exit::NotFound)
                     .then(|| crate::domain::one_line(&e)),
             },

@@ -875,7 +875,7 @@ fn citus_finding(outcome: &Outcome) -> Worded {
         Outcome::Workers { workers } => {
             let names: Vec<String> = workers
                 .iter()
-                .map(|w| format!("{} ({} shards)", worker(&w.host, w.port), w.shards))
+                .map(|w| format!("{} ({})", worker(&w.host, w.port), shard_count(w.shards)))
                 .collect();
             worded(
                 "citus workers",
@@ -960,6 +960,22 @@ fn layout_finding(layout: &Layout, tenant_local: bool) -> Worded {
     }
 }
 
+/// `n` shards, in the singular for one.
+fn shard_count(n: usize) -> String {
+    match n {
+        1 => "1 shard".to_owned(),
+        _ => format!("{n} shards"),
+    }
+}
+
+/// Every one of `n` shards: a table of a distributed schema has one.
+fn all_shards(n: usize) -> String {
+    match n {
+        1 => "its one shard".to_owned(),
+        _ => format!("all {n} shards"),
+    }
+}
+
 /// Each shard that lacks something, `shard N on host:port` followed by what it lacks as `lacks`
 /// words it, joined by `; `.
 fn shards_lacking(shards: &[ShardLacks], lacks: impl Fn(&[String]) -> String) -> String {
@@ -997,14 +1013,21 @@ fn indexes_finding(
         return worded(
             "citus shard indexes",
             Status::Ok,
-            format!("all {shards} shards carry {carried}{stuck}"),
+            format!(
+                "{} {} {carried}{stuck}",
+                all_shards(shards),
+                if shards == 1 { "carries" } else { "carry" }
+            ),
             None,
         );
     }
     worded(
         "citus shard indexes",
         Status::Fail,
-        shards_lacking(missing, |l| format!(" lacks the {} index", l.join(" and "))),
+        shards_lacking(missing, |l| {
+            let index = if l.len() == 1 { "index" } else { "indexes" };
+            format!(" lacks the {} {index}", l.join(" and "))
+        }),
         Some(index_fix(table, fixes, identity)),
     )
 }
@@ -1023,17 +1046,23 @@ fn missing_grants<'a>(short: &'a [ShardLacks], wanted: &[String]) -> Vec<&'a str
 
 /// On the coordinator, the statements that recreate each lost index on every shard, and for a
 /// lost identity index (which backs the primary key or a unique constraint, so no index statement
-/// restores it) what restores a constraint.
+/// restores it) what restores a constraint: alone, when no index statement is needed.
 fn index_fix(table: &str, fixes: &[String], identity: Option<&(String, String)>) -> String {
     let mut fix: Vec<String> = fixes.iter().map(|f| sanitize(f)).collect();
-    fix.push("-- on the coordinator: Citus passes each statement to every shard".to_owned());
+    if !fix.is_empty() {
+        fix.push("-- on the coordinator: Citus passes each statement to every shard".to_owned());
+    }
     if let Some((index, columns)) = identity {
-        fix.push(format!(
-            "; the identity index {} backs the primary key or a unique constraint on {}, which no index statement restores: drop that constraint and add it again on the same columns (ALTER TABLE {table} DROP CONSTRAINT ..., then ADD PRIMARY KEY or UNIQUE {}), which Citus applies to every shard and which locks the table while the index builds",
+        let restore = format!(
+            "the identity index {} backs the primary key or a unique constraint on {}, which no index statement restores: drop that constraint and add it again on the same columns, on the coordinator (ALTER TABLE {table} DROP CONSTRAINT ..., then ADD PRIMARY KEY or UNIQUE {}), which Citus applies to every shard and which locks the table while the index builds",
             sanitize(index),
             sanitize(columns),
             sanitize(columns)
-        ));
+        );
+        fix.push(match fix.is_empty() {
+            true => restore,
+            false => format!("; {restore}"),
+        });
     }
     fix.join(" ").replace(" ; ", "; ")
 }
@@ -1052,7 +1081,8 @@ fn privileges_finding(
             "citus shard privileges",
             Status::Ok,
             format!(
-                "{shown} has on all {shards} shards the grants it has on the coordinator's table"
+                "{shown} has on {} the grants it has on the coordinator's table",
+                all_shards(shards)
             ),
             None,
         );

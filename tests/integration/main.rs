@@ -7,6 +7,7 @@ mod chaos;
 mod citus;
 mod citus_failures;
 mod citus_foreign_keys;
+mod citus_steps;
 mod cli;
 mod concurrency;
 mod config_file;

@@ -264,7 +264,11 @@ async fn require_shard_grants(table: &KeyTable, nodes: &[shards::Node]) -> Resul
     for node in nodes {
         let session = node.session().await?;
         let oids: Vec<i64> = node.shards.iter().map(|s| s.table.oid).collect();
-        let grants = citus::shard_grants(&session, &oids).await?;
+        let grants = citus::shard_grants(&session, &oids).await.map_err(|e| {
+            e.context(crate::output::names::on_worker(
+                &crate::output::names::worker(&node.host, node.port),
+            ))
+        })?;
         for (shard, g) in node.shards.iter().zip(&grants) {
             let lacks: Vec<&str> = [
                 ("SELECT", g.select),
