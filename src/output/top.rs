@@ -710,9 +710,10 @@ fn bottom_lines(f: &Frame, view: &View) -> Vec<Line<'static>> {
     }
     for w in &f.workers {
         lines.push(Line::from(format!(
-            "worker {} ({} shards): backlog {}, lag {}, dead {}, in {} / out {}",
+            "worker {} ({} shard{}): backlog {}, lag {}, dead {}, in {} / out {}",
             escape_controls(&w.node),
             w.shards,
+            if w.shards == 1 { "" } else { "s" },
             count_text(w.backlog),
             human_secs(w.eviction_lag_seconds),
             thousands(w.dead_tuples),
