@@ -374,38 +374,51 @@ where
     })
 }
 
-/// Why a connection ended, when the server or the socket said; and the warnings the server sent
-/// on it.
+/// Why a connection ended, when the server or the socket said; and the server's plain warnings
+/// on it (how many, and the first not yet taken).
 #[derive(Debug, Default)]
-pub struct Ended(Mutex<Option<EndReason>>, Mutex<Vec<(String, String)>>);
+pub struct Ended(Mutex<Option<EndReason>>, Mutex<Warnings>);
+
+/// The plain warnings (SQLSTATE 01000, as a cancelled wait for synchronous standbys gives) a
+/// connection has had: a count, and the first one since the count was last read, so a long run on
+/// a server that warns often keeps one warning, not all of them.
+#[derive(Debug, Default)]
+struct Warnings {
+    count: usize,
+    first_unread: Option<(String, String)>,
+}
 
 impl Ended {
-    /// Keep a notice of WARNING severity (the others are informational).
+    /// Keep a notice of WARNING severity with the plain warning SQLSTATE (01000); the others are
+    /// informational, or name a condition of their own.
     fn notice(&self, notice: &tokio_postgres::error::DbError) {
         let warning = match notice.parsed_severity() {
             Some(s) => s == tokio_postgres::error::Severity::Warning,
             None => notice.severity() == "WARNING",
         };
-        if warning {
-            self.1
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push((notice.message().to_owned(), notice.code().code().to_owned()));
+        if warning && notice.code().code() == "01000" {
+            let mut w = self.1.lock().unwrap_or_else(PoisonError::into_inner);
+            w.count += 1;
+            if w.first_unread.is_none() {
+                w.first_unread =
+                    Some((notice.message().to_owned(), notice.code().code().to_owned()));
+            }
         }
     }
 
-    /// How many warnings the server has sent on this connection.
+    /// How many plain warnings the server has sent on this connection; forgets the one kept, so
+    /// [`Ended::warning_after`] gives the first after this call.
     pub(crate) fn warnings(&self) -> usize {
-        self.1.lock().unwrap_or_else(PoisonError::into_inner).len()
+        let mut w = self.1.lock().unwrap_or_else(PoisonError::into_inner);
+        w.first_unread = None;
+        w.count
     }
 
-    /// The first warning after the first `seen`, if any came: its message and SQLSTATE.
+    /// The first plain warning since [`Ended::warnings`] returned `seen`, if any came: its message
+    /// and SQLSTATE.
     pub(crate) fn warning_after(&self, seen: usize) -> Option<(String, String)> {
-        self.1
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(seen)
-            .cloned()
+        let w = self.1.lock().unwrap_or_else(PoisonError::into_inner);
+        (w.count > seen).then(|| w.first_unread.clone()).flatten()
     }
 
     fn record(&self, e: &tokio_postgres::Error) {

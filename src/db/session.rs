@@ -139,15 +139,15 @@ impl Session {
         Arc::strong_count(&self.0) == 1
     }
 
-    /// How many warnings the server has sent on this session's connection (see
-    /// [`Session::warning_after`]).
+    /// How many plain warnings (SQLSTATE 01000) the server has sent on this session's connection;
+    /// call it right before the statement whose warnings [`Session::warning_after`] then gives.
     pub fn warnings(&self) -> usize {
         self.0.line.ended.warnings()
     }
 
-    /// The first warning the server sent after the first `seen` ([`Session::warnings`] before a
-    /// statement), as its message and SQLSTATE: a warning comes before the answer of the
-    /// statement it belongs to, so it is here once that answer is.
+    /// The first plain warning the server sent since [`Session::warnings`] returned `seen`, as its
+    /// message and SQLSTATE: a warning comes before the answer of the statement it belongs to, so
+    /// it is here once that answer is.
     pub fn warning_after(&self, seen: usize) -> Option<(String, String)> {
         self.0.line.ended.warning_after(seen)
     }

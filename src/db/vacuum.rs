@@ -62,8 +62,9 @@ pub(crate) async fn prepare(session: &Session, lock_timeout: std::time::Duration
 /// WAL record, committed synchronously, flushes the WAL written before it; with synchronous
 /// standbys, it waits for them).
 ///
-/// A WARNING in its answer fails it ([`WarnedAtDurablePoint`]): a wait for synchronous standbys
-/// that was cancelled commits all the same, with a warning, and confirms nothing beyond this server.
+/// A plain WARNING (SQLSTATE 01000) in its answer fails it ([`WarnedAtDurablePoint`]): a wait for
+/// synchronous standbys that was cancelled commits all the same, with a warning, and confirms
+/// nothing beyond this server.
 pub(crate) async fn flush_commits(session: &Session) -> anyhow::Result<()> {
     let seen = session.warnings();
     session
