@@ -62,17 +62,20 @@ pub(crate) async fn prepare(session: &Session, lock_timeout: std::time::Duration
 /// WAL record, committed synchronously, flushes the WAL written before it; with synchronous
 /// standbys, it waits for them).
 ///
-/// A plain WARNING (SQLSTATE 01000) in its answer fails it ([`WarnedAtDurablePoint`]): a wait for
-/// synchronous standbys that was cancelled commits all the same, with a warning, and confirms
-/// nothing beyond this server.
+/// A plain WARNING (SQLSTATE 01000) in the COMMIT's answer fails it ([`WarnedAtDurablePoint`]): a
+/// wait for synchronous standbys that was cancelled commits all the same, with a warning, and
+/// confirms nothing beyond this server. The COMMIT goes on its own, so the warnings of the
+/// statements before it (a database nearing xid wraparound warns at every new xid) do not count.
 pub(crate) async fn flush_commits(session: &Session) -> anyhow::Result<()> {
+    let sql = include_str!("../../sql/vacuum_flush_commits.sql");
+    let (body, commit) = sql.rsplit_once(';').unwrap_or((sql, "COMMIT"));
+    if let Err(e) = session.script_within(session.deadline(), body).await {
+        // Never leave the transaction open on a session the run goes on using (a pooler's).
+        let _ = session.script_within(session.deadline(), "ROLLBACK").await;
+        return Err(e);
+    }
     let seen = session.warnings();
-    session
-        .script_within(
-            session.deadline(),
-            include_str!("../../sql/vacuum_flush_commits.sql"),
-        )
-        .await?;
+    session.script_within(session.deadline(), commit).await?;
     match session.warning_after(seen) {
         None => Ok(()),
         Some((message, code)) => Err(anyhow::Error::new(WarnedAtDurablePoint { message, code })),

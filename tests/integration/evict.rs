@@ -1025,7 +1025,8 @@ async fn evicts_durable_point_waits_for_a_synchronous_standby() {
 /// A durable point whose wait for the synchronous standby is cancelled (`pg_cancel_backend`, as
 /// an operator or a pooler's query timeout does) commits with a WARNING only: the server has the
 /// deletes, no standby is known to. The run ends there (exit 1) naming the step and the server's
-/// warning, and counts the rows it deleted as unconfirmed instead of confirmed.
+/// warning, and counts the rows it deleted as unconfirmed instead of confirmed; also where the
+/// server sends clients only errors (client_min_messages).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_for_the_synchronous_standby_confirms_nothing() {
     use crate::support::cluster::PrivateCluster;
@@ -1036,8 +1037,11 @@ async fn a_cancelled_wait_for_the_synchronous_standby_confirms_nothing() {
         .batch_execute(&fixtures::expired_rows_sql(200))
         .await
         .unwrap();
+    // A server that sends the client errors only: the durable point asks for its warnings all
+    // the same.
     for sql in [
         "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
+        "ALTER SYSTEM SET client_min_messages = 'error'",
         "SELECT pg_reload_conf()",
     ] {
         client.batch_execute(sql).await.unwrap();
