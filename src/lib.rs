@@ -50,7 +50,8 @@ pub fn main_entry() -> std::process::ExitCode {
     };
 
     if let Err(e) = room_for_the_runtime() {
-        return report(&anyhow::Error::new(e).context(report::failure::Step::StartRuntime));
+        let e = anyhow::Error::new(report::failure::FileLimit(e));
+        return report(&e.context(report::failure::Step::StartRuntime));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -7,7 +7,13 @@ use std::fmt;
 use serde::{Serialize, Serializer};
 
 use crate::report::evict::{KeptBecause, PaceSignal};
-use crate::report::failure::Step;
+use crate::report::failure::{FileLimit, Step};
+
+impl fmt::Display for FileLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}; raise the open-file limit (ulimit -n)", self.0)
+    }
+}
 
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -470,3 +470,9 @@ pub(crate) enum EndReason {
     /// The socket's or the driver's own error text.
     Socket(String),
 }
+
+/// The open-file limit leaves no room for the descriptors the runtime makes (the OS error).
+#[derive(Debug)]
+pub(crate) struct FileLimit(pub(crate) std::io::Error);
+
+impl std::error::Error for FileLimit {}

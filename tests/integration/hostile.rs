@@ -436,7 +436,8 @@ fn an_open_file_limit_too_small_ends_the_run_in_one_line_never_a_panic() {
         if run.stderr.contains("async runtime") {
             run.assert_error(
                 1,
-                "failed to start the async runtime: Too many open files (os error 24)",
+                "failed to start the async runtime: Too many open files (os error 24); raise the \
+                 open-file limit (ulimit -n)",
             );
             refused += 1;
         } else {
