@@ -1340,28 +1340,32 @@ fn without_continuations(text: &str) -> String {
     out
 }
 
+/// The text of a format string between its `{...}` placeholders, in order.
+fn between_placeholders(lit: &str) -> Vec<String> {
+    let (mut piece, mut depth) = (String::new(), 0);
+    let mut pieces = Vec::new();
+    for c in lit.chars() {
+        match c {
+            '{' => {
+                depth += 1;
+                pieces.push(std::mem::take(&mut piece));
+            }
+            '}' if depth > 0 => depth -= 1,
+            _ if depth == 0 => piece.push(c),
+            _ => {}
+        }
+    }
+    pieces.push(piece);
+    pieces
+}
+
 /// The longest fixed piece (18 characters or more, at most 60) of the literals in a message
 /// function's body: the text between its `{}` placeholders.
 fn fixed_piece(body: &str) -> Option<String> {
     let mut best: Option<String> = None;
     for lit in literals_of(body) {
         let lit = without_continuations(&lit);
-        let mut piece = String::new();
-        let mut depth = 0;
-        let mut pieces = Vec::new();
-        for c in lit.chars() {
-            match c {
-                '{' => {
-                    depth += 1;
-                    pieces.push(std::mem::take(&mut piece));
-                }
-                '}' if depth > 0 => depth -= 1,
-                _ if depth == 0 => piece.push(c),
-                _ => {}
-            }
-        }
-        pieces.push(piece);
-        for p in pieces {
+        for p in between_placeholders(&lit) {
             if p.chars().count() >= 18 && best.as_ref().is_none_or(|b| p.len() > b.len()) {
                 best = Some(p);
             }
@@ -1804,21 +1808,7 @@ fn fixed_pieces(text: &str, min: usize) -> Vec<String> {
     let mut out = Vec::new();
     for lit in literals_of(&text) {
         let lit = without_continuations(&lit).replace("\\\"", "\"");
-        let (mut piece, mut depth) = (String::new(), 0);
-        let mut pieces = Vec::new();
-        for c in lit.chars() {
-            match c {
-                '{' => {
-                    depth += 1;
-                    pieces.push(std::mem::take(&mut piece));
-                }
-                '}' if depth > 0 => depth -= 1,
-                _ if depth == 0 => piece.push(c),
-                _ => {}
-            }
-        }
-        pieces.push(piece);
-        for p in pieces {
+        for p in between_placeholders(&lit) {
             if p.trim().chars().count() >= min && p.contains(' ') && !out.contains(&p) {
                 out.push(p);
             }
