@@ -965,6 +965,56 @@ async fn evict_interrupted_under_cron_says_so_in_one_line() {
     );
 }
 
+/// A private cluster (synchronous_standby_names is the whole server's) with 200 expired keys and
+/// `settings` applied by ALTER SYSTEM, among them a synchronous standby that never answers; an
+/// `evict -o json` started on it, and the pid of its session once that session waits for the
+/// standby at a durable point.
+async fn evict_waiting_for_a_standby(
+    settings: &[&str],
+) -> (
+    crate::support::cluster::PrivateCluster,
+    tokio_postgres::Client,
+    crate::support::cmd::Spawned,
+    i32,
+) {
+    let server = crate::support::cluster::PrivateCluster::start().await;
+    let client = server.client().await;
+    client.batch_execute(Schema::Corrected.ddl()).await.unwrap();
+    client
+        .batch_execute(&fixtures::expired_rows_sql(200))
+        .await
+        .unwrap();
+    for setting in settings {
+        client
+            .batch_execute(&format!("ALTER SYSTEM SET {setting}"))
+            .await
+            .unwrap();
+    }
+    client
+        .batch_execute("SELECT pg_reload_conf()")
+        .await
+        .unwrap();
+    let evict = server
+        .idemctl()
+        .args(["evict", "-o", "json"])
+        .timeout(Duration::from_secs(60))
+        .spawn();
+    let waiting = "SELECT pid FROM pg_stat_activity \
+                    WHERE application_name = 'idemctl' AND wait_event = 'SyncRep'";
+    let started = Instant::now();
+    let pid: i32 = loop {
+        if let Some(row) = client.query_opt(waiting, &[]).await.unwrap() {
+            break row.get(0);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "evict's durable point never waited for the synchronous standby"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    (server, client, evict, pid)
+}
+
 /// evict's durable point is a commit the server makes durable, and with a synchronous standby
 /// waits for it: a run whose standby does not answer does not end while its deletes are not
 /// confirmed, and ends once they are, with none left unconfirmed. (A transaction that only takes
@@ -972,42 +1022,8 @@ async fn evict_interrupted_under_cron_says_so_in_one_line() {
 /// synchronous_commit says: such a point would confirm nothing.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn evicts_durable_point_waits_for_a_synchronous_standby() {
-    use crate::support::cluster::PrivateCluster;
-    // synchronous_standby_names is the whole server's: a cluster of the test's own.
-    let server = PrivateCluster::start().await;
-    let client = server.client().await;
-    client.batch_execute(Schema::Corrected.ddl()).await.unwrap();
-    client
-        .batch_execute(&fixtures::expired_rows_sql(200))
-        .await
-        .unwrap();
-    for sql in [
-        "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
-        "SELECT pg_reload_conf()",
-    ] {
-        client.batch_execute(sql).await.unwrap();
-    }
-    let evict = server
-        .idemctl()
-        .args(["evict", "-o", "json"])
-        .timeout(Duration::from_secs(60))
-        .spawn();
-    let waiting = "SELECT count(*) FROM pg_stat_activity \
-                    WHERE application_name = 'idemctl' AND wait_event = 'SyncRep'";
-    let started = Instant::now();
-    while client
-        .query_one(waiting, &[])
-        .await
-        .unwrap()
-        .get::<_, i64>(0)
-        == 0
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "evict's durable point never waited for the synchronous standby"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (_server, client, evict, _) =
+        evict_waiting_for_a_standby(&["synchronous_standby_names = 'nobody'"]).await;
     // The standby is given up on: the waiting commit goes through, and the run ends.
     for sql in [
         "ALTER SYSTEM RESET synchronous_standby_names",
@@ -1029,41 +1045,11 @@ async fn evicts_durable_point_waits_for_a_synchronous_standby() {
 /// server sends clients only errors (client_min_messages).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_for_the_synchronous_standby_confirms_nothing() {
-    use crate::support::cluster::PrivateCluster;
-    let server = PrivateCluster::start().await;
-    let client = server.client().await;
-    client.batch_execute(Schema::Corrected.ddl()).await.unwrap();
-    client
-        .batch_execute(&fixtures::expired_rows_sql(200))
-        .await
-        .unwrap();
-    // A server that sends the client errors only: the durable point asks for its warnings all
-    // the same.
-    for sql in [
-        "ALTER SYSTEM SET synchronous_standby_names = 'nobody'",
-        "ALTER SYSTEM SET client_min_messages = 'error'",
-        "SELECT pg_reload_conf()",
-    ] {
-        client.batch_execute(sql).await.unwrap();
-    }
-    let evict = server
-        .idemctl()
-        .args(["evict", "-o", "json"])
-        .timeout(Duration::from_secs(60))
-        .spawn();
-    let waiting = "SELECT pid FROM pg_stat_activity \
-                    WHERE application_name = 'idemctl' AND wait_event = 'SyncRep'";
-    let started = Instant::now();
-    let pid: i32 = loop {
-        if let Some(row) = client.query_opt(waiting, &[]).await.unwrap() {
-            break row.get(0);
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "evict's durable point never waited for the synchronous standby"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let (_server, client, evict, pid) = evict_waiting_for_a_standby(&[
+        "synchronous_standby_names = 'nobody'",
+        "client_min_messages = 'error'",
+    ])
+    .await;
     client
         .execute("SELECT pg_cancel_backend($1)", &[&pid])
         .await
