@@ -821,36 +821,41 @@ async fn top_reads_a_timestamp_table_in_its_declared_zone() {
 }
 
 /// A refresh the server does not answer within its deadline ends `top --once` with exit 1 and the
-/// deadline named: here the server process stops answering (as a silent network looks from the
-/// client) once top has resolved the table and begun reading its figures.
+/// deadline named: here the network goes silent (everything top sends is swallowed, nothing is
+/// closed) once top has resolved the table and sends its first statement naming the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn top_once_without_an_answer_within_the_refresh_deadline_exits_1_in_exact_words() {
+    use crate::support::tripwire::{Tripwire, Upstream};
     let db = table(10).await;
-    let top = db
-        .idemctl()
+    let port: u16 = crate::support::pg::server()
+        .admin
+        .get("port")
+        .expect("the server's port")
+        .parse()
+        .expect("a port number");
+    let dir = db.socket_dir().expect("a local server");
+    // The figures' statements name the table in their text; the catalog's take it as a parameter.
+    let wire = Tripwire::silent_at(
+        Upstream::Unix(dir.join(format!(".s.PGSQL.{port}"))),
+        b"\"idempotency_keys\"",
+        1,
+    );
+    let url = db.url_with(&[
+        ("host", "127.0.0.1"),
+        ("port", &wire.port().to_string()),
+        ("sslmode", "disable"),
+    ]);
+    Cmd::new()
+        .env("IDEMCTL_DATABASE_URL", url)
         .args(["top", "--once", "--interval", "2s"])
         .timeout(Duration::from_secs(60))
-        .spawn();
-    // The figures' statements name the table in their text; the catalog's take it as a parameter.
-    let reading = "SELECT pid FROM pg_stat_activity WHERE application_name = 'idemctl' \
-                   AND datname = current_database() AND query LIKE '%\"idempotency_keys\"%'";
-    let watcher = db.client().await;
-    let started = Instant::now();
-    let backend: i32 = loop {
-        if let Some(row) = watcher.query_opt(reading, &[]).await.unwrap() {
-            break row.get(0);
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "top never read the table's figures"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let stopped = Stopped::stop(backend);
-    top.wait_async()
+        .run_async()
         .await
         .assert_error(1, "no answer from the server within 5s");
-    drop(stopped);
+    assert!(
+        wire.seen() >= 1,
+        "top never sent a statement naming the table"
+    );
 }
 
 /// A terminal that goes away under the view (its window closed while top ignores the hangup, as

@@ -5,6 +5,10 @@
 //! connection closed with no reason. So any one step of a run (a statement of `sql/`, a SET, a
 //! BEGIN) can be made to fail for real, after the steps before it have run.
 //!
+//! [`Tripwire::silent_at`] makes the same cut silent instead: from that statement on, every byte
+//! the client sends is read and dropped and nothing is closed, as a network path that swallows
+//! everything looks from the client.
+//!
 //! Plain threads; they end when the value is dropped. Use plain TCP (`sslmode=disable`): the
 //! pattern is looked for in the bytes as sent.
 
@@ -66,11 +70,23 @@ struct Watch {
     pattern: &'static [u8],
     nth: usize,
     seen: Arc<AtomicUsize>,
+    /// Swallow the client's bytes from the trip on rather than close the connection.
+    silent: bool,
 }
 
 impl Tripwire {
     /// Break the connection whose client sends `pattern` for the `nth` time (1 = the first).
     pub(crate) fn start(upstream: Upstream, pattern: &'static [u8], nth: usize) -> Tripwire {
+        Tripwire::spawn(upstream, pattern, nth, false)
+    }
+
+    /// Go silent on the connection whose client sends `pattern` for the `nth` time: that
+    /// statement and everything after it is dropped, and the connection stays open.
+    pub(crate) fn silent_at(upstream: Upstream, pattern: &'static [u8], nth: usize) -> Tripwire {
+        Tripwire::spawn(upstream, pattern, nth, true)
+    }
+
+    fn spawn(upstream: Upstream, pattern: &'static [u8], nth: usize, silent: bool) -> Tripwire {
         assert!(nth >= 1, "nth counts from 1");
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy's port");
         let port = listener.local_addr().expect("the proxy's address").port();
@@ -97,6 +113,7 @@ impl Tripwire {
                     pattern,
                     nth,
                     seen: count.clone(),
+                    silent,
                 };
                 let (c, s) = (client.twin(), server.twin());
                 let up = stop.clone();
@@ -139,10 +156,12 @@ impl Tripwire {
 }
 
 /// Copy `from` to `to` until either ends, the proxy stops, or `from` sends the watched pattern
-/// for the watched time; then close both.
+/// for the watched time; then close both, or (a silent watch) read and drop what `from` sends
+/// until the proxy stops.
 fn pass(mut from: Box<dyn Pipe>, mut to: Box<dyn Pipe>, stop: &AtomicBool, watch: Option<&Watch>) {
     from.set_timeout(Duration::from_millis(200));
     let mut buf = [0u8; 64 * 1024];
+    let mut swallowing = false;
     while !stop.load(Ordering::SeqCst) {
         let n = match from.read(&mut buf) {
             Ok(0) => break,
@@ -157,6 +176,9 @@ fn pass(mut from: Box<dyn Pipe>, mut to: Box<dyn Pipe>, stop: &AtomicBool, watch
             }
             Err(_) => break,
         };
+        if swallowing {
+            continue;
+        }
         if let Some(w) = watch {
             let hits = buf[..n]
                 .windows(w.pattern.len())
@@ -165,6 +187,10 @@ fn pass(mut from: Box<dyn Pipe>, mut to: Box<dyn Pipe>, stop: &AtomicBool, watch
             if hits > 0 {
                 let before = w.seen.fetch_add(hits, Ordering::SeqCst);
                 if before < w.nth && before + hits >= w.nth {
+                    if w.silent {
+                        swallowing = true;
+                        continue;
+                    }
                     break;
                 }
             }
