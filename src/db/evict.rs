@@ -228,7 +228,7 @@ impl Walk {
             let sample = SampleKey {
                 scope: super::profile::scope_from(&self.scope, api_key_id.as_deref()),
                 api_key_id,
-                key: key.get(n).cloned().flatten().unwrap_or_default(),
+                key: key.get(n).cloned().flatten(),
                 expires_at: expires[n],
                 created_at: created.get(n).copied().flatten(),
             };

@@ -401,7 +401,7 @@ fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey], walked:
     // Keys of a table without a tenant column have none to show.
     let scope = evict.iter().chain(kept).find_map(|k| k.scope.as_ref());
     let cells = |k: &SampleKey| {
-        let mut cells = key_cells(scope, k.scope.as_ref(), &k.key);
+        let mut cells = key_cells(scope, k.scope.as_ref(), k.key.as_deref());
         cells.extend([
             rfc3339(k.expires_at),
             k.created_at.map_or_else(|| "-".to_owned(), rfc3339),

@@ -213,7 +213,7 @@ pub(crate) fn tenants(records: &[KeyRecord], scope_columns: usize) -> Doc {
     let rows = records
         .iter()
         .map(|r| {
-            let mut cells = key_cells(header, r.scope.as_ref(), &r.key);
+            let mut cells = key_cells(header, r.scope.as_ref(), Some(&r.key));
             cells.pop();
             cells.extend([
                 r.state.clone(),

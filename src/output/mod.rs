@@ -407,8 +407,13 @@ pub(crate) fn scope_value(value: Option<&str>) -> String {
 }
 
 /// The cells of [`key_columns`] for one key, escaped: its value in each of the header's scope
-/// columns ([`scope_value`]), then the key.
-pub(crate) fn key_cells(header: Option<&Scope>, scope: Option<&Scope>, key: &str) -> Vec<String> {
+/// columns, then the key (each as [`scope_value`] writes it: a key column that allows NULL may
+/// hold it).
+pub(crate) fn key_cells(
+    header: Option<&Scope>,
+    scope: Option<&Scope>,
+    key: Option<&str>,
+) -> Vec<String> {
     let columns = header.map_or(0, |h| h.0.len());
     (0..columns)
         .map(|i| {
@@ -418,7 +423,7 @@ pub(crate) fn key_cells(header: Option<&Scope>, scope: Option<&Scope>, key: &str
                     .and_then(|(_, v)| v.as_deref()),
             )
         })
-        .chain([sanitize(key)])
+        .chain([scope_value(key)])
         .collect()
 }
 
@@ -436,14 +441,19 @@ pub(crate) fn scope_words(scope: &Scope) -> String {
 /// A key named with its scope in one phrase: `tenant/key` for a one-column scope, the key with
 /// its scope columns named for several (`key k (request_type=payment, client_id=c-42)`), the key
 /// alone without a scope.
-pub(crate) fn key_label(api_key_id: Option<&str>, scope: Option<&Scope>, key: &str) -> String {
+pub(crate) fn key_label(
+    api_key_id: Option<&str>,
+    scope: Option<&Scope>,
+    key: Option<&str>,
+) -> String {
+    let key = scope_value(key);
     match (scope, api_key_id) {
-        (Some(s), _) if s.0.len() > 1 => format!("key {} ({})", sanitize(key), scope_words(s)),
+        (Some(s), _) if s.0.len() > 1 => format!("key {key} ({})", scope_words(s)),
         (Some(s), _) if let [(_, v)] = s.0.as_slice() => {
-            format!("{}/{}", scope_value(v.as_deref()), sanitize(key))
+            format!("{}/{key}", scope_value(v.as_deref()))
         }
-        (_, Some(t)) => format!("{}/{}", sanitize(t), sanitize(key)),
-        (_, None) => sanitize(key),
+        (_, Some(t)) => format!("{}/{key}", sanitize(t)),
+        (_, None) => key,
     }
 }
 

@@ -109,7 +109,7 @@ pub(crate) fn filter_text(f: &Filter) -> Option<String> {
 const CANDIDATE_COLUMNS: [&str; 5] = ["method", "path", "held since", "from", "age"];
 
 fn candidate_cells(header: Option<&Scope>, c: &Candidate) -> Vec<String> {
-    let mut cells = key_cells(header, c.scope.as_ref(), &c.key);
+    let mut cells = key_cells(header, c.scope.as_ref(), Some(&c.key));
     cells.extend([
         c.request_method
             .as_deref()
@@ -211,7 +211,7 @@ fn left_alone_cells(header: Option<&Scope>, l: &LeftAlone) -> Vec<String> {
             sanitize(l.state.as_deref().unwrap_or("-"))
         ),
     };
-    let mut cells = key_cells(header, l.scope.as_ref(), &l.key);
+    let mut cells = key_cells(header, l.scope.as_ref(), Some(&l.key));
     cells.push(why);
     cells
 }

@@ -36,7 +36,7 @@ fn ttl_text(t: Option<&crate::report::rows::RecentTtl>) -> String {
 }
 
 pub(crate) fn key_label(k: &KeyRef) -> String {
-    crate::output::key_label(k.api_key_id.as_deref(), k.scope.as_ref(), &k.key)
+    crate::output::key_label(k.api_key_id.as_deref(), k.scope.as_ref(), k.key.as_deref())
 }
 
 /// The human-readable report.

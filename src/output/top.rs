@@ -50,7 +50,8 @@ pub(crate) struct KeyFig {
     pub api_key_id: Option<String>,
     /// Each scope column's value (null without a scope).
     pub scope: Option<crate::report::rows::Scope>,
-    pub key: String,
+    /// None where the key column allows NULL and holds it (null in JSON).
+    pub key: Option<String>,
     pub seconds: f64,
 }
 
@@ -287,7 +288,7 @@ fn rate_text(r: Option<f64>) -> String {
 }
 
 fn key_text(k: &KeyFig) -> String {
-    crate::output::key_label(k.api_key_id.as_deref(), k.scope.as_ref(), &k.key)
+    crate::output::key_label(k.api_key_id.as_deref(), k.scope.as_ref(), k.key.as_deref())
 }
 
 /// A string cut to `width` characters, with `…` when cut.
@@ -985,7 +986,7 @@ mod tests {
             oldest_live: Some(KeyFig {
                 api_key_id: Some("t\x1b[2J".into()),
                 scope: None,
-                key: "k\n1".into(),
+                key: Some("k\n1".into()),
                 seconds: 3600.0,
             }),
             oldest_expired: None,

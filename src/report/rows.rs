@@ -66,7 +66,8 @@ pub(crate) struct KeyRef {
     pub api_key_id: Option<String>,
     /// Each scope column's value, by column (null in JSON on a table without a scope).
     pub scope: Option<Scope>,
-    pub key: String,
+    /// None where the key column allows NULL and holds it (null in JSON).
+    pub key: Option<String>,
     #[serde(with = "crate::report::timestamp")]
     pub expires_at: OffsetDateTime,
     /// Age (oldest live key) or wait since expiry (eviction lag), in seconds.
@@ -145,7 +146,8 @@ pub(crate) struct SampleKey {
     pub api_key_id: Option<String>,
     /// Each scope column's value, by column (null in JSON on a table without a scope).
     pub scope: Option<Scope>,
-    pub key: String,
+    /// None where the key column allows NULL and holds it (null in JSON).
+    pub key: Option<String>,
     #[serde(with = "crate::report::timestamp")]
     pub expires_at: OffsetDateTime,
     /// None where the column allows NULL and holds it (Laravel's `timestamps()`).

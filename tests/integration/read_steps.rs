@@ -523,12 +523,14 @@ async fn metrics_whose_directory_cannot_take_a_new_file_say_so_and_exit_8() {
     assert_eq!(std::fs::read_to_string(&prom).unwrap(), earlier);
 }
 
-/// A table whose key column allows NULL (as a Rails migration leaves it), holding one stuck row
-/// without a key beside a stuck row with one: no client can retry a row without a key, so
-/// reclaim's preview lists only the keyed row, and the sweep takes only it; the row without a key
-/// stays for evict once it expires.
+/// A table whose key column allows NULL (as a Rails migration leaves it), holding rows without a
+/// key beside a stuck row with one. No client can retry a row without a key, so reclaim's preview
+/// lists only the keyed row and the sweep takes only it; stats, check and top count as stuck only
+/// what reclaim would take. Every read that shows a key shows a missing one as NULL (null in JSON)
+/// rather than failing: stats' oldest keys, top's, evict's preview sample; and evict removes the
+/// expired completed row without a key.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stuck_row_without_a_key_is_left_alone_by_reclaim() {
+async fn rows_without_a_key_are_shown_as_null_and_never_counted_stuck_or_reclaimed() {
     let db = TestDb::new().await;
     fixtures::create(&db, Schema::Corrected).await;
     db.exec(include_str!("../../sql/maintenance_indexes.sql"))
@@ -540,11 +542,66 @@ async fn a_stuck_row_without_a_key_is_left_alone_by_reclaim() {
          INSERT INTO idempotency_keys (key, api_key_id, request_method, request_path, \
            request_fingerprint, state, locked_at, created_at, expires_at) \
          VALUES (NULL, 'tenant_1', 'POST', '/v1/payments', '\\x00', 'in_progress', \
-           now() - interval '2 hours', now() - interval '2 hours', now() + interval '1 day'), \
+           now() - interval '3 hours', now() - interval '2 hours', now() + interval '1 day'), \
+                (NULL, 'tenant_1', 'POST', '/v1/payments', '\\x00', 'completed', \
+           NULL, now() - interval '4 hours', now() - interval '1 hour'), \
+                (NULL, 'tenant_1', 'POST', '/v1/payments', '\\x00', 'completed', \
+           NULL, now() - interval '3 hours', now() + interval '1 hour'), \
                 ('k-1', 'tenant_1', 'POST', '/v1/payments', '\\x00', 'in_progress', \
            now() - interval '2 hours', now() - interval '2 hours', now() + interval '1 day');",
     )
     .await;
+    let stats = db.idemctl().args(["stats", "-o", "json"]).run_async().await;
+    stats.assert_code(0);
+    let s = stats.json();
+    assert_eq!(s["stuck"]["count"]["count"], 1, "{stats}");
+    assert_eq!(
+        s["oldest_expired"]["key"],
+        serde_json::Value::Null,
+        "{stats}"
+    );
+    assert_eq!(s["oldest_expired"]["api_key_id"], "tenant_1", "{stats}");
+    assert_eq!(s["oldest_live"]["key"], serde_json::Value::Null, "{stats}");
+    let human = db.idemctl().args(["stats"]).run_async().await;
+    human.assert_code(0);
+    assert!(
+        human
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("oldest live ") && l.contains(" tenant_1/NULL age 3h")),
+        "{human}"
+    );
+    let top = db
+        .idemctl()
+        .args(["top", "--once", "-o", "json", "--interval", "500ms"])
+        .run_async()
+        .await;
+    top.assert_code(0);
+    let t = top.json();
+    assert_eq!(t["stuck"]["count"], 1, "{top}");
+    assert_eq!(t["oldest_stuck"]["key"], "k-1", "{top}");
+    assert_eq!(t["oldest_live"]["key"], serde_json::Value::Null, "{top}");
+    let check = db.idemctl().args(["check"]).run_async().await;
+    check.assert_code(0);
+    let dry = db
+        .idemctl()
+        .args(["evict", "--dry-run", "-o", "json"])
+        .run_async()
+        .await;
+    dry.assert_code(0);
+    let sample = &dry.json()["sample"];
+    assert_eq!(sample.as_array().map(Vec::len), Some(1), "{dry}");
+    assert_eq!(sample[0]["key"], serde_json::Value::Null, "{dry}");
+    let shown = db.idemctl().args(["evict", "--dry-run"]).run_async().await;
+    shown.assert_code(0);
+    assert!(
+        shown
+            .stdout
+            .lines()
+            .any(|l| l.starts_with("tenant_1\tNULL\t")),
+        "{shown}"
+    );
+
     let preview = db
         .idemctl()
         .args(["reclaim", "--dry-run", "-o", "json"])
@@ -565,17 +622,24 @@ async fn a_stuck_row_without_a_key_is_left_alone_by_reclaim() {
         .await;
     run.assert_code(0);
     assert_eq!(run.json()["rows_reclaimed"], 1, "{run}");
+    db.idemctl()
+        .args(["evict"])
+        .run_async()
+        .await
+        .assert_code(0);
+    // Left: the row without a key in flight, and the live completed one.
     assert_eq!(
         fixtures::scalar_i64(
             &db,
-            "SELECT count(*) FROM idempotency_keys WHERE key IS NULL"
+            "SELECT count(*) FROM idempotency_keys \
+              WHERE key IS NULL AND (state = 'in_progress' OR expires_at > now())"
         )
         .await,
-        1
+        2
     );
     assert_eq!(
         fixtures::scalar_i64(&db, "SELECT count(*) FROM idempotency_keys").await,
-        1
+        2
     );
 }
 
