@@ -527,9 +527,11 @@ where
             }
             None => continue,
         };
+        // The name TLS checks: a socket directory where only a hostaddr was given, as libpq.
         let host = match config.get_hosts().get(i) {
-            Some(Host::Tcp(h)) => h.as_str(),
-            _ => "",
+            Some(Host::Tcp(h)) => h.clone(),
+            Some(Host::Unix(dir)) => dir.display().to_string(),
+            None => String::new(),
         };
         for target in targets {
             let ways = Ways {
@@ -538,7 +540,7 @@ where
                 rule: &rule,
                 allow,
             };
-            match ways.login(&target, &mut tls, host).await {
+            match ways.login(&target, &mut tls, &host).await {
                 Ok((client, mut connection)) => {
                     match session_fits(&client, &mut connection, attrs).await {
                         Ok(Ok(())) => return Ok((client, connection)),

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 /// How an endpoint is reached.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum HostKind {
-    /// A TCP host name (or the literal `hostaddr` text when no name was given, so TLS has a name).
+    /// A TCP host name (or the literal `hostaddr` text when no name was given, for messages; TLS
+    /// checks [`Endpoint::tls_name`] then).
     Tcp(String),
     /// A Unix-socket directory; the socket is `<dir>/.s.PGSQL.<port>`.
     Unix(PathBuf),
@@ -25,6 +26,10 @@ pub(crate) struct Endpoint {
     pub(crate) port: u16,
     /// Whether `host` named this endpoint (TCP), rather than only `hostaddr`.
     pub(crate) named: bool,
+    /// The name verify-full checks the server's certificate against, as libpq has it: the host
+    /// name; for an endpoint given only a `hostaddr`, the `host` socket directory beside it or
+    /// else the default one (which no certificate names, so verify-full fails there as in psql).
+    pub(crate) tls_name: String,
 }
 
 impl Endpoint {
@@ -73,8 +78,13 @@ pub(crate) fn endpoints(params: &Params) -> anyhow::Result<Vec<Endpoint>> {
         .map(|i| {
             let name = hosts.get(i).map_or("", String::as_str);
             let addr = addrs.get(i).cloned().flatten();
+            let tls_name = match name {
+                "" => default_socket_dir().display().to_string(),
+                name => name.to_owned(),
+            };
             Ok(Endpoint {
                 named: !name.is_empty() && !name.starts_with('/'),
+                tls_name,
                 host: host_kind(params, name, addr.as_ref().map(|(_, raw)| raw.as_str()))?,
                 addr: addr.map(|(ip, _)| ip),
                 port: ports[i],
@@ -89,7 +99,7 @@ fn host_kind(params: &Params, name: &str, raw_addr: Option<&str>) -> anyhow::Res
     }
     Ok(match (name, raw_addr) {
         (n, _) if !n.is_empty() && !n.starts_with('/') => HostKind::Tcp(n.to_string()),
-        // A socket path or no name, but an address: TCP to the address, named by it for TLS.
+        // A socket path or no name, but an address: TCP to the address, named by it in messages.
         (_, Some(addr)) => HostKind::Tcp(addr.to_string()),
         ("", None) => HostKind::Unix(default_socket_dir()),
         (dir, None) => HostKind::Unix(PathBuf::from(dir)),
@@ -140,7 +150,7 @@ fn parse_ports(params: &Params, hosts: usize) -> anyhow::Result<Vec<u16>> {
 pub(crate) fn apply(endpoints: &[Endpoint], config: &mut tokio_postgres::Config) {
     for e in endpoints {
         match &e.host {
-            HostKind::Tcp(name) => config.host(name),
+            HostKind::Tcp(_) => config.host(&e.tls_name),
             HostKind::Unix(dir) => config.host_path(dir),
         };
         if let Some(addr) = e.addr {

@@ -153,7 +153,13 @@ impl Connect {
 
     fn ssl(&self) -> Result<Ssl, TlsError> {
         let mut ssl = Ssl::new(&self.shared.context).map_err(|e| openssl_error(&e))?;
-        if self.shared.sni && !self.host.is_empty() && self.host.parse::<IpAddr>().is_err() {
+        // Never an address, and never the socket directory libpq names an endpoint given only a
+        // hostaddr by (hosts::Endpoint::tls_name).
+        if self.shared.sni
+            && !self.host.is_empty()
+            && !self.host.starts_with('/')
+            && self.host.parse::<IpAddr>().is_err()
+        {
             ssl.set_hostname(&self.host)
                 .map_err(|e| openssl_error(&e))?;
         }

@@ -8,9 +8,9 @@ use openssl::x509::X509Ref;
 use std::net::IpAddr;
 
 /// `Ok` when `host` is a name the certificate carries, else libpq's message. `host` is never
-/// empty: every TCP endpoint is named by its host or, without one, by its `hostaddr`
-/// (`hosts::endpoints`), and the driver refuses TLS where it has no name (a Unix socket), so
-/// libpq's "host name must be specified" has no case here.
+/// empty: an endpoint given only a `hostaddr` is named by a socket directory, as libpq names it
+/// (`hosts::Endpoint::tls_name`), and the driver refuses TLS where it has no name (a Unix
+/// socket), so libpq's "host name must be specified" has no case here.
 pub(crate) fn host_matches(cert: &X509Ref, host: &str) -> Result<(), HostMismatch> {
     let ip = host.parse::<IpAddr>().ok();
     let mut examined: Vec<String> = Vec::new();

@@ -318,21 +318,26 @@ async fn every_certificate_kind_under_every_sslmode_matches_psql() {
             } else {
                 &roots[..]
             };
-            let hosts: &[&str] = if sslmode == Some("verify-full") {
-                &["localhost", "127.0.0.1"]
+            // verify-full also with only an address, which leaves libpq no host name to check.
+            let hosts: &[(&str, &str)] = if sslmode == Some("verify-full") {
+                &[
+                    ("host", "localhost"),
+                    ("host", "127.0.0.1"),
+                    ("hostaddr", "127.0.0.1"),
+                ]
             } else {
-                &["localhost"]
+                &[("host", "localhost")]
             };
             for &(root_name, root) in roots {
-                for &host in hosts {
-                    let mut settings = vec![("host", host)];
+                for &(given, host) in hosts {
+                    let mut settings = vec![(given, host)];
                     settings.extend(sslmode.map(|m| ("sslmode", m)));
                     settings.extend(root.map(|r| ("sslrootcert", path(r))));
                     let conninfo = server.conninfo(&settings);
                     let theirs = psql(&conninfo, home.path());
                     let ours = idemctl(&conninfo, home.path());
                     let case = format!(
-                        "{} sslmode={} {root_name} host={host}",
+                        "{} sslmode={} {root_name} {given}={host}",
                         kind.name,
                         sslmode.unwrap_or("(default)")
                     );
