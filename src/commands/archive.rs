@@ -42,6 +42,13 @@ pub(crate) struct Why<'a> {
     pub filter: &'a Filter,
 }
 
+/// A committed batch whose commit line could not be written: the write's error, the batch's keys.
+#[derive(Debug)]
+pub(crate) struct CommitUnwritten {
+    error: std::io::Error,
+    keys: usize,
+}
+
 /// An open archive.
 pub(crate) struct Archive {
     path: PathBuf,
@@ -121,15 +128,29 @@ impl Archive {
 
     /// Record that a batch committed. When that fails the batch has committed all the same: the
     /// error says so.
-    pub(crate) fn write_commit(&mut self, batch: &str, keys: usize) -> Result<()> {
-        let mut buf = serde_json::to_vec(&json!({"type": "commit", "batch": batch, "keys": keys}))?;
+    pub(crate) fn write_commit(&mut self, batch: &str, keys: usize) -> Result<(), CommitUnwritten> {
+        let mut buf = serde_json::to_vec(&json!({"type": "commit", "batch": batch, "keys": keys}))
+            .map_err(|e| CommitUnwritten {
+                error: e.into(),
+                keys,
+            })?;
         buf.push(b'\n');
-        self.write_whole(&buf).map_err(|e| {
-            fail(
-                Exit::Failure,
-                crate::output::reclaim::archive_commit_unwritten(&self.path, &e, keys),
-            )
-        })
+        self.write_whole(&buf)
+            .map_err(|error| CommitUnwritten { error, keys })
+    }
+
+    /// The error that ends a run whose last batch committed without its commit line, with the
+    /// keys the whole run reclaimed (`total`, that batch's included).
+    pub(crate) fn commit_unwritten(&self, failed: CommitUnwritten, total: u64) -> anyhow::Error {
+        fail(
+            Exit::Failure,
+            crate::output::reclaim::archive_commit_unwritten(
+                &self.path,
+                &failed.error,
+                failed.keys,
+                total,
+            ),
+        )
     }
 
     fn append(&mut self, buf: &[u8]) -> Result<()> {

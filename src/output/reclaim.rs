@@ -645,12 +645,18 @@ pub(crate) fn archive_unwritten(path: &Path, error: &std::io::Error) -> String {
     )
 }
 
-pub(crate) fn archive_commit_unwritten(path: &Path, error: &std::io::Error, keys: usize) -> String {
+pub(crate) fn archive_commit_unwritten(
+    path: &Path,
+    error: &std::io::Error,
+    keys: usize,
+    total: u64,
+) -> String {
     format!(
         "--archive {}: cannot write it ({error}); the batch of {keys} key{} committed, and its key \
-         lines are in the archive without their commit line",
+         lines are in the archive without their commit line; {total} key{} reclaimed in all",
         shown_path(path),
-        if keys == 1 { "" } else { "s" }
+        if keys == 1 { "" } else { "s" },
+        if total == 1 { "" } else { "s" }
     )
 }
 

@@ -335,7 +335,8 @@ async fn a_commit_line_that_does_not_fit_ends_the_run_saying_the_batch_committed
         1,
         &format!(
             "--archive {}: cannot write it (No space left on device (os error 28)); the batch of \
-             2 keys committed, and its key lines are in the archive without their commit line",
+             2 keys committed, and its key lines are in the archive without their commit line; 2 \
+             keys reclaimed in all",
             archive.display()
         ),
     );

@@ -18,7 +18,7 @@ use super::writing::{
     statements,
 };
 use crate::cli::ReclaimArgs;
-use crate::commands::archive::Archive;
+use crate::commands::archive::{Archive, CommitUnwritten};
 use crate::context::Context;
 use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
@@ -154,7 +154,9 @@ pub(super) async fn apply_batches(
         report.batches += 1;
         report.record_outcomes(chunk, outcomes);
         // The batch committed: an archive that could not take its commit line ends the run here.
-        commit_line?;
+        if let (Err(failed), Some(a)) = (commit_line, archive.as_deref()) {
+            return Err(a.commit_unwritten(failed, report.rows_reclaimed));
+        }
         done = end;
     }
     Ok(EndReason::Drained)
@@ -186,7 +188,7 @@ pub(super) async fn archived_apply_batch(
     req: &Request,
     chunk: &[PlanRow],
     archive: &mut Archive,
-) -> Result<(Vec<(String, Option<String>)>, Result<()>)> {
+) -> Result<(Vec<(String, Option<String>)>, Result<(), CommitUnwritten>)> {
     let why = archive_why(req);
     let mut batch = None;
     let outcomes = statements

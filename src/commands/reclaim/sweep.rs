@@ -13,7 +13,7 @@ use super::writing::{
     statements,
 };
 use crate::cli::ReclaimArgs;
-use crate::commands::archive::Archive;
+use crate::commands::archive::{Archive, CommitUnwritten};
 use crate::context::Context;
 use crate::db::reclaim as reclaim_db;
 use crate::db::{KeyTable, Session};
@@ -122,7 +122,9 @@ async fn sweep_batches(
         got.into_iter()
             .for_each(|(tenant, key)| report.add_reclaimed(tenant, key));
         // The batch committed: an archive that could not take its commit line ends the run here.
-        commit_line?;
+        if let (Err(failed), Some(a)) = (commit_line, archive.as_deref()) {
+            return Err(a.commit_unwritten(failed, report.rows_reclaimed));
+        }
         if n < want {
             return Ok(EndReason::Drained);
         }
@@ -170,7 +172,7 @@ pub(super) async fn archived_batch(
     req: &Request,
     want: u64,
     archive: &mut Archive,
-) -> Result<(Vec<reclaim_db::TakenKey>, Result<()>)> {
+) -> Result<(Vec<reclaim_db::TakenKey>, Result<(), CommitUnwritten>)> {
     let limit = i64::try_from(want).unwrap_or(i64::MAX);
     let why = archive_why(req);
     let mut batch = None;
