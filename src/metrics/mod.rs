@@ -17,6 +17,7 @@ use crate::domain::TableName;
 use crate::exit::{Exit, classify, fail};
 use crate::output::prometheus::{self, Metrics};
 use crate::report::run::EndReason;
+pub(crate) use crate::report::run::{RunEnd, Unwritten};
 
 pub(crate) use catalogue::Series;
 pub(crate) use push::{GatewayArgs, PushUrl};
@@ -27,30 +28,6 @@ pub(crate) struct Destinations {
     pub textfile: Option<PathBuf>,
     pub pushgateway: GatewayArgs,
     pub labels: Vec<(String, String)>,
-}
-
-/// How a run ended, for the run series.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RunEnd {
-    pub success: bool,
-    /// One of `reasons`.
-    pub reason: EndReason,
-    /// Every end reason of the command (the run series sets one of them to 1, the others to 0,
-    /// and lists `EndReason::FAILURES` too).
-    pub reasons: &'static [EndReason],
-    /// What the run did, for the line said when its metrics cannot be written: the rows it
-    /// changed and how it says so ("keys deleted"); None for a run that changes nothing.
-    pub rows: Option<(u64, &'static str)>,
-}
-
-/// Metrics that could not be written at the end of a run whose work was done: the line to say,
-/// and the exit code that tells it from a failed run ([`Exit::MetricsUnwritten`]).
-#[derive(Debug, Clone)]
-pub(crate) struct Unwritten {
-    pub command: &'static str,
-    pub end: RunEnd,
-    /// The file and why it could not be written.
-    pub why: String,
 }
 
 /// Records one run's metrics. Cheap to clone; a default recorder has no destination (and writes

@@ -333,7 +333,7 @@ pub(crate) fn unprobed_reference_note(
 }
 
 /// The line of a run whose metrics could not be written: what it did, its end, the file and why.
-pub(crate) fn metrics_unwritten(u: &crate::metrics::Unwritten) -> String {
+pub(crate) fn metrics_unwritten(u: &crate::report::run::Unwritten) -> String {
     let did = match u.end.rows {
         Some((rows, what)) => format!("{} ran: {rows} {what}", u.command),
         None => format!("{} ran", u.command),

@@ -101,3 +101,27 @@ mod tests {
         }
     }
 }
+
+/// How a run ended, for the run series.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunEnd {
+    pub success: bool,
+    /// One of `reasons`.
+    pub reason: EndReason,
+    /// Every end reason of the command (the run series sets one of them to 1, the others to 0,
+    /// and lists `EndReason::FAILURES` too).
+    pub reasons: &'static [EndReason],
+    /// What the run did, for the line said when its metrics cannot be written: the rows it
+    /// changed and how it says so ("keys deleted"); None for a run that changes nothing.
+    pub rows: Option<(u64, &'static str)>,
+}
+
+/// Metrics that could not be written at the end of a run whose work was done: the line to say,
+/// and the exit code that tells it from a failed run ([`crate::exit::Exit::MetricsUnwritten`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Unwritten {
+    pub command: &'static str,
+    pub end: RunEnd,
+    /// The file and why it could not be written.
+    pub why: String,
+}
