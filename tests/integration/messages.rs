@@ -889,16 +889,18 @@ async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly(
         ])
         .timeout(Duration::from_secs(60))
         .spawn();
-    // The statement each idemctl session ran last, by the comment it starts with (the server keeps
-    // a statement's first 1 kB): a durable point (a commit made synchronously, at most once a
-    // second), or a batch; and whether it has finished.
-    let watch = "SELECT state = 'idle', query LIKE '-- evict''s durable points,%', \
+    // What each idemctl session ran last: a durable point ends with a COMMIT sent on its own (the
+    // batches are single statements, so no other COMMIT is sent here), which stays the session's
+    // last statement through the pause after it; a batch by the comment it starts with (the server
+    // keeps a statement's first 1 kB); and whether it has finished.
+    let watch = "SELECT state = 'idle', btrim(query, E' \\n') = 'COMMIT', \
                         query LIKE '-- evict: one batch,%' \
                    FROM pg_stat_activity \
                   WHERE application_name = 'idemctl' AND datname = current_database()";
     let started = Instant::now();
-    // When the last durable point was seen: the next comes a second after it.
+    // When the last durable point was first seen: the next comes a second after it.
     let mut durable_point: Option<Instant> = None;
+    let mut in_durable_point = false;
     loop {
         let rows = client.query(watch, &[]).await.unwrap();
         let seen = |column: usize| {
@@ -908,10 +910,14 @@ async fn evict_that_loses_its_connection_between_durable_points_says_so_exactly(
         let batch_done = rows.iter().any(|r| {
             r.get::<_, Option<bool>>(0) == Some(true) && r.get::<_, Option<bool>>(2) == Some(true)
         });
-        if seen(1) {
+        let now_durable = seen(1);
+        if now_durable && !in_durable_point {
             durable_point = Some(Instant::now());
-        } else if batch_done
-            && durable_point.is_some_and(|at| at.elapsed() < Duration::from_millis(500))
+        }
+        in_durable_point = now_durable;
+        if !now_durable
+            && batch_done
+            && durable_point.is_some_and(|at| at.elapsed() < Duration::from_millis(400))
         {
             // A batch committed after the durable point, well before the next. Hold evict still
             // (SIGSTOP) and look again, so that its sessions are ended while it pauses, however
