@@ -6,6 +6,15 @@
 //! raw digest in a bytea column. The explainer's Python handler hashes `json.dumps(body,
 //! sort_keys=True)` and stores the hex digest as text. Both are reproduced here byte for byte,
 //! numbers included, from a parser that keeps every number's literal and nests to any depth.
+//!
+//! The parser is this module's own because no maintained JSON crate keeps all of what the two
+//! forms need. `serde_json` rejects a lone surrogate escape (`"\ud800"`), which JSON text allows
+//! and Python's `json.loads` accepts and writes back as `\ud800`; it refuses nesting deeper than
+//! 128 levels unless built with `unbounded_depth`, which then recurses on the thread's stack; and
+//! its `Value` keeps a number as an `f64`, `u64` or `i64` (or, with `arbitrary_precision`, as text
+//! only for that whole build), where Python writes a large integer exactly and a float as its own
+//! repr. Strings are therefore kept as UTF-16 code units and numbers as their literals, in one
+//! arena that neither recursion nor a deep body can overflow.
 
 use std::collections::HashMap;
 
