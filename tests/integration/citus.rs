@@ -380,8 +380,9 @@ async fn citus_evict_never_waits_on_a_reference_table_a_live_request_holds() {
     );
 }
 
-/// Run `cmd` while every node's sessions are looked at every 50 ms: its outcome, the longest lock
-/// wait of any session meanwhile (seconds), and how many looks were taken.
+/// Run `cmd` while every node's client sessions of the test's database are looked at every 50 ms
+/// (the shared cluster's other databases are other tests'): its outcome, the longest lock wait of
+/// any session meanwhile (seconds), and how many looks were taken.
 async fn watching_lock_waits(
     db: &CitusDb,
     cmd: crate::support::cmd::Cmd,
@@ -401,7 +402,8 @@ async fn watching_lock_waits(
                     let waited: f64 = node
                         .query_one(
                             "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - query_start)), 0)::float8 \
-                             FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND state = 'active'",
+                             FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND state = 'active' \
+                               AND datname = current_database() AND backend_type = 'client backend'",
                             &[],
                         )
                         .await
