@@ -1339,8 +1339,19 @@ async fn citus_a_backed_off_evict_still_outpaces_the_inserts_on_every_worker() {
             .await
             .unwrap();
     }
+    let expired = async || -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let backlog = expired().await;
     let started = std::time::Instant::now();
-    let evict = db
+    let mut evict = db
         .idemctl()
         .args([
             "evict",
@@ -1353,7 +1364,16 @@ async fn citus_a_backed_off_evict_still_outpaces_the_inserts_on_every_worker() {
         ])
         .timeout(std::time::Duration::from_secs(60))
         .spawn();
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // Evict has measured the foreground a second after its first batches deleted keys, however
+    // long it took to get there.
+    while expired().await >= backlog && !evict.has_exited() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "evict deleted no key"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let mut waiters = Vec::new();
     for id in busy.iter().flat_map(|id| [*id; 3]) {
         let c = db.client().await;

@@ -341,14 +341,14 @@ async fn evict_while_sessions_start_waiting(db: &TestDb, runtime: &str) -> crate
             .get(0)
     };
     let backlog = expired().await;
-    let evict = db
+    let mut evict = db
         .idemctl()
         .args(["evict", "-o", "json", "--max-runtime", runtime])
         .args(["--batch-size", "10"])
         .timeout(Duration::from_secs(60))
         .spawn();
     let started = std::time::Instant::now();
-    while expired().await >= backlog {
+    while expired().await >= backlog && !evict.has_exited() {
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "evict deleted no key"
