@@ -380,8 +380,9 @@ async fn citus_evict_never_waits_on_a_reference_table_a_live_request_holds() {
     );
 }
 
-/// Run `cmd` while every node's sessions are looked at every 50 ms: its outcome, the longest lock
-/// wait of any session meanwhile (seconds), and how many looks were taken.
+/// Run `cmd` while every node's client sessions of the test's database are looked at every 50 ms
+/// (the shared cluster's other databases are other tests'): its outcome, the longest lock wait of
+/// any session meanwhile (seconds), and how many looks were taken.
 async fn watching_lock_waits(
     db: &CitusDb,
     cmd: crate::support::cmd::Cmd,
@@ -401,7 +402,8 @@ async fn watching_lock_waits(
                     let waited: f64 = node
                         .query_one(
                             "SELECT coalesce(max(extract(epoch FROM clock_timestamp() - query_start)), 0)::float8 \
-                             FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND state = 'active'",
+                             FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND state = 'active' \
+                               AND datname = current_database() AND backend_type = 'client backend'",
                             &[],
                         )
                         .await
@@ -1337,8 +1339,19 @@ async fn citus_a_backed_off_evict_still_outpaces_the_inserts_on_every_worker() {
             .await
             .unwrap();
     }
+    let expired = async || -> i64 {
+        client
+            .query_one(
+                "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let backlog = expired().await;
     let started = std::time::Instant::now();
-    let evict = db
+    let mut evict = db
         .idemctl()
         .args([
             "evict",
@@ -1351,7 +1364,16 @@ async fn citus_a_backed_off_evict_still_outpaces_the_inserts_on_every_worker() {
         ])
         .timeout(std::time::Duration::from_secs(60))
         .spawn();
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    // Evict has measured the foreground a second after its first batches deleted keys, however
+    // long it took to get there.
+    while expired().await >= backlog && !evict.has_exited() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "evict deleted no key"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     let mut waiters = Vec::new();
     for id in busy.iter().flat_map(|id| [*id; 3]) {
         let c = db.client().await;

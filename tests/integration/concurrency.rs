@@ -730,10 +730,10 @@ async fn evict_rides_out_a_brief_lock_wait_of_its_batches() {
     );
 }
 
-// Fails today: reclaim ends the whole run with exit 1 ("gave up waiting for a lock another
-// session holds (on the table, e.g. for DDL)") at the first batch that waits 5 ms for any lock,
-// where evict retries. Seen for real in the live-traffic test under load (a trigger's insert
-// waiting to extend its table). Run with `cargo test --test integration -- --ignored reclaim_rides`.
+/// reclaim rides out a brief lock wait of its batches as evict does: a batch that waits 5 ms for a
+/// lock is rolled back and tried again after a pause, rather than ending the run (exit 1, "gave up
+/// waiting for a lock another session holds"). Seen for real in the live-traffic test under load
+/// (a trigger's insert waiting to extend its table).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reclaim_rides_out_a_brief_lock_wait_like_evict_does() {
     let mix = Mix {

@@ -239,8 +239,18 @@ async fn read_only_commands_give_up_a_dead_path_within_the_deadline() {
         let mut all = vec!["--lock-timeout", "60s"];
         all.extend_from_slice(args);
         let waiting = "SELECT count(*) > 0 FROM pg_stat_activity WHERE application_name = \
-                       'idemctl' AND wait_event_type = 'Lock'";
+                       'idemctl' AND wait_event_type = 'Lock' AND datname = current_database()";
+        // The lock is let go once the path is dead (however long the run took to start waiting),
+        // so that the answer has nowhere to go.
         let release = async {
+            let started = Instant::now();
+            while !proxy.is_cut() {
+                assert!(
+                    started.elapsed() < Duration::from_secs(90),
+                    "the path was never cut"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
             holder.batch_execute("COMMIT").await.unwrap();
         };

@@ -377,12 +377,32 @@ async fn evict_dry_run_changes_nothing() {
         "{j}"
     );
     assert_eq!(snapshot(&db).await, before);
-    std::thread::sleep(Duration::from_millis(1200));
+    // A backend hands its counts over as it exits, which comes after idemctl has: wait until the
+    // run's session is gone, then give the hand-over a moment.
+    let admin = db.client().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while crate::chaos::idemctl_sessions(&admin).await > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the dry run's session never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1200)).await;
     assert_eq!(n_tup_del(&db).await, del_before, "dry run deleted rows");
-    // The same measurement sees a real run.
+    // The same measurement sees a real run, once its counts have arrived.
     db.idemctl().args(["evict"]).run().assert_code(0);
-    std::thread::sleep(Duration::from_millis(1200));
-    assert_eq!(n_tup_del(&db).await, del_before + 3000);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut deleted = n_tup_del(&db).await;
+    while deleted < del_before + 3000 {
+        assert!(
+            Instant::now() < deadline,
+            "the real run's deletes never reached the statistics ({deleted} of {del_before} + 3000)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        deleted = n_tup_del(&db).await;
+    }
+    assert_eq!(deleted, del_before + 3000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -403,7 +403,7 @@ async fn evict_names_the_partition_step_it_lost_its_connection_at() {
         let names = partman::partition_names(&db).await;
         // names[0] is the default partition; the dated ones follow, oldest first.
         let oldest = format!("public.{}", names[1]);
-        let mut args = vec!["evict", "--drop-partitions"];
+        let mut args = vec!["evict", "--drop-partitions", "--drop-lock-timeout", "5s"];
         if dry_run {
             args.push("--dry-run");
         }
@@ -431,7 +431,12 @@ async fn evict_names_the_partition_step_it_lost_its_connection_at() {
         let db = partitioned().await;
         let names = partman::partition_names(&db).await;
         let oldest = format!("public.{}", names[1]);
-        let (run, seen) = broken_at(&db, pattern, 1, &["evict", "--drop-partitions"]);
+        let (run, seen) = broken_at(
+            &db,
+            pattern,
+            1,
+            &["evict", "--drop-partitions", "--drop-lock-timeout", "5s"],
+        );
         let tail = match pattern {
             b"COMMIT" => " may or may not have committed",
             _ => "",
@@ -486,7 +491,14 @@ async fn evict_drop_partitions_keeps_a_partition_a_view_depends_on() {
         .await;
     let run = db
         .idemctl()
-        .args(["evict", "--drop-partitions", "-o", "json"])
+        .args([
+            "evict",
+            "--drop-partitions",
+            "-o",
+            "json",
+            "--drop-lock-timeout",
+            "5s",
+        ])
         .run();
     run.assert_code(0);
     let j = run.json();
@@ -526,7 +538,15 @@ async fn evict_drop_partitions_keeps_a_partition_the_role_does_not_own() {
     .await;
     let run = db
         .idemctl()
-        .args(["evict", "--drop-partitions", "-o", "json", "-d"])
+        .args([
+            "evict",
+            "--drop-partitions",
+            "--drop-lock-timeout",
+            "5s",
+            "-o",
+            "json",
+            "-d",
+        ])
         .arg(db.url_with(&[("user", role.as_str())]))
         .run();
     db.exec(&format!("ALTER TABLE {foreign} OWNER TO {role}"))

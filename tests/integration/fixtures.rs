@@ -227,7 +227,8 @@ pub(crate) async fn while_a_delete_is_held(db: &TestDb, role: &str, sql: &str) {
     while admin
         .query_opt(
             "SELECT FROM pg_stat_activity \
-              WHERE usename = $1 AND wait_event = 'PgSleep' AND query ILIKE '%delete%'",
+              WHERE usename = $1 AND datname = current_database() \
+                AND wait_event = 'PgSleep' AND query ILIKE '%delete%'",
             &[&role],
         )
         .await

@@ -32,7 +32,7 @@ async fn day_ttl_table(db: &TestDb, n: i64, short: i64) {
 /// pg_stat_all_tables' live and dead tuples, once the inserts' and deletes' counts have reached it.
 async fn wait_for_counts(db: &TestDb, live_at_least: i64, at_least: i64) -> (i64, i64) {
     let client = db.client().await;
-    for _ in 0..100 {
+    for _ in 0..600 {
         let r = client
             .query_one(
                 "SELECT n_live_tup, n_dead_tup FROM pg_stat_all_tables WHERE relid = 'idempotency_keys'::regclass",
@@ -53,10 +53,14 @@ async fn wait_for_counts(db: &TestDb, live_at_least: i64, at_least: i64) -> (i64
 async fn stats_reports_dead_tuples_autovacuum_and_the_ttl_of_recent_keys() {
     let db = TestDb::new().await;
     day_ttl_table(&db, 4000, 100).await;
-    // The table's own settings, and a threshold far enough that autovacuum does not run meanwhile.
+    // The table's own settings, and thresholds far enough that autovacuum does not run meanwhile:
+    // neither for the dead tuples, nor for the load's inserts (which alone call for a vacuum, one
+    // that would clear the dead tuples and count reltuples anew), nor to analyze it. A vacuum
+    // already under way is ended by the ALTER's lock, held through the DELETE.
     db.exec(
         "ALTER TABLE idempotency_keys SET (autovacuum_vacuum_scale_factor = 0.05, \
-         autovacuum_vacuum_threshold = 1000000); \
+         autovacuum_vacuum_threshold = 1000000, autovacuum_vacuum_insert_threshold = 1000000, \
+         autovacuum_analyze_threshold = 1000000); \
          DELETE FROM idempotency_keys WHERE key IN (SELECT 'day-' || g FROM generate_series(1, 400) g)",
     )
     .await;

@@ -849,7 +849,14 @@ async fn a_partition_the_server_will_not_drop_ends_evict_in_exact_words() {
     let first = partman::droppable(&db).await.into_iter().min().unwrap();
     let run = db
         .idemctl()
-        .args(["evict", "--drop-partitions", "-o", "json"])
+        .args([
+            "evict",
+            "--drop-partitions",
+            "-o",
+            "json",
+            "--drop-lock-timeout",
+            "5s",
+        ])
         .run_async()
         .await;
     run.assert_code(1).assert_stderr(&format!(

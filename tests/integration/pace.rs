@@ -320,21 +320,42 @@ async fn beside_an_active_api_evict_removes_at_most_twenty_times_the_inserts() {
 }
 
 /// Run `evict -o json --max-runtime RUNTIME --batch-size 10` while a session holds the one row of
-/// table `busy`; once evict has measured the foreground (1.5 s in), three more sessions start
-/// waiting on that row, so the pace has a reason to back off. Every session is released after.
+/// table `busy`; once evict has measured the foreground (a second after its first batch deleted
+/// keys, however long it took to get there), three more sessions start waiting on that row, so
+/// the pace has a reason to back off. Every session is released after.
 async fn evict_while_sessions_start_waiting(db: &TestDb, runtime: &str) -> crate::support::Run {
     let holder = db.client().await;
     holder
         .batch_execute("BEGIN; SELECT * FROM busy FOR UPDATE")
         .await
         .unwrap();
-    let evict = db
+    let counter = db.client().await;
+    let expired = async || -> i64 {
+        counter
+            .query_one(
+                "SELECT count(*) FROM idempotency_keys WHERE expires_at < now()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0)
+    };
+    let backlog = expired().await;
+    let mut evict = db
         .idemctl()
         .args(["evict", "-o", "json", "--max-runtime", runtime])
         .args(["--batch-size", "10"])
         .timeout(Duration::from_secs(60))
         .spawn();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let started = std::time::Instant::now();
+    while expired().await >= backlog && !evict.has_exited() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "evict deleted no key"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let mut waiters = Vec::new();
     for _ in 0..3 {
         let c = db.client().await;

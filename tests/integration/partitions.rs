@@ -309,6 +309,8 @@ async fn evict_drop_partitions_drops_expired_partitions_and_evicts_the_rest_in_b
             "json",
             "--batch-size",
             "400",
+            "--drop-lock-timeout",
+            "5s",
         ])
         .run();
     run.assert_code(0);
@@ -382,7 +384,14 @@ async fn evict_drop_partitions_on_a_created_at_layout_keeps_partitions_with_live
 
     let run = db
         .idemctl()
-        .args(["evict", "--drop-partitions", "-o", "json"])
+        .args([
+            "evict",
+            "--drop-partitions",
+            "-o",
+            "json",
+            "--drop-lock-timeout",
+            "5s",
+        ])
         .run();
     run.assert_code(0);
     let j = run.json();
@@ -907,6 +916,8 @@ async fn evict_drop_partitions_without_a_created_at_index_drops_partitions_a_ttl
             "--drop-partitions",
             "--batch-size",
             "7",
+            "--drop-lock-timeout",
+            "5s",
         ])
         .run();
     run.assert_code(0);

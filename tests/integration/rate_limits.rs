@@ -11,6 +11,11 @@ use crate::support::{Cmd, TestDb};
 
 const RUNTIME_SECS: f64 = 4.0;
 
+/// How much shorter than the run's time budget the stretch the cap held may be: it ends with the
+/// last batch, which may end a slot (50 ms of the cap), a look at the schedule and one batch's time
+/// before the budget does, and on a loaded machine one batch alone can take a few hundred ms.
+const STRETCH_SHORT_BY_SECS: f64 = 0.5;
+
 async fn count(client: &tokio_postgres::Client) -> i64 {
     client
         .query_one("SELECT count(*) FROM idempotency_keys", &[])
@@ -62,7 +67,10 @@ async fn max_rate_holds_the_rows_per_second_of_all_sessions_together() {
     // elapsed time adds the counts after it).
     let rate = &j["rate_limit"];
     let seconds = rate["seconds"].as_f64().unwrap();
-    assert!(seconds >= RUNTIME_SECS - 0.1 && seconds <= elapsed, "{run}");
+    assert!(
+        seconds >= RUNTIME_SECS - STRETCH_SHORT_BY_SECS && seconds <= elapsed,
+        "{run}"
+    );
     let achieved = rows as f64 / seconds;
     eprintln!(
         "--max-rate {cap}: {rows} rows in {seconds:.2}s = {achieved:.0} rows/s; {upper:.0} rows/s over the command"
@@ -203,7 +211,10 @@ async fn max_wal_rate_holds_the_wal_written_per_second() {
     // Over the run: at the cap.
     let elapsed = j["elapsed_seconds"].as_f64().unwrap();
     let seconds = rate["seconds"].as_f64().unwrap();
-    assert!(seconds >= RUNTIME_SECS - 0.1 && seconds <= elapsed, "{run}");
+    assert!(
+        seconds >= RUNTIME_SECS - STRETCH_SHORT_BY_SECS && seconds <= elapsed,
+        "{run}"
+    );
     let achieved = measured as f64 / seconds;
     eprintln!(
         "--max-wal-rate {cap}: {measured} B in {seconds:.2}s = {achieved:.0} B/s; server wrote {server} B, {upper:.0} B/s over the command; {rows} rows"

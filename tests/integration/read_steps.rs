@@ -480,12 +480,18 @@ async fn metrics_whose_directory_cannot_take_a_new_file_say_so_and_exit_8() {
     let child = stats().spawn();
     let watcher = db.client().await;
     let waiting = "SELECT count(*) FROM pg_stat_activity \
-                   WHERE application_name LIKE 'idemctl%' AND wait_event_type = 'Lock'";
-    for _ in 0..600 {
-        let n: i64 = watcher.query_one(waiting, &[]).await.unwrap().get(0);
-        if n > 0 {
-            break;
-        }
+                   WHERE application_name LIKE 'idemctl%' AND wait_event_type = 'Lock' \
+                     AND datname = current_database()";
+    let mut polls = 0;
+    while watcher
+        .query_one(waiting, &[])
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+        == 0
+    {
+        polls += 1;
+        assert!(polls < 1200, "stats never waited for the table's lock");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let out = std::process::Command::new("mount")

@@ -647,7 +647,7 @@ async fn a_silent_server_shows_as_lost_at_the_deadline_and_a_new_connection_take
     );
     // Keys still work while the server is silent.
     tmux.keys("?");
-    tmux.wait_for("the help", Duration::from_secs(10), |s| {
+    tmux.wait_for("the help", Duration::from_secs(30), |s| {
         s.contains("help · ? closes")
     });
     tmux.keys("?");

@@ -65,6 +65,11 @@ impl BlackHole {
     pub(crate) fn cut(&self) {
         self.cut.store(true, Ordering::SeqCst);
     }
+
+    /// Whether [`BlackHole::cut`] was called.
+    pub(crate) fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for BlackHole {
