@@ -88,8 +88,14 @@ pub(super) struct PlanRow {
     pub(super) request_method: Option<String>,
     #[serde(default)]
     pub(super) request_path: Option<String>,
-    #[serde(default)]
+    /// Infinite (null in JSON) for a key held since `'-infinity'`.
+    #[serde(default, deserialize_with = "null_as_infinity")]
     pub(super) age_seconds: f64,
+}
+
+/// An age JSON wrote as null: infinite, the one figure JSON has no number for.
+fn null_as_infinity<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
 }
 
 pub(super) fn default_status() -> i32 {
