@@ -980,11 +980,20 @@ impl Profile {
                 // Without a TTL a key's expiry is unknown: shown as NULL (inspect), while
                 // {cutoff} stays unfilled so nothing that acts on expiry can run.
                 Expiry::CreatedPlusTtl { ttl: None, .. } => format!("NULL::{ts}"),
-                Expiry::CreatedPlusTtl { ttl: Some(t), .. } => format!(
-                    "({} + make_interval(secs => {}))",
-                    q(&self.created_at),
-                    t.as_secs_f64()
-                ),
+                // A key created within a TTL of the last instant PostgreSQL holds (294276 AD)
+                // expires past it: at 'infinity', never at an error.
+                Expiry::CreatedPlusTtl { ttl: Some(t), .. } => {
+                    let (created, secs) = (q(&self.created_at), t.as_secs_f64());
+                    let last = match self.naive_times {
+                        true => "'294276-12-31 23:59:59.999999'::timestamp",
+                        false => "'294276-12-31 23:59:59.999999+00'::timestamptz",
+                    };
+                    format!(
+                        "(CASE WHEN {created} <= {last} - make_interval(secs => {secs}) \
+                         THEN {created} + make_interval(secs => {secs}) \
+                         ELSE 'infinity'::{ts} END)"
+                    )
+                }
             },
             "held_since" => match &self.locked_at {
                 Some(l) => format!("coalesce({}, {})", q(l), q(&self.created_at)),

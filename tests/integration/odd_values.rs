@@ -357,3 +357,52 @@ async fn an_empty_key_and_scope_are_shown_as_empty_quotes() {
         .assert_code(0)
         .assert_stdout_contains("\n\"\"\t\"\"\tPOST\t/p\t");
 }
+
+/// On a table whose keys expire a TTL after creation (Rocket Rides: no expiry column), a key
+/// created within the TTL of the last instant PostgreSQL holds expires at infinity instead of
+/// failing the read; one created at -infinity expired at -infinity and is evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_past_the_last_instant_expires_at_infinity() {
+    let rows = "INSERT INTO users (email, stripe_customer_id) VALUES ('a', 'b'); \
+        INSERT INTO idempotency_keys (created_at, idempotency_key, locked_at, request_method, \
+          request_params, request_path, response_code, response_body, recovery_point, user_id) \
+        SELECT c::timestamptz, k, NULL, 'POST', '{}', '/p', 201, '{}', 'finished', 1 \
+          FROM (VALUES ('294276-12-31 12:00:00+00', 'far'), ('infinity', 'never'), \
+                       ('-infinity', 'always'), ('2001-01-01 00:00:00+00', 'old')) AS v(c, k);";
+    let db = loaded(
+        include_str!("../fixtures/rocket_rides_schema.sql"),
+        rows,
+        Some("CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at)"),
+    )
+    .await;
+    let ttl = || db.idemctl().args(["--ttl", "1d"]);
+    ttl()
+        .args(["inspect", "far", "--api-key-id", "1"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_contains(
+            "\nstate            completed and live, never expires (expiry infinity)\n",
+        )
+        .assert_stdout_contains("\nexpires_at       infinity\n");
+    ttl()
+        .args(["inspect", "always", "--api-key-id", "1"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_contains(
+            "\ncreated_at       -infinity\nlocked_at        -\nexpires_at       -infinity\n",
+        );
+    let run = ttl().args(["-o", "json", "evict"]).run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_evicted"], 2, "{run}");
+    let left = db
+        .client()
+        .await
+        .query(
+            "SELECT idempotency_key FROM idempotency_keys ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    let left: Vec<String> = left.iter().map(|r| r.get(0)).collect();
+    assert_eq!(left, ["far", "never"]);
+}
