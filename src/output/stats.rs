@@ -190,7 +190,9 @@ fn partitions_block(d: &mut Doc, r: &StatsReport) {
         d.text("the table is not partitioned");
         return;
     };
-    let at = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "-".to_owned(), rfc3339);
+    let at = |t: Option<crate::report::timestamp::Timestamp>| {
+        t.map_or_else(|| "-".to_owned(), crate::output::at)
+    };
     let rows = parts
         .iter()
         .map(|p| {

@@ -408,11 +408,9 @@ pub(crate) struct Partition {
     #[serde(skip)]
     pub owned: bool,
     /// Lower bound (inclusive) on a timestamptz range key; None for MINVALUE, other keys, DEFAULT.
-    #[serde(with = "crate::report::timestamp::option")]
-    pub range_from: Option<OffsetDateTime>,
+    pub range_from: Option<Timestamp>,
     /// Upper bound (exclusive) on a timestamptz range key; None for MAXVALUE, other keys, DEFAULT.
-    #[serde(with = "crate::report::timestamp::option")]
-    pub range_to: Option<OffsetDateTime>,
+    pub range_to: Option<Timestamp>,
     /// The database clock when the list was read.
     #[serde(skip)]
     pub db_now: OffsetDateTime,

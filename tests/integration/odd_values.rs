@@ -406,3 +406,47 @@ async fn a_ttl_past_the_last_instant_expires_at_infinity() {
     let left: Vec<String> = left.iter().map(|r| r.get(0)).collect();
     assert_eq!(left, ["far", "never"]);
 }
+
+/// Partitions bounded by the infinities are listed with those bounds; evict --drop-partitions
+/// drops the one whose keys all expired at -infinity and never touches the one of infinity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitions_bounded_by_the_infinities_are_listed_and_dropped_as_they_are() {
+    let ddl = include_str!("../../sql/schema.sql")
+        .replace(
+            "PRIMARY KEY (api_key_id, key)",
+            "PRIMARY KEY (api_key_id, key, expires_at)",
+        )
+        .replace("\n);", "\n) PARTITION BY RANGE (expires_at);")
+        + "CREATE TABLE p_old PARTITION OF idempotency_keys FOR VALUES FROM ('-infinity') TO ('2001-01-01 00:00:00+00');
+           CREATE TABLE p_rest PARTITION OF idempotency_keys FOR VALUES FROM ('2001-01-01 00:00:00+00') TO ('infinity');
+           CREATE TABLE p_inf PARTITION OF idempotency_keys FOR VALUES FROM ('infinity') TO (MAXVALUE);
+           CREATE INDEX idempotency_keys_in_progress ON idempotency_keys ((coalesce(locked_at, created_at)))
+             WHERE state = 'in_progress';";
+    let rows = [
+        row("always", "t", "completed", [AGO, AGO, "'-infinity'"]),
+        row("never", "t", "completed", [AGO, AGO, "'infinity'"]),
+        row("live", "t", "completed", [AGO, AGO, AHEAD]),
+    ]
+    .concat();
+    let db = loaded(&ddl, &rows, None).await;
+    db.idemctl()
+        .args(["stats", "--partitions"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_contains("\npublic.p_old\t-infinity .. 2001-01-01T00:00:00Z\t")
+        .assert_stdout_contains("\npublic.p_rest\t2001-01-01T00:00:00Z .. infinity\t")
+        .assert_stdout_contains("\npublic.p_inf\tinfinity .. -\t");
+    let run = db
+        .idemctl()
+        .args(["-o", "json", "evict", "--drop-partitions"])
+        .run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(j["dropped_partitions"][0]["name"], "public.p_old", "{run}");
+    assert_eq!(
+        j["dropped_partitions"].as_array().unwrap().len(),
+        1,
+        "{run}"
+    );
+    assert_eq!(keys_left(&db).await, ["live", "never"]);
+}
