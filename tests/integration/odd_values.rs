@@ -450,3 +450,64 @@ async fn partitions_bounded_by_the_infinities_are_listed_and_dropped_as_they_are
     );
     assert_eq!(keys_left(&db).await, ["live", "never"]);
 }
+
+/// Local times a `timestamp without time zone` table holds at a DST change of its zone are the
+/// instants PostgreSQL makes of them: 02:30 on the morning New York skips it as 07:30 UTC, the
+/// 01:30 it lives twice as the later one (standard time, 06:30 UTC); evict removes them once
+/// expired, and stats measures the lag of a key of summer time (noon, 16:00 UTC) from that
+/// instant, not from its wall clock, which is an hour off while the zone keeps standard time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_times_at_a_dst_change_are_the_instants_postgresql_makes_of_them() {
+    let rows = [
+        row(
+            "gap",
+            "t",
+            "completed",
+            ["NULL", "'2026-03-08 02:30:00'", "'2026-03-08 02:30:00'"],
+        ),
+        row(
+            "overlap",
+            "t",
+            "completed",
+            ["NULL", "'2026-11-01 01:30:00'", "'2026-11-01 01:30:00'"],
+        ),
+        row(
+            "summer",
+            "t",
+            "completed",
+            ["NULL", "'2025-07-01 12:00:00'", "'2025-07-01 12:00:00'"],
+        ),
+    ]
+    .concat();
+    let db = loaded(&ddl(true), &rows, INDEXES).await;
+    let zone = || db.idemctl().env("IDEMCTL_TIME_ZONE", "America/New_York");
+    zone()
+        .args(["inspect", "gap", "--api-key-id", "t"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_contains("\nexpires_at       2026-03-08T07:30:00Z (");
+    zone()
+        .args(["inspect", "overlap", "--api-key-id", "t"])
+        .run()
+        .assert_code(0)
+        .assert_stdout_contains("\nexpires_at       2026-11-01T06:30:00Z (");
+    let run = zone().args(["-o", "json", "stats"]).run();
+    run.assert_code(0);
+    let j = run.json();
+    assert_eq!(
+        j["oldest_expired"]["expires_at"], "2025-07-01T16:00:00Z",
+        "{run}"
+    );
+    let measured = j["eviction_lag_seconds"].as_f64().unwrap();
+    let expected = crate::fixtures::scalar_text(
+        &db,
+        "SELECT (extract(epoch FROM now()) - extract(epoch FROM timestamptz '2025-07-01 16:00:00+00'))::text",
+    )
+    .await
+    .parse::<f64>()
+    .unwrap();
+    assert!((measured - expected).abs() < 60.0, "{measured} {expected}");
+    let run = zone().args(["-o", "json", "evict"]).run();
+    run.assert_code(0);
+    assert_eq!(run.json()["rows_evicted"], 3, "{run}");
+}
