@@ -6,7 +6,7 @@
 -- filled in as in evict's batches (an index probe per key, see src/db/references.rs): a key still
 -- referenced, which the run would leave behind, is not in the sample of keys it would delete.
 WITH walked AS MATERIALIZED (
-    SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at}{zone} AS expires_at,
+    SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expired_at}{zone} AS expires_at,
            {created_at}{zone} AS created_at,
            $2::float8 IS NOT NULL
              AND {created_at} >= (now() - make_interval(secs => $2::float8)){zone} AS held_back,

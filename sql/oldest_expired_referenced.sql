@@ -9,7 +9,7 @@
 -- walk's counts (none when nothing expired waits).
 WITH walked_all AS MATERIALIZED (
     SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at}{zone} AS expires_at,
-           extract(epoch FROM {cutoff} - {expiry})::float8 AS lag_seconds,
+           (extract(epoch FROM now()) - extract(epoch FROM {expires_at}{zone}))::float8 AS lag_seconds,
            (false/*{referenced}*/) AS referenced
       FROM {table}
      WHERE {expiry} < {cutoff} AND {done}

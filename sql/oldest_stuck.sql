@@ -3,7 +3,7 @@
 -- (reclaim leaves a row without one alone, and stuck_count.sql does not count it). Runs only
 -- where stuck_count.sql does (that index, or --allow-scan). $1 = stuck-after seconds.
 SELECT {tenant}::text AS api_key_id, {key}::text AS key, {expires_at}{zone} AS expires_at,
-       extract(epoch FROM now() - {held_since}{zone})::float8 AS held_seconds
+       (extract(epoch FROM now()) - extract(epoch FROM {held_since}{zone}))::float8 AS held_seconds
   FROM {table}
  WHERE {in_flight}
    AND {held_since} < (now() - make_interval(secs => $1::float8)){zone}

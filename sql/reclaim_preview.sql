@@ -9,7 +9,7 @@
 SELECT {tenant}::text AS api_key_id, {key}::text AS key,
        {request_method}::text AS request_method, {request_path}::text AS request_path,
        {locked_at}{zone} AS locked_at, {created_at}{zone} AS created_at,
-       extract(epoch FROM now() - {held_since}{zone})::float8 AS age_seconds,
+       (extract(epoch FROM now()) - extract(epoch FROM {held_since}{zone}))::float8 AS age_seconds,
        now() AS db_now
   FROM {table} k
  WHERE {in_flight}

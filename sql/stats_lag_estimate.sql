@@ -21,5 +21,5 @@ WITH sampled AS (
 )
 -- greatest() would turn a NULL (no statistics) into 0: a lag that reads as "nothing waits".
 SELECT CASE WHEN expiry IS NOT NULL
-            THEN greatest(0, extract(epoch FROM {cutoff} - expiry)::float8) END AS lag_seconds
+            THEN greatest(0, (extract(epoch FROM {cutoff}) - extract(epoch FROM expiry))::float8) END AS lag_seconds
   FROM lowest

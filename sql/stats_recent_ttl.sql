@@ -24,13 +24,19 @@ WITH next AS (
     UNION
     SELECT id_tenant, id_key, created_at, expires_at FROM last
 ), ttl AS (
-    SELECT extract(epoch FROM expires_at - created_at)::float8 AS seconds, created_at FROM sample
+    -- Two epochs' difference: an infinite time gives an infinite TTL (NaN for two equal
+    -- infinities, an unknown TTL left out like NULL), never an interval out of range.
+    SELECT (extract(epoch FROM expires_at) - extract(epoch FROM created_at))::float8 AS seconds, created_at FROM sample
 )
+-- A percentile between two infinite TTLs interpolates to NaN: it is the infinity itself.
 SELECT count(*)::bigint AS keys,
        min(seconds) AS min_seconds,
-       percentile_cont(0.1) WITHIN GROUP (ORDER BY seconds) AS p10_seconds,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds) AS p50_seconds,
-       percentile_cont(0.9) WITHIN GROUP (ORDER BY seconds) AS p90_seconds,
+       coalesce(nullif(percentile_cont(0.1) WITHIN GROUP (ORDER BY seconds), 'NaN'::float8),
+                percentile_disc(0.1) WITHIN GROUP (ORDER BY seconds)) AS p10_seconds,
+       coalesce(nullif(percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds), 'NaN'::float8),
+                percentile_disc(0.5) WITHIN GROUP (ORDER BY seconds)) AS p50_seconds,
+       coalesce(nullif(percentile_cont(0.9) WITHIN GROUP (ORDER BY seconds), 'NaN'::float8),
+                percentile_disc(0.9) WITHIN GROUP (ORDER BY seconds)) AS p90_seconds,
        max(seconds) AS max_seconds,
        max(created_at) AS newest_created_at,
        count(*) FILTER (WHERE seconds < $2::float8)::bigint AS keys_below,
@@ -44,4 +50,4 @@ SELECT count(*)::bigint AS keys,
              count(*) FILTER (WHERE seconds >= 86400 AND seconds < 604800),
              count(*) FILTER (WHERE seconds >= 604800)]::int8[] AS buckets
   FROM ttl
- WHERE seconds IS NOT NULL
+ WHERE seconds IS NOT NULL AND seconds <> 'NaN'::float8

@@ -193,8 +193,12 @@ pub(crate) fn moves_the_terminal(c: char) -> bool {
 }
 
 /// Format seconds as people write durations: the largest unit and the next one when it is not
-/// zero (`6d 23h`, `3h 2m`, `7d`, `45s`).
+/// zero (`6d 23h`, `3h 2m`, `7d`, `45s`); an infinite span (from a time of `'-infinity'`, say) as
+/// `infinity`, an unknown one (NaN) as `-`.
 pub(crate) fn human_secs(secs: f64) -> String {
+    if secs.is_infinite() {
+        return if secs > 0.0 { "infinity" } else { "-infinity" }.into();
+    }
     if !secs.is_finite() {
         return "-".into();
     }

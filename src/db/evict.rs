@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use crate::report::timestamp::Timestamp;
 use anyhow::{Context as _, Result};
-use time::OffsetDateTime;
 
 use super::batch::ThroughCoordinator;
 use super::queries::Capped;
@@ -71,8 +71,8 @@ pub struct Page {
 pub(crate) struct PreviewPage {
     pub page: Page,
     /// The oldest and newest expiry among the rows a run would delete.
-    pub oldest: Option<OffsetDateTime>,
-    pub newest: Option<OffsetDateTime>,
+    pub oldest: Option<Timestamp>,
+    pub newest: Option<Timestamp>,
     /// The first keys a run would delete, and the first --min-age would keep, in the index's order.
     pub evict: Vec<SampleKey>,
     pub kept: Vec<SampleKey>,
@@ -204,8 +204,8 @@ impl Walk {
         let young: Vec<bool> = row.try_get("sample_young")?;
         let scope: Vec<Option<String>> = row.try_get("sample_scope")?;
         let key: Vec<Option<String>> = row.try_get("sample_key")?;
-        let expires: Vec<OffsetDateTime> = row.try_get("sample_expires_at")?;
-        let created: Vec<Option<OffsetDateTime>> = row.try_get("sample_created_at")?;
+        let expires: Vec<Timestamp> = row.try_get("sample_expires_at")?;
+        let created: Vec<Option<Timestamp>> = row.try_get("sample_created_at")?;
         let mut preview = PreviewPage {
             page: Page {
                 examined: count(&row, "examined")?,
@@ -265,8 +265,8 @@ pub(crate) struct Statements {
 
 /// A claimed range: its first row's expiry (None: nothing left) and where it ends (None: open).
 pub(crate) struct Claim {
-    pub first: Option<OffsetDateTime>,
-    pub end: Option<OffsetDateTime>,
+    pub first: Option<Timestamp>,
+    pub end: Option<Timestamp>,
 }
 
 fn count(row: &tokio_postgres::Row, column: &str) -> Result<u64> {
@@ -332,8 +332,8 @@ impl Statements {
         &self,
         client: &Session,
         deadline: Duration,
-        start: Option<OffsetDateTime>,
-        end: Option<OffsetDateTime>,
+        start: Option<Timestamp>,
+        end: Option<Timestamp>,
     ) -> Result<u64> {
         let Some(sql) = &self.referenced else {
             return Ok(0);
@@ -398,7 +398,7 @@ impl Statements {
         &self,
         client: &Session,
         deadline: Duration,
-        start: Option<OffsetDateTime>,
+        start: Option<Timestamp>,
         limit: i64,
     ) -> Result<Claim> {
         let row = one_row(client, deadline, &self.claim, &[p(&start), p(&limit)]).await?;
@@ -413,8 +413,8 @@ impl Statements {
         &self,
         client: &Session,
         deadline: Duration,
-        start: Option<OffsetDateTime>,
-        end: Option<OffsetDateTime>,
+        start: Option<Timestamp>,
+        end: Option<Timestamp>,
         min_age: Option<f64>,
     ) -> Result<u64> {
         self.batch(
@@ -433,8 +433,8 @@ impl Statements {
         &self,
         client: &Session,
         deadline: Duration,
-        first: Option<OffsetDateTime>,
-        last: Option<OffsetDateTime>,
+        first: Option<Timestamp>,
+        last: Option<Timestamp>,
         limit: i64,
         min_age: Option<f64>,
     ) -> Result<(u64, u64, Duration)> {
@@ -474,11 +474,11 @@ impl Statements {
         client: &Session,
         deadline: Duration,
         how: &ThroughCoordinator,
-        first: Option<OffsetDateTime>,
-        last: Option<OffsetDateTime>,
+        first: Option<Timestamp>,
+        last: Option<Timestamp>,
         min_age: Option<f64>,
     ) -> Result<(u64, u64, Duration)> {
-        let end = last.map(|l| l + time::Duration::microseconds(1));
+        let end = last.map(Timestamp::next_after);
         let (deleted, paused) =
             super::batch::waiting_out(how, || self.delete(client, deadline, first, end, min_age))
                 .await?;
@@ -490,8 +490,8 @@ impl Statements {
         &self,
         client: &Session,
         deadline: Duration,
-        start: Option<OffsetDateTime>,
-        end: Option<OffsetDateTime>,
+        start: Option<Timestamp>,
+        end: Option<Timestamp>,
         min_age: Option<f64>,
     ) -> Result<u64> {
         let row = one_row(
@@ -509,8 +509,8 @@ impl Statements {
         &self,
         client: &Session,
         deadline: Duration,
-        start: Option<OffsetDateTime>,
-        end: Option<OffsetDateTime>,
+        start: Option<Timestamp>,
+        end: Option<Timestamp>,
     ) -> Result<(u64, u64)> {
         let row = one_row(
             client,
@@ -533,7 +533,7 @@ pub(crate) async fn ping(client: &Session, deadline: Duration) -> Result<()> {
 pub(crate) async fn backlog_from(
     client: &Session,
     table: &KeyTable,
-    cursor: Option<OffsetDateTime>,
+    cursor: Option<Timestamp>,
     cap: i64,
 ) -> Result<Capped> {
     client
@@ -551,7 +551,7 @@ pub(crate) async fn backlog_from(
 pub(crate) async fn in_progress_from(
     client: &Session,
     table: &KeyTable,
-    cursor: Option<OffsetDateTime>,
+    cursor: Option<Timestamp>,
     cap: i64,
 ) -> Result<Capped> {
     let row = client
@@ -570,8 +570,8 @@ pub(crate) async fn in_progress_from(
 pub(crate) struct Preview {
     pub count: Capped,
     pub referenced: Capped,
-    pub oldest: Option<OffsetDateTime>,
-    pub newest: Option<OffsetDateTime>,
+    pub oldest: Option<Timestamp>,
+    pub newest: Option<Timestamp>,
 }
 
 /// The dry run's counts. `refs`: the foreign keys probed as the batches probe them (see
@@ -671,16 +671,13 @@ pub(crate) async fn explain_first_batch(
     rows: i64,
     min_age: Option<f64>,
 ) -> Result<Vec<String>> {
-    let start = None::<OffsetDateTime>;
-    let end: Option<OffsetDateTime> = client
+    let start = None::<Timestamp>;
+    let end: Option<Timestamp> = client
         .query_one(&table.sql(CLAIM_SQL), &[p(&start), p(&rows)])
         .await
         .context(Step::SizeFirstBatch)?
         .try_get("range_end")?;
-    let end = end.map_or_else(
-        || "NULL".to_owned(),
-        |e| format!("'{}'::timestamptz", rfc3339_micros(e)),
-    );
+    let end = end.map_or_else(|| "NULL".to_owned(), literal);
     let min_age = min_age.map_or_else(|| "NULL".to_owned(), |d| format!("{d}"));
     explain_generic(
         client,
@@ -734,11 +731,20 @@ async fn explain_generic(client: &Session, sql: &str, args: &str) -> Result<Vec<
         .collect())
 }
 
-fn rfc3339_micros(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
+/// A time as a `timestamptz` literal takes it: `-infinity`, `infinity`, or the instant in UTC to
+/// the microsecond (a year before 1 AD written BC, as the server reads it).
+fn literal(t: Timestamp) -> String {
+    let t = match t {
+        Timestamp::At(t) => t.to_offset(time::UtcOffset::UTC),
+        infinity => return format!("'{}'::timestamptz", infinity.to_the_second()),
+    };
+    let (year, era) = match t.year() {
+        y if y < 1 => (1 - y, " BC"),
+        y => (y, ""),
+    };
     format!(
-        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}+00",
-        t.year(),
+        "'{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}+00{era}'::timestamptz",
+        year,
         u8::from(t.month()),
         t.day(),
         t.hour(),

@@ -18,6 +18,7 @@ pub(crate) mod references;
 pub(crate) mod replication;
 pub(crate) mod session;
 pub(crate) mod table;
+pub(crate) mod timestamp;
 pub(crate) mod vacuum;
 
 pub(crate) use session::{Param, Session, p};

@@ -2,6 +2,7 @@
 //! `evict --drop-partitions` detach and drop one whole (probe under the detach's lock, then drop).
 
 use crate::db::{Session, p};
+use crate::report::timestamp::Timestamp;
 use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 
@@ -67,14 +68,17 @@ impl Partition {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Probe {
     pub holds_in_progress: bool,
-    pub newest_expiry: Option<OffsetDateTime>,
+    pub newest_expiry: Option<Timestamp>,
     pub db_now: OffsetDateTime,
 }
 
 impl Probe {
     /// Every row expired by the database clock and none in_progress (an empty partition qualifies).
     pub(crate) fn droppable(&self) -> bool {
-        !self.holds_in_progress && self.newest_expiry.is_none_or(|t| t < self.db_now)
+        !self.holds_in_progress
+            && self
+                .newest_expiry
+                .is_none_or(|t| t < Timestamp::At(self.db_now))
     }
 }
 
@@ -85,7 +89,7 @@ pub(crate) async fn probe(
     client: &Session,
     table: &KeyTable,
     partition: &Partition,
-    bound_expiry: Option<OffsetDateTime>,
+    bound_expiry: Option<Timestamp>,
 ) -> Result<Probe> {
     let sql = match bound_expiry {
         Some(_) => PROBE_IN_FLIGHT_SQL,

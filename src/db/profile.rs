@@ -831,8 +831,8 @@ impl Profile {
             "key_type" => Some(self.key_type.clone()),
             "identity_row" | "identity_as" => Some(self.identity_sql(role, &q)),
             "identity_ids" if alias.is_none() => Some(self.identity_sql(role, &q)),
-            "created_at" | "locked_at" | "expiry" | "cutoff" | "expires_at" | "held_since"
-            | "time_type" => self.time_sql(role, &q),
+            "created_at" | "locked_at" | "expiry" | "cutoff" | "expires_at" | "expired_at"
+            | "held_since" | "time_type" => self.time_sql(role, &q),
             "in_flight" | "done" | "state" | "fail_state" => Some(self.state_sql(role, &q)),
             r if r.starts_with("fail_body_p") || r.starts_with("keep_failed_p") => self.fail_sql(r),
             r if r == "tenant"
@@ -975,16 +975,36 @@ impl Profile {
                     ),
                 }
             }
-            "expires_at" => match &self.expiry {
-                Expiry::Column { column } => q(column),
-                // Without a TTL a key's expiry is unknown: shown as NULL (inspect), while
-                // {cutoff} stays unfilled so nothing that acts on expiry can run.
-                Expiry::CreatedPlusTtl { ttl: None, .. } => format!("NULL::{ts}"),
+            // The expiry of a key the statement knows expired (created_at + TTL before now(),
+            // so never past the last instant): without the guard of {expires_at}, whose cost
+            // per row would tip a long walk's plan to a sequential scan.
+            "expired_at" => match &self.expiry {
                 Expiry::CreatedPlusTtl { ttl: Some(t), .. } => format!(
                     "({} + make_interval(secs => {}))",
                     q(&self.created_at),
                     t.as_secs_f64()
                 ),
+                _ => self.time_sql("expires_at", q)?,
+            },
+            "expires_at" => match &self.expiry {
+                Expiry::Column { column } => q(column),
+                // Without a TTL a key's expiry is unknown: shown as NULL (inspect), while
+                // {cutoff} stays unfilled so nothing that acts on expiry can run.
+                Expiry::CreatedPlusTtl { ttl: None, .. } => format!("NULL::{ts}"),
+                // A key created within a TTL of the last instant PostgreSQL holds (294276 AD)
+                // expires past it: at 'infinity', never at an error (a NULL stays NULL).
+                Expiry::CreatedPlusTtl { ttl: Some(t), .. } => {
+                    let (created, secs) = (q(&self.created_at), t.as_secs_f64());
+                    let last = match self.naive_times {
+                        true => "'294276-12-31 23:59:59.999999'::timestamp",
+                        false => "'294276-12-31 23:59:59.999999+00'::timestamptz",
+                    };
+                    format!(
+                        "(CASE WHEN {created} > {last} - make_interval(secs => {secs}) \
+                         THEN 'infinity'::{ts} \
+                         ELSE {created} + make_interval(secs => {secs}) END)"
+                    )
+                }
             },
             "held_since" => match &self.locked_at {
                 Some(l) => format!("coalesce({}, {})", q(l), q(&self.created_at)),

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::report::timestamp::Timestamp;
 use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 
@@ -104,9 +105,9 @@ pub(crate) struct StuckKey {
     /// None where the table has no such column or the row holds NULL.
     pub request_method: Option<String>,
     pub request_path: Option<String>,
-    pub locked_at: Option<OffsetDateTime>,
+    pub locked_at: Option<Timestamp>,
     /// None where the column allows NULL and holds it (Laravel's, Alembic's `created_at`).
-    pub created_at: Option<OffsetDateTime>,
+    pub created_at: Option<Timestamp>,
     pub age_seconds: f64,
 }
 
@@ -238,8 +239,8 @@ pub(crate) struct Route {
 pub(crate) type PlanKey<'a> = (
     Option<&'a str>,
     &'a str,
-    Option<OffsetDateTime>,
-    Option<OffsetDateTime>,
+    Option<Timestamp>,
+    Option<Timestamp>,
     &'a [bool],
 );
 
@@ -573,8 +574,8 @@ struct Archived<'a> {
 struct PlanArrays<'a> {
     tenants: Vec<Option<&'a str>>,
     keys: Vec<&'a str>,
-    locked: Vec<Option<OffsetDateTime>>,
-    created: Vec<Option<OffsetDateTime>>,
+    locked: Vec<Option<Timestamp>>,
+    created: Vec<Option<Timestamp>>,
 }
 
 impl<'a> PlanArrays<'a> {

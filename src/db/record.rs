@@ -4,6 +4,7 @@ use crate::db::{KeyTable, Session, p};
 use crate::report::db::Step;
 use crate::report::rows::RowValue;
 pub(crate) use crate::report::rows::{KeyRecord, RowColumn, StoredBody, StoredFingerprint};
+use crate::report::timestamp::Timestamp;
 use anyhow::{Context as _, Result};
 use time::OffsetDateTime;
 use tokio_postgres::Row;
@@ -48,7 +49,7 @@ impl KeyRecord {
                 .try_get::<_, Option<String>>("request_fingerprint")?
                 .map(StoredFingerprint::Text),
         };
-        let expires_at: Option<OffsetDateTime> = row.try_get("expires_at")?;
+        let expires_at: Option<Timestamp> = row.try_get("expires_at")?;
         let null_expiry = (expires_at.is_none() && !table.profile.lacks_ttl())
             .then(|| table.profile.expiry_column().to_owned());
         // NULL where a one-column scope holds NULL.
@@ -115,18 +116,20 @@ impl KeyRecord {
     }
 
     /// Seconds from `ts` to the database's now (positive = in the past).
-    pub(crate) fn secs_since(&self, ts: OffsetDateTime) -> f64 {
-        (self.db_now - ts).as_seconds_f64()
+    /// Infinite for an infinity (`'-infinity'` lies infinitely far in the past).
+    pub(crate) fn secs_since(&self, ts: Timestamp) -> f64 {
+        ts.secs_until(Timestamp::At(self.db_now))
     }
 
     /// Whether the key has expired by the database clock (false when its expiry is unknown).
     pub(crate) fn expired(&self) -> bool {
-        self.expires_at.is_some_and(|e| e <= self.db_now)
+        self.expires_at
+            .is_some_and(|e| e <= Timestamp::At(self.db_now))
     }
 
     /// When the owner took the key: `locked_at`, or `created_at` where it was never set (None
     /// when neither holds a time).
-    pub(crate) fn held_since(&self) -> Option<OffsetDateTime> {
+    pub(crate) fn held_since(&self) -> Option<Timestamp> {
         self.locked_at.or(self.created_at)
     }
 }

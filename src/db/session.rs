@@ -57,6 +57,8 @@ typed!(
     String => TEXT,
     &str => TEXT,
     OffsetDateTime => TIMESTAMPTZ,
+    crate::report::timestamp::Timestamp => TIMESTAMPTZ,
+    Vec<Option<crate::report::timestamp::Timestamp>> => TIMESTAMPTZ_ARRAY,
     serde_json::Value => JSONB,
     Vec<String> => TEXT_ARRAY,
     Vec<&str> => TEXT_ARRAY,

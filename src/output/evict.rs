@@ -5,8 +5,7 @@
 use crate::domain::ttl_text;
 use crate::ident::{quote_ident, quote_ident_if_needed};
 use crate::output::{
-    Doc, escape_controls, escape_lines, human_bytes, human_secs, key_cells, key_columns, rfc3339,
-    sanitize,
+    Doc, escape_controls, escape_lines, human_bytes, human_secs, key_cells, key_columns, sanitize,
 };
 use crate::report::evict::Expiry;
 use crate::report::evict::{Dropped, Kept};
@@ -359,9 +358,13 @@ pub(crate) fn dry_run(r: &DryRunReport) -> Doc {
 /// The oldest or newest candidate (`end`). The dry run seeks each among at most its cap of expired
 /// keys from that end: when every one of them is still referenced, none is found there, though the
 /// run may delete keys beyond them.
-fn candidate(t: Option<time::OffsetDateTime>, r: &DryRunReport, end: &str) -> String {
+fn candidate(
+    t: Option<crate::report::timestamp::Timestamp>,
+    r: &DryRunReport,
+    end: &str,
+) -> String {
     match (t, r.would_skip_referenced) {
-        (Some(t), _) => rfc3339(t),
+        (Some(t), _) => crate::output::at(t),
         (None, Some(skip)) if skip.at_least => format!(
             "not found: the {end} expired keys the dry run reads (up to its cap) are all still referenced"
         ),
@@ -403,8 +406,9 @@ fn sample_blocks(doc: &mut Doc, evict: &[SampleKey], kept: &[SampleKey], walked:
     let cells = |k: &SampleKey| {
         let mut cells = key_cells(scope, k.scope.as_ref(), k.key.as_deref());
         cells.extend([
-            rfc3339(k.expires_at),
-            k.created_at.map_or_else(|| "-".to_owned(), rfc3339),
+            crate::output::at(k.expires_at),
+            k.created_at
+                .map_or_else(|| "-".to_owned(), crate::output::at),
         ]);
         cells
     };

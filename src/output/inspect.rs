@@ -5,10 +5,11 @@
 use std::path::Path;
 
 use crate::fingerprint::Canonical;
-use crate::output::{Doc, human_secs, key_cells, key_columns, rfc3339, sanitize};
+use crate::output::{Doc, at, human_secs, key_cells, key_columns, sanitize};
 use crate::report::inspect::BodyCheck;
 use crate::report::rows::{KeyRecord, RowValue, Scope, StoredBody, StoredFingerprint};
 use crate::report::table::Table;
+use crate::report::timestamp::Timestamp;
 
 /// A sentence describing the key's state by the database clock.
 fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
@@ -18,6 +19,8 @@ fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
             sanitize(column)
         ),
         (None, None) => "expiry unknown (pass --ttl)".to_owned(),
+        (Some(Timestamp::Infinity), _) => "never expires (expiry infinity)".to_owned(),
+        (Some(Timestamp::MinusInfinity), _) => "expired at -infinity".to_owned(),
         (Some(at), _) if r.expired() => format!("expired {} ago", human_secs(r.secs_since(at))),
         (Some(at), _) => format!("expires in {}", human_secs(-r.secs_since(at))),
     };
@@ -31,10 +34,7 @@ fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
             "no in-flight marker (the table has none, so idemctl takes every key as finished), {expiry}"
         ),
         "in_progress" => {
-            let held_for = r.held_since().map_or_else(
-                || "an unknown time".to_owned(),
-                |t| human_secs(r.secs_since(t)),
-            );
+            let held_for = held_for(r);
             let cutoff = human_secs(stuck_after);
             let reclaim = if r.held {
                 "held by a live session (a running transaction locks the row), so reclaim would skip it".to_owned()
@@ -45,7 +45,7 @@ fn describe_state(r: &KeyRecord, stuck_after: f64) -> String {
             } else {
                 format!("reclaim would leave it (younger than {cutoff})")
             };
-            format!("in_progress for {held_for}; {reclaim}; {expiry}")
+            format!("in_progress {held_for}; {reclaim}; {expiry}")
         }
         "released" => format!(
             "released: not finished and no longer locked, so the client's retry takes it again and resumes where it stopped; {expiry}"
@@ -62,12 +62,34 @@ fn fingerprint(f: &StoredFingerprint) -> String {
     }
 }
 
-fn at_with_age(r: &KeyRecord, ts: time::OffsetDateTime) -> String {
+/// How long an in-flight key has been held, from the time it was taken (`locked_at`, else
+/// `created_at`): never a time the row does not hold.
+fn held_for(r: &KeyRecord) -> String {
+    let lock_column = r.row.iter().any(|c| c.role == Some("locked_at"));
+    let since = match (r.locked_at, r.created_at) {
+        (None, Some(_)) if lock_column => " (since created_at: locked_at is NULL)",
+        _ => "",
+    };
+    match r.held_since() {
+        None if lock_column => {
+            "since an unknown time (locked_at and created_at are NULL)".to_owned()
+        }
+        None => "since an unknown time (created_at is NULL)".to_owned(),
+        Some(t @ (Timestamp::Infinity | Timestamp::MinusInfinity)) => {
+            format!("since {}{since}", at(t))
+        }
+        Some(t) => format!("for {}{since}", human_secs(r.secs_since(t))),
+    }
+}
+
+fn at_with_age(r: &KeyRecord, ts: Timestamp) -> String {
     let secs = r.secs_since(ts);
-    if secs >= 0.0 {
-        format!("{} ({} ago)", rfc3339(ts), human_secs(secs))
+    if !secs.is_finite() {
+        at(ts)
+    } else if secs >= 0.0 {
+        format!("{} ({} ago)", at(ts), human_secs(secs))
     } else {
-        format!("{} (in {})", rfc3339(ts), human_secs(-secs))
+        format!("{} (in {})", at(ts), human_secs(-secs))
     }
 }
 
@@ -78,7 +100,7 @@ pub(crate) fn record(r: &KeyRecord, stuck_after: f64) -> Doc {
     let rows = scope_rows(r.scope.as_ref(), r.api_key_id.as_deref())
         .into_iter()
         .chain([
-            ("key".to_owned(), sanitize(&r.key)),
+            ("key".to_owned(), crate::output::scope_value(Some(&r.key))),
             ("state".to_owned(), describe_state(r, stuck_after)),
             (
                 "request".to_owned(),
@@ -217,8 +239,8 @@ pub(crate) fn tenants(records: &[KeyRecord], scope_columns: usize) -> Doc {
             cells.pop();
             cells.extend([
                 r.state.clone(),
-                r.created_at.map_or_else(|| "-".to_owned(), rfc3339),
-                r.expires_at.map_or_else(|| "-".to_owned(), rfc3339),
+                r.created_at.map_or_else(|| "-".to_owned(), at),
+                r.expires_at.map_or_else(|| "-".to_owned(), at),
             ]);
             cells
         })

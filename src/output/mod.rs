@@ -401,6 +401,8 @@ pub(crate) fn key_columns(scope: Option<&Scope>, rest: &[&str]) -> Vec<String> {
 pub(crate) fn scope_value(value: Option<&str>) -> String {
     match value {
         None => "NULL".to_owned(),
+        // The empty text, told apart from NULL and from nothing at all.
+        Some("") => "\"\"".to_owned(),
         Some(v) if v.eq_ignore_ascii_case("null") => format!("\"{}\"", sanitize(v)),
         Some(v) => sanitize(v),
     }
@@ -459,10 +461,13 @@ pub(crate) fn key_label(
 
 /// Format a timestamp as RFC 3339 (UTC, seconds).
 pub(crate) fn rfc3339(ts: time::OffsetDateTime) -> String {
-    let ts = ts.to_offset(time::UtcOffset::UTC);
-    let ts = ts.replace_nanosecond(0).unwrap_or(ts);
-    ts.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| ts.to_string())
+    crate::report::timestamp::second_text(ts)
+}
+
+/// A time a key table holds as people read it: [`rfc3339`], or `infinity` / `-infinity` as
+/// PostgreSQL spells them.
+pub(crate) fn at(t: crate::report::timestamp::Timestamp) -> String {
+    t.to_the_second()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::domain::ReclaimAction;
-use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, rfc3339, sanitize};
+use crate::output::{Doc, escape_controls, human_secs, key_cells, key_columns, sanitize};
 use crate::report::reclaim::{
     BatchEnd, BatchFailed, Candidate, LeftAlone, PlanProblem, PreviewReport, ReclaimReport,
     action_name,
@@ -117,7 +117,7 @@ fn candidate_cells(header: Option<&Scope>, c: &Candidate) -> Vec<String> {
         c.request_path
             .as_deref()
             .map_or_else(|| "-".to_owned(), sanitize),
-        rfc3339(c.held_since),
+        crate::output::at(c.held_since),
         c.held_since_column.to_owned(),
         human_secs(c.age_seconds),
     ]);

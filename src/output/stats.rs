@@ -53,7 +53,7 @@ fn doc(r: &StatsReport) -> Doc {
                 "{} age {}, expires {}",
                 key_label(k),
                 human_secs(k.seconds),
-                rfc3339(k.expires_at)
+                crate::output::at(k.expires_at)
             )
         },
     );
@@ -61,7 +61,7 @@ fn doc(r: &StatsReport) -> Doc {
     let stuck = r.stuck.as_ref().map_or_else(
         || "not counted (see note)".to_owned(),
         |st| match st.oldest_since {
-            Some(t) => format!("{} (oldest held since {})", st.count, rfc3339(t)),
+            Some(t) => format!("{} (oldest held since {})", st.count, crate::output::at(t)),
             None => st.count.to_string(),
         },
     );
@@ -157,7 +157,7 @@ fn lag_text(r: &StatsReport) -> String {
                 ""
             },
             key_label(k),
-            rfc3339(k.expires_at)
+            crate::output::at(k.expires_at)
         ),
         (None, Some(x)) if x.lag_at_most => format!(
             "unknown, at most {} (each of the oldest {} expired keys is still referenced, and more wait beyond them: the oldest key evict can delete, if any, is younger than those)",
@@ -179,7 +179,7 @@ fn referenced_text(x: &ReferencedExpired) -> String {
             x.examined,
             key_label(k),
             human_secs(k.seconds),
-            rfc3339(k.expires_at)
+            crate::output::at(k.expires_at)
         ),
     }
 }
@@ -190,7 +190,9 @@ fn partitions_block(d: &mut Doc, r: &StatsReport) {
         d.text("the table is not partitioned");
         return;
     };
-    let at = |t: Option<time::OffsetDateTime>| t.map_or_else(|| "-".to_owned(), rfc3339);
+    let at = |t: Option<crate::report::timestamp::Timestamp>| {
+        t.map_or_else(|| "-".to_owned(), crate::output::at)
+    };
     let rows = parts
         .iter()
         .map(|p| {

@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::report::timestamp::Timestamp;
 use serde::Serialize;
-use time::OffsetDateTime;
 
 use crate::report::rows::{Capped, Layout};
 use crate::report::run::EndReason;
@@ -265,9 +265,9 @@ pub(crate) struct DryRunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) would_skip_referenced: Option<Capped>,
     #[serde(serialize_with = "to_the_second")]
-    pub(crate) oldest_candidate: Option<OffsetDateTime>,
+    pub(crate) oldest_candidate: Option<Timestamp>,
     #[serde(serialize_with = "to_the_second")]
-    pub(crate) newest_candidate: Option<OffsetDateTime>,
+    pub(crate) newest_candidate: Option<Timestamp>,
     pub(crate) batch_size: Option<u32>,
     pub(crate) batch_sizing: String,
     pub(crate) statement: String,
@@ -318,21 +318,13 @@ pub(crate) struct WalkPreview {
 }
 
 fn to_the_second<S: serde::Serializer>(
-    t: &Option<OffsetDateTime>,
+    t: &Option<Timestamp>,
     s: S,
 ) -> std::result::Result<S::Ok, S::Error> {
     match t {
-        Some(t) => s.serialize_str(&to_the_second_text(*t)),
+        Some(t) => s.serialize_str(&t.to_the_second()),
         None => s.serialize_none(),
     }
-}
-
-/// An instant as RFC 3339 text to the second, in UTC (the JSON documents' form).
-fn to_the_second_text(t: OffsetDateTime) -> String {
-    let t = t.to_offset(time::UtcOffset::UTC);
-    let t = t.replace_nanosecond(0).unwrap_or(t);
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_else(|_| t.to_string())
 }
 
 /// The paced removal rate never falls below this multiple of the table's insert rate.

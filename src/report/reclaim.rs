@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::report::timestamp::Timestamp;
 use serde::Serialize;
 use serde_json::Value;
 use time::OffsetDateTime;
@@ -83,14 +84,11 @@ pub(crate) struct Candidate {
     /// None where the table has no such column or the row holds NULL (null in JSON).
     pub(crate) request_method: Option<String>,
     pub(crate) request_path: Option<String>,
-    #[serde(with = "crate::report::timestamp::option")]
-    pub(crate) locked_at: Option<OffsetDateTime>,
+    pub(crate) locked_at: Option<Timestamp>,
     /// None where the row holds none (a nullable created_at column).
-    #[serde(with = "crate::report::timestamp::option")]
-    pub(crate) created_at: Option<OffsetDateTime>,
+    pub(crate) created_at: Option<Timestamp>,
     /// locked_at, or created_at where the owner never set locked_at.
-    #[serde(with = "crate::report::timestamp")]
-    pub(crate) held_since: OffsetDateTime,
+    pub(crate) held_since: Timestamp,
     /// Which column `held_since` comes from.
     pub(crate) held_since_column: &'static str,
     pub(crate) age_seconds: f64,

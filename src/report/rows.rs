@@ -3,6 +3,7 @@
 //! recent TTL. What the database layer does with them stays in `src/db/`; the output layer words
 //! them from here.
 
+use crate::report::timestamp::Timestamp;
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
 
@@ -68,8 +69,7 @@ pub(crate) struct KeyRef {
     pub scope: Option<Scope>,
     /// None where the key column allows NULL and holds it (null in JSON).
     pub key: Option<String>,
-    #[serde(with = "crate::report::timestamp")]
-    pub expires_at: OffsetDateTime,
+    pub expires_at: Timestamp,
     /// Age (oldest live key) or wait since expiry (eviction lag), in seconds.
     pub seconds: f64,
 }
@@ -148,11 +148,9 @@ pub(crate) struct SampleKey {
     pub scope: Option<Scope>,
     /// None where the key column allows NULL and holds it (null in JSON).
     pub key: Option<String>,
-    #[serde(with = "crate::report::timestamp")]
-    pub expires_at: OffsetDateTime,
+    pub expires_at: Timestamp,
     /// None where the column allows NULL and holds it (Laravel's `timestamps()`).
-    #[serde(with = "crate::report::timestamp::option")]
-    pub created_at: Option<OffsetDateTime>,
+    pub created_at: Option<Timestamp>,
 }
 
 /// One physical standby's replay position, as last reported to the primary.
@@ -262,15 +260,12 @@ pub(crate) struct KeyRecord {
     /// The column the body is stored in; None (null in JSON) on a table with no response column,
     /// where a missing body says nothing about the request.
     pub response_column: Option<String>,
-    #[serde(with = "crate::report::timestamp::option")]
-    pub locked_at: Option<OffsetDateTime>,
+    pub locked_at: Option<Timestamp>,
     /// None where the column allows NULL and holds it (Laravel's `timestamps()`).
-    #[serde(with = "crate::report::timestamp::option")]
-    pub created_at: Option<OffsetDateTime>,
+    pub created_at: Option<Timestamp>,
     /// None on a table whose keys expire a TTL after creation when no TTL was given, or when the
     /// expiry column (created_at on such a table) holds NULL.
-    #[serde(with = "crate::report::timestamp::option")]
-    pub expires_at: Option<OffsetDateTime>,
+    pub expires_at: Option<Timestamp>,
     /// The column whose NULL leaves the key without an expiry (evict never removes it), when the
     /// expiry is unknown for that reason rather than for want of a TTL.
     #[serde(skip)]
@@ -341,8 +336,7 @@ pub(crate) struct RecentTtl {
     pub p50_seconds: f64,
     pub p90_seconds: f64,
     pub max_seconds: f64,
-    #[serde(with = "crate::report::timestamp::option")]
-    pub newest_created_at: Option<OffsetDateTime>,
+    pub newest_created_at: Option<Timestamp>,
     /// Keys that live less than the limit asked about (check --min-ttl; 0 without it).
     pub keys_below: i64,
     /// The sampled keys counted by TTL, one bucket per bound of the histogram and one past the
@@ -389,8 +383,7 @@ pub(crate) struct Vacuum {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Stuck {
     pub count: Capped,
-    #[serde(with = "crate::report::timestamp::option")]
-    pub oldest_since: Option<OffsetDateTime>,
+    pub oldest_since: Option<Timestamp>,
 }
 
 /// One leaf partition as the catalog describes it.
@@ -415,11 +408,9 @@ pub(crate) struct Partition {
     #[serde(skip)]
     pub owned: bool,
     /// Lower bound (inclusive) on a timestamptz range key; None for MINVALUE, other keys, DEFAULT.
-    #[serde(with = "crate::report::timestamp::option")]
-    pub range_from: Option<OffsetDateTime>,
+    pub range_from: Option<Timestamp>,
     /// Upper bound (exclusive) on a timestamptz range key; None for MAXVALUE, other keys, DEFAULT.
-    #[serde(with = "crate::report::timestamp::option")]
-    pub range_to: Option<OffsetDateTime>,
+    pub range_to: Option<Timestamp>,
     /// The database clock when the list was read.
     #[serde(skip)]
     pub db_now: OffsetDateTime,

@@ -623,10 +623,10 @@ async fn a_scope_of_several_columns_is_shown_column_by_column_exactly() {
                 .lines()
                 .find_map(|l| l.strip_prefix(&format!("{column} ")))
                 .map(|v| v.trim_start_matches(' '));
-            // Escaped for the terminal: a backslash is shown doubled; a text that reads NULL is
-            // shown in double quotes, told apart from a NULL.
+            // Escaped for the terminal: a backslash is shown doubled; a text that reads NULL, and
+            // the empty text, are shown in double quotes, told apart from a NULL.
             let mut escaped = value.trim_start().replace('\\', "\\\\");
-            if escaped.eq_ignore_ascii_case("null") {
+            if escaped.is_empty() || escaped.eq_ignore_ascii_case("null") {
                 escaped = format!("\"{escaped}\"");
             }
             assert_eq!(shown, Some(escaped.as_str()), "{run}");

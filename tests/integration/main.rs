@@ -33,6 +33,7 @@ mod leftovers;
 mod maintenance;
 mod messages;
 mod metrics;
+mod odd_values;
 mod pace;
 mod partitions;
 mod pooler;

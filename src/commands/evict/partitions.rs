@@ -34,6 +34,7 @@
 //! key's created_at being no later than its expires_at (a TTL that is not negative).
 
 use crate::db::Session;
+use crate::report::timestamp::Timestamp;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result};
@@ -108,12 +109,12 @@ pub(crate) fn require_layout(
 
 /// The latest expiry `p`'s bound allows, where the table has no expiry index (the probe then
 /// takes it instead of reading the partition); None where the index finds it.
-fn bound_expiry(table: &KeyTable, p: &Partition) -> Option<time::OffsetDateTime> {
+fn bound_expiry(table: &KeyTable, p: &Partition) -> Option<Timestamp> {
     if table.expiry_index().is_some() {
         return None;
     }
-    let past = time::Duration::try_from(table.expiry_past_bound()?).ok()?;
-    p.range_to.map(|to| to + past)
+    let past = i64::try_from(table.expiry_past_bound()?.as_micros()).ok()?;
+    p.range_to.map(|to| to.plus_micros(past))
 }
 
 /// The partitions to try, oldest first, and those passed over with the reason.
@@ -122,7 +123,9 @@ fn candidates(parts: &[Partition], min_age_secs: Option<f64>) -> (Vec<&Partition
     let mut tried = Vec::new();
     let mut passed = Vec::new();
     for p in parts {
-        let ended = p.range_to.is_some_and(|to| to <= p.db_now - margin);
+        let ended = p
+            .range_to
+            .is_some_and(|to| to <= Timestamp::At(p.db_now - margin));
         if !p.direct || p.is_default || !ended {
             continue;
         }
@@ -325,7 +328,7 @@ mod tests {
             total_bytes: 8192,
             owned: true,
             range_from: None,
-            range_to: to_hours_ago.map(|h| now - time::Duration::hours(h)),
+            range_to: to_hours_ago.map(|h| Timestamp::At(now - time::Duration::hours(h))),
             db_now: now,
         }
     }

@@ -68,8 +68,8 @@ struct Previewed {
     walk: WalkPreview,
     would_evict: u64,
     too_young: u64,
-    oldest: Option<time::OffsetDateTime>,
-    newest: Option<time::OffsetDateTime>,
+    oldest: Option<crate::report::timestamp::Timestamp>,
+    newest: Option<crate::report::timestamp::Timestamp>,
     evict: Vec<SampleKey>,
     kept: Vec<SampleKey>,
 }
@@ -227,10 +227,10 @@ fn budget_spent(args: &EvictArgs, started: Instant, read: &Previewed) -> Option<
 
 /// The earlier (or, `later`, the later) of two instants, either absent.
 fn earliest(
-    a: Option<time::OffsetDateTime>,
-    b: Option<time::OffsetDateTime>,
+    a: Option<crate::report::timestamp::Timestamp>,
+    b: Option<crate::report::timestamp::Timestamp>,
     later: bool,
-) -> Option<time::OffsetDateTime> {
+) -> Option<crate::report::timestamp::Timestamp> {
     match (a, b) {
         (Some(a), Some(b)) => Some(if later { a.max(b) } else { a.min(b) }),
         (a, b) => a.or(b),

@@ -16,8 +16,8 @@ use crate::db::batch::{self, Ran};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::report::timestamp::Timestamp;
 use anyhow::{Context as _, Result};
-use time::OffsetDateTime;
 use tokio::sync::Mutex;
 
 use super::pace::Pacer;
@@ -94,20 +94,20 @@ impl Totals {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Left {
     /// Inclusive start (None: the start of the index).
-    pub lower: Option<OffsetDateTime>,
+    pub lower: Option<Timestamp>,
     /// Exclusive end (None: open, the last range of a run).
-    pub upper: Option<OffsetDateTime>,
+    pub upper: Option<Timestamp>,
 }
 
 impl Left {
     /// Whether the range lies wholly behind `cursor` (the counts from the cursor do not see it).
-    pub(super) fn behind(&self, cursor: Option<OffsetDateTime>) -> bool {
+    pub(super) fn behind(&self, cursor: Option<Timestamp>) -> bool {
         matches!((self.upper, cursor), (Some(u), Some(c)) if u <= c)
     }
 }
 
 /// The ranges behind `cursor`, sorted, overlapping ones merged.
-pub(super) fn merged_behind(left: &[Left], cursor: Option<OffsetDateTime>) -> Vec<Left> {
+pub(super) fn merged_behind(left: &[Left], cursor: Option<Timestamp>) -> Vec<Left> {
     let mut ranges: Vec<Left> = left.iter().filter(|l| l.behind(cursor)).copied().collect();
     ranges.sort_by_key(|l| (l.lower, l.upper));
     let mut out: Vec<Left> = Vec::new();
@@ -137,7 +137,7 @@ pub(super) async fn count_left(
 #[derive(Default)]
 struct State {
     /// Where the next claim starts (None = the start of the index).
-    next: Option<OffsetDateTime>,
+    next: Option<Timestamp>,
     /// The last range has been claimed.
     drained: bool,
     /// Why claiming stopped, when a budget or a failure stopped it.
@@ -146,7 +146,7 @@ struct State {
     reserved: u64,
     claims: u64,
     /// An instant whose run of ties has no deletable row left: continue after it.
-    ties_done: Option<OffsetDateTime>,
+    ties_done: Option<Timestamp>,
     /// Rows the next batch asks for (0 = not started: the sizing's first).
     batch_rows: u32,
     /// On a walk: the last key of the last page, as text (None: from the start of the index).
@@ -158,14 +158,14 @@ struct State {
 enum Claim {
     /// Delete [start, end) (end None = up to now()).
     Range {
-        start: Option<OffsetDateTime>,
-        end: Option<OffsetDateTime>,
+        start: Option<Timestamp>,
+        end: Option<Timestamp>,
         limit: i64,
         size: u32,
     },
     /// More than one batch of rows expire at exactly `at`: one SKIP LOCKED batch of them.
     Ties {
-        at: OffsetDateTime,
+        at: Timestamp,
         limit: i64,
         size: u32,
     },
@@ -362,7 +362,7 @@ impl Shared {
             return Ok((Claim::Stop, None));
         }
         if state.ties_done.is_some() && state.ties_done == state.next {
-            state.next = state.next.map(|t| t + time::Duration::microseconds(1));
+            state.next = state.next.map(Timestamp::next_after);
         }
         if state.batch_rows == 0 {
             state.batch_rows = self.plan.sizing.first();
@@ -621,10 +621,10 @@ struct Outcome {
     /// Expired rows of the range that are not completed.
     passed_over: u64,
     /// The range the batch finished with: [lower, upper) (upper None: open, or ties not done).
-    lower: Option<OffsetDateTime>,
-    upper: Option<OffsetDateTime>,
+    lower: Option<Timestamp>,
+    upper: Option<Timestamp>,
     /// The run of ties at this instant has nothing deletable left.
-    ties_exhausted: Option<OffsetDateTime>,
+    ties_exhausted: Option<Timestamp>,
     /// How long the deleting statement ran (and held the rows it deleted), as seen from here.
     statement: Duration,
     /// Time the batch spent pausing between tries of a range a live transaction held (on a
@@ -673,7 +673,7 @@ pub(super) async fn work(shared: Arc<Shared>, client: Session, index: usize) -> 
                 outcome.examined = outcome.deleted + outcome.skipped_locked;
                 // Done with this instant: what it leaves is counted once, here.
                 if outcome.ties_exhausted.is_some() {
-                    let (from, after) = (Some(at), Some(at + time::Duration::microseconds(1)));
+                    let (from, after) = (Some(at), Some(at.next_after()));
                     let deleted = outcome.deleted;
                     let counted = range_in_progress(&shared, &client, from, after).await;
                     outcome.passed_over = shared.after_batch(deleted, counted).await?;
@@ -727,8 +727,8 @@ async fn round_trip(shared: &Shared, client: &Session) -> Result<Duration> {
 async fn passed_over(
     shared: &Shared,
     client: &Session,
-    start: Option<OffsetDateTime>,
-    end: Option<OffsetDateTime>,
+    start: Option<Timestamp>,
+    end: Option<Timestamp>,
     limit: i64,
     o: &Outcome,
 ) -> Result<u64> {
@@ -743,8 +743,8 @@ async fn passed_over(
 async fn range_in_progress(
     shared: &Shared,
     client: &Session,
-    start: Option<OffsetDateTime>,
-    end: Option<OffsetDateTime>,
+    start: Option<Timestamp>,
+    end: Option<Timestamp>,
 ) -> Result<u64> {
     let (_, passed_over) = shared
         .sql
@@ -756,7 +756,7 @@ async fn range_in_progress(
 
 impl Shared {
     /// Where the next claim would start (None = the start of the expiry index).
-    pub(super) async fn cursor(&self) -> Option<OffsetDateTime> {
+    pub(super) async fn cursor(&self) -> Option<Timestamp> {
         self.state.lock().await.next
     }
 }
@@ -793,12 +793,12 @@ impl Shared {
 async fn delete_range(
     shared: &Shared,
     client: &Session,
-    start: Option<OffsetDateTime>,
-    end: Option<OffsetDateTime>,
+    start: Option<Timestamp>,
+    end: Option<Timestamp>,
     limit: i64,
 ) -> Result<Outcome> {
     let min_age = shared.plan.min_age_secs;
-    let last = end.map(|e| e - time::Duration::microseconds(1));
+    let last = end.map(|e| e.plus_micros(-1));
     let ran = or_shrinking(
         shared,
         client,
@@ -865,7 +865,7 @@ async fn delete_range(
 async fn or_shrinking<T>(
     shared: &Shared,
     client: &Session,
-    (first, last, limit): (Option<OffsetDateTime>, Option<OffsetDateTime>, i64),
+    (first, last, limit): (Option<Timestamp>, Option<Timestamp>, i64),
     batch: impl std::future::Future<Output = Result<Ran<T, ((u64, u64, Duration), Duration)>>>,
 ) -> Result<Ran<T, ((u64, u64, Duration), Duration)>> {
     let e = match batch.await {
@@ -926,7 +926,7 @@ fn lost(e: &anyhow::Error) -> bool {
 async fn delete_ties(
     shared: &Shared,
     client: &Session,
-    at: OffsetDateTime,
+    at: Timestamp,
     limit: i64,
 ) -> Result<Outcome> {
     let t0 = Instant::now();
@@ -956,8 +956,8 @@ async fn delete_ties(
 async fn skip_locked(
     shared: &Shared,
     client: &Session,
-    first: Option<OffsetDateTime>,
-    last: Option<OffsetDateTime>,
+    first: Option<Timestamp>,
+    last: Option<Timestamp>,
     limit: i64,
 ) -> Result<(u64, u64, Duration)> {
     let min_age = shared.plan.min_age_secs;
@@ -972,8 +972,8 @@ async fn skip_locked(
 async fn referenced(
     shared: &Shared,
     client: &Session,
-    start: Option<OffsetDateTime>,
-    end: Option<OffsetDateTime>,
+    start: Option<Timestamp>,
+    end: Option<Timestamp>,
 ) -> Result<u64> {
     if !shared.sql.counts_referenced() {
         return Ok(0);
@@ -989,8 +989,8 @@ async fn referenced(
 async fn too_young(
     shared: &Shared,
     client: &Session,
-    start: Option<OffsetDateTime>,
-    end: Option<OffsetDateTime>,
+    start: Option<Timestamp>,
+    end: Option<Timestamp>,
 ) -> Result<u64> {
     shared
         .sql
@@ -1011,7 +1011,11 @@ mod tests {
 
     #[test]
     fn ranges_behind_the_cursor_merge_where_they_overlap() {
-        let t = |s: i64| Some(OffsetDateTime::from_unix_timestamp(s).unwrap());
+        let t = |s: i64| {
+            Some(Timestamp::At(
+                time::OffsetDateTime::from_unix_timestamp(s).unwrap(),
+            ))
+        };
         let r = |lower, upper| Left { lower, upper };
         let left = [
             r(t(10), t(20)),

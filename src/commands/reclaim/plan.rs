@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use crate::report::timestamp::Timestamp;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -80,17 +81,21 @@ pub(super) struct PlanRow {
     #[serde(skip)]
     pub(super) nulls: Vec<bool>,
     pub(super) key: String,
-    #[serde(with = "crate::report::timestamp::option")]
-    pub(super) locked_at: Option<OffsetDateTime>,
+    pub(super) locked_at: Option<Timestamp>,
     /// Null where the row holds none (a nullable created_at column).
-    #[serde(with = "crate::report::timestamp::option")]
-    pub(super) created_at: Option<OffsetDateTime>,
+    pub(super) created_at: Option<Timestamp>,
     #[serde(default)]
     pub(super) request_method: Option<String>,
     #[serde(default)]
     pub(super) request_path: Option<String>,
-    #[serde(default)]
+    /// Infinite (null in JSON) for a key held since `'-infinity'`.
+    #[serde(default, deserialize_with = "null_as_infinity")]
     pub(super) age_seconds: f64,
+}
+
+/// An age JSON wrote as null: infinite, the one figure JSON has no number for.
+fn null_as_infinity<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::INFINITY))
 }
 
 pub(super) fn default_status() -> i32 {
@@ -318,14 +323,14 @@ mod tests {
             nulls: Vec::new(),
             key: "k".into(),
             locked_at: None,
-            created_at: Some(ts),
+            created_at: Some(Timestamp::At(ts)),
             request_method: None,
             request_path: None,
             age_seconds: 0.0,
         };
         let text = serde_json::to_string(&row).unwrap();
         let back: PlanRow = serde_json::from_str(&text).unwrap();
-        assert_eq!(back.created_at, Some(ts));
+        assert_eq!(back.created_at, Some(Timestamp::At(ts)));
         assert!(text.contains(".123456"), "{text}");
     }
 
@@ -337,7 +342,7 @@ mod tests {
             nulls: Vec::new(),
             key: "k".into(),
             locked_at: None,
-            created_at: Some(OffsetDateTime::UNIX_EPOCH),
+            created_at: Some(Timestamp::MinusInfinity),
             request_method: None,
             request_path: None,
             age_seconds: 0.0,
@@ -353,7 +358,7 @@ mod tests {
 
     #[test]
     fn plans_listing_a_key_twice_are_refused() {
-        let ts = OffsetDateTime::UNIX_EPOCH;
+        let ts = Timestamp::At(OffsetDateTime::UNIX_EPOCH);
         let row = PlanRow {
             api_key_id: Some("t".into()),
             scope: None,
@@ -374,7 +379,7 @@ mod tests {
             body: None,
             keep_failed_for_seconds: 0.0,
             database: None,
-            created_at: Some(ts),
+            created_at: Some(OffsetDateTime::UNIX_EPOCH),
             truncated: false,
             filter: reclaim_db::Filter::default(),
             rows: vec![row.clone(), row],

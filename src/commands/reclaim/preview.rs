@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::report::timestamp::Timestamp;
 use anyhow::Result;
 use time::OffsetDateTime;
 
@@ -52,7 +53,7 @@ impl Candidate {
             held_since: r
                 .locked_at
                 .or(r.created_at)
-                .unwrap_or(OffsetDateTime::UNIX_EPOCH),
+                .unwrap_or(Timestamp::MinusInfinity),
             held_since_column: if r.locked_at.is_some() {
                 "locked_at"
             } else {
