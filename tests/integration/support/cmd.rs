@@ -231,8 +231,8 @@ impl Spawned {
         self.child.as_mut().expect("the child is still owned")
     }
 
-    /// Wait for the exit, within what is left of the timeout (counted from `spawn`); on expiry kill the
-    /// child and panic with the output so far.
+    /// Wait for the exit, within what is left of the timeout (counted from `spawn`); on expiry interrupt
+    /// the child (SIGINT), kill it if it is still there 5 s later, and panic with its output.
     pub(crate) fn wait(mut self) -> Run {
         let mut child = self.child.take().expect("the child is still owned");
         let deadline = self.started + self.timeout;
@@ -241,6 +241,14 @@ impl Spawned {
             match child.try_wait() {
                 Ok(Some(status)) => break Some(status),
                 Ok(None) if Instant::now() >= deadline => {
+                    // Interrupt it first, so that its output says what it was waiting for.
+                    let _ = std::process::Command::new("kill")
+                        .args(["-s", "INT", &child.id().to_string()])
+                        .status();
+                    let grace = Instant::now() + Duration::from_secs(5);
+                    while Instant::now() < grace && matches!(child.try_wait(), Ok(None)) {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
                     let _ = child.kill();
                     let _ = child.wait();
                     break None;
